@@ -1,0 +1,21 @@
+//! # tensorfmt-runtime
+//!
+//! The runtime shared by all code that `tensorfmt-codegen` generates from `.fmt` schemas:
+//! dtypes, tensor metadata, byte sources, push-style sinks, the zip engine, embedded
+//! codecs, checksums, limits and errors. It knows nothing of the schema language.
+//!
+//! Generated code reaches the runtime only through [`gen`].
+#![warn(missing_docs)]
+
+pub mod dtype;
+pub mod error;
+pub mod limits;
+pub mod source;
+pub mod tensor;
+pub mod zip;
+
+pub use dtype::DType;
+pub use error::{Error, ErrorKind, Location, Result};
+pub use limits::Limits;
+pub use source::{Bytes, RandomAccess, Source};
+pub use tensor::{ByteOrder, DataLocation, Order, TensorInfo};

@@ -1,0 +1,240 @@
+//! Random-access byte sources: a memory-mapped file, an in-memory buffer, or any
+//! `Read + Seek` stream, behind one trait.
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, ErrorKind, Location, Result};
+
+/// Bytes that can be read at any offset.
+pub trait RandomAccess: Send + Sync {
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+
+    /// True when the source holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` with the bytes at `offset`; errors if they are not all there.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// The whole source as one slice, when it lives in memory (a map or a buffer).
+    fn as_slice(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+/// Checks that `len` bytes at `offset` lie inside a source of `total` bytes.
+pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= total => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::Truncated {
+                needed: len,
+                available: total.saturating_sub(offset),
+            },
+            Location::default().with_offset(offset),
+        )),
+    }
+}
+
+/// Shared bytes in memory: a memory map or an owned buffer.
+#[derive(Clone)]
+pub enum Bytes {
+    /// A read-only memory map of a file.
+    Mapped(Arc<memmap2::Mmap>),
+    /// An owned buffer.
+    Owned(Arc<[u8]>),
+}
+
+impl Bytes {
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bytes::Mapped(m) => write!(f, "Bytes::Mapped({} bytes)", m.len()),
+            Bytes::Owned(b) => write!(f, "Bytes::Owned({} bytes)", b.len()),
+        }
+    }
+}
+
+impl RandomAccess for Bytes {
+    fn len(&self) -> u64 {
+        self.as_bytes().len() as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len())?;
+        let start = offset as usize;
+        buf.copy_from_slice(&self.as_bytes()[start..start + buf.len()]);
+        Ok(())
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self.as_bytes())
+    }
+}
+
+/// A `Read + Seek` stream used as a random-access source (reads are serialized).
+pub struct Stream<R> {
+    inner: Mutex<R>,
+    len: u64,
+}
+
+impl<R: Read + Seek> Stream<R> {
+    /// Wraps `reader`, measuring its length by seeking to the end.
+    pub fn new(mut reader: R) -> Result<Self> {
+        let len = reader.seek(SeekFrom::End(0))?;
+        Ok(Stream {
+            inner: Mutex::new(reader),
+            len,
+        })
+    }
+}
+
+impl<R: Read + Seek + Send> RandomAccess for Stream<R> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        let mut r = self
+            .inner
+            .lock()
+            .map_err(|_| ErrorKind::Sink("stream lock poisoned".into()))?;
+        r.seek(SeekFrom::Start(offset))?;
+        r.read_exact(buf)?;
+        Ok(())
+    }
+}
+
+/// A sub-range of another source, addressed from 0.
+pub struct Window<'a> {
+    inner: &'a dyn RandomAccess,
+    offset: u64,
+    len: u64,
+}
+
+impl<'a> Window<'a> {
+    /// The `len` bytes of `inner` at `offset` (checked).
+    pub fn new(inner: &'a dyn RandomAccess, offset: u64, len: u64) -> Result<Self> {
+        check_range(offset, len, inner.len())?;
+        Ok(Window { inner, offset, len })
+    }
+}
+
+impl RandomAccess for Window<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        self.inner.read_exact_at(self.offset + offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        self.inner
+            .as_slice()
+            .map(|s| &s[self.offset as usize..(self.offset + self.len) as usize])
+    }
+}
+
+/// An opened input: its bytes and, when it came from a path, the path.
+pub struct Source {
+    data: Box<dyn RandomAccess>,
+    mapped: Option<Bytes>,
+    path: Option<PathBuf>,
+}
+
+impl Source {
+    /// Opens `path` and memory-maps it (constant time whatever the size).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let loc = || Location::file(path);
+        let file = File::open(path).map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?
+            .len();
+        let bytes = if len == 0 {
+            Bytes::Owned(Arc::from(Vec::new()))
+        } else {
+            // SAFETY: the map is read-only. As with every memory-mapped reader, another
+            // process truncating the file while it is mapped is outside what we can guard.
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+            Bytes::Mapped(Arc::new(map))
+        };
+        Ok(Source {
+            data: Box::new(bytes.clone()),
+            mapped: Some(bytes),
+            path: Some(path.to_path_buf()),
+        })
+    }
+
+    /// An in-memory buffer.
+    pub fn from_bytes(bytes: impl Into<Arc<[u8]>>) -> Self {
+        let b = Bytes::Owned(bytes.into());
+        Source {
+            data: Box::new(b.clone()),
+            mapped: Some(b),
+            path: None,
+        }
+    }
+
+    /// Any `Read + Seek` stream.
+    pub fn from_reader<R: Read + Seek + Send + 'static>(reader: R) -> Result<Self> {
+        Ok(Source {
+            data: Box::new(Stream::new(reader)?),
+            mapped: None,
+            path: None,
+        })
+    }
+
+    /// Names the source (used in error messages and for `source.stem`).
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The bytes, as a random-access source.
+    pub fn data(&self) -> &dyn RandomAccess {
+        &*self.data
+    }
+
+    /// The shared in-memory bytes, when the source is a map or a buffer.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        self.mapped.as_ref()
+    }
+
+    /// The path, when the source came from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The file name without its last extension (`model` for `dir/model.npy`), or
+    /// `"tensor"` when the source has no path.
+    pub fn stem(&self) -> String {
+        self.path
+            .as_deref()
+            .and_then(|p| p.file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tensor".to_string())
+    }
+
+    /// A location naming this source's file, for errors.
+    pub fn location(&self) -> Location {
+        Location {
+            file: self.path.clone(),
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Tensor metadata: name, dtype, shape, strides, byte order and where the bytes are.
+
+use crate::dtype::DType;
+use crate::error::{ErrorKind, Result};
+
+/// Byte order of the stored elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ByteOrder {
+    /// Least significant byte first.
+    #[default]
+    Little,
+    /// Most significant byte first.
+    Big,
+}
+
+impl ByteOrder {
+    /// The byte order of the machine running this code.
+    pub const NATIVE: ByteOrder = if cfg!(target_endian = "little") {
+        ByteOrder::Little
+    } else {
+        ByteOrder::Big
+    };
+}
+
+/// How the elements are laid out in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Order {
+    /// Row-major: the last index varies fastest.
+    #[default]
+    C,
+    /// Column-major: the first index varies fastest.
+    Fortran,
+}
+
+/// Where a tensor's bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataLocation {
+    /// Stored plain at an absolute byte range of the container file.
+    Range {
+        /// Absolute offset of the first byte.
+        offset: u64,
+        /// Number of bytes.
+        len: u64,
+    },
+    /// Inside a zip member: `skip` bytes into the member's uncompressed content, `len` long.
+    ZipMember {
+        /// The member.
+        member: crate::zip::ZipMember,
+        /// Bytes of the member's content before the tensor's first byte.
+        skip: u64,
+        /// Number of bytes of the tensor.
+        len: u64,
+    },
+}
+
+impl DataLocation {
+    /// The number of bytes of the tensor.
+    pub fn len(&self) -> u64 {
+        match self {
+            DataLocation::Range { len, .. } | DataLocation::ZipMember { len, .. } => *len,
+        }
+    }
+
+    /// True when the tensor holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The absolute byte range in the container file when the bytes are stored plain there
+    /// (a plain range, or a stored zip member), which allows zero-copy views.
+    pub fn plain_range(&self) -> Option<(u64, u64)> {
+        match self {
+            DataLocation::Range { offset, len } => Some((*offset, *len)),
+            DataLocation::ZipMember { member, skip, len } => {
+                if member.compression == crate::zip::Compression::Stored {
+                    Some((member.data_offset + skip, *len))
+                } else {
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Everything known about one tensor without reading its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The tensor's name (DESIGN §5 naming rules).
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Extent of each dimension; empty for a 0-d tensor.
+    pub shape: Vec<u64>,
+    /// Stride of each dimension in elements.
+    pub strides: Vec<i64>,
+    /// Byte order of the stored elements.
+    pub byte_order: ByteOrder,
+    /// Where the bytes are.
+    pub location: DataLocation,
+}
+
+impl TensorInfo {
+    /// Builds the metadata of a dense tensor stored in `order`, checking that the
+    /// element count and byte size do not overflow and that `location` holds exactly
+    /// the tensor's bytes.
+    pub fn dense(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<u64>,
+        order: Order,
+        byte_order: ByteOrder,
+        location: DataLocation,
+    ) -> Result<Self> {
+        let name = name.into();
+        let nbytes = nbytes(dtype, &shape)?;
+        if nbytes != location.len() {
+            return Err(ErrorKind::SizeMismatch(format!(
+                "tensor '{name}' of dtype {dtype} and shape {shape:?} needs {nbytes} bytes, the file holds {}",
+                location.len()
+            ))
+            .into());
+        }
+        let strides = contiguous_strides(&shape, order)?;
+        Ok(TensorInfo {
+            name,
+            dtype,
+            shape,
+            strides,
+            byte_order,
+            location,
+        })
+    }
+
+    /// Number of elements (checked).
+    pub fn numel(&self) -> Result<u64> {
+        numel(&self.shape)
+    }
+
+    /// Number of bytes the elements take (checked). Errors for `string` tensors.
+    pub fn nbytes(&self) -> Result<u64> {
+        nbytes(self.dtype, &self.shape)
+    }
+
+    /// The memory order if the strides are those of a contiguous C or Fortran layout.
+    /// A tensor with at most one dimension larger than 1 is reported as C.
+    pub fn order(&self) -> Option<Order> {
+        let c = contiguous_strides(&self.shape, Order::C).ok()?;
+        if same_strides(&self.shape, &self.strides, &c) {
+            return Some(Order::C);
+        }
+        let f = contiguous_strides(&self.shape, Order::Fortran).ok()?;
+        if same_strides(&self.shape, &self.strides, &f) {
+            return Some(Order::Fortran);
+        }
+        None
+    }
+}
+
+/// Strides agree where they matter: dimensions of extent 1 (or any empty tensor) place
+/// no constraint on their stride.
+fn same_strides(shape: &[u64], a: &[i64], b: &[i64]) -> bool {
+    if a.len() != b.len() || a.len() != shape.len() {
+        return false;
+    }
+    if shape.contains(&0) {
+        return true;
+    }
+    shape
+        .iter()
+        .zip(a.iter().zip(b))
+        .all(|(&n, (x, y))| n == 1 || x == y)
+}
+
+/// Element count of `shape`, with overflow checked.
+pub fn numel(shape: &[u64]) -> Result<u64> {
+    shape.iter().try_fold(1u64, |acc, &d| {
+        acc.checked_mul(d)
+            .ok_or_else(|| ErrorKind::Overflow(format!("element count of shape {shape:?}")).into())
+    })
+}
+
+/// Byte size of a tensor of `dtype` and `shape`, with overflow checked.
+pub fn nbytes(dtype: DType, shape: &[u64]) -> Result<u64> {
+    let item = dtype.itemsize().ok_or_else(|| {
+        ErrorKind::Unsupported("string tensors have no fixed byte size".to_string())
+    })? as u64;
+    numel(shape)?.checked_mul(item).ok_or_else(|| {
+        ErrorKind::Overflow(format!("byte size of a {dtype} tensor of shape {shape:?}")).into()
+    })
+}
+
+/// Strides in elements of a contiguous tensor of `shape` in `order`.
+pub fn contiguous_strides(shape: &[u64], order: Order) -> Result<Vec<i64>> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc: i64 = 1;
+    let mut step = |i: usize| -> Result<()> {
+        strides[i] = acc;
+        let d = i64::try_from(shape[i])
+            .map_err(|_| ErrorKind::Overflow(format!("dimension {}", shape[i])))?;
+        acc = acc
+            .checked_mul(d.max(1))
+            .ok_or_else(|| ErrorKind::Overflow(format!("strides of shape {shape:?}")))?;
+        Ok(())
+    };
+    match order {
+        Order::C => {
+            for i in (0..shape.len()).rev() {
+                step(i)?;
+            }
+        }
+        Order::Fortran => {
+            for i in 0..shape.len() {
+                step(i)?;
+            }
+        }
+    }
+    Ok(strides)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strides_and_order() {
+        assert_eq!(
+            contiguous_strides(&[2, 3, 4], Order::C).unwrap(),
+            vec![12, 4, 1]
+        );
+        assert_eq!(
+            contiguous_strides(&[2, 3, 4], Order::Fortran).unwrap(),
+            vec![1, 2, 6]
+        );
+        let info = TensorInfo::dense(
+            "x",
+            DType::F32,
+            vec![2, 3],
+            Order::Fortran,
+            ByteOrder::Little,
+            DataLocation::Range { offset: 0, len: 24 },
+        )
+        .unwrap();
+        assert_eq!(info.order(), Some(Order::Fortran));
+    }
+
+    #[test]
+    fn overflow_is_an_error() {
+        assert!(nbytes(DType::F64, &[u64::MAX, 2]).is_err());
+        assert!(TensorInfo::dense(
+            "x",
+            DType::F32,
+            vec![10],
+            Order::C,
+            ByteOrder::Little,
+            DataLocation::Range { offset: 0, len: 8 }
+        )
+        .is_err());
+    }
+}
