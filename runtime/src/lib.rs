@@ -10,6 +10,7 @@
 pub mod dtype;
 pub mod error;
 pub mod limits;
+pub mod pattern;
 pub mod source;
 pub mod tensor;
 pub mod zip;
@@ -18,4 +19,4 @@ pub use dtype::DType;
 pub use error::{Error, ErrorKind, Location, Result};
 pub use limits::Limits;
 pub use source::{Bytes, RandomAccess, Source};
-pub use tensor::{ByteOrder, DataLocation, Order, TensorInfo};
+pub use tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions};

@@ -257,3 +257,44 @@ mod tests {
         .is_err());
     }
 }
+
+/// What a writer needs to know of a tensor: its bytes follow in exactly this layout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorMeta {
+    /// The tensor's name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Extent of each dimension.
+    pub shape: Vec<u64>,
+    /// Memory order of the bytes handed to the writer.
+    pub order: Order,
+    /// Byte order of the bytes handed to the writer.
+    pub byte_order: ByteOrder,
+}
+
+impl TensorMeta {
+    /// Number of bytes the writer must receive (checked).
+    pub fn nbytes(&self) -> Result<u64> {
+        nbytes(self.dtype, &self.shape)
+    }
+
+    /// The metadata of `info` for writing, if its layout is contiguous C or Fortran.
+    pub fn from_info(info: &TensorInfo) -> Option<Self> {
+        Some(TensorMeta {
+            name: info.name.clone(),
+            dtype: info.dtype,
+            shape: info.shape.clone(),
+            order: info.order()?,
+            byte_order: info.byte_order,
+        })
+    }
+}
+
+/// Options every generated writer accepts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Compression of container entries; `None` takes the format's default (the first
+    /// method its schema lists).
+    pub compression: Option<crate::zip::Compression>,
+}

@@ -1,0 +1,134 @@
+//! Entry-name patterns with captures, such as `{name}.npy` or `{prefix}/data/{key}`.
+
+use crate::error::{ErrorKind, Result};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Piece {
+    Lit(String),
+    Cap(String),
+}
+
+/// A compiled name pattern: literal text and `{capture}`s. Each capture matches one or more
+/// characters; where several splits fit, earlier captures take as much as they can.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pattern {
+    pieces: Vec<Piece>,
+}
+
+impl Pattern {
+    /// Compiles `text`. Errors on an unclosed `{`, an empty capture name, or two captures
+    /// with no literal between them.
+    pub fn new(text: &str) -> Result<Self> {
+        let mut pieces = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            if let Some(start) = rest.find('{') {
+                if start > 0 {
+                    pieces.push(Piece::Lit(rest[..start].to_string()));
+                }
+                let end = rest[start..].find('}').ok_or_else(|| {
+                    ErrorKind::Invalid(format!("pattern '{text}': unclosed '{{'"))
+                })? + start;
+                let name = &rest[start + 1..end];
+                if name.is_empty() {
+                    return Err(ErrorKind::Invalid(format!("pattern '{text}': empty capture")).into());
+                }
+                if matches!(pieces.last(), Some(Piece::Cap(_))) {
+                    return Err(ErrorKind::Invalid(format!(
+                        "pattern '{text}': captures need literal text between them"
+                    ))
+                    .into());
+                }
+                pieces.push(Piece::Cap(name.to_string()));
+                rest = &rest[end + 1..];
+            } else {
+                pieces.push(Piece::Lit(rest.to_string()));
+                rest = "";
+            }
+        }
+        Ok(Pattern { pieces })
+    }
+
+    /// The capture names, in order.
+    pub fn captures(&self) -> impl Iterator<Item = &str> {
+        self.pieces.iter().filter_map(|p| match p {
+            Piece::Cap(c) => Some(c.as_str()),
+            Piece::Lit(_) => None,
+        })
+    }
+
+    /// Matches `name`, returning the captured text in capture order.
+    pub fn matches(&self, name: &str) -> Option<Vec<String>> {
+        let mut caps = Vec::new();
+        if match_from(&self.pieces, name, &mut caps) {
+            Some(caps)
+        } else {
+            None
+        }
+    }
+
+    /// Builds a name from capture values given in capture order.
+    pub fn format(&self, values: &[&str]) -> Result<String> {
+        let mut out = String::new();
+        let mut vals = values.iter();
+        for p in &self.pieces {
+            match p {
+                Piece::Lit(l) => out.push_str(l),
+                Piece::Cap(c) => {
+                    let v = vals.next().ok_or_else(|| {
+                        ErrorKind::Invalid(format!("no value for capture '{c}'"))
+                    })?;
+                    if v.is_empty() {
+                        return Err(ErrorKind::Invalid(format!("capture '{c}' may not be empty")).into());
+                    }
+                    out.push_str(v);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn match_from(pieces: &[Piece], s: &str, caps: &mut Vec<String>) -> bool {
+    match pieces.split_first() {
+        None => s.is_empty(),
+        Some((Piece::Lit(l), rest)) => s.strip_prefix(l.as_str()).is_some_and(|r| match_from(rest, r, caps)),
+        Some((Piece::Cap(_), rest)) => {
+            // Greedy: try the longest capture first.
+            let ends: Vec<usize> = s.char_indices().map(|(i, c)| i + c.len_utf8()).collect();
+            for &end in ends.iter().rev() {
+                caps.push(s[..end].to_string());
+                if match_from(rest, &s[end..], caps) {
+                    return true;
+                }
+                caps.pop();
+            }
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captures_greedy() {
+        let p = Pattern::new("{name}.npy").unwrap();
+        assert_eq!(p.matches("a.b.npy"), Some(vec!["a.b".to_string()]));
+        assert_eq!(p.matches("dir/c.npy"), Some(vec!["dir/c".to_string()]));
+        assert_eq!(p.matches(".npy"), None);
+        assert_eq!(p.matches("x.npz"), None);
+        assert_eq!(p.format(&["a.b"]).unwrap(), "a.b.npy");
+        let q = Pattern::new("{prefix}/data/{key}").unwrap();
+        assert_eq!(q.matches("archive/data/12"), Some(vec!["archive".into(), "12".into()]));
+        assert_eq!(q.captures().collect::<Vec<_>>(), vec!["prefix", "key"]);
+    }
+
+    #[test]
+    fn bad_patterns() {
+        assert!(Pattern::new("{a}{b}").is_err());
+        assert!(Pattern::new("{a").is_err());
+        assert!(Pattern::new("{}").is_err());
+    }
+}
