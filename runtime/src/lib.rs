@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod error;
 pub mod limits;
 pub mod pattern;
+pub mod registry;
 pub mod source;
 pub mod tensor;
 pub mod zip;
