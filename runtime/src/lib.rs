@@ -7,6 +7,7 @@
 //! Generated code reaches the runtime only through [`gen`].
 #![warn(missing_docs)]
 
+pub mod convert;
 pub mod dtype;
 pub mod error;
 pub mod limits;
