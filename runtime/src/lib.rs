@@ -12,6 +12,7 @@ pub mod dtype;
 pub mod error;
 pub mod limits;
 pub mod pattern;
+pub mod pydict;
 pub mod registry;
 pub mod source;
 pub mod tensor;
