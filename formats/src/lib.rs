@@ -1,1 +1,445 @@
-//! Crate under construction.
+//! # tensorfmt
+//!
+//! Read and write the tensor files of deep learning from one declarative description per
+//! format. Every built-in format is a `.fmt` schema under `formats/fmt/`, compiled at build
+//! time into the readers and writers of [`generated`]; this crate adds the high-level API:
+//! open any file (format detected by content, then extension), list its tensors without
+//! reading their bytes, read them into any sink (zero-copy from the memory map where the
+//! bytes are stored plain), save atomically, and convert between formats.
+//!
+//! ```no_run
+//! let file = tensorfmt::TensorFile::open("weights.npz")?;
+//! for t in file.tensors() {
+//!     println!("{} {} {:?}", t.name, t.dtype, t.shape);
+//! }
+//! let first = file.load(&file.tensors()[0].name)?;
+//! println!("{} bytes", first.data.as_bytes().len());
+//! # Ok::<(), tensorfmt::Error>(())
+//! ```
+#![warn(missing_docs)]
+
+use std::cell::RefCell;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::rc::Rc;
+
+pub use tensorfmt_runtime as runtime;
+pub use tensorfmt_runtime::registry::FormatDesc;
+pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
+pub use tensorfmt_runtime::zip::Compression;
+pub use tensorfmt_runtime::{
+    ByteOrder, DType, DataLocation, Error, ErrorKind, Limits, Location, Order, Result, Source,
+    TensorInfo, TensorMeta, WriteOptions,
+};
+
+use tensorfmt_runtime::output::AtomicFile;
+use tensorfmt_runtime::read::{read_tensor, ReadOptions};
+use tensorfmt_runtime::registry::TensorWriter;
+use tensorfmt_runtime::sink::ViewSink;
+
+pub mod cli;
+
+/// Readers and writers generated from the built-in `.fmt` schemas.
+#[allow(clippy::all, missing_docs)]
+pub mod generated {
+    include!(concat!(env!("OUT_DIR"), "/formats.rs"));
+}
+
+/// Every built-in format, in schema order.
+pub fn formats() -> &'static [FormatDesc] {
+    generated::REGISTRY
+}
+
+/// The format with this public name (`npy`, `npz`, ...).
+pub fn format_named(name: &str) -> Option<&'static FormatDesc> {
+    formats().iter().find(|f| f.name == name)
+}
+
+/// The format a path's extension maps to by default.
+pub fn format_for_path(path: &Path) -> Option<&'static FormatDesc> {
+    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+    formats()
+        .iter()
+        .find(|f| f.extensions.contains(&ext.as_str()))
+}
+
+/// The format of `source`, by content: every format whose detector accepts it, preferring
+/// the one its path's extension names when several do.
+pub fn detect(source: &Source, limits: &Limits) -> Option<&'static FormatDesc> {
+    let hits: Vec<&'static FormatDesc> = formats()
+        .iter()
+        .filter(|f| (f.detect)(source, limits))
+        .collect();
+    if hits.len() > 1 {
+        if let Some(by_ext) = source.path().and_then(format_for_path) {
+            if hits.iter().any(|h| h.name == by_ext.name) {
+                return Some(by_ext);
+            }
+        }
+    }
+    hits.first().copied()
+}
+
+fn unknown_format(name: &str) -> Error {
+    let known: Vec<&str> = formats().iter().map(|f| f.name).collect();
+    ErrorKind::Unsupported(format!(
+        "unknown format '{name}' (known: {})",
+        known.join(", ")
+    ))
+    .into()
+}
+
+/// How to open a file.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// Read as this format instead of detecting it.
+    pub format: Option<String>,
+    /// Limits applied to the file's contents.
+    pub limits: Limits,
+    /// Verify checksums (zip CRC-32) while reading tensor bytes.
+    pub skip_checksums: bool,
+}
+
+/// An opened tensor file: its format and the metadata of every tensor, indexed without
+/// reading any payload.
+pub struct TensorFile {
+    source: Source,
+    format: &'static FormatDesc,
+    tensors: Vec<TensorInfo>,
+    read_options: ReadOptions,
+}
+
+impl std::fmt::Debug for TensorFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TensorFile")
+            .field("path", &self.source.path())
+            .field("format", &self.format.name)
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl TensorFile {
+    /// Memory-maps `path`, detects its format and indexes its tensors.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::open_with(path, &OpenOptions::default())
+    }
+
+    /// [`TensorFile::open`] with options.
+    pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
+        Self::from_source(Source::open(path)?, options)
+    }
+
+    /// Indexes an already opened source (a buffer, a stream, or a map).
+    pub fn from_source(source: Source, options: &OpenOptions) -> Result<Self> {
+        let format = match &options.format {
+            Some(name) => format_named(name).ok_or_else(|| unknown_format(name))?,
+            None => detect(&source, &options.limits).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unsupported("not a file of any known tensor format".into()),
+                    source.location(),
+                )
+            })?,
+        };
+        let tensors =
+            (format.index)(&source, &options.limits).map_err(|e| with_file(e, &source))?;
+        let read_options = ReadOptions {
+            verify_checksums: !options.skip_checksums,
+            limits: options.limits.clone(),
+            ..ReadOptions::default()
+        };
+        Ok(TensorFile {
+            source,
+            format,
+            tensors,
+            read_options,
+        })
+    }
+
+    /// The format's public name.
+    pub fn format(&self) -> &'static str {
+        self.format.name
+    }
+
+    /// The format's descriptor.
+    pub fn format_desc(&self) -> &'static FormatDesc {
+        self.format
+    }
+
+    /// Metadata of every tensor, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    /// Metadata of the tensor named `name`.
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensors.iter().find(|t| t.name == name)
+    }
+
+    /// The underlying source.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Streams one tensor's bytes into `sink`.
+    pub fn read_into(&self, info: &TensorInfo, sink: &mut dyn Sink) -> Result<Flow> {
+        read_tensor(&self.source, info, sink, &self.read_options)
+            .map_err(|e| with_file(e, &self.source))
+    }
+
+    /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
+    pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
+        for info in &self.tensors {
+            if self.read_into(info, sink)? == Flow::Stop {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tensor named `name`: a zero-copy view of the memory map where its bytes are
+    /// stored plain, an owned 64-byte-aligned copy otherwise.
+    pub fn load(&self, name: &str) -> Result<Tensor> {
+        let info = self.tensor(name).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound(format!("tensor '{name}'")),
+                self.source.location(),
+            )
+        })?;
+        self.load_info(info)
+    }
+
+    /// Like [`TensorFile::load`], for a tensor of this file's index.
+    pub fn load_info(&self, info: &TensorInfo) -> Result<Tensor> {
+        let mut sink = ViewSink::default();
+        self.read_into(info, &mut sink)?;
+        sink.tensors.pop().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Sink(format!("no data for tensor '{}'", info.name)),
+                self.source.location(),
+            )
+        })
+    }
+
+    /// Every tensor, loaded as [`TensorFile::load`] does.
+    pub fn load_all(&self) -> Result<Vec<Tensor>> {
+        self.tensors.iter().map(|t| self.load_info(t)).collect()
+    }
+}
+
+fn with_file(e: Error, source: &Source) -> Error {
+    match source.path() {
+        Some(p) => e.in_file(p),
+        None => e,
+    }
+}
+
+/// An [`AtomicFile`] shared between a format writer and the saver that commits it.
+struct Shared(Rc<RefCell<AtomicFile>>);
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.borrow_mut().flush()
+    }
+}
+
+impl Seek for Shared {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        self.0.borrow_mut().seek(pos)
+    }
+}
+
+/// A streaming, atomic save to a path: tensors are added one at a time, and the file
+/// appears (replacing any previous one) only on [`Saver::commit`]. Dropped without a
+/// commit, it leaves the old file as it was.
+pub struct Saver {
+    file: Rc<RefCell<AtomicFile>>,
+    writer: Box<dyn TensorWriter>,
+    path: std::path::PathBuf,
+    format: &'static FormatDesc,
+}
+
+impl Saver {
+    /// Starts saving to `path` in `format` (by name), or the format its extension maps to.
+    pub fn create(
+        path: impl AsRef<Path>,
+        format: Option<&str>,
+        options: &WriteOptions,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let format = match format {
+            Some(name) => format_named(name).ok_or_else(|| unknown_format(name))?,
+            None => format_for_path(path).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Unsupported("no format given and the extension maps to none".into()),
+                    Location::file(path),
+                )
+            })?,
+        };
+        let file = Rc::new(RefCell::new(
+            AtomicFile::create(path).map_err(|e| e.in_file(path))?,
+        ));
+        let writer = (format.writer)(Box::new(Shared(file.clone())), options)
+            .map_err(|e| e.in_file(path))?;
+        Ok(Saver {
+            file,
+            writer,
+            path: path.to_path_buf(),
+            format,
+        })
+    }
+
+    /// The format being written.
+    pub fn format(&self) -> &'static str {
+        self.format.name
+    }
+
+    /// Adds a tensor whose `meta.nbytes()` bytes `data` yields.
+    pub fn add(&mut self, meta: &TensorMeta, data: &mut dyn Read) -> Result<()> {
+        self.writer
+            .add(meta, data)
+            .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
+    }
+
+    /// Adds a tensor from a byte slice.
+    pub fn add_bytes(&mut self, meta: &TensorMeta, mut data: &[u8]) -> Result<()> {
+        self.add(meta, &mut data)
+    }
+
+    /// Finishes the container and atomically replaces the destination.
+    pub fn commit(self) -> Result<()> {
+        let Saver {
+            file, writer, path, ..
+        } = self;
+        writer.finish().map_err(|e| e.in_file(&path))?;
+        let file = Rc::try_unwrap(file)
+            .map_err(|_| {
+                Error::new(
+                    ErrorKind::Sink("writer still holds the output".into()),
+                    Location::file(&path),
+                )
+            })?
+            .into_inner();
+        file.commit().map_err(|e| e.in_file(&path))
+    }
+}
+
+/// Saves tensors given as metadata and bytes to `path`, atomically.
+pub fn save<'a>(
+    path: impl AsRef<Path>,
+    format: Option<&str>,
+    tensors: impl IntoIterator<Item = (TensorMeta, &'a [u8])>,
+    options: &WriteOptions,
+) -> Result<()> {
+    let mut saver = Saver::create(path, format, options)?;
+    for (meta, bytes) in tensors {
+        saver.add_bytes(&meta, bytes)?;
+    }
+    saver.commit()
+}
+
+/// Options of [`convert`].
+#[derive(Debug, Clone, Default)]
+pub struct ConvertOptions {
+    /// Output format by name; by default the output extension's.
+    pub to: Option<String>,
+    /// Cast every tensor to this dtype.
+    pub dtype: Option<DType>,
+    /// Options for the writer.
+    pub write: WriteOptions,
+    /// How to open the input.
+    pub open: OpenOptions,
+}
+
+/// What [`convert`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConvertSummary {
+    /// Input format.
+    pub from: &'static str,
+    /// Output format.
+    pub to: &'static str,
+    /// Tensors written.
+    pub tensors: usize,
+    /// Payload bytes written.
+    pub bytes: u64,
+}
+
+/// Converts `input` to `output`, one tensor at a time (memory bounded by the largest
+/// tensor), atomically. `progress` is called after each tensor with (done, total).
+pub fn convert(
+    input: impl AsRef<Path>,
+    output: impl AsRef<Path>,
+    options: &ConvertOptions,
+    mut progress: impl FnMut(usize, usize),
+) -> Result<ConvertSummary> {
+    let file = TensorFile::open_with(input, &options.open)?;
+    let mut saver = Saver::create(output, options.to.as_deref(), &options.write)?;
+    let total = file.tensors().len();
+    let mut bytes = 0u64;
+    for (i, info) in file.tensors().iter().enumerate() {
+        let tensor = file.load_info(info)?;
+        let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)?;
+        let data: &[u8] = match &data {
+            std::borrow::Cow::Borrowed(b) => b,
+            std::borrow::Cow::Owned(v) => v,
+        };
+        bytes += data.len() as u64;
+        saver.add_bytes(&meta, data)?;
+        progress(i + 1, total);
+    }
+    let to = saver.format();
+    saver.commit()?;
+    Ok(ConvertSummary {
+        from: file.format(),
+        to,
+        tensors: total,
+        bytes,
+    })
+}
+
+/// The metadata and bytes to hand a writer for a tensor read as `info`: unchanged when
+/// its layout is contiguous and no cast is asked for; otherwise reordered to C order and
+/// cast (little-endian output).
+pub fn prepare_for_write<'a>(
+    info: &TensorInfo,
+    bytes: &'a [u8],
+    dtype: Option<DType>,
+) -> Result<(TensorMeta, std::borrow::Cow<'a, [u8]>)> {
+    use tensorfmt_runtime::convert;
+    let contiguous = TensorMeta::from_info(info);
+    match (contiguous, dtype) {
+        (Some(meta), None) => Ok((meta, std::borrow::Cow::Borrowed(bytes))),
+        (Some(mut meta), Some(d)) if d == info.dtype => {
+            meta.dtype = d;
+            Ok((meta, std::borrow::Cow::Borrowed(bytes)))
+        }
+        (contig, target) => {
+            let (order, data) = match contig {
+                Some(m) => (m.order, std::borrow::Cow::Borrowed(bytes)),
+                None => (
+                    Order::C,
+                    std::borrow::Cow::Owned(convert::to_c_order(info, bytes)?),
+                ),
+            };
+            let (dtype, byte_order, data) = match target {
+                Some(d) => (
+                    d,
+                    ByteOrder::Little,
+                    std::borrow::Cow::Owned(convert::cast(&data, info.dtype, info.byte_order, d)?),
+                ),
+                None => (info.dtype, info.byte_order, data),
+            };
+            let meta = TensorMeta {
+                name: info.name.clone(),
+                dtype,
+                shape: info.shape.clone(),
+                order,
+                byte_order,
+            };
+            Ok((meta, std::borrow::Cow::Owned(data.into_owned())))
+        }
+    }
+}

@@ -1,1 +1,87 @@
-//! Crate under construction.
+//! Shared helpers of the integration tests: where the fixtures are, the Python
+//! environment with the real tools, and running the command line in process.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// `tests/fixtures`.
+pub fn fixtures() -> PathBuf {
+    repo_root().join("tests/fixtures")
+}
+
+/// The Python interpreter of the project's test environment (with the pinned NumPy),
+/// from `TENSORFMT_PYTHON` or made by `scripts/pyenv.sh`. Panics with the script's
+/// output when the environment cannot be made: interop tests are never skipped silently.
+pub fn python() -> &'static Path {
+    static PY: OnceLock<PathBuf> = OnceLock::new();
+    PY.get_or_init(|| {
+        if let Some(p) = std::env::var_os("TENSORFMT_PYTHON") {
+            return PathBuf::from(p);
+        }
+        let out = Command::new("bash")
+            .arg(repo_root().join("scripts/pyenv.sh"))
+            .output()
+            .expect("running scripts/pyenv.sh");
+        assert!(
+            out.status.success(),
+            "scripts/pyenv.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        PathBuf::from(stdout.lines().last().expect("pyenv.sh prints the python path").trim())
+    })
+}
+
+/// Runs `tests/py/tfcheck.py` with `args`; returns stdout, panicking with stderr on failure.
+pub fn tfcheck(args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/py/tfcheck.py"))
+        .args(args)
+        .output()
+        .expect("running tfcheck.py");
+    assert!(
+        out.status.success(),
+        "tfcheck.py {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Runs a Python snippet with the test environment's interpreter; returns (success, output).
+pub fn python_snippet(code: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(python()).arg("-c").arg(code).args(args).output().expect("running python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// Runs the `tensorfmt` command line in process; returns its exit code and stdout.
+pub fn cli(args: &[&str]) -> (ExitCode, String) {
+    let mut out = Vec::new();
+    let argv = std::iter::once("tensorfmt").chain(args.iter().copied()).map(Into::into);
+    let code = tensorfmt::cli::run(argv, &mut out);
+    (code, String::from_utf8(out).expect("utf-8 output"))
+}
+
+/// Parses `inspect --json` output.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// `inspect --json --sha256` of `path` by tensorfmt, as JSON.
+pub fn inspect_json(path: &Path) -> serde_json::Value {
+    let (code, out) = cli(&["inspect", "--json", "--sha256", path.to_str().expect("utf-8 path")]);
+    assert_eq!(code, ExitCode::SUCCESS, "inspect failed for {}", path.display());
+    json(&out)
+}
+
+/// The same description computed by NumPy.
+pub fn numpy_json(path: &Path) -> serde_json::Value {
+    json(&tfcheck(&["describe", path.to_str().expect("utf-8 path")]))
+}

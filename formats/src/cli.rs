@@ -1,0 +1,291 @@
+//! The `tensorfmt` command line: inspect, convert, verify and diff tensor files.
+//!
+//! [`run`] takes the arguments and the stream to print to, so tests drive it in process;
+//! the `tensorfmt` binary is a thin wrapper around it.
+
+use std::ffi::OsString;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// `writeln!` that turns a failed write (a closed pipe) into the crate's error.
+macro_rules! outln {
+    ($out:expr, $($arg:tt)*) => {
+        writeln!($out, $($arg)*).map_err(crate::Error::from)?
+    };
+}
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
+use crate::runtime::hash::{hex, HashSink};
+use crate::runtime::sink::{Flow, Sink};
+use crate::{Compression, ConvertOptions, DType, TensorFile, TensorInfo};
+
+#[derive(Parser)]
+#[command(name = "tensorfmt", version, about = "Read, write and check the tensor files of deep learning")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List a file's tensors (name, dtype, shape) in file order.
+    Inspect {
+        /// The file.
+        file: PathBuf,
+        /// Print one JSON object: {"format", "tensors": [{"name", "dtype", "shape", "sha256"?}]}.
+        #[arg(long)]
+        json: bool,
+        /// Add each tensor's SHA-256 over its elements in C order, little-endian.
+        #[arg(long)]
+        sha256: bool,
+    },
+    /// Convert a file to another format (by --to, else by the output's extension).
+    Convert {
+        /// Input file.
+        input: PathBuf,
+        /// Output file (written atomically).
+        output: PathBuf,
+        /// Output format: one of the built-in format names.
+        #[arg(long)]
+        to: Option<String>,
+        /// Cast every tensor to this dtype (f16 bf16 f32 f64 i8 ... c128).
+        #[arg(long)]
+        dtype: Option<String>,
+        /// Compress container entries (deflate) where the format allows it.
+        #[arg(long)]
+        compress: bool,
+    },
+    /// Check structure and checksums; exits non-zero on damage.
+    Verify {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Compare two files' tensors by name; exits 1 when they differ.
+    Diff {
+        /// First file.
+        a: PathBuf,
+        /// Second file.
+        b: PathBuf,
+        /// Absolute tolerance.
+        #[arg(long, default_value_t = 0.0)]
+        atol: f64,
+        /// Relative tolerance (of the second file's value).
+        #[arg(long, default_value_t = 0.0)]
+        rtol: f64,
+    },
+}
+
+fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if std::io::stderr().is_terminal() {
+        bar.set_style(
+            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        bar.set_message(what.to_string());
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+fn total_bytes(tensors: &[TensorInfo]) -> u64 {
+    tensors.iter().map(|t| t.location.len()).sum()
+}
+
+/// Forwards to an inner sink and advances a progress bar by the bytes seen.
+struct Progress<'a, S> {
+    inner: S,
+    bar: &'a ProgressBar,
+}
+
+impl<S: Sink> Sink for Progress<'_, S> {
+    fn begin(&mut self, info: &TensorInfo) -> crate::Result<Flow> {
+        self.inner.begin(info)
+    }
+    fn chunk(&mut self, bytes: &[u8]) -> crate::Result<()> {
+        self.bar.inc(bytes.len() as u64);
+        self.inner.chunk(bytes)
+    }
+    fn end(&mut self, info: &TensorInfo) -> crate::Result<Flow> {
+        self.inner.end(info)
+    }
+}
+
+fn inspect(out: &mut dyn Write, path: &PathBuf, as_json: bool, with_sha: bool) -> crate::Result<()> {
+    let file = TensorFile::open(path)?;
+    let hashes = if with_sha {
+        let bar = progress_bar(total_bytes(file.tensors()), "hashing");
+        let mut sink = Progress { inner: HashSink::default(), bar: &bar };
+        file.read_all(&mut sink)?;
+        bar.finish_and_clear();
+        Some(sink.inner.digests)
+    } else {
+        None
+    };
+    if as_json {
+        let tensors: Vec<serde_json::Value> = file
+            .tensors()
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let mut o = json!({ "name": t.name, "dtype": t.dtype.name(), "shape": t.shape });
+                if let Some(h) = &hashes {
+                    o["sha256"] = json!(hex(&h[i].1));
+                }
+                o
+            })
+            .collect();
+        outln!(out, "{}", json!({ "format": file.format(), "tensors": tensors }));
+    } else {
+        outln!(out, "{}: {} ({} tensors)", path.display(), file.format(), file.tensors().len());
+        let width = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        for (i, t) in file.tensors().iter().enumerate() {
+            let shape = format!("{:?}", t.shape);
+            let mut line = format!("  {:width$}  {:8}  {:20}", t.name, t.dtype.name(), shape);
+            if let Some(h) = &hashes {
+                line.push_str("  ");
+                line.push_str(&hex(&h[i].1));
+            }
+            outln!(out, "{}", line.trim_end());
+        }
+    }
+    Ok(())
+}
+
+fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
+    let file = TensorFile::open(path)?;
+    let bar = progress_bar(total_bytes(file.tensors()), "verifying");
+    let mut sink = Progress { inner: HashSink::default(), bar: &bar };
+    file.read_all(&mut sink)?;
+    bar.finish_and_clear();
+    outln!(out, 
+        "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked",
+        path.display(),
+        file.format(),
+        file.tensors().len(),
+        total_bytes(file.tensors())
+    );
+    Ok(())
+}
+
+fn diff(out: &mut dyn Write, a: &PathBuf, b: &PathBuf, atol: f64, rtol: f64) -> crate::Result<bool> {
+    use tensorfmt::runtime::convert::{to_c_order, to_f64};
+    let fa = TensorFile::open(a)?;
+    let fb = TensorFile::open(b)?;
+    let mut same = true;
+    for ta in fa.tensors() {
+        let Some(tb) = fb.tensor(&ta.name) else {
+            outln!(out, "only in {}: {}", a.display(), ta.name);
+            same = false;
+            continue;
+        };
+        if ta.shape != tb.shape {
+            outln!(out, "{}: shape {:?} vs {:?}", ta.name, ta.shape, tb.shape);
+            same = false;
+            continue;
+        }
+        if ta.dtype != tb.dtype {
+            outln!(out, "{}: dtype {} vs {}", ta.name, ta.dtype, tb.dtype);
+            same = false;
+        }
+        let da = to_c_order(ta, fa.load_info(ta)?.data.as_bytes())?;
+        let db = to_c_order(tb, fb.load_info(tb)?.data.as_bytes())?;
+        let va = to_f64(&da, ta.dtype, ta.byte_order)?;
+        let vb = to_f64(&db, tb.dtype, tb.byte_order)?;
+        let mut bad = 0usize;
+        let mut worst = 0f64;
+        for (x, y) in va.iter().zip(&vb) {
+            let close = |p: f64, q: f64| {
+                (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= atol + rtol * q.abs()
+            };
+            if !(close(x.0, y.0) && close(x.1, y.1)) {
+                bad += 1;
+                worst = worst.max((x.0 - y.0).abs()).max((x.1 - y.1).abs());
+            }
+        }
+        if bad > 0 {
+            outln!(out, "{}: {bad} of {} elements differ (max abs difference {worst})", ta.name, va.len());
+            same = false;
+        }
+    }
+    for tb in fb.tensors() {
+        if fa.tensor(&tb.name).is_none() {
+            outln!(out, "only in {}: {}", b.display(), tb.name);
+            same = false;
+        }
+    }
+    if same {
+        outln!(out, "same: {} tensors", fa.tensors().len());
+    }
+    Ok(same)
+}
+
+/// Runs the command line given by `args` (the first item is the program name), printing
+/// results to `out` and progress and notes to standard error. Returns the exit code:
+/// 0 on success, 1 when `verify` finds damage or `diff` finds differences, or on an
+/// error (whose message names the file, entry, field and offset).
+pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
+        }
+    };
+    match dispatch(cli, out) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
+    match cli.command {
+        Command::Inspect { file, json, sha256 } => inspect(out, &file, json, sha256)?,
+        Command::Convert { input, output, to, dtype, compress } => {
+            let dtype = match dtype {
+                Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
+                    crate::Error::from(crate::ErrorKind::Unsupported(format!("unknown dtype '{d}'")))
+                })?),
+                None => None,
+            };
+            let mut options = ConvertOptions { to, dtype, ..Default::default() };
+            if compress {
+                options.write.compression = Some(Compression::Deflate);
+            }
+            let bar = progress_bar(0, "converting");
+            if std::io::stderr().is_terminal() {
+                bar.set_style(
+                    ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors")
+                        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+                );
+            }
+            let summary = crate::convert(&input, &output, &options, |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+            })?;
+            bar.finish_and_clear();
+            eprintln!(
+                "wrote {} ({}): {} tensors, {} bytes, from {}",
+                output.display(),
+                summary.to,
+                summary.tensors,
+                summary.bytes,
+                summary.from
+            );
+        }
+        Command::Verify { file } => verify(out, &file)?,
+        Command::Diff { a, b, atol, rtol } => {
+            if !diff(out, &a, &b, atol, rtol)? {
+                return Ok(ExitCode::from(1));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
