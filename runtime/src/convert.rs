@@ -24,23 +24,26 @@ pub fn to_c_order(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
         .dtype
         .itemsize()
         .ok_or_else(|| ErrorKind::Unsupported("reordering string tensors".into()))?;
-    let n = usize::try_from(info.numel()?).map_err(|_| ErrorKind::Overflow("element count".into()))?;
+    let n =
+        usize::try_from(info.numel()?).map_err(|_| ErrorKind::Overflow("element count".into()))?;
     if info.order() == Some(crate::tensor::Order::C) {
-        return Ok(bytes.get(..n * item).ok_or_else(|| ErrorKind::SizeMismatch("tensor bytes".into()))?.to_vec());
+        return Ok(bytes
+            .get(..n * item)
+            .ok_or_else(|| ErrorKind::SizeMismatch("tensor bytes".into()))?
+            .to_vec());
     }
     let mut out = Vec::with_capacity(n * item);
     let dims = info.shape.len();
     let mut idx = vec![0u64; dims];
     for _ in 0..n {
-        let mut off: i64 = 0;
-        for d in 0..dims {
-            off += idx[d] as i64 * info.strides[d];
-        }
+        let off: i64 = idx.iter().zip(&info.strides).map(|(&i, &s)| i as i64 * s).sum();
         let start = usize::try_from(off)
             .ok()
             .and_then(|o| o.checked_mul(item))
             .filter(|&s| s + item <= bytes.len())
-            .ok_or_else(|| ErrorKind::SizeMismatch(format!("stride out of range in tensor '{}'", info.name)))?;
+            .ok_or_else(|| {
+                ErrorKind::SizeMismatch(format!("stride out of range in tensor '{}'", info.name))
+            })?;
         out.extend_from_slice(&bytes[start..start + item]);
         for d in (0..dims).rev() {
             idx[d] += 1;
@@ -120,7 +123,17 @@ fn f8e4m3fn_to_f64(b: u8) -> f64 {
 }
 
 fn is_int(d: DType) -> bool {
-    matches!(d, DType::I8 | DType::I16 | DType::I32 | DType::I64 | DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    matches!(
+        d,
+        DType::I8
+            | DType::I16
+            | DType::I32
+            | DType::I64
+            | DType::U8
+            | DType::U16
+            | DType::U32
+            | DType::U64
+    )
 }
 
 fn read_int(dtype: DType, b: &[u8]) -> i128 {
@@ -161,7 +174,9 @@ fn write_elem(dtype: DType, v: Complex, int: Option<i128>, out: &mut Vec<u8>) {
         DType::I16 | DType::U16 => out.extend_from_slice(&(iv(16) as u16).to_le_bytes()),
         DType::I32 | DType::U32 => out.extend_from_slice(&(iv(32) as u32).to_le_bytes()),
         DType::I64 | DType::U64 => out.extend_from_slice(&iv(64).to_le_bytes()),
-        DType::Bool => out.push(u8::from(v.0 != 0.0 || v.1 != 0.0 || int.is_some_and(|i| i != 0))),
+        DType::Bool => out.push(u8::from(
+            v.0 != 0.0 || v.1 != 0.0 || int.is_some_and(|i| i != 0),
+        )),
         DType::C64 => {
             out.extend_from_slice(&(v.0 as f32).to_le_bytes());
             out.extend_from_slice(&(v.1 as f32).to_le_bytes());
@@ -186,10 +201,17 @@ pub fn cast(bytes: &[u8], from: DType, from_order: ByteOrder, to: DType) -> Resu
         return Err(ErrorKind::Unsupported(format!("casting to {to}")).into());
     }
     if matches!(from, DType::C64 | DType::C128) && !matches!(to, DType::C64 | DType::C128) {
-        return Err(ErrorKind::Unsupported(format!("casting complex {from} to real {to} would drop the imaginary part")).into());
+        return Err(ErrorKind::Unsupported(format!(
+            "casting complex {from} to real {to} would drop the imaginary part"
+        ))
+        .into());
     }
     if bytes.len() % fi != 0 {
-        return Err(ErrorKind::SizeMismatch(format!("{} bytes is not a whole number of {from} elements", bytes.len())).into());
+        return Err(ErrorKind::SizeMismatch(format!(
+            "{} bytes is not a whole number of {from} elements",
+            bytes.len()
+        ))
+        .into());
     }
     let src = little_endian(bytes, from, from_order);
     let mut out = Vec::with_capacity(bytes.len() / fi * ti);
@@ -206,7 +228,10 @@ pub fn to_f64(bytes: &[u8], dtype: DType, order: ByteOrder) -> Result<Vec<(f64, 
         .itemsize()
         .ok_or_else(|| ErrorKind::Unsupported(format!("decoding {dtype} elements")))?;
     let src = little_endian(bytes, dtype, order);
-    let out = src.chunks_exact(item).map(|e| read_elem(dtype, e)).collect();
+    let out = src
+        .chunks_exact(item)
+        .map(|e| read_elem(dtype, e))
+        .collect();
     Ok(out)
 }
 
@@ -216,12 +241,27 @@ mod tests {
 
     #[test]
     fn casts_like_numpy() {
-        let src: Vec<u8> = [1.5f32, -2.7, 300.0].iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(cast(&src, DType::F32, ByteOrder::Little, DType::I16).unwrap(), [1i16, -2, 300].iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>());
+        let src: Vec<u8> = [1.5f32, -2.7, 300.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(
+            cast(&src, DType::F32, ByteOrder::Little, DType::I16).unwrap(),
+            [1i16, -2, 300]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect::<Vec<_>>()
+        );
         let ints: Vec<u8> = [-1i32, 256].iter().flat_map(|v| v.to_le_bytes()).collect();
-        assert_eq!(cast(&ints, DType::I32, ByteOrder::Little, DType::U8).unwrap(), vec![255, 0]);
+        assert_eq!(
+            cast(&ints, DType::I32, ByteOrder::Little, DType::U8).unwrap(),
+            vec![255, 0]
+        );
         let be: Vec<u8> = 1.0f64.to_be_bytes().to_vec();
-        assert_eq!(cast(&be, DType::F64, ByteOrder::Big, DType::F16).unwrap(), f16::from_f32(1.0).to_le_bytes().to_vec());
+        assert_eq!(
+            cast(&be, DType::F64, ByteOrder::Big, DType::F16).unwrap(),
+            f16::from_f32(1.0).to_le_bytes().to_vec()
+        );
         assert!(cast(&[0u8; 8], DType::C64, ByteOrder::Little, DType::F32).is_err());
     }
 

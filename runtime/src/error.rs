@@ -153,14 +153,14 @@ pub enum ErrorKind {
 pub struct Error {
     /// What went wrong.
     pub kind: ErrorKind,
-    /// Where it went wrong.
-    pub location: Location,
+    /// Where it went wrong (boxed to keep `Result`s small).
+    pub location: Box<Location>,
 }
 
 impl Error {
     /// An error of `kind` at `location`.
     pub fn new(kind: ErrorKind, location: Location) -> Self {
-        Error { kind, location }
+        Error { kind, location: Box::new(location) }
     }
 
     /// Sets the file, unless one is set already.

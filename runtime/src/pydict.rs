@@ -9,7 +9,6 @@
 
 // `Error` is large by design (it carries a full location); boxing it is a crate-wide
 // decision, not this module's.
-#![allow(clippy::result_large_err)]
 
 use crate::error::{Error, ErrorKind, Location, Result};
 use crate::limits::Limits;

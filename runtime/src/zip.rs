@@ -8,7 +8,6 @@
 
 // `Error` is large by design (it carries a full location); boxing it is a crate-wide
 // decision, not this module's.
-#![allow(clippy::result_large_err)]
 
 use std::io::{self, Read, Seek, Write};
 use std::sync::Mutex;
