@@ -1,0 +1,525 @@
+//! Engines: what `detect`, `index` and the `Writer` of a format do with its layouts and
+//! entries. `file`: the whole source is one layout holding one tensor. `zip`: members
+//! matching an entry pattern each hold one layout of another format.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use tensorfmt_schema::ast::*;
+
+use crate::expr::{self, Cx};
+use crate::mapping;
+use crate::model::{docs, rs_ident, Fmt, GResult, Model};
+
+/// `detect` from the format's rules.
+pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<TokenStream> {
+    let mut steps = Vec::new();
+    let mut uses_limits = false;
+    let mut described = Vec::new();
+    for d in &fmt.detects {
+        match d {
+            Detect::Magic { bytes, at, .. } => {
+                let n = Literal::usize_unsuffixed(bytes.value.len());
+                let b = Literal::byte_string(&bytes.value);
+                let at = Literal::u64_unsuffixed(*at);
+                steps.push(quote! {
+                    let mut magic = [0u8; #n];
+                    if src.data().read_exact_at(#at, &mut magic).is_err() || magic != *#b {
+                        return false;
+                    }
+                });
+                described.push(format!("the magic `{}`", cx.text(bytes.span)));
+            }
+            Detect::Entries { all, pattern, span } => {
+                if !zip {
+                    return Err(cx.unsupported(*span, "`detect entries` outside the zip engine"));
+                }
+                uses_limits = true;
+                let p = &pattern.value;
+                let test = if *all {
+                    quote!(zip
+                        .members
+                        .iter()
+                        .all(|m| pattern.matches(&m.name).is_some()))
+                } else {
+                    quote!(zip
+                        .members
+                        .iter()
+                        .any(|m| pattern.matches(&m.name).is_some()))
+                };
+                steps.push(quote! {
+                    let Ok(zip) = rt::ZipIndex::read(src.data(), limits) else {
+                        return false;
+                    };
+                    let Ok(pattern) = rt::Pattern::new(#p) else {
+                        return false;
+                    };
+                    if !#test {
+                        return false;
+                    }
+                });
+                described.push(format!(
+                    "{} member names matching `{}`",
+                    if *all { "all" } else { "some" },
+                    p
+                ));
+            }
+        }
+    }
+    let limits_use = (!uses_limits).then(|| quote!(let _ = limits;));
+    let doc = if described.is_empty() {
+        " Never true: this format is recognized by extension only.".to_string()
+    } else {
+        format!(
+            " True when the source looks like this format: {}.",
+            described.join(", ")
+        )
+    };
+    let body = if steps.is_empty() {
+        quote!(false)
+    } else {
+        quote!(#(#steps)* true)
+    };
+    Ok(quote! {
+        #[doc = #doc]
+        pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
+            #limits_use
+            #body
+        }
+    })
+}
+
+/// The `DESC` constant and the writer constructor behind it.
+fn desc() -> TokenStream {
+    quote! {
+        fn new_writer<'a>(
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            options: &rt::WriteOptions,
+        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+            Ok(::std::boxed::Box::new(Writer::new(w, options)?))
+        }
+
+        /// This format for the registry: name, extensions, detector, indexer and writer.
+        pub const DESC: rt::FormatDesc = rt::FormatDesc {
+            name: NAME,
+            extensions: EXTENSIONS,
+            detect,
+            index,
+            writer: new_writer,
+        };
+    }
+}
+
+/// `impl rt::TensorWriter for Writer<W>`.
+fn tensor_writer_impl() -> TokenStream {
+    quote! {
+        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+                Writer::add(self, meta, data)
+            }
+
+            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                Writer::finish(*self)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `in_file`: sets the source's path on errors that lack a file.
+fn in_file() -> TokenStream {
+    quote! {
+        let in_file = |e: rt::Error| match src.path() {
+            Some(p) => e.in_file(p),
+            None => e,
+        };
+    }
+}
+
+/// `index` and `Writer` of the `file` engine.
+pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let [map] = fmt.tensors.as_slice() else {
+        return Err(cx.unsupported(
+            fmt.ast.name.span,
+            "a `file` format without exactly one tensor mapping",
+        ));
+    };
+    let layout = match &map.source.kind {
+        ExprKind::Path(p) if p.len() == 1 => fmt
+            .layout(&p[0].name)
+            .ok_or_else(|| cx.err(map.source.span, format!("unknown layout `{}`", p[0].name)))?,
+        _ => {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a tensor mapping over something other than a layout",
+            ))
+        }
+    };
+    let l = rs_ident(&layout.name.name);
+    let name = fmt.public_name();
+    let in_file = in_file();
+    let one = format!("{name} holds exactly one tensor");
+    let none = format!("{name} holds exactly one tensor; none was added");
+    let wdoc = format!(
+        " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
+    );
+    let tr = tensor_writer_impl();
+    let desc = desc();
+    Ok(quote! {
+        /// Lists the tensors of `src` without reading their bytes.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            #in_file
+            let mut c = rt::Cursor::new(src.data(), src.location());
+            let f = #l::read(&mut c, limits).map_err(in_file)?;
+            let t = tensor(&f, src.stem(), &|offset, len| rt::DataLocation::Range { offset, len })
+                .map_err(in_file)?;
+            Ok(vec![t])
+        }
+
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            out: W,
+            written: bool,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w` (written from its current position).
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                let _ = options;
+                Ok(Writer { out: w, written: false })
+            }
+
+            /// Writes the tensor: `data` yields exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+                if self.written {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
+                }
+                write_tensor(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
+                self.written = true;
+                Ok(())
+            }
+
+            /// Flushes and returns the output; an error when no tensor was added.
+            pub fn finish(mut self) -> rt::Result<W> {
+                use ::std::io::Write as _;
+                if !self.written {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
+                }
+                self.out.flush()?;
+                Ok(self.out)
+            }
+        }
+
+        #tr
+        #desc
+    })
+}
+
+/// The layout an entry holds: `(format, layout)` of `layout other.Layout;`.
+fn entry_layout<'s>(cx: &Cx<'_>, model: &Model<'s>, e: &Entry) -> GResult<(String, String)> {
+    let mut layout = None;
+    for p in &e.props {
+        match (p.name.name.as_str(), &p.value) {
+            ("layout", Some(v)) => match &v.kind {
+                ExprKind::Path(path) if path.len() == 2 => {
+                    let f = model.format(&path[0].name).ok_or_else(|| {
+                        cx.err(v.span, format!("unknown format `{}`", path[0].name))
+                    })?;
+                    if f.layout(&path[1].name).is_none() {
+                        return Err(cx.err(
+                            v.span,
+                            format!("`{}` has no layout `{}`", path[0].name, path[1].name),
+                        ));
+                    }
+                    layout = Some((path[0].name.clone(), path[1].name.clone()));
+                }
+                _ => {
+                    return Err(cx.unsupported(
+                        v.span,
+                        "an entry layout that is not another format's layout (`other.Layout`)",
+                    ))
+                }
+            },
+            ("repeated" | "optional" | "compression" | "align", _) => {}
+            (other, _) => {
+                return Err(cx.unsupported(p.span, &format!("the entry property `{other}`")));
+            }
+        }
+    }
+    layout.ok_or_else(|| cx.unsupported(e.span, "an entry without a `layout`"))
+}
+
+/// `index` and `Writer` of the `zip` engine.
+pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let [entry] = fmt.entries.as_slice() else {
+        return Err(cx.unsupported(
+            fmt.ast.name.span,
+            "a `zip` format without exactly one entry",
+        ));
+    };
+    let [map] = fmt.tensors.as_slice() else {
+        return Err(cx.unsupported(
+            fmt.ast.name.span,
+            "a `zip` format without exactly one tensor mapping",
+        ));
+    };
+    let (other, layout) = entry_layout(cx, model, entry)?;
+    let other_fmt = model.format(&other).expect("checked by entry_layout");
+    let other_mod = &other_fmt.module;
+    let l = rs_ident(&layout);
+    // The mapping: `tensor from <entry> as m { include other.tensor(m.content); name = m.<capture>; }`.
+    match &map.source.kind {
+        ExprKind::Path(p) if p.len() == 1 && p[0].name == entry.name.name => {}
+        _ => {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a zip tensor mapping over something other than the entry",
+            ))
+        }
+    }
+    let binding = map.binding.name.as_str();
+    let s = mapping::stmts(cx, map)?;
+    let [include] = s.includes.as_slice() else {
+        return Err(cx.unsupported(
+            map.span,
+            "a zip tensor mapping without exactly one `include`",
+        ));
+    };
+    match &include.kind {
+        ExprKind::Call { callee, args }
+            if callee.len() == 2
+                && callee[0].name == other
+                && callee[1].name == "tensor"
+                && matches!(args.as_slice(), [a] if a.name.is_none()
+                    && matches!(&a.value.kind, ExprKind::Path(p) if expr::join(p) == format!("{binding}.content"))) =>
+            {}
+        _ => {
+            return Err(cx.unsupported(
+                include.span,
+                &format!("an `include` other than `{other}.tensor({binding}.content)`"),
+            ))
+        }
+    }
+    // The other format's mapping must be over the entry's layout.
+    match other_fmt.tensors.as_slice() {
+        [m] if matches!(&m.source.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == layout) =>
+            {}
+        _ => {
+            return Err(cx.err(
+                include.span,
+                format!("`{other}` has no tensor mapping over its layout `{layout}`"),
+            ))
+        }
+    }
+    for (what, e) in [
+        ("dtype", s.dtype),
+        ("shape", s.shape),
+        ("order", s.order),
+        ("byte_order", s.byte_order),
+        ("data", s.data),
+    ] {
+        if let Some(e) = e {
+            return Err(cx.unsupported(
+                e.span,
+                &format!("overriding `{what}` of an included mapping"),
+            ));
+        }
+    }
+    let pattern = &entry.pattern.value;
+    let captures = captures(pattern);
+    let name = s
+        .name
+        .ok_or_else(|| cx.err(map.span, "the tensor mapping needs `name = ..;`"))?;
+    let cap = match &name.kind {
+        ExprKind::Path(p) if p.len() == 2 && p[0].name == binding => {
+            captures.iter().position(|c| *c == p[1].name)
+        }
+        _ => None,
+    };
+    let Some(cap) = cap else {
+        return Err(cx.unsupported(
+            name.span,
+            &format!("a tensor name other than a capture of `{pattern}` (`{binding}.<capture>`)"),
+        ));
+    };
+    if captures.len() != 1 {
+        return Err(cx.unsupported(
+            entry.pattern.span,
+            "writing an entry pattern with more than one capture",
+        ));
+    }
+    // Properties.
+    let mut methods = Vec::new();
+    let mut align: u16 = 1;
+    let mut required = true;
+    for p in &entry.props {
+        match (p.name.name.as_str(), &p.value) {
+            ("repeated" | "optional", None) => required = false,
+            ("compression", Some(v)) => {
+                let ExprKind::List(items) = &v.kind else {
+                    return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
+                };
+                for i in items {
+                    match &i.kind {
+                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
+                            methods.push(quote!(rt::Compression::Stored))
+                        }
+                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
+                            methods.push(quote!(rt::Compression::Deflate))
+                        }
+                        _ => {
+                            return Err(cx.unsupported(
+                                i.span,
+                                &format!("the compression `{}`", cx.text(i.span)),
+                            ))
+                        }
+                    }
+                }
+            }
+            ("align", Some(v)) => match &v.kind {
+                ExprKind::Int(n) if *n >= 1 && *n <= i128::from(u16::MAX) => align = *n as u16,
+                _ => {
+                    return Err(cx.unsupported(
+                        v.span,
+                        "an entry alignment other than a literal in 1..=65535",
+                    ))
+                }
+            },
+            ("layout", _) => {}
+            (other, _) => {
+                return Err(cx.unsupported(p.span, &format!("the entry property `{other}`")))
+            }
+        }
+    }
+    if required {
+        return Err(cx.unsupported(
+            entry.span,
+            "a zip entry that is neither `repeated` nor `optional`",
+        ));
+    }
+    if methods.is_empty() {
+        methods.push(quote!(rt::Compression::Stored));
+    }
+    let default = methods[0].clone();
+    let all_methods = methods.len() >= 2 && {
+        let s: Vec<String> = methods.iter().map(|m| m.to_string()).collect();
+        s.iter().any(|m| m.contains("Stored")) && s.iter().any(|m| m.contains("Deflate"))
+    };
+    let public = fmt.public_name();
+    let (read_check, write_check) = if all_methods {
+        (quote!(), quote!())
+    } else {
+        let msg_r = format!("{public} members may not be compressed with {{:?}}");
+        let msg_w = format!("{public} members may not be compressed with {{:?}}");
+        (
+            quote! {
+                if !matches!(m.compression, #(#methods)|*) {
+                    return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg_r, m.compression))).in_entry(m.name.as_str())));
+                }
+            },
+            quote! {
+                if !matches!(compression, #(#methods)|*) {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg_w, compression))));
+                }
+            },
+        )
+    };
+    let pconst = format_ident!("{}_PATTERN", entry.name.name.to_uppercase());
+    let mut pdoc = entry.docs.clone();
+    for p in &entry.props {
+        if !p.docs.is_empty() {
+            pdoc.push(String::new());
+            pdoc.extend(p.docs.iter().cloned());
+        }
+    }
+    let pdoc_head = format!(" The name pattern of `{}` members.", entry.name.name);
+    let pdoc = docs(&pdoc);
+    let in_file = in_file();
+    let align = Literal::u16_unsuffixed(align);
+    let cap = Literal::usize_unsuffixed(cap);
+    let wdoc =
+        format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
+    let tr = tensor_writer_impl();
+    let desc = desc();
+    Ok(quote! {
+        #[doc = #pdoc_head]
+        #[doc = ""]
+        #pdoc
+        pub const #pconst: &str = #pattern;
+
+        /// Lists the tensors of `src` without reading their bytes: the header of each member
+        /// whose name matches the pattern (others are skipped).
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            #in_file
+            let zip = rt::ZipIndex::read(src.data(), limits).map_err(in_file)?;
+            let pattern = rt::Pattern::new(#pconst)?;
+            let mut tensors = ::std::vec::Vec::new();
+            for m in &zip.members {
+                let Some(captures) = pattern.matches(&m.name) else {
+                    continue;
+                };
+                if tensors.len() as u64 >= limits.max_tensors {
+                    return Err(in_file(rt::Error::from(rt::ErrorKind::Limit {
+                        what: "tensors",
+                        limit: limits.max_tensors,
+                        actual: tensors.len() as u64 + 1,
+                    })));
+                }
+                #read_check
+                let content = rt::zip::member_source(src.data(), m, limits).map_err(in_file)?;
+                let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));
+                let f = super::#other_mod::#l::read(&mut c, limits).map_err(in_file)?;
+                let t = super::#other_mod::tensor(&f, captures[#cap].clone(), &|skip, len| {
+                    rt::DataLocation::ZipMember { member: m.clone(), skip, len }
+                })
+                .map_err(|e| in_file(e.in_entry(m.name.as_str())))?;
+                tensors.push(t);
+            }
+            Ok(tensors)
+        }
+
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            zip: rt::ZipWriter<W>,
+            compression: rt::Compression,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w`; members are compressed as `options` asks, by default as the schema's first listed method.
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                let compression = options.compression.unwrap_or(#default);
+                #write_check
+                Ok(Writer { zip: rt::ZipWriter::new(w), compression })
+            }
+
+            /// Adds one tensor as a member: `data` yields exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+                let name = rt::Pattern::new(#pconst)?.format(&[meta.name.as_str()])?;
+                self.zip.start_member(&name, self.compression, #align)?;
+                super::#other_mod::write_tensor(&mut self.zip, meta, data).map_err(|e| e.in_entry(name))?;
+                Ok(())
+            }
+
+            /// Writes the central directory and returns the output.
+            pub fn finish(self) -> rt::Result<W> {
+                self.zip.finish()
+            }
+        }
+
+        #tr
+        #desc
+    })
+}
+
+/// The capture names of a pattern, in order.
+fn captures(pattern: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = pattern;
+    while let Some(start) = rest.find('{') {
+        let Some(end) = rest[start..].find('}') else {
+            break;
+        };
+        out.push(rest[start + 1..start + end].to_string());
+        rest = &rest[start + end + 1..];
+    }
+    out
+}

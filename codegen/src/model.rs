@@ -1,0 +1,170 @@
+//! The schema as the generator sees it: each format's items sorted by kind, cross-format
+//! references resolved, and errors carrying the file they belong to.
+
+use proc_macro2::Ident as RsIdent;
+use tensorfmt_schema::ast::*;
+
+/// A generation error: a message at a span of one of the loaded files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct GenError {
+    /// Index of the file in the schema.
+    pub file: usize,
+    /// Where the offending construct is written.
+    pub span: Span,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Result of a generation step.
+pub(crate) type GResult<T> = Result<T, GenError>;
+
+/// One format with its items sorted by kind.
+pub(crate) struct Fmt<'s> {
+    /// Index of the file defining it.
+    pub file: usize,
+    /// The declaration.
+    pub ast: &'s Format,
+    /// The generated module's name.
+    pub module: RsIdent,
+    /// `engine ...;` (checked to be exactly one by the generator).
+    pub engines: Vec<&'s Engine>,
+    /// `extensions [...]`.
+    pub extensions: Vec<&'s StrLit>,
+    /// `detect ...;` rules.
+    pub detects: Vec<&'s Detect>,
+    /// Tables.
+    pub tables: Vec<&'s Table>,
+    /// Dicts.
+    pub dicts: Vec<&'s Dict>,
+    /// Layouts.
+    pub layouts: Vec<&'s Layout>,
+    /// Entries.
+    pub entries: Vec<&'s Entry>,
+    /// Tensor mappings.
+    pub tensors: Vec<&'s TensorMap>,
+    /// Constructs the generator does not support, found while sorting.
+    pub unsupported: Vec<(Span, &'static str)>,
+}
+
+impl<'s> Fmt<'s> {
+    fn new(file: usize, ast: &'s Format) -> Self {
+        let mut f = Fmt {
+            file,
+            ast,
+            module: rs_ident(&ast.name.name),
+            engines: Vec::new(),
+            extensions: Vec::new(),
+            detects: Vec::new(),
+            tables: Vec::new(),
+            dicts: Vec::new(),
+            layouts: Vec::new(),
+            entries: Vec::new(),
+            tensors: Vec::new(),
+            unsupported: Vec::new(),
+        };
+        for item in &ast.items {
+            match item {
+                Item::Engine(e) => f.engines.push(e),
+                Item::Extensions(x) => f.extensions.extend(x.iter()),
+                Item::Detect(d) => f.detects.push(d),
+                Item::Table(t) => f.tables.push(t),
+                Item::Dict(d) => f.dicts.push(d),
+                Item::Layout(l) => f.layouts.push(l),
+                Item::Entry(e) => f.entries.push(e),
+                Item::Tensor(t) => f.tensors.push(t),
+                Item::Message(m) => f.unsupported.push((m.span, "a protobuf `message`")),
+                Item::Enum(e) => f.unsupported.push((e.span, "a protobuf `enum`")),
+                Item::Pickle(p) => f.unsupported.push((p.span, "a `pickle` declaration")),
+            }
+        }
+        f
+    }
+
+    /// The public name (`"caffe2-minidb"`), or the identifier.
+    pub fn public_name(&self) -> &str {
+        self.ast
+            .public_name
+            .as_ref()
+            .map(|s| s.value.as_str())
+            .unwrap_or(&self.ast.name.name)
+    }
+
+    /// The layout called `name`.
+    pub fn layout(&self, name: &str) -> Option<&'s Layout> {
+        self.layouts.iter().copied().find(|l| l.name.name == name)
+    }
+
+    /// The dict called `name`.
+    pub fn dict(&self, name: &str) -> Option<&'s Dict> {
+        self.dicts.iter().copied().find(|d| d.name.name == name)
+    }
+
+    /// The table called `name`.
+    pub fn table(&self, name: &str) -> Option<&'s Table> {
+        self.tables.iter().copied().find(|t| t.name.name == name)
+    }
+}
+
+/// Every format of a schema, in file-load order.
+pub(crate) struct Model<'s> {
+    /// The files.
+    pub files: &'s [SchemaFile],
+    /// The formats.
+    pub formats: Vec<Fmt<'s>>,
+}
+
+impl<'s> Model<'s> {
+    /// Sorts the items of every format of `files`.
+    pub fn new(files: &'s [SchemaFile]) -> Self {
+        let formats = files
+            .iter()
+            .enumerate()
+            .flat_map(|(i, f)| f.formats.iter().map(move |fmt| Fmt::new(i, fmt)))
+            .collect();
+        Model { files, formats }
+    }
+
+    /// The format called `name`.
+    pub fn format(&self, name: &str) -> Option<&Fmt<'s>> {
+        self.formats.iter().find(|f| f.ast.name.name == name)
+    }
+}
+
+/// A Rust identifier for a schema name, raw when it is a keyword.
+pub(crate) fn rs_ident(name: &str) -> RsIdent {
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let clean = if clean.starts_with(|c: char| c.is_ascii_digit()) || clean.is_empty() {
+        format!("_{clean}")
+    } else {
+        clean
+    };
+    match syn::parse_str::<syn::Ident>(&clean) {
+        Ok(id) => id,
+        Err(_) if matches!(clean.as_str(), "self" | "Self" | "super" | "crate") => {
+            RsIdent::new(&format!("{clean}_"), proc_macro2::Span::call_site())
+        }
+        Err(_) => RsIdent::new_raw(&clean, proc_macro2::Span::call_site()),
+    }
+}
+
+/// `/// doc` attributes for the lines of a schema doc comment.
+pub(crate) fn docs(lines: &[String]) -> proc_macro2::TokenStream {
+    let lines = lines.iter().map(|l| {
+        let l = if l.is_empty() || l.starts_with(' ') {
+            l.clone()
+        } else {
+            format!(" {l}")
+        };
+        quote::quote!(#[doc = #l])
+    });
+    quote::quote!(#(#lines)*)
+}

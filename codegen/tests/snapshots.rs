@@ -1,0 +1,75 @@
+//! Snapshots of the code generated for the built-in schemas.
+
+use std::path::PathBuf;
+
+fn schema(files: &[&str]) -> tensorfmt_schema::Schema {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let paths: Vec<PathBuf> = files.iter().map(|f| root.join(f)).collect();
+    tensorfmt_schema::load(&paths).unwrap_or_else(|d| panic!("{d}"))
+}
+
+#[test]
+fn npy_and_npz() {
+    let s = schema(&["formats/fmt/npy.fmt", "formats/fmt/npz.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("npy_npz", code);
+}
+
+fn parse(src: &str) -> tensorfmt_schema::Schema {
+    let f = tensorfmt_schema::parse(std::path::Path::new("test.fmt"), src)
+        .unwrap_or_else(|d| panic!("{d}"));
+    tensorfmt_schema::Schema::from_files(vec![f]).unwrap_or_else(|d| panic!("{}", d.0[0].message))
+}
+
+#[test]
+fn unsupported_constructs_are_diagnostics() {
+    let s = parse(
+        r#"
+format records {
+    engine file;
+    layout Rec little {
+        n: u32;
+        items: u32 repeat until_eof;
+    }
+    tensor from Rec as r {
+        name = source.stem;
+        dtype = t[r.n];
+        shape = [r.n];
+        data = r.items;
+    }
+    table t: int -> dtype { 1 => f32 }
+}
+"#,
+    );
+    let d = tensorfmt_codegen::generate(&s).expect_err("repeat is not supported");
+    let text = d.with_sources(&s.files);
+    assert!(
+        text.contains("`repeat` is not supported by the code generator"),
+        "{text}"
+    );
+}
+
+#[test]
+fn unsupported_engine() {
+    let s = parse(
+        r#"
+format onnxish {
+    engine protobuf(root = Model);
+    message Model { name: optional string = 1; }
+}
+"#,
+    );
+    let d = tensorfmt_codegen::generate(&s).expect_err("protobuf is not supported");
+    let msgs: Vec<&str> = d.iter().map(|d| d.message.as_str()).collect();
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("protobuf `message` is not supported by the code generator")),
+        "{msgs:?}"
+    );
+    assert!(
+        msgs.iter()
+            .any(|m| m.contains("engine with arguments is not supported by the code generator")),
+        "{msgs:?}"
+    );
+}
