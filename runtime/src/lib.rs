@@ -14,6 +14,7 @@ pub mod limits;
 pub mod pattern;
 pub mod pydict;
 pub mod registry;
+pub mod sink;
 pub mod source;
 pub mod tensor;
 pub mod zip;
