@@ -200,7 +200,6 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
 
             /// Flushes and returns the output; an error when no tensor was added.
             pub fn finish(mut self) -> rt::Result<W> {
-                use ::std::io::Write as _;
                 if !self.written {
                     return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
                 }

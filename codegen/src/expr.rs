@@ -421,8 +421,22 @@ pub(crate) fn cond(cx: &mut Cx<'_>, scope: &dyn Scope, e: &Expr, negate: bool) -
             }
             if all_lit {
                 let xs = &x.ts;
-                let pats = items.iter().map(|v| &v.ts);
-                let m = quote!(matches!(#xs, #(#pats)|*));
+                let mut ints: Vec<u64> = items.iter().filter_map(|v| v.lit).collect();
+                ints.sort_unstable();
+                ints.dedup();
+                let contiguous = ints.len() >= 2
+                    && ints.len() == items.len()
+                    && ints.windows(2).all(|w| w[1] == w[0] + 1);
+                let m = if contiguous {
+                    let (lo, hi) = (
+                        Literal::u64_unsuffixed(ints[0]),
+                        Literal::u64_unsuffixed(ints[ints.len() - 1]),
+                    );
+                    quote!(matches!(#xs, #lo..=#hi))
+                } else {
+                    let pats = items.iter().map(|v| &v.ts);
+                    quote!(matches!(#xs, #(#pats)|*))
+                };
                 Ok(if negate {
                     bool_val(quote!(!#m), prec::UNARY)
                 } else {

@@ -279,8 +279,8 @@ pub(crate) fn classify<'s>(cx: &Cx<'_>, fmt: &Fmt<'s>, layout: &'s Layout) -> GR
                 return Err(cx.unsupported(w.span, "`write =` on a signed or float field"));
             }
         }
-        if codec.is_some() && !matches!(kind, Kind::Dict { .. }) {
-            return Err(cx.unsupported(codec.unwrap().2, "a codec on a field that is not a dict"));
+        if let (Some((_, _, span)), false) = (codec, matches!(kind, Kind::Dict { .. })) {
+            return Err(cx.unsupported(span, "a codec on a field that is not a dict"));
         }
         if pad.is_some() && !matches!(kind, Kind::Dict { .. } | Kind::Bytes { .. }) {
             return Err(cx.unsupported(f.span, "`pad` on a field that is not sized"));
@@ -1149,7 +1149,6 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
     Ok(quote! {
         #[doc = #doc]
         pub fn write<W: ::std::io::Write + ?Sized>(w: &mut W, #(#params),*) -> rt::Result<u64> {
-            use ::std::io::Write as _;
             #(#texts)*
             #(#eager)*
             let mut buf = rt::LayoutBuf::new(0);

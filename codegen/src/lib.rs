@@ -120,11 +120,9 @@ pub fn generate_file(schema: &Schema) -> Result<String, Diagnostics> {
 ///
 /// ```no_run
 /// // build.rs
-/// fn main() {
-///     if let Err(report) = tensorfmt_codegen::compile(&["fmt/npy.fmt", "fmt/npz.fmt"], "formats.rs") {
-///         eprintln!("{report}");
-///         std::process::exit(1);
-///     }
+/// if let Err(report) = tensorfmt_codegen::compile(&["fmt/npy.fmt", "fmt/npz.fmt"], "formats.rs") {
+///     eprintln!("{report}");
+///     std::process::exit(1);
 /// }
 /// // lib.rs: pub mod generated { include!(concat!(env!("OUT_DIR"), "/formats.rs")); }
 /// ```
