@@ -13,6 +13,7 @@ pub mod error;
 pub mod limits;
 pub mod pattern;
 pub mod pydict;
+pub mod read;
 pub mod registry;
 pub mod sink;
 pub mod source;

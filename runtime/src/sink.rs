@@ -17,9 +17,10 @@ use crate::tensor::{DataLocation, TensorInfo};
 use crate::zip::Compression;
 
 /// What a sink wants next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Flow {
     /// Go on: deliver this tensor's bytes (from `begin`) or the next tensor (from `end`).
+    #[default]
     Continue,
     /// Do not deliver this tensor's bytes (from `begin`); the read goes on with the next.
     Skip,
