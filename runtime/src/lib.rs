@@ -8,9 +8,12 @@
 #![warn(missing_docs)]
 
 pub mod convert;
+pub mod cursor;
 pub mod dtype;
 pub mod error;
+pub mod layout_writer;
 pub mod limits;
+pub mod output;
 pub mod pattern;
 pub mod pydict;
 pub mod read;

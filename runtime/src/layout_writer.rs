@@ -1,0 +1,370 @@
+//! Building the bytes of a layout that precede a payload, for generated writers: numbers in
+//! either byte order, byte strings, placeholders patched once their values are known
+//! (sizes, offsets), and padding to an absolute alignment.
+
+use crate::error::{Error, ErrorKind, Location, Result};
+
+/// A placeholder for a number whose value is known only later; fill it with one of the
+/// `patch_*` methods of [`LayoutBuf`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a placeholder must be patched"]
+pub struct Patch {
+    field: String,
+    at: usize,
+    width: usize,
+}
+
+impl Patch {
+    /// The field the placeholder stands for.
+    pub fn field(&self) -> &str {
+        &self.field
+    }
+
+    /// Its position, relative to the buffer's start.
+    pub fn pos(&self) -> u64 {
+        self.at as u64
+    }
+
+    /// Its width in bytes.
+    pub fn width(&self) -> usize {
+        self.width
+    }
+}
+
+/// The bytes of a layout being written, which will start at `base_offset` of the output
+/// (so that padding can align absolute offsets).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LayoutBuf {
+    base: u64,
+    buf: Vec<u8>,
+}
+
+macro_rules! put_num {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty, $conv:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&mut self, v: $ty) {
+                self.buf.extend_from_slice(&v.$conv());
+            }
+        )*
+    };
+}
+
+macro_rules! patch_num {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty, $conv:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&mut self, p: Patch, value: u64) -> Result<()> {
+                let v = <$ty>::try_from(value).map_err(|_| {
+                    self.overflow_at(&p.field, p.at, format!(
+                        "{} is {value}, which does not fit in {}",
+                        p.field,
+                        stringify!($ty)
+                    ))
+                })?;
+                self.patch_bytes(&p, &v.$conv())
+            }
+        )*
+    };
+}
+
+macro_rules! checked {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&self, field: &str, value: u64) -> Result<$ty> {
+                <$ty>::try_from(value).map_err(|_| {
+                    self.overflow_at(field, self.buf.len(), format!(
+                        "{field} is {value}, which does not fit in {}",
+                        stringify!($ty)
+                    ))
+                })
+            }
+        )*
+    };
+}
+
+impl LayoutBuf {
+    /// An empty buffer whose first byte will be at `base_offset` of the output.
+    pub fn new(base_offset: u64) -> Self {
+        LayoutBuf {
+            base: base_offset,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Bytes written so far (the position relative to the buffer's start).
+    pub fn pos(&self) -> u64 {
+        self.buf.len() as u64
+    }
+
+    /// The absolute output offset of the next byte.
+    pub fn abs_pos(&self) -> u64 {
+        self.base.saturating_add(self.pos())
+    }
+
+    /// The bytes written so far.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf
+    }
+
+    /// The bytes.
+    pub fn into_vec(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// Appends bytes.
+    pub fn put_bytes(&mut self, b: &[u8]) {
+        self.buf.extend_from_slice(b);
+    }
+
+    put_num! {
+        /// Appends a byte.
+        put_u8: u8, to_le_bytes;
+        /// Appends a signed byte.
+        put_i8: i8, to_le_bytes;
+        /// Appends a little-endian `u16`.
+        put_u16_le: u16, to_le_bytes;
+        /// Appends a big-endian `u16`.
+        put_u16_be: u16, to_be_bytes;
+        /// Appends a little-endian `u32`.
+        put_u32_le: u32, to_le_bytes;
+        /// Appends a big-endian `u32`.
+        put_u32_be: u32, to_be_bytes;
+        /// Appends a little-endian `u64`.
+        put_u64_le: u64, to_le_bytes;
+        /// Appends a big-endian `u64`.
+        put_u64_be: u64, to_be_bytes;
+        /// Appends a little-endian `i16`.
+        put_i16_le: i16, to_le_bytes;
+        /// Appends a big-endian `i16`.
+        put_i16_be: i16, to_be_bytes;
+        /// Appends a little-endian `i32`.
+        put_i32_le: i32, to_le_bytes;
+        /// Appends a big-endian `i32`.
+        put_i32_be: i32, to_be_bytes;
+        /// Appends a little-endian `i64`.
+        put_i64_le: i64, to_le_bytes;
+        /// Appends a big-endian `i64`.
+        put_i64_be: i64, to_be_bytes;
+        /// Appends a little-endian `f32`.
+        put_f32_le: f32, to_le_bytes;
+        /// Appends a big-endian `f32`.
+        put_f32_be: f32, to_be_bytes;
+        /// Appends a little-endian `f64`.
+        put_f64_le: f64, to_le_bytes;
+        /// Appends a big-endian `f64`.
+        put_f64_be: f64, to_be_bytes;
+    }
+
+    /// Reserves `width_bytes` zero bytes for `field`, to be patched later.
+    pub fn placeholder(&mut self, field: &str, width_bytes: usize) -> Patch {
+        let at = self.buf.len();
+        self.buf.resize(at + width_bytes, 0);
+        Patch {
+            field: field.to_string(),
+            at,
+            width: width_bytes,
+        }
+    }
+
+    patch_num! {
+        /// Fills a 2-byte placeholder with `value` as a little-endian `u16`
+        /// ([`ErrorKind::Overflow`] naming the field when it does not fit).
+        patch_u16_le: u16, to_le_bytes;
+        /// Fills a 2-byte placeholder with `value` as a big-endian `u16`.
+        patch_u16_be: u16, to_be_bytes;
+        /// Fills a 4-byte placeholder with `value` as a little-endian `u32`.
+        patch_u32_le: u32, to_le_bytes;
+        /// Fills a 4-byte placeholder with `value` as a big-endian `u32`.
+        patch_u32_be: u32, to_be_bytes;
+        /// Fills an 8-byte placeholder with `value` as a little-endian `u64`.
+        patch_u64_le: u64, to_le_bytes;
+        /// Fills an 8-byte placeholder with `value` as a big-endian `u64`.
+        patch_u64_be: u64, to_be_bytes;
+        /// Fills a 1-byte placeholder with `value`.
+        patch_u8: u8, to_le_bytes;
+    }
+
+    checked! {
+        /// `value` as a `u8`, or [`ErrorKind::Overflow`] naming `field`.
+        checked_u8: u8;
+        /// `value` as a `u16`, or [`ErrorKind::Overflow`] naming `field`.
+        checked_u16: u16;
+        /// `value` as a `u32`, or [`ErrorKind::Overflow`] naming `field`.
+        checked_u32: u32;
+    }
+
+    /// Pads with `fill` so that the absolute offset (base + position) after the padding is
+    /// a multiple of `align`. With `last`, the final pad byte is `last` and at least one
+    /// pad byte is always written (a whole `align` of them if already aligned), as NumPy
+    /// pads its header with spaces and a newline. An `align` of 0 counts as 1. `fill`
+    /// is a byte, or a byte string whose first byte is used (0 if empty).
+    pub fn pad_to(&mut self, align: u64, fill: impl PadByte, last: Option<u8>) {
+        let fill = fill.pad_byte();
+        let align = align.max(1);
+        let rem = self.abs_pos() % align;
+        let mut n = if rem == 0 { 0 } else { align - rem };
+        if last.is_some() && n == 0 {
+            n = align;
+        }
+        // `n < align` in memory terms only if `align` is sane; refuse absurd requests by
+        // writing nothing rather than allocating without bound.
+        let Ok(n) = usize::try_from(n) else {
+            return;
+        };
+        match last {
+            Some(l) => {
+                self.buf.resize(self.buf.len() + n - 1, fill);
+                self.buf.push(l);
+            }
+            None => self.buf.resize(self.buf.len() + n, fill),
+        }
+    }
+
+    fn patch_bytes(&mut self, p: &Patch, bytes: &[u8]) -> Result<()> {
+        if bytes.len() != p.width {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "placeholder of {} bytes patched with a {}-byte value",
+                    p.width,
+                    bytes.len()
+                )),
+                self.loc(&p.field, p.at),
+            ));
+        }
+        let dst =
+            p.at.checked_add(p.width)
+                .and_then(|end| self.buf.get_mut(p.at..end))
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Invalid("placeholder outside the buffer".into()),
+                        Location::default().with_field(p.field.as_str()),
+                    )
+                })?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn loc(&self, field: &str, at: usize) -> Location {
+        Location::default()
+            .with_field(field)
+            .with_offset(self.base.saturating_add(at as u64))
+    }
+
+    fn overflow_at(&self, field: &str, at: usize, msg: String) -> Error {
+        Error::new(ErrorKind::Overflow(msg), self.loc(field, at))
+    }
+}
+
+/// A padding byte: a `u8`, or a byte string whose first byte is used (0 if empty).
+pub trait PadByte {
+    /// The byte.
+    fn pad_byte(&self) -> u8;
+}
+
+impl PadByte for u8 {
+    fn pad_byte(&self) -> u8 {
+        *self
+    }
+}
+
+impl PadByte for &[u8] {
+    fn pad_byte(&self) -> u8 {
+        self.first().copied().unwrap_or(0)
+    }
+}
+
+impl<const N: usize> PadByte for &[u8; N] {
+    fn pad_byte(&self) -> u8 {
+        self.first().copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_bytes() {
+        let mut b = LayoutBuf::new(0);
+        b.put_bytes(b"\x93NUMPY");
+        b.put_u8(1);
+        b.put_i8(-1);
+        b.put_u16_le(0x0102);
+        b.put_u16_be(0x0102);
+        b.put_u32_be(7);
+        b.put_i64_le(-2);
+        b.put_f32_le(1.0);
+        b.put_f64_be(2.0);
+        let v = b.into_vec();
+        let mut want = b"\x93NUMPY\x01\xff\x02\x01\x01\x02\x00\x00\x00\x07".to_vec();
+        want.extend_from_slice(&(-2i64).to_le_bytes());
+        want.extend_from_slice(&1.0f32.to_le_bytes());
+        want.extend_from_slice(&2.0f64.to_be_bytes());
+        assert_eq!(v, want);
+    }
+
+    #[test]
+    fn patches() {
+        let mut b = LayoutBuf::new(100);
+        b.put_u8(9);
+        let p16 = b.placeholder("header_len", 2);
+        let p32 = b.placeholder("n", 4);
+        let p64 = b.placeholder("size", 8);
+        b.put_u8(9);
+        b.patch_u16_le(p16.clone(), 0x0304).unwrap();
+        b.patch_u32_be(p32.clone(), 5).unwrap();
+        b.patch_u64_le(p64, u64::MAX).unwrap();
+        let e = b.patch_u16_le(p16.clone(), 70_000).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Overflow(_)));
+        assert_eq!(e.location.field.as_deref(), Some("header_len"));
+        assert_eq!(e.location.offset, Some(101));
+        assert!(e.to_string().contains("70000"), "{e}");
+        // Width mismatch is an error, not a panic.
+        assert!(b.patch_u32_le(p16, 1).is_err());
+        let v = b.into_vec();
+        assert_eq!(&v[..3], &[9, 4, 3]);
+        assert_eq!(&v[3..7], &[0, 0, 0, 5]);
+        assert_eq!(&v[7..15], &[0xff; 8]);
+        assert_eq!(v[15], 9);
+    }
+
+    #[test]
+    fn checked_conversions() {
+        let b = LayoutBuf::new(0);
+        assert_eq!(b.checked_u8("x", 255).unwrap(), 255);
+        assert!(b.checked_u8("x", 256).is_err());
+        assert_eq!(b.checked_u16("x", 65535).unwrap(), 65535);
+        let e = b.checked_u32("count", 1 << 32).unwrap_err();
+        assert_eq!(e.location.field.as_deref(), Some("count"));
+    }
+
+    #[test]
+    fn padding_is_absolute() {
+        // NumPy: magic(6) + version(2) + len(2) + header, padded to 64 with '\n' last.
+        let mut b = LayoutBuf::new(0);
+        b.put_bytes(&[0; 10]);
+        b.put_bytes(b"{'descr': '<f4'}");
+        b.pad_to(64, b' ', Some(b'\n'));
+        let v = b.into_vec();
+        assert_eq!(v.len(), 64);
+        assert_eq!(v[63], b'\n');
+        assert_eq!(v[62], b' ');
+        // Already aligned with `last`: a whole block is added.
+        let mut b = LayoutBuf::new(0);
+        b.put_bytes(&[1; 64]);
+        b.pad_to(64, &b" "[..], Some(b'\n'));
+        assert_eq!(b.pos(), 128);
+        // Without `last`, aligned stays as is; the base counts.
+        let mut b = LayoutBuf::new(60);
+        b.pad_to(64, 0u8, None);
+        assert_eq!(b.pos(), 4);
+        b.pad_to(64, 0u8, None);
+        assert_eq!(b.pos(), 4);
+        b.pad_to(0, b"", None);
+        assert_eq!(b.pos(), 4);
+        b.pad_to(1, b"x", Some(b'\n'));
+        assert_eq!(b.as_slice(), &[0, 0, 0, 0, b'\n']);
+    }
+}
