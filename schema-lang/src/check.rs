@@ -1,5 +1,2149 @@
-use crate::ast::SchemaFile;
-use crate::diag::Diagnostics;
-pub(crate) fn check(_files: &[SchemaFile]) -> Diagnostics {
-    Diagnostics::default()
+//! Semantic checks over a set of parsed schema files. Every error found is reported; the
+//! checker never stops at the first.
+
+use std::collections::HashMap;
+
+use crate::ast::*;
+use crate::ast_impl::{pattern_captures, CODECS, DTYPES, ENGINES, ENTRY_PROPS, TENSOR_KEYS};
+use crate::diag::{Diagnostic, Diagnostics};
+
+/// Runs every check; see the crate docs and `docs/fmt-language.md` for the rules.
+pub(crate) fn check(files: &[SchemaFile]) -> Diagnostics {
+    check_with(files, false)
+}
+
+/// `lenient`: some files of the set could not be parsed, so names of formats that are not
+/// found are not reported (they may be defined in a file that failed).
+pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
+    let mut c = Checker {
+        files,
+        lenient,
+        errors: Vec::new(),
+        formats: HashMap::new(),
+    };
+    c.run();
+    // By file, then by position.
+    let index = |d: &Diagnostic| files.iter().position(|f| f.path == d.path);
+    c.errors.sort_by_key(|d| (index(d), d.span.start));
+    Diagnostics(c.errors)
+}
+
+/// A light type for expressions; `Unknown` is permissive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ty {
+    Int,
+    Bool,
+    Str,
+    Bytes,
+    Record,
+    Unknown,
+}
+
+impl Ty {
+    fn word(self) -> &'static str {
+        match self {
+            Ty::Int => "an integer",
+            Ty::Bool => "a boolean",
+            Ty::Str => "a string",
+            Ty::Bytes => "bytes",
+            Ty::Record => "a record",
+            Ty::Unknown => "a value",
+        }
+    }
+    fn known(self) -> bool {
+        self != Ty::Unknown
+    }
+}
+
+/// Names that mean something everywhere in expressions.
+const CONSTANTS: &[&str] = &["c", "fortran", "le", "be", "source"];
+
+/// Builtin functions and their arities (`None`: any number of arguments).
+const BUILTINS: &[(&str, Option<usize>)] = &[
+    ("len", Some(1)),
+    ("size", Some(1)),
+    ("align", Some(2)),
+    ("latin1", Some(1)),
+    ("itemsize", Some(1)),
+    ("slice", Some(3)),
+    ("has", Some(1)),
+    ("str", Some(1)),
+    ("index_of", Some(2)),
+    ("typed", None),
+    ("external", None),
+    ("join", None),
+];
+
+/// Scalar types of layout fields and dict keys, with their generic arity.
+const LAYOUT_SCALARS: &[(&str, usize)] = &[
+    ("u8", 0),
+    ("u16", 0),
+    ("u32", 0),
+    ("u64", 0),
+    ("i8", 0),
+    ("i16", 0),
+    ("i32", 0),
+    ("i64", 0),
+    ("f32", 0),
+    ("f64", 0),
+    ("bool", 0),
+    ("str", 0),
+    ("bytes", 0),
+    ("payload", 0),
+    ("tuple", 1),
+    ("list", 1),
+    ("map", 2),
+];
+
+/// Protobuf scalar types.
+const PROTO_SCALARS: &[&str] = &[
+    "double", "float", "int32", "int64", "uint32", "uint64", "sint32", "sint64", "fixed32",
+    "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes",
+];
+
+const KV_BACKENDS: &[&str] = &["records", "lmdb", "leveldb"];
+
+/// Members of an entry value in expressions (besides the pattern's captures).
+const ENTRY_MEMBERS: &[&str] = &["content", "value", "name"];
+
+/// Where an expression is evaluated, for name resolution.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// A layout field's modifier. `read` names the read-side modifier (`size`, ...), or
+    /// `None` for write-side expressions; `allow_self` is true for `check`.
+    Layout {
+        layout: &'a Layout,
+        current: usize,
+        read: Option<&'static str>,
+        allow_self: bool,
+    },
+    /// An entry property.
+    Entry,
+    /// A tensor mapping's statements; `binding` is bound to an item of `source`.
+    Tensor {
+        binding: &'a str,
+        source: Option<Source<'a>>,
+    },
+}
+
+/// What a tensor mapping iterates.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Layout(&'a Layout),
+    Entry(&'a Entry),
+}
+
+/// The format being checked.
+#[derive(Clone, Copy)]
+struct At<'a> {
+    file: usize,
+    fmt: &'a Format,
+}
+
+struct Checker<'a> {
+    files: &'a [SchemaFile],
+    lenient: bool,
+    errors: Vec<Diagnostic>,
+    /// Format name → (file index, format), first definition.
+    formats: HashMap<&'a str, (usize, &'a Format)>,
+}
+
+impl<'a> Checker<'a> {
+    fn err(&mut self, file: usize, span: Span, msg: impl Into<String>) {
+        let f = &self.files[file];
+        self.errors
+            .push(Diagnostic::new(&f.path, &f.source, span, msg));
+    }
+
+    fn err_help(
+        &mut self,
+        file: usize,
+        span: Span,
+        msg: impl Into<String>,
+        help: impl Into<String>,
+    ) {
+        let f = &self.files[file];
+        self.errors
+            .push(Diagnostic::new(&f.path, &f.source, span, msg).with_help(help));
+    }
+
+    fn where_is(&self, file: usize, span: Span) -> String {
+        let f = &self.files[file];
+        let (l, c) = f.line_col(span.start);
+        format!("{}:{l}:{c}", f.path.display())
+    }
+
+    fn run(&mut self) {
+        // Formats, across all files.
+        for (fi, file) in self.files.iter().enumerate() {
+            for fmt in &file.formats {
+                if let Some(&(pf, prev)) = self.formats.get(fmt.name.name.as_str()) {
+                    let first = self.where_is(pf, prev.name.span);
+                    self.err_help(
+                        fi,
+                        fmt.name.span,
+                        format!("duplicate format '{}'", fmt.name.name),
+                        format!("first defined at {first}"),
+                    );
+                } else {
+                    self.formats.insert(&fmt.name.name, (fi, fmt));
+                }
+            }
+        }
+        // Public names are unique too (formats whose identifier is a duplicate are
+        // already reported).
+        let mut public: HashMap<&str, (usize, Span)> = HashMap::new();
+        for (fi, file) in self.files.iter().enumerate() {
+            for fmt in &file.formats {
+                let first_def = self.formats.get(fmt.name.name.as_str());
+                if !first_def.is_some_and(|&(_, f)| std::ptr::eq(f, fmt)) {
+                    continue;
+                }
+                let p = fmt.public_name();
+                let sp = fmt.public_name.as_ref().map_or(fmt.name.span, |s| s.span);
+                if let Some(&(pf, psp)) = public.get(p) {
+                    let first = self.where_is(pf, psp);
+                    self.err_help(
+                        fi,
+                        sp,
+                        format!("duplicate public format name \"{p}\""),
+                        format!("first used at {first}"),
+                    );
+                } else {
+                    public.insert(p, (fi, sp));
+                }
+            }
+        }
+        for (fi, file) in self.files.iter().enumerate() {
+            for u in &file.uses {
+                if !self.formats.contains_key(u.name.as_str()) && !self.lenient {
+                    self.err_help(
+                        fi,
+                        u.span,
+                        format!("unknown format '{}' in `use`", u.name),
+                        "`use` names a format defined in one of the schema files loaded together",
+                    );
+                }
+            }
+            for fmt in &file.formats {
+                self.format(At { file: fi, fmt });
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Formats and items
+
+    /// True when `name` is a format visible from `at`'s file: defined in the same file or
+    /// named by one of its `use` declarations.
+    fn visible_format(&self, at: At<'a>, name: &str) -> Option<&'a Format> {
+        let file = &self.files[at.file];
+        if let Some(f) = file.formats.iter().find(|f| f.name.name == name) {
+            return Some(f);
+        }
+        if file.uses.iter().any(|u| u.name == name) {
+            return self.formats.get(name).map(|x| x.1);
+        }
+        None
+    }
+
+    fn format(&mut self, at: At<'a>) {
+        let fmt = at.fmt;
+        // Duplicate item names.
+        let mut seen: HashMap<&str, &Item> = HashMap::new();
+        for item in &fmt.items {
+            if let Some(n) = item.name() {
+                if let Some(prev) = seen.get(n.name.as_str()) {
+                    let first = self.where_is(at.file, prev.name().expect("named").span);
+                    self.err_help(
+                        at.file,
+                        n.span,
+                        format!(
+                            "duplicate name '{}' in format '{}' (a {} and a {})",
+                            n.name,
+                            fmt.name.name,
+                            prev.kind_word(),
+                            item.kind_word()
+                        ),
+                        format!("first defined at {first}"),
+                    );
+                } else {
+                    seen.insert(&n.name, item);
+                }
+            }
+        }
+        // Engine.
+        let engines: Vec<&Engine> = fmt
+            .items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Engine(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        match engines.as_slice() {
+            [] => self.err_help(
+                at.file,
+                fmt.name.span,
+                format!("format '{}' has no engine", fmt.name.name),
+                "add `engine file;` (or zip, protobuf(root = Message), kv(backend = ...))",
+            ),
+            [first, rest @ ..] => {
+                for e in rest {
+                    self.err(at.file, e.span, "a format has one `engine`");
+                }
+                self.engine(at, first);
+            }
+        }
+        for item in &fmt.items {
+            match item {
+                Item::Engine(_) => {}
+                Item::Extensions(v) => {
+                    for s in v {
+                        if s.value.is_empty() || s.value.starts_with('.') {
+                            self.err_help(
+                                at.file,
+                                s.span,
+                                "a file extension is written without its dot",
+                                "`extensions [\"npy\"];`",
+                            );
+                        }
+                    }
+                }
+                Item::Detect(d) => self.detect(at, d),
+                Item::Table(t) => self.table(at, t),
+                Item::Dict(d) => self.dict(at, d),
+                Item::Layout(l) => self.layout(at, l),
+                Item::Message(m) => self.message(at, m, &[]),
+                Item::Enum(e) => self.enum_decl(at, e),
+                Item::Pickle(p) => self.pickle(at, p),
+                Item::Entry(e) => self.entry(at, e),
+                Item::Tensor(t) => self.tensor(at, t),
+            }
+        }
+    }
+
+    fn engine(&mut self, at: At<'a>, e: &'a Engine) {
+        let kind = e.kind.name.as_str();
+        if !ENGINES.contains(&kind) {
+            self.err_help(
+                at.file,
+                e.kind.span,
+                format!("unknown engine '{kind}'"),
+                format!("known engines: {}", ENGINES.join(", ")),
+            );
+            return;
+        }
+        let allowed: &[&str] = match kind {
+            "protobuf" => &["root"],
+            "kv" => &["backend"],
+            _ => &[],
+        };
+        for a in &e.args {
+            match &a.name {
+                Some(n) if allowed.contains(&n.name.as_str()) => {}
+                _ => self.err(
+                    at.file,
+                    a.span,
+                    if allowed.is_empty() {
+                        format!("engine '{kind}' takes no arguments")
+                    } else {
+                        format!(
+                            "engine '{kind}' takes the named argument{} {}",
+                            if allowed.len() > 1 { "s" } else { "" },
+                            allowed.join(", ")
+                        )
+                    },
+                ),
+            }
+        }
+        match kind {
+            "protobuf" => match crate::find_arg(&e.args, "root") {
+                None => self.err_help(
+                    at.file,
+                    e.span,
+                    "engine 'protobuf' needs its root message",
+                    "`engine protobuf(root = ModelProto);`",
+                ),
+                Some(a) => {
+                    let ok = a
+                        .value
+                        .path_name()
+                        .is_some_and(|n| at.fmt.message(n).is_some());
+                    if !ok {
+                        self.err(
+                            at.file,
+                            a.value.span,
+                            format!(
+                                "the root of engine 'protobuf' must be a message of format '{}'",
+                                at.fmt.name.name
+                            ),
+                        );
+                    }
+                }
+            },
+            "kv" => match crate::find_arg(&e.args, "backend") {
+                None => self.err_help(
+                    at.file,
+                    e.span,
+                    "engine 'kv' needs a backend",
+                    format!(
+                        "`engine kv(backend = B);` with B one of {}",
+                        KV_BACKENDS.join(", ")
+                    ),
+                ),
+                Some(a) => {
+                    if !a
+                        .value
+                        .path_name()
+                        .is_some_and(|n| KV_BACKENDS.contains(&n))
+                    {
+                        self.err_help(
+                            at.file,
+                            a.value.span,
+                            format!("unknown kv backend '{}'", a.value),
+                            format!("known backends: {}", KV_BACKENDS.join(", ")),
+                        );
+                    }
+                }
+            },
+            _ => {}
+        }
+    }
+
+    fn detect(&mut self, at: At<'a>, d: &Detect) {
+        match d {
+            Detect::Magic { bytes, .. } => {
+                if bytes.value.is_empty() {
+                    self.err(at.file, bytes.span, "a magic number cannot be empty");
+                }
+            }
+            Detect::Entries { pattern, span, .. } => {
+                if !matches!(at.fmt.engine_kind(), "zip" | "kv") {
+                    self.err(
+                        at.file,
+                        *span,
+                        "`detect entries` needs a container engine (zip or kv)",
+                    );
+                }
+                self.pattern(at, pattern);
+            }
+        }
+    }
+
+    fn table(&mut self, at: At<'a>, t: &Table) {
+        let mut keys: Vec<(&TableKey, Span)> = Vec::new();
+        for r in &t.rows {
+            match (&r.key, t.key_kind) {
+                (TableKey::Int(_), KeyKind::Str) => self.err(
+                    at.file,
+                    r.span,
+                    format!(
+                        "table '{}' has string keys, but this key is an integer",
+                        t.name.name
+                    ),
+                ),
+                (TableKey::Str(_), KeyKind::Int) => self.err(
+                    at.file,
+                    r.span,
+                    format!(
+                        "table '{}' has integer keys, but this key is a string",
+                        t.name.name
+                    ),
+                ),
+                _ => {}
+            }
+            if let Some(&(_, prev)) = keys.iter().find(|k| *k.0 == r.key) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    r.span,
+                    format!("duplicate key {} in table '{}'", r.key, t.name.name),
+                    format!("first used at {first}"),
+                );
+            } else {
+                keys.push((&r.key, r.span));
+            }
+            if !DTYPES.contains(&r.dtype.name.as_str()) {
+                self.err_help(
+                    at.file,
+                    r.dtype.span,
+                    format!("unknown dtype '{}'", r.dtype.name),
+                    format!("known dtypes: {}", DTYPES.join(", ")),
+                );
+            }
+        }
+    }
+
+    fn dict(&mut self, at: At<'a>, d: &Dict) {
+        let mut keys: HashMap<&str, Span> = HashMap::new();
+        for f in &d.fields {
+            if let Some(&prev) = keys.get(f.key.as_str()) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    f.key_span,
+                    format!("duplicate key '{}' in dict '{}'", f.key, d.name.name),
+                    format!("first used at {first}"),
+                );
+            } else {
+                keys.insert(&f.key, f.key_span);
+            }
+            self.data_type(at, &f.ty);
+        }
+    }
+
+    /// A layout-field or dict-key type: builtin scalars and generics, or a dict, layout,
+    /// message or enum of this format or (qualified) of a visible format.
+    fn data_type(&mut self, at: At<'a>, ty: &TypeRef) {
+        if ty.path.len() == 1 {
+            let n = ty.path[0].name.as_str();
+            if let Some(&(_, arity)) = LAYOUT_SCALARS.iter().find(|s| s.0 == n) {
+                if ty.args.len() != arity {
+                    self.err(
+                        at.file,
+                        ty.span,
+                        match arity {
+                            0 => format!("type '{n}' takes no type arguments"),
+                            1 => format!("type '{n}' takes one type argument: `{n}<T>`"),
+                            _ => format!("type '{n}' takes two type arguments: `{n}<K, V>`"),
+                        },
+                    );
+                }
+                for a in &ty.args {
+                    self.data_type(at, a);
+                }
+                return;
+            }
+        }
+        if !ty.args.is_empty() {
+            self.err(
+                at.file,
+                ty.span,
+                format!("type '{}' takes no type arguments", ty.name()),
+            );
+        }
+        self.user_type(at, ty, &["dict", "layout", "message", "enum"]);
+    }
+
+    /// Resolves a user-declared type; `kinds` are the item kinds accepted.
+    fn user_type(&mut self, at: At<'a>, ty: &TypeRef, kinds: &[&str]) {
+        let (fmt, rest) = match self.split_qualified(at, &ty.path) {
+            Ok(x) => x,
+            Err(()) => return,
+        };
+        let Some(fmt) = fmt else {
+            return; // lenient: unknown format
+        };
+        let first = &rest[0];
+        match fmt.item(&first.name) {
+            Some(item) if kinds.contains(&item.kind_word()) => {
+                if rest.len() > 1 {
+                    // Nested protobuf types: `TensorProto.Segment`.
+                    let ok = match item {
+                        Item::Message(m) => nested_type(m, &rest[1..]),
+                        _ => false,
+                    };
+                    if !ok {
+                        self.err(at.file, ty.span, format!("unknown type '{}'", ty.name()));
+                    }
+                }
+            }
+            Some(item) => self.err(
+                at.file,
+                ty.span,
+                format!("'{}' is a {}, not a type", ty.name(), item.kind_word()),
+            ),
+            None => self.err_help(
+                at.file,
+                ty.span,
+                format!("unknown type '{}'", ty.name()),
+                "types are u8..u64, i8..i64, f32, f64, bool, str, bytes, payload, tuple<T>, \
+                 list<T>, map<K, V>, or a dict, layout, message or enum of this format \
+                 (or `other.Name` of a format named by `use`)",
+            ),
+        }
+    }
+
+    /// Splits `fmt.Rest...` into the format and the rest; a path that does not start with
+    /// a visible format refers to the current format. `Err` after reporting an error;
+    /// `Ok((None, _))` when lenient and the format is unknown.
+    fn split_qualified<'p>(
+        &mut self,
+        at: At<'a>,
+        path: &'p [Ident],
+    ) -> Result<(Option<&'a Format>, &'p [Ident]), ()> {
+        if path.len() >= 2 && at.fmt.item(&path[0].name).is_none() {
+            let n = path[0].name.as_str();
+            if let Some(f) = self.visible_format(at, n) {
+                return Ok((Some(f), &path[1..]));
+            }
+            if self.formats.contains_key(n) {
+                self.err_help(
+                    at.file,
+                    path[0].span,
+                    format!("format '{n}' is not imported"),
+                    format!("add `use {n};` to this file"),
+                );
+                return Err(());
+            }
+            if self.lenient {
+                return Ok((None, path));
+            }
+            if path.len() == 2 {
+                self.err_help(
+                    at.file,
+                    path[0].span,
+                    format!("unknown format '{n}'"),
+                    format!(
+                        "`{n}.Name` refers to format '{n}': load its schema and add `use {n};`"
+                    ),
+                );
+                return Err(());
+            }
+        }
+        Ok((Some(at.fmt), path))
+    }
+
+    fn layout(&mut self, at: At<'a>, l: &'a Layout) {
+        // Duplicate fields.
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        for f in &l.fields {
+            if let Some(&prev) = seen.get(f.name.name.as_str()) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    f.name.span,
+                    format!(
+                        "duplicate field '{}' in layout '{}'",
+                        f.name.name, l.name.name
+                    ),
+                    format!("first defined at {first}"),
+                );
+            } else {
+                seen.insert(&f.name.name, f.name.span);
+            }
+        }
+        for (i, f) in l.fields.iter().enumerate() {
+            self.field(at, l, i, f);
+        }
+    }
+
+    fn field(&mut self, at: At<'a>, l: &'a Layout, i: usize, f: &'a Field) {
+        let read = |kw: &'static str, allow_self: bool| Scope::Layout {
+            layout: l,
+            current: i,
+            read: Some(kw),
+            allow_self,
+        };
+        match &f.ty {
+            FieldType::Magic(b) => {
+                if b.value.is_empty() {
+                    self.err(at.file, b.span, "a magic field cannot be empty");
+                }
+            }
+            FieldType::Named(t) => self.data_type(at, t),
+            FieldType::Cond {
+                cond,
+                then,
+                otherwise,
+                ..
+            } => {
+                let ty = self.expr(at, read("if", false), cond);
+                self.want(
+                    at,
+                    cond,
+                    ty,
+                    Ty::Bool,
+                    "the condition of a conditional type",
+                );
+                for t in [then, otherwise] {
+                    if t.int_width().is_none() {
+                        self.err_help(
+                            at.file,
+                            t.span,
+                            format!(
+                                "a conditional type chooses between integer types, found '{t}'"
+                            ),
+                            "integer types are u8, u16, u32, u64, i8, i16, i32, i64",
+                        );
+                    }
+                }
+            }
+        }
+
+        let mut kinds: HashMap<&str, Span> = HashMap::new();
+        for m in &f.modifiers {
+            let kw = m.keyword();
+            let sp = modifier_span(m);
+            if kw != "check" {
+                if kinds.contains_key(kw) {
+                    self.err(
+                        at.file,
+                        sp,
+                        format!("duplicate `{kw}` modifier on field '{}'", f.name.name),
+                    );
+                }
+                kinds.insert(kw, sp);
+            }
+            match m {
+                Modifier::Check(e) => {
+                    let ty = self.expr(at, read("check", true), e);
+                    self.want(at, e, ty, Ty::Bool, "`check`");
+                }
+                Modifier::Write(e) => {
+                    self.expr(
+                        at,
+                        Scope::Layout {
+                            layout: l,
+                            current: i,
+                            read: None,
+                            allow_self: true,
+                        },
+                        e,
+                    );
+                }
+                Modifier::Size(e) => {
+                    let ty = self.expr(at, read("size", false), e);
+                    self.want(at, e, ty, Ty::Int, "`size`");
+                }
+                Modifier::Align(e) => {
+                    let ty = self.expr(at, read("align", false), e);
+                    self.want(at, e, ty, Ty::Int, "`align`");
+                }
+                Modifier::At(e) => {
+                    let ty = self.expr(at, read("at", false), e);
+                    self.want(at, e, ty, Ty::Int, "`at`");
+                }
+                Modifier::Repeat(Repeat::Count(e)) => {
+                    let ty = self.expr(at, read("count", false), e);
+                    self.want(at, e, ty, Ty::Int, "`repeat count`");
+                }
+                Modifier::Repeat(Repeat::UntilEof(_)) | Modifier::Rest(_) => {}
+                Modifier::Codec { name, args, .. } => {
+                    self.codec(at, name, args, read("codec", false));
+                }
+                Modifier::Pad { args, span } => self.pad(at, args, *span, read("pad", false)),
+            }
+        }
+        if f.is_rest() && i + 1 != l.fields.len() {
+            self.err(
+                at.file,
+                kinds["rest"],
+                format!(
+                    "`rest` takes every remaining byte, so '{}' must be the last field",
+                    f.name.name
+                ),
+            );
+        }
+        if f.is_rest() && f.size().is_some() {
+            self.err(
+                at.file,
+                kinds["rest"],
+                "a field has either `size` or `rest`, not both",
+            );
+        }
+        if f.pad_args().is_some() && f.size().is_none() && !f.is_rest() {
+            // Padding is only meaningful when the length is recorded somewhere.
+            self.err_help(
+                at.file,
+                kinds["pad"],
+                "a padded field needs a `size`, so that readers know where it ends",
+                "add `size LENGTH_FIELD` and `write = size(this)` on the length field",
+            );
+        }
+
+        // Write rules of numeric fields.
+        if f.ty.is_numeric() && f.write_rule().is_none() && f.implied_constant().is_none() {
+            let name = f.name.name.as_str();
+            let user = l.fields[i + 1..].iter().find_map(|g| {
+                let uses = |e: &Expr| e.referenced_names().iter().any(|n| n.name == name);
+                if g.size().is_some_and(uses) {
+                    Some(("a length", g, "size"))
+                } else if matches!(g.repeat(), Some(Repeat::Count(e)) if uses(e)) {
+                    Some(("a count", g, "count"))
+                } else if g.at().is_some_and(uses) {
+                    Some(("an offset", g, "at"))
+                } else {
+                    None
+                }
+            });
+            match user {
+                Some((what, g, kw)) => self.err_help(
+                    at.file,
+                    f.name.span,
+                    format!(
+                        "field '{name}' is {what} (used by '{}' {kw}) but has no write rule",
+                        g.name.name
+                    ),
+                    if kw == "size" {
+                        format!("add `write = size({})`", g.name.name)
+                    } else if kw == "count" {
+                        format!("add `write = len({})` or another count", g.name.name)
+                    } else {
+                        "add `write = ...` computing the offset".to_string()
+                    },
+                ),
+                None => self.err_help(
+                    at.file,
+                    f.name.span,
+                    format!("numeric field '{name}' has no write rule"),
+                    format!("add `write = ...`, or `check {name} == CONSTANT` for a constant"),
+                ),
+            }
+        }
+    }
+
+    fn codec(&mut self, at: At<'a>, name: &Ident, args: &[Arg], scope: Scope<'a>) {
+        let n = name.name.as_str();
+        if !CODECS.contains(&n) {
+            self.err_help(
+                at.file,
+                name.span,
+                format!("unknown codec '{n}'"),
+                format!("known codecs: {}", CODECS.join(", ")),
+            );
+            return;
+        }
+        match n {
+            "pickle" | "protobuf" => {
+                let kind = if n == "pickle" { "pickle" } else { "message" };
+                match args {
+                    [a] if a.name.is_none() => match a.value.as_path() {
+                        Some(p) => {
+                            let p = p.to_vec();
+                            self.named_item(at, &p, kind, a.value.span);
+                        }
+                        None => self.err(
+                            at.file,
+                            a.span,
+                            format!("codec '{n}' takes the name of a {kind} declaration"),
+                        ),
+                    },
+                    _ => {
+                        let sp = args
+                            .first()
+                            .map_or(name.span, |a| a.span.to(args.last().expect("arg").span));
+                        self.err_help(
+                            at.file,
+                            sp,
+                            format!("codec '{n}' takes one argument: the {kind} to decode with"),
+                            format!("`codec {n}(Name)`"),
+                        );
+                    }
+                }
+            }
+            "pydict" => {
+                for a in args {
+                    match &a.name {
+                        Some(k) if k.name == "encoding" => {
+                            let ty = self.expr(at, scope, &a.value);
+                            self.want(at, &a.value, ty, Ty::Str, "the `encoding` argument");
+                        }
+                        _ => self.err(
+                            at.file,
+                            a.span,
+                            "codec 'pydict' takes one named argument: `encoding`",
+                        ),
+                    }
+                }
+            }
+            _ => {
+                for a in args {
+                    self.err(at.file, a.span, format!("codec '{n}' takes no arguments"));
+                }
+            }
+        }
+    }
+
+    /// Checks that `path` names an item of kind `kind` (possibly qualified).
+    fn named_item(&mut self, at: At<'a>, path: &[Ident], kind: &str, span: Span) {
+        let Ok((fmt, rest)) = self.split_qualified(at, path) else {
+            return;
+        };
+        let Some(fmt) = fmt else { return };
+        let shown: Vec<&str> = path.iter().map(|i| i.name.as_str()).collect();
+        let shown = shown.join(".");
+        match (rest, fmt.item(&rest[0].name)) {
+            ([_], Some(item)) if item.kind_word() == kind => {}
+            (_, Some(item))
+                if kind == "message"
+                    && matches!(item, Item::Message(m) if nested_type(m, &rest[1..])) => {}
+            ([_], Some(item)) => self.err(
+                at.file,
+                span,
+                format!("'{shown}' is a {}, not a {kind}", item.kind_word()),
+            ),
+            _ => self.err(at.file, span, format!("unknown {kind} '{shown}'")),
+        }
+    }
+
+    fn pad(&mut self, at: At<'a>, args: &[Arg], span: Span, scope: Scope<'a>) {
+        let mut has_align = false;
+        for a in args {
+            let Some(n) = &a.name else {
+                self.err_help(
+                    at.file,
+                    a.span,
+                    "`pad` takes named arguments",
+                    "`pad(align = 64, fill = b\" \", last = b\"\\n\")`",
+                );
+                continue;
+            };
+            match n.name.as_str() {
+                "align" => {
+                    has_align = true;
+                    let ty = self.expr(at, scope, &a.value);
+                    self.want(at, &a.value, ty, Ty::Int, "`pad` align");
+                    if a.value.as_int().is_some_and(|v| v <= 0) {
+                        self.err(at.file, a.value.span, "`pad` align must be positive");
+                    }
+                }
+                "fill" | "last" => match &a.value.kind {
+                    ExprKind::Bytes(b) if b.len() == 1 => {}
+                    _ => self.err(
+                        at.file,
+                        a.value.span,
+                        format!("`pad` {} is one byte, written `b\" \"`", n.name),
+                    ),
+                },
+                other => self.err_help(
+                    at.file,
+                    n.span,
+                    format!("unknown `pad` argument '{other}'"),
+                    "`pad` takes align, fill and last",
+                ),
+            }
+        }
+        if !has_align {
+            self.err(at.file, span, "`pad` needs `align = N`");
+        }
+    }
+
+    fn message(&mut self, at: At<'a>, m: &'a Message, outer: &[&'a Message]) {
+        let mut chain: Vec<&'a Message> = outer.to_vec();
+        chain.push(m);
+        let mut names: HashMap<&str, Span> = HashMap::new();
+        let mut tags: HashMap<u32, Span> = HashMap::new();
+        let mut dup = |c: &mut Self, n: &'a Ident| {
+            if let Some(&prev) = names.get(n.name.as_str()) {
+                let first = c.where_is(at.file, prev);
+                c.err_help(
+                    at.file,
+                    n.span,
+                    format!("duplicate name '{}' in message '{}'", n.name, m.name.name),
+                    format!("first defined at {first}"),
+                );
+            } else {
+                names.insert(&n.name, n.span);
+            }
+        };
+        for f in &m.fields {
+            dup(self, &f.name);
+        }
+        for x in &m.messages {
+            dup(self, &x.name);
+        }
+        for x in &m.enums {
+            dup(self, &x.name);
+        }
+        for f in &m.fields {
+            if f.tag == 0 || f.tag > 536_870_911 || (19000..=19999).contains(&f.tag) {
+                self.err_help(
+                    at.file,
+                    f.span,
+                    format!("invalid field number {} for '{}'", f.tag, f.name.name),
+                    "protobuf field numbers are 1 to 536870911, except 19000 to 19999",
+                );
+            } else if let Some(&prev) = tags.get(&f.tag) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    f.span,
+                    format!(
+                        "field number {} used twice in message '{}'",
+                        f.tag, m.name.name
+                    ),
+                    format!("first used at {first}"),
+                );
+            } else {
+                tags.insert(f.tag, f.span);
+            }
+            self.proto_type(at, &f.ty, &chain);
+            for o in &f.options {
+                match o.name.as_ref().map(|n| n.name.as_str()) {
+                    None if o.value.is_path("packed") => {
+                        if f.label != Label::Repeated {
+                            self.err(at.file, o.span, "`packed` applies to repeated fields");
+                        }
+                    }
+                    Some("default") => {
+                        if f.label == Label::Repeated {
+                            self.err(at.file, o.span, "a repeated field has no default");
+                        }
+                    }
+                    _ => self.err_help(
+                        at.file,
+                        o.span,
+                        format!("unknown field option '{o}'"),
+                        "field options are `packed` and `default = VALUE`",
+                    ),
+                }
+            }
+        }
+        for x in &m.messages {
+            self.message(at, x, &chain);
+        }
+        for e in &m.enums {
+            self.enum_decl(at, e);
+        }
+    }
+
+    fn proto_type(&mut self, at: At<'a>, ty: &TypeRef, chain: &[&'a Message]) {
+        if !ty.args.is_empty() {
+            self.err(at.file, ty.span, "protobuf types take no type arguments");
+        }
+        if ty.path.len() == 1 && PROTO_SCALARS.contains(&ty.path[0].name.as_str()) {
+            return;
+        }
+        // Innermost scope outwards, then the format's top level.
+        for depth in (0..=chain.len()).rev() {
+            let found = if depth == 0 {
+                match at.fmt.item(&ty.path[0].name) {
+                    Some(Item::Message(m)) => nested_type(m, &ty.path[1..]),
+                    Some(Item::Enum(_)) => ty.path.len() == 1,
+                    _ => false,
+                }
+            } else {
+                let m = chain[depth - 1];
+                nested_type_in(m, &ty.path)
+            };
+            if found {
+                return;
+            }
+        }
+        // Another format's message.
+        if ty.path.len() >= 2 {
+            if let Some(f) = self.visible_format(at, &ty.path[0].name) {
+                let ok = match f.item(&ty.path[1].name) {
+                    Some(Item::Message(m)) => nested_type(m, &ty.path[2..]),
+                    Some(Item::Enum(_)) => ty.path.len() == 2,
+                    _ => false,
+                };
+                if ok {
+                    return;
+                }
+            } else if self.lenient {
+                return;
+            }
+        }
+        self.err_help(
+            at.file,
+            ty.span,
+            format!("unknown type '{}'", ty.name()),
+            format!(
+                "protobuf field types are {}, or a message or enum",
+                PROTO_SCALARS.join(", ")
+            ),
+        );
+    }
+
+    fn enum_decl(&mut self, at: At<'a>, e: &EnumDecl) {
+        let mut names: HashMap<&str, Span> = HashMap::new();
+        let mut values: HashMap<i64, &str> = HashMap::new();
+        for (n, v) in &e.values {
+            if let Some(&prev) = names.get(n.name.as_str()) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    n.span,
+                    format!("duplicate value '{}' in enum '{}'", n.name, e.name.name),
+                    format!("first defined at {first}"),
+                );
+            } else {
+                names.insert(&n.name, n.span);
+            }
+            if let Some(prev) = values.get(v) {
+                self.err(
+                    at.file,
+                    n.span,
+                    format!(
+                        "'{}' has the number {v} of '{prev}' in enum '{}'",
+                        n.name, e.name.name
+                    ),
+                );
+            } else {
+                values.insert(*v, &n.name);
+            }
+        }
+    }
+
+    fn pickle(&mut self, at: At<'a>, p: &Pickle) {
+        let mut protocol = false;
+        let mut persistent = false;
+        let mut globals: HashMap<&str, Span> = HashMap::new();
+        for item in &p.items {
+            match item {
+                PickleItem::Protocol(v, sp) => {
+                    if protocol {
+                        self.err(at.file, *sp, "`protocol` given twice");
+                    }
+                    protocol = true;
+                    if *v > 5 {
+                        self.err(
+                            at.file,
+                            *sp,
+                            format!("pickle protocol {v} does not exist (0 to 5)"),
+                        );
+                    }
+                }
+                PickleItem::Persistent { span, .. } => {
+                    if persistent {
+                        self.err(at.file, *span, "`persistent` given twice");
+                    }
+                    persistent = true;
+                }
+                PickleItem::Global { path, .. } => {
+                    if !path.value.contains('.') {
+                        self.err(at.file, path.span, "a global is written \"module.name\"");
+                    }
+                    if let Some(&prev) = globals.get(path.value.as_str()) {
+                        let first = self.where_is(at.file, prev);
+                        self.err_help(
+                            at.file,
+                            path.span,
+                            format!("duplicate global \"{}\"", path.value),
+                            format!("first declared at {first}"),
+                        );
+                    } else {
+                        globals.insert(&path.value, path.span);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pattern(&mut self, at: At<'a>, p: &StrLit) {
+        let mut depth = 0;
+        for ch in p.value.chars() {
+            match ch {
+                '{' if depth == 0 => depth = 1,
+                '}' if depth == 1 => depth = 0,
+                '{' | '}' => {
+                    depth = 2;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        if depth != 0 {
+            self.err(at.file, p.span, "unbalanced `{` `}` in an entry pattern");
+            return;
+        }
+        let caps = pattern_captures(&p.value);
+        for (i, c) in caps.iter().enumerate() {
+            let ok = c
+                .chars()
+                .next()
+                .is_some_and(|x| x.is_ascii_alphabetic() || x == '_')
+                && c.chars().all(|x| x.is_ascii_alphanumeric() || x == '_');
+            if !ok {
+                self.err(at.file, p.span, format!("invalid capture name '{{{c}}}'"));
+            }
+            if caps[..i].contains(c) {
+                self.err(at.file, p.span, format!("capture '{{{c}}}' appears twice"));
+            }
+        }
+        if p.value.contains("}{") {
+            self.err(
+                at.file,
+                p.span,
+                "two captures next to each other cannot be told apart",
+            );
+        }
+    }
+
+    fn entry(&mut self, at: At<'a>, e: &'a Entry) {
+        if !matches!(at.fmt.engine_kind(), "zip" | "kv" | "") {
+            self.err(
+                at.file,
+                e.name.span,
+                format!(
+                    "entries belong to container engines (zip, kv), not '{}'",
+                    at.fmt.engine_kind()
+                ),
+            );
+        }
+        self.pattern(at, &e.pattern);
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        let scope = Scope::Entry;
+        for p in &e.props {
+            let n = p.name.name.as_str();
+            if !ENTRY_PROPS.contains(&n) {
+                self.err_help(
+                    at.file,
+                    p.name.span,
+                    format!("unknown entry property '{n}'"),
+                    format!("entry properties: {}", ENTRY_PROPS.join(", ")),
+                );
+                continue;
+            }
+            if seen.contains_key(n) {
+                self.err(
+                    at.file,
+                    p.name.span,
+                    format!("duplicate entry property '{n}'"),
+                );
+            }
+            seen.insert(n, p.name.span);
+            let Some(v) = &p.value else {
+                if !matches!(n, "repeated" | "optional" | "text") {
+                    self.err(
+                        at.file,
+                        p.span,
+                        format!("entry property '{n}' needs a value"),
+                    );
+                }
+                continue;
+            };
+            match n {
+                "repeated" | "optional" | "text" => self.err(
+                    at.file,
+                    v.span,
+                    format!("`{n}` is a flag and takes no value"),
+                ),
+                "layout" => match v.as_path() {
+                    Some(path) => self.named_item(at, path, "layout", v.span),
+                    None => self.err(at.file, v.span, "`layout` names a layout"),
+                },
+                "value" => match v.as_path() {
+                    Some(path) => {
+                        let ty = TypeRef {
+                            path: path.to_vec(),
+                            args: Vec::new(),
+                            span: v.span,
+                        };
+                        self.user_type(at, &ty, &["message", "dict", "layout"]);
+                    }
+                    None => self.err(at.file, v.span, "`value` names a message, dict or layout"),
+                },
+                "codec" => match &v.kind {
+                    ExprKind::Call { callee, args } if callee.len() == 1 => {
+                        self.codec(at, &callee[0], args, scope)
+                    }
+                    ExprKind::Path(p) if p.len() == 1 => self.codec(at, &p[0], &[], scope),
+                    _ => self.err(at.file, v.span, "`codec` names a codec: `codec json;`"),
+                },
+                "compression" => {
+                    let items: Vec<&Expr> = match &v.kind {
+                        ExprKind::List(l) => l.iter().collect(),
+                        _ => vec![v],
+                    };
+                    if items.is_empty() {
+                        self.err(at.file, v.span, "`compression` lists at least one method");
+                    }
+                    for x in items {
+                        if !x
+                            .path_name()
+                            .is_some_and(|m| matches!(m, "stored" | "deflate"))
+                        {
+                            self.err_help(
+                                at.file,
+                                x.span,
+                                format!("unknown compression '{x}'"),
+                                "compression methods: stored, deflate",
+                            );
+                        }
+                    }
+                }
+                "align" => {
+                    let ty = self.expr(at, scope, v);
+                    self.want(at, v, ty, Ty::Int, "`align`");
+                }
+                "check" => {
+                    let ty = self.expr(at, scope, v);
+                    self.want(at, v, ty, Ty::Bool, "`check`");
+                }
+                "write" => {
+                    self.expr(at, scope, v);
+                }
+                _ => {}
+            }
+        }
+        if e.has_flag("text") && (e.prop("layout").is_some() || e.prop("value").is_some()) {
+            self.err(
+                at.file,
+                e.name.span,
+                "a `text` entry has no `layout` or `value`",
+            );
+        }
+    }
+
+    fn tensor(&mut self, at: At<'a>, t: &'a TensorMap) {
+        // The source.
+        let source = self.tensor_source(at, &t.source);
+        let scope = Scope::Tensor {
+            binding: &t.binding.name,
+            source,
+        };
+        if let Some(f) = &t.filter {
+            let ty = self.expr(at, scope, f);
+            self.want(at, f, ty, Ty::Bool, "`where`");
+        }
+        let mut provided: Vec<&str> = Vec::new();
+        let mut include_failed = false;
+        let mut assigned: HashMap<&str, Span> = HashMap::new();
+        for s in &t.stmts {
+            match s {
+                TensorStmt::Include(e) => match self.include(at, e, scope) {
+                    Some(keys) => provided.extend(keys),
+                    None => include_failed = true,
+                },
+                TensorStmt::Assign { key, value, .. } => {
+                    let k = key.name.as_str();
+                    if !TENSOR_KEYS.contains(&k) {
+                        self.err_help(
+                            at.file,
+                            key.span,
+                            format!("unknown tensor property '{k}'"),
+                            format!("tensor properties: {}", TENSOR_KEYS.join(", ")),
+                        );
+                    } else if let Some(&prev) = assigned.get(k) {
+                        let first = self.where_is(at.file, prev);
+                        self.err_help(
+                            at.file,
+                            key.span,
+                            format!("'{k}' is assigned twice"),
+                            format!("first assigned at {first}"),
+                        );
+                    } else {
+                        assigned.insert(k, key.span);
+                    }
+                    self.expr(at, scope, value);
+                }
+            }
+        }
+        let missing: Vec<&str> = ["name", "dtype", "shape", "data"]
+            .into_iter()
+            .filter(|k| !assigned.contains_key(k) && !provided.contains(k))
+            .collect();
+        if !missing.is_empty() && !include_failed {
+            let sp = Span {
+                start: t.span.start,
+                end: t.binding.span.end,
+            };
+            self.err_help(
+                at.file,
+                sp,
+                format!(
+                    "tensor mapping does not set {}",
+                    missing
+                        .iter()
+                        .map(|k| format!("'{k}'"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                "a mapping sets name, dtype, shape and data (or takes them with `include`)",
+            );
+        }
+    }
+
+    /// Checks a mapping's `from` expression and says what it iterates.
+    fn tensor_source(&mut self, at: At<'a>, e: &'a Expr) -> Option<Source<'a>> {
+        let path = match &e.kind {
+            ExprKind::Path(p) => p,
+            _ => {
+                self.err_help(
+                    at.file,
+                    e.span,
+                    "a tensor mapping iterates a layout, an entry or a path into one",
+                    "`tensor from File as f`, `tensor from member as m`, `tensor from File.header.rest as t`",
+                );
+                return None;
+            }
+        };
+        let root = path[0].name.as_str();
+        if root == "root" && at.fmt.engine_kind() == "protobuf" {
+            return None;
+        }
+        match at.fmt.item(root) {
+            Some(Item::Layout(l)) => {
+                if path.len() > 1 && l.field(&path[1].name).is_none() {
+                    self.err(
+                        at.file,
+                        path[1].span,
+                        format!("layout '{}' has no field '{}'", l.name.name, path[1].name),
+                    );
+                }
+                (path.len() == 1).then_some(Source::Layout(l))
+            }
+            Some(Item::Entry(en)) => {
+                if path.len() > 1 {
+                    self.entry_member(at, en, &path[1]);
+                }
+                (path.len() == 1).then_some(Source::Entry(en))
+            }
+            Some(item) => {
+                self.err(
+                    at.file,
+                    path[0].span,
+                    format!(
+                        "a tensor mapping iterates a layout, an entry or a path into one; '{root}' is a {}",
+                        item.kind_word()
+                    ),
+                );
+                None
+            }
+            None => {
+                let help = if at.fmt.engine_kind() == "protobuf" {
+                    "name a layout or entry of this format, or `root` (the protobuf document)"
+                } else {
+                    "name a layout or an entry of this format"
+                };
+                self.err_help(
+                    at.file,
+                    path[0].span,
+                    format!("unknown mapping source '{root}'"),
+                    help,
+                );
+                None
+            }
+        }
+    }
+
+    /// Checks `include fmt.tensor(x);` and returns the keys it provides.
+    fn include(&mut self, at: At<'a>, e: &'a Expr, scope: Scope<'a>) -> Option<Vec<&'a str>> {
+        let ExprKind::Call { callee, args } = &e.kind else {
+            self.err_help(
+                at.file,
+                e.span,
+                "`include` takes another format's mapping",
+                "`include npy.tensor(m.content);`",
+            );
+            return None;
+        };
+        for a in args {
+            self.expr(at, scope, &a.value);
+        }
+        if callee.len() != 2 || callee[1].name != "tensor" || args.len() != 1 {
+            self.err_help(
+                at.file,
+                e.span,
+                "`include` takes another format's mapping",
+                "`include npy.tensor(m.content);`",
+            );
+            return None;
+        }
+        let name = callee[0].name.as_str();
+        let fmt = match self.visible_format(at, name) {
+            Some(f) => f,
+            None => {
+                if self.formats.contains_key(name) {
+                    self.err_help(
+                        at.file,
+                        callee[0].span,
+                        format!("format '{name}' is not imported"),
+                        format!("add `use {name};` to this file"),
+                    );
+                } else if !self.lenient {
+                    self.err(at.file, callee[0].span, format!("unknown format '{name}'"));
+                }
+                return None;
+            }
+        };
+        let maps: Vec<&TensorMap> = fmt.tensors().collect();
+        if maps.is_empty() {
+            self.err(
+                at.file,
+                callee[0].span,
+                format!("format '{name}' has no tensor mapping to include"),
+            );
+            return None;
+        }
+        Some(self.mapping_keys(fmt, 0))
+    }
+
+    /// The keys a format's mappings set, following includes (a few levels deep).
+    fn mapping_keys(&self, fmt: &'a Format, depth: usize) -> Vec<&'a str> {
+        let mut keys = Vec::new();
+        for t in fmt.tensors() {
+            for s in &t.stmts {
+                match s {
+                    TensorStmt::Assign { key, .. } => keys.push(key.name.as_str()),
+                    TensorStmt::Include(e) if depth < 8 => {
+                        if let ExprKind::Call { callee, .. } = &e.kind {
+                            if let Some(&(_, f)) = self.formats.get(callee[0].name.as_str()) {
+                                keys.extend(self.mapping_keys(f, depth + 1));
+                            }
+                        }
+                    }
+                    TensorStmt::Include(_) => {}
+                }
+            }
+        }
+        keys
+    }
+
+    fn entry_member(&mut self, at: At<'a>, e: &Entry, m: &Ident) {
+        let caps = e.captures();
+        if !ENTRY_MEMBERS.contains(&m.name.as_str()) && !caps.contains(&m.name.as_str()) {
+            self.err_help(
+                at.file,
+                m.span,
+                format!("entry '{}' has no member '{}'", e.name.name, m.name),
+                format!(
+                    "entry members: content, value, name{}",
+                    caps.iter().map(|c| format!(", {c}")).collect::<String>()
+                ),
+            );
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Expressions
+
+    /// Reports when `got` is known and not `want`.
+    fn want(&mut self, at: At<'a>, e: &Expr, got: Ty, want: Ty, what: &str) {
+        if got.known() && got != want {
+            let need = match want {
+                Ty::Bool => "a condition (a boolean)",
+                Ty::Int => "an integer",
+                Ty::Str => "a string",
+                _ => want.word(),
+            };
+            self.err(
+                at.file,
+                e.span,
+                format!("{what} needs {need}, but this is {}", got.word()),
+            );
+        }
+    }
+
+    /// Checks names in `e` and infers its type.
+    fn expr(&mut self, at: At<'a>, scope: Scope<'a>, e: &Expr) -> Ty {
+        match &e.kind {
+            ExprKind::Int(_) => Ty::Int,
+            ExprKind::Str(_) => Ty::Str,
+            ExprKind::Bytes(_) => Ty::Bytes,
+            ExprKind::Bool(_) => Ty::Bool,
+            ExprKind::None => Ty::Unknown,
+            ExprKind::List(l) => {
+                for x in l {
+                    self.expr(at, scope, x);
+                }
+                Ty::Unknown
+            }
+            ExprKind::Path(p) => self.path(at, scope, p),
+            ExprKind::Index { base, index } => {
+                let it = self.expr(at, scope, index);
+                self.index(at, scope, base, it, index)
+            }
+            ExprKind::Call { callee, args } => self.call(at, scope, e, callee, args),
+            ExprKind::Unary { op, expr } => {
+                let t = self.expr(at, scope, expr);
+                match op {
+                    UnaryOp::Not => {
+                        self.want(at, expr, t, Ty::Bool, "`!`");
+                        Ty::Bool
+                    }
+                    UnaryOp::Neg => {
+                        self.want(at, expr, t, Ty::Int, "`-`");
+                        Ty::Int
+                    }
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let l = self.expr(at, scope, lhs);
+                let r = self.expr(at, scope, rhs);
+                self.binary(at, e, *op, l, r, lhs, rhs)
+            }
+            ExprKind::In { expr, list } => {
+                let t = self.expr(at, scope, expr);
+                for x in list {
+                    let xt = self.expr(at, scope, x);
+                    if t.known() && xt.known() && t != xt {
+                        self.err(
+                            at.file,
+                            x.span,
+                            format!("`in` compares {} with {}", t.word(), xt.word()),
+                        );
+                    }
+                }
+                Ty::Bool
+            }
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.expr(at, scope, cond);
+                self.want(at, cond, c, Ty::Bool, "the condition of `if`");
+                let a = self.expr(at, scope, then);
+                let b = self.expr(at, scope, otherwise);
+                if a == b {
+                    a
+                } else {
+                    Ty::Unknown
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn binary(
+        &mut self,
+        at: At<'a>,
+        e: &Expr,
+        op: BinaryOp,
+        l: Ty,
+        r: Ty,
+        lhs: &Expr,
+        rhs: &Expr,
+    ) -> Ty {
+        use BinaryOp::*;
+        match op {
+            Or | And => {
+                self.want(at, lhs, l, Ty::Bool, &format!("`{}`", op.symbol()));
+                self.want(at, rhs, r, Ty::Bool, &format!("`{}`", op.symbol()));
+                Ty::Bool
+            }
+            Eq | Ne | Lt | Le | Gt | Ge => {
+                if l.known() && r.known() && l != r {
+                    self.err(
+                        at.file,
+                        e.span,
+                        format!("`{}` compares {} with {}", op.symbol(), l.word(), r.word()),
+                    );
+                }
+                Ty::Bool
+            }
+            Add => match (l, r) {
+                (Ty::Int, Ty::Int) => Ty::Int,
+                (Ty::Str, Ty::Str | Ty::Unknown) | (Ty::Unknown, Ty::Str) => Ty::Str,
+                (Ty::Bytes, Ty::Bytes | Ty::Unknown) | (Ty::Unknown, Ty::Bytes) => Ty::Bytes,
+                (Ty::Unknown, t) | (t, Ty::Unknown) if t == Ty::Int => Ty::Int,
+                (Ty::Unknown, Ty::Unknown) => Ty::Unknown,
+                _ => {
+                    self.err(
+                        at.file,
+                        e.span,
+                        format!("`+` cannot add {} and {}", l.word(), r.word()),
+                    );
+                    Ty::Unknown
+                }
+            },
+            Sub | Mul | Div | Rem => {
+                let what = format!("`{}`", op.symbol());
+                self.want(at, lhs, l, Ty::Int, &what);
+                self.want(at, rhs, r, Ty::Int, &what);
+                Ty::Int
+            }
+        }
+    }
+
+    fn index(&mut self, at: At<'a>, scope: Scope<'a>, base: &Expr, it: Ty, index: &Expr) -> Ty {
+        // A table lookup: `T[x]` or `fmt.T[x]`.
+        if let ExprKind::Path(p) = &base.kind {
+            let local = self.lookup_local(scope, &p[0].name);
+            if !local {
+                let table = match p.len() {
+                    1 => match at.fmt.item(&p[0].name) {
+                        Some(Item::Table(t)) => Some(Ok(t)),
+                        Some(Item::Layout(_) | Item::Entry(_)) => None,
+                        Some(item) => Some(Err(format!(
+                            "'{}' is a {}, not a table",
+                            p[0].name,
+                            item.kind_word()
+                        ))),
+                        None if self.is_format_name(at, &p[0].name)
+                            || CONSTANTS.contains(&p[0].name.as_str()) =>
+                        {
+                            None
+                        }
+                        None => Some(Err(format!("unknown table '{}'", p[0].name))),
+                    },
+                    2 if at.fmt.item(&p[0].name).is_none()
+                        && !CONSTANTS.contains(&p[0].name.as_str()) =>
+                    {
+                        match self.visible_format(at, &p[0].name) {
+                            Some(f) => match f.item(&p[1].name) {
+                                Some(Item::Table(t)) => Some(Ok(t)),
+                                _ => Some(Err(format!(
+                                    "unknown table '{}.{}': format '{}' has no table '{}'",
+                                    p[0].name, p[1].name, p[0].name, p[1].name
+                                ))),
+                            },
+                            None => None, // reported by `path` below
+                        }
+                    }
+                    _ => None,
+                };
+                match table {
+                    Some(Ok(t)) => {
+                        let want = match t.key_kind {
+                            KeyKind::Str => Ty::Str,
+                            KeyKind::Int => Ty::Int,
+                        };
+                        if it.known() && it != want {
+                            self.err(
+                                at.file,
+                                index.span,
+                                format!(
+                                    "table '{}' has {} keys, but this key is {}",
+                                    t.name.name,
+                                    if want == Ty::Str { "string" } else { "integer" },
+                                    it.word()
+                                ),
+                            );
+                        }
+                        return Ty::Unknown;
+                    }
+                    Some(Err(msg)) => {
+                        self.err_help(
+                            at.file,
+                            base.span,
+                            msg,
+                            "`NAME[key]` looks a key up in a `table` of this format (or `other.NAME[key]`)",
+                        );
+                        return Ty::Unknown;
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.expr(at, scope, base);
+        Ty::Unknown
+    }
+
+    /// True when `name` is bound by the scope (a field, the binding, a tensor key).
+    fn lookup_local(&self, scope: Scope<'a>, name: &str) -> bool {
+        match scope {
+            Scope::Layout { layout, .. } => layout.field(name).is_some(),
+            Scope::Tensor { binding, .. } => binding == name || TENSOR_KEYS.contains(&name),
+            _ => false,
+        }
+    }
+
+    fn is_format_name(&self, at: At<'a>, name: &str) -> bool {
+        self.visible_format(at, name).is_some()
+    }
+
+    fn path(&mut self, at: At<'a>, scope: Scope<'a>, p: &[Ident]) -> Ty {
+        let root = &p[0];
+        let n = root.name.as_str();
+        // Scope-bound names first.
+        match scope {
+            Scope::Layout {
+                layout,
+                current,
+                read,
+                allow_self,
+            } => {
+                if let Some(idx) = layout.field_index(n) {
+                    if let Some(kw) = read {
+                        let ok = idx < current || (idx == current && allow_self);
+                        if !ok {
+                            let me = &layout.fields[current].name.name;
+                            let msg = if idx == current {
+                                format!("`{kw}` of '{me}' refers to '{me}' itself")
+                            } else {
+                                format!("`{kw}` of '{me}' refers to '{n}', which comes later in the layout")
+                            };
+                            self.err_help(
+                                at.file,
+                                root.span,
+                                msg,
+                                "read-side expressions (check, size, count, at, align, codec \
+                                 arguments, conditional types) may only use earlier fields; \
+                                 `write` rules may use any field",
+                            );
+                        }
+                    }
+                    let f = &layout.fields[idx];
+                    return self.field_ty(at, f, &p[1..]);
+                }
+                if n == "dtype" {
+                    return Ty::Unknown;
+                }
+            }
+            Scope::Tensor { binding, source } => {
+                if n == binding {
+                    match source {
+                        Some(Source::Layout(l)) if p.len() > 1 => {
+                            return match l.field(&p[1].name) {
+                                Some(f) => self.field_ty(at, f, &p[2..]),
+                                None => {
+                                    self.err(
+                                        at.file,
+                                        p[1].span,
+                                        format!(
+                                            "layout '{}' has no field '{}'",
+                                            l.name.name, p[1].name
+                                        ),
+                                    );
+                                    Ty::Unknown
+                                }
+                            };
+                        }
+                        Some(Source::Entry(en)) if p.len() > 1 => {
+                            self.entry_member(at, en, &p[1]);
+                            return if p.len() == 2 && p[1].name == "name" {
+                                Ty::Str
+                            } else {
+                                Ty::Unknown
+                            };
+                        }
+                        _ => return Ty::Unknown,
+                    }
+                }
+                if TENSOR_KEYS.contains(&n) {
+                    return Ty::Unknown;
+                }
+                if n == "root" && at.fmt.engine_kind() == "protobuf" {
+                    return Ty::Unknown;
+                }
+            }
+            Scope::Entry => {}
+        }
+        if CONSTANTS.contains(&n) {
+            if n == "source"
+                && p.len() > 1
+                && !matches!(p[1].name.as_str(), "stem" | "name" | "path")
+            {
+                self.err_help(
+                    at.file,
+                    p[1].span,
+                    format!("`source` has no member '{}'", p[1].name),
+                    "`source.stem`, `source.name`, `source.path`",
+                );
+            }
+            return if n == "source" && p.len() > 1 {
+                Ty::Str
+            } else {
+                Ty::Unknown
+            };
+        }
+        if let Some(item) = at.fmt.item(n) {
+            self.item_path(at, item, p);
+            return match item {
+                Item::Entry(en) if p.len() == 2 && p[1].name == "name" => {
+                    let _ = en;
+                    Ty::Str
+                }
+                _ => Ty::Unknown,
+            };
+        }
+        if let Some(f) = self.visible_format(at, n) {
+            if p.len() >= 2 {
+                match f.item(&p[1].name) {
+                    Some(item) => self.item_path(at, item, &p[1..]),
+                    None => self.err(
+                        at.file,
+                        p[1].span,
+                        format!("format '{n}' has no item '{}'", p[1].name),
+                    ),
+                }
+            }
+            return Ty::Unknown;
+        }
+        if self.formats.contains_key(n) {
+            self.err_help(
+                at.file,
+                root.span,
+                format!("format '{n}' is not imported"),
+                format!("add `use {n};` to this file"),
+            );
+            return Ty::Unknown;
+        }
+        if self.lenient && p.len() > 1 {
+            return Ty::Unknown;
+        }
+        let help = match scope {
+            Scope::Layout { .. } => "names in a layout are its fields, items of the format \
+                 (tables, layouts, ...), formats, `dtype`, or the constants c, fortran, le, be, source",
+            Scope::Tensor { .. } => "names in a mapping are its binding, the tensor properties \
+                 (name, dtype, ...), items of the format, formats, `root` (protobuf), or the \
+                 constants c, fortran, le, be, source",
+            _ => "names are items of the format (entries, tables, ...), formats, or the \
+                 constants c, fortran, le, be, source",
+        };
+        self.err_help(at.file, root.span, format!("unknown name '{n}'"), help);
+        Ty::Unknown
+    }
+
+    /// The type of field `f` followed by `rest` (dict keys).
+    fn field_ty(&mut self, at: At<'a>, f: &Field, rest: &[Ident]) -> Ty {
+        if f.repeat().is_some() {
+            return Ty::Unknown;
+        }
+        match &f.ty {
+            FieldType::Magic(_) if rest.is_empty() => Ty::Bytes,
+            FieldType::Cond { .. } if rest.is_empty() => Ty::Int,
+            FieldType::Named(t) => {
+                if rest.is_empty() {
+                    if t.int_width().is_some() {
+                        return Ty::Int;
+                    }
+                    if f.codec().is_some() && (t.is("bytes") || t.is("payload")) {
+                        return Ty::Unknown;
+                    }
+                    return match t.name().as_str() {
+                        "bool" => Ty::Bool,
+                        "str" => Ty::Str,
+                        "bytes" | "payload" => Ty::Bytes,
+                        _ if t.path.len() == 1 && at.fmt.dict(&t.path[0].name).is_some() => {
+                            Ty::Record
+                        }
+                        _ if t.path.len() == 1 && at.fmt.layout(&t.path[0].name).is_some() => {
+                            Ty::Record
+                        }
+                        _ => Ty::Unknown,
+                    };
+                }
+                // A key of a local dict.
+                if t.path.len() == 1 {
+                    if let Some(d) = at.fmt.dict(&t.path[0].name) {
+                        return match d.fields.iter().find(|k| k.key == rest[0].name) {
+                            None => {
+                                self.err(
+                                    at.file,
+                                    rest[0].span,
+                                    format!("dict '{}' has no key '{}'", d.name.name, rest[0].name),
+                                );
+                                Ty::Unknown
+                            }
+                            Some(k) if rest.len() == 1 => {
+                                if k.ty.int_width().is_some() {
+                                    Ty::Int
+                                } else if k.ty.is("bool") {
+                                    Ty::Bool
+                                } else if k.ty.is("str") {
+                                    Ty::Str
+                                } else {
+                                    Ty::Unknown
+                                }
+                            }
+                            Some(_) => Ty::Unknown,
+                        };
+                    }
+                }
+                Ty::Unknown
+            }
+            _ => Ty::Unknown,
+        }
+    }
+
+    /// Checks the members of a path that starts at an item.
+    fn item_path(&mut self, at: At<'a>, item: &Item, p: &[Ident]) {
+        if p.len() < 2 {
+            return;
+        }
+        match item {
+            Item::Layout(l) if l.field(&p[1].name).is_none() => {
+                self.err(
+                    at.file,
+                    p[1].span,
+                    format!("layout '{}' has no field '{}'", l.name.name, p[1].name),
+                );
+            }
+            Item::Entry(e) => self.entry_member(at, e, &p[1]),
+            Item::Message(m) => {
+                // `TensorProto.DataLocation.EXTERNAL`
+                let mut m = m;
+                let mut i = 1;
+                while i < p.len() {
+                    if let Some(x) = m.messages.iter().find(|x| x.name.name == p[i].name) {
+                        m = x;
+                        i += 1;
+                        continue;
+                    }
+                    if let Some(en) = m.enums.iter().find(|x| x.name.name == p[i].name) {
+                        if i + 1 < p.len() && en.value(&p[i + 1].name).is_none() {
+                            self.err(
+                                at.file,
+                                p[i + 1].span,
+                                format!("enum '{}' has no value '{}'", en.name.name, p[i + 1].name),
+                            );
+                        }
+                        return;
+                    }
+                    self.err(
+                        at.file,
+                        p[i].span,
+                        format!(
+                            "message '{}' has no nested message or enum '{}'",
+                            m.name.name, p[i].name
+                        ),
+                    );
+                    return;
+                }
+            }
+            Item::Enum(en) if en.value(&p[1].name).is_none() => {
+                self.err(
+                    at.file,
+                    p[1].span,
+                    format!("enum '{}' has no value '{}'", en.name.name, p[1].name),
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn call(
+        &mut self,
+        at: At<'a>,
+        scope: Scope<'a>,
+        e: &Expr,
+        callee: &[Ident],
+        args: &[Arg],
+    ) -> Ty {
+        let name = callee[0].name.as_str();
+        // Arguments: named arguments are builtin options; positional values are checked.
+        let mut tys = Vec::new();
+        for a in args {
+            tys.push(self.expr(at, scope, &a.value));
+        }
+        if callee.len() == 1 {
+            if let Some(&(_, arity)) = BUILTINS.iter().find(|b| b.0 == name) {
+                if let Some(n) = arity {
+                    if args.len() != n {
+                        self.err(
+                            at.file,
+                            e.span,
+                            format!(
+                                "`{name}` takes {n} argument{}, found {}",
+                                if n == 1 { "" } else { "s" },
+                                args.len()
+                            ),
+                        );
+                    }
+                }
+                match name {
+                    "len" | "size" => {
+                        if let Scope::Layout { .. } = scope {
+                            if args.len() == 1 && args[0].value.as_path().is_none() {
+                                self.err(
+                                    at.file,
+                                    args[0].span,
+                                    format!("`{name}` takes a field name"),
+                                );
+                            }
+                        }
+                        return Ty::Int;
+                    }
+                    "align" => {
+                        for (a, t) in args.iter().zip(&tys) {
+                            self.want(at, &a.value, *t, Ty::Int, "`align`");
+                        }
+                        return Ty::Int;
+                    }
+                    "itemsize" | "index_of" => return Ty::Int,
+                    "latin1" | "has" => return Ty::Bool,
+                    "str" => return Ty::Str,
+                    _ => return Ty::Unknown,
+                }
+            }
+            // An entry lookup: `storage(key = t.storage.key)`.
+            if let Some(Item::Entry(en)) = at.fmt.item(name) {
+                let caps = en.captures();
+                for a in args {
+                    match &a.name {
+                        Some(k) if caps.contains(&k.name.as_str()) => {}
+                        _ => self.err_help(
+                            at.file,
+                            a.span,
+                            format!("entry '{name}' is looked up by its captures"),
+                            format!(
+                                "`{name}({})`",
+                                caps.iter()
+                                    .map(|c| format!("{c} = ..."))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            ),
+                        ),
+                    }
+                }
+                return Ty::Record;
+            }
+            self.err_help(
+                at.file,
+                callee[0].span,
+                format!("unknown function '{name}'"),
+                format!(
+                    "functions: {}, or an entry lookup `entry(capture = ...)`",
+                    BUILTINS.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
+                ),
+            );
+            return Ty::Unknown;
+        }
+        if callee.len() == 2 && callee[1].name == "tensor" {
+            if self.visible_format(at, name).is_some() {
+                return Ty::Unknown;
+            }
+            if self.formats.contains_key(name) {
+                self.err_help(
+                    at.file,
+                    callee[0].span,
+                    format!("format '{name}' is not imported"),
+                    format!("add `use {name};` to this file"),
+                );
+                return Ty::Unknown;
+            }
+            if self.lenient {
+                return Ty::Unknown;
+            }
+        }
+        let shown: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
+        self.err(
+            at.file,
+            e.span,
+            format!("unknown function '{}'", shown.join(".")),
+        );
+        Ty::Unknown
+    }
+}
+
+/// True when `rest` names a message or enum nested in `m` (empty: `m` itself).
+fn nested_type(m: &Message, rest: &[Ident]) -> bool {
+    match rest {
+        [] => true,
+        [one] => {
+            m.enums.iter().any(|e| e.name.name == one.name)
+                || m.messages.iter().any(|x| x.name.name == one.name)
+        }
+        [first, more @ ..] => m
+            .messages
+            .iter()
+            .find(|x| x.name.name == first.name)
+            .is_some_and(|x| nested_type(x, more)),
+    }
+}
+
+/// True when `path` names a message or enum declared inside `m`.
+fn nested_type_in(m: &Message, path: &[Ident]) -> bool {
+    match path {
+        [] => false,
+        [one] => {
+            m.enums.iter().any(|e| e.name.name == one.name)
+                || m.messages.iter().any(|x| x.name.name == one.name)
+        }
+        [first, more @ ..] => m
+            .messages
+            .iter()
+            .find(|x| x.name.name == first.name)
+            .is_some_and(|x| nested_type(x, more)),
+    }
+}
+
+fn modifier_span(m: &Modifier) -> Span {
+    match m {
+        Modifier::Check(e)
+        | Modifier::Write(e)
+        | Modifier::Size(e)
+        | Modifier::Align(e)
+        | Modifier::At(e)
+        | Modifier::Repeat(Repeat::Count(e)) => e.span,
+        Modifier::Codec { span, .. } | Modifier::Pad { span, .. } => *span,
+        Modifier::Rest(s) | Modifier::Repeat(Repeat::UntilEof(s)) => *s,
+    }
 }

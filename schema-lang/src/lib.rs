@@ -75,8 +75,9 @@ impl Schema {
 }
 
 /// Reads, parses and checks schema files together. Reports the errors of every file at
-/// once: I/O errors, syntax errors of each file, then (when every file parsed) the
-/// semantic errors of the set.
+/// once: I/O errors and syntax errors of each file, then the semantic errors of the files
+/// that parsed (when some file failed, references to unknown formats are not reported,
+/// since the failed file may define them).
 pub fn load(paths: &[PathBuf]) -> Result<Schema, Diagnostics> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
@@ -96,8 +97,11 @@ pub fn load(paths: &[PathBuf]) -> Result<Schema, Diagnostics> {
             }),
         }
     }
-    if !errors.is_empty() {
-        return Err(Diagnostics(errors));
+    if errors.is_empty() {
+        return Schema::from_files(files);
     }
-    Schema::from_files(files)
+    // Some files failed: still check the others, without reporting names of formats that
+    // may be defined in the failed files.
+    errors.extend(check::check_with(&files, true).0);
+    Err(Diagnostics(errors))
 }

@@ -365,11 +365,13 @@ fn pratt() -> &'static PrattParser<Rule> {
     })
 }
 
+/// The pair's span, without the trailing whitespace pest includes after repetitions.
 fn span(p: &Pair<Rule>) -> Span {
     let s = p.as_span();
+    let text = s.as_str();
     Span {
         start: s.start(),
-        end: s.end(),
+        end: s.start() + text.trim_end().len(),
     }
 }
 
@@ -935,12 +937,14 @@ impl Builder<'_> {
         BytesLit { value, span: sp }
     }
 
-    /// Decodes the escapes the grammar admitted.
+    /// Decodes escapes: `\n \t \r \\ \" \0 \xNN`, and `\u{...}` in strings. Bad
+    /// escapes are reported at their position and dropped.
     fn unescape(&mut self, text: &str, base: usize, bytes: bool) -> Unescaped {
         let mut out: Vec<u8> = Vec::new();
         let mut s = String::new();
-        let mut chars = text.char_indices().peekable();
-        while let Some((i, c)) = chars.next() {
+        let mut rest = text;
+        let mut pos = base;
+        while let Some(c) = rest.chars().next() {
             if c != '\\' {
                 if bytes {
                     let mut buf = [0; 4];
@@ -948,56 +952,79 @@ impl Builder<'_> {
                 } else {
                     s.push(c);
                 }
+                rest = &rest[c.len_utf8()..];
+                pos += c.len_utf8();
                 continue;
             }
-            let (_, e) = chars.next().expect("escape");
-            let decoded: u32 = match e {
-                'n' => 10,
-                't' => 9,
-                'r' => 13,
-                '\\' => 92,
-                '"' => 34,
-                '0' => 0,
+            let e = rest[1..]
+                .chars()
+                .next()
+                .expect("grammar: escape has a character");
+            let mut len = 1 + e.len_utf8();
+            let decoded: Result<u32, String> = match e {
+                'n' => Ok(10),
+                't' => Ok(9),
+                'r' => Ok(13),
+                '\\' => Ok(92),
+                '"' => Ok(34),
+                '0' => Ok(0),
                 'x' => {
-                    let h: String = [chars.next(), chars.next()]
-                        .iter()
-                        .map(|x| x.expect("hex").1)
-                        .collect();
-                    u32::from_str_radix(&h, 16).expect("hex digits")
-                }
-                'u' => {
-                    chars.next(); // {
-                    let mut h = String::new();
-                    let mut end = i;
-                    for (j, d) in chars.by_ref() {
-                        end = j;
-                        if d == '}' {
-                            break;
-                        }
-                        h.push(d);
-                    }
-                    let v = u32::from_str_radix(&h, 16).expect("hex digits");
-                    if char::from_u32(v).is_none() || bytes {
-                        let sp = Span {
-                            start: base + i,
-                            end: base + end + 1,
-                        };
-                        if bytes {
-                            self.error(sp, "`\\u{...}` escapes are not allowed in byte strings");
+                    let h = rest.get(2..4).unwrap_or("");
+                    if h.len() == 2 && h.chars().all(|c| c.is_ascii_hexdigit()) {
+                        len = 4;
+                        let v = u32::from_str_radix(h, 16).expect("hex");
+                        if !bytes && v > 0x7f {
+                            Err(format!(
+                                "`\\x{h}` is not ASCII; write `\\u{{{h}}}` for the character U+00{}",
+                                h.to_uppercase()
+                            ))
                         } else {
-                            self.error(sp, format!("invalid Unicode scalar value {v:#x}"));
+                            Ok(v)
                         }
-                        continue;
+                    } else {
+                        Err("`\\x` takes two hex digits: `\\x93`".to_string())
                     }
-                    v
                 }
-                _ => unreachable!("escape admitted by the grammar"),
+                'u' if !bytes => {
+                    let close = rest.find('}');
+                    match (rest[2..].starts_with('{'), close) {
+                        (true, Some(end)) => {
+                            len = end + 1;
+                            let h = &rest[3..end];
+                            match u32::from_str_radix(h, 16) {
+                                Ok(v) if h.len() <= 6 => match char::from_u32(v) {
+                                    Some(_) => Ok(v),
+                                    None => Err(format!("invalid Unicode scalar value {v:#x}")),
+                                },
+                                _ => Err("`\\u{...}` takes 1 to 6 hex digits".to_string()),
+                            }
+                        }
+                        _ => Err("`\\u` is written `\\u{e9}`".to_string()),
+                    }
+                }
+                _ => Err(format!(
+                    "unknown escape `\\{e}`; {} are \\n \\t \\r \\\\ \\\" \\0 \\xNN{}",
+                    if bytes {
+                        "byte-string escapes"
+                    } else {
+                        "escapes"
+                    },
+                    if bytes { "" } else { " \\u{...}" }
+                )),
             };
-            if bytes {
-                out.push(decoded as u8);
-            } else {
-                s.push(char::from_u32(decoded).expect("valid char"));
+            match decoded {
+                Ok(v) if bytes => out.push(v as u8),
+                Ok(v) => s.push(char::from_u32(v).expect("checked")),
+                Err(msg) => self.error(
+                    Span {
+                        start: pos,
+                        end: pos + len,
+                    },
+                    msg,
+                ),
             }
+            rest = &rest[len..];
+            pos += len;
         }
         if bytes {
             Unescaped::Bytes(out)
@@ -1030,10 +1057,7 @@ impl Builder<'_> {
         }
     }
 
-    fn uint<T: TryFrom<i128>>(&mut self, p: &Pair<Rule>, what: &str) -> T
-    where
-        T: Default,
-    {
+    fn uint<T: TryFrom<i128> + Default>(&mut self, p: &Pair<Rule>, what: &str) -> T {
         let v = self.int(p);
         match T::try_from(v) {
             Ok(x) => x,

@@ -26,3 +26,39 @@ fn every_builtin_file_parses() {
         }
     }
 }
+
+#[test]
+fn every_builtin_file_checks_clean() {
+    match tensorfmt_schema::load(&all_files()) {
+        Ok(schema) => {
+            let names: Vec<&str> = schema.formats().map(|(_, f)| f.public_name()).collect();
+            assert_eq!(
+                names,
+                [
+                    "npy",
+                    "npz",
+                    "safetensors",
+                    "pytorch",
+                    "pytorch-legacy",
+                    "onnx",
+                    "caffe2-proto",
+                    "caffe2-minidb",
+                    "caffe2-lmdb",
+                    "caffe2-leveldb"
+                ]
+            );
+            assert!(schema.format("npz").is_some());
+            assert!(schema.format_by_public_name("caffe2-minidb").is_some());
+        }
+        Err(d) => panic!("{d}"),
+    }
+}
+
+#[test]
+fn npy_and_npz_check_alone() {
+    let files = all_files();
+    tensorfmt_schema::load(&files[..2]).unwrap();
+    // npz alone cannot resolve `use npy;`.
+    let d = tensorfmt_schema::load(&files[1..2]).unwrap_err();
+    assert!(d.0[0].message.contains("unknown format 'npy'"), "{d}");
+}
