@@ -11,6 +11,8 @@ pub mod convert;
 pub mod cursor;
 pub mod dtype;
 pub mod error;
+pub mod gen;
+pub mod hash;
 pub mod layout_writer;
 pub mod limits;
 pub mod output;
