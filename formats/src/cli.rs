@@ -173,7 +173,7 @@ fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
 }
 
 fn diff(out: &mut dyn Write, a: &PathBuf, b: &PathBuf, atol: f64, rtol: f64) -> crate::Result<bool> {
-    use tensorfmt::runtime::convert::{to_c_order, to_f64};
+    use crate::runtime::convert::{to_c_order, to_f64};
     let fa = TensorFile::open(a)?;
     let fb = TensorFile::open(b)?;
     let mut same = true;
