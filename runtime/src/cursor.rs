@@ -226,8 +226,9 @@ impl<'a> Cursor<'a> {
         e
     }
 
-    /// Reads `expected.len()` bytes and checks that they are `expected`
-    /// ([`ErrorKind::BadMagic`] showing the bytes found, even when fewer remain).
+    /// Reads `expected.len()` bytes and checks that they are `expected`:
+    /// [`ErrorKind::BadMagic`] showing the bytes found (even when fewer remain) if they
+    /// differ, [`ErrorKind::Truncated`] if the data ends within a matching prefix.
     pub fn magic(&mut self, field: &str, expected: &[u8]) -> Result<()> {
         self.mark(field);
         let n = (expected.len() as u64).min(self.remaining());
@@ -235,6 +236,16 @@ impl<'a> Cursor<'a> {
         self.src
             .read_exact_at(self.pos, &mut found)
             .map_err(|e| self.relocate(field, e))?;
+        if found.len() < expected.len() && expected.starts_with(&found) {
+            // What is there matches: the data just ends too early.
+            return Err(self.error(
+                field,
+                ErrorKind::Truncated {
+                    needed: expected.len() as u64,
+                    available: n,
+                },
+            ));
+        }
         if found != expected {
             return Err(self.error(
                 field,
@@ -438,10 +449,23 @@ mod tests {
         }
         assert_eq!(e.location.offset, Some(0));
         assert_eq!(c.pos(), 0);
-        let short = mem(b"\x93N");
+        let short = mem(b"\x93X");
         let mut c = Cursor::new(&short, loc());
         let e = c.magic("magic", b"\x93NUMPY").unwrap_err();
-        assert!(matches!(&e.kind, ErrorKind::BadMagic { found, .. } if found == b"\x93N"));
+        assert!(matches!(&e.kind, ErrorKind::BadMagic { found, .. } if found == b"\x93X"));
+        let cut = mem(b"\x93N");
+        let mut c = Cursor::new(&cut, loc());
+        let e = c.magic("magic", b"\x93NUMPY").unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                ErrorKind::Truncated {
+                    needed: 6,
+                    available: 2
+                }
+            ),
+            "{e}"
+        );
         let ok = mem(b"PK\x03\x04");
         let mut c = Cursor::new(&ok, loc());
         c.magic("sig", b"PK\x03\x04").unwrap();
