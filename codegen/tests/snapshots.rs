@@ -29,8 +29,8 @@ fn unsupported_constructs_are_diagnostics() {
 format records {
     engine file;
     layout Rec little {
-        n: u32;
-        items: u32 repeat until_eof;
+        n: u32 write = 1;
+        items: u32 repeat until_eof write = 0;
     }
     tensor from Rec as r {
         name = source.stem;

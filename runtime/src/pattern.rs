@@ -31,7 +31,9 @@ impl Pattern {
                 })? + start;
                 let name = &rest[start + 1..end];
                 if name.is_empty() {
-                    return Err(ErrorKind::Invalid(format!("pattern '{text}': empty capture")).into());
+                    return Err(
+                        ErrorKind::Invalid(format!("pattern '{text}': empty capture")).into(),
+                    );
                 }
                 if matches!(pieces.last(), Some(Piece::Cap(_))) {
                     return Err(ErrorKind::Invalid(format!(
@@ -75,11 +77,13 @@ impl Pattern {
             match p {
                 Piece::Lit(l) => out.push_str(l),
                 Piece::Cap(c) => {
-                    let v = vals.next().ok_or_else(|| {
-                        ErrorKind::Invalid(format!("no value for capture '{c}'"))
-                    })?;
+                    let v = vals
+                        .next()
+                        .ok_or_else(|| ErrorKind::Invalid(format!("no value for capture '{c}'")))?;
                     if v.is_empty() {
-                        return Err(ErrorKind::Invalid(format!("capture '{c}' may not be empty")).into());
+                        return Err(
+                            ErrorKind::Invalid(format!("capture '{c}' may not be empty")).into(),
+                        );
                     }
                     out.push_str(v);
                 }
@@ -92,7 +96,9 @@ impl Pattern {
 fn match_from(pieces: &[Piece], s: &str, caps: &mut Vec<String>) -> bool {
     match pieces.split_first() {
         None => s.is_empty(),
-        Some((Piece::Lit(l), rest)) => s.strip_prefix(l.as_str()).is_some_and(|r| match_from(rest, r, caps)),
+        Some((Piece::Lit(l), rest)) => s
+            .strip_prefix(l.as_str())
+            .is_some_and(|r| match_from(rest, r, caps)),
         Some((Piece::Cap(_), rest)) => {
             // Greedy: try the longest capture first.
             let ends: Vec<usize> = s.char_indices().map(|(i, c)| i + c.len_utf8()).collect();
@@ -121,7 +127,10 @@ mod tests {
         assert_eq!(p.matches("x.npz"), None);
         assert_eq!(p.format(&["a.b"]).unwrap(), "a.b.npy");
         let q = Pattern::new("{prefix}/data/{key}").unwrap();
-        assert_eq!(q.matches("archive/data/12"), Some(vec!["archive".into(), "12".into()]));
+        assert_eq!(
+            q.matches("archive/data/12"),
+            Some(vec!["archive".into(), "12".into()])
+        );
         assert_eq!(q.captures().collect::<Vec<_>>(), vec!["prefix", "key"]);
     }
 

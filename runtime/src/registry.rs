@@ -44,6 +44,9 @@ pub struct FormatDesc {
 
 impl std::fmt::Debug for FormatDesc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FormatDesc").field("name", &self.name).field("extensions", &self.extensions).finish()
+        f.debug_struct("FormatDesc")
+            .field("name", &self.name)
+            .field("extensions", &self.extensions)
+            .finish()
     }
 }
