@@ -262,6 +262,7 @@ pub(crate) fn compile(cx: &mut Cx<'_>, scope: &dyn Scope, e: &Expr) -> GResult<V
                 Ty::Int,
             ))
         }
+        ExprKind::Call { callee, args } if callee.len() == 1 => builtin(cx, scope, e, callee, args),
         ExprKind::Call { callee, args } => scope.call(cx, e, callee, args),
         ExprKind::Unary {
             op: UnaryOp::Not, ..
@@ -294,6 +295,61 @@ pub(crate) fn compile(cx: &mut Cx<'_>, scope: &dyn Scope, e: &Expr) -> GResult<V
                 lit: None,
             })
         }
+    }
+}
+
+/// The builtins every scope shares: `digits(n)`, `first(list)`, `last(list)` and
+/// `len(list)` of a list value (`len(header.shape)`); `len(field)` and other calls go to the
+/// scope.
+fn builtin(
+    cx: &mut Cx<'_>,
+    scope: &dyn Scope,
+    e: &Expr,
+    callee: &[Ident],
+    args: &[Arg],
+) -> GResult<Val> {
+    match callee[0].name.as_str() {
+        "digits" => {
+            let n = int(cx, scope, one_arg(cx, e, callee, args)?)?;
+            let recv = n.receiver();
+            // `checked_ilog10` is `None` for 0, which has one digit.
+            Ok(Val::atom(
+                quote!(#recv.checked_ilog10().map_or(1, |d| u64::from(d) + 1)),
+                Ty::Int,
+            ))
+        }
+        name @ ("first" | "last") => {
+            let arg = one_arg(cx, e, callee, args)?;
+            let l = compile(cx, scope, arg)?;
+            cx.expect(arg, &l, Ty::IntList)?;
+            let recv = l.at(prec::ATOM);
+            let method = if name == "first" {
+                quote!(first)
+            } else {
+                quote!(last)
+            };
+            let field = scope.field();
+            let msg = format!("`{}`: the list is empty", cx.text(e.span));
+            Ok(Val::atom(
+                quote!(#recv.#method().copied().ok_or_else(|| {
+                    rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#field)
+                })?),
+                Ty::Int,
+            ))
+        }
+        "len" => {
+            let arg = one_arg(cx, e, callee, args)?;
+            // `len(field)` is the scope's: the length of a field's content.
+            if matches!(&arg.kind, ExprKind::Path(p) if p.len() == 1) {
+                return scope.call(cx, e, callee, args);
+            }
+            let l = compile(cx, scope, arg)?;
+            cx.expect(arg, &l, Ty::IntList)?;
+            let recv = l.at(prec::ATOM);
+            // Parenthesized: `x as u64 < y` would not parse.
+            Ok(Val::atom(quote!((#recv.len() as u64)), Ty::Int))
+        }
+        _ => scope.call(cx, e, callee, args),
     }
 }
 

@@ -95,16 +95,20 @@ pub(crate) enum Kind<'s> {
         dict: &'s Dict,
         size: &'s Expr,
         encoding: Option<&'s Expr>,
+        /// Spaces appended to the encoded text on write (`spare = ..`).
+        spare: Option<&'s Expr>,
     },
     /// The payload: the rest of the source, or a sized span.
     Payload { size: Option<&'s Expr> },
 }
 
-/// `pad(align = .., fill = .., last = ..)`.
+/// `pad(align = .., fill = .., last = .., min = ..)`.
 pub(crate) struct Pad {
     align: u64,
     fill: u8,
     last: Option<u8>,
+    /// The fewest pad bytes written.
+    min: u64,
 }
 
 /// A classified layout field.
@@ -238,12 +242,14 @@ pub(crate) fn classify<'s>(cx: &Cx<'_>, fmt: &Fmt<'s>, layout: &'s Layout) -> GR
                         return Err(cx.unsupported(cspan, &format!("the `{}` codec", cname.name)));
                     }
                     let mut encoding = None;
+                    let mut spare = None;
                     for a in cargs {
                         match &a.name {
                             Some(n) if n.name == "encoding" => encoding = Some(&a.value),
+                            Some(n) if n.name == "spare" => spare = Some(&a.value),
                             _ => return Err(cx.err(
                                 a.span,
-                                "`pydict` takes one argument: `encoding = \"latin1\" | \"utf8\"`",
+                                "`pydict` takes the arguments `encoding = \"latin1\" | \"utf8\"` and `spare = N`",
                             )),
                         }
                     }
@@ -251,6 +257,7 @@ pub(crate) fn classify<'s>(cx: &Cx<'_>, fmt: &Fmt<'s>, layout: &'s Layout) -> GR
                         dict: d,
                         size,
                         encoding,
+                        spare,
                     }
                 } else if fmt.layout(tn).is_some() {
                     return Err(cx.unsupported(t.span, "a nested layout field"));
@@ -318,6 +325,7 @@ fn parse_pad(cx: &Cx<'_>, args: &[Arg], span: Span) -> GResult<Pad> {
         align: 0,
         fill: 0,
         last: None,
+        min: 0,
     };
     for a in args {
         let name = a.name.as_ref().map(|n| n.name.as_str());
@@ -327,10 +335,13 @@ fn parse_pad(cx: &Cx<'_>, args: &[Arg], span: Span) -> GResult<Pad> {
             }
             (Some("fill"), ExprKind::Bytes(b)) if b.len() == 1 => pad.fill = b[0],
             (Some("last"), ExprKind::Bytes(b)) if b.len() == 1 => pad.last = Some(b[0]),
+            (Some("min"), ExprKind::Int(v)) if *v >= 0 && *v <= i128::from(u32::MAX) => {
+                pad.min = *v as u64
+            }
             _ => {
                 return Err(cx.unsupported(
                     a.span,
-                    "a `pad` argument other than `align = N`, `fill = b\"x\"`, `last = b\"x\"`",
+                    "a `pad` argument other than `align = N`, `fill = b\"x\"`, `last = b\"x\"`, `min = N`",
                 ))
             }
         }
@@ -538,6 +549,7 @@ fn gen_read(cx: &mut Cx<'_>, l: &LayoutM<'_>) -> GResult<TokenStream> {
                 dict,
                 size,
                 encoding,
+                ..
             } => {
                 uses_limits = true;
                 let n = expr::int(cx, &before, size)?.ts;
@@ -670,6 +682,8 @@ struct WriteScope<'a, 's> {
     at: usize,
     /// Compiling after layout (sizes known).
     deferred: bool,
+    /// Compiling a codec's `spare`, before any computed field or encoded length is known.
+    in_text: bool,
 }
 
 impl WriteScope<'_, '_> {
@@ -694,6 +708,15 @@ impl Scope for WriteScope<'_, '_> {
         if matches!(f.kind, Kind::Num(_) | Kind::Cond { .. }) {
             match &self.rules[i] {
                 Rule::Param => {}
+                Rule::Eager(_) | Rule::Deferred(_) | Rule::SizeOf(_) if self.in_text => {
+                    return Err(cx.unsupported(
+                        e.span,
+                        &format!(
+                            "using `{}`, computed once the codec texts are encoded, in `spare`",
+                            f.name()
+                        ),
+                    ))
+                }
                 Rule::Const(v) => {
                     let lit = Literal::u64_unsuffixed(*v);
                     return Ok(Val {
@@ -729,6 +752,9 @@ impl Scope for WriteScope<'_, '_> {
 
     fn call(&self, cx: &mut Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<Val> {
         let fname = callee[0].name.as_str();
+        if self.in_text {
+            return Err(cx.unsupported(e.span, &format!("`{}(..)` in `spare`", expr::join(callee))));
+        }
         if callee.len() != 1 || !matches!(fname, "len" | "size" | "latin1") {
             return Err(cx.unsupported(e.span, &format!("`{}(..)`", expr::join(callee))));
         }
@@ -784,6 +810,10 @@ fn text_local(f: &FieldM<'_>) -> RsIdent {
 
 fn size_local(f: &FieldM<'_>) -> RsIdent {
     format_ident!("__{}_size", f.ident.to_string().trim_start_matches("r#"))
+}
+
+fn spare_local(f: &FieldM<'_>) -> RsIdent {
+    format_ident!("__{}_spare", f.ident.to_string().trim_start_matches("r#"))
 }
 
 fn at_local(f: &FieldM<'_>) -> RsIdent {
@@ -878,6 +908,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
             rules: &rules,
             at: i,
             deferred: false,
+            in_text: false,
         };
         match (&f.kind, &rules[i]) {
             (Kind::Magic(b), _) => {
@@ -916,12 +947,37 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
                 params.push(quote!(#id: &[u8]));
                 param_docs.push(format!("`{name}`"));
             }
-            (Kind::Dict { dict, .. }, _) => {
+            (Kind::Dict { dict, spare, .. }, _) => {
                 let d = rs_ident(&dict.name.name);
                 let t = text_local(f);
                 params.push(quote!(#id: &#d));
                 param_docs.push(format!("`{name}`"));
-                texts.push(quote!(let #t = rt::pydict::encode_numpy_dict(&#id.to_py());));
+                match spare {
+                    None => {
+                        texts.push(quote!(let #t = rt::pydict::encode_numpy_dict(&#id.to_py());))
+                    }
+                    Some(e) => {
+                        // The spare spaces are part of the text: `len(..)` and `latin1(..)`
+                        // see them, as NumPy's header length does.
+                        let scope = WriteScope {
+                            in_text: true,
+                            ..scope
+                        };
+                        let v = expr::int(cx, &scope, e)?.ts;
+                        let n = spare_local(f);
+                        cx.needs_overflow = true;
+                        let what = format!("the `spare` of {name} is over u32::MAX");
+                        texts.push(quote! {
+                            let mut #t = rt::pydict::encode_numpy_dict(&#id.to_py());
+                            let #n: u64 = #v;
+                            let #n = u32::try_from(#n)
+                                .ok()
+                                .and_then(|n| usize::try_from(n).ok())
+                                .ok_or_else(|| overflow(#name, #what))?;
+                            #t.push_str(&" ".repeat(#n));
+                        });
+                    }
+                }
             }
             (Kind::Payload { .. }, _) => {
                 let len = format_ident!("{}_len", id.to_string().trim_start_matches("r#"));
@@ -1049,7 +1105,12 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
                         }
                         None => quote!(None),
                     };
-                    place.push(quote!(buf.pad_to(#align, #fill, #last);));
+                    if pad.min == 0 {
+                        place.push(quote!(buf.pad_to(#align, #fill, #last);));
+                    } else {
+                        let min = Literal::u64_unsuffixed(pad.min);
+                        place.push(quote!(buf.pad_to_min(#align, #fill, #last, #min);));
+                    }
                 }
                 if want_size {
                     let s = size_local(f);
@@ -1069,6 +1130,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
                     rules: &rules,
                     at: i,
                     deferred: true,
+                    in_text: false,
                 };
                 (expr::int(cx, &scope, e)?.ts, *p)
             }
@@ -1097,6 +1159,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
             rules: &rules,
             at: i,
             deferred: true,
+            in_text: false,
         };
         for check in &f.checks {
             patch.push(write_check(cx, &scope, f, check)?);

@@ -73,3 +73,36 @@ format onnxish {
         "{msgs:?}"
     );
 }
+
+#[test]
+fn spare_is_computed_before_the_computed_fields() {
+    // `spare` lengthens the text that `len(d)` measures, so it cannot use `n`, computed
+    // from that length.
+    let s = parse(
+        r#"
+format sp {
+    engine file;
+    dict D { shape: tuple<u64>; }
+    layout L little {
+        k: u8 write = len(d);
+        n: u32 write = size(d);
+        d: D size n codec pydict(spare = k) pad(align = 8, fill = b" ", min = 3);
+        data: payload rest;
+    }
+    table t: str -> dtype { "f4" => f32 }
+    tensor from L as l {
+        name = source.stem;
+        dtype = t["f4"];
+        shape = l.d.shape;
+        data = l.data;
+    }
+}
+"#,
+    );
+    let d = tensorfmt_codegen::generate(&s).expect_err("spare uses a computed field");
+    let text = d.with_sources(&s.files);
+    assert!(
+        text.contains("using `k`, computed once the codec texts are encoded, in `spare`"),
+        "{text}"
+    );
+}

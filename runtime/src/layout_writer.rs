@@ -201,16 +201,29 @@ impl LayoutBuf {
     /// pads its header with spaces and a newline. An `align` of 0 counts as 1. `fill`
     /// is a byte, or a byte string whose first byte is used (0 if empty).
     pub fn pad_to(&mut self, align: u64, fill: impl PadByte, last: Option<u8>) {
+        self.pad_to_min(align, fill, last, 0);
+    }
+
+    /// [`pad_to`](Self::pad_to) writing at least `min` pad bytes: the smallest count
+    /// `n >= min` (`n >= 1` with `last`) that ends the padding at a multiple of `align`.
+    /// NumPy's header padding is `pad_to_min(64, b' ', Some(b'\n'), 2)`: between 2 and 65
+    /// bytes. A count over `u32::MAX` writes nothing.
+    pub fn pad_to_min(&mut self, align: u64, fill: impl PadByte, last: Option<u8>, min: u64) {
         let fill = fill.pad_byte();
         let align = align.max(1);
-        let rem = self.abs_pos() % align;
-        let mut n = if rem == 0 { 0 } else { align - rem };
-        if last.is_some() && n == 0 {
-            n = align;
-        }
-        // `n < align` in memory terms only if `align` is sane; refuse absurd requests by
-        // writing nothing rather than allocating without bound.
-        let Ok(n) = usize::try_from(n) else {
+        let min = if last.is_some() { min.max(1) } else { min };
+        let rem = self.abs_pos().wrapping_add(min) % align;
+        let n = if rem == 0 {
+            Some(min)
+        } else {
+            min.checked_add(align - rem)
+        };
+        // Refuse absurd requests (over 4 GiB of padding) by writing nothing rather than
+        // allocating without bound.
+        let Some(n) = n
+            .filter(|&n| n <= u64::from(u32::MAX))
+            .and_then(|n| usize::try_from(n).ok())
+        else {
             return;
         };
         match last {
@@ -366,5 +379,45 @@ mod tests {
         assert_eq!(b.pos(), 4);
         b.pad_to(1, b"x", Some(b'\n'));
         assert_eq!(b.as_slice(), &[0, 0, 0, 0, b'\n']);
+    }
+
+    #[test]
+    fn padding_with_a_minimum() {
+        // NumPy: between 2 and 65 pad bytes (spaces, then '\n').
+        for (len, want) in [(0usize, 64usize), (52, 64), (53, 128), (54, 128), (61, 128)] {
+            let mut b = LayoutBuf::new(0);
+            b.put_bytes(&vec![b'x'; 10 + len]);
+            b.pad_to_min(64, b' ', Some(b'\n'), 2);
+            let v = b.into_vec();
+            assert_eq!(v.len(), want, "header text of {len} bytes");
+            assert_eq!(v[want - 1], b'\n');
+            assert!(v[10 + len..want - 1].iter().all(|&c| c == b' '));
+            assert!(want - 10 - len >= 2 && want - 10 - len <= 65);
+        }
+        // 1 byte before the boundary: 64 spaces and the newline, not just the newline.
+        let mut b = LayoutBuf::new(0);
+        b.put_bytes(&[b'x'; 63]);
+        b.pad_to_min(64, b' ', Some(b'\n'), 2);
+        assert_eq!(b.pos(), 128);
+        // Without `last`, `min` still counts; the base counts too.
+        let mut b = LayoutBuf::new(60);
+        b.pad_to_min(8, 0u8, None, 0);
+        assert_eq!(b.pos(), 4);
+        b.pad_to_min(8, 0u8, None, 3);
+        assert_eq!(b.pos(), 12);
+        b.pad_to_min(8, 0u8, None, 8);
+        assert_eq!(b.pos(), 20);
+        // `min` 0 or 1 with `last` is `pad_to`.
+        let mut a = LayoutBuf::new(3);
+        let mut c = LayoutBuf::new(3);
+        a.pad_to_min(16, b' ', Some(b'\n'), 0);
+        c.pad_to(16, b' ', Some(b'\n'));
+        assert_eq!(a, c);
+        // An absurd minimum writes nothing rather than overflowing.
+        let mut b = LayoutBuf::new(0);
+        b.pad_to_min(64, b' ', None, u64::MAX);
+        assert_eq!(b.pos(), 0);
+        b.pad_to_min(1, b' ', Some(b'\n'), u64::MAX);
+        assert_eq!(b.pos(), 0);
     }
 }

@@ -493,7 +493,7 @@ impl Field {
         })
     }
 
-    /// The arguments of `pad(...)`: `align`, `fill`, `last`.
+    /// The arguments of `pad(...)`: `align`, `fill`, `last`, `min`.
     pub fn pad_args(&self) -> Option<&[Arg]> {
         self.modifiers.iter().find_map(|m| match m {
             Modifier::Pad { args, .. } => Some(args.as_slice()),

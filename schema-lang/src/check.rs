@@ -69,6 +69,9 @@ const BUILTINS: &[(&str, Option<usize>)] = &[
     ("has", Some(1)),
     ("str", Some(1)),
     ("index_of", Some(2)),
+    ("digits", Some(1)),
+    ("first", Some(1)),
+    ("last", Some(1)),
     ("typed", None),
     ("external", None),
     ("join", None),
@@ -840,10 +843,28 @@ impl<'a> Checker<'a> {
                             let ty = self.expr(at, scope, &a.value);
                             self.want(at, &a.value, ty, Ty::Str, "the `encoding` argument");
                         }
-                        _ => self.err(
+                        Some(k) if k.name == "spare" => {
+                            // Evaluated on write, over the value being encoded: like a
+                            // `write` rule, it may use any field, the codec's own included.
+                            let scope = match scope {
+                                Scope::Layout {
+                                    layout, current, ..
+                                } => Scope::Layout {
+                                    layout,
+                                    current,
+                                    read: None,
+                                    allow_self: true,
+                                },
+                                other => other,
+                            };
+                            let ty = self.expr(at, scope, &a.value);
+                            self.want(at, &a.value, ty, Ty::Int, "the `spare` argument");
+                        }
+                        _ => self.err_help(
                             at.file,
                             a.span,
-                            "codec 'pydict' takes one named argument: `encoding`",
+                            "codec 'pydict' takes the named arguments `encoding` and `spare`",
+                            "`codec pydict(encoding = \"latin1\", spare = N)`",
                         ),
                     }
                 }
@@ -899,6 +920,13 @@ impl<'a> Checker<'a> {
                         self.err(at.file, a.value.span, "`pad` align must be positive");
                     }
                 }
+                "min" => {
+                    let ty = self.expr(at, scope, &a.value);
+                    self.want(at, &a.value, ty, Ty::Int, "`pad` min");
+                    if a.value.as_int().is_some_and(|v| v < 0) {
+                        self.err(at.file, a.value.span, "`pad` min cannot be negative");
+                    }
+                }
                 "fill" | "last" => match &a.value.kind {
                     ExprKind::Bytes(b) if b.len() == 1 => {}
                     _ => self.err(
@@ -911,7 +939,7 @@ impl<'a> Checker<'a> {
                     at.file,
                     n.span,
                     format!("unknown `pad` argument '{other}'"),
-                    "`pad` takes align, fill and last",
+                    "`pad` takes align, fill, last and min",
                 ),
             }
         }
@@ -2036,6 +2064,24 @@ impl<'a> Checker<'a> {
                             self.want(at, &a.value, *t, Ty::Int, "`align`");
                         }
                         return Ty::Int;
+                    }
+                    "digits" => {
+                        for (a, t) in args.iter().zip(&tys) {
+                            self.want(at, &a.value, *t, Ty::Int, "`digits`");
+                        }
+                        return Ty::Int;
+                    }
+                    "first" | "last" => {
+                        for (a, t) in args.iter().zip(&tys) {
+                            if t.known() {
+                                self.err(
+                                    at.file,
+                                    a.value.span,
+                                    format!("`{name}` takes a list, but this is {}", t.word()),
+                                );
+                            }
+                        }
+                        return Ty::Unknown;
                     }
                     "itemsize" | "index_of" => return Ty::Int,
                     "latin1" | "has" => return Ty::Bool,

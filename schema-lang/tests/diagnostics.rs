@@ -361,6 +361,45 @@ fn codecs_and_pad() {
         "format x { engine file; layout L little { n: u32 write = size(a); a: bytes size n pad(align = 8, fill = b\"ab\"); } }",
         "`pad` fill is one byte",
     );
+    one_error(
+        "format x { engine file; layout L little { n: u32 write = size(a); a: bytes size n pad(align = 8, most = 2); } }",
+        "unknown `pad` argument 'most'",
+    );
+    one_error(
+        "format x { engine file; layout L little { n: u32 write = size(a); a: bytes size n pad(align = 8, min = \"2\"); } }",
+        "`pad` min needs an integer, but this is a string",
+    );
+    one_error(
+        "format x { engine file; layout L little { n: u32 write = size(a); a: bytes size n pad(align = 8, min = -1); } }",
+        "`pad` min cannot be negative",
+    );
+    // `spare` is a write-side expression over the record itself, with the list builtins.
+    let ok = "format x { engine file; dict D { shape: tuple<u64>; f: bool; } layout L little { \
+              n: u32 write = size(d); \
+              d: D size n codec pydict(encoding = \"utf8\", spare = if len(d.shape) == 0 { 0 } \
+                 else if d.f { 21 - digits(last(d.shape)) } else { 21 - digits(first(d.shape)) }) \
+                 pad(align = 64, fill = b\" \", last = b\"\\n\", min = 2); } }";
+    assert_eq!(messages(ok), Vec::<String>::new());
+    one_error(
+        "format x { engine file; dict D { a: str; } layout L little { n: u32 write = size(d); d: D size n codec pydict(spare = d.a); } }",
+        "the `spare` argument needs an integer, but this is a string",
+    );
+    one_error(
+        "format x { engine file; dict D { a: str; } layout L little { n: u32 write = size(d); d: D size n codec pydict(spaces = 1); } }",
+        "codec 'pydict' takes the named arguments `encoding` and `spare`",
+    );
+    one_error(
+        "format x { engine file; dict D { a: str; } layout L little { n: u32 write = digits(first(1)); d: D size n codec pydict; } }",
+        "`first` takes a list, but this is an integer",
+    );
+    one_error(
+        "format x { engine file; dict D { a: str; } layout L little { n: u32 write = digits(d.a); d: D size n codec pydict; } }",
+        "`digits` needs an integer, but this is a string",
+    );
+    one_error(
+        "format x { engine file; layout L little { n: u32 write = last([1], [2]); } }",
+        "`last` takes 1 argument, found 2",
+    );
 }
 
 #[test]

@@ -106,7 +106,7 @@ fn npy_file_facts() {
         modifiers(major),
         [
             "check major in [1, 2, 3]",
-            "write = if !latin1(header) { 3 } else if align(10 + len(header) + 1, 64) - 10 <= 65535 { 1 } else { 2 }",
+            "write = if !latin1(header) { 3 } else if align(10 + len(header) + 2, 64) - 10 <= 65535 { 1 } else { 2 }",
         ]
     );
     assert!(major.docs[0].starts_with("Major version"));
@@ -139,8 +139,8 @@ fn npy_file_facts() {
         modifiers(header),
         [
             "size header_len",
-            "codec pydict(encoding = if major == 3 { \"utf8\" } else { \"latin1\" })",
-            "pad(align = 64, fill = b\" \", last = b\"\\n\")",
+            "codec pydict(encoding = if major == 3 { \"utf8\" } else { \"latin1\" }, spare = if len(header.shape) == 0 { 0 } else if header.fortran_order { 21 - digits(last(header.shape)) } else { 21 - digits(first(header.shape)) })",
+            "pad(align = 64, fill = b\" \", last = b\"\\n\", min = 2)",
         ]
     );
     assert_eq!(header.codec().unwrap().0.name, "pydict");
@@ -155,6 +155,13 @@ fn npy_file_facts() {
     assert_eq!(
         tensorfmt_schema::find_arg(pad, "last").unwrap().value.kind,
         ExprKind::Bytes(b"\n".to_vec())
+    );
+    assert_eq!(
+        tensorfmt_schema::find_arg(pad, "min")
+            .unwrap()
+            .value
+            .as_int(),
+        Some(2)
     );
 
     let data = l.field("data").unwrap();
