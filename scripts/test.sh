@@ -20,5 +20,5 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
 fi
 cargo --version >&2 || { echo "test.sh: cargo is not usable" >&2; exit 1; }
 
-echo "== cargo test --workspace $*" >&2
-exec cargo test --workspace "$@" </dev/null
+echo "== cargo test --workspace --no-fail-fast $*" >&2
+exec cargo test --workspace --no-fail-fast "$@" </dev/null

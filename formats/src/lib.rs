@@ -40,7 +40,6 @@ use tensorfmt_runtime::sink::ViewSink;
 pub mod cli;
 
 /// Readers and writers generated from the built-in `.fmt` schemas.
-#[allow(clippy::all, missing_docs)]
 pub mod generated {
     include!(concat!(env!("OUT_DIR"), "/formats.rs"));
 }
