@@ -16,14 +16,18 @@ macro_rules! outln {
         writeln!($out, $($arg)*).map_err(crate::Error::from)?
     };
 }
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::json;
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
 use crate::{Compression, ConvertOptions, DType, TensorFile, TensorInfo};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::json;
 
 #[derive(Parser)]
-#[command(name = "tensorfmt", version, about = "Read, write and check the tensor files of deep learning")]
+#[command(
+    name = "tensorfmt",
+    version,
+    about = "Read, write and check the tensor files of deep learning"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -115,11 +119,19 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
-fn inspect(out: &mut dyn Write, path: &PathBuf, as_json: bool, with_sha: bool) -> crate::Result<()> {
+fn inspect(
+    out: &mut dyn Write,
+    path: &PathBuf,
+    as_json: bool,
+    with_sha: bool,
+) -> crate::Result<()> {
     let file = TensorFile::open(path)?;
     let hashes = if with_sha {
         let bar = progress_bar(total_bytes(file.tensors()), "hashing");
-        let mut sink = Progress { inner: HashSink::default(), bar: &bar };
+        let mut sink = Progress {
+            inner: HashSink::default(),
+            bar: &bar,
+        };
         file.read_all(&mut sink)?;
         bar.finish_and_clear();
         Some(sink.inner.digests)
@@ -139,10 +151,36 @@ fn inspect(out: &mut dyn Write, path: &PathBuf, as_json: bool, with_sha: bool) -
                 o
             })
             .collect();
-        outln!(out, "{}", json!({ "format": file.format(), "tensors": tensors }));
+        outln!(
+            out,
+            "{}",
+            json!({ "format": file.format(), "tensors": tensors })
+        );
     } else {
-        outln!(out, "{}: {} ({} tensors)", path.display(), file.format(), file.tensors().len());
-        let width = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+        outln!(
+            out,
+            "{}: {} ({} tensors)",
+            path.display(),
+            file.format(),
+            file.tensors().len()
+        );
+        let width = file
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(4)
+            .max(4);
+        if !file.tensors().is_empty() {
+            let head = format!(
+                "  {:width$}  {:8}  {:20}  {}",
+                "name",
+                "dtype",
+                "shape",
+                if hashes.is_some() { "sha256" } else { "" }
+            );
+            outln!(out, "{}", head.trim_end());
+        }
         for (i, t) in file.tensors().iter().enumerate() {
             let shape = format!("{:?}", t.shape);
             let mut line = format!("  {:width$}  {:8}  {:20}", t.name, t.dtype.name(), shape);
@@ -159,10 +197,14 @@ fn inspect(out: &mut dyn Write, path: &PathBuf, as_json: bool, with_sha: bool) -
 fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
     let file = TensorFile::open(path)?;
     let bar = progress_bar(total_bytes(file.tensors()), "verifying");
-    let mut sink = Progress { inner: HashSink::default(), bar: &bar };
+    let mut sink = Progress {
+        inner: HashSink::default(),
+        bar: &bar,
+    };
     file.read_all(&mut sink)?;
     bar.finish_and_clear();
-    outln!(out, 
+    outln!(
+        out,
         "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked",
         path.display(),
         file.format(),
@@ -172,7 +214,13 @@ fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
     Ok(())
 }
 
-fn diff(out: &mut dyn Write, a: &PathBuf, b: &PathBuf, atol: f64, rtol: f64) -> crate::Result<bool> {
+fn diff(
+    out: &mut dyn Write,
+    a: &PathBuf,
+    b: &PathBuf,
+    atol: f64,
+    rtol: f64,
+) -> crate::Result<bool> {
     use crate::runtime::convert::{to_c_order, to_f64};
     let fa = TensorFile::open(a)?;
     let fb = TensorFile::open(b)?;
@@ -208,7 +256,12 @@ fn diff(out: &mut dyn Write, a: &PathBuf, b: &PathBuf, atol: f64, rtol: f64) -> 
             }
         }
         if bad > 0 {
-            outln!(out, "{}: {bad} of {} elements differ (max abs difference {worst})", ta.name, va.len());
+            outln!(
+                out,
+                "{}: {bad} of {} elements differ (max abs difference {worst})",
+                ta.name,
+                va.len()
+            );
             same = false;
         }
     }
@@ -248,14 +301,26 @@ pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> Exi
 fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
     match cli.command {
         Command::Inspect { file, json, sha256 } => inspect(out, &file, json, sha256)?,
-        Command::Convert { input, output, to, dtype, compress } => {
+        Command::Convert {
+            input,
+            output,
+            to,
+            dtype,
+            compress,
+        } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
-                    crate::Error::from(crate::ErrorKind::Unsupported(format!("unknown dtype '{d}'")))
+                    crate::Error::from(crate::ErrorKind::Unsupported(format!(
+                        "unknown dtype '{d}'"
+                    )))
                 })?),
                 None => None,
             };
-            let mut options = ConvertOptions { to, dtype, ..Default::default() };
+            let mut options = ConvertOptions {
+                to,
+                dtype,
+                ..Default::default()
+            };
             if compress {
                 options.write.compression = Some(Compression::Deflate);
             }

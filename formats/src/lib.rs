@@ -95,7 +95,8 @@ pub struct OpenOptions {
     pub format: Option<String>,
     /// Limits applied to the file's contents.
     pub limits: Limits,
-    /// Verify checksums (zip CRC-32) while reading tensor bytes.
+    /// Do not verify checksums (zip CRC-32) while reading tensor bytes (they are verified
+    /// by default).
     pub skip_checksums: bool,
 }
 
@@ -188,12 +189,8 @@ impl TensorFile {
 
     /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
     pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
-        for info in &self.tensors {
-            if self.read_into(info, sink)? == Flow::Stop {
-                break;
-            }
-        }
-        Ok(())
+        tensorfmt_runtime::read::read_all(&self.source, &self.tensors, sink, &self.read_options)
+            .map_err(|e| with_file(e, &self.source))
     }
 
     /// The tensor named `name`: a zero-copy view of the memory map where its bytes are

@@ -36,7 +36,11 @@ pub fn to_c_order(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
     let dims = info.shape.len();
     let mut idx = vec![0u64; dims];
     for _ in 0..n {
-        let off: i64 = idx.iter().zip(&info.strides).map(|(&i, &s)| i as i64 * s).sum();
+        let off: i64 = idx
+            .iter()
+            .zip(&info.strides)
+            .map(|(&i, &s)| i as i64 * s)
+            .sum();
         let start = usize::try_from(off)
             .ok()
             .and_then(|o| o.checked_mul(item))

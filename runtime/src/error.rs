@@ -160,7 +160,10 @@ pub struct Error {
 impl Error {
     /// An error of `kind` at `location`.
     pub fn new(kind: ErrorKind, location: Location) -> Self {
-        Error { kind, location: Box::new(location) }
+        Error {
+            kind,
+            location: Box::new(location),
+        }
     }
 
     /// Sets the file, unless one is set already.

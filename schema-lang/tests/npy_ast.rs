@@ -217,7 +217,11 @@ fn npz_facts() {
     let f = &file.formats[0];
     assert_eq!(f.engine_kind(), "zip");
     let det: Vec<_> = f.detects().collect();
-    assert_eq!(det.len(), 1, "the zip engine recognizes the archive; the rule is on members");
+    assert_eq!(
+        det.len(),
+        1,
+        "the zip engine recognizes the archive; the rule is on members"
+    );
     assert!(
         matches!(det[0], Detect::Entries { all: true, pattern, .. } if pattern.value == "{name}.npy")
     );

@@ -7,7 +7,10 @@ use std::sync::OnceLock;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("tests/ has a parent")
+        .to_path_buf()
 }
 
 /// `tests/fixtures`.
@@ -34,7 +37,13 @@ pub fn python() -> &'static Path {
             String::from_utf8_lossy(&out.stderr)
         );
         let stdout = String::from_utf8_lossy(&out.stdout);
-        PathBuf::from(stdout.lines().last().expect("pyenv.sh prints the python path").trim())
+        PathBuf::from(
+            stdout
+                .lines()
+                .last()
+                .expect("pyenv.sh prints the python path")
+                .trim(),
+        )
     })
 }
 
@@ -56,15 +65,26 @@ pub fn tfcheck(args: &[&str]) -> String {
 
 /// Runs a Python snippet with the test environment's interpreter; returns (success, output).
 pub fn python_snippet(code: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(python()).arg("-c").arg(code).args(args).output().expect("running python");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(python())
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .output()
+        .expect("running python");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text)
 }
 
 /// Runs the `tensorfmt` command line in process; returns its exit code and stdout.
 pub fn cli(args: &[&str]) -> (ExitCode, String) {
     let mut out = Vec::new();
-    let argv = std::iter::once("tensorfmt").chain(args.iter().copied()).map(Into::into);
+    let argv = std::iter::once("tensorfmt")
+        .chain(args.iter().copied())
+        .map(Into::into);
     let code = tensorfmt::cli::run(argv, &mut out);
     (code, String::from_utf8(out).expect("utf-8 output"))
 }
@@ -76,8 +96,18 @@ pub fn json(text: &str) -> serde_json::Value {
 
 /// `inspect --json --sha256` of `path` by tensorfmt, as JSON.
 pub fn inspect_json(path: &Path) -> serde_json::Value {
-    let (code, out) = cli(&["inspect", "--json", "--sha256", path.to_str().expect("utf-8 path")]);
-    assert_eq!(code, ExitCode::SUCCESS, "inspect failed for {}", path.display());
+    let (code, out) = cli(&[
+        "inspect",
+        "--json",
+        "--sha256",
+        path.to_str().expect("utf-8 path"),
+    ]);
+    assert_eq!(
+        code,
+        ExitCode::SUCCESS,
+        "inspect failed for {}",
+        path.display()
+    );
     json(&out)
 }
 

@@ -2,8 +2,8 @@
 //! a panic, a hang, or an allocation larger than the file.
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::path::{Path, PathBuf};
 use std::cell::Cell;
+use std::path::{Path, PathBuf};
 
 use tensorfmt::runtime::sink::OwnedSink;
 use tensorfmt::{OpenOptions, TensorFile};
@@ -48,7 +48,10 @@ fn open_and_read_err(path: &Path, format: Option<&str>) -> String {
     LARGEST.with(|l| l.set(0));
     ARMED.with(|a| a.set(true));
     let result = (|| {
-        let opts = OpenOptions { format: format.map(String::from), ..Default::default() };
+        let opts = OpenOptions {
+            format: format.map(String::from),
+            ..Default::default()
+        };
         let f = TensorFile::open_with(path, &opts)?;
         let mut sink = OwnedSink::default();
         f.read_all(&mut sink)?;
@@ -56,12 +59,22 @@ fn open_and_read_err(path: &Path, format: Option<&str>) -> String {
     })();
     ARMED.with(|a| a.set(false));
     let largest = LARGEST.with(|l| l.get());
-    assert!(largest <= size + (1 << 16), "{}: allocated {largest} bytes for a {size}-byte file", path.display());
+    assert!(
+        largest <= size + (1 << 16),
+        "{}: allocated {largest} bytes for a {size}-byte file",
+        path.display()
+    );
     match result {
-        Ok(n) => panic!("{} was accepted ({n} tensors) but is damaged", path.display()),
+        Ok(n) => panic!(
+            "{} was accepted ({n} tensors) but is damaged",
+            path.display()
+        ),
         Err(e) => {
             let msg = e.to_string();
-            assert!(msg.contains(path.file_name().unwrap().to_str().unwrap()), "error does not name the file: {msg}");
+            assert!(
+                msg.contains(path.file_name().unwrap().to_str().unwrap()),
+                "error does not name the file: {msg}"
+            );
             msg
         }
     }
@@ -87,7 +100,10 @@ fn npy(header: &str, data: &[u8]) -> Vec<u8> {
 }
 
 fn good_npy() -> Vec<u8> {
-    npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", &[0u8; 24])
+    npy(
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
+        &[0u8; 24],
+    )
 }
 
 #[test]
@@ -113,7 +129,10 @@ fn wrong_magic() {
     let msg = open_and_read_err(&p, Some("npy"));
     assert!(msg.contains("magic"), "{msg}");
     let msg = open_and_read_err(&p, None);
-    assert!(msg.contains("not a file of any known tensor format"), "{msg}");
+    assert!(
+        msg.contains("not a file of any known tensor format"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -140,11 +159,17 @@ fn shapes_that_overflow_or_exceed_the_file() {
     let p = write(dir.path(), "overflow.npy", &over);
     let msg = open_and_read_err(&p, None);
     assert!(msg.contains("overflow"), "{msg}");
-    let big = npy("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000), }", &[0u8; 16]);
+    let big = npy(
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000), }",
+        &[0u8; 16],
+    );
     let p = write(dir.path(), "exceeds.npy", &big);
     let msg = open_and_read_err(&p, None);
     assert!(msg.contains("needs 8000000000 bytes"), "{msg}");
-    let neg = npy("{'descr': '<f8', 'fortran_order': False, 'shape': (-2,), }", &[0u8; 16]);
+    let neg = npy(
+        "{'descr': '<f8', 'fortran_order': False, 'shape': (-2,), }",
+        &[0u8; 16],
+    );
     let p = write(dir.path(), "negative.npy", &neg);
     let msg = open_and_read_err(&p, None);
     assert!(msg.contains("shape"), "{msg}");
@@ -153,15 +178,36 @@ fn shapes_that_overflow_or_exceed_the_file() {
 #[test]
 fn unknown_dtype_and_bad_header() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "unicode.npy", &npy("{'descr': '<U5', 'fortran_order': False, 'shape': (2,), }", &[0u8; 40]));
+    let p = write(
+        dir.path(),
+        "unicode.npy",
+        &npy(
+            "{'descr': '<U5', 'fortran_order': False, 'shape': (2,), }",
+            &[0u8; 40],
+        ),
+    );
     let msg = open_and_read_err(&p, None);
-    assert!(msg.contains("unknown dtype") && msg.contains("<U5"), "{msg}");
-    let p = write(dir.path(), "nodescr.npy", &npy("{'fortran_order': False, 'shape': (2,), }", &[0u8; 8]));
+    assert!(
+        msg.contains("unknown dtype") && msg.contains("<U5"),
+        "{msg}"
+    );
+    let p = write(
+        dir.path(),
+        "nodescr.npy",
+        &npy("{'fortran_order': False, 'shape': (2,), }", &[0u8; 8]),
+    );
     let msg = open_and_read_err(&p, None);
     assert!(msg.contains("descr"), "{msg}");
-    let p = write(dir.path(), "garbage.npy", &npy("{'descr': '<f4', 'fortran_order': Fals", &[0u8; 8]));
+    let p = write(
+        dir.path(),
+        "garbage.npy",
+        &npy("{'descr': '<f4', 'fortran_order': Fals", &[0u8; 8]),
+    );
     let msg = open_and_read_err(&p, None);
-    assert!(msg.contains("python literal") || msg.contains("header"), "{msg}");
+    assert!(
+        msg.contains("python literal") || msg.contains("header"),
+        "{msg}"
+    );
 }
 
 fn fixture_bytes(rel: &str) -> Vec<u8> {
@@ -184,7 +230,9 @@ fn first_npz(kind: &str) -> Vec<u8> {
         .filter(|n| n.contains(kind))
         .collect();
     names.sort();
-    let name = names.first().unwrap_or_else(|| panic!("no npz fixture named *{kind}*"));
+    let name = names
+        .first()
+        .unwrap_or_else(|| panic!("no npz fixture named *{kind}*"));
     fixture_bytes(&format!("npz/{name}"))
 }
 
@@ -229,7 +277,10 @@ fn truncated_and_forged_zip() {
     open_and_read_err(&p, Some("npz"));
     // End-of-central-directory record claiming 65535 entries in a tiny file.
     let mut forged = z.clone();
-    let eocd = forged.windows(4).rposition(|w| w == b"PK\x05\x06").expect("EOCD");
+    let eocd = forged
+        .windows(4)
+        .rposition(|w| w == b"PK\x05\x06")
+        .expect("EOCD");
     forged[eocd + 8..eocd + 12].copy_from_slice(&[0xff, 0xff, 0xff, 0xff]);
     let p = write(dir.path(), "forged.npz", &forged);
     open_and_read_err(&p, Some("npz"));
