@@ -1,1 +1,368 @@
-//! Crate under construction.
+//! Workloads shared by the criterion benches (`benches/benches/*.rs`) and the `tfbench`
+//! timing binary (`src/bin/tfbench.rs`, driven by `compare.py` against NumPy).
+//!
+//! Every operation exists once here, for tensorfmt ([`tf`]) and for ndarray-npy ([`nd`]),
+//! so that the criterion groups and the NumPy comparison time exactly the same code.
+//! tensorfmt is used through its public API only.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use tensorfmt::{ByteOrder, DType, Order, TensorMeta};
+
+/// Any error of a workload.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+/// Result of a workload.
+pub type Result<T> = std::result::Result<T, BoxError>;
+
+/// One mebibyte.
+pub const MIB: usize = 1 << 20;
+
+/// `len_bytes / 4` deterministic pseudo-random `f32` values in `[-1, 1)` (xorshift64*),
+/// as little-endian bytes. Random mantissas compress about as badly as trained weights.
+pub fn f32_bytes(len_bytes: usize, seed: u64) -> Vec<u8> {
+    let n = len_bytes / 4;
+    let mut out = Vec::with_capacity(n * 4);
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for _ in 0..n {
+        s ^= s >> 12;
+        s ^= s << 25;
+        s ^= s >> 27;
+        let r = s.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        let v = (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// The metadata of a 1-d little-endian `f32` tensor of `nbytes` bytes.
+pub fn f32_meta(name: &str, nbytes: usize) -> TensorMeta {
+    TensorMeta {
+        name: name.to_string(),
+        dtype: DType::F32,
+        shape: vec![(nbytes / 4) as u64],
+        order: Order::C,
+        byte_order: ByteOrder::Little,
+    }
+}
+
+/// A human label for a byte size: `1MiB`, `256MiB`, `1GiB`.
+pub fn size_label(bytes: usize) -> String {
+    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+        format!("{}GiB", bytes >> 30)
+    } else if bytes >= MIB && bytes % MIB == 0 {
+        format!("{}MiB", bytes / MIB)
+    } else {
+        format!("{}KiB", bytes / 1024)
+    }
+}
+
+/// Flushes every dirty page of the system to disk, so that one write's writeback does
+/// not land in the next measurement. Called outside the timed region, before each write.
+pub fn sync_all() {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+}
+
+/// Free bytes on the file system holding `dir`, if it can be asked.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// The directory benchmarks write their files in: `$TFBENCH_DIR` if set, else the system
+/// temporary directory (on this project's machines, the same disk as the work tree).
+pub fn bench_parent_dir() -> PathBuf {
+    std::env::var_os("TFBENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir)
+}
+
+/// A fresh temporary directory under [`bench_parent_dir`], removed on drop.
+pub fn bench_tempdir() -> Result<tempfile::TempDir> {
+    let parent = bench_parent_dir();
+    std::fs::create_dir_all(&parent)?;
+    Ok(tempfile::Builder::new()
+        .prefix("tfbench-")
+        .tempdir_in(parent)?)
+}
+
+/// Removes `path` if it exists.
+pub fn remove_if_exists(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// tensorfmt workloads, through the public API of the `tensorfmt` crate only.
+pub mod tf {
+    use super::*;
+    use tensorfmt::runtime::sink::OwnedSink;
+    use tensorfmt::{Compression, OpenOptions, Saver, Tensor, TensorFile, WriteOptions};
+
+    /// Opens a file: memory map, format detection and index; no payload byte is read.
+    pub fn open(path: &Path) -> Result<TensorFile> {
+        Ok(TensorFile::open(path)?)
+    }
+
+    /// Opens a file and reads every tensor into owned, aligned memory ([`OwnedSink`]).
+    pub fn read_owned(path: &Path) -> Result<Vec<Tensor>> {
+        let file = TensorFile::open(path)?;
+        let mut sink = OwnedSink::new();
+        file.read_all(&mut sink)?;
+        Ok(sink.into_tensors())
+    }
+
+    /// Opens a file and loads every tensor with [`TensorFile::load_all`]: zero-copy views
+    /// of the memory map where the bytes are stored plain (npy, stored npz members),
+    /// owned copies otherwise.
+    pub fn read_view(path: &Path) -> Result<Vec<Tensor>> {
+        let file = TensorFile::open(path)?;
+        Ok(file.load_all()?)
+    }
+
+    /// [`read_view`] with zip CRC-32 verification off ([`OpenOptions::skip_checksums`]):
+    /// a stored npz member's view then costs no pass over its bytes.
+    pub fn read_view_unchecked(path: &Path) -> Result<Vec<Tensor>> {
+        let options = OpenOptions {
+            skip_checksums: true,
+            ..OpenOptions::default()
+        };
+        let file = TensorFile::open_with(path, &options)?;
+        Ok(file.load_all()?)
+    }
+
+    /// The tensors of `path` as (name, owned bytes), names without a `.npy` suffix:
+    /// the inputs of the write workloads.
+    pub fn inputs(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+        Ok(read_owned(path)?
+            .into_iter()
+            .map(|t| {
+                let name = t.info.name.trim_end_matches(".npy").to_string();
+                (name, t.data.as_bytes().to_vec())
+            })
+            .collect())
+    }
+
+    fn options(compression: Option<Compression>) -> WriteOptions {
+        WriteOptions { compression }
+    }
+
+    /// Saves with [`Saver`]: a temporary file, fsync, then an atomic rename (what
+    /// [`tensorfmt::save`] does).
+    pub fn save(
+        path: &Path,
+        format: &str,
+        tensors: &[(String, Vec<u8>)],
+        compression: Option<Compression>,
+    ) -> Result<()> {
+        let mut saver = Saver::create(path, Some(format), &options(compression))?;
+        for (name, bytes) in tensors {
+            saver.add_bytes(&f32_meta(name, bytes.len()), bytes)?;
+        }
+        saver.commit()?;
+        Ok(())
+    }
+
+    /// Saves with the format's public writer ([`tensorfmt::FormatDesc::writer`]) straight
+    /// into the destination through a `BufWriter`: no temporary file, no fsync, no rename
+    /// — what `np.save` and ndarray-npy do.
+    pub fn save_no_fsync(
+        path: &Path,
+        format: &str,
+        tensors: &[(String, Vec<u8>)],
+        compression: Option<Compression>,
+    ) -> Result<()> {
+        let desc = tensorfmt::format_named(format).ok_or("unknown format")?;
+        let out = BufWriter::new(File::create(path)?);
+        let mut writer = (desc.writer)(Box::new(out), &options(compression))?;
+        for (name, bytes) in tensors {
+            let mut data: &[u8] = bytes;
+            writer.add(&f32_meta(name, bytes.len()), &mut data)?;
+        }
+        writer.finish()?;
+        Ok(())
+    }
+
+    /// Writes a real (not sparse) npy file of `nbytes` payload bytes without holding
+    /// them in memory: a constant non-zero pattern, streamed through [`Saver::add`].
+    pub fn write_pattern_npy(path: &Path, nbytes: usize) -> Result<()> {
+        let mut saver = Saver::create(path, Some("npy"), &WriteOptions::default())?;
+        let mut data = std::io::repeat(0x3c).take(nbytes as u64);
+        saver.add(&f32_meta("x", nbytes), &mut data)?;
+        saver.commit()?;
+        Ok(())
+    }
+}
+
+/// ndarray-npy workloads, written as its documentation shows.
+pub mod nd {
+    use super::*;
+    use memmap2::Mmap;
+    use ndarray::{Array1, ArrayD, ArrayViewD};
+    use ndarray_npy::{NpzReader, NpzWriter, ViewNpyExt, WriteNpyExt};
+
+    /// An `f32` array of little-endian bytes.
+    pub fn array(bytes: &[u8]) -> Array1<f32> {
+        bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// Named arrays of named byte buffers.
+    pub fn arrays(tensors: &[(String, Vec<u8>)]) -> Vec<(String, Array1<f32>)> {
+        tensors.iter().map(|(n, b)| (n.clone(), array(b))).collect()
+    }
+
+    /// `ndarray_npy::write_npy` (a `BufWriter` over the file; no fsync), or the same
+    /// followed by `fsync` when `fsync` is set.
+    pub fn write_npy(path: &Path, a: &Array1<f32>, fsync: bool) -> Result<()> {
+        if !fsync {
+            ndarray_npy::write_npy(path, a)?;
+            return Ok(());
+        }
+        let file = File::create(path)?;
+        let mut w = BufWriter::new(&file);
+        a.write_npy(&mut w)?;
+        w.flush()?;
+        drop(w);
+        file.sync_all()?;
+        Ok(())
+    }
+
+    /// `ndarray_npy::read_npy` into an owned `ArrayD<f32>`.
+    pub fn read_npy(path: &Path) -> Result<ArrayD<f32>> {
+        Ok(ndarray_npy::read_npy(path)?)
+    }
+
+    /// Memory-maps the file and builds an `ArrayViewD<f32>` of it (`ViewNpyExt`): the
+    /// zero-copy equivalent of `np.load(mmap_mode='r')`. Returns the map and the view's
+    /// element count (the view borrows the map).
+    pub fn view_npy(path: &Path) -> Result<(Mmap, usize)> {
+        let file = File::open(path)?;
+        // SAFETY: benchmark files are not modified while mapped.
+        let map = unsafe { Mmap::map(&file)? };
+        let n = ArrayViewD::<f32>::view_npy(&map)?.len();
+        Ok((map, n))
+    }
+
+    /// `NpzWriter::new` (stored) or `NpzWriter::new_compressed` (deflate) over a
+    /// `BufWriter<File>`, then fsync when `fsync` is set.
+    pub fn write_npz(
+        path: &Path,
+        arrays: &[(String, Array1<f32>)],
+        compressed: bool,
+        fsync: bool,
+    ) -> Result<()> {
+        let out = BufWriter::new(File::create(path)?);
+        let mut npz = if compressed {
+            NpzWriter::new_compressed(out)
+        } else {
+            NpzWriter::new(out)
+        };
+        for (name, a) in arrays {
+            npz.add_array(name.as_str(), a)?;
+        }
+        let out = npz.finish()?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        if fsync {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// `NpzReader::new(File::open(path))`, then `by_name` for every name.
+    pub fn read_npz(path: &Path) -> Result<Vec<ArrayD<f32>>> {
+        let mut npz = NpzReader::new(File::open(path)?)?;
+        let names = npz.names()?;
+        let mut out = Vec::with_capacity(names.len());
+        for n in names {
+            out.push(npz.by_name(&n)?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_is_deterministic() {
+        let a = f32_bytes(64, 1);
+        assert_eq!(a, f32_bytes(64, 1));
+        assert_ne!(a, f32_bytes(64, 2));
+        assert_eq!(a.len(), 64);
+        for c in a.chunks_exact(4) {
+            let v = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            assert!((-1.0..1.0).contains(&v));
+        }
+    }
+
+    #[test]
+    fn labels() {
+        assert_eq!(size_label(MIB), "1MiB");
+        assert_eq!(size_label(256 * MIB), "256MiB");
+        assert_eq!(size_label(1 << 30), "1GiB");
+        assert_eq!(size_label(4096), "4KiB");
+    }
+
+    /// Every workload round-trips through both libraries (small sizes).
+    #[test]
+    fn workloads_roundtrip() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let bytes = f32_bytes(4096, 7);
+        let tensors = vec![("a0".to_string(), bytes.clone())];
+        let arrays = nd::arrays(&tensors);
+
+        let p = dir.path().join("x.npy");
+        for fsync in [true, false] {
+            if fsync {
+                tf::save(&p, "npy", &tensors, None)?;
+            } else {
+                tf::save_no_fsync(&p, "npy", &tensors, None)?;
+            }
+            assert_eq!(tf::read_owned(&p)?[0].data.as_bytes(), &bytes[..]);
+            assert!(tf::read_view_unchecked(&p)?[0].data.is_mapped());
+            let views = tf::read_view(&p)?;
+            assert!(views[0].data.is_mapped());
+            assert_eq!(views[0].data.as_bytes(), &bytes[..]);
+            assert_eq!(nd::read_npy(&p)?.len(), 1024);
+            assert_eq!(nd::view_npy(&p)?.1, 1024);
+        }
+        nd::write_npy(&p, &arrays[0].1, true)?;
+        assert_eq!(tf::read_owned(&p)?[0].data.as_bytes(), &bytes[..]);
+        assert_eq!(tf::open(&p)?.tensors().len(), 1);
+
+        let z = dir.path().join("x.npz");
+        for compression in [
+            tensorfmt::Compression::Stored,
+            tensorfmt::Compression::Deflate,
+        ] {
+            tf::save(&z, "npz", &tensors, Some(compression))?;
+            assert_eq!(nd::read_npz(&z)?[0].len(), 1024);
+            tf::save_no_fsync(&z, "npz", &tensors, Some(compression))?;
+            assert_eq!(tf::inputs(&z)?, tensors);
+            nd::write_npz(
+                &z,
+                &arrays,
+                compression == tensorfmt::Compression::Deflate,
+                true,
+            )?;
+            assert_eq!(tf::inputs(&z)?, tensors);
+        }
+
+        let big = dir.path().join("p.npy");
+        tf::write_pattern_npy(&big, 8192)?;
+        assert_eq!(tf::read_owned(&big)?[0].data.as_bytes(), &[0x3c; 8192][..]);
+        assert!(free_bytes(dir.path()).is_some());
+        Ok(())
+    }
+}

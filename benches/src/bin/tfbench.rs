@@ -1,0 +1,442 @@
+//! `tfbench`: times the tensorfmt and ndarray-npy side of `benches/compare.py` and prints
+//! the timings as JSON on stdout (progress on stderr).
+//!
+//! ```text
+//! tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]
+//! ```
+//!
+//! `DIR` holds the input files `compare.py` wrote with NumPy (`in.npy`, `open_*.npy`,
+//! `in_stored.npz`, `in_deflate.npz`); outputs are written next to them (`out_*`). Each
+//! operation runs once untimed (page cache warm), then `N` times (`M` for the open-only
+//! operations); every run is timed with the wall clock around the operation alone and the
+//! median is reported, exactly as `compare.py` times NumPy. Before each write run the
+//! output is removed and `sync(2)` is called, outside the timed region.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tensorfmt::Compression;
+use tensorfmt_benches::{nd, remove_if_exists, sync_all, tf, Result};
+
+struct Args {
+    dir: PathBuf,
+    runs: usize,
+    open_runs: usize,
+    only: Vec<String>,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        dir: PathBuf::new(),
+        runs: 5,
+        open_runs: 50,
+        only: Vec::new(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--dir" => args.dir = PathBuf::from(value()?),
+            "--runs" => args.runs = value()?.parse()?,
+            "--open-runs" => args.open_runs = value()?.parse()?,
+            "--only" => args.only.push(value()?),
+            "-h" | "--help" => {
+                eprintln!("usage: tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]...");
+                std::process::exit(0);
+            }
+            other => return Err(format!("unknown argument '{other}'").into()),
+        }
+    }
+    if args.dir.as_os_str().is_empty() {
+        return Err("--dir is required".into());
+    }
+    if args.runs == 0 || args.open_runs == 0 {
+        return Err("--runs and --open-runs must be at least 1".into());
+    }
+    Ok(args)
+}
+
+/// What one timed operation is: its row, library, description, payload and run count.
+struct Case<'a> {
+    op: &'a str,
+    lib: &'a str,
+    how: &'a str,
+    bytes: usize,
+    runs: usize,
+}
+
+struct Bench {
+    args: Args,
+    results: Vec<Value>,
+}
+
+impl Bench {
+    fn wanted(&self, op: &str) -> bool {
+        self.args.only.is_empty() || self.args.only.iter().any(|p| op.starts_with(p.as_str()))
+    }
+
+    /// Times `run` (after `before`, untimed) once untimed and then `runs` times.
+    fn time<T>(
+        &mut self,
+        case: Case<'_>,
+        mut before: impl FnMut() -> Result<()>,
+        mut run: impl FnMut() -> Result<T>,
+    ) -> Result<()> {
+        let Case {
+            op,
+            lib,
+            how,
+            bytes,
+            runs,
+        } = case;
+        if !self.wanted(op) {
+            return Ok(());
+        }
+        eprintln!("tfbench: {op} [{lib}] {how}");
+        before()?;
+        drop(run()?);
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            before()?;
+            let t0 = Instant::now();
+            let out = run()?;
+            let dt = t0.elapsed().as_secs_f64();
+            drop(out);
+            times.push(dt);
+        }
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = if sorted.len() % 2 == 1 {
+            sorted[sorted.len() / 2]
+        } else {
+            (sorted[sorted.len() / 2 - 1] + sorted[sorted.len() / 2]) / 2.0
+        };
+        self.results.push(json!({
+            "op": op,
+            "lib": lib,
+            "how": how,
+            "bytes": bytes,
+            "runs": runs,
+            "median_s": median,
+            "min_s": sorted[0],
+            "max_s": sorted[sorted.len() - 1],
+            "times_s": times,
+        }));
+        Ok(())
+    }
+}
+
+/// Removes `path` and syncs: the untimed preparation of every write run.
+fn fresh(path: &Path) -> Result<()> {
+    remove_if_exists(path)?;
+    sync_all();
+    Ok(())
+}
+
+fn total(tensors: &[(String, Vec<u8>)]) -> usize {
+    tensors.iter().map(|(_, b)| b.len()).sum()
+}
+
+fn npy(b: &mut Bench) -> Result<()> {
+    let dir = b.args.dir.clone();
+    let input = dir.join("in.npy");
+    if !input.exists() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let tensors = tf::inputs(&input)?;
+    let bytes = total(&tensors);
+    let arrays = nd::arrays(&tensors);
+    let array = &arrays[0].1;
+
+    // Writes.
+    let out = dir.join("out_tf.npy");
+    b.time(
+        Case {
+            op: "npy.write.fsync",
+            lib: "tensorfmt",
+            how: "Saver: temp file + fsync + rename",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save(&out, "npy", &tensors, None),
+    )?;
+    b.time(
+        Case {
+            op: "npy.write.nofsync",
+            lib: "tensorfmt",
+            how: "FormatDesc::writer over BufWriter<File>, no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_no_fsync(&out, "npy", &tensors, None),
+    )?;
+    let out_nd = dir.join("out_nd.npy");
+    b.time(
+        Case {
+            op: "npy.write.fsync",
+            lib: "ndarray-npy",
+            how: "write_npy to BufWriter<&File> + fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out_nd),
+        || nd::write_npy(&out_nd, array, true),
+    )?;
+    b.time(
+        Case {
+            op: "npy.write.nofsync",
+            lib: "ndarray-npy",
+            how: "write_npy",
+            bytes,
+            runs,
+        },
+        || fresh(&out_nd),
+        || nd::write_npy(&out_nd, array, false),
+    )?;
+    remove_if_exists(&out)?;
+    remove_if_exists(&out_nd)?;
+
+    // Reads.
+    let none = || Ok(());
+    b.time(
+        Case {
+            op: "npy.read.owned",
+            lib: "tensorfmt",
+            how: "open + read_all(OwnedSink)",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned(&input),
+    )?;
+    b.time(
+        Case {
+            op: "npy.read.owned",
+            lib: "ndarray-npy",
+            how: "read_npy",
+            bytes,
+            runs,
+        },
+        none,
+        || nd::read_npy(&input),
+    )?;
+    let view_runs = b.args.open_runs;
+    b.time(
+        Case {
+            op: "npy.read.view",
+            lib: "tensorfmt",
+            how: "open + load (zero-copy view)",
+            bytes,
+            runs: view_runs,
+        },
+        none,
+        || tf::read_view(&input),
+    )?;
+    b.time(
+        Case {
+            op: "npy.read.view",
+            lib: "ndarray-npy",
+            how: "mmap + ArrayView::view_npy",
+            bytes,
+            runs: view_runs,
+        },
+        none,
+        || nd::view_npy(&input),
+    )?;
+    Ok(())
+}
+
+fn open(b: &mut Bench) -> Result<()> {
+    let dir = b.args.dir.clone();
+    let mut files: Vec<(u64, PathBuf)> = Vec::new();
+    for e in std::fs::read_dir(&dir)? {
+        let p = e?.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with("open_") && name.ends_with(".npy") {
+            files.push((std::fs::metadata(&p)?.len(), p));
+        }
+    }
+    files.sort();
+    let runs = b.args.open_runs;
+    let none = || Ok(());
+    for (_, p) in files {
+        let label = p
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("")
+            .trim_start_matches("open_")
+            .to_string();
+        let bytes = tf::open(&p)?.tensors()[0].location.len() as usize;
+        let op = format!("npy.open.{label}");
+        b.time(
+            Case {
+                op: &op,
+                lib: "tensorfmt",
+                how: "TensorFile::open",
+                bytes,
+                runs,
+            },
+            none,
+            || tf::open(&p),
+        )?;
+        b.time(
+            Case {
+                op: &op,
+                lib: "ndarray-npy",
+                how: "mmap + ArrayView::view_npy",
+                bytes,
+                runs,
+            },
+            none,
+            || nd::view_npy(&p),
+        )?;
+    }
+    Ok(())
+}
+
+fn npz(b: &mut Bench, kind: &str, compression: Compression) -> Result<()> {
+    let dir = b.args.dir.clone();
+    let input = dir.join(format!("in_{kind}.npz"));
+    if !input.exists() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let tensors = tf::inputs(&input)?;
+    let bytes = total(&tensors);
+    let arrays = nd::arrays(&tensors);
+    let deflate = compression == Compression::Deflate;
+
+    let out = dir.join(format!("out_tf_{kind}.npz"));
+    b.time(
+        Case {
+            op: &format!("npz.write.{kind}.fsync"),
+            lib: "tensorfmt",
+            how: "Saver: temp file + fsync + rename",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save(&out, "npz", &tensors, Some(compression)),
+    )?;
+    b.time(
+        Case {
+            op: &format!("npz.write.{kind}.nofsync"),
+            lib: "tensorfmt",
+            how: "FormatDesc::writer over BufWriter<File>, no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_no_fsync(&out, "npz", &tensors, Some(compression)),
+    )?;
+    let out_nd = dir.join(format!("out_nd_{kind}.npz"));
+    let ctor = if deflate {
+        "NpzWriter::new_compressed"
+    } else {
+        "NpzWriter::new"
+    };
+    b.time(
+        Case {
+            op: &format!("npz.write.{kind}.fsync"),
+            lib: "ndarray-npy",
+            how: &format!("{ctor} over BufWriter<File> + fsync"),
+            bytes,
+            runs,
+        },
+        || fresh(&out_nd),
+        || nd::write_npz(&out_nd, &arrays, deflate, true),
+    )?;
+    b.time(
+        Case {
+            op: &format!("npz.write.{kind}.nofsync"),
+            lib: "ndarray-npy",
+            how: &format!("{ctor} over BufWriter<File>"),
+            bytes,
+            runs,
+        },
+        || fresh(&out_nd),
+        || nd::write_npz(&out_nd, &arrays, deflate, false),
+    )?;
+    remove_if_exists(&out)?;
+    remove_if_exists(&out_nd)?;
+
+    let none = || Ok(());
+    b.time(
+        Case {
+            op: &format!("npz.read.{kind}.owned"),
+            lib: "tensorfmt",
+            how: "open + read_all(OwnedSink)",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned(&input),
+    )?;
+    b.time(
+        Case {
+            op: &format!("npz.read.{kind}.owned"),
+            lib: "ndarray-npy",
+            how: "NpzReader::new(File) + by_name for all",
+            bytes,
+            runs,
+        },
+        none,
+        || nd::read_npz(&input),
+    )?;
+    if !deflate {
+        b.time(
+            Case {
+                op: &format!("npz.read.{kind}.view"),
+                lib: "tensorfmt",
+                how: "open + load_all (zero-copy views)",
+                bytes,
+                runs: b.args.open_runs,
+            },
+            none,
+            || tf::read_view(&input),
+        )?;
+        b.time(
+            Case {
+                op: &format!("npz.read.{kind}.view_nocrc"),
+                lib: "tensorfmt",
+                how: "open_with(skip_checksums) + load_all (zero-copy views)",
+                bytes,
+                runs: b.args.open_runs,
+            },
+            none,
+            || tf::read_view_unchecked(&input),
+        )?;
+    }
+    Ok(())
+}
+
+fn main() {
+    let result = (|| -> Result<Value> {
+        let args = parse_args()?;
+        let mut b = Bench {
+            args,
+            results: Vec::new(),
+        };
+        npy(&mut b)?;
+        open(&mut b)?;
+        npz(&mut b, "stored", Compression::Stored)?;
+        npz(&mut b, "deflate", Compression::Deflate)?;
+        Ok(json!({
+            "tool": "tfbench",
+            "runs": b.args.runs,
+            "open_runs": b.args.open_runs,
+            "results": b.results,
+        }))
+    })();
+    match result {
+        Ok(v) => println!("{v:#}"),
+        Err(e) => {
+            eprintln!("tfbench: error: {e}");
+            std::process::exit(1);
+        }
+    }
+}
