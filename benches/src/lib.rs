@@ -104,7 +104,7 @@ pub fn remove_if_exists(path: &Path) -> Result<()> {
 pub mod tf {
     use super::*;
     use tensorfmt::runtime::sink::OwnedSink;
-    use tensorfmt::{Compression, OpenOptions, Saver, Tensor, TensorFile, WriteOptions};
+    use tensorfmt::{Compression, OpenOptions, Payload, Saver, Tensor, TensorFile, WriteOptions};
 
     /// Opens a file: memory map, format detection and index; no payload byte is read.
     pub fn open(path: &Path) -> Result<TensorFile> {
@@ -183,8 +183,7 @@ pub mod tf {
         let out = BufWriter::new(File::create(path)?);
         let mut writer = (desc.writer)(Box::new(out), &options(compression))?;
         for (name, bytes) in tensors {
-            let mut data: &[u8] = bytes;
-            writer.add(&f32_meta(name, bytes.len()), &mut data)?;
+            writer.add(&f32_meta(name, bytes.len()), Payload::Bytes(bytes))?;
         }
         writer.finish()?;
         Ok(())

@@ -15,6 +15,15 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
     let mut steps = Vec::new();
     let mut uses_limits = false;
     let mut described = Vec::new();
+    if zip {
+        // A cheap look at the first bytes before the archive is indexed.
+        steps.push(quote! {
+            if !rt::zip::starts_like_zip(src.data()) {
+                return false;
+            }
+        });
+        described.push("a zip archive".to_string());
+    }
     for d in &fmt.detects {
         match d {
             Detect::Magic { bytes, at, .. } => {
@@ -113,7 +122,7 @@ fn desc() -> TokenStream {
 fn tensor_writer_impl() -> TokenStream {
     quote! {
         impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 Writer::add(self, meta, data)
             }
 
@@ -188,8 +197,8 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                 Ok(Writer { out: w, written: false })
             }
 
-            /// Writes the tensor: `data` yields exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+            /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 if self.written {
                     return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
                 }
@@ -490,8 +499,8 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
                 Ok(Writer { zip: rt::ZipWriter::new(w), compression })
             }
 
-            /// Adds one tensor as a member: `data` yields exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: &mut dyn ::std::io::Read) -> rt::Result<()> {
+            /// Adds one tensor as a member: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 let name = rt::Pattern::new(#pconst)?.format(&[meta.name.as_str()])?;
                 self.zip.start_member(&name, self.compression, #align)?;
                 super::#other_mod::write_tensor(&mut self.zip, meta, data).map_err(|e| e.in_entry(name))?;

@@ -981,7 +981,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
             }
             (Kind::Payload { .. }, _) => {
                 let len = format_ident!("{}_len", id.to_string().trim_start_matches("r#"));
-                params.push(quote!(#id: &mut dyn ::std::io::Read));
+                params.push(quote!(#id: rt::Payload<'_>));
                 params.push(quote!(#len: u64));
                 param_docs.push(format!("`{len}` bytes of `{name}`"));
                 payload = Some((id.clone(), len, name.to_string()));
@@ -1193,14 +1193,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
         Some((id, len, name)) => quote! {
             let __prefix = buf.into_vec();
             w.write_all(&__prefix)?;
-            let __copied = ::std::io::copy(&mut ::std::io::Read::take(#id, #len), w)?;
-            if __copied != #len {
-                return Err(rt::Error::from(rt::ErrorKind::Truncated {
-                    needed: #len,
-                    available: __copied,
-                })
-                .in_field(#name));
-            }
+            #id.write_to(w, #len, #name)?;
             Ok(__prefix.len() as u64 + #len)
         },
         None => quote! {

@@ -357,7 +357,7 @@ pub(crate) fn gen_layout_mapping(
         ));
     }
     let wdoc = format!(
-        " Writes one tensor as a `{}`: `meta` gives the header, `data` yields exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.",
+        " Writes one tensor as a `{}`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.",
         l.ast.name.name
     );
     Ok(quote! {
@@ -367,7 +367,7 @@ pub(crate) fn gen_layout_mapping(
         pub fn write_tensor<W: ::std::io::Write + ?Sized>(
             w: &mut W,
             meta: &rt::TensorMeta,
-            data: &mut dyn ::std::io::Read,
+            data: rt::Payload<'_>,
         ) -> rt::Result<u64> {
             #lname::write(w, #(#write_args),*)
         }

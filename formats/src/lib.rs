@@ -24,7 +24,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 pub use tensorfmt_runtime as runtime;
-pub use tensorfmt_runtime::registry::FormatDesc;
+pub use tensorfmt_runtime::registry::{FormatDesc, Payload};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::zip::Compression;
 pub use tensorfmt_runtime::{
@@ -293,16 +293,21 @@ impl Saver {
         self.format.name
     }
 
-    /// Adds a tensor whose `meta.nbytes()` bytes `data` yields.
+    /// Adds a tensor whose `meta.nbytes()` bytes `data` yields, copied through a bounded
+    /// buffer.
     pub fn add(&mut self, meta: &TensorMeta, data: &mut dyn Read) -> Result<()> {
+        self.add_payload(meta, Payload::Reader(data))
+    }
+
+    /// Adds a tensor from bytes in memory, written straight from there.
+    pub fn add_bytes(&mut self, meta: &TensorMeta, data: &[u8]) -> Result<()> {
+        self.add_payload(meta, Payload::Bytes(data))
+    }
+
+    fn add_payload(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
         self.writer
             .add(meta, data)
             .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
-    }
-
-    /// Adds a tensor from a byte slice.
-    pub fn add_bytes(&mut self, meta: &TensorMeta, mut data: &[u8]) -> Result<()> {
-        self.add(meta, &mut data)
     }
 
     /// Finishes the container and atomically replaces the destination.

@@ -103,7 +103,7 @@ fn headers_match_numpy_save() {
             shape: shape.to_vec(),
         };
         let mut out = Vec::new();
-        let n = File::write(&mut out, &header, &mut std::io::empty(), 0)
+        let n = File::write(&mut out, &header, tensorfmt::Payload::Bytes(&[]), 0)
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(n, out.len() as u64, "{what}");
         assert_eq!(

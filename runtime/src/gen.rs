@@ -22,7 +22,7 @@ pub use crate::error::{Error, ErrorKind, Location, Result};
 pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
 pub use crate::pattern::Pattern;
-pub use crate::registry::{FormatDesc, TensorWriter, WriteSeek};
+pub use crate::registry::{FormatDesc, Payload, TensorWriter, WriteSeek};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions};
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};

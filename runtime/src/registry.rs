@@ -3,7 +3,7 @@
 
 use std::io::{Read, Seek, Write};
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;
 use crate::source::Source;
 use crate::tensor::{TensorInfo, TensorMeta, WriteOptions};
@@ -13,11 +13,64 @@ pub trait WriteSeek: Write + Seek {}
 
 impl<T: Write + Seek> WriteSeek for T {}
 
-/// A streaming writer of one container: tensors are added one at a time, each from a
-/// reader yielding exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+/// The bytes of one tensor handed to a writer: exactly `meta.nbytes()` bytes in the
+/// tensor's order and byte order, in memory or from a stream.
+pub enum Payload<'a> {
+    /// Bytes in memory (a map, a buffer): written straight from there, with no copy.
+    Bytes(&'a [u8]),
+    /// A stream, copied through a bounded buffer.
+    Reader(&'a mut dyn Read),
+}
+
+/// Largest buffer used to copy a streamed payload.
+const COPY_BUFFER: u64 = 4 << 20;
+
+impl Payload<'_> {
+    /// Writes exactly `len` bytes of the payload to `w`; fewer (or, for bytes in memory,
+    /// a different number) is an error naming `field`.
+    pub fn write_to<W: Write + ?Sized>(self, w: &mut W, len: u64, field: &str) -> Result<()> {
+        let short = |available: u64| {
+            Error::from(ErrorKind::Truncated {
+                needed: len,
+                available,
+            })
+            .in_field(field)
+        };
+        match self {
+            Payload::Bytes(b) => {
+                if b.len() as u64 != len {
+                    return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                        "{len} bytes expected, {} given",
+                        b.len()
+                    )))
+                    .in_field(field));
+                }
+                w.write_all(b)?;
+            }
+            Payload::Reader(r) => {
+                let mut buf = vec![0u8; len.min(COPY_BUFFER) as usize];
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(buf.len() as u64) as usize;
+                    let n = match r.read(&mut buf[..want]) {
+                        Ok(0) => return Err(short(done)),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e.into()),
+                    };
+                    w.write_all(&buf[..n])?;
+                    done += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A streaming writer of one container: tensors are added one at a time.
 pub trait TensorWriter {
-    /// Appends one tensor.
-    fn add(&mut self, meta: &TensorMeta, data: &mut dyn Read) -> Result<()>;
+    /// Appends one tensor whose bytes `data` holds.
+    fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()>;
     /// Writes whatever the container needs after its last tensor (central directory,
     /// trailers) and flushes.
     fn finish(self: Box<Self>) -> Result<()>;

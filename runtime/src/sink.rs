@@ -124,14 +124,16 @@ impl AlignedBuf {
     pub fn zeroed(len: usize) -> Result<Self> {
         let mut b = AlignedBuf::new();
         b.grow_to(len)?;
+        // SAFETY: the allocation holds `len` bytes.
+        unsafe { std::ptr::write_bytes(b.ptr.as_ptr(), 0, len) };
         b.len = len;
         Ok(b)
     }
 
     /// A copy of `bytes`.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
-        let mut b = AlignedBuf::zeroed(bytes.len())?;
-        b.copy_from_slice(bytes);
+        let mut b = AlignedBuf::new();
+        b.extend_from_slice(bytes)?;
         Ok(b)
     }
 
@@ -152,7 +154,7 @@ impl AlignedBuf {
 
     /// The bytes.
     pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: `ptr` is valid for `cap >= len` initialized (zeroed or written) bytes,
+        // SAFETY: `ptr` is valid for `len <= cap` initialized (zeroed or written) bytes,
         // or dangling and aligned with `len == 0`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
@@ -202,16 +204,42 @@ impl AlignedBuf {
         NonNull::new(std::ptr::without_provenance_mut(Self::ALIGN)).unwrap_or(NonNull::dangling())
     }
 
+    /// Allocations at least this large are aligned to it and offered transparent huge
+    /// pages, so that filling them takes a few hundred page faults instead of 4 KiB each.
+    const HUGE: usize = 2 << 20;
+
+    fn align_for(cap: usize) -> usize {
+        if cap >= Self::HUGE {
+            Self::HUGE
+        } else {
+            Self::ALIGN
+        }
+    }
+
     fn layout(cap: usize) -> Result<Layout> {
-        Layout::from_size_align(cap, Self::ALIGN).map_err(|_| {
+        Layout::from_size_align(cap, Self::align_for(cap)).map_err(|_| {
             Error::from(ErrorKind::Overflow(format!(
                 "a buffer of {cap} bytes is too large"
             )))
         })
     }
 
-    /// Grows the allocation to exactly `cap` bytes (no-op when not larger), zeroing the
-    /// new bytes so that every byte below `cap` is initialized.
+    /// Asks the kernel to back a large allocation with huge pages (Linux; a hint only).
+    fn advise_huge(ptr: *mut u8, cap: usize) {
+        #[cfg(target_os = "linux")]
+        if cap >= Self::HUGE {
+            // SAFETY: `ptr..ptr + cap` is one live allocation of ours, aligned to 2 MiB;
+            // madvise with MADV_HUGEPAGE changes no contents and may fail harmlessly.
+            unsafe {
+                libc::madvise(ptr.cast(), cap - cap % Self::HUGE, libc::MADV_HUGEPAGE);
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = (ptr, cap);
+    }
+
+    /// Grows the allocation to exactly `cap` bytes (no-op when not larger). The bytes
+    /// below `len` are kept; those above are not initialized and never exposed.
     fn grow_to(&mut self, cap: usize) -> Result<()> {
         if cap <= self.cap {
             return Ok(());
@@ -219,15 +247,24 @@ impl AlignedBuf {
         let new_layout = Self::layout(cap)?;
         let ptr = if self.cap == 0 {
             // SAFETY: `cap > 0`, so the layout has a non-zero size.
-            unsafe { alloc::alloc_zeroed(new_layout) }
-        } else {
+            unsafe { alloc::alloc(new_layout) }
+        } else if Self::align_for(self.cap) == new_layout.align() {
             let old = Self::layout(self.cap)?;
             // SAFETY: `ptr` was allocated with `old`; `cap` is non-zero and valid for the
-            // alignment (checked by `layout`).
-            let p = unsafe { alloc::realloc(self.ptr.as_ptr(), old, cap) };
+            // same alignment (checked by `layout`).
+            unsafe { alloc::realloc(self.ptr.as_ptr(), old, cap) }
+        } else {
+            // The alignment class changes: a new allocation, the bytes moved over.
+            let old = Self::layout(self.cap)?;
+            // SAFETY: non-zero size.
+            let p = unsafe { alloc::alloc(new_layout) };
             if !p.is_null() {
-                // SAFETY: the new allocation holds `cap` bytes; zero the tail.
-                unsafe { std::ptr::write_bytes(p.add(self.cap), 0, cap - self.cap) };
+                // SAFETY: both allocations hold at least `len` bytes and are distinct;
+                // the old one was allocated with `old`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(self.ptr.as_ptr(), p, self.len);
+                    alloc::dealloc(self.ptr.as_ptr(), old);
+                }
             }
             p
         };
@@ -236,6 +273,7 @@ impl AlignedBuf {
                 "out of memory allocating {cap} bytes"
             )))
         })?;
+        Self::advise_huge(ptr.as_ptr(), cap);
         self.ptr = ptr;
         self.cap = cap;
         Ok(())
@@ -763,6 +801,19 @@ impl<S: std::fmt::Debug, F> std::fmt::Debug for FilterSink<S, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_buffers_are_huge_page_aligned_and_keep_bytes_across_growth() {
+        let mut b = AlignedBuf::new();
+        b.extend_from_slice(&[7u8; 100]).unwrap();
+        assert_eq!(b.as_ptr() as usize % AlignedBuf::ALIGN, 0);
+        b.extend_from_slice(&vec![9u8; 3 << 20]).unwrap();
+        assert_eq!(b.as_ptr() as usize % (2 << 20), 0);
+        assert_eq!(&b[..100], &[7u8; 100][..]);
+        assert!(b[100..].iter().all(|&x| x == 9));
+        let z = AlignedBuf::zeroed(5 << 20).unwrap();
+        assert!(z.iter().all(|&x| x == 0));
+    }
     use crate::dtype::DType;
     use crate::tensor::{ByteOrder, Order};
     use crate::zip::ZipMember;

@@ -52,6 +52,15 @@ const EOCD64_LEN: u64 = 56;
 const LOCATOR64_LEN: u64 = 20;
 const CENTRAL_LEN: u64 = 46;
 const LOCAL_LEN: u64 = 30;
+
+/// True when `src` begins as a zip archive does: with a member's local header, or, for an
+/// archive without members, with the end-of-central-directory record. A cheap test made
+/// before [`ZipIndex::read`] when sniffing formats.
+pub fn starts_like_zip(src: &dyn RandomAccess) -> bool {
+    let mut sig = [0u8; 4];
+    src.read_exact_at(0, &mut sig).is_ok()
+        && matches!(u32::from_le_bytes(sig), LOCAL_SIG | EOCD_SIG)
+}
 const MAX_COMMENT: u64 = 0xffff;
 const U32_MAX: u64 = 0xffff_ffff;
 /// Output block of the lazily decompressing source, and input chunk of both readers.
