@@ -58,7 +58,15 @@ fn converted_fixtures_load_identically_in_numpy() {
 #[test]
 fn unseen_numpy_files_are_read_exactly_and_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let made = tfcheck(&["make-random", s(dir.path()), "20261123", "40"]);
+    // A new seed every run (printed, and settable with TENSORFMT_SEED to reproduce one).
+    let seed = std::env::var("TENSORFMT_SEED").unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        (t.as_nanos() % 1_000_000_007).to_string()
+    });
+    eprintln!("make-random seed {seed} (TENSORFMT_SEED={seed} reproduces this run)");
+    let made = tfcheck(&["make-random", s(dir.path()), &seed, "40"]);
     let paths: Vec<PathBuf> = made
         .lines()
         .filter(|l| !l.trim().is_empty())
