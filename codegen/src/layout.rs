@@ -1,5 +1,5 @@
 //! Layouts: the struct, its reader (fields in order, checks after each field) and its
-//! writer (codec texts first, then computed fields, placeholders back-patched once the
+//! writer (codec texts first, then computed fields, reserved slots back-patched once the
 //! sized fields are laid out, then the payload streamed).
 
 use proc_macro2::{Ident as RsIdent, Literal, TokenStream};
@@ -1009,7 +1009,7 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
                 Rule::Deferred(_) | Rule::SizeOf(_) => {
                     let at = at_local(f);
                     let w = Literal::usize_unsuffixed(p.bytes as usize);
-                    place.push(quote!(let #at = buf.placeholder(#name, #w);));
+                    place.push(quote!(let #at = buf.reserve(#name, #w);));
                 }
                 Rule::Param => {
                     let m = p.method("put_", l.big);
@@ -1037,9 +1037,9 @@ fn gen_write(cx: &mut Cx<'_>, _fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenS
                         );
                         place.push(quote! {
                             let #at = if #c {
-                                buf.placeholder(#name, #tw)
+                                buf.reserve(#name, #tw)
                             } else {
-                                buf.placeholder(#name, #ow)
+                                buf.reserve(#name, #ow)
                             };
                         });
                     }

@@ -1,13 +1,13 @@
 //! Building the bytes of a layout that precede a payload, for generated writers: numbers in
-//! either byte order, byte strings, placeholders patched once their values are known
+//! either byte order, byte strings, reserved slots patched once their values are known
 //! (sizes, offsets), and padding to an absolute alignment.
 
 use crate::error::{Error, ErrorKind, Location, Result};
 
-/// A placeholder for a number whose value is known only later; fill it with one of the
+/// A reserved slot for a number whose value is known only later; fill it with one of the
 /// `patch_*` methods of [`LayoutBuf`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[must_use = "a placeholder must be patched"]
+#[must_use = "a reserved slot must be patched"]
 pub struct Patch {
     field: String,
     at: usize,
@@ -15,7 +15,7 @@ pub struct Patch {
 }
 
 impl Patch {
-    /// The field the placeholder stands for.
+    /// The field the slot stands for.
     pub fn field(&self) -> &str {
         &self.field
     }
@@ -158,7 +158,7 @@ impl LayoutBuf {
     }
 
     /// Reserves `width_bytes` zero bytes for `field`, to be patched later.
-    pub fn placeholder(&mut self, field: &str, width_bytes: usize) -> Patch {
+    pub fn reserve(&mut self, field: &str, width_bytes: usize) -> Patch {
         let at = self.buf.len();
         self.buf.resize(at + width_bytes, 0);
         Patch {
@@ -169,20 +169,20 @@ impl LayoutBuf {
     }
 
     patch_num! {
-        /// Fills a 2-byte placeholder with `value` as a little-endian `u16`
+        /// Fills a 2-byte slot with `value` as a little-endian `u16`
         /// ([`ErrorKind::Overflow`] naming the field when it does not fit).
         patch_u16_le: u16, to_le_bytes;
-        /// Fills a 2-byte placeholder with `value` as a big-endian `u16`.
+        /// Fills a 2-byte slot with `value` as a big-endian `u16`.
         patch_u16_be: u16, to_be_bytes;
-        /// Fills a 4-byte placeholder with `value` as a little-endian `u32`.
+        /// Fills a 4-byte slot with `value` as a little-endian `u32`.
         patch_u32_le: u32, to_le_bytes;
-        /// Fills a 4-byte placeholder with `value` as a big-endian `u32`.
+        /// Fills a 4-byte slot with `value` as a big-endian `u32`.
         patch_u32_be: u32, to_be_bytes;
-        /// Fills an 8-byte placeholder with `value` as a little-endian `u64`.
+        /// Fills an 8-byte slot with `value` as a little-endian `u64`.
         patch_u64_le: u64, to_le_bytes;
-        /// Fills an 8-byte placeholder with `value` as a big-endian `u64`.
+        /// Fills an 8-byte slot with `value` as a big-endian `u64`.
         patch_u64_be: u64, to_be_bytes;
-        /// Fills a 1-byte placeholder with `value`.
+        /// Fills a 1-byte slot with `value`.
         patch_u8: u8, to_le_bytes;
     }
 
@@ -239,7 +239,7 @@ impl LayoutBuf {
         if bytes.len() != p.width {
             return Err(Error::new(
                 ErrorKind::Invalid(format!(
-                    "placeholder of {} bytes patched with a {}-byte value",
+                    "slot of {} bytes patched with a {}-byte value",
                     p.width,
                     bytes.len()
                 )),
@@ -251,7 +251,7 @@ impl LayoutBuf {
                 .and_then(|end| self.buf.get_mut(p.at..end))
                 .ok_or_else(|| {
                     Error::new(
-                        ErrorKind::Invalid("placeholder outside the buffer".into()),
+                        ErrorKind::Invalid("slot outside the buffer".into()),
                         Location::default().with_field(p.field.as_str()),
                     )
                 })?;
@@ -322,9 +322,9 @@ mod tests {
     fn patches() {
         let mut b = LayoutBuf::new(100);
         b.put_u8(9);
-        let p16 = b.placeholder("header_len", 2);
-        let p32 = b.placeholder("n", 4);
-        let p64 = b.placeholder("size", 8);
+        let p16 = b.reserve("header_len", 2);
+        let p32 = b.reserve("n", 4);
+        let p64 = b.reserve("size", 8);
         b.put_u8(9);
         b.patch_u16_le(p16.clone(), 0x0304).unwrap();
         b.patch_u32_be(p32.clone(), 5).unwrap();
