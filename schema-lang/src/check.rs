@@ -2167,18 +2167,7 @@ fn nested_type(m: &Message, rest: &[Ident]) -> bool {
 
 /// True when `path` names a message or enum declared inside `m`.
 fn nested_type_in(m: &Message, path: &[Ident]) -> bool {
-    match path {
-        [] => false,
-        [one] => {
-            m.enums.iter().any(|e| e.name.name == one.name)
-                || m.messages.iter().any(|x| x.name.name == one.name)
-        }
-        [first, more @ ..] => m
-            .messages
-            .iter()
-            .find(|x| x.name.name == first.name)
-            .is_some_and(|x| nested_type(x, more)),
-    }
+    !path.is_empty() && nested_type(m, path)
 }
 
 fn modifier_span(m: &Modifier) -> Span {
