@@ -382,7 +382,8 @@ pub fn convert(
     let mut bytes = 0u64;
     for (i, info) in file.tensors().iter().enumerate() {
         let tensor = file.load_info(info)?;
-        let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)?;
+        let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)
+            .map_err(|e| with_file(e.in_entry(&info.name), file.source()))?;
         let data: &[u8] = match &data {
             std::borrow::Cow::Borrowed(b) => b,
             std::borrow::Cow::Owned(v) => v,

@@ -160,10 +160,16 @@ impl Source {
         let path = path.as_ref();
         let loc = || Location::file(path);
         let file = File::open(path).map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?
-            .len();
+            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+        if meta.is_dir() {
+            return Err(Error::new(
+                ErrorKind::Invalid("a directory, not a file".into()),
+                loc(),
+            ));
+        }
+        let len = meta.len();
         let bytes = if len == 0 {
             Bytes::Owned(Arc::from(Vec::new()))
         } else {
