@@ -14,7 +14,7 @@
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs: the [`zip`] engine ([`ZipIndex`], [`ZipWriter`],
 //!   [`ZipMember`], [`Compression`]), entry-name [`Pattern`]s, and the [`pydict`]
-//!   (Python literal) codec.
+//!   (Python literal) codec, and the restricted [`pickle`] codec.
 
 pub use crate::cursor::Cursor;
 pub use crate::dtype::DType;
@@ -26,4 +26,4 @@ pub use crate::registry::{FormatDesc, Payload, TensorWriter, WriteSeek};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions};
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
-pub use crate::{pydict, zip};
+pub use crate::{pickle, pydict, zip};

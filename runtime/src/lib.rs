@@ -17,6 +17,7 @@ pub mod layout_writer;
 pub mod limits;
 pub mod output;
 pub mod pattern;
+pub mod pickle;
 pub mod pydict;
 pub mod read;
 pub mod registry;

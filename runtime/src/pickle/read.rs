@@ -1,0 +1,1159 @@
+//! The restricted pickle reader.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::rules::{Kind, Rules};
+use super::value::{minimal_le, Global, Object, Value};
+use super::{codec_error, CODEC};
+use crate::error::{Error, ErrorKind, Location, Result};
+use crate::limits::Limits;
+
+/// Reads one pickle that fills all of `bytes` (nothing may follow its `STOP`).
+///
+/// Errors (`ErrorKind::Codec` with codec `pickle`, `ErrorKind::Limit`,
+/// `ErrorKind::Truncated`) carry the byte offset of the opcode at fault.
+pub fn read(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<Value> {
+    let (value, used) = read_prefix(bytes, rules, limits)?;
+    if used != bytes.len() {
+        return Err(codec_error(
+            used,
+            format!("{} bytes follow the STOP opcode", bytes.len() - used),
+        ));
+    }
+    Ok(value)
+}
+
+/// Reads the pickle at the start of `bytes` and returns its value and the number of bytes
+/// it took (up to and including its `STOP`), for inputs that concatenate several pickles.
+pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Value, usize)> {
+    if bytes.len() as u64 > limits.max_header_bytes {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "pickle size",
+                limit: limits.max_header_bytes,
+                actual: bytes.len() as u64,
+            },
+            Location::default(),
+        ));
+    }
+    let mut m = Machine {
+        data: bytes,
+        pos: 0,
+        op_start: 0,
+        rules,
+        limits,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+        arena: Vec::new(),
+    };
+    m.run()
+}
+
+/// A value on the machine's stack. Containers are shared and mutable, as in Python, so
+/// that later `APPENDS`/`SETITEMS`/`BUILD` show through every memo reference.
+#[derive(Clone)]
+enum N {
+    None,
+    Bool(bool),
+    Int(i64),
+    Big(Arc<[u8]>),
+    Float(f64),
+    Str(Arc<str>),
+    Bytes(Arc<[u8]>),
+    Global(Box<Global>),
+    Ref(Rc<RefCell<Obj>>),
+}
+
+struct Obj {
+    /// Height of the tree below (1 for a container of scalars), as far as known.
+    height: u64,
+    body: Body,
+}
+
+enum Body {
+    Tuple(Vec<N>),
+    List(Vec<N>),
+    Dict(Vec<(N, N)>),
+    Set(Vec<N>),
+    FrozenSet(Vec<N>),
+    Object(Box<ObjN>),
+    Persistent(N),
+    Cleared,
+}
+
+struct ObjN {
+    global: Global,
+    kind: Kind,
+    args: Vec<N>,
+    kwargs: Vec<(N, N)>,
+    state: Option<N>,
+    items: Vec<N>,
+    entries: Vec<(N, N)>,
+}
+
+impl N {
+    fn type_name(&self) -> String {
+        match self {
+            N::None => "None".into(),
+            N::Bool(_) => "bool".into(),
+            N::Int(_) | N::Big(_) => "int".into(),
+            N::Float(_) => "float".into(),
+            N::Str(_) => "str".into(),
+            N::Bytes(_) => "bytes".into(),
+            N::Global(g) => format!("global '{g}'"),
+            N::Ref(r) => match r.try_borrow() {
+                Ok(o) => match &o.body {
+                    Body::Tuple(_) => "tuple".into(),
+                    Body::List(_) => "list".into(),
+                    Body::Dict(_) => "dict".into(),
+                    Body::Set(_) => "set".into(),
+                    Body::FrozenSet(_) => "frozenset".into(),
+                    Body::Object(o) => format!("object of '{}'", o.global),
+                    Body::Persistent(_) => "persistent id".into(),
+                    Body::Cleared => "value".into(),
+                },
+                Err(_) => "value".into(),
+            },
+        }
+    }
+
+    fn height(&self) -> u64 {
+        match self {
+            N::Ref(r) => r.try_borrow().map(|o| o.height).unwrap_or(0),
+            _ => 0,
+        }
+    }
+}
+
+struct Machine<'a> {
+    data: &'a [u8],
+    pos: usize,
+    op_start: usize,
+    rules: &'a Rules,
+    limits: &'a Limits,
+    stack: Vec<N>,
+    marks: Vec<usize>,
+    memo: HashMap<u64, N>,
+    /// Every container made, so that teardown can break cycles and avoid deep recursion.
+    arena: Vec<Rc<RefCell<Obj>>>,
+}
+
+impl Drop for Machine<'_> {
+    fn drop(&mut self) {
+        // Empty every container first: then no drop recurses and no cycle leaks.
+        for obj in &self.arena {
+            if let Ok(mut o) = obj.try_borrow_mut() {
+                let body = std::mem::replace(&mut o.body, Body::Cleared);
+                drop(o);
+                drop(body);
+            }
+        }
+    }
+}
+
+mod op {
+    pub const MARK: u8 = b'(';
+    pub const STOP: u8 = b'.';
+    pub const POP: u8 = b'0';
+    pub const POP_MARK: u8 = b'1';
+    pub const DUP: u8 = b'2';
+    pub const FLOAT: u8 = b'F';
+    pub const INT: u8 = b'I';
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const LONG: u8 = b'L';
+    pub const BININT2: u8 = b'M';
+    pub const NONE: u8 = b'N';
+    pub const PERSID: u8 = b'P';
+    pub const BINPERSID: u8 = b'Q';
+    pub const REDUCE: u8 = b'R';
+    pub const STRING: u8 = b'S';
+    pub const BINSTRING: u8 = b'T';
+    pub const SHORT_BINSTRING: u8 = b'U';
+    pub const UNICODE: u8 = b'V';
+    pub const BINUNICODE: u8 = b'X';
+    pub const APPEND: u8 = b'a';
+    pub const BUILD: u8 = b'b';
+    pub const GLOBAL: u8 = b'c';
+    pub const DICT: u8 = b'd';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const APPENDS: u8 = b'e';
+    pub const GET: u8 = b'g';
+    pub const BINGET: u8 = b'h';
+    pub const INST: u8 = b'i';
+    pub const LONG_BINGET: u8 = b'j';
+    pub const LIST: u8 = b'l';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const OBJ: u8 = b'o';
+    pub const PUT: u8 = b'p';
+    pub const BINPUT: u8 = b'q';
+    pub const LONG_BINPUT: u8 = b'r';
+    pub const SETITEM: u8 = b's';
+    pub const TUPLE: u8 = b't';
+    pub const EMPTY_TUPLE: u8 = b')';
+    pub const SETITEMS: u8 = b'u';
+    pub const BINFLOAT: u8 = b'G';
+    pub const PROTO: u8 = 0x80;
+    pub const NEWOBJ: u8 = 0x81;
+    pub const EXT1: u8 = 0x82;
+    pub const EXT2: u8 = 0x83;
+    pub const EXT4: u8 = 0x84;
+    pub const TUPLE1: u8 = 0x85;
+    pub const TUPLE2: u8 = 0x86;
+    pub const TUPLE3: u8 = 0x87;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const LONG1: u8 = 0x8a;
+    pub const LONG4: u8 = 0x8b;
+    pub const BINBYTES: u8 = b'B';
+    pub const SHORT_BINBYTES: u8 = b'C';
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE8: u8 = 0x8d;
+    pub const BINBYTES8: u8 = 0x8e;
+    pub const EMPTY_SET: u8 = 0x8f;
+    pub const ADDITEMS: u8 = 0x90;
+    pub const FROZENSET: u8 = 0x91;
+    pub const NEWOBJ_EX: u8 = 0x92;
+    pub const STACK_GLOBAL: u8 = 0x93;
+    pub const MEMOIZE: u8 = 0x94;
+    pub const FRAME: u8 = 0x95;
+    pub const BYTEARRAY8: u8 = 0x96;
+    pub const NEXT_BUFFER: u8 = 0x97;
+    pub const READONLY_BUFFER: u8 = 0x98;
+}
+
+fn int_node(bytes: &[u8]) -> N {
+    let min = minimal_le(bytes);
+    if min.len() <= 8 {
+        let neg = min.last().is_some_and(|b| b & 0x80 != 0);
+        let mut full = if neg { [0xffu8; 8] } else { [0u8; 8] };
+        full[..min.len()].copy_from_slice(&min);
+        N::Int(i64::from_le_bytes(full))
+    } else {
+        N::Big(min.into())
+    }
+}
+
+fn i128_node(v: i128) -> N {
+    match i64::try_from(v) {
+        Ok(v) => N::Int(v),
+        Err(_) => N::Big(minimal_le(&v.to_le_bytes()).into()),
+    }
+}
+
+/// Decodes Python's `repr` escapes of a protocol-0 `STRING` body.
+fn unescape_string(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        i += 1;
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = *s.get(i)?;
+        i += 1;
+        match e {
+            b'\n' => {}
+            b'\\' | b'\'' | b'"' => out.push(e),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'x' => {
+                let h = s.get(i..i + 2)?;
+                let h = std::str::from_utf8(h).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            b'0'..=b'7' => {
+                let mut v: u32 = (e - b'0') as u32;
+                let mut n = 1;
+                while n < 3 && i < s.len() && (b'0'..=b'7').contains(&s[i]) {
+                    v = v * 8 + (s[i] - b'0') as u32;
+                    i += 1;
+                    n += 1;
+                }
+                out.push((v & 0xff) as u8);
+            }
+            _ => {
+                out.push(b'\\');
+                out.push(e);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Decodes Python's `raw-unicode-escape` (protocol-0 `UNICODE`).
+fn raw_unicode_escape(s: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        if c == b'\\' && matches!(s.get(i + 1), Some(b'u') | Some(b'U')) {
+            let n = if s[i + 1] == b'u' { 4 } else { 8 };
+            let h = std::str::from_utf8(s.get(i + 2..i + 2 + n)?).ok()?;
+            out.push(char::from_u32(u32::from_str_radix(h, 16).ok()?)?);
+            i += 2 + n;
+        } else {
+            out.push(c as char);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn str_or_bytes(b: Vec<u8>) -> N {
+    match String::from_utf8(b) {
+        Ok(s) => N::Str(s.into()),
+        Err(e) => N::Bytes(e.into_bytes().into()),
+    }
+}
+
+impl<'a> Machine<'a> {
+    fn err(&self, message: impl Into<String>) -> Error {
+        codec_error(self.op_start, message)
+    }
+
+    fn limit(&self, what: &'static str, limit: u64, actual: u64) -> Error {
+        Error::new(
+            ErrorKind::Limit {
+                what,
+                limit,
+                actual,
+            },
+            Location::default().with_offset(self.op_start as u64),
+        )
+    }
+
+    fn take(&mut self, n: u64) -> Result<&'a [u8]> {
+        let available = (self.data.len() - self.pos) as u64;
+        if n > available {
+            return Err(Error::new(
+                ErrorKind::Truncated {
+                    needed: n,
+                    available,
+                },
+                Location::default()
+                    .with_offset(self.op_start as u64)
+                    .with_field(CODEC),
+            ));
+        }
+        let s = &self.data[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+
+    fn fixed<const K: usize>(&mut self) -> Result<[u8; K]> {
+        let s = self.take(K as u64)?;
+        let mut b = [0u8; K];
+        b.copy_from_slice(s);
+        Ok(b)
+    }
+
+    fn line(&mut self) -> Result<&'a [u8]> {
+        let rest = &self.data[self.pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                self.pos += n + 1;
+                Ok(&rest[..n])
+            }
+            None => Err(self.err("truncated: a text argument has no end of line")),
+        }
+    }
+
+    fn line_str(&mut self) -> Result<&'a str> {
+        let l = self.line()?;
+        std::str::from_utf8(l).map_err(|_| self.err("a text argument is not UTF-8"))
+    }
+
+    fn base(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn push(&mut self, n: N) {
+        self.stack.push(n);
+    }
+
+    fn pop(&mut self) -> Result<N> {
+        if self.stack.len() <= self.base() {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack.pop().ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn top(&self) -> Result<&N> {
+        if self.stack.len() <= self.base() {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack.last().ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<N>> {
+        match self.marks.pop() {
+            Some(k) => Ok(self.stack.split_off(k.min(self.stack.len()))),
+            None => Err(self.err("no MARK on the stack")),
+        }
+    }
+
+    fn pop_n(&mut self, n: usize) -> Result<Vec<N>> {
+        if self.stack.len() < self.base() + n {
+            return Err(self.err("stack underflow"));
+        }
+        Ok(self.stack.split_off(self.stack.len() - n))
+    }
+
+    fn check_height(&self, h: u64) -> Result<()> {
+        if h > self.limits.max_depth {
+            return Err(self.limit("pickle nesting depth", self.limits.max_depth, h));
+        }
+        Ok(())
+    }
+
+    fn new_obj(&mut self, body: Body, children_height: u64) -> Result<N> {
+        let height = children_height.saturating_add(1);
+        self.check_height(height)?;
+        let rc = Rc::new(RefCell::new(Obj { height, body }));
+        self.arena.push(rc.clone());
+        Ok(N::Ref(rc))
+    }
+
+    fn seq(&mut self, items: Vec<N>, make: fn(Vec<N>) -> Body) -> Result<N> {
+        let h = items.iter().map(N::height).max().unwrap_or(0);
+        self.new_obj(make(items), h)
+    }
+
+    fn memo_put(&mut self, key: u64) -> Result<()> {
+        let v = self.top()?.clone();
+        if !self.memo.contains_key(&key) && self.memo.len() as u64 >= self.limits.max_memo {
+            return Err(self.limit(
+                "pickle memo entries",
+                self.limits.max_memo,
+                self.memo.len() as u64 + 1,
+            ));
+        }
+        self.memo.insert(key, v);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, key: u64) -> Result<()> {
+        match self.memo.get(&key) {
+            Some(v) => {
+                let v = v.clone();
+                self.push(v);
+                Ok(())
+            }
+            None => Err(self.err(format!("memo key {key} is not defined"))),
+        }
+    }
+
+    fn global(&mut self, module: &str, name: &str) -> Result<N> {
+        let allowed = self.rules.kind(module, name).is_some()
+            || (module == "_codecs" && name == "encode" && self.rules.codecs_encode());
+        if !allowed {
+            return Err(self.err(format!("global '{module}.{name}' is not allowed")));
+        }
+        Ok(N::Global(Box::new(Global::new(module, name))))
+    }
+
+    /// Appends `items` (or dict `pairs`) to the mutable container `target`.
+    fn extend(&mut self, target: &N, items: Vec<N>, what: &str) -> Result<()> {
+        let h = items.iter().map(N::height).max().unwrap_or(0);
+        let N::Ref(rc) = target else {
+            return Err(self.err(format!("{what} on {}", target.type_name())));
+        };
+        let tname = target.type_name();
+        let mut o = rc
+            .try_borrow_mut()
+            .map_err(|_| self.err("container is in use"))?;
+        let new_h = o.height.max(h.saturating_add(1));
+        let ok = match (what, &mut o.body) {
+            ("APPENDS", Body::List(v)) | ("ADDITEMS", Body::Set(v)) => {
+                v.extend(items);
+                true
+            }
+            ("APPENDS", Body::Object(ob)) if ob.kind == Kind::List => {
+                ob.items.extend(items);
+                true
+            }
+            ("ADDITEMS", Body::Object(ob)) if ob.kind == Kind::Set => {
+                ob.items.extend(items);
+                true
+            }
+            ("SETITEMS", Body::Dict(d)) => {
+                d.extend(pairs(items));
+                true
+            }
+            ("SETITEMS", Body::Object(ob)) if ob.kind == Kind::Dict => {
+                ob.entries.extend(pairs(items));
+                true
+            }
+            _ => false,
+        };
+        if !ok {
+            drop(o);
+            return Err(self.err(format!("{what} on {tname}")));
+        }
+        o.height = new_h;
+        drop(o);
+        self.check_height(new_h)
+    }
+
+    fn call(&mut self, callable: N, args: N, kwargs: Vec<(N, N)>, opname: &str) -> Result<N> {
+        let N::Global(g) = callable else {
+            return Err(self.err(format!(
+                "{opname} on {}, which is not an allowed global",
+                callable.type_name()
+            )));
+        };
+        let args: Vec<N> = match &args {
+            N::Ref(rc) => match &rc.try_borrow().map_err(|_| self.err("busy"))?.body {
+                Body::Tuple(v) => v.clone(),
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        };
+        let kind = match self.rules.kind(&g.module, &g.name) {
+            Some(k) => k.clone(),
+            None => return self.codecs_encode(&g, &args),
+        };
+        let mut ob = ObjN {
+            global: *g,
+            kind: kind.clone(),
+            args: Vec::new(),
+            kwargs: Vec::new(),
+            state: None,
+            items: Vec::new(),
+            entries: Vec::new(),
+        };
+        match &kind {
+            Kind::Class => {
+                return Err(self.err(format!("global '{}' may not be called", ob.global)));
+            }
+            Kind::Call { .. } => {
+                ob.args = args;
+                ob.kwargs = kwargs;
+            }
+            Kind::Dict | Kind::List | Kind::Set | Kind::Tuple => {
+                if !kwargs.is_empty() || args.len() > 1 {
+                    return Err(self.err(format!(
+                        "global '{}' called with unsupported arguments",
+                        ob.global
+                    )));
+                }
+                if let Some(a) = args.into_iter().next() {
+                    let N::Ref(rc) = &a else {
+                        return Err(self.err(format!(
+                            "global '{}' called with {}",
+                            ob.global,
+                            a.type_name()
+                        )));
+                    };
+                    let b = rc.try_borrow().map_err(|_| self.err("busy"))?;
+                    let seq: Option<&Vec<N>> = match &b.body {
+                        Body::Tuple(v) | Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => {
+                            Some(v)
+                        }
+                        _ => None,
+                    };
+                    match (&kind, seq, &b.body) {
+                        (Kind::Dict, _, Body::Dict(d)) => ob.entries = d.clone(),
+                        (Kind::Dict, Some(v), _) => match v.iter().map(pair_of).collect() {
+                            Some(entries) => ob.entries = entries,
+                            None => {
+                                drop(b);
+                                return Err(self.err(format!(
+                                    "global '{}' called with a sequence that is not of pairs",
+                                    ob.global
+                                )));
+                            }
+                        },
+                        (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.clone(),
+                        _ => {
+                            let t = a.type_name();
+                            drop(b);
+                            return Err(self.err(format!("global '{}' called with {t}", ob.global)));
+                        }
+                    }
+                }
+            }
+        }
+        let h = ob
+            .args
+            .iter()
+            .chain(ob.items.iter())
+            .map(N::height)
+            .chain(ob.entries.iter().map(|(k, v)| k.height().max(v.height())))
+            .chain(ob.kwargs.iter().map(|(k, v)| k.height().max(v.height())))
+            .max()
+            .unwrap_or(0);
+        self.new_obj(Body::Object(Box::new(ob)), h)
+    }
+
+    fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
+        if &*g.module != "_codecs" || &*g.name != "encode" || !self.rules.codecs_encode() {
+            return Err(self.err(format!("global '{g}' is not allowed")));
+        }
+        let (s, enc) = match args {
+            [N::Str(s)] => (s.clone(), "utf-8".to_string()),
+            [N::Str(s), N::Str(e)] => (s.clone(), e.to_ascii_lowercase().replace('_', "-")),
+            _ => return Err(self.err("_codecs.encode called with unsupported arguments")),
+        };
+        match enc.as_str() {
+            "latin1" | "latin-1" | "iso-8859-1" | "iso8859-1" | "l1" => {
+                let mut out = Vec::with_capacity(s.len());
+                for c in s.chars() {
+                    match u8::try_from(c as u32) {
+                        Ok(b) => out.push(b),
+                        Err(_) => return Err(self.err("_codecs.encode: character outside latin-1")),
+                    }
+                }
+                Ok(N::Bytes(out.into()))
+            }
+            "utf-8" | "utf8" => Ok(N::Bytes(s.as_bytes().into())),
+            _ => Err(self.err(format!("_codecs.encode: unsupported encoding '{enc}'"))),
+        }
+    }
+
+    fn persistent_ok(&self) -> Result<()> {
+        if !self.rules.accepts_persistent_ids() {
+            return Err(self.err("persistent ids are not allowed"));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(Value, usize)> {
+        let mut ops: u64 = 0;
+        loop {
+            self.op_start = self.pos;
+            if self.pos >= self.data.len() {
+                return Err(self.err("truncated: the pickle ends without STOP"));
+            }
+            let code = self.data[self.pos];
+            self.pos += 1;
+            ops += 1;
+            if ops > self.limits.max_pickle_ops {
+                return Err(self.limit("pickle opcodes", self.limits.max_pickle_ops, ops));
+            }
+            match code {
+                op::PROTO => {
+                    let [p] = self.fixed::<1>()?;
+                    if !self.rules.protocol_range().contains(&p) {
+                        return Err(self.err(format!("protocol {p} is not accepted")));
+                    }
+                }
+                op::FRAME => {
+                    let n = u64::from_le_bytes(self.fixed::<8>()?);
+                    if n > (self.data.len() - self.pos) as u64 {
+                        return Err(self.err(format!(
+                            "frame of {n} bytes is longer than the {} bytes that remain",
+                            self.data.len() - self.pos
+                        )));
+                    }
+                }
+                op::STOP => {
+                    let v = self.pop()?;
+                    if !self.stack.is_empty() || !self.marks.is_empty() {
+                        return Err(self.err(format!(
+                            "{} values and {} marks are left on the stack at STOP",
+                            self.stack.len(),
+                            self.marks.len()
+                        )));
+                    }
+                    let mut conv = Converter {
+                        done: HashMap::new(),
+                        max_depth: self.limits.max_depth,
+                    };
+                    let (value, _) = conv.convert(&v, 0).map_err(|m| self.err(m))?;
+                    return Ok((value, self.pos));
+                }
+                op::MARK => {
+                    if self.marks.len() as u64 >= self.limits.max_depth {
+                        return Err(self.limit(
+                            "pickle MARK nesting",
+                            self.limits.max_depth,
+                            self.marks.len() as u64 + 1,
+                        ));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                op::POP => {
+                    if self.stack.len() > self.base() {
+                        self.stack.pop();
+                    } else {
+                        self.pop_mark()?;
+                    }
+                }
+                op::POP_MARK => {
+                    self.pop_mark()?;
+                }
+                op::DUP => {
+                    let v = self.top()?.clone();
+                    self.push(v);
+                }
+                op::NONE => self.push(N::None),
+                op::NEWTRUE => self.push(N::Bool(true)),
+                op::NEWFALSE => self.push(N::Bool(false)),
+                op::INT => {
+                    let l = self.line_str()?.trim();
+                    let n = match l {
+                        "01" => N::Bool(true),
+                        "00" => N::Bool(false),
+                        _ => i128_node(
+                            l.parse::<i128>()
+                                .map_err(|_| self.err(format!("bad INT argument '{l}'")))?,
+                        ),
+                    };
+                    self.push(n);
+                }
+                op::LONG => {
+                    let l = self.line_str()?.trim();
+                    let l = l.strip_suffix('L').unwrap_or(l);
+                    let v = l
+                        .parse::<i128>()
+                        .map_err(|_| self.err(format!("bad or too large LONG argument '{l}'")))?;
+                    self.push(i128_node(v));
+                }
+                op::BININT => {
+                    let v = i32::from_le_bytes(self.fixed::<4>()?);
+                    self.push(N::Int(v as i64));
+                }
+                op::BININT1 => {
+                    let [v] = self.fixed::<1>()?;
+                    self.push(N::Int(v as i64));
+                }
+                op::BININT2 => {
+                    let v = u16::from_le_bytes(self.fixed::<2>()?);
+                    self.push(N::Int(v as i64));
+                }
+                op::LONG1 => {
+                    let [n] = self.fixed::<1>()?;
+                    let b = self.take(n as u64)?;
+                    self.push(int_node(b));
+                }
+                op::LONG4 => {
+                    let n = i32::from_le_bytes(self.fixed::<4>()?);
+                    if n < 0 {
+                        return Err(self.err("LONG4 with a negative length"));
+                    }
+                    let b = self.take(n as u64)?;
+                    self.push(int_node(b));
+                }
+                op::FLOAT => {
+                    let l = self.line_str()?.trim();
+                    let v = l
+                        .parse::<f64>()
+                        .map_err(|_| self.err(format!("bad FLOAT argument '{l}'")))?;
+                    self.push(N::Float(v));
+                }
+                op::BINFLOAT => {
+                    let v = f64::from_be_bytes(self.fixed::<8>()?);
+                    self.push(N::Float(v));
+                }
+                op::STRING => {
+                    let l = self.line()?;
+                    let body = match l {
+                        [q, body @ .., q2] if q == q2 && (*q == b'\'' || *q == b'"') => body,
+                        _ => return Err(self.err("STRING argument is not quoted")),
+                    };
+                    let b = unescape_string(body)
+                        .ok_or_else(|| self.err("STRING argument has a bad escape"))?;
+                    self.push(str_or_bytes(b));
+                }
+                op::BINSTRING => {
+                    let n = i32::from_le_bytes(self.fixed::<4>()?);
+                    if n < 0 {
+                        return Err(self.err("BINSTRING with a negative length"));
+                    }
+                    let b = self.take(n as u64)?.to_vec();
+                    self.push(str_or_bytes(b));
+                }
+                op::SHORT_BINSTRING => {
+                    let [n] = self.fixed::<1>()?;
+                    let b = self.take(n as u64)?.to_vec();
+                    self.push(str_or_bytes(b));
+                }
+                op::UNICODE => {
+                    let l = self.line()?;
+                    let s = raw_unicode_escape(l)
+                        .ok_or_else(|| self.err("UNICODE argument has a bad escape"))?;
+                    self.push(N::Str(s.into()));
+                }
+                op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => {
+                    let n = match code {
+                        op::SHORT_BINUNICODE => self.fixed::<1>()?[0] as u64,
+                        op::BINUNICODE => u32::from_le_bytes(self.fixed::<4>()?) as u64,
+                        _ => u64::from_le_bytes(self.fixed::<8>()?),
+                    };
+                    let b = self.take(n)?;
+                    let s = std::str::from_utf8(b)
+                        .map_err(|_| self.err("string is not valid UTF-8"))?;
+                    self.push(N::Str(s.into()));
+                }
+                op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
+                    let n = match code {
+                        op::SHORT_BINBYTES => self.fixed::<1>()?[0] as u64,
+                        op::BINBYTES => u32::from_le_bytes(self.fixed::<4>()?) as u64,
+                        _ => u64::from_le_bytes(self.fixed::<8>()?),
+                    };
+                    let b = self.take(n)?;
+                    self.push(N::Bytes(b.into()));
+                }
+                op::EMPTY_TUPLE => {
+                    let n = self.new_obj(Body::Tuple(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::TUPLE => {
+                    let items = self.pop_mark()?;
+                    let n = self.seq(items, Body::Tuple)?;
+                    self.push(n);
+                }
+                op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                    let items = self.pop_n((code - op::TUPLE1 + 1) as usize)?;
+                    let n = self.seq(items, Body::Tuple)?;
+                    self.push(n);
+                }
+                op::EMPTY_LIST => {
+                    let n = self.new_obj(Body::List(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::LIST => {
+                    let items = self.pop_mark()?;
+                    let n = self.seq(items, Body::List)?;
+                    self.push(n);
+                }
+                op::EMPTY_DICT => {
+                    let n = self.new_obj(Body::Dict(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::DICT => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.err("DICT with an odd number of items"));
+                    }
+                    let n = self.seq(items, |v| Body::Dict(pairs(v)))?;
+                    self.push(n);
+                }
+                op::EMPTY_SET => {
+                    let n = self.new_obj(Body::Set(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::FROZENSET => {
+                    let items = self.pop_mark()?;
+                    let n = self.seq(items, Body::FrozenSet)?;
+                    self.push(n);
+                }
+                op::APPEND => {
+                    let v = self.pop()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, vec![v], "APPENDS")?;
+                }
+                op::APPENDS => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "APPENDS")?;
+                }
+                op::SETITEM => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, vec![k, v], "SETITEMS")?;
+                }
+                op::SETITEMS => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.err("SETITEMS with an odd number of items"));
+                    }
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "SETITEMS")?;
+                }
+                op::ADDITEMS => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "ADDITEMS")?;
+                }
+                op::PUT => {
+                    let l = self.line_str()?;
+                    let k = l
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| self.err("bad PUT argument"))?;
+                    self.memo_put(k)?;
+                }
+                op::BINPUT => {
+                    let [k] = self.fixed::<1>()?;
+                    self.memo_put(k as u64)?;
+                }
+                op::LONG_BINPUT => {
+                    let k = u32::from_le_bytes(self.fixed::<4>()?);
+                    self.memo_put(k as u64)?;
+                }
+                op::MEMOIZE => {
+                    let k = self.memo.len() as u64;
+                    self.memo_put(k)?;
+                }
+                op::GET => {
+                    let l = self.line_str()?;
+                    let k = l
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| self.err("bad GET argument"))?;
+                    self.memo_get(k)?;
+                }
+                op::BINGET => {
+                    let [k] = self.fixed::<1>()?;
+                    self.memo_get(k as u64)?;
+                }
+                op::LONG_BINGET => {
+                    let k = u32::from_le_bytes(self.fixed::<4>()?);
+                    self.memo_get(k as u64)?;
+                }
+                op::GLOBAL => {
+                    let module = self.line_str()?;
+                    let name = self.line_str()?;
+                    let g = self.global(module, name)?;
+                    self.push(g);
+                }
+                op::STACK_GLOBAL => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    let (N::Str(module), N::Str(name)) = (&module, &name) else {
+                        return Err(self.err(format!(
+                            "STACK_GLOBAL with a {} and a {} (needs two str)",
+                            module.type_name(),
+                            name.type_name()
+                        )));
+                    };
+                    let g = self.global(module, name)?;
+                    self.push(g);
+                }
+                op::REDUCE | op::NEWOBJ => {
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    let name = if code == op::REDUCE {
+                        "REDUCE"
+                    } else {
+                        "NEWOBJ"
+                    };
+                    if !is_tuple(&args) {
+                        return Err(self.err(format!(
+                            "{name} arguments are a {}, not a tuple",
+                            args.type_name()
+                        )));
+                    }
+                    let n = self.call(callable, args, Vec::new(), name)?;
+                    self.push(n);
+                }
+                op::NEWOBJ_EX => {
+                    let kwargs = self.pop()?;
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    if !is_tuple(&args) {
+                        return Err(self.err("NEWOBJ_EX arguments are not a tuple"));
+                    }
+                    let kw = match &kwargs {
+                        N::Ref(rc) => match &rc.try_borrow().map_err(|_| self.err("busy"))?.body {
+                            Body::Dict(d) => Some(d.clone()),
+                            _ => None,
+                        },
+                        _ => None,
+                    };
+                    let Some(kw) = kw else {
+                        return Err(self.err("NEWOBJ_EX keyword arguments are not a dict"));
+                    };
+                    let n = self.call(callable, args, kw, "NEWOBJ_EX")?;
+                    self.push(n);
+                }
+                op::BUILD => {
+                    let state = self.pop()?;
+                    let target = self.top()?.clone();
+                    let sh = state.height();
+                    let tname = target.type_name();
+                    let N::Ref(rc) = &target else {
+                        return Err(self.err(format!("BUILD on {tname}")));
+                    };
+                    let mut o = rc.try_borrow_mut().map_err(|_| self.err("busy"))?;
+                    let new_h = o.height.max(sh.saturating_add(1));
+                    match &mut o.body {
+                        Body::Object(ob) => ob.state = Some(state),
+                        _ => {
+                            drop(o);
+                            return Err(self.err(format!("BUILD on {tname}")));
+                        }
+                    }
+                    o.height = new_h;
+                    drop(o);
+                    self.check_height(new_h)?;
+                }
+                op::PERSID => {
+                    self.persistent_ok()?;
+                    let l = self.line()?;
+                    let s = std::str::from_utf8(l)
+                        .map_err(|_| self.err("PERSID argument is not text"))?;
+                    let n = self.new_obj(Body::Persistent(N::Str(s.into())), 0)?;
+                    self.push(n);
+                }
+                op::BINPERSID => {
+                    self.persistent_ok()?;
+                    let pid = self.pop()?;
+                    let h = pid.height();
+                    let n = self.new_obj(Body::Persistent(pid), h)?;
+                    self.push(n);
+                }
+                op::INST => {
+                    let module = self.line_str()?;
+                    let name = self.line_str()?;
+                    return Err(self.err(format!(
+                        "opcode INST (global '{module}.{name}') is refused: it calls arbitrary classes"
+                    )));
+                }
+                op::OBJ => {
+                    return Err(self.err("opcode OBJ is refused: it calls arbitrary classes"));
+                }
+                op::EXT1 | op::EXT2 | op::EXT4 => {
+                    return Err(self.err("extension registry opcodes (EXT1/2/4) are refused"));
+                }
+                op::NEXT_BUFFER | op::READONLY_BUFFER => {
+                    return Err(self.err(
+                        "out-of-band buffers (NEXT_BUFFER/READONLY_BUFFER) are not supported",
+                    ));
+                }
+                _ => return Err(self.err(format!("unknown opcode 0x{code:02x}"))),
+            }
+        }
+    }
+}
+
+fn pair_of(n: &N) -> Option<(N, N)> {
+    let N::Ref(r) = n else { return None };
+    let o = r.try_borrow().ok()?;
+    match &o.body {
+        Body::Tuple(t) if t.len() == 2 => Some((t[0].clone(), t[1].clone())),
+        _ => None,
+    }
+}
+
+fn is_tuple(n: &N) -> bool {
+    match n {
+        N::Ref(rc) => rc
+            .try_borrow()
+            .map(|o| matches!(o.body, Body::Tuple(_)))
+            .unwrap_or(false),
+        _ => false,
+    }
+}
+
+fn pairs(v: Vec<N>) -> Vec<(N, N)> {
+    let mut out = Vec::with_capacity(v.len() / 2);
+    let mut it = v.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((k, v));
+    }
+    out
+}
+
+/// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree:
+/// each container is converted once (so sharing is kept), cycles are refused, and the
+/// nesting depth is checked (recursion is bounded by `max_depth`).
+struct Converter {
+    /// `None` while a container is being converted (a cycle if met again).
+    done: HashMap<*const RefCell<Obj>, Option<(Value, u64)>>,
+    max_depth: u64,
+}
+
+impl Converter {
+    fn convert(&mut self, n: &N, level: u64) -> std::result::Result<(Value, u64), String> {
+        let rc = match n {
+            N::None => return Ok((Value::None, 0)),
+            N::Bool(b) => return Ok((Value::Bool(*b), 0)),
+            N::Int(v) => return Ok((Value::Int(*v), 0)),
+            N::Big(b) => return Ok((Value::BigInt(b.clone()), 0)),
+            N::Float(f) => return Ok((Value::Float(*f), 0)),
+            N::Str(s) => return Ok((Value::Str(s.clone()), 0)),
+            N::Bytes(b) => return Ok((Value::Bytes(b.clone()), 0)),
+            N::Global(g) => return Ok((Value::Global((**g).clone()), 0)),
+            N::Ref(rc) => rc,
+        };
+        let key = Rc::as_ptr(rc);
+        match self.done.get(&key) {
+            Some(Some((v, h))) => {
+                if level + h > self.max_depth {
+                    return Err(format!(
+                        "nesting depth {} exceeds the limit {}",
+                        level + h,
+                        self.max_depth
+                    ));
+                }
+                return Ok((v.clone(), *h));
+            }
+            Some(None) => return Err("the pickle builds a recursive structure".into()),
+            None => {}
+        }
+        if level + 1 > self.max_depth {
+            return Err(format!(
+                "nesting depth exceeds the limit {}",
+                self.max_depth
+            ));
+        }
+        self.done.insert(key, None);
+        let o = rc.try_borrow().map_err(|_| "busy".to_string())?;
+        let mut h = 0;
+        let seq = |this: &mut Self, v: &[N], h: &mut u64| {
+            let mut out = Vec::with_capacity(v.len());
+            for x in v {
+                let (x, xh) = this.convert(x, level + 1)?;
+                *h = (*h).max(xh);
+                out.push(x);
+            }
+            Ok::<_, String>(out)
+        };
+        let pairs = |this: &mut Self, v: &[(N, N)], h: &mut u64| {
+            let mut out = Vec::with_capacity(v.len());
+            for (k, x) in v {
+                let (k, kh) = this.convert(k, level + 1)?;
+                let (x, xh) = this.convert(x, level + 1)?;
+                *h = (*h).max(kh).max(xh);
+                out.push((k, x));
+            }
+            Ok::<_, String>(out)
+        };
+        let value = match &o.body {
+            Body::Tuple(v) => Value::Tuple(Arc::new(seq(self, v, &mut h)?)),
+            Body::List(v) => Value::List(Arc::new(seq(self, v, &mut h)?)),
+            Body::Set(v) => Value::Set(Arc::new(seq(self, v, &mut h)?)),
+            Body::FrozenSet(v) => Value::FrozenSet(Arc::new(seq(self, v, &mut h)?)),
+            Body::Dict(d) => Value::Dict(Arc::new(pairs(self, d, &mut h)?)),
+            Body::Persistent(p) => {
+                let (p, ph) = self.convert(p, level + 1)?;
+                h = ph;
+                Value::Persistent(Arc::new(p))
+            }
+            Body::Object(ob) => {
+                let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
+                obj.args = seq(self, &ob.args, &mut h)?;
+                obj.items = seq(self, &ob.items, &mut h)?;
+                obj.entries = pairs(self, &ob.entries, &mut h)?;
+                obj.kwargs = pairs(self, &ob.kwargs, &mut h)?;
+                if let Some(s) = &ob.state {
+                    let (s, sh) = self.convert(s, level + 1)?;
+                    h = h.max(sh);
+                    obj.state = Some(s);
+                }
+                Value::Object(Arc::new(obj))
+            }
+            Body::Cleared => Value::None,
+        };
+        let h = h + 1;
+        self.done.insert(key, Some((value.clone(), h)));
+        Ok((value, h))
+    }
+}

@@ -1,0 +1,125 @@
+//! What a pickle may name: allowed globals and what calling them builds.
+
+use std::collections::HashMap;
+use std::ops::RangeInclusive;
+
+/// What an allowed global is and what calling it (`REDUCE`, `NEWOBJ`) builds. Every call
+/// gives an [`Object`](super::Object) that records the global, its kind and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    /// A mapping type (`collections.OrderedDict`): called with no arguments, an empty
+    /// tuple, or one dict (or list of pairs), it makes an ordered dict whose
+    /// [`entries`](super::Object::entries) `SETITEM`/`SETITEMS` extend and whose state
+    /// `BUILD` sets.
+    Dict,
+    /// A list type: called with no arguments or one list, tuple or set, it makes a list
+    /// whose [`items`](super::Object::items) `APPEND`/`APPENDS` extend.
+    List,
+    /// A set type (`builtins.set`): like [`Kind::List`]; `ADDITEMS` extends it.
+    Set,
+    /// A tuple type (`torch.Size`): called with no arguments or one list, tuple or set,
+    /// it makes an immutable sequence of those [`items`](super::Object::items).
+    Tuple,
+    /// A function or class whose call is recorded with its arguments, named by `params`
+    /// in order (`_rebuild_tensor_v2(storage, offset, size, stride, requires_grad,
+    /// hooks)`). Any number of positional arguments is accepted and kept;
+    /// [`Object::arg`](super::Object::arg) finds one by its name.
+    Call {
+        /// Names of the positional parameters, in order.
+        params: Vec<String>,
+    },
+    /// A global that may only appear as a value (a storage class, a dtype); calling it is
+    /// refused.
+    Class,
+}
+
+/// The allowed globals, persistent ids and protocols of one kind of pickle. Built with
+/// [`Rules::new`] and the builder methods; nothing is allowed by default.
+///
+/// Whatever the rules say, the modules `os`, `posix`, `nt`, `sys` and `subprocess` are
+/// never allowed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rules {
+    globals: HashMap<(String, String), Kind>,
+    codecs_encode: bool,
+    persistent: bool,
+    protocols: RangeInclusive<u8>,
+}
+
+impl Default for Rules {
+    fn default() -> Self {
+        Rules::new()
+    }
+}
+
+const NEVER: &[&str] = &["os", "posix", "nt", "sys", "subprocess"];
+
+impl Rules {
+    /// Rules that allow no global and no persistent id, and protocols 0 to 5.
+    pub fn new() -> Self {
+        Rules {
+            globals: HashMap::new(),
+            codecs_encode: false,
+            persistent: false,
+            protocols: 0..=5,
+        }
+    }
+
+    /// Allows the global `module`.`name`, which builds `kind`.
+    pub fn allow(mut self, module: &str, name: &str, kind: Kind) -> Self {
+        self.globals
+            .insert((module.to_string(), name.to_string()), kind);
+        self
+    }
+
+    /// Allows the global named by the dotted `path` (`"collections.OrderedDict"`); the
+    /// module is everything before the last dot. A path without a dot is ignored.
+    pub fn allow_path(self, path: &str, kind: Kind) -> Self {
+        match path.rsplit_once('.') {
+            Some((module, name)) => self.allow(module, name, kind),
+            None => self,
+        }
+    }
+
+    /// Allows `_codecs.encode(str, 'latin1')`, which protocol-2 pickles use to store
+    /// `bytes`; the reader turns such a call into [`Value::Bytes`](super::Value::Bytes).
+    pub fn allow_codecs_encode(mut self) -> Self {
+        self.codecs_encode = true;
+        self
+    }
+
+    /// Accepts (`true`) or refuses persistent ids (`PERSID`, `BINPERSID`).
+    pub fn persistent_ids(mut self, accept: bool) -> Self {
+        self.persistent = accept;
+        self
+    }
+
+    /// The protocols accepted by `PROTO` (0 to 5 unless set).
+    pub fn protocols(mut self, range: RangeInclusive<u8>) -> Self {
+        self.protocols = range;
+        self
+    }
+
+    /// What `module`.`name` builds, when it is allowed.
+    pub fn kind(&self, module: &str, name: &str) -> Option<&Kind> {
+        if NEVER.contains(&module) || NEVER.iter().any(|m| module.starts_with(&format!("{m}."))) {
+            return None;
+        }
+        self.globals.get(&(module.to_string(), name.to_string()))
+    }
+
+    /// Whether `_codecs.encode` is allowed (see [`Rules::allow_codecs_encode`]).
+    pub fn codecs_encode(&self) -> bool {
+        self.codecs_encode
+    }
+
+    /// Whether persistent ids are accepted.
+    pub fn accepts_persistent_ids(&self) -> bool {
+        self.persistent
+    }
+
+    /// The protocols accepted.
+    pub fn protocol_range(&self) -> RangeInclusive<u8> {
+        self.protocols.clone()
+    }
+}

@@ -1,0 +1,315 @@
+//! The object tree a pickle builds.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::rules::Kind;
+
+/// A global named by a pickle (`GLOBAL`, `STACK_GLOBAL`): a module and a (qualified) name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Global {
+    /// The module (`torch._utils`).
+    pub module: Arc<str>,
+    /// The name inside it (`_rebuild_tensor_v2`).
+    pub name: Arc<str>,
+}
+
+impl Global {
+    /// The global `module`.`name`.
+    pub fn new(module: &str, name: &str) -> Self {
+        Global {
+            module: module.into(),
+            name: name.into(),
+        }
+    }
+}
+
+impl fmt::Display for Global {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.module, self.name)
+    }
+}
+
+/// The result of calling an allowed global (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`), with what
+/// later opcodes added to it (`SETITEMS`, `APPENDS`, `BUILD`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    /// The global called.
+    pub global: Global,
+    /// What the rules say it builds.
+    pub kind: Kind,
+    /// The positional arguments of the call. For [`Kind::Dict`], [`Kind::List`],
+    /// [`Kind::Set`] and [`Kind::Tuple`] these are moved into `entries` or `items`, and
+    /// `args` is empty.
+    pub args: Vec<Value>,
+    /// Keyword arguments (`NEWOBJ_EX` only).
+    pub kwargs: Vec<(Value, Value)>,
+    /// The state given by `BUILD`, if any (the last one when there are several).
+    pub state: Option<Value>,
+    /// Items of list-, set- and tuple-kind objects.
+    pub items: Vec<Value>,
+    /// Entries of dict-kind objects, in order (duplicate keys are kept).
+    pub entries: Vec<(Value, Value)>,
+}
+
+impl Object {
+    /// An object of `global` and `kind` with nothing in it.
+    pub fn new(global: Global, kind: Kind) -> Self {
+        Object {
+            global,
+            kind,
+            args: Vec::new(),
+            kwargs: Vec::new(),
+            state: None,
+            items: Vec::new(),
+            entries: Vec::new(),
+        }
+    }
+
+    /// This object with positional arguments `args`.
+    pub fn with_args(mut self, args: Vec<Value>) -> Self {
+        self.args = args;
+        self
+    }
+
+    /// This object with dict entries `entries`.
+    pub fn with_entries(mut self, entries: Vec<(Value, Value)>) -> Self {
+        self.entries = entries;
+        self
+    }
+
+    /// This object with `items`.
+    pub fn with_items(mut self, items: Vec<Value>) -> Self {
+        self.items = items;
+        self
+    }
+
+    /// This object with `BUILD` state `state`.
+    pub fn with_state(mut self, state: Value) -> Self {
+        self.state = Some(state);
+        self
+    }
+
+    /// The positional argument that a [`Kind::Call`] names `name`, when it was given.
+    pub fn arg(&self, name: &str) -> Option<&Value> {
+        match &self.kind {
+            Kind::Call { params } => params
+                .iter()
+                .position(|p| p == name)
+                .and_then(|i| self.args.get(i)),
+            _ => None,
+        }
+    }
+}
+
+/// A value built by a pickle. Containers are shared (`Arc`): a value the pickle memoizes
+/// and references again is the same allocation each time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// `None`.
+    None,
+    /// `True` or `False`.
+    Bool(bool),
+    /// An integer that fits in an `i64`.
+    Int(i64),
+    /// A larger integer: little-endian two's complement, of minimal length (the form of
+    /// `LONG1`). See [`Value::as_i128`].
+    BigInt(Arc<[u8]>),
+    /// A float.
+    Float(f64),
+    /// A text string.
+    Str(Arc<str>),
+    /// A byte string (`bytes`, `bytearray`, or a Python 2 `str` that is not UTF-8).
+    Bytes(Arc<[u8]>),
+    /// A tuple.
+    Tuple(Arc<Vec<Value>>),
+    /// A list.
+    List(Arc<Vec<Value>>),
+    /// A dict, its items in insertion order (duplicate keys are kept; the last wins).
+    Dict(Arc<Vec<(Value, Value)>>),
+    /// A set, in the order of the pickle.
+    Set(Arc<Vec<Value>>),
+    /// A frozenset, in the order of the pickle.
+    FrozenSet(Arc<Vec<Value>>),
+    /// A global referenced as a value (a class or function that is not called).
+    Global(Global),
+    /// A call of an allowed global.
+    Object(Arc<Object>),
+    /// A persistent id (`PERSID`, `BINPERSID`): what the pickler's `persistent_id`
+    /// returned, for the application to resolve.
+    Persistent(Arc<Value>),
+}
+
+impl Value {
+    /// A string value.
+    pub fn str(s: &str) -> Value {
+        Value::Str(s.into())
+    }
+
+    /// A tuple of `items`.
+    pub fn tuple(items: Vec<Value>) -> Value {
+        Value::Tuple(Arc::new(items))
+    }
+
+    /// A list of `items`.
+    pub fn list(items: Vec<Value>) -> Value {
+        Value::List(Arc::new(items))
+    }
+
+    /// A dict of `items`.
+    pub fn dict(items: Vec<(Value, Value)>) -> Value {
+        Value::Dict(Arc::new(items))
+    }
+
+    /// An object value.
+    pub fn object(o: Object) -> Value {
+        Value::Object(Arc::new(o))
+    }
+
+    /// An integer value of any size: [`Value::Int`] when it fits, else [`Value::BigInt`].
+    pub fn int(v: i128) -> Value {
+        match i64::try_from(v) {
+            Ok(v) => Value::Int(v),
+            Err(_) => Value::BigInt(minimal_le(&v.to_le_bytes()).into()),
+        }
+    }
+
+    /// The integer, when it is one and fits in an `i128` (booleans are not integers here).
+    pub fn as_i128(&self) -> Option<i128> {
+        match self {
+            Value::Int(v) => Some(*v as i128),
+            Value::BigInt(b) => le_to_i128(b),
+            _ => None,
+        }
+    }
+
+    /// The integer, when it is one and fits in an `i64`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            Value::Int(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The string, when this is a [`Value::Str`].
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The items of a tuple, list, set or frozenset.
+    pub fn as_seq(&self) -> Option<&[Value]> {
+        match self {
+            Value::Tuple(v) | Value::List(v) | Value::Set(v) | Value::FrozenSet(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The object, when this is a [`Value::Object`].
+    pub fn as_object(&self) -> Option<&Object> {
+        match self {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The entries of a dict or a dict-kind object.
+    pub fn as_entries(&self) -> Option<&[(Value, Value)]> {
+        match self {
+            Value::Dict(d) => Some(d),
+            Value::Object(o) if o.kind == Kind::Dict => Some(&o.entries),
+            _ => None,
+        }
+    }
+
+    /// The value of the last entry whose key is the string `key`, in a dict or a
+    /// dict-kind object.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.as_entries()?
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_str() == Some(key))
+            .map(|(_, v)| v)
+    }
+
+    /// A short name of the value's type, for messages (`int`, `list`, `global`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Value::None => "None",
+            Value::Bool(_) => "bool",
+            Value::Int(_) | Value::BigInt(_) => "int",
+            Value::Float(_) => "float",
+            Value::Str(_) => "str",
+            Value::Bytes(_) => "bytes",
+            Value::Tuple(_) => "tuple",
+            Value::List(_) => "list",
+            Value::Dict(_) => "dict",
+            Value::Set(_) => "set",
+            Value::FrozenSet(_) => "frozenset",
+            Value::Global(_) => "global",
+            Value::Object(_) => "object",
+            Value::Persistent(_) => "persistent id",
+        }
+    }
+}
+
+/// `bytes` (little-endian two's complement) without redundant sign bytes; empty for 0.
+pub(crate) fn minimal_le(bytes: &[u8]) -> Vec<u8> {
+    let mut n = bytes.len();
+    while n > 0 {
+        let top = bytes[n - 1];
+        let below_neg = n >= 2 && bytes[n - 2] & 0x80 != 0;
+        if (top == 0 && !below_neg && n >= 2) || (top == 0xff && below_neg) {
+            n -= 1;
+        } else if top == 0 && n == 1 {
+            n = 0;
+        } else {
+            break;
+        }
+    }
+    bytes[..n].to_vec()
+}
+
+/// The value of little-endian two's complement `b`, when it fits in an `i128`.
+pub(crate) fn le_to_i128(b: &[u8]) -> Option<i128> {
+    let b = minimal_le(b);
+    if b.len() > 16 {
+        return None;
+    }
+    let neg = b.last().is_some_and(|x| x & 0x80 != 0);
+    let mut full = if neg { [0xffu8; 16] } else { [0u8; 16] };
+    full[..b.len()].copy_from_slice(&b);
+    Some(i128::from_le_bytes(full))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn minimal_forms() {
+        assert_eq!(minimal_le(&[0, 0]), Vec::<u8>::new());
+        assert_eq!(minimal_le(&[0xff, 0xff]), vec![0xff]);
+        assert_eq!(minimal_le(&[0x80, 0x00]), vec![0x80, 0x00]);
+        assert_eq!(minimal_le(&[0x7f, 0x00, 0x00]), vec![0x7f]);
+        assert_eq!(minimal_le(&[0x00, 0x80, 0xff]), vec![0x00, 0x80]);
+        for v in [
+            0i128,
+            1,
+            -1,
+            127,
+            128,
+            -128,
+            -129,
+            1 << 70,
+            -(1 << 70),
+            i128::MIN,
+            i128::MAX,
+        ] {
+            assert_eq!(le_to_i128(&minimal_le(&v.to_le_bytes())), Some(v), "{v}");
+            assert_eq!(Value::int(v).as_i128(), Some(v));
+        }
+    }
+}
