@@ -1157,3 +1157,84 @@ impl Converter {
         Ok((value, h))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rd(b: &[u8]) -> Result<Value> {
+        read(b, &Rules::new(), &Limits::default())
+    }
+
+    #[test]
+    fn refused_global_names_itself_and_its_offset() {
+        let e = rd(b"\x80\x02cposix\nsystem\nX\x02\x00\x00\x00id\x85R.").unwrap_err();
+        assert_eq!(e.location.offset, Some(2));
+        assert!(e
+            .to_string()
+            .contains("global 'posix.system' is not allowed"));
+        // Never allowed, whatever the rules say.
+        let rules = Rules::new().allow("os", "system", Kind::Class);
+        assert!(read(b"cos\nsystem\n.", &rules, &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn memo_shares_and_mutation_shows_through() {
+        // d = {}; memo 0; l = [d, d]; then d['k'] = 1 after l was built.
+        let v = rd(b"\x80\x02}q\x00h\x00h\x00\x86q\x01h\x00X\x01\x00\x00\x00kK\x01s0h\x01\x85.")
+            .unwrap_err();
+        // (POP under the tuple is fine; the leftover dict makes it an error.)
+        assert!(v.to_string().contains("left on the stack"), "{v}");
+        let v = rd(b"\x80\x02}q\x000h\x00h\x00\x86h\x00X\x01\x00\x00\x00kK\x01s0.").unwrap();
+        let Value::Tuple(t) = &v else { panic!() };
+        let (Value::Dict(a), Value::Dict(b)) = (&t[0], &t[1]) else {
+            panic!()
+        };
+        assert!(Arc::ptr_eq(a, b));
+        assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn limits_apply() {
+        let limits = Limits {
+            max_pickle_ops: 3,
+            ..Limits::default()
+        };
+        let e = read(b"NNN0.", &Rules::new(), &limits).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        let limits = Limits {
+            max_memo: 1,
+            ..Limits::default()
+        };
+        let e = read(b"Nq\x00q\x01.", &Rules::new(), &limits).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        let deep = [b"N".as_slice(), &[0x85; 200], b"."].concat();
+        assert!(rd(&deep).is_err());
+    }
+
+    #[test]
+    fn protocol_zero_text_forms() {
+        let v = rd(
+            b"(I01\nI00\nI-12\nL123456789012345678901234L\nF-2.5\nS'a\\x41\\n'\nVx\\u00e9\ntp0\n.",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            Value::tuple(vec![
+                Value::Bool(true),
+                Value::Bool(false),
+                Value::Int(-12),
+                Value::int(123456789012345678901234),
+                Value::Float(-2.5),
+                Value::str("aA\n"),
+                Value::str("x\u{e9}"),
+            ])
+        );
+    }
+
+    #[test]
+    fn cycles_are_refused_and_torn_down() {
+        let e = rd(b"]q\x002a.").unwrap_err();
+        assert!(e.to_string().contains("recursive"), "{e}");
+    }
+}
