@@ -1,0 +1,421 @@
+#!/usr/bin/env python3
+"""PyTorch's side of tensorfmt's interop tests: what the real torch says about a file.
+
+Run with a python that has the torch pinned in tests/py/requirements-torch.txt (and the
+NumPy of tests/py/requirements.txt). Every checkpoint is loaded with
+``torch.load(path, weights_only=True, map_location="cpu")``; a TorchScript archive (a zip
+with a ``constants.pkl`` record, which torch.load refuses under weights_only) with
+``torch.jit.load(path, map_location="cpu").state_dict()``.
+
+Subcommands
+-----------
+describe FILE
+    Prints one line of JSON, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
+    print (DESIGN.md section 5)::
+
+        {"format": "pytorch"|"pytorch-legacy"|"torchscript",
+         "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
+
+    format: "pytorch" for the zip format (torch.save's default since 1.6),
+    "pytorch-legacy" for ``_use_new_zipfile_serialization=False`` files, "torchscript"
+    for torch.jit.save archives. Tensors in file order: the order in which they appear
+    in the unpickled object, depth-first, dicts in insertion order, lists and tuples by
+    index; names are the keys and indices on the way joined with "." (``model.0.weight``,
+    ``optimizer.state.0.exp_avg``). Non-tensor leaves (ints, floats, strings, None) are
+    skipped. A tensor reached by two paths is listed under both names. A bare tensor at
+    the top (``torch.save(t, "x.pt")``) is named after the file stem, as an npy is.
+    TorchScript: the names and order of ``state_dict()`` (parameters and buffers only).
+    dtype is the canonical name (f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64
+    c128 f8e4m3fn f8e5m2); sha256 is over the elements in C order, little-endian (the raw
+    element bytes for bf16 and float8), bool as one byte 0/1. Exits 2 with a message on
+    any other dtype (quantized, complex32, other float8 flavours...).
+
+compare [--values-only] A B
+    Exits 0 when A and B (any of the three formats) hold the same thing:
+      * the same tensor names in the same order, same dtypes, shapes and bit-identical
+        elements;
+      * and, unless --values-only, the same layout: strides, storage offsets, storage
+        sizes (bytes), storage sharing (which tensors view one storage: the same
+        partition of names), Parameter or plain Tensor, requires_grad, and the same
+        non-tensor leaves (names, types and values, e.g. ``epoch`` = 3).
+    Prints the differences and exits 1 otherwise; exits 2 when a file cannot be loaded.
+
+make-random OUTDIR SEED COUNT
+    Writes COUNT checkpoints torch made that no test has seen, and prints each file's
+    absolute path on its own line. Each holds a random state dict: random dtypes from the
+    list above (bf16 and float8 included; element bytes are random bit patterns, bool
+    0/1), random shapes (0-d, empty, up to 4 dims), non-contiguous views (transpose,
+    slicing with a step, expand giving stride 0), several tensors viewing one storage at
+    different offsets, nn.Parameter, and sometimes a nested checkpoint
+    ``{"model": ..., "optimizer": {"state": {0: {...}}, "param_groups": [...]}, "epoch": n}``
+    with ints, floats, tuples and lists. File names vary (the archive's folder is the file
+    name without its last extension); about one file in four is the legacy format
+    (``_use_new_zipfile_serialization=False``, classic dtypes only: torch 2.15 cannot load
+    uint16/32/64 or float8 from a legacy file). The same SEED gives the same objects (the
+    zip files' bytes too; legacy files hold memory addresses as storage keys).
+"""
+
+import hashlib
+import json
+import os
+import pickle
+import sys
+import zipfile
+from pathlib import Path
+
+import warnings
+
+import numpy as np
+import torch
+
+# torch.jit.load warns that TorchScript is deprecated; the archives still load.
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+
+# torch dtype -> tensorfmt's canonical dtype name.
+CANONICAL = {
+    torch.float16: "f16",
+    torch.bfloat16: "bf16",
+    torch.float32: "f32",
+    torch.float64: "f64",
+    torch.int8: "i8",
+    torch.int16: "i16",
+    torch.int32: "i32",
+    torch.int64: "i64",
+    torch.uint8: "u8",
+    torch.uint16: "u16",
+    torch.uint32: "u32",
+    torch.uint64: "u64",
+    torch.bool: "bool",
+    torch.complex64: "c64",
+    torch.complex128: "c128",
+    torch.float8_e4m3fn: "f8e4m3fn",
+    torch.float8_e5m2: "f8e5m2",
+}
+TORCH_OF = {v: k for k, v in CANONICAL.items()}
+# Dtypes a legacy (non-zip) file can hold and torch 2.15 load back: the ones with a
+# legacy storage class (FloatStorage, ...). The others go through UntypedStorage, which
+# _legacy_load cannot map to a dtype.
+LEGACY_OK = ["f16", "bf16", "f32", "f64", "i8", "i16", "i32", "i64", "u8", "bool", "c64", "c128"]
+
+assert sys.byteorder == "little", "tfcheck_torch assumes a little-endian host"
+
+
+class Unsupported(Exception):
+    pass
+
+
+def canonical_dtype(t, name, path):
+    if t.dtype not in CANONICAL:
+        raise Unsupported(f"{path}: tensor {name!r} has dtype {t.dtype}, which is outside "
+                          f"tensorfmt's list ({' '.join(CANONICAL.values())})")
+    return CANONICAL[t.dtype]
+
+
+def le_c_bytes(t):
+    """The elements in C order, little-endian (the host's order); bool as one byte 0/1."""
+    t = t.detach()
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    if t.numel() == 0:
+        return b""
+    # A fresh 1-d copy with stride 1: .contiguous() keeps a size-1 dimension's odd stride,
+    # which view(uint8) refuses.
+    flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1))
+    return flat.view(torch.uint8).numpy().tobytes()
+
+
+# ---------------------------------------------------------------- loading
+
+def file_format(path):
+    """'pytorch', 'pytorch-legacy' or 'torchscript', from the container alone."""
+    if not zipfile.is_zipfile(path):
+        return "pytorch-legacy"
+    with zipfile.ZipFile(path) as z:
+        names = z.namelist()
+    prefix = names[0].split("/", 1)[0] if names else ""
+    return "torchscript" if f"{prefix}/constants.pkl" in names else "pytorch"
+
+
+def load_obj(path):
+    """(format, the unpickled object)."""
+    fmt = file_format(path)
+    if fmt == "torchscript":
+        return fmt, torch.jit.load(path, map_location="cpu").state_dict()
+    return fmt, torch.load(path, weights_only=True, map_location="cpu")
+
+
+def walk(obj, prefix, tensors, leaves):
+    """Depth-first: tensors -> [(name, tensor)], other leaves -> [(name, value)]."""
+    def join(k):
+        return f"{prefix}.{k}" if prefix else str(k)
+
+    if isinstance(obj, torch.Tensor):
+        tensors.append((prefix, obj))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            walk(v, join(k), tensors, leaves)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            walk(v, join(i), tensors, leaves)
+    else:
+        leaves.append((prefix, obj))
+
+
+def load(path):
+    """(format, [(name, tensor)] in file order, [(name, non-tensor leaf)])."""
+    fmt, obj = load_obj(path)
+    tensors, leaves = [], []
+    if isinstance(obj, torch.Tensor):
+        tensors.append((Path(path).stem, obj))
+    else:
+        walk(obj, "", tensors, leaves)
+    return fmt, tensors, leaves
+
+
+def describe(path):
+    fmt, tensors, _ = load(path)
+    out = []
+    for name, t in tensors:
+        out.append({
+            "name": name,
+            "dtype": canonical_dtype(t, name, path),
+            "shape": [int(d) for d in t.shape],
+            "sha256": hashlib.sha256(le_c_bytes(t)).hexdigest(),
+        })
+    return {"format": fmt, "tensors": out}
+
+
+def cmd_describe(args):
+    if len(args) != 1:
+        usage()
+    print(json.dumps(describe(args[0]), sort_keys=False))
+    return 0
+
+
+# ---------------------------------------------------------------- compare
+
+def layout(tensors):
+    """Per name: (stride, storage_offset, storage nbytes, kind, requires_grad); and the
+    storage-sharing partition (a set of frozensets of names), storages of 0 bytes left out."""
+    per, groups = {}, {}
+    for name, t in tensors:
+        st = t.untyped_storage()
+        per[name] = (tuple(t.stride()), t.storage_offset(), st.nbytes(),
+                     "Parameter" if isinstance(t, torch.nn.Parameter) else "Tensor",
+                     bool(t.requires_grad))
+        if st.nbytes() > 0:
+            groups.setdefault(st.data_ptr(), []).append(name)
+    return per, {frozenset(g) for g in groups.values()}
+
+
+def leaf_repr(v):
+    return f"{type(v).__name__}:{v!r}"
+
+
+def differences(path_a, path_b, values_only=False):
+    """What differs between two files, as a list of lines (empty: the same)."""
+    (_, ta, la), (_, tb, lb) = load(path_a), load(path_b)
+    problems = []
+    na, nb = [n for n, _ in ta], [n for n, _ in tb]
+    if na != nb:
+        problems.append(f"tensor names differ:\n    {na}\n    {nb}")
+    else:
+        for (name, a), (_, b) in zip(ta, tb):
+            if a.dtype != b.dtype:
+                problems.append(f"{name}: dtype {a.dtype} vs {b.dtype}")
+                continue
+            if a.shape != b.shape:
+                problems.append(f"{name}: shape {tuple(a.shape)} vs {tuple(b.shape)}")
+                continue
+            ba, bb = le_c_bytes(a), le_c_bytes(b)
+            if ba != bb:
+                first = next(i for i in range(len(ba)) if ba[i] != bb[i])
+                problems.append(f"{name}: elements differ (first at byte {first} of {len(ba)}, "
+                                f"element {first // max(a.element_size(), 1)})")
+        if not values_only:
+            (pa, sa), (pb, sb) = layout(ta), layout(tb)
+            fields = ("stride", "storage_offset", "storage nbytes", "kind", "requires_grad")
+            for name in na:
+                for f, x, y in zip(fields, pa[name], pb[name]):
+                    if x != y:
+                        problems.append(f"{name}: {f} {x} vs {y}")
+            if sa != sb:
+                def show(s):
+                    return sorted(sorted(g) for g in s if len(g) > 1)
+                problems.append(f"storage sharing differs: {show(sa)} vs {show(sb)}")
+    if not values_only:
+        ra = [(n, leaf_repr(v)) for n, v in la]
+        rb = [(n, leaf_repr(v)) for n, v in lb]
+        if ra != rb:
+            problems.append(f"non-tensor leaves differ:\n    {ra}\n    {rb}")
+    return problems
+
+
+def cmd_compare(args):
+    values_only = False
+    if args and args[0] == "--values-only":
+        values_only, args = True, args[1:]
+    if len(args) != 2:
+        usage()
+    problems = differences(args[0], args[1], values_only)
+    if problems:
+        print(f"{args[0]} ({file_format(args[0])}) and {args[1]} ({file_format(args[1])}) differ:",
+              file=sys.stderr)
+        for p in problems:
+            print("  " + p, file=sys.stderr)
+        return 1
+    n = len(load(args[0])[1])
+    print(f"identical: {n} tensors" + (" (values only)" if values_only else ""))
+    return 0
+
+
+# ---------------------------------------------------------------- make-random
+
+NAME_PARTS = ["layer", "w", "bias", "0", "1", "12", "conv.weight", "bn", "running_mean", "x",
+              "encoder", "attn.q_proj"]
+STEMS = ["model", "ckpt.v2", "weights-final", "a", "archive", "pytorch_model", "x.y.z", "e"]
+EXTS = [".pt", ".pth", ".bin", ".ckpt", ""]
+
+
+def random_name(rng, taken):
+    while True:
+        n = int(rng.integers(1, 4))
+        name = ".".join(NAME_PARTS[int(rng.integers(len(NAME_PARTS)))] for _ in range(n))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def random_shape(rng, min_dims=0, max_dims=4):
+    ndim = int(rng.integers(min_dims, max_dims + 1))
+    return tuple(int(rng.integers(0, 5)) if rng.random() < 0.12 else int(rng.integers(1, 6))
+                 for _ in range(ndim))
+
+
+def random_tensor(rng, dtypes, shape=None):
+    canon = dtypes[int(rng.integers(len(dtypes)))]
+    dt = TORCH_OF[canon]
+    if shape is None:
+        shape = random_shape(rng)
+    n = int(np.prod(shape, dtype=np.int64))
+    size = torch.empty((), dtype=dt).element_size()
+    if canon == "bool":
+        raw = rng.integers(0, 2, size=n, dtype=np.uint8)
+    else:
+        raw = rng.integers(0, 256, size=n * size, dtype=np.uint8)
+    flat = torch.from_numpy(raw.copy())
+    return flat.view(dt).reshape(shape) if n else torch.empty(shape, dtype=dt)
+
+
+def random_view(rng, dtypes):
+    """A non-contiguous tensor: transposed, stepped slice, or expanded (stride 0)."""
+    kind = int(rng.integers(3))
+    if kind == 0:
+        t = random_tensor(rng, dtypes, random_shape(rng, 2, 4))
+        return t.transpose(0, t.dim() - 1)
+    if kind == 1:
+        t = random_tensor(rng, dtypes, random_shape(rng, 1, 3))
+        step = int(rng.integers(2, 4))
+        return t[::step]
+    t = random_tensor(rng, dtypes, (1,) + random_shape(rng, 1, 2))
+    return t.expand((int(rng.integers(2, 5)),) + tuple(t.shape[1:]))
+
+
+def random_shared(rng, dtypes, names, out):
+    """Two to four views of one storage at different offsets."""
+    base = random_tensor(rng, dtypes, (int(rng.integers(8, 40)),))
+    n = base.numel()
+    for _ in range(int(rng.integers(2, 5))):
+        start = int(rng.integers(0, n - 1))
+        stop = int(rng.integers(start + 1, n + 1))
+        v = base[start:stop]
+        if v.numel() % 2 == 0 and rng.random() < 0.4:
+            v = v.view(2, -1)
+        out[random_name(rng, names)] = v
+
+
+def random_state(rng, dtypes):
+    names, sd = set(), {}
+    for _ in range(int(rng.integers(1, 7))):
+        r = rng.random()
+        if r < 0.45:
+            sd[random_name(rng, names)] = random_tensor(rng, dtypes)
+        elif r < 0.7:
+            sd[random_name(rng, names)] = random_view(rng, dtypes)
+        elif r < 0.85:
+            random_shared(rng, dtypes, names, sd)
+        else:
+            floats = [d for d in dtypes if d in ("f16", "bf16", "f32", "f64", "c64", "c128")]
+            t = random_tensor(rng, floats)
+            sd[random_name(rng, names)] = torch.nn.Parameter(t, requires_grad=bool(rng.random() < 0.5))
+    return sd
+
+
+def random_checkpoint(rng, dtypes, model):
+    """An optimizer-like nested dict around `model`."""
+    keys = list(model)
+    state = {}
+    for i in range(min(len(keys), int(rng.integers(0, 3)))):
+        entry = {"step": torch.tensor(float(rng.integers(1, 100)))}
+        for k in ("exp_avg", "exp_avg_sq")[: int(rng.integers(1, 3))]:
+            entry[k] = random_tensor(rng, dtypes, random_shape(rng, 0, 2))
+        state[i] = entry
+    return {
+        "model": model,
+        "optimizer": {
+            "state": state,
+            "param_groups": [{"lr": float(rng.random()), "betas": (0.9, 0.999), "eps": 1e-8,
+                              "amsgrad": False, "params": list(range(len(keys)))}],
+        },
+        "epoch": int(rng.integers(0, 1000)),
+        "tag": "random",
+    }
+
+
+def cmd_make_random(args):
+    if len(args) != 3:
+        usage()
+    outdir, seed, count = Path(args[0]), int(args[1]), int(args[2])
+    outdir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        legacy = rng.random() < 0.25
+        dtypes = LEGACY_OK if legacy else list(TORCH_OF)
+        obj = random_state(rng, dtypes)
+        if rng.random() < 0.3:
+            obj = random_checkpoint(rng, dtypes, obj)
+        stem = STEMS[int(rng.integers(len(STEMS)))]
+        ext = EXTS[int(rng.integers(len(EXTS)))]
+        path = outdir / f"r{i:04d}-{'legacy-' if legacy else ''}{stem}{ext}"
+        if legacy:
+            torch.save(obj, path, _use_new_zipfile_serialization=False)
+        else:
+            torch.save(obj, path)
+        print(os.path.abspath(path))
+    return 0
+
+
+def usage():
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
+
+
+def main(argv):
+    if not argv:
+        usage()
+    cmds = {"describe": cmd_describe, "make-random": cmd_make_random, "compare": cmd_compare}
+    if argv[0] not in cmds:
+        print(f"tfcheck_torch: unknown subcommand {argv[0]!r}", file=sys.stderr)
+        usage()
+    try:
+        return cmds[argv[0]](argv[1:])
+    except Unsupported as e:
+        print(f"tfcheck_torch: unsupported dtype: {e}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError, EOFError, RuntimeError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+        print(f"tfcheck_torch {argv[0]}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
