@@ -131,6 +131,81 @@ impl TensorInfo {
         })
     }
 
+    /// Builds the metadata of a strided view (`strides` in elements, as PyTorch saves
+    /// them): `location` starts at the view's first element (the storage offset) and
+    /// runs to the end of the storage. The result's location is cut to the bytes the view
+    /// addresses: from its first element to one past its last. Stride 0 (broadcast
+    /// dimensions) and empty tensors are allowed; negative strides are refused, and a
+    /// storage too short for the view is an [`ErrorKind::SizeMismatch`]. All arithmetic
+    /// is checked.
+    pub fn strided(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<u64>,
+        strides: Vec<i64>,
+        byte_order: ByteOrder,
+        location: DataLocation,
+    ) -> Result<Self> {
+        let name = name.into();
+        if strides.len() != shape.len() {
+            return Err(ErrorKind::Invalid(format!(
+                "tensor '{name}' has shape {shape:?} but strides {strides:?}"
+            ))
+            .into());
+        }
+        if let Some(s) = strides.iter().find(|&&s| s < 0) {
+            return Err(ErrorKind::Unsupported(format!(
+                "tensor '{name}' has a negative stride {s}"
+            ))
+            .into());
+        }
+        let item = dtype.itemsize().ok_or_else(|| {
+            ErrorKind::Unsupported("string tensors have no fixed byte size".to_string())
+        })? as u64;
+        // Checks the element count and byte size.
+        nbytes(dtype, &shape)?;
+        let overflow = || ErrorKind::Overflow(format!("extent of tensor '{name}'"));
+        let extent = if shape.contains(&0) {
+            0
+        } else {
+            // One past the last addressed element, in elements.
+            let mut last: u64 = 0;
+            for (&n, &s) in shape.iter().zip(&strides) {
+                let step = (n - 1).checked_mul(s as u64).ok_or_else(overflow)?;
+                last = last.checked_add(step).ok_or_else(overflow)?;
+            }
+            last.checked_add(1)
+                .and_then(|e| e.checked_mul(item))
+                .ok_or_else(overflow)?
+        };
+        if extent > location.len() {
+            return Err(ErrorKind::SizeMismatch(format!(
+                "tensor '{name}' of dtype {dtype}, shape {shape:?} and strides {strides:?} addresses {extent} bytes from its offset, the storage holds {}",
+                location.len()
+            ))
+            .into());
+        }
+        let location = match location {
+            DataLocation::Range { offset, .. } => DataLocation::Range {
+                offset,
+                len: extent,
+            },
+            DataLocation::ZipMember { member, skip, .. } => DataLocation::ZipMember {
+                member,
+                skip,
+                len: extent,
+            },
+        };
+        Ok(TensorInfo {
+            name,
+            dtype,
+            shape,
+            strides,
+            byte_order,
+            location,
+        })
+    }
+
     /// Number of elements (checked).
     pub fn numel(&self) -> Result<u64> {
         numel(&self.shape)
@@ -241,6 +316,82 @@ mod tests {
         )
         .unwrap();
         assert_eq!(info.order(), Some(Order::Fortran));
+    }
+
+    #[test]
+    fn strided_views() {
+        let at = |len| DataLocation::Range { offset: 8, len };
+        // A transposed (4, 3) view of 12 f32: extent is the whole storage.
+        let t = TensorInfo::strided(
+            "t",
+            DType::F32,
+            vec![4, 3],
+            vec![1, 4],
+            ByteOrder::Little,
+            at(100),
+        )
+        .unwrap();
+        assert_eq!(t.location, DataLocation::Range { offset: 8, len: 48 });
+        assert_eq!(t.order(), Some(Order::Fortran));
+        // Broadcast: stride 0 addresses one row.
+        let b = TensorInfo::strided(
+            "b",
+            DType::F64,
+            vec![4, 3],
+            vec![0, 1],
+            ByteOrder::Little,
+            at(24),
+        )
+        .unwrap();
+        assert_eq!(b.location.len(), 24);
+        // 0-d and empty tensors.
+        let s =
+            TensorInfo::strided("s", DType::I16, vec![], vec![], ByteOrder::Little, at(2)).unwrap();
+        assert_eq!(s.location.len(), 2);
+        let e = TensorInfo::strided(
+            "e",
+            DType::U32,
+            vec![0, 4],
+            vec![4, 1],
+            ByteOrder::Little,
+            at(0),
+        )
+        .unwrap();
+        assert_eq!(e.location.len(), 0);
+        // Too short, negative, mismatched, overflowing.
+        let err = TensorInfo::strided(
+            "x",
+            DType::F32,
+            vec![2, 3],
+            vec![3, 1],
+            ByteOrder::Little,
+            at(20),
+        )
+        .unwrap_err();
+        assert!(matches!(err.kind, ErrorKind::SizeMismatch(_)), "{err}");
+        assert!(err.to_string().contains("'x'"), "{err}");
+        assert!(
+            TensorInfo::strided("x", DType::F32, vec![2], vec![-1], ByteOrder::Little, at(8))
+                .is_err()
+        );
+        assert!(TensorInfo::strided(
+            "x",
+            DType::F32,
+            vec![2],
+            vec![1, 1],
+            ByteOrder::Little,
+            at(8)
+        )
+        .is_err());
+        assert!(TensorInfo::strided(
+            "x",
+            DType::F32,
+            vec![3, 3],
+            vec![i64::MAX, i64::MAX],
+            ByteOrder::Little,
+            at(8)
+        )
+        .is_err());
     }
 
     #[test]

@@ -18,11 +18,13 @@
 mod read;
 mod rules;
 mod value;
+mod walk;
 mod write;
 
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use value::{Global, Object, Value};
+pub use walk::find_objects;
 pub use write::{write, write_to, Writer};
 
 const CODEC: &str = "pickle";

@@ -207,6 +207,24 @@ impl Value {
         }
     }
 
+    /// The integers of a tuple, list or tuple-kind object (`torch.Size`) whose items are
+    /// all integers that fit in an `i64`.
+    pub fn as_int_list(&self) -> Option<Vec<i64>> {
+        let items = match self {
+            Value::Object(o) if matches!(o.kind, Kind::Tuple | Kind::List) => &o.items[..],
+            _ => self.as_seq()?,
+        };
+        items.iter().map(Value::as_i64).collect()
+    }
+
+    /// The global, when this is a [`Value::Global`].
+    pub fn as_global(&self) -> Option<&Global> {
+        match self {
+            Value::Global(g) => Some(g),
+            _ => None,
+        }
+    }
+
     /// The object, when this is a [`Value::Object`].
     pub fn as_object(&self) -> Option<&Object> {
         match self {
