@@ -29,6 +29,7 @@ mod expr;
 mod layout;
 mod mapping;
 mod model;
+mod pickle;
 mod table;
 
 use model::{docs, GenError, Model};
@@ -224,6 +225,16 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
             Err(e) => errors.push(e),
         }
     }
+    for p in &fmt.pickles {
+        if kind == Some("file") {
+            errors.push(cx.unsupported(p.span, "a `pickle` declaration in a `file` format"));
+            continue;
+        }
+        match pickle::gen_pickle(&cx, p) {
+            Ok(ts) => items.push(ts),
+            Err(e) => errors.push(e),
+        }
+    }
     for d in &fmt.dicts {
         match dict::gen_dict(&cx, d) {
             Ok(ts) => items.push(ts),
@@ -264,6 +275,10 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
                 Err(e) => errors.push(e),
             }
         }
+        Some("zip") if pickle::is_pickle_zip(fmt) => match pickle::gen_zip_pickle(&mut cx, fmt) {
+            Ok(ts) => items.push(ts),
+            Err(e) => errors.push(e),
+        },
         Some("zip") => {
             if let Some(map) = fmt.tensors.iter().find(|m| {
                 matches!(&m.source.kind, tensorfmt_schema::ast::ExprKind::Path(p)

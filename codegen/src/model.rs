@@ -42,6 +42,8 @@ pub(crate) struct Fmt<'s> {
     pub entries: Vec<&'s Entry>,
     /// Tensor mappings.
     pub tensors: Vec<&'s TensorMap>,
+    /// Pickle declarations.
+    pub pickles: Vec<&'s Pickle>,
     /// Constructs the generator does not support, found while sorting.
     pub unsupported: Vec<(Span, &'static str)>,
 }
@@ -60,6 +62,7 @@ impl<'s> Fmt<'s> {
             layouts: Vec::new(),
             entries: Vec::new(),
             tensors: Vec::new(),
+            pickles: Vec::new(),
             unsupported: Vec::new(),
         };
         for item in &ast.items {
@@ -74,7 +77,7 @@ impl<'s> Fmt<'s> {
                 Item::Tensor(t) => f.tensors.push(t),
                 Item::Message(m) => f.unsupported.push((m.span, "a protobuf `message`")),
                 Item::Enum(e) => f.unsupported.push((e.span, "a protobuf `enum`")),
-                Item::Pickle(p) => f.unsupported.push((p.span, "a `pickle` declaration")),
+                Item::Pickle(p) => f.pickles.push(p),
             }
         }
         f

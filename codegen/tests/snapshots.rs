@@ -16,6 +16,14 @@ fn npy_and_npz() {
     insta::assert_snapshot!("npy_npz", code);
 }
 
+#[test]
+fn pytorch() {
+    let s = schema(&["formats/fmt/pytorch.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("pytorch", code);
+}
+
 fn parse(src: &str) -> tensorfmt_schema::Schema {
     let f = tensorfmt_schema::parse(std::path::Path::new("test.fmt"), src)
         .unwrap_or_else(|d| panic!("{d}"));

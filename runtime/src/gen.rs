@@ -13,7 +13,7 @@
 //! - output: [`LayoutBuf`] and [`Patch`], which build the bytes preceding a payload, and
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs: the [`zip`] engine ([`ZipIndex`], [`ZipWriter`],
-//!   [`ZipMember`], [`Compression`]), entry-name [`Pattern`]s, and the [`pydict`]
+//!   [`ZipMember`], [`Compression`]), entry-name [`Pattern`]s and the [`Captures`] shared by an archive's entries, and the [`pydict`]
 //!   (Python literal) codec, and the restricted [`pickle`] codec.
 
 pub use crate::cursor::Cursor;
@@ -21,9 +21,11 @@ pub use crate::dtype::DType;
 pub use crate::error::{Error, ErrorKind, Location, Result};
 pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
-pub use crate::pattern::Pattern;
+pub use crate::pattern::{Captures, Pattern};
 pub use crate::registry::{FormatDesc, Payload, TensorWriter, WriteSeek};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
-pub use crate::tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions};
+pub use crate::tensor::{
+    contiguous_strides, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,
+};
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
 pub use crate::{pickle, pydict, zip};

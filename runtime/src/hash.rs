@@ -113,7 +113,10 @@ impl State {
             }
         } else {
             let nbytes = info.nbytes().map_err(|e| e.in_entry(info.name.as_str()))?;
-            if nbytes > storage {
+            let c_order = nbytes == 0 || info.order() == Some(Order::C);
+            // A strided view (broadcast dimensions) may address fewer bytes than it has
+            // elements; the gather checks every element against the storage.
+            if c_order && nbytes > storage {
                 return Err(err(
                     &info.name,
                     ErrorKind::SizeMismatch(format!(
@@ -122,7 +125,7 @@ impl State {
                     )),
                 ));
             }
-            if nbytes == 0 || info.order() == Some(Order::C) {
+            if c_order {
                 Mode::Stream {
                     take: nbytes,
                     unit: swap,

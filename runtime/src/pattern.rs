@@ -93,6 +93,63 @@ impl Pattern {
     }
 }
 
+/// The captures of one matched name, by capture name: the values shared by the entries
+/// of one archive (`prefix` of `{prefix}/data.pkl`), used to name its other entries.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Captures {
+    values: Vec<(String, String)>,
+}
+
+impl Captures {
+    /// The captures of `pattern` with `values` in capture order (what
+    /// [`Pattern::matches`] returned).
+    pub fn new(pattern: &Pattern, values: Vec<String>) -> Self {
+        Captures {
+            values: pattern.captures().map(String::from).zip(values).collect(),
+        }
+    }
+
+    /// The value of capture `name`.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The name `pattern` gives with these captures; every capture of `pattern` must be
+    /// among them.
+    pub fn format_all(&self, pattern: &str) -> Result<String> {
+        self.format_with(pattern, &[])
+    }
+
+    /// The name `pattern` gives with these captures and `extra` = `value`.
+    pub fn format(&self, pattern: &str, extra: &str, value: &str) -> Result<String> {
+        self.format_with(pattern, &[(extra, value)])
+    }
+
+    fn format_with(&self, pattern: &str, extra: &[(&str, &str)]) -> Result<String> {
+        let p = Pattern::new(pattern)?;
+        let values = p
+            .captures()
+            .map(|c| {
+                extra
+                    .iter()
+                    .find(|(n, _)| *n == c)
+                    .map(|(_, v)| *v)
+                    .or_else(|| self.get(c))
+                    .ok_or_else(|| {
+                        ErrorKind::Invalid(format!(
+                            "pattern '{pattern}': no value for capture '{c}'"
+                        ))
+                        .into()
+                    })
+            })
+            .collect::<Result<Vec<&str>>>()?;
+        p.format(&values)
+    }
+}
+
 fn match_from(pieces: &[Piece], s: &str, caps: &mut Vec<String>) -> bool {
     match pieces.split_first() {
         None => s.is_empty(),

@@ -754,6 +754,36 @@ pub fn member_source<'a>(
     }
 }
 
+/// The whole uncompressed content of `m`, for metadata members (a pickle, a text
+/// record): refused beyond `limits.max_header_bytes`; the CRC-32 is checked.
+pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<Vec<u8>> {
+    if m.size > limits.max_header_bytes {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "metadata member size",
+                limit: limits.max_header_bytes,
+                actual: m.size,
+            },
+            Location::default().with_entry(&m.name),
+        ));
+    }
+    let mut out = Vec::with_capacity(m.size as usize);
+    member_reader(src, m, limits)?
+        .read_to_end(&mut out)
+        .map_err(io_to_error)?;
+    Ok(out)
+}
+
+/// The content of `m` as UTF-8 text (see [`read_member`]).
+pub fn read_text(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<String> {
+    String::from_utf8(read_member(src, m, limits)?).map_err(|_| {
+        Error::new(
+            ErrorKind::Invalid("the member is not UTF-8 text".into()),
+            Location::default().with_entry(&m.name),
+        )
+    })
+}
+
 /// A data error that poisons a [`LazyInflate`]; kept to report again on later reads.
 #[derive(Debug, Clone)]
 enum Failure {

@@ -4,14 +4,15 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The six built-in schema files: the two compiled today and the four design drafts.
+/// The seven built-in schema files: the three compiled today and the four design drafts.
 pub fn all_files() -> Vec<PathBuf> {
     let r = root();
     vec![
         r.join("formats/fmt/npy.fmt"),
         r.join("formats/fmt/npz.fmt"),
         r.join("docs/formats/safetensors.fmt"),
-        r.join("docs/formats/pytorch.fmt"),
+        r.join("formats/fmt/pytorch.fmt"),
+        r.join("docs/formats/pytorch_legacy.fmt"),
         r.join("docs/formats/onnx.fmt"),
         r.join("docs/formats/caffe2.fmt"),
     ]
@@ -58,6 +59,7 @@ fn every_builtin_file_checks_clean() {
 fn npy_and_npz_check_alone() {
     let files = all_files();
     tensorfmt_schema::load(&files[..2]).unwrap();
+    tensorfmt_schema::load(&files[3..4]).unwrap();
     // npz alone cannot resolve `use npy;`.
     let d = tensorfmt_schema::load(&files[1..2]).unwrap_err();
     assert!(d.0[0].message.contains("unknown format 'npy'"), "{d}");

@@ -1,0 +1,890 @@
+//! Pickle declarations and the zip engine around a pickled object: `pickle P { ... }`
+//! compiles into an `rt::pickle::Rules` constructor and one `is_<kind>` predicate per
+//! call kind; a `zip` format whose entry has `codec pickle(P)` gets an `index` that reads
+//! that member, finds every object of the mapped kind (`pickle.content.tensors`), and
+//! maps each with the tensor mapping, whose expressions are compiled here over pickle
+//! values (`t.size`, `t.storage.key`), text entries (`byteorder.content`), tables and
+//! entry lookups (`storage(key = ..)`).
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use tensorfmt_schema::ast::*;
+
+use crate::expr::{self, Cx};
+use crate::model::{rs_ident, Fmt, GResult};
+use crate::table::dtype_variant;
+
+/// The runtime kind of a declared kind name; `None` for a call.
+fn builtin_kind(name: &str) -> Option<TokenStream> {
+    Some(match name {
+        "dict" => quote!(rt::pickle::Kind::Dict),
+        "list" => quote!(rt::pickle::Kind::List),
+        "set" => quote!(rt::pickle::Kind::Set),
+        "tuple" => quote!(rt::pickle::Kind::Tuple),
+        "class" => quote!(rt::pickle::Kind::Class),
+        _ => return None,
+    })
+}
+
+/// `<name>_rules()` and `is_<name>_<kind>(o)` for every call kind.
+pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
+    let mut allow = Vec::new();
+    let mut kinds: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    let mut protocol = None;
+    let mut persistent = false;
+    for item in &p.items {
+        match item {
+            PickleItem::Protocol(v, _) => protocol = Some(*v as u8),
+            PickleItem::Persistent { .. } => persistent = true,
+            PickleItem::Global {
+                path, kind, params, ..
+            } => {
+                let Some((module, name)) = path.value.rsplit_once('.') else {
+                    return Err(cx.err(path.span, "a global is written \"module.name\""));
+                };
+                let k = match builtin_kind(&kind.name) {
+                    Some(k) => {
+                        if !params.is_empty() {
+                            return Err(cx.err(
+                                kind.span,
+                                format!("the kind `{}` takes no parameters", kind.name),
+                            ));
+                        }
+                        k
+                    }
+                    None => {
+                        let ps = params.iter().map(|i| &i.name);
+                        match kinds.iter_mut().find(|(k, _)| *k == kind.name) {
+                            Some((_, g)) => g.push((module.to_string(), name.to_string())),
+                            None => kinds.push((
+                                kind.name.clone(),
+                                vec![(module.to_string(), name.to_string())],
+                            )),
+                        }
+                        quote!(rt::pickle::Kind::Call {
+                            params: vec![#(#ps.to_string()),*]
+                        })
+                    }
+                };
+                allow.push(quote!(.allow(#module, #name, #k)));
+            }
+        }
+    }
+    let protocols = match protocol {
+        Some(v) => quote!(.protocols(0..=#v)),
+        None => quote!(),
+    };
+    let f = format_ident!("{}_rules", p.name.name.to_lowercase());
+    let doc = format!(
+        " What a `{}` pickle may contain: the declared globals, {}persistent ids{}.",
+        p.name.name,
+        if persistent { "" } else { "no " },
+        protocol
+            .map(|v| format!(", protocols 0 to {v}"))
+            .unwrap_or_default()
+    );
+    let preds = kinds.iter().map(|(k, globals)| {
+        let f = format_ident!("is_{}_{}", p.name.name.to_lowercase(), k);
+        let pats = globals.iter().map(|(m, n)| quote!((#m, #n)));
+        let doc = format!(" True when `o` is a call that builds a `{k}`.");
+        quote! {
+            #[doc = #doc]
+            pub fn #f(o: &rt::pickle::Object) -> bool {
+                matches!((&*o.global.module, &*o.global.name), #(#pats)|*)
+            }
+        }
+    });
+    Ok(quote! {
+        #[doc = #doc]
+        pub fn #f() -> rt::pickle::Rules {
+            rt::pickle::Rules::new()
+                #(#allow)*
+                .persistent_ids(#persistent)
+                #protocols
+        }
+        #(#preds)*
+    })
+}
+
+/// The entry whose content is a pickle, with the declaration it names.
+fn pickle_entry<'s>(fmt: &Fmt<'s>) -> Option<(&'s Entry, &'s Ident)> {
+    fmt.entries.iter().copied().find_map(|e| {
+        e.props
+            .iter()
+            .find_map(|p| match (&*p.name.name, &p.value) {
+                ("codec", Some(v)) => match &v.kind {
+                    ExprKind::Call { callee, args }
+                        if callee.len() == 1 && callee[0].name == "pickle" =>
+                    {
+                        match args.as_slice() {
+                            [a] => match &a.value.kind {
+                                ExprKind::Path(p) if p.len() == 1 => Some((e, &p[0])),
+                                _ => None,
+                            },
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                },
+                _ => None,
+            })
+    })
+}
+
+/// True when a zip format has an entry decoded by the pickle codec.
+pub(crate) fn is_pickle_zip(fmt: &Fmt<'_>) -> bool {
+    pickle_entry(fmt).is_some()
+}
+
+/// The type of a compiled mapping expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum T {
+    /// `Option<&rt::pickle::Value>`: a pickle value, absent when not given.
+    Obj,
+    /// `Option<&str>`: an optional text entry's content.
+    OptStr,
+    /// `&str`.
+    Str,
+    /// `u64`.
+    Int,
+    /// `bool`.
+    Bool,
+    /// `(rt::DType, Option<rt::ByteOrder>)`.
+    DType,
+    /// `rt::ByteOrder`.
+    ByteOrder,
+    /// `none`.
+    None,
+    /// `(member, skip)`: a zip member from a byte offset to its end.
+    Data,
+}
+
+struct V {
+    ts: TokenStream,
+    t: T,
+}
+
+fn v(ts: TokenStream, t: T) -> GResult<V> {
+    Ok(V { ts, t })
+}
+
+/// What the mapping's names refer to.
+struct PScope<'a, 's> {
+    fmt: &'a Fmt<'s>,
+    binding: &'a str,
+    /// Parameters of the mapped call kind.
+    params: Vec<String>,
+    /// Persistent id items by name.
+    persistent: Vec<String>,
+    /// Text entries (their content is `entry_<name>`).
+    texts: Vec<&'s Entry>,
+    /// Entries with captures besides the pickle's (looked up by `E(capture = v)`).
+    lookups: Vec<&'s Entry>,
+    /// Whether `dtype` is in reach (after the dtype is computed).
+    dtype: bool,
+}
+
+impl PScope<'_, '_> {
+    fn compile(&self, cx: &mut Cx<'_>, e: &Expr) -> GResult<V> {
+        let text = cx.text(e.span);
+        match &e.kind {
+            ExprKind::None => v(quote!(()), T::None),
+            ExprKind::Str(s) => v(quote!(#s), T::Str),
+            ExprKind::Int(i) => {
+                let i = u64::try_from(*i).map_err(|_| cx.err(e.span, "an integer out of range"))?;
+                v(quote!(#i), T::Int)
+            }
+            ExprKind::Path(p) => self.path(cx, e, p),
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.compile(cx, cond)?;
+                self.expect(cx, cond, &c, T::Bool)?;
+                let a = self.compile(cx, then)?;
+                let b = self.compile(cx, otherwise)?;
+                if a.t != b.t {
+                    return Err(cx.err(e.span, format!("the branches of `{text}` differ in type")));
+                }
+                let (c, a2, b2) = (&c.ts, &a.ts, &b.ts);
+                v(quote!(if #c { #a2 } else { #b2 }), a.t)
+            }
+            ExprKind::Binary { op, lhs, rhs } => self.binary(cx, e, *op, lhs, rhs),
+            ExprKind::In { expr: x, list } => {
+                let a = self.compile(cx, x)?;
+                let mut lits = Vec::new();
+                for i in list {
+                    match &i.kind {
+                        ExprKind::Str(s) => lits.push(s.clone()),
+                        _ => {
+                            return Err(cx.unsupported(i.span, "an `in` list of other than strings"))
+                        }
+                    }
+                }
+                let a2 = &a.ts;
+                match a.t {
+                    T::Str => v(quote!(matches!(#a2, #(#lits)|*)), T::Bool),
+                    T::OptStr => v(quote!(matches!(#a2, Some(#(#lits)|*))), T::Bool),
+                    _ => Err(cx.unsupported(e.span, "`in` over something other than text")),
+                }
+            }
+            ExprKind::Index { base, index } => {
+                let table = match &base.kind {
+                    ExprKind::Path(p) if p.len() == 1 => self.fmt.table(&p[0].name),
+                    _ => None,
+                };
+                let Some(table) = table else {
+                    return Err(cx.unsupported(e.span, "indexing other than a table lookup"));
+                };
+                if table.key_kind != KeyKind::Str {
+                    return Err(cx.unsupported(e.span, "an integer-keyed table here"));
+                }
+                let k = self.compile(cx, index)?;
+                let key = self.name_text(cx, index, &k)?;
+                let f = rs_ident(&table.name.name);
+                let what = cx.text(index.span);
+                v(
+                    quote!({
+                        let key = #key;
+                        #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())).in_field(#what))?
+                    }),
+                    T::DType,
+                )
+            }
+            ExprKind::Call { callee, args } => self.call(cx, e, callee, args),
+            _ => Err(cx.unsupported(e.span, &format!("`{text}` in a mapping over a pickle"))),
+        }
+    }
+
+    fn expect(&self, cx: &Cx<'_>, e: &Expr, got: &V, t: T) -> GResult<()> {
+        if got.t == t {
+            Ok(())
+        } else {
+            Err(cx.err(
+                e.span,
+                format!("`{}` is {:?}, expected {:?}", cx.text(e.span), got.t, t),
+            ))
+        }
+    }
+
+    /// A pickle value or string as text: a global's `module.name`, a string, an integer.
+    fn name_text(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
+        let what = cx.text(e.span);
+        let msg = format!("`{what}` is not a name");
+        let ts = &x.ts;
+        match x.t {
+            T::Str => Ok(quote!(#ts)),
+            T::Obj => Ok(quote!(&{
+                let v: ::std::option::Option<&rt::pickle::Value> = #ts;
+                match v {
+                    Some(rt::pickle::Value::Global(g)) => g.to_string(),
+                    Some(rt::pickle::Value::Str(s)) => s.to_string(),
+                    Some(rt::pickle::Value::Int(i)) => i.to_string(),
+                    _ => return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what)),
+                }
+            }[..])),
+            _ => Err(cx.err(e.span, format!("`{what}` is not text"))),
+        }
+    }
+
+    /// A pickle value as a non-negative integer.
+    fn int(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
+        let what = cx.text(e.span);
+        let msg = format!("`{what}` is not a non-negative integer");
+        let ts = &x.ts;
+        match x.t {
+            T::Int => Ok(ts.clone()),
+            T::Obj => Ok(quote!(#ts
+                .and_then(rt::pickle::Value::as_i64)
+                .and_then(|i| u64::try_from(i).ok())
+                .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what))?)),
+            _ => Err(cx.err(e.span, format!("`{what}` is not an integer"))),
+        }
+    }
+
+    /// A pickle value as a list of integers (`shape`, `strides`).
+    fn int_list(&self, cx: &Cx<'_>, e: &Expr, x: &V, unsigned: bool) -> GResult<TokenStream> {
+        let what = cx.text(e.span);
+        let ts = &x.ts;
+        if x.t != T::Obj {
+            return Err(cx.err(e.span, format!("`{what}` is not a list of integers")));
+        }
+        let msg = format!("`{what}` is not a tuple of integers");
+        let list = quote!(#ts
+            .and_then(rt::pickle::Value::as_int_list)
+            .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what))?);
+        Ok(if unsigned {
+            let neg = format!("`{what}` has a negative item");
+            quote!(#list
+                .into_iter()
+                .map(u64::try_from)
+                .collect::<::std::result::Result<::std::vec::Vec<u64>, _>>()
+                .map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(#neg.to_string())).in_field(#what))?)
+        } else {
+            list
+        })
+    }
+
+    fn path(&self, cx: &mut Cx<'_>, e: &Expr, p: &[Ident]) -> GResult<V> {
+        let first = p[0].name.as_str();
+        let text = expr::join(p);
+        if first == self.binding {
+            match p.get(1).map(|i| i.name.as_str()) {
+                Some("path") if p.len() == 2 => return v(quote!(path.as_str()), T::Str),
+                Some(param) if self.params.iter().any(|x| x == param) => {
+                    let arg = quote!(o.arg(#param));
+                    return match p.get(2) {
+                        None => v(arg, T::Obj),
+                        Some(item) if p.len() == 3 => {
+                            let Some(i) = self.persistent.iter().position(|x| *x == item.name)
+                            else {
+                                return Err(cx.err(
+                                    item.span,
+                                    format!("persistent ids have no item `{}`", item.name),
+                                ));
+                            };
+                            v(
+                                quote!(match #arg {
+                                    Some(rt::pickle::Value::Persistent(id)) => id.as_seq().and_then(|s| s.get(#i)),
+                                    _ => None,
+                                }),
+                                T::Obj,
+                            )
+                        }
+                        _ => Err(cx.unsupported(e.span, &format!("the path `{text}`"))),
+                    };
+                }
+                _ => {
+                    return Err(cx.err(
+                        e.span,
+                        format!("`{text}`: the mapped objects have no such argument"),
+                    ))
+                }
+            }
+        }
+        if p.len() == 2 && p[1].name == "content" {
+            if let Some(t) = self.texts.iter().find(|t| t.name.name == first) {
+                let var = format_ident!("entry_{}", t.name.name);
+                return if t.is_optional() {
+                    v(quote!(#var.as_deref()), T::OptStr)
+                } else {
+                    v(quote!(#var.as_str()), T::Str)
+                };
+            }
+        }
+        match (first, p.len()) {
+            ("le" | "little", 1) => v(quote!(rt::ByteOrder::Little), T::ByteOrder),
+            ("be" | "big", 1) => v(quote!(rt::ByteOrder::Big), T::ByteOrder),
+            ("dtype", 1) if self.dtype => v(quote!(dtype), T::DType),
+            _ => Err(cx.err(e.span, format!("unknown name `{text}`"))),
+        }
+    }
+
+    fn binary(
+        &self,
+        cx: &mut Cx<'_>,
+        e: &Expr,
+        op: BinaryOp,
+        lhs: &Expr,
+        rhs: &Expr,
+    ) -> GResult<V> {
+        let a = self.compile(cx, lhs)?;
+        let b = self.compile(cx, rhs)?;
+        match op {
+            BinaryOp::Eq | BinaryOp::Ne => {
+                let neg = op == BinaryOp::Ne;
+                let (x, y) = if a.t == T::None || a.t == T::Str {
+                    (&b, &a)
+                } else {
+                    (&a, &b)
+                };
+                let xs = &x.ts;
+                let ys = &y.ts;
+                let test = match (x.t, y.t) {
+                    (T::Obj, T::None) => {
+                        quote!(matches!(#xs, None | Some(rt::pickle::Value::None)))
+                    }
+                    (T::OptStr, T::None) => quote!(#xs.is_none()),
+                    (T::OptStr, T::Str) => quote!(#xs == Some(#ys)),
+                    (T::Str, T::Str) => quote!(#xs == #ys),
+                    (T::Obj, T::Str) => {
+                        quote!(#xs.and_then(rt::pickle::Value::as_str) == Some(#ys))
+                    }
+                    (T::Int, T::Int) => quote!(#xs == #ys),
+                    _ => return Err(cx.unsupported(e.span, "this comparison")),
+                };
+                v(if neg { quote!(!(#test)) } else { test }, T::Bool)
+            }
+            BinaryOp::Add | BinaryOp::Mul => {
+                cx.needs_overflow = true;
+                let x = self.int(cx, lhs, &a)?;
+                let y = self.int(cx, rhs, &b)?;
+                let what = cx.text(e.span);
+                let m = if op == BinaryOp::Add {
+                    quote!(checked_add)
+                } else {
+                    quote!(checked_mul)
+                };
+                v(
+                    quote!((#x).#m(#y).ok_or_else(|| overflow(#what, #what))?),
+                    T::Int,
+                )
+            }
+            _ => Err(cx.unsupported(e.span, "this operator in a mapping over a pickle")),
+        }
+    }
+
+    fn call(&self, cx: &mut Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<V> {
+        let name = expr::join(callee);
+        match (name.as_str(), args) {
+            ("itemsize", [a]) if a.name.is_none() => {
+                let x = self.compile(cx, &a.value)?;
+                self.expect(cx, &a.value, &x, T::DType)?;
+                let xs = &x.ts;
+                v(quote!((#xs).0.itemsize().unwrap_or(0) as u64), T::Int)
+            }
+            ("slice", [d, start, end]) => {
+                let dv = self.compile(cx, &d.value)?;
+                self.expect(cx, &d.value, &dv, T::Data)?;
+                if !matches!(end.value.kind, ExprKind::None) {
+                    return Err(cx.unsupported(end.value.span, "a slice end other than `none`"));
+                }
+                let s = self.compile(cx, &start.value)?;
+                let s = self.int(cx, &start.value, &s)?;
+                let ds = &dv.ts;
+                v(
+                    quote!({ let (m, skip) = #ds; (m, skip.checked_add(#s).ok_or_else(|| overflow("data", "slice start"))?) }),
+                    T::Data,
+                )
+            }
+            _ => {
+                let Some(entry) = self
+                    .lookups
+                    .iter()
+                    .find(|x| callee.len() == 1 && x.name.name == callee[0].name)
+                else {
+                    return Err(
+                        cx.unsupported(e.span, &format!("`{name}(..)` in a mapping over a pickle"))
+                    );
+                };
+                let caps = entry.captures();
+                let [a] = args else {
+                    return Err(
+                        cx.unsupported(e.span, "an entry lookup with other than one capture")
+                    );
+                };
+                let Some(cap) = a
+                    .name
+                    .as_ref()
+                    .filter(|n| caps.iter().any(|c| *c == n.name))
+                else {
+                    return Err(cx.err(
+                        e.span,
+                        format!(
+                            "`{name}(capture = value)` names a capture of `{}`",
+                            entry.pattern.value
+                        ),
+                    ));
+                };
+                cx.needs_overflow = true;
+                let x = self.compile(cx, &a.value)?;
+                let key = self.name_text(cx, &a.value, &x)?;
+                let capname = &cap.name;
+                let pat = &entry.pattern.value;
+                let ename = &entry.name.name;
+                let missing = format!("the `{ename}` member {{}} (`{capname}` {{:?}}) is missing");
+                v(
+                    quote!({
+                        let key = #key;
+                        let member_name = captures.format(#pat, #capname, key)?;
+                        let m = zip.find(&member_name).ok_or_else(|| {
+                            rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, member_name, key)))
+                        })?;
+                        (m, 0u64)
+                    }),
+                    T::Data,
+                )
+            }
+        }
+    }
+}
+
+/// `index` of a zip format around a pickled object, and a writer that refuses.
+pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let (pentry, decl) = pickle_entry(fmt).expect("checked by is_pickle_zip");
+    let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
+        return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
+    };
+    let [map] = fmt.tensors.as_slice() else {
+        return Err(cx.unsupported(
+            fmt.ast.name.span,
+            "a `zip` format without exactly one tensor mapping",
+        ));
+    };
+    // `tensor from <entry>.content.<kind>s as t`
+    let kind = match &map.source.kind {
+        ExprKind::Path(p)
+            if p.len() == 3 && p[0].name == pentry.name.name && p[1].name == "content" =>
+        {
+            let k = &p[2].name;
+            let known = |n: &str| {
+                pdecl
+                    .items
+                    .iter()
+                    .any(|i| matches!(i, PickleItem::Global { kind, .. } if kind.name == n))
+            };
+            if known(k) {
+                k.clone()
+            } else if let Some(s) = k.strip_suffix('s').filter(|s| known(s)) {
+                s.to_string()
+            } else {
+                return Err(cx.err(
+                    p[2].span,
+                    format!("`{}` declares no kind `{k}`", pdecl.name.name),
+                ));
+            }
+        }
+        _ => {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
+            ))
+        }
+    };
+    if let Some(w) = &map.filter {
+        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+    }
+    let mut params = Vec::new();
+    let mut persistent = Vec::new();
+    for i in &pdecl.items {
+        match i {
+            PickleItem::Global {
+                kind: k,
+                params: ps,
+                ..
+            } if k.name == kind => {
+                for p in ps {
+                    if !params.contains(&p.name) {
+                        params.push(p.name.clone());
+                    }
+                }
+            }
+            PickleItem::Persistent { params: ps, .. } => {
+                persistent = ps.iter().map(|p| p.name.clone()).collect()
+            }
+            _ => {}
+        }
+    }
+    // Entries: the pickle's captures are shared by all; text entries are read; others
+    // are looked up by their remaining captures.
+    let pcaps: Vec<String> = pentry.captures().iter().map(|s| s.to_string()).collect();
+    let mut texts = Vec::new();
+    let mut lookups = Vec::new();
+    let mut entry_checks = Vec::new();
+    let mut methods_ok = Vec::new();
+    for e in &fmt.entries {
+        if std::ptr::eq(*e, pentry) {
+            continue;
+        }
+        let mut text = false;
+        for p in &e.props {
+            match (p.name.name.as_str(), &p.value) {
+                ("text", None) => text = true,
+                ("optional" | "repeated" | "compression", _) => {}
+                ("check", Some(_)) => {}
+                (other, _) => {
+                    return Err(
+                        cx.unsupported(p.span, &format!("the entry property `{other}` here"))
+                    )
+                }
+            }
+        }
+        let extra: Vec<&str> = e
+            .captures()
+            .into_iter()
+            .filter(|c| !pcaps.iter().any(|p| p == c))
+            .collect();
+        if text {
+            if !extra.is_empty() {
+                return Err(cx.unsupported(
+                    e.pattern.span,
+                    "a text entry with captures beyond the pickle's",
+                ));
+            }
+            texts.push(*e);
+        } else if extra.len() == 1 {
+            lookups.push(*e);
+        } else {
+            return Err(cx.unsupported(
+                e.pattern.span,
+                "an entry with other than one capture beyond the pickle's",
+            ));
+        }
+    }
+    let mut scope = PScope {
+        fmt,
+        binding: &map.binding.name,
+        params,
+        persistent,
+        texts,
+        lookups,
+        dtype: false,
+    };
+    // Text entries: read, then checked.
+    for t in &scope.texts {
+        let var = format_ident!("entry_{}", t.name.name);
+        let pat = &t.pattern.value;
+        let ename = &t.name.name;
+        let missing = format!("the `{ename}` member {{}} is missing");
+        let read = quote!(rt::zip::read_text(src.data(), m, limits)
+            .map_err(|e| in_file(e.in_entry(m.name.as_str())))?);
+        if t.is_optional() {
+            entry_checks.push(quote! {
+                let #var: ::std::option::Option<::std::string::String> = match zip.find(&captures.format_all(#pat)?) {
+                    Some(m) => Some(#read),
+                    None => None,
+                };
+                let _ = &#var;
+            });
+        } else {
+            entry_checks.push(quote! {
+                let #var: ::std::string::String = {
+                    let name = captures.format_all(#pat)?;
+                    let m = zip.find(&name).ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, name)))))?;
+                    #read
+                };
+                let _ = &#var;
+            });
+        }
+        for p in &t.props {
+            if let ("check", Some(c)) = (p.name.name.as_str(), &p.value) {
+                // In a check, the entry's own name is its content.
+                let c2 = rename(c, &t.name.name);
+                let cv = scope.compile(cx, &c2)?;
+                scope.expect(cx, c, &cv, T::Bool)?;
+                let cts = &cv.ts;
+                let msg = format!("check failed: {}", cx.text(c.span));
+                let pat = &t.pattern.value;
+                entry_checks.push(quote! {
+                    if !(#cts) {
+                        return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_entry(captures.format_all(#pat)?)));
+                    }
+                });
+            }
+        }
+    }
+    for e in &fmt.entries {
+        for p in &e.props {
+            if let ("compression", Some(v)) = (p.name.name.as_str(), &p.value) {
+                let ExprKind::List(items) = &v.kind else {
+                    return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
+                };
+                let mut ms = Vec::new();
+                for i in items {
+                    match &i.kind {
+                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
+                            ms.push(quote!(rt::Compression::Stored))
+                        }
+                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
+                            ms.push(quote!(rt::Compression::Deflate))
+                        }
+                        _ => return Err(cx.unsupported(i.span, "this compression")),
+                    }
+                }
+                let pat = &e.pattern.value;
+                methods_ok.push(quote!((#pat, &[#(#ms),*])));
+            }
+        }
+    }
+
+    // The mapping.
+    let mut name = None;
+    let mut dtype = None;
+    let mut shape = None;
+    let mut strides = None;
+    let mut byte_order = None;
+    let mut data = None;
+    for st in &map.stmts {
+        match st {
+            TensorStmt::Include(i) => {
+                return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
+            }
+            TensorStmt::Assign { key, value, span } => {
+                let slot = match key.name.as_str() {
+                    "name" => &mut name,
+                    "dtype" => &mut dtype,
+                    "shape" => &mut shape,
+                    "strides" => &mut strides,
+                    "byte_order" => &mut byte_order,
+                    "data" => &mut data,
+                    other => {
+                        return Err(
+                            cx.unsupported(*span, &format!("`{other}` in a mapping over a pickle"))
+                        )
+                    }
+                };
+                if slot.is_some() {
+                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
+                }
+                *slot = Some(value);
+            }
+        }
+    }
+    fn need<'e>(
+        cx: &Cx<'_>,
+        map: &TensorMap,
+        x: Option<&'e Expr>,
+        what: &str,
+    ) -> GResult<&'e Expr> {
+        x.ok_or_else(|| cx.err(map.span, format!("the tensor mapping needs `{what} = ..;`")))
+    }
+    let (name, dtype, shape, data) = (
+        need(cx, map, name, "name")?,
+        need(cx, map, dtype, "dtype")?,
+        need(cx, map, shape, "shape")?,
+        need(cx, map, data, "data")?,
+    );
+    let name_v = scope.compile(cx, name)?;
+    scope.expect(cx, name, &name_v, T::Str)?;
+    let dtype_v = scope.compile(cx, dtype)?;
+    scope.expect(cx, dtype, &dtype_v, T::DType)?;
+    scope.dtype = true;
+    let shape_v = scope.compile(cx, shape)?;
+    let shape_ts = scope.int_list(cx, shape, &shape_v, true)?;
+    let strides_ts = match strides {
+        Some(s) => {
+            let sv = scope.compile(cx, s)?;
+            scope.int_list(cx, s, &sv, false)?
+        }
+        None => quote!(rt::contiguous_strides(&shape, rt::Order::C)?),
+    };
+    let bo_ts = match byte_order {
+        Some(b) => {
+            let bv = scope.compile(cx, b)?;
+            scope.expect(cx, b, &bv, T::ByteOrder)?;
+            bv.ts
+        }
+        None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
+    };
+    let data_v = scope.compile(cx, data)?;
+    scope.expect(cx, data, &data_v, T::Data)?;
+    let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
+    let _ = dtype_variant;
+
+    let rules = format_ident!("{}_rules", pdecl.name.name.to_lowercase());
+    let is_kind = format_ident!("is_{}_{}", pdecl.name.name.to_lowercase(), kind);
+    let ppat = &pentry.pattern.value;
+    let public = fmt.public_name();
+    let esc = ppat.replace('{', "{{").replace('}', "}}");
+    let several = format!("{public}: several members match `{esc}`: {{}} and {{}}");
+    let none = format!("{public}: no member matches `{ppat}`");
+    let compressed = format!("{public} members may not be compressed with {{:?}}");
+    let no_write = format!("writing {public} files is not supported yet");
+    let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
+    Ok(quote! {
+        #[doc = " The name pattern of the pickle member; its captures name every other member."]
+        pub const #pconst: &str = #ppat;
+
+        /// Lists the tensors of `src` without reading their bytes: reads the pickle member
+        /// (with the declared globals only), then maps every object of the mapped kind.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            let in_file = |e: rt::Error| match src.path() {
+                Some(p) => e.in_file(p),
+                None => e,
+            };
+            let zip = rt::ZipIndex::read(src.data(), limits).map_err(in_file)?;
+            let methods: &[(&str, &[rt::Compression])] = &[#(#methods_ok),*];
+            for m in &zip.members {
+                for (pat, ok) in methods {
+                    if rt::Pattern::new(pat)?.matches(&m.name).is_some() && !ok.contains(&m.compression) {
+                        return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, m.compression))).in_entry(m.name.as_str())));
+                    }
+                }
+            }
+            let pattern = rt::Pattern::new(#pconst)?;
+            let mut found: ::std::option::Option<(&rt::ZipMember, rt::Captures)> = None;
+            for m in &zip.members {
+                if let Some(values) = pattern.matches(&m.name) {
+                    if let Some((prev, _)) = &found {
+                        if prev.name != m.name {
+                            return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(format!(#several, prev.name, m.name)))));
+                        }
+                    }
+                    found = Some((m, rt::Captures::new(&pattern, values)));
+                }
+            }
+            let Some((pm, captures)) = found else {
+                return Err(in_file(rt::Error::from(rt::ErrorKind::NotFound(#none.to_string()))));
+            };
+            #(#entry_checks)*
+            let content = rt::zip::read_member(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let value = rt::pickle::read(&content, &#rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let objects = rt::pickle::find_objects(&value, &#is_kind, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let mut tensors = ::std::vec::Vec::with_capacity(objects.len());
+            for (path, o) in objects {
+                let t = (|| -> rt::Result<rt::TensorInfo> {
+                    let name: &str = #name_ts;
+                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
+                    let shape: ::std::vec::Vec<u64> = #shape_ts;
+                    let strides: ::std::vec::Vec<i64> = #strides_ts;
+                    let byte_order: rt::ByteOrder = #bo_ts;
+                    let (m, skip): (&rt::ZipMember, u64) = #data_ts;
+                    let len = m.size.checked_sub(skip).ok_or_else(|| {
+                        rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
+                            "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
+                        )))
+                    })?;
+                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::ZipMember { member: m.clone(), skip, len })
+                        .map_err(|e| e.in_entry(m.name.as_str()))
+                })()
+                .map_err(|e| {
+                    let e = if e.location.entry.is_none() { e.in_entry(pm.name.as_str()) } else { e };
+                    in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() }))
+                })?;
+                tensors.push(t);
+            }
+            Ok(tensors)
+        }
+
+        fn new_writer<'a>(
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            options: &rt::WriteOptions,
+        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+            let _ = (w, options);
+            Err(rt::Error::from(rt::ErrorKind::Unsupported(#no_write.to_string())))
+        }
+
+        /// This format for the registry: name, extensions, detector and indexer (no writer yet).
+        pub const DESC: rt::FormatDesc = rt::FormatDesc {
+            name: NAME,
+            extensions: EXTENSIONS,
+            detect,
+            index,
+            writer: new_writer,
+        };
+    })
+}
+
+/// `e` with the bare name `entry` replaced by `entry.content`.
+fn rename(e: &Expr, entry: &str) -> Expr {
+    let mut e = e.clone();
+    fn go(e: &mut Expr, entry: &str) {
+        match &mut e.kind {
+            ExprKind::Path(p) if p.len() == 1 && p[0].name == entry => {
+                let mut c = p[0].clone();
+                c.name = "content".to_string();
+                p.push(c);
+            }
+            ExprKind::Binary { lhs, rhs, .. } => {
+                go(lhs, entry);
+                go(rhs, entry);
+            }
+            ExprKind::Unary { expr, .. } => go(expr, entry),
+            ExprKind::In { expr, .. } => go(expr, entry),
+            _ => {}
+        }
+    }
+    go(&mut e, entry);
+    e
+}
