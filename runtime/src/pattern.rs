@@ -176,6 +176,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn captures_name_sibling_entries() {
+        let p = Pattern::new("{prefix}/data.pkl").unwrap();
+        let c = Captures::new(&p, p.matches("a.b/data.pkl").unwrap());
+        assert_eq!(c.get("prefix"), Some("a.b"));
+        assert_eq!(c.format_all("{prefix}/byteorder").unwrap(), "a.b/byteorder");
+        assert_eq!(
+            c.format("{prefix}/data/{key}", "key", "10").unwrap(),
+            "a.b/data/10"
+        );
+        assert!(c.format_all("{prefix}/data/{key}").is_err());
+    }
+
+    #[test]
     fn captures_greedy() {
         let p = Pattern::new("{name}.npy").unwrap();
         assert_eq!(p.matches("a.b.npy"), Some(vec!["a.b".to_string()]));
