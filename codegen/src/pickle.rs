@@ -12,7 +12,6 @@ use tensorfmt_schema::ast::*;
 
 use crate::expr::{self, Cx};
 use crate::model::{rs_ident, Fmt, GResult};
-use crate::table::dtype_variant;
 
 /// The runtime kind of a declared kind name; `None` for a call.
 fn builtin_kind(name: &str) -> Option<TokenStream> {
@@ -770,7 +769,6 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
     let data_v = scope.compile(cx, data)?;
     scope.expect(cx, data, &data_v, T::Data)?;
     let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
-    let _ = dtype_variant;
 
     let rules = format_ident!("{}_rules", pdecl.name.name.to_lowercase());
     let is_kind = format_ident!("is_{}_{}", pdecl.name.name.to_lowercase(), kind);
