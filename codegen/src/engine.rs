@@ -98,7 +98,7 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
 }
 
 /// The `DESC` constant and the writer constructor behind it.
-fn desc() -> TokenStream {
+pub(crate) fn desc() -> TokenStream {
     quote! {
         fn new_writer<'a>(
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
@@ -119,7 +119,7 @@ fn desc() -> TokenStream {
 }
 
 /// `impl rt::TensorWriter for Writer<W>`.
-fn tensor_writer_impl() -> TokenStream {
+pub(crate) fn tensor_writer_impl() -> TokenStream {
     quote! {
         impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
             fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {

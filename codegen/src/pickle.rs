@@ -509,7 +509,7 @@ impl PScope<'_, '_> {
     }
 }
 
-/// `index` of a zip format around a pickled object, and a writer that refuses.
+/// `index` and `Writer` of a zip format around a pickled object.
 pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     let (pentry, decl) = pickle_entry(fmt).expect("checked by is_pickle_zip");
     let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
@@ -590,7 +590,7 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
         for p in &e.props {
             match (p.name.name.as_str(), &p.value) {
                 ("text", None) => text = true,
-                ("optional" | "repeated" | "compression", _) => {}
+                ("optional" | "repeated" | "compression" | "align" | "write", _) => {}
                 ("check", Some(_)) => {}
                 (other, _) => {
                     return Err(
@@ -704,6 +704,7 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
     let mut strides = None;
     let mut byte_order = None;
     let mut data = None;
+    let mut write = None;
     for st in &map.stmts {
         match st {
             TensorStmt::Include(i) => {
@@ -717,6 +718,7 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
                     "strides" => &mut strides,
                     "byte_order" => &mut byte_order,
                     "data" => &mut data,
+                    "write" => &mut write,
                     other => {
                         return Err(
                             cx.unsupported(*span, &format!("`{other}` in a mapping over a pickle"))
@@ -778,7 +780,19 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
     let several = format!("{public}: several members match `{esc}`: {{}} and {{}}");
     let none = format!("{public}: no member matches `{ppat}`");
     let compressed = format!("{public} members may not be compressed with {{:?}}");
-    let no_write = format!("writing {public} files is not supported yet");
+    let writer = gen_writer(
+        cx,
+        fmt,
+        &scope,
+        Spec {
+            pentry,
+            pdecl,
+            map,
+            byte_order,
+            data,
+            write,
+        },
+    )?;
     let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
     Ok(quote! {
         #[doc = " The name pattern of the pickle member; its captures name every other member."]
@@ -845,22 +859,7 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
             Ok(tensors)
         }
 
-        fn new_writer<'a>(
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(#no_write.to_string())))
-        }
-
-        /// This format for the registry: name, extensions, detector and indexer (no writer yet).
-        pub const DESC: rt::FormatDesc = rt::FormatDesc {
-            name: NAME,
-            extensions: EXTENSIONS,
-            detect,
-            index,
-            writer: new_writer,
-        };
+        #writer
     })
 }
 
@@ -885,4 +884,709 @@ fn rename(e: &Expr, entry: &str) -> Expr {
     }
     go(&mut e, entry);
     e
+}
+
+/// What the writer is generated from.
+struct Spec<'s> {
+    pentry: &'s Entry,
+    pdecl: &'s Pickle,
+    map: &'s TensorMap,
+    byte_order: Option<&'s Expr>,
+    data: &'s Expr,
+    write: Option<&'s Expr>,
+}
+
+/// The value of an entry property.
+fn prop<'e>(e: &'e Entry, name: &str) -> Option<&'e Expr> {
+    e.props
+        .iter()
+        .find(|p| p.name.name == name)
+        .and_then(|p| p.value.as_ref())
+}
+
+/// The compression methods an entry lists (stored when none).
+fn methods(cx: &Cx<'_>, e: &Entry) -> GResult<Vec<TokenStream>> {
+    let mut out = Vec::new();
+    if let Some(v) = prop(e, "compression") {
+        let ExprKind::List(items) = &v.kind else {
+            return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
+        };
+        for i in items {
+            match &i.kind {
+                ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
+                    out.push(quote!(rt::Compression::Stored))
+                }
+                ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
+                    out.push(quote!(rt::Compression::Deflate))
+                }
+                _ => return Err(cx.unsupported(i.span, "this compression")),
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(quote!(rt::Compression::Stored));
+    }
+    Ok(out)
+}
+
+/// An entry's `align` on write (1 when not given).
+fn entry_align(cx: &Cx<'_>, e: &Entry) -> GResult<proc_macro2::Literal> {
+    match prop(e, "align").map(|v| &v.kind) {
+        None => Ok(proc_macro2::Literal::u16_unsuffixed(1)),
+        Some(ExprKind::Int(n)) if *n >= 1 && *n <= i128::from(u16::MAX) => {
+            Ok(proc_macro2::Literal::u16_unsuffixed(*n as u16))
+        }
+        Some(_) => Err(cx.unsupported(
+            prop(e, "align").unwrap().span,
+            "an entry alignment other than a literal in 1..=65535",
+        )),
+    }
+}
+
+/// Types of write-rule values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum W {
+    /// `rt::pickle::Value`.
+    Val,
+    /// `&str`.
+    Str,
+    /// `Option<&'static str>`: a reverse table lookup.
+    OptStr,
+    /// `i128`.
+    Int,
+    /// `bool`.
+    Bool,
+    /// `none`.
+    None,
+    /// `rt::DType`.
+    DType,
+}
+
+/// What write rules may name: the pickle's globals and persistent id.
+struct WScope<'a> {
+    fmt: &'a Fmt<'a>,
+    /// `(module.name, kind, params)` of every declared global.
+    globals: Vec<(String, String, Vec<String>)>,
+    /// The persistent kind and its items.
+    persistent: Option<(String, Vec<String>)>,
+    /// Whether per-tensor names (`index`, `shape`, ...) are in reach.
+    tensor: bool,
+}
+
+struct WV {
+    ts: TokenStream,
+    t: W,
+    /// The table of a `key_of` lookup.
+    table: Option<String>,
+}
+
+fn wv(ts: TokenStream, t: W) -> GResult<WV> {
+    Ok(WV { ts, t, table: None })
+}
+
+fn global_value(path: &str) -> TokenStream {
+    let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
+    quote!(rt::pickle::Value::Global(rt::pickle::Global::new(#m, #n)))
+}
+
+impl WScope<'_> {
+    fn global(&self, path: &str) -> Option<&(String, String, Vec<String>)> {
+        self.globals.iter().find(|g| g.0 == path)
+    }
+
+    fn to_val(&self, cx: &Cx<'_>, e: &Expr, x: WV) -> GResult<TokenStream> {
+        let ts = x.ts;
+        Ok(match x.t {
+            W::Val => ts,
+            W::Str => quote!(rt::pickle::Value::str(#ts)),
+            W::Int => quote!(rt::pickle::Value::int(#ts)),
+            W::Bool => quote!(rt::pickle::Value::Bool(#ts)),
+            W::None => quote!(rt::pickle::Value::None),
+            W::OptStr | W::DType => {
+                return Err(cx.err(
+                    e.span,
+                    format!("`{}` is not a pickle value", cx.text(e.span)),
+                ))
+            }
+        })
+    }
+
+    fn compile(&self, cx: &Cx<'_>, e: &Expr) -> GResult<WV> {
+        let text = cx.text(e.span);
+        match &e.kind {
+            ExprKind::None => wv(quote!(()), W::None),
+            ExprKind::Bool(b) => wv(quote!(#b), W::Bool),
+            ExprKind::Str(s) => wv(quote!(#s), W::Str),
+            ExprKind::Int(i) => {
+                let l = proc_macro2::Literal::i128_suffixed(*i);
+                wv(quote!(#l), W::Int)
+            }
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.compile(cx, cond)?;
+                if c.t != W::Bool {
+                    return Err(cx.err(cond.span, "a condition must be boolean"));
+                }
+                let a = self.compile(cx, then)?;
+                let b = self.compile(cx, otherwise)?;
+                let (a, b, t) = if a.t == b.t {
+                    (a.ts, b.ts, a.t)
+                } else {
+                    (
+                        self.to_val(cx, then, a)?,
+                        self.to_val(cx, otherwise, b)?,
+                        W::Val,
+                    )
+                };
+                let c = c.ts;
+                wv(quote!(if #c { #a } else { #b }), t)
+            }
+            ExprKind::Binary {
+                op: op @ (BinaryOp::Eq | BinaryOp::Ne),
+                lhs,
+                rhs,
+            } => {
+                let a = self.compile(cx, lhs)?;
+                let b = self.compile(cx, rhs)?;
+                let x = match (a.t, b.t) {
+                    (W::OptStr, W::None) => a.ts,
+                    (W::None, W::OptStr) => b.ts,
+                    _ => return Err(cx.unsupported(e.span, "this comparison in a write rule")),
+                };
+                if *op == BinaryOp::Eq {
+                    wv(quote!((#x).is_none()), W::Bool)
+                } else {
+                    wv(quote!((#x).is_some()), W::Bool)
+                }
+            }
+            ExprKind::Path(p) => {
+                let path = expr::join(p);
+                if self.tensor && p.len() == 1 {
+                    match path.as_str() {
+                        "index" => return wv(quote!(i128::from(index)), W::Int),
+                        "numel" => return wv(quote!(i128::from(numel)), W::Int),
+                        "nbytes" => return wv(quote!(i128::from(nbytes)), W::Int),
+                        "dtype" => return wv(quote!(meta.dtype), W::DType),
+                        "shape" => {
+                            return wv(
+                                quote!(rt::pickle::Value::tuple(
+                                    meta.shape
+                                        .iter()
+                                        .map(|&d| rt::pickle::Value::int(i128::from(d)))
+                                        .collect()
+                                )),
+                                W::Val,
+                            )
+                        }
+                        "strides" => {
+                            return wv(
+                                quote!(rt::pickle::Value::tuple(
+                                    strides
+                                        .iter()
+                                        .map(|&d| rt::pickle::Value::int(i128::from(d)))
+                                        .collect()
+                                )),
+                                W::Val,
+                            )
+                        }
+                        _ => {}
+                    }
+                }
+                match self.global(&path) {
+                    Some(_) => wv(global_value(&path), W::Val),
+                    None => {
+                        Err(cx.err(e.span, format!("`{path}` is not a declared pickle global")))
+                    }
+                }
+            }
+            ExprKind::Call { callee, args } => self.call(cx, e, callee, args),
+            _ => Err(cx.unsupported(e.span, &format!("`{text}` in a pickle write rule"))),
+        }
+    }
+
+    fn call(&self, cx: &Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<WV> {
+        let name = expr::join(callee);
+        let public = self.fmt.public_name();
+        match (name.as_str(), args) {
+            ("str", [a]) => {
+                let x = self.compile(cx, &a.value)?;
+                if x.t != W::Int {
+                    return Err(cx.err(a.value.span, "`str` takes an integer"));
+                }
+                let ts = x.ts;
+                wv(quote!(rt::pickle::Value::str(&(#ts).to_string())), W::Val)
+            }
+            ("key_of", [t, d]) => {
+                let table = match t.value.as_path() {
+                    Some([n]) => self.fmt.table(&n.name),
+                    _ => None,
+                };
+                let Some(table) = table else {
+                    return Err(cx.err(t.value.span, "`key_of` takes a table of this format"));
+                };
+                if table.key_kind != KeyKind::Str {
+                    return Err(
+                        cx.unsupported(t.value.span, "`key_of` over an integer-keyed table")
+                    );
+                }
+                let dv = self.compile(cx, &d.value)?;
+                if dv.t != W::DType {
+                    return Err(cx.err(d.value.span, "`key_of(TABLE, dtype)`"));
+                }
+                let rev = format_ident!("{}_for", table.name.name);
+                let dts = dv.ts;
+                Ok(WV {
+                    ts: quote!(#rev(#dts, byte_order)),
+                    t: W::OptStr,
+                    table: Some(table.name.name.clone()),
+                })
+            }
+            ("global", [a]) => {
+                let x = self.compile(cx, &a.value)?;
+                match x.t {
+                    W::Str => {
+                        let ExprKind::Str(s) = &a.value.kind else {
+                            return Err(cx.unsupported(a.value.span, "a computed global name"));
+                        };
+                        if self.global(s).is_none() {
+                            return Err(cx.err(
+                                a.value.span,
+                                format!("\"{s}\" is not a declared pickle global"),
+                            ));
+                        }
+                        wv(global_value(s), W::Val)
+                    }
+                    W::OptStr => {
+                        let tname = x.table.clone().unwrap_or_default();
+                        if let Some(t) = self.fmt.table(&tname) {
+                            for row in &t.rows {
+                                if let TableKey::Str(k) = &row.key {
+                                    if self.global(k).is_none() {
+                                        return Err(cx.err(
+                                            row.span,
+                                            format!("`global(key_of({tname}, ..))`: \"{k}\" is not a declared pickle global"),
+                                        ));
+                                    }
+                                }
+                            }
+                        }
+                        let msg = format!(
+                            "{public} has no `{tname}` key for dtype {{}} ({{:?}} byte order)"
+                        );
+                        let ts = x.ts;
+                        wv(
+                            quote!({
+                                let k: &str = (#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, meta.dtype, byte_order))))?;
+                                let (m, n) = k.rsplit_once('.').unwrap_or(("", k));
+                                rt::pickle::Value::Global(rt::pickle::Global::new(m, n))
+                            }),
+                            W::Val,
+                        )
+                    }
+                    _ => Err(cx.err(a.value.span, "`global` takes a name")),
+                }
+            }
+            _ => {
+                if let Some((kind, items)) = self.persistent.as_ref().filter(|p| p.0 == name) {
+                    let names: Vec<&str> = args
+                        .iter()
+                        .map(|a| a.name.as_ref().map_or("", |n| n.name.as_str()))
+                        .collect();
+                    if names != items.iter().map(|s| s.as_str()).collect::<Vec<_>>() {
+                        return Err(cx.err(
+                            e.span,
+                            format!(
+                                "a `{kind}` persistent id names its items in order: {}",
+                                items.join(", ")
+                            ),
+                        ));
+                    }
+                    let mut vals = Vec::new();
+                    for a in args {
+                        let x = self.compile(cx, &a.value)?;
+                        vals.push(self.to_val(cx, &a.value, x)?);
+                    }
+                    return wv(
+                        quote!(rt::pickle::Value::Persistent(::std::sync::Arc::new(
+                            rt::pickle::Value::tuple(vec![#(#vals),*])
+                        ))),
+                        W::Val,
+                    );
+                }
+                let Some((path, kind, params)) = self.global(&name) else {
+                    return Err(cx.err(e.span, format!("`{name}` is not a declared pickle global")));
+                };
+                let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
+                let g = quote!(rt::pickle::Global::new(#m, #n));
+                if let Some(k) = builtin_kind(kind) {
+                    if kind == "class" {
+                        return Err(cx.err(
+                            e.span,
+                            format!("`{name}` is declared `class`: it cannot be called"),
+                        ));
+                    }
+                    if !args.is_empty() {
+                        return Err(cx.unsupported(e.span, "a container call with arguments"));
+                    }
+                    return wv(
+                        quote!(rt::pickle::Value::object(rt::pickle::Object::new(#g, #k))),
+                        W::Val,
+                    );
+                }
+                if args.len() != params.len() || args.iter().any(|a| a.name.is_some()) {
+                    return Err(cx.err(
+                        e.span,
+                        format!(
+                            "`{name}` takes {} positional arguments ({})",
+                            params.len(),
+                            params.join(", ")
+                        ),
+                    ));
+                }
+                let mut vals = Vec::new();
+                for a in args {
+                    let x = self.compile(cx, &a.value)?;
+                    vals.push(self.to_val(cx, &a.value, x)?);
+                }
+                wv(
+                    quote!(rt::pickle::Value::object(
+                        rt::pickle::Object::new(#g, rt::pickle::Kind::Call { params: vec![#(#params.to_string()),*] })
+                            .with_args(vec![#(#vals),*])
+                    )),
+                    W::Val,
+                )
+            }
+        }
+    }
+}
+
+/// True when `e` names the mapping's binding anywhere.
+fn uses_binding(e: &Expr, binding: &str) -> bool {
+    match &e.kind {
+        ExprKind::Path(p) => p[0].name == binding,
+        ExprKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            uses_binding(cond, binding)
+                || uses_binding(then, binding)
+                || uses_binding(otherwise, binding)
+        }
+        ExprKind::Binary { lhs, rhs, .. } => {
+            uses_binding(lhs, binding) || uses_binding(rhs, binding)
+        }
+        ExprKind::Unary { expr, .. } | ExprKind::In { expr, .. } => uses_binding(expr, binding),
+        ExprKind::Call { args, .. } => args.iter().any(|a| uses_binding(&a.value, binding)),
+        ExprKind::Index { base, index } => {
+            uses_binding(base, binding) || uses_binding(index, binding)
+        }
+        _ => false,
+    }
+}
+
+/// The streaming `Writer`: tensors go to storage members as they come (the mapping's
+/// `data` run backwards: the member its object's persistent id names), the pickled root
+/// object (the pickle entry's `write`, a dict-kind call getting `name -> object` items)
+/// and the text entries' `write` contents are written by `finish`.
+fn gen_writer(
+    cx: &mut Cx<'_>,
+    fmt: &Fmt<'_>,
+    scope: &PScope<'_, '_>,
+    sp: Spec<'_>,
+) -> GResult<TokenStream> {
+    let public = fmt.public_name();
+    let pentry = sp.pentry;
+    let Some(write) = sp.write else {
+        return Ok(refusing_writer(public));
+    };
+    let mut globals = Vec::new();
+    let mut persistent = None;
+    for i in &sp.pdecl.items {
+        match i {
+            PickleItem::Global {
+                path, kind, params, ..
+            } => globals.push((
+                path.value.clone(),
+                kind.name.clone(),
+                params.iter().map(|p| p.name.clone()).collect(),
+            )),
+            PickleItem::Persistent { kind, params, .. } => {
+                persistent = Some((
+                    kind.name.clone(),
+                    params.iter().map(|p| p.name.clone()).collect(),
+                ))
+            }
+            PickleItem::Protocol(..) => {}
+        }
+    }
+    let mut ws = WScope {
+        fmt,
+        globals,
+        persistent,
+        tensor: true,
+    };
+    // The per-tensor object.
+    let obj = ws.compile(cx, write)?;
+    let obj_ts = ws.to_val(cx, write, obj)?;
+    // The root: a call of a dict-kind global.
+    ws.tensor = false;
+    let Some(root) = prop(pentry, "write") else {
+        return Err(cx.err(
+            pentry.span,
+            "the pickle entry needs `write = <dict-kind global>();` (the root object)",
+        ));
+    };
+    let root_ts = match &root.kind {
+        ExprKind::Call { callee, args } if args.is_empty() => {
+            let name = expr::join(callee);
+            match ws.global(&name) {
+                Some((path, kind, _)) if kind == "dict" => {
+                    let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
+                    quote!(rt::pickle::Object::new(rt::pickle::Global::new(#m, #n), rt::pickle::Kind::Dict))
+                }
+                _ => return Err(cx.err(root.span, format!("`{name}` is not a `dict` global"))),
+            }
+        }
+        _ => {
+            return Err(cx.unsupported(
+                root.span,
+                "a root object other than a call of a `dict` global with no arguments",
+            ))
+        }
+    };
+    let Some(wname) = prop(pentry, "write_name") else {
+        return Err(cx.err(
+            pentry.span,
+            "the pickle entry needs `write_name = \"...\";`",
+        ));
+    };
+    let ExprKind::Str(wname) = &wname.kind else {
+        return Err(cx.err(wname.span, "`write_name` is a string"));
+    };
+    let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
+    let pmethod = &methods(cx, pentry)?[0];
+    let palign = entry_align(cx, pentry)?;
+    // Text entries: their written content.
+    let mut text_bind = Vec::new();
+    let mut text_write = Vec::new();
+    for t in &scope.texts {
+        let var = format_ident!("entry_{}", t.name.name);
+        let content = match prop(t, "write").map(|v| &v.kind) {
+            Some(ExprKind::Str(s)) => Some(s.clone()),
+            Some(_) => {
+                return Err(cx.unsupported(
+                    prop(t, "write").unwrap().span,
+                    "a text entry's `write` other than a string",
+                ))
+            }
+            None if t.is_optional() => None,
+            None => {
+                return Err(cx.err(
+                    t.span,
+                    format!("the text entry `{}` needs `write = \"...\";`", t.name.name),
+                ))
+            }
+        };
+        match (&content, t.is_optional()) {
+            (Some(c), true) => text_bind.push(quote!(let #var: ::std::option::Option<::std::string::String> = Some(#c.to_string());)),
+            (None, _) => text_bind.push(quote!(let #var: ::std::option::Option<::std::string::String> = None;)),
+            (Some(c), false) => text_bind.push(quote!(let #var: ::std::string::String = #c.to_string();)),
+        }
+        text_bind.push(quote!(let _ = &#var;));
+        if let Some(c) = content {
+            let pat = &t.pattern.value;
+            let m = &methods(cx, t)?[0];
+            let a = entry_align(cx, t)?;
+            text_write.push(quote! {
+                let name = captures.format_all(#pat)?;
+                self.zip.start_member(&name, #m, #a)?;
+                ::std::io::Write::write_all(&mut self.zip, #c.as_bytes()).map_err(|e| rt::Error::from(e).in_entry(name.as_str()))?;
+            });
+        }
+    }
+    // The byte order written: the mapping's, over the text entries as written.
+    let bo_ts = match sp.byte_order {
+        Some(b) => {
+            if uses_binding(b, &sp.map.binding.name) {
+                return Err(cx.unsupported(
+                    b.span,
+                    "writing a byte order that depends on the pickled object",
+                ));
+            }
+            let bv = scope.compile(cx, b)?;
+            scope.expect(cx, b, &bv, T::ByteOrder)?;
+            bv.ts
+        }
+        None => quote!(rt::ByteOrder::Little),
+    };
+    // `data` backwards: `slice(E(capture = x), start, none)` or `E(capture = x)`.
+    let (lookup, start) = match &sp.data.kind {
+        ExprKind::Call { callee, args }
+            if callee.len() == 1 && callee[0].name == "slice" && args.len() == 3 =>
+        {
+            (&args[0].value, Some(&args[1].value))
+        }
+        _ => (sp.data, None),
+    };
+    let (entry, cap, key_expr) = match &lookup.kind {
+        ExprKind::Call { callee, args } if callee.len() == 1 => {
+            match (
+                scope.lookups.iter().find(|l| l.name.name == callee[0].name),
+                args.as_slice(),
+            ) {
+                (Some(en), [a]) if a.name.is_some() => {
+                    (*en, a.name.as_ref().unwrap().name.clone(), &a.value)
+                }
+                _ => {
+                    return Err(
+                        cx.unsupported(lookup.span, "writing a `data` other than `E(capture = x)`")
+                    )
+                }
+            }
+        }
+        _ => {
+            return Err(cx.unsupported(lookup.span, "writing a `data` other than `E(capture = x)`"))
+        }
+    };
+    let kv = scope.compile(cx, key_expr)?;
+    let key_ts = scope.name_text(cx, key_expr, &kv)?;
+    let start_check = match start {
+        Some(s) => {
+            let sv = scope.compile(cx, s)?;
+            let sts = scope.int(cx, s, &sv)?;
+            let msg = format!("the written object's `{}` is not 0", cx.text(s.span));
+            quote! {
+                let start: u64 = #sts;
+                if start != 0 {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())));
+                }
+            }
+        }
+        None => quote!(),
+    };
+    let spat = &entry.pattern.value;
+    let smethods = methods(cx, entry)?;
+    let sdefault = &smethods[0];
+    let salign = entry_align(cx, entry)?;
+    let compressed = format!("{public} members may not be compressed with {{:?}}");
+    let dup = format!("{public}: the tensor name '{{}}' is given twice");
+    let no_match = format!("{public}: `write_name` \"{wname}\" does not match its entry's pattern");
+    let not_obj = format!("{public}: a tensor's write rule does not build an object");
+    let wdoc = format!(
+        " Streaming writer of `{public}` files: each tensor's bytes go to its own `{spat}` member as it is added; [`Writer::finish`] writes `{wname}` (the pickled object) and the fixed members."
+    );
+    let tr = crate::engine::tensor_writer_impl();
+    let desc = crate::engine::desc();
+    let _ = cap;
+    Ok(quote! {
+        #[doc = " The member name the writer gives the pickle; its captures name every other member."]
+        pub const WRITE_NAME: &str = #wname;
+
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            zip: rt::ZipWriter<W>,
+            compression: rt::Compression,
+            tensors: ::std::vec::Vec<(rt::pickle::Value, rt::pickle::Value)>,
+            names: ::std::collections::HashSet<::std::string::String>,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w`; storage members are compressed as `options` asks, by default as the schema's first listed method.
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                let compression = options.compression.unwrap_or(#sdefault);
+                if !matches!(compression, #(#smethods)|*) {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, compression))));
+                }
+                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new() })
+            }
+
+            fn captures() -> rt::Result<rt::Captures> {
+                let pattern = rt::Pattern::new(#pconst)?;
+                let values = pattern
+                    .matches(WRITE_NAME)
+                    .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#no_match.to_string())))?;
+                Ok(rt::Captures::new(&pattern, values))
+            }
+
+            /// Adds one tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order; they are byte-swapped when the format's byte order differs.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
+                if self.names.contains(&meta.name) {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#dup, meta.name))));
+                }
+                let captures = Self::captures()?;
+                #(#text_bind)*
+                let byte_order: rt::ByteOrder = #bo_ts;
+                let index = self.tensors.len() as u64;
+                let numel: u64 = rt::numel(&meta.shape).map_err(in_tensor)?;
+                let nbytes: u64 = meta.nbytes().map_err(in_tensor)?;
+                let strides: ::std::vec::Vec<i64> = rt::contiguous_strides(&meta.shape, meta.order).map_err(in_tensor)?;
+                let obj: rt::pickle::Value = (|| -> rt::Result<rt::pickle::Value> { Ok(#obj_ts) })().map_err(in_tensor)?;
+                let name = (|| -> rt::Result<::std::string::String> {
+                    let o: &rt::pickle::Object = match &obj {
+                        rt::pickle::Value::Object(o) => o,
+                        _ => return Err(rt::Error::from(rt::ErrorKind::Invalid(#not_obj.to_string()))),
+                    };
+                    let dtype = (meta.dtype, Some(byte_order));
+                    let _ = &dtype;
+                    #start_check
+                    let key: &str = #key_ts;
+                    captures.format(#spat, #cap, key)
+                })()
+                .map_err(in_tensor)?;
+                self.zip.start_member(&name, self.compression, #salign)?;
+                let written = if meta.byte_order == byte_order {
+                    data.write_to(&mut self.zip, nbytes, "data")
+                } else {
+                    data.write_swapped_to(&mut self.zip, nbytes, meta.dtype.swap_unit().unwrap_or(1), "data")
+                };
+                written.map_err(|e| e.in_entry(name.as_str()))?;
+                self.names.insert(meta.name.clone());
+                self.tensors.push((rt::pickle::Value::str(&meta.name), obj));
+                Ok(())
+            }
+
+            /// Writes the pickled object and the fixed members, then the central directory; returns the output.
+            pub fn finish(mut self) -> rt::Result<W> {
+                let captures = Self::captures()?;
+                let root = #root_ts.with_entries(::std::mem::take(&mut self.tensors));
+                let bytes = rt::pickle::write(&rt::pickle::Value::object(root))?;
+                self.zip.start_member(WRITE_NAME, #pmethod, #palign)?;
+                ::std::io::Write::write_all(&mut self.zip, &bytes).map_err(|e| rt::Error::from(e).in_entry(WRITE_NAME))?;
+                #(#text_write)*
+                self.zip.finish()
+            }
+        }
+
+        #tr
+        #desc
+    })
+}
+
+/// A writer constructor that refuses (a mapping without a `write` rule).
+fn refusing_writer(public: &str) -> TokenStream {
+    let no_write =
+        format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
+    quote! {
+        fn new_writer<'a>(
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            options: &rt::WriteOptions,
+        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+            let _ = (w, options);
+            Err(rt::Error::from(rt::ErrorKind::Unsupported(#no_write.to_string())))
+        }
+
+        /// This format for the registry: name, extensions, detector and indexer (no writer).
+        pub const DESC: rt::FormatDesc = rt::FormatDesc {
+            name: NAME,
+            extensions: EXTENSIONS,
+            detect,
+            index,
+            writer: new_writer,
+        };
+    }
 }

@@ -25,7 +25,7 @@ pub use crate::pattern::{Captures, Pattern};
 pub use crate::registry::{FormatDesc, Payload, TensorWriter, WriteSeek};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{
-    contiguous_strides, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,
+    contiguous_strides, numel, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,
 };
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
 pub use crate::{pickle, pydict, zip};

@@ -67,6 +67,68 @@ impl Payload<'_> {
     }
 }
 
+impl Payload<'_> {
+    /// Writes exactly `len` bytes of the payload to `w` with the bytes of every
+    /// `unit`-sized group reversed (a byte-order swap), through a bounded buffer.
+    pub fn write_swapped_to<W: Write + ?Sized>(
+        self,
+        w: &mut W,
+        len: u64,
+        unit: usize,
+        field: &str,
+    ) -> Result<()> {
+        if unit <= 1 {
+            return self.write_to(w, len, field);
+        }
+        if len % unit as u64 != 0 {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "{len} bytes are not a whole number of {unit}-byte units"
+            )))
+            .in_field(field));
+        }
+        let cap = (len.min(COPY_BUFFER) as usize / unit).max(1) * unit;
+        let mut buf = vec![0u8; cap.min(len as usize)];
+        match self {
+            Payload::Bytes(b) => {
+                if b.len() as u64 != len {
+                    return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                        "{len} bytes expected, {} given",
+                        b.len()
+                    )))
+                    .in_field(field));
+                }
+                for chunk in b.chunks(cap) {
+                    let out = &mut buf[..chunk.len()];
+                    out.copy_from_slice(chunk);
+                    crate::convert::swap_in_place(out, unit);
+                    w.write_all(out)?;
+                }
+            }
+            Payload::Reader(r) => {
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(buf.len() as u64) as usize;
+                    r.read_exact(&mut buf[..want]).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            Error::from(ErrorKind::Truncated {
+                                needed: len,
+                                available: done,
+                            })
+                            .in_field(field)
+                        } else {
+                            e.into()
+                        }
+                    })?;
+                    crate::convert::swap_in_place(&mut buf[..want], unit);
+                    w.write_all(&buf[..want])?;
+                    done += want as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A streaming writer of one container: tensors are added one at a time.
 pub trait TensorWriter {
     /// Appends one tensor whose bytes `data` holds.

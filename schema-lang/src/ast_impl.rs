@@ -51,6 +51,7 @@ pub const TENSOR_KEYS: &[&str] = &[
     "order",
     "byte_order",
     "data",
+    "write",
 ];
 
 /// The property names an entry may have.
@@ -65,6 +66,7 @@ pub const ENTRY_PROPS: &[&str] = &[
     "align",
     "check",
     "write",
+    "write_name",
 ];
 
 /// The byte width of an integer type name (`u16` → 2); `None` for other names.
