@@ -497,3 +497,44 @@ fn cross_format_references() {
     let b2 = parse(Path::new("b.fmt"), &format!("use a;\n{}", b.source)).unwrap();
     assert!(check(&[a, b2]).is_empty());
 }
+
+#[test]
+fn pickle_write_rules() {
+    let base = |entry_write: &str, tensor_write: &str| {
+        format!(
+            "format x {{ engine zip; table T: str -> dtype {{ \"m.F\" => f32 }}
+             pickle P {{ global \"m.D\" => dict; global \"m.F\" => class;
+               global \"m.r\" => tensor(storage, size); persistent storage(tag, key); }}
+             entry pickle \"{{p}}/data.pkl\" {{ codec pickle(P); write_name = \"a/data.pkl\"; write = {entry_write}; }}
+             entry storage \"{{p}}/data/{{key}}\" {{ repeated; }}
+             tensor from pickle.content.tensors as t {{ name = t.path; dtype = T[t.storage.key];
+               shape = t.size; data = storage(key = t.storage.key); write = {tensor_write}; }} }}"
+        )
+    };
+    let good = "m.r(storage(tag = \"s\", key = str(index)), shape)";
+    assert_eq!(messages(&base("m.D()", good)), Vec::<String>::new());
+    assert_eq!(
+        messages(&base(
+            "m.D()",
+            "if key_of(T, dtype) != none { m.r(storage(tag = global(key_of(T, dtype)), key = str(index)), shape) } else { m.r(m.F, strides) }"
+        )),
+        Vec::<String>::new()
+    );
+    one_error(
+        &base("m.Nope()", good),
+        "'m.Nope' is not a declared pickle global",
+    );
+    one_error(
+        &base("m.D()", "m.r(storage(key = \"0\", tag = \"s\"), shape)"),
+        "a `storage` persistent id names its items in order",
+    );
+    one_error(
+        &base("m.D()", "m.r(storage(tag = \"s\", key = \"0\"), sizes)"),
+        "'sizes' is not a declared pickle global",
+    );
+    one_error(
+        &base("m.D()", "m.F(1)"),
+        "'m.F' is declared `class`: it cannot be called",
+    );
+    one_error(&base("m.D()", "m.r(1)"), "'m.r' takes 2 arguments, found 1");
+}
