@@ -226,7 +226,7 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         }
     }
     for p in &fmt.pickles {
-        if kind == Some("file") {
+        if kind == Some("file") && !pickle::is_pickle_file(fmt) {
             errors.push(cx.unsupported(p.span, "a `pickle` declaration in a `file` format"));
             continue;
         }
@@ -242,7 +242,9 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         }
     }
     let mut layouts = Vec::new();
-    for l in &fmt.layouts {
+    // Layouts around pickles are read by the pickle-file engine, not compiled alone.
+    let pickle_file = kind == Some("file") && pickle::is_pickle_file(fmt);
+    for l in fmt.layouts.iter().filter(|_| !pickle_file) {
         match layout::classify(&cx, fmt, l).and_then(|lm| {
             let ts = layout::gen_layout(&mut cx, fmt, &lm)?;
             Ok((lm, ts))
@@ -255,6 +257,10 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         }
     }
     match kind {
+        Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
+            Ok(ts) => items.push(ts),
+            Err(e) => errors.push(e),
+        },
         Some("file") => {
             // The mapping over a layout, then the engine around it.
             let mapped = fmt.tensors.first().and_then(|map| match &map.source.kind {

@@ -13,6 +13,9 @@ use tensorfmt_schema::ast::*;
 use crate::expr::{self, Cx};
 use crate::model::{rs_ident, Fmt, GResult};
 
+mod file;
+pub(crate) use file::{gen_file_pickle, is_pickle_file};
+
 /// The runtime kind of a declared kind name; `None` for a call.
 fn builtin_kind(name: &str) -> Option<TokenStream> {
     Some(match name {
@@ -156,6 +159,8 @@ enum T {
     None,
     /// `(member, skip)`: a zip member from a byte offset to its end.
     Data,
+    /// `(offset, len)`: a byte range of the file (a `payload` field of a record).
+    Range,
 }
 
 struct V {
@@ -181,6 +186,10 @@ struct PScope<'a, 's> {
     lookups: Vec<&'s Entry>,
     /// Whether `dtype` is in reach (after the dtype is computed).
     dtype: bool,
+    /// Tables of visible formats: `(format, table, module, key kind)`.
+    ext_tables: Vec<(String, &'s Table, proc_macro2::Ident)>,
+    /// Around a layout (`file` engine): `File.storages.bytes[index_of(File.keys, k)]`.
+    records: Option<file::RecordsRef>,
 }
 
 impl PScope<'_, '_> {
@@ -229,9 +238,30 @@ impl PScope<'_, '_> {
                 }
             }
             ExprKind::Index { base, index } => {
-                let table = match &base.kind {
-                    ExprKind::Path(p) if p.len() == 1 => self.fmt.table(&p[0].name),
-                    _ => None,
+                if let Some(r) = self.records.as_ref().and_then(|r| r.matches(base, index)) {
+                    let k = self.compile(cx, r)?;
+                    let key = self.name_text(cx, r, &k)?;
+                    return v(
+                        quote!({
+                            let key = #key;
+                            *records.get(key).ok_or_else(|| {
+                                rt::Error::from(rt::ErrorKind::NotFound(format!("storage {:?} is not in the key list", key)))
+                            })?
+                        }),
+                        T::Range,
+                    );
+                }
+                let (table, module) = match &base.kind {
+                    ExprKind::Path(p) if p.len() == 1 => (self.fmt.table(&p[0].name), None),
+                    ExprKind::Path(p) if p.len() == 2 => match self
+                        .ext_tables
+                        .iter()
+                        .find(|(f, t, _)| *f == p[0].name && t.name.name == p[1].name)
+                    {
+                        Some((_, t, m)) => (Some(*t), Some(m)),
+                        None => (None, None),
+                    },
+                    _ => (None, None),
                 };
                 let Some(table) = table else {
                     return Err(cx.unsupported(e.span, "indexing other than a table lookup"));
@@ -242,6 +272,10 @@ impl PScope<'_, '_> {
                 let k = self.compile(cx, index)?;
                 let key = self.name_text(cx, index, &k)?;
                 let f = rs_ident(&table.name.name);
+                let f = match module {
+                    Some(m) => quote!(super::#m::#f),
+                    None => quote!(#f),
+                };
                 let what = cx.text(index.span);
                 v(
                     quote!({
@@ -443,6 +477,29 @@ impl PScope<'_, '_> {
                 let xs = &x.ts;
                 v(quote!((#xs).0.itemsize().unwrap_or(0) as u64), T::Int)
             }
+            ("slice", [d, start, end]) if self.records.is_some() => {
+                let dv = self.compile(cx, &d.value)?;
+                self.expect(cx, &d.value, &dv, T::Range)?;
+                if !matches!(end.value.kind, ExprKind::None) {
+                    return Err(cx.unsupported(end.value.span, "a slice end other than `none`"));
+                }
+                let s = self.compile(cx, &start.value)?;
+                let s = self.int(cx, &start.value, &s)?;
+                let ds = &dv.ts;
+                v(
+                    quote!({
+                        let (offset, len): (u64, u64) = #ds;
+                        let skip: u64 = #s;
+                        let rest = len.checked_sub(skip).ok_or_else(|| {
+                            rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
+                                "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, len
+                            )))
+                        })?;
+                        (offset + skip, rest)
+                    }),
+                    T::Range,
+                )
+            }
             ("slice", [d, start, end]) => {
                 let dv = self.compile(cx, &d.value)?;
                 self.expect(cx, &d.value, &dv, T::Data)?;
@@ -629,6 +686,8 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
         texts,
         lookups,
         dtype: false,
+        ext_tables: Vec::new(),
+        records: None,
     };
     // Text entries: read, then checked.
     for t in &scope.texts {

@@ -24,6 +24,14 @@ fn pytorch() {
     insta::assert_snapshot!("pytorch", code);
 }
 
+#[test]
+fn pytorch_legacy() {
+    let s = schema(&["formats/fmt/pytorch.fmt", "formats/fmt/pytorch_legacy.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("pytorch_legacy", code);
+}
+
 fn parse(src: &str) -> tensorfmt_schema::Schema {
     let f = tensorfmt_schema::parse(std::path::Path::new("test.fmt"), src)
         .unwrap_or_else(|d| panic!("{d}"));

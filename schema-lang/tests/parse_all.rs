@@ -12,7 +12,7 @@ pub fn all_files() -> Vec<PathBuf> {
         r.join("formats/fmt/npz.fmt"),
         r.join("docs/formats/safetensors.fmt"),
         r.join("formats/fmt/pytorch.fmt"),
-        r.join("docs/formats/pytorch_legacy.fmt"),
+        r.join("formats/fmt/pytorch_legacy.fmt"),
         r.join("docs/formats/onnx.fmt"),
         r.join("docs/formats/caffe2.fmt"),
     ]

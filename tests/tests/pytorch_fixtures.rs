@@ -12,7 +12,7 @@ use tensorfmt::runtime::zip::{self, ZipIndex, ZipWriter};
 use tensorfmt::Compression;
 use tensorfmt_tests::{cli, fixtures, inspect_json, json};
 
-/// The zip-format fixtures (legacy and TorchScript files come later).
+/// The zip-format fixtures (legacy.pt has its own tests below; TorchScript files come later).
 const ZIP_FIXTURES: &[&str] = &[
     "all_dtypes.pt",
     "scalars_and_empty.pt",
@@ -208,4 +208,135 @@ fn pytorch_converts_to_npz() {
         ]));
         assert_eq!(described, expected, "NumPy's view of {f} as npz");
     }
+}
+
+/// The legacy (pre-1.6, non-zip) fixture: `pytorch-legacy`, read by the schema's layout of
+/// five pickles and raw storage records.
+#[test]
+fn legacy_fixture_matches_torch_and_verifies() {
+    let p = dir().join("legacy.pt");
+    let expected =
+        json(&std::fs::read_to_string(dir().join("expected").join("legacy.pt.json")).unwrap());
+    assert_eq!(expected["format"], "pytorch-legacy");
+    assert_eq!(inspect_json(&p), expected);
+    let (code, out) = cli(&["verify", p.to_str().unwrap()]);
+    assert_eq!(code, ExitCode::SUCCESS, "verify legacy.pt: {out}");
+    assert!(out.contains("pytorch-legacy"), "{out}");
+}
+
+/// The byte offset of the first storage record of `legacy.pt`: after its five pickles.
+fn legacy_records_start(bytes: &[u8]) -> usize {
+    let rules = tensorfmt::generated::pytorch_legacy::legacy_rules();
+    let limits = Limits::default();
+    let mut pos = 0;
+    for _ in 0..5 {
+        let (_, used) =
+            tensorfmt::runtime::pickle::read_prefix(&bytes[pos..], &rules, &limits).unwrap();
+        pos += used;
+    }
+    pos
+}
+
+/// The error of reading `bytes` as `pytorch-legacy` (forced, not detected).
+fn legacy_err(bytes: &[u8]) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("damaged.pt");
+    std::fs::write(&p, bytes).unwrap();
+    let options = tensorfmt::OpenOptions {
+        format: Some("pytorch-legacy".to_string()),
+        ..Default::default()
+    };
+    let result = (|| {
+        let f = tensorfmt::TensorFile::open_with(&p, &options)?;
+        let mut sink = tensorfmt::runtime::hash::HashSink::new();
+        f.read_all(&mut sink)?;
+        Ok::<_, tensorfmt::Error>(())
+    })();
+    let e = result
+        .expect_err("a damaged legacy file must not read")
+        .to_string();
+    assert!(e.contains("damaged.pt"), "the error names the file: {e}");
+    e
+}
+
+#[test]
+fn damaged_legacy_files_give_clear_errors() {
+    let good = std::fs::read(dir().join("legacy.pt")).unwrap();
+    // Truncated inside the last storage.
+    let e = legacy_err(&good[..good.len() - 5]);
+    assert!(e.contains("truncated") && e.contains("storages"), "{e}");
+    // Truncated inside the pickled object.
+    let e = legacy_err(&good[..300]);
+    assert!(e.contains("truncated") && e.contains("object"), "{e}");
+    // A record whose element count differs from its persistent id's.
+    let at = legacy_records_start(&good);
+    let mut bad = good.clone();
+    let n = i64::from_le_bytes(bad[at..at + 8].try_into().unwrap());
+    bad[at..at + 8].copy_from_slice(&(n + 1).to_le_bytes());
+    let e = legacy_err(&bad);
+    assert!(
+        e.contains("storage has wrong byte size") || e.contains("wrong byte size"),
+        "{e}"
+    );
+    assert!(e.contains("storages.numel"), "{e}");
+    // A bogus huge count is refused before anything is allocated.
+    let mut bad = good.clone();
+    bad[at..at + 8].copy_from_slice(&(i64::MAX / 16).to_le_bytes());
+    let e = legacy_err(&bad);
+    assert!(e.contains("wrong byte size"), "{e}");
+    // Bytes after the last record.
+    let mut bad = good.clone();
+    bad.extend_from_slice(b"junk");
+    let e = legacy_err(&bad);
+    assert!(e.contains("4 bytes follow the last record"), "{e}");
+    // A wrong magic number: not detected, and refused when the format is forced.
+    let mut bad = good.clone();
+    bad[5] ^= 0xff;
+    let e = legacy_err(&bad);
+    assert!(
+        e.contains("check failed: magic == 0x1950a86a20f9469cfc6c"),
+        "{e}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("badmagic.pt");
+    std::fs::write(&p, &bad).unwrap();
+    assert!(open_err(&p).contains("not a file of any known tensor format"));
+}
+
+#[test]
+fn legacy_is_read_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dir().join("legacy.pt");
+    let out = tmp.path().join("out.pt");
+    let (code, text) = cli(&[
+        "convert",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--to",
+        "pytorch-legacy",
+    ]);
+    assert_ne!(code, ExitCode::SUCCESS, "{text}");
+    let desc = &tensorfmt::generated::pytorch_legacy::DESC;
+    let w = Box::new(std::io::Cursor::new(Vec::new()));
+    let e = (desc.writer)(w, &Default::default())
+        .err()
+        .expect("the legacy writer refuses")
+        .to_string();
+    assert!(
+        e.contains("pytorch-legacy is read-only; write pytorch instead"),
+        "{e}"
+    );
+    // Converting to the zip format works, and keeps every tensor.
+    let (code, text) = cli(&[
+        "convert",
+        src.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--to",
+        "pytorch",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let mut a = inspect_json(&src);
+    let b = inspect_json(&out);
+    a["format"] = "pytorch".into();
+    assert_eq!(a, b);
 }
