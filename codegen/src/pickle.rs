@@ -566,51 +566,29 @@ impl PScope<'_, '_> {
     }
 }
 
-/// `index` and `Writer` of a zip format around a pickled object.
-pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
-    let (pentry, decl) = pickle_entry(fmt).expect("checked by is_pickle_zip");
-    let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
-        return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
+/// The call kind that `name` (`tensor` or its plural `tensors`) names in `pdecl`.
+pub(crate) fn resolve_kind(cx: &Cx<'_>, pdecl: &Pickle, name: &Ident) -> GResult<String> {
+    let known = |n: &str| {
+        pdecl
+            .items
+            .iter()
+            .any(|i| matches!(i, PickleItem::Global { kind, .. } if kind.name == n))
     };
-    let [map] = fmt.tensors.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
-            "a `zip` format without exactly one tensor mapping",
-        ));
-    };
-    // `tensor from <entry>.content.<kind>s as t`
-    let kind = match &map.source.kind {
-        ExprKind::Path(p)
-            if p.len() == 3 && p[0].name == pentry.name.name && p[1].name == "content" =>
-        {
-            let k = &p[2].name;
-            let known = |n: &str| {
-                pdecl
-                    .items
-                    .iter()
-                    .any(|i| matches!(i, PickleItem::Global { kind, .. } if kind.name == n))
-            };
-            if known(k) {
-                k.clone()
-            } else if let Some(s) = k.strip_suffix('s').filter(|s| known(s)) {
-                s.to_string()
-            } else {
-                return Err(cx.err(
-                    p[2].span,
-                    format!("`{}` declares no kind `{k}`", pdecl.name.name),
-                ));
-            }
-        }
-        _ => {
-            return Err(cx.unsupported(
-                map.source.span,
-                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
-            ))
-        }
-    };
-    if let Some(w) = &map.filter {
-        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+    if known(&name.name) {
+        Ok(name.name.clone())
+    } else if let Some(s) = name.name.strip_suffix('s').filter(|s| known(s)) {
+        Ok(s.to_string())
+    } else {
+        Err(cx.err(
+            name.span,
+            format!("`{}` declares no kind `{}`", pdecl.name.name, name.name),
+        ))
     }
+}
+
+/// The parameter names of every global of call kind `kind` (in first-seen order), and the
+/// item names of the declaration's persistent ids.
+pub(crate) fn kind_params(pdecl: &Pickle, kind: &str) -> (Vec<String>, Vec<String>) {
     let mut params = Vec::new();
     let mut persistent = Vec::new();
     for i in &pdecl.items {
@@ -632,6 +610,39 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
             _ => {}
         }
     }
+    (params, persistent)
+}
+
+/// `index` and `Writer` of a zip format around a pickled object.
+pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let (pentry, decl) = pickle_entry(fmt).expect("checked by is_pickle_zip");
+    let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
+        return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
+    };
+    let [map] = fmt.tensors.as_slice() else {
+        return Err(cx.unsupported(
+            fmt.ast.name.span,
+            "a `zip` format without exactly one tensor mapping",
+        ));
+    };
+    // `tensor from <entry>.content.<kind>s as t`
+    let kind = match &map.source.kind {
+        ExprKind::Path(p)
+            if p.len() == 3 && p[0].name == pentry.name.name && p[1].name == "content" =>
+        {
+            resolve_kind(cx, pdecl, &p[2])?
+        }
+        _ => {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
+            ))
+        }
+    };
+    if let Some(w) = &map.filter {
+        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+    }
+    let (params, persistent) = kind_params(pdecl, &kind);
     // Entries: the pickle's captures are shared by all; text entries are read; others
     // are looked up by their remaining captures.
     let pcaps: Vec<String> = pentry.captures().iter().map(|s| s.to_string()).collect();

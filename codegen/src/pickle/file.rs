@@ -228,46 +228,11 @@ pub(crate) fn gen_file_pickle(
     let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
         return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
     };
-    let known = |n: &str| {
-        pdecl
-            .items
-            .iter()
-            .any(|i| matches!(i, PickleItem::Global { kind, .. } if kind.name == n))
-    };
-    let kind = if known(&kinds.name) {
-        kinds.name.clone()
-    } else if let Some(s) = kinds.name.strip_suffix('s').filter(|s| known(s)) {
-        s.to_string()
-    } else {
-        return Err(cx.err(
-            kinds.span,
-            format!("`{}` declares no kind `{}`", pdecl.name.name, kinds.name),
-        ));
-    };
+    let kind = super::resolve_kind(cx, pdecl, kinds)?;
     if let Some(w) = &map.filter {
         return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
     }
-    let mut params = Vec::new();
-    let mut persistent = Vec::new();
-    for i in &pdecl.items {
-        match i {
-            PickleItem::Global {
-                kind: k,
-                params: ps,
-                ..
-            } if k.name == kind => {
-                for p in ps {
-                    if !params.contains(&p.name) {
-                        params.push(p.name.clone());
-                    }
-                }
-            }
-            PickleItem::Persistent { params: ps, .. } => {
-                persistent = ps.iter().map(|p| p.name.clone()).collect()
-            }
-            _ => {}
-        }
-    }
+    let (params, persistent) = super::kind_params(pdecl, &kind);
 
     // The layout: pickle fields, then the repeated records (last).
     let mut steps = Vec::new();
