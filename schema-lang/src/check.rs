@@ -170,6 +170,27 @@ impl<'a> Checker<'a> {
             .push(Diagnostic::new(&f.path, &f.source, span, msg).with_help(help));
     }
 
+    /// Records `key`, first seen at `span`, in `seen`. A repeat is reported as `msg` with a
+    /// help line saying where the key was first `word` ("defined", "used"). True when new.
+    fn note_unique<K: Eq + std::hash::Hash>(
+        &mut self,
+        file: usize,
+        seen: &mut HashMap<K, Span>,
+        key: K,
+        span: Span,
+        msg: impl FnOnce() -> String,
+        word: &str,
+    ) -> bool {
+        if let Some(&prev) = seen.get(&key) {
+            let first = self.where_is(file, prev);
+            self.err_help(file, span, msg(), format!("first {word} at {first}"));
+            false
+        } else {
+            seen.insert(key, span);
+            true
+        }
+    }
+
     fn where_is(&self, file: usize, span: Span) -> String {
         let f = &self.files[file];
         let (l, c) = f.line_col(span.start);
@@ -481,17 +502,14 @@ impl<'a> Checker<'a> {
     fn dict(&mut self, at: At<'a>, d: &Dict) {
         let mut keys: HashMap<&str, Span> = HashMap::new();
         for f in &d.fields {
-            if let Some(&prev) = keys.get(f.key.as_str()) {
-                let first = self.where_is(at.file, prev);
-                self.err_help(
-                    at.file,
-                    f.key_span,
-                    format!("duplicate key '{}' in dict '{}'", f.key, d.name.name),
-                    format!("first used at {first}"),
-                );
-            } else {
-                keys.insert(&f.key, f.key_span);
-            }
+            self.note_unique(
+                at.file,
+                &mut keys,
+                f.key.as_str(),
+                f.key_span,
+                || format!("duplicate key '{}' in dict '{}'", f.key, d.name.name),
+                "used",
+            );
             self.data_type(at, &f.ty);
         }
     }
@@ -612,20 +630,19 @@ impl<'a> Checker<'a> {
         // Duplicate fields.
         let mut seen: HashMap<&str, Span> = HashMap::new();
         for f in &l.fields {
-            if let Some(&prev) = seen.get(f.name.name.as_str()) {
-                let first = self.where_is(at.file, prev);
-                self.err_help(
-                    at.file,
-                    f.name.span,
+            self.note_unique(
+                at.file,
+                &mut seen,
+                f.name.name.as_str(),
+                f.name.span,
+                || {
                     format!(
                         "duplicate field '{}' in layout '{}'",
                         f.name.name, l.name.name
-                    ),
-                    format!("first defined at {first}"),
-                );
-            } else {
-                seen.insert(&f.name.name, f.name.span);
-            }
+                    )
+                },
+                "defined",
+            );
         }
         for (i, f) in l.fields.iter().enumerate() {
             self.field(at, l, i, f);
@@ -983,19 +1000,20 @@ impl<'a> Checker<'a> {
                     format!("invalid field number {} for '{}'", f.tag, f.name.name),
                     "protobuf field numbers are 1 to 536870911, except 19000 to 19999",
                 );
-            } else if let Some(&prev) = tags.get(&f.tag) {
-                let first = self.where_is(at.file, prev);
-                self.err_help(
-                    at.file,
-                    f.span,
-                    format!(
-                        "field number {} used twice in message '{}'",
-                        f.tag, m.name.name
-                    ),
-                    format!("first used at {first}"),
-                );
             } else {
-                tags.insert(f.tag, f.span);
+                self.note_unique(
+                    at.file,
+                    &mut tags,
+                    f.tag,
+                    f.span,
+                    || {
+                        format!(
+                            "field number {} used twice in message '{}'",
+                            f.tag, m.name.name
+                        )
+                    },
+                    "used",
+                );
             }
             self.proto_type(at, &f.ty, &chain);
             for o in &f.options {
@@ -1080,17 +1098,14 @@ impl<'a> Checker<'a> {
         let mut names: HashMap<&str, Span> = HashMap::new();
         let mut values: HashMap<i64, &str> = HashMap::new();
         for (n, v) in &e.values {
-            if let Some(&prev) = names.get(n.name.as_str()) {
-                let first = self.where_is(at.file, prev);
-                self.err_help(
-                    at.file,
-                    n.span,
-                    format!("duplicate value '{}' in enum '{}'", n.name, e.name.name),
-                    format!("first defined at {first}"),
-                );
-            } else {
-                names.insert(&n.name, n.span);
-            }
+            self.note_unique(
+                at.file,
+                &mut names,
+                n.name.as_str(),
+                n.span,
+                || format!("duplicate value '{}' in enum '{}'", n.name, e.name.name),
+                "defined",
+            );
             if let Some(prev) = values.get(v) {
                 self.err(
                     at.file,
