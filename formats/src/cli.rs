@@ -240,8 +240,9 @@ fn diff(
             outln!(out, "{}: dtype {} vs {}", ta.name, ta.dtype, tb.dtype);
             same = false;
         }
-        let da = to_c_order(ta, fa.load_info(ta)?.data.as_bytes())?;
-        let db = to_c_order(tb, fb.load_info(tb)?.data.as_bytes())?;
+        let (xa, xb) = (fa.load_info(ta)?, fb.load_info(tb)?);
+        let da = to_c_order(ta, xa.data.as_bytes())?;
+        let db = to_c_order(tb, xb.data.as_bytes())?;
         let va = to_f64(&da, ta.dtype, ta.byte_order)?;
         let vb = to_f64(&db, tb.dtype, tb.byte_order)?;
         let mut bad = 0usize;

@@ -384,12 +384,8 @@ pub fn convert(
         let tensor = file.load_info(info)?;
         let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)
             .map_err(|e| with_file(e.in_entry(&info.name), file.source()))?;
-        let data: &[u8] = match &data {
-            std::borrow::Cow::Borrowed(b) => b,
-            std::borrow::Cow::Owned(v) => v,
-        };
         bytes += data.len() as u64;
-        saver.add_bytes(&meta, data)?;
+        saver.add_bytes(&meta, &data)?;
         progress(i + 1, total);
     }
     let to = saver.format();
@@ -421,10 +417,7 @@ pub fn prepare_for_write<'a>(
         (contig, target) => {
             let (order, data) = match contig {
                 Some(m) => (m.order, std::borrow::Cow::Borrowed(bytes)),
-                None => (
-                    Order::C,
-                    std::borrow::Cow::Owned(convert::to_c_order(info, bytes)?),
-                ),
+                None => (Order::C, convert::to_c_order(info, bytes)?),
             };
             let (dtype, byte_order, data) = match target {
                 Some(d) => (
@@ -441,7 +434,7 @@ pub fn prepare_for_write<'a>(
                 order,
                 byte_order,
             };
-            Ok((meta, std::borrow::Cow::Owned(data.into_owned())))
+            Ok((meta, data))
         }
     }
 }

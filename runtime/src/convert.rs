@@ -17,9 +17,10 @@ pub fn swap_in_place(buf: &mut [u8], unit: usize) {
     }
 }
 
-/// Copies the elements of `bytes`, laid out with `info`'s shape and strides, into a new
-/// buffer in C order. The buffer must hold the whole storage the strides address.
-pub fn to_c_order(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
+/// The elements of `bytes`, laid out with `info`'s shape and strides, in C order: borrowed
+/// when they already are, gathered into a new buffer otherwise. The bytes must hold the
+/// whole storage the strides address.
+pub fn to_c_order<'a>(info: &TensorInfo, bytes: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>> {
     let item = info
         .dtype
         .itemsize()
@@ -27,10 +28,11 @@ pub fn to_c_order(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
     let n =
         usize::try_from(info.numel()?).map_err(|_| ErrorKind::Overflow("element count".into()))?;
     if info.order() == Some(crate::tensor::Order::C) {
-        return Ok(bytes
-            .get(..n * item)
-            .ok_or_else(|| ErrorKind::SizeMismatch("tensor bytes".into()))?
-            .to_vec());
+        return Ok(std::borrow::Cow::Borrowed(
+            bytes
+                .get(..n * item)
+                .ok_or_else(|| ErrorKind::SizeMismatch("tensor bytes".into()))?,
+        ));
     }
     let mut out = Vec::with_capacity(n * item);
     let dims = info.shape.len();
@@ -57,7 +59,7 @@ pub fn to_c_order(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<u8>> {
             idx[d] = 0;
         }
     }
-    Ok(out)
+    Ok(std::borrow::Cow::Owned(out))
 }
 
 /// `bytes` in little-endian order, copied only when they must be swapped.

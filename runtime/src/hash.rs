@@ -227,7 +227,9 @@ impl State {
             }
             Mode::Stream { .. } => {}
             Mode::Gather { info, buf } => {
-                let mut c = to_c_order(&info, &buf).map_err(|e| e.in_entry(self.name.as_str()))?;
+                let mut c = to_c_order(&info, &buf)
+                    .map_err(|e| e.in_entry(self.name.as_str()))?
+                    .into_owned();
                 drop(buf);
                 if info.byte_order == ByteOrder::Big {
                     swap_in_place(&mut c, info.dtype.swap_unit().unwrap_or(1));
