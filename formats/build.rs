@@ -6,6 +6,7 @@ fn main() {
         "fmt/npz.fmt",
         "fmt/pytorch.fmt",
         "fmt/pytorch_legacy.fmt",
+        "fmt/torchscript.fmt",
     ];
     if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
         eprintln!("{report}");

@@ -38,13 +38,23 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                 });
                 described.push(format!("the magic `{}`", cx.text(bytes.span)));
             }
-            Detect::Entries { all, pattern, span } => {
+            Detect::Entries {
+                all,
+                none,
+                pattern,
+                span,
+            } => {
                 if !zip {
                     return Err(cx.unsupported(*span, "`detect entries` outside the zip engine"));
                 }
                 uses_limits = true;
                 let p = &pattern.value;
-                let test = if *all {
+                let test = if *none {
+                    quote!(!zip
+                        .members
+                        .iter()
+                        .any(|m| pattern.matches(&m.name).is_some()))
+                } else if *all {
                     quote!(zip
                         .members
                         .iter()
@@ -68,7 +78,13 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                 });
                 described.push(format!(
                     "{} member names matching `{}`",
-                    if *all { "all" } else { "some" },
+                    if *none {
+                        "no"
+                    } else if *all {
+                        "all"
+                    } else {
+                        "some"
+                    },
                     p
                 ));
             }
@@ -97,8 +113,10 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
     })
 }
 
-/// The `DESC` constant and the writer constructor behind it.
-pub(crate) fn desc() -> TokenStream {
+/// The `DESC` constant and the writer constructor behind it; `structure`: the format's
+/// module has a `structure` reader (formats around a pickled object).
+pub(crate) fn desc(structure: bool) -> TokenStream {
+    let structure = structure_fn(structure);
     quote! {
         fn new_writer<'a>(
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
@@ -113,13 +131,32 @@ pub(crate) fn desc() -> TokenStream {
             extensions: EXTENSIONS,
             detect,
             index,
+            structure: #structure,
             writer: new_writer,
         };
     }
 }
 
-/// `impl rt::TensorWriter for Writer<W>`.
-pub(crate) fn tensor_writer_impl() -> TokenStream {
+/// The `structure` field of `DESC`.
+pub(crate) fn structure_fn(structure: bool) -> TokenStream {
+    if structure {
+        quote!(structure)
+    } else {
+        quote!(rt::no_structure)
+    }
+}
+
+/// `impl rt::TensorWriter for Writer<W>`; `structure`: the writer takes an object tree.
+pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
+    let set_structure = if structure {
+        quote! {
+            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+                Writer::set_structure(self, tree)
+            }
+        }
+    } else {
+        quote!()
+    };
     quote! {
         impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
             fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
@@ -130,6 +167,8 @@ pub(crate) fn tensor_writer_impl() -> TokenStream {
                 Writer::finish(*self)?;
                 Ok(())
             }
+
+            #set_structure
         }
     }
 }
@@ -171,8 +210,8 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     let wdoc = format!(
         " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
     );
-    let tr = tensor_writer_impl();
-    let desc = desc();
+    let tr = tensor_writer_impl(false);
+    let desc = desc(false);
     Ok(quote! {
         /// Lists the tensors of `src` without reading their bytes.
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
@@ -446,8 +485,8 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
     let cap = Literal::usize_unsuffixed(cap);
     let wdoc =
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
-    let tr = tensor_writer_impl();
-    let desc = desc();
+    let tr = tensor_writer_impl(false);
+    let desc = desc(false);
     Ok(quote! {
         #[doc = #pdoc_head]
         #[doc = ""]

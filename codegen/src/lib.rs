@@ -281,10 +281,12 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
                 Err(e) => errors.push(e),
             }
         }
-        Some("zip") if pickle::is_pickle_zip(fmt) => match pickle::gen_zip_pickle(&mut cx, fmt) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        },
+        Some("zip") if pickle::is_pickle_zip(fmt) => {
+            match pickle::gen_zip_pickle(&mut cx, model, fmt) {
+                Ok(ts) => items.push(ts),
+                Err(e) => errors.push(e),
+            }
+        }
         Some("zip") => {
             if let Some(map) = fmt.tensors.iter().find(|m| {
                 matches!(&m.source.kind, tensorfmt_schema::ast::ExprKind::Path(p)

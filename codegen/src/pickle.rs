@@ -11,7 +11,7 @@ use quote::{format_ident, quote};
 use tensorfmt_schema::ast::*;
 
 use crate::expr::{self, Cx};
-use crate::model::{rs_ident, Fmt, GResult};
+use crate::model::{rs_ident, Fmt, GResult, Model};
 
 mod file;
 pub(crate) use file::{gen_file_pickle, is_pickle_file};
@@ -24,6 +24,7 @@ fn builtin_kind(name: &str) -> Option<TokenStream> {
         "set" => quote!(rt::pickle::Kind::Set),
         "tuple" => quote!(rt::pickle::Kind::Tuple),
         "class" => quote!(rt::pickle::Kind::Class),
+        "object" => quote!(rt::pickle::Kind::Object),
         _ => return None,
     })
 }
@@ -68,7 +69,12 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
                         })
                     }
                 };
-                allow.push(quote!(.allow(#module, #name, #k)));
+                // `"module.*"`: every global of the module and its submodules.
+                allow.push(if name == "*" {
+                    quote!(.allow_module(#module, #k))
+                } else {
+                    quote!(.allow(#module, #name, #k))
+                });
             }
         }
     }
@@ -108,29 +114,38 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
     })
 }
 
-/// The entry whose content is a pickle, with the declaration it names.
-fn pickle_entry<'s>(fmt: &Fmt<'s>) -> Option<(&'s Entry, &'s Ident)> {
-    fmt.entries.iter().copied().find_map(|e| {
-        e.props
-            .iter()
-            .find_map(|p| match (&*p.name.name, &p.value) {
-                ("codec", Some(v)) => match &v.kind {
-                    ExprKind::Call { callee, args }
-                        if callee.len() == 1 && callee[0].name == "pickle" =>
-                    {
-                        match args.as_slice() {
-                            [a] => match &a.value.kind {
-                                ExprKind::Path(p) if p.len() == 1 => Some((e, &p[0])),
+/// Every entry whose content is a pickle, with the declaration it names, in schema order.
+fn pickle_entries<'s>(fmt: &Fmt<'s>) -> Vec<(&'s Entry, &'s Ident)> {
+    fmt.entries
+        .iter()
+        .copied()
+        .filter_map(|e| {
+            e.props
+                .iter()
+                .find_map(|p| match (&*p.name.name, &p.value) {
+                    ("codec", Some(v)) => match &v.kind {
+                        ExprKind::Call { callee, args }
+                            if callee.len() == 1 && callee[0].name == "pickle" =>
+                        {
+                            match args.as_slice() {
+                                [a] => match &a.value.kind {
+                                    ExprKind::Path(p) if p.len() == 1 => Some((e, &p[0])),
+                                    _ => None,
+                                },
                                 _ => None,
-                            },
-                            _ => None,
+                            }
                         }
-                    }
+                        _ => None,
+                    },
                     _ => None,
-                },
-                _ => None,
-            })
-    })
+                })
+        })
+        .collect()
+}
+
+/// The entry whose content is a pickle (the first), with the declaration it names.
+fn pickle_entry<'s>(fmt: &Fmt<'s>) -> Option<(&'s Entry, &'s Ident)> {
+    pickle_entries(fmt).into_iter().next()
 }
 
 /// True when a zip format has an entry decoded by the pickle codec.
@@ -449,6 +464,10 @@ impl PScope<'_, '_> {
                 };
                 v(if neg { quote!(!(#test)) } else { test }, T::Bool)
             }
+            BinaryOp::Add if a.t == T::Str && b.t == T::Str => {
+                let (x, y) = (&a.ts, &b.ts);
+                v(quote!(&::std::format!("{}{}", #x, #y)), T::Str)
+            }
             BinaryOp::Add | BinaryOp::Mul => {
                 cx.needs_overflow = true;
                 let x = self.int(cx, lhs, &a)?;
@@ -614,35 +633,35 @@ pub(crate) fn kind_params(pdecl: &Pickle, kind: &str) -> (Vec<String>, Vec<Strin
 }
 
 /// `index` and `Writer` of a zip format around a pickled object.
-pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
-    let (pentry, decl) = pickle_entry(fmt).expect("checked by is_pickle_zip");
+/// The tables of the formats `fmt`'s file `use`s: `(format, table, module)`.
+fn visible_tables<'s>(
+    model: &Model<'s>,
+    fmt: &Fmt<'s>,
+) -> Vec<(String, &'s Table, proc_macro2::Ident)> {
+    let mut out = Vec::new();
+    for u in &model.files[fmt.file].uses {
+        if let Some(of) = model.format(&u.name) {
+            for t in &of.tables {
+                out.push((u.name.clone(), *t, of.module.clone()));
+            }
+        }
+    }
+    out
+}
+
+pub(crate) fn gen_zip_pickle(
+    cx: &mut Cx<'_>,
+    model: &Model<'_>,
+    fmt: &Fmt<'_>,
+) -> GResult<TokenStream> {
+    let pickles = pickle_entries(fmt);
+    let (pentry, decl) = pickles[0];
     let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
         return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
     };
-    let [map] = fmt.tensors.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
-            "a `zip` format without exactly one tensor mapping",
-        ));
-    };
-    // `tensor from <entry>.content.<kind>s as t`
-    let kind = match &map.source.kind {
-        ExprKind::Path(p)
-            if p.len() == 3 && p[0].name == pentry.name.name && p[1].name == "content" =>
-        {
-            resolve_kind(cx, pdecl, &p[2])?
-        }
-        _ => {
-            return Err(cx.unsupported(
-                map.source.span,
-                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
-            ))
-        }
-    };
-    if let Some(w) = &map.filter {
-        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+    if fmt.tensors.is_empty() {
+        return Err(cx.unsupported(fmt.ast.name.span, "a `zip` format without a tensor mapping"));
     }
-    let (params, persistent) = kind_params(pdecl, &kind);
     // Entries: the pickle's captures are shared by all; text entries are read; others
     // are looked up by their remaining captures.
     let pcaps: Vec<String> = pentry.captures().iter().map(|s| s.to_string()).collect();
@@ -651,7 +670,13 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
     let mut entry_checks = Vec::new();
     let mut methods_ok = Vec::new();
     for e in &fmt.entries {
-        if std::ptr::eq(*e, pentry) {
+        if pickles.iter().any(|(p, _)| std::ptr::eq(*e, *p)) {
+            if !e.captures().iter().all(|c| pcaps.iter().any(|p| p == c)) {
+                return Err(cx.unsupported(
+                    e.pattern.span,
+                    "a second pickle entry with captures beyond the first's",
+                ));
+            }
             continue;
         }
         let mut text = false;
@@ -691,13 +716,13 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
     }
     let mut scope = PScope {
         fmt,
-        binding: &map.binding.name,
-        params,
-        persistent,
+        binding: &fmt.tensors[0].binding.name,
+        params: Vec::new(),
+        persistent: Vec::new(),
         texts,
         lookups,
         dtype: false,
-        ext_tables: Vec::new(),
+        ext_tables: visible_tables(model, fmt),
         records: None,
     };
     // Text entries: read, then checked.
@@ -735,8 +760,14 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
                 let cts = &cv.ts;
                 let msg = format!("check failed: {}", cx.text(c.span));
                 let pat = &t.pattern.value;
+                // The checks of an optional entry hold for its content when it is there.
+                let present = if t.is_optional() {
+                    quote!(#var.is_some() &&)
+                } else {
+                    quote!()
+                };
                 entry_checks.push(quote! {
-                    if !(#cts) {
+                    if #present !(#cts) {
                         return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_entry(captures.format_all(#pat)?)));
                     }
                 });
@@ -767,102 +798,224 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
         }
     }
 
-    // The mapping.
-    let mut name = None;
-    let mut dtype = None;
-    let mut shape = None;
-    let mut strides = None;
-    let mut byte_order = None;
-    let mut data = None;
-    let mut write = None;
-    for st in &map.stmts {
-        match st {
-            TensorStmt::Include(i) => {
-                return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
-            }
-            TensorStmt::Assign { key, value, span } => {
-                let slot = match key.name.as_str() {
-                    "name" => &mut name,
-                    "dtype" => &mut dtype,
-                    "shape" => &mut shape,
-                    "strides" => &mut strides,
-                    "byte_order" => &mut byte_order,
-                    "data" => &mut data,
-                    "write" => &mut write,
-                    other => {
-                        return Err(
-                            cx.unsupported(*span, &format!("`{other}` in a mapping over a pickle"))
-                        )
+    // The mappings, each over the objects of one pickle entry.
+    let mut blocks = Vec::new();
+    let mut writer_spec = None;
+    for map in &fmt.tensors {
+        // `tensor from <entry>.content.<kind>s as t`
+        let (mentry, mdecl) = match &map.source.kind {
+            ExprKind::Path(p) if p.len() == 3 && p[1].name == "content" => {
+                match pickles.iter().find(|(e, _)| e.name.name == p[0].name) {
+                    Some(&(e, d)) => (e, d),
+                    None => {
+                        return Err(cx.unsupported(
+                            map.source.span,
+                            "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
+                        ))
                     }
-                };
-                if slot.is_some() {
-                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
                 }
-                *slot = Some(value);
+            }
+            _ => {
+                return Err(cx.unsupported(
+                    map.source.span,
+                    "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
+                ))
+            }
+        };
+        let Some(mpdecl) = fmt.ast.pickles().find(|p| p.name.name == mdecl.name) else {
+            return Err(cx.err(mdecl.span, format!("unknown pickle `{}`", mdecl.name)));
+        };
+        let ExprKind::Path(src_path) = &map.source.kind else {
+            unreachable!("matched above")
+        };
+        let kind = resolve_kind(cx, mpdecl, &src_path[2])?;
+        if let Some(w) = &map.filter {
+            return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+        }
+        let (params, persistent) = kind_params(mpdecl, &kind);
+        scope.binding = &map.binding.name;
+        scope.params = params;
+        scope.persistent = persistent;
+        scope.dtype = false;
+        let mut name = None;
+        let mut dtype = None;
+        let mut shape = None;
+        let mut strides = None;
+        let mut byte_order = None;
+        let mut data = None;
+        let mut write = None;
+        for st in &map.stmts {
+            match st {
+                TensorStmt::Include(i) => {
+                    return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
+                }
+                TensorStmt::Assign { key, value, span } => {
+                    let slot = match key.name.as_str() {
+                        "name" => &mut name,
+                        "dtype" => &mut dtype,
+                        "shape" => &mut shape,
+                        "strides" => &mut strides,
+                        "byte_order" => &mut byte_order,
+                        "data" => &mut data,
+                        "write" => &mut write,
+                        other => {
+                            return Err(cx.unsupported(
+                                *span,
+                                &format!("`{other}` in a mapping over a pickle"),
+                            ))
+                        }
+                    };
+                    if slot.is_some() {
+                        return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
+                    }
+                    *slot = Some(value);
+                }
             }
         }
-    }
-    fn need<'e>(
-        cx: &Cx<'_>,
-        map: &TensorMap,
-        x: Option<&'e Expr>,
-        what: &str,
-    ) -> GResult<&'e Expr> {
-        x.ok_or_else(|| cx.err(map.span, format!("the tensor mapping needs `{what} = ..;`")))
-    }
-    let (name, dtype, shape, data) = (
-        need(cx, map, name, "name")?,
-        need(cx, map, dtype, "dtype")?,
-        need(cx, map, shape, "shape")?,
-        need(cx, map, data, "data")?,
-    );
-    let name_v = scope.compile(cx, name)?;
-    scope.expect(cx, name, &name_v, T::Str)?;
-    let dtype_v = scope.compile(cx, dtype)?;
-    scope.expect(cx, dtype, &dtype_v, T::DType)?;
-    scope.dtype = true;
-    let shape_v = scope.compile(cx, shape)?;
-    let shape_ts = scope.int_list(cx, shape, &shape_v, true)?;
-    let strides_ts = match strides {
-        Some(s) => {
-            let sv = scope.compile(cx, s)?;
-            scope.int_list(cx, s, &sv, false)?
+        fn need<'e>(
+            cx: &Cx<'_>,
+            map: &TensorMap,
+            x: Option<&'e Expr>,
+            what: &str,
+        ) -> GResult<&'e Expr> {
+            x.ok_or_else(|| cx.err(map.span, format!("the tensor mapping needs `{what} = ..;`")))
         }
-        None => quote!(rt::contiguous_strides(&shape, rt::Order::C)?),
-    };
-    let bo_ts = match byte_order {
-        Some(b) => {
-            let bv = scope.compile(cx, b)?;
-            scope.expect(cx, b, &bv, T::ByteOrder)?;
-            bv.ts
-        }
-        None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
-    };
-    let data_v = scope.compile(cx, data)?;
-    scope.expect(cx, data, &data_v, T::Data)?;
-    let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
+        let (name, dtype, shape, data) = (
+            need(cx, map, name, "name")?,
+            need(cx, map, dtype, "dtype")?,
+            need(cx, map, shape, "shape")?,
+            need(cx, map, data, "data")?,
+        );
+        let name_v = scope.compile(cx, name)?;
+        scope.expect(cx, name, &name_v, T::Str)?;
+        let dtype_v = scope.compile(cx, dtype)?;
+        scope.expect(cx, dtype, &dtype_v, T::DType)?;
+        scope.dtype = true;
+        let shape_v = scope.compile(cx, shape)?;
+        let shape_ts = scope.int_list(cx, shape, &shape_v, true)?;
+        let strides_ts = match strides {
+            Some(s) => {
+                let sv = scope.compile(cx, s)?;
+                scope.int_list(cx, s, &sv, false)?
+            }
+            None => quote!(rt::contiguous_strides(&shape, rt::Order::C)?),
+        };
+        let bo_ts = match byte_order {
+            Some(b) => {
+                let bv = scope.compile(cx, b)?;
+                scope.expect(cx, b, &bv, T::ByteOrder)?;
+                bv.ts
+            }
+            None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
+        };
+        let data_v = scope.compile(cx, data)?;
+        scope.expect(cx, data, &data_v, T::Data)?;
 
-    let rules = format_ident!("{}_rules", pdecl.name.name.to_lowercase());
-    let is_kind = format_ident!("is_{}_{}", pdecl.name.name.to_lowercase(), kind);
+        let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
+        let rules = format_ident!("{}_rules", mpdecl.name.name.to_lowercase());
+        let is_kind = format_ident!("is_{}_{}", mpdecl.name.name.to_lowercase(), kind);
+        let primary = std::ptr::eq(mentry, pentry);
+        let member = if primary {
+            quote!()
+        } else {
+            let pat = &mentry.pattern.value;
+            let missing = format!("the `{}` member {{}} is missing", mentry.name.name);
+            let absent = if mentry.is_optional() {
+                quote!(None => ::std::option::Option::None,)
+            } else {
+                quote!(None => return Err(in_file(rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, name))))),)
+            };
+            quote! {
+                let name = captures.format_all(#pat)?;
+                let pm: &rt::ZipMember = match zip.find(&name) {
+                    Some(m) => m,
+                    #absent
+                };
+            }
+        };
+        let tree = if primary {
+            quote! {
+                if with_structure {
+                    structure = Some(
+                        rt::pickle::to_tree(&value, &mut |o| {
+                            let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
+                            if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
+                        }, limits)
+                        .map_err(|e| in_file(e.in_entry(pm.name.as_str())))?,
+                    );
+                }
+            }
+        } else {
+            quote!()
+        };
+        let body = quote! {
+            #member
+            let content = rt::zip::read_member(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let value = rt::pickle::read(&content, &#rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let objects = rt::pickle::find_objects(&value, &#is_kind, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let mut names_of: ::std::collections::HashMap<usize, ::std::collections::VecDeque<::std::string::String>> = ::std::collections::HashMap::new();
+            for (path, o) in objects {
+                let t = (|| -> rt::Result<rt::TensorInfo> {
+                    let name: &str = #name_ts;
+                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
+                    let shape: ::std::vec::Vec<u64> = #shape_ts;
+                    let strides: ::std::vec::Vec<i64> = #strides_ts;
+                    let byte_order: rt::ByteOrder = #bo_ts;
+                    let (m, skip): (&rt::ZipMember, u64) = #data_ts;
+                    let len = m.size.checked_sub(skip).ok_or_else(|| {
+                        rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
+                            "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
+                        )))
+                    })?;
+                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::ZipMember { member: m.clone(), skip, len })
+                        .map_err(|e| e.in_entry(m.name.as_str()))
+                })()
+                .map_err(|e| {
+                    let e = if e.location.entry.is_none() { e.in_entry(pm.name.as_str()) } else { e };
+                    in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() }))
+                })?;
+                if with_structure {
+                    names_of.entry(o as *const rt::pickle::Object as usize).or_default().push_back(t.name.clone());
+                }
+                tensors.push(t);
+            }
+            #tree
+        };
+        // A secondary, optional pickle that is absent maps nothing.
+        blocks.push(if !primary && mentry.is_optional() {
+            quote!(#[allow(clippy::redundant_closure_call)] (|| -> rt::Result<()> { #body Ok(()) })()?;)
+        } else {
+            quote!({ #body })
+        });
+        if fmt.tensors.len() == 1 {
+            writer_spec = Some((mpdecl, map, byte_order, data, write));
+        } else if let Some(w) = write {
+            return Err(cx.unsupported(w.span, "writing a format with several tensor mappings"));
+        }
+    }
     let ppat = &pentry.pattern.value;
     let public = fmt.public_name();
     let esc = ppat.replace('{', "{{").replace('}', "}}");
     let several = format!("{public}: several members match `{esc}`: {{}} and {{}}");
     let none = format!("{public}: no member matches `{ppat}`");
     let compressed = format!("{public} members may not be compressed with {{:?}}");
-    let writer = gen_writer(
-        cx,
-        fmt,
-        &scope,
-        Spec {
-            pentry,
-            pdecl,
-            map,
-            byte_order,
-            data,
-            write,
-        },
-    )?;
+    let writer = match writer_spec {
+        Some((pdecl, map, byte_order, data, write)) => gen_writer(
+            cx,
+            fmt,
+            &scope,
+            Spec {
+                pentry,
+                pdecl,
+                map,
+                byte_order,
+                data,
+                write,
+            },
+        )?,
+        None => refusing_writer(public, true),
+    };
+    let _ = pdecl;
     let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
     Ok(quote! {
         #[doc = " The name pattern of the pickle member; its captures name every other member."]
@@ -871,6 +1024,20 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
         /// Lists the tensors of `src` without reading their bytes: reads the pickle member
         /// (with the declared globals only), then maps every object of the mapped kind.
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            Ok(read_index(src, limits, false)?.0)
+        }
+
+        /// The object tree of the pickle member, its tensors named as [`index`] names them.
+        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
+            Ok(read_index(src, limits, true)?.1)
+        }
+
+        /// The tensors, and with `with_structure` the object tree of the pickle member.
+        fn read_index(
+            src: &rt::Source,
+            limits: &rt::Limits,
+            with_structure: bool,
+        ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)> {
             let in_file = |e: rt::Error| match src.path() {
                 Some(p) => e.in_file(p),
                 None => e,
@@ -900,33 +1067,11 @@ pub(crate) fn gen_zip_pickle(cx: &mut Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStr
                 return Err(in_file(rt::Error::from(rt::ErrorKind::NotFound(#none.to_string()))));
             };
             #(#entry_checks)*
-            let content = rt::zip::read_member(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let value = rt::pickle::read(&content, &#rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let objects = rt::pickle::find_objects(&value, &#is_kind, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let mut tensors = ::std::vec::Vec::with_capacity(objects.len());
-            for (path, o) in objects {
-                let t = (|| -> rt::Result<rt::TensorInfo> {
-                    let name: &str = #name_ts;
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
-                    let shape: ::std::vec::Vec<u64> = #shape_ts;
-                    let strides: ::std::vec::Vec<i64> = #strides_ts;
-                    let byte_order: rt::ByteOrder = #bo_ts;
-                    let (m, skip): (&rt::ZipMember, u64) = #data_ts;
-                    let len = m.size.checked_sub(skip).ok_or_else(|| {
-                        rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
-                            "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
-                        )))
-                    })?;
-                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::ZipMember { member: m.clone(), skip, len })
-                        .map_err(|e| e.in_entry(m.name.as_str()))
-                })()
-                .map_err(|e| {
-                    let e = if e.location.entry.is_none() { e.in_entry(pm.name.as_str()) } else { e };
-                    in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() }))
-                })?;
-                tensors.push(t);
-            }
-            Ok(tensors)
+            let mut tensors = ::std::vec::Vec::new();
+            let mut structure: ::std::option::Option<rt::Node> = None;
+            #(#blocks)*
+            let _ = &mut structure;
+            Ok((tensors, structure))
         }
 
         #writer
@@ -1371,7 +1516,7 @@ fn gen_writer(
     let public = fmt.public_name();
     let pentry = sp.pentry;
     let Some(write) = sp.write else {
-        return Ok(refusing_writer(public));
+        return Ok(refusing_writer(public, true));
     };
     let mut globals = Vec::new();
     let mut persistent = None;
@@ -1546,11 +1691,15 @@ fn gen_writer(
     let dup = format!("{public}: the tensor name '{{}}' is given twice");
     let no_match = format!("{public}: `write_name` \"{wname}\" does not match its entry's pattern");
     let not_obj = format!("{public}: a tensor's write rule does not build an object");
+    let unplaced =
+        format!("{public}: the tensor '{{}}' was added but the structure given does not hold it");
+    let unknown =
+        format!("{public}: the structure given holds the tensor '{{}}', which was not added");
     let wdoc = format!(
         " Streaming writer of `{public}` files: each tensor's bytes go to its own `{spat}` member as it is added; [`Writer::finish`] writes `{wname}` (the pickled object) and the fixed members."
     );
-    let tr = crate::engine::tensor_writer_impl();
-    let desc = crate::engine::desc();
+    let tr = crate::engine::tensor_writer_impl(true);
+    let desc = crate::engine::desc(true);
     let _ = cap;
     Ok(quote! {
         #[doc = " The member name the writer gives the pickle; its captures name every other member."]
@@ -1562,6 +1711,7 @@ fn gen_writer(
             compression: rt::Compression,
             tensors: ::std::vec::Vec<(rt::pickle::Value, rt::pickle::Value)>,
             names: ::std::collections::HashSet<::std::string::String>,
+            structure: ::std::option::Option<rt::Node>,
         }
 
         impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
@@ -1571,7 +1721,7 @@ fn gen_writer(
                 if !matches!(compression, #(#smethods)|*) {
                     return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, compression))));
                 }
-                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new() })
+                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new(), structure: None })
             }
 
             fn captures() -> rt::Result<rt::Captures> {
@@ -1620,11 +1770,42 @@ fn gen_writer(
                 Ok(())
             }
 
+            /// Writes the tensors inside `tree` instead of a flat dict: its dicts, lists,
+            /// tuples, numbers and strings as they are (a dict at the root as the schema's
+            /// root object), each [`rt::Node::Tensor`] leaf as the tensor added under that
+            /// name. Every tensor added must be named in it, and every name added; checked
+            /// by [`Writer::finish`].
+            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+                self.structure = Some(tree.clone());
+                Ok(true)
+            }
+
             /// Writes the pickled object and the fixed members, then the central directory; returns the output.
             pub fn finish(mut self) -> rt::Result<W> {
                 let captures = Self::captures()?;
-                let root = #root_ts.with_entries(::std::mem::take(&mut self.tensors));
-                let bytes = rt::pickle::write(&rt::pickle::Value::object(root))?;
+                let entries = ::std::mem::take(&mut self.tensors);
+                let root = match self.structure.take() {
+                    None => rt::pickle::Value::object(#root_ts.with_entries(entries)),
+                    Some(tree) => {
+                        let named: ::std::collections::HashSet<&str> = tree.tensor_names().into_iter().collect();
+                        let mut by_name = ::std::collections::HashMap::new();
+                        for (k, v) in entries {
+                            let k = k.as_str().unwrap_or_default().to_string();
+                            if !named.contains(k.as_str()) {
+                                return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#unplaced, k))));
+                            }
+                            by_name.insert(k, v);
+                        }
+                        let value = rt::pickle::from_tree(&tree, &mut |n| {
+                            by_name.get(n).cloned().ok_or_else(|| rt::Error::from(rt::ErrorKind::NotFound(format!(#unknown, n))))
+                        })?;
+                        match value {
+                            rt::pickle::Value::Dict(d) => rt::pickle::Value::object(#root_ts.with_entries(d.to_vec())),
+                            other => other,
+                        }
+                    }
+                };
+                let bytes = rt::pickle::write(&root)?;
                 self.zip.start_member(WRITE_NAME, #pmethod, #palign)?;
                 ::std::io::Write::write_all(&mut self.zip, &bytes).map_err(|e| rt::Error::from(e).in_entry(WRITE_NAME))?;
                 #(#text_write)*
@@ -1638,7 +1819,8 @@ fn gen_writer(
 }
 
 /// A writer constructor that refuses (a mapping without a `write` rule).
-fn refusing_writer(public: &str) -> TokenStream {
+fn refusing_writer(public: &str, structure: bool) -> TokenStream {
+    let structure = crate::engine::structure_fn(structure);
     let no_write =
         format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
     quote! {
@@ -1656,6 +1838,7 @@ fn refusing_writer(public: &str) -> TokenStream {
             extensions: EXTENSIONS,
             detect,
             index,
+            structure: #structure,
             writer: new_writer,
         };
     }

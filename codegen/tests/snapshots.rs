@@ -32,6 +32,14 @@ fn pytorch_legacy() {
     insta::assert_snapshot!("pytorch_legacy", code);
 }
 
+#[test]
+fn torchscript() {
+    let s = schema(&["formats/fmt/pytorch.fmt", "formats/fmt/torchscript.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("torchscript", code);
+}
+
 fn parse(src: &str) -> tensorfmt_schema::Schema {
     let f = tensorfmt_schema::parse(std::path::Path::new("test.fmt"), src)
         .unwrap_or_else(|d| panic!("{d}"));

@@ -14,7 +14,9 @@
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs: the [`zip`] engine ([`ZipIndex`], [`ZipWriter`],
 //!   [`ZipMember`], [`Compression`]), entry-name [`Pattern`]s and the [`Captures`] shared by an archive's entries, and the [`pydict`]
-//!   (Python literal) codec, and the restricted [`pickle`] codec.
+//!   (Python literal) codec, and the restricted [`pickle`] codec;
+//! - object trees: [`Node`], what a container holds besides its tensors
+//!   ([`FormatDesc::structure`], [`TensorWriter::set_structure`]).
 
 pub use crate::cursor::Cursor;
 pub use crate::dtype::DType;
@@ -22,10 +24,11 @@ pub use crate::error::{Error, ErrorKind, Location, Result};
 pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
 pub use crate::pattern::{Captures, Pattern};
-pub use crate::registry::{FormatDesc, Payload, TensorWriter, WriteSeek};
+pub use crate::registry::{no_structure, FormatDesc, Payload, TensorWriter, WriteSeek};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{
     contiguous_strides, numel, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,
 };
+pub use crate::tree::Node;
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
 pub use crate::{pickle, pydict, zip};

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod sink;
 pub mod source;
 pub mod tensor;
+pub mod tree;
 pub mod zip;
 
 pub use dtype::DType;

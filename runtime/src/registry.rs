@@ -7,6 +7,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::limits::Limits;
 use crate::source::Source;
 use crate::tensor::{TensorInfo, TensorMeta, WriteOptions};
+use crate::tree::Node;
 
 /// A writable, seekable byte sink.
 pub trait WriteSeek: Write + Seek {}
@@ -136,6 +137,19 @@ pub trait TensorWriter {
     /// Writes whatever the container needs after its last tensor (central directory,
     /// trailers) and flushes.
     fn finish(self: Box<Self>) -> Result<()>;
+    /// Gives the object the tensors are to be written in (nested dicts, lists, tuples,
+    /// numbers and strings whose [`Node::Tensor`] leaves name the tensors added), for
+    /// formats that store one (PyTorch); checked when the writer finishes. Returns false,
+    /// and changes nothing, where the format stores tensors alone (the default).
+    fn set_structure(&mut self, tree: &Node) -> Result<bool> {
+        let _ = tree;
+        Ok(false)
+    }
+}
+
+/// The [`FormatDesc::structure`] of formats that store tensors alone.
+pub fn no_structure(_: &Source, _: &Limits) -> Result<Option<Node>> {
+    Ok(None)
 }
 
 /// Builds a writer over an output.
@@ -153,6 +167,10 @@ pub struct FormatDesc {
     pub detect: fn(&Source, &Limits) -> bool,
     /// All tensor metadata, without reading payloads.
     pub index: fn(&Source, &Limits) -> Result<Vec<TensorInfo>>,
+    /// The object the tensors are stored in, for formats that store one (a PyTorch
+    /// checkpoint's pickled object): its [`Node::Tensor`] leaves carry the names `index`
+    /// gives. `None` for formats that store tensors alone.
+    pub structure: fn(&Source, &Limits) -> Result<Option<Node>>,
     /// A streaming writer.
     pub writer: WriterCtor,
 }

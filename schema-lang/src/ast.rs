@@ -120,10 +120,13 @@ pub enum Detect {
         /// The whole item.
         span: Span,
     },
-    /// `detect entries all|any "pattern";` (container engines)
+    /// `detect entries all|any|none "pattern";` (container engines)
     Entries {
-        /// True for `all`, false for `any`.
+        /// True for `all`, false for `any` and `none`.
         all: bool,
+        /// True for `none`: no member may match (tells a format from a more specific
+        /// one stored in the same container).
+        none: bool,
         /// The entry-name pattern.
         pattern: StrLit,
         /// The whole item.

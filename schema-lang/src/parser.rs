@@ -490,9 +490,11 @@ impl Builder<'_> {
             }
             Rule::detect_entries => {
                 let all = p.clone().into_inner().any(|c| c.as_rule() == Rule::kw_all);
+                let none = p.clone().into_inner().any(|c| c.as_rule() == Rule::kw_none);
                 let pattern = self.string(kids(p).next().expect("pattern"));
                 Item::Detect(Detect::Entries {
                     all,
+                    none,
                     pattern,
                     span: sp,
                 })

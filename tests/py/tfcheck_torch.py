@@ -5,7 +5,8 @@ Run with a python that has the torch pinned in tests/py/requirements-torch.txt (
 NumPy of tests/py/requirements.txt). Every checkpoint is loaded with
 ``torch.load(path, weights_only=True, map_location="cpu")``; a TorchScript archive (a zip
 with a ``constants.pkl`` record, which torch.load refuses under weights_only) with
-``torch.jit.load(path, map_location="cpu").state_dict()``.
+``torch.jit.load(path, map_location="cpu")``: its attributes, recursively (what the
+archive's ``data.pkl`` holds), then the constants of its code (``constants.pkl``).
 
 Subcommands
 -----------
@@ -24,7 +25,11 @@ describe FILE
     ``optimizer.state.0.exp_avg``). Non-tensor leaves (ints, floats, strings, None) are
     skipped. A tensor reached by two paths is listed under both names. A bare tensor at
     the top (``torch.save(t, "x.pt")``) is named after the file stem, as an npy is.
-    TorchScript: the names and order of ``state_dict()`` (parameters and buffers only).
+    TorchScript: every tensor attribute of the module and its submodules, by attribute
+    path in the module's attribute order (parameters, buffers and other tensor attributes
+    such as a plain ``self.t = torch.ones(2)``, then submodules: for an ordinary module
+    the names of ``state_dict()``), then the code's constants named as the code names
+    them, ``CONSTANTS.c0``... (a frozen module's weights live only there).
     dtype is the canonical name (f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64
     c128 f8e4m3fn f8e5m2); sha256 is over the elements in C order, little-endian (the raw
     element bytes for bf16 and float8), bool as one byte 0/1. Exits 2 with a message on
@@ -140,8 +145,28 @@ def load_obj(path):
     """(format, the unpickled object)."""
     fmt = file_format(path)
     if fmt == "torchscript":
-        return fmt, torch.jit.load(path, map_location="cpu").state_dict()
+        return fmt, script_tensors(torch.jit.load(path, map_location="cpu"))
     return fmt, torch.load(path, weights_only=True, map_location="cpu")
+
+
+def script_attributes(module):
+    """A scripted module's attributes as an ordered dict, submodules as nested dicts."""
+    out = {}
+    for name, value in torch._C._jit_debug_module_iterators(module._c)["named_attributes"]:
+        if isinstance(value, torch._C.ScriptModule):
+            out[name] = script_attributes(getattr(module, name))
+        else:
+            out[name] = value
+    return out
+
+
+def script_tensors(module):
+    """The attributes of a TorchScript module, then its code's constants (CONSTANTS.cN)."""
+    out = script_attributes(module)
+    constants = module.code_with_constants[1].const_mapping
+    for i in range(len(constants)):
+        out[f"CONSTANTS.c{i}"] = constants[f"c{i}"]
+    return out
 
 
 def walk(obj, prefix, tensors, leaves):

@@ -1,6 +1,6 @@
-//! PyTorch zip checkpoints: `tensorfmt inspect --json --sha256` on every zip fixture gives
-//! exactly what torch computed (`tests/fixtures/pytorch/expected/*.json`), and damaged
-//! archives give clear errors.
+//! PyTorch zip checkpoints and TorchScript archives: `tensorfmt inspect --json --sha256` on
+//! every zip fixture gives exactly what torch computed
+//! (`tests/fixtures/pytorch/expected/*.json`), and damaged archives give clear errors.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,8 +12,11 @@ use tensorfmt::runtime::zip::{self, ZipIndex, ZipWriter};
 use tensorfmt::Compression;
 use tensorfmt_tests::{cli, fixtures, inspect_json, json};
 
-/// The zip-format fixtures (legacy.pt has its own tests below; TorchScript files come later).
+/// The zip-format fixtures (legacy.pt has its own tests below).
 const ZIP_FIXTURES: &[&str] = &[
+    "torchscript.pt",
+    "torchscript_attrs.pt",
+    "torchscript_frozen.pt",
     "all_dtypes.pt",
     "scalars_and_empty.pt",
     "noncontiguous.pt",
@@ -82,7 +85,12 @@ fn write_zip(path: &Path, members: &[(String, Vec<u8>)]) {
 
 /// `inspect` of `file_object.pt` with its members changed by `edit`: the error text.
 fn inspect_edited(edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) -> String {
-    let mut m = members("file_object.pt");
+    inspect_edited_in("file_object.pt", edit)
+}
+
+/// `inspect` of the fixture `f` with its members changed by `edit`: the error text.
+fn inspect_edited_in(f: &str, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) -> String {
+    let mut m = members(f);
     edit(&mut m);
     let tmp = tempfile::tempdir().unwrap();
     let p = tmp.path().join("edited.pt");
@@ -164,6 +172,58 @@ fn a_missing_pickle_or_bad_byteorder_is_an_error() {
             .1 = b"middle".to_vec();
     });
     assert!(out.contains("archive/byteorder"), "{out}");
+}
+
+#[test]
+fn an_archive_without_byteorder_is_little_endian() {
+    // torch before 2.1 wrote no `byteorder` record.
+    for f in ["file_object.pt", "torchscript.pt"] {
+        let mut m = members(f);
+        m.retain(|(n, _)| !n.ends_with("/byteorder"));
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join(f);
+        write_zip(&p, &m);
+        let expected = json(
+            &std::fs::read_to_string(dir().join("expected").join(format!("{f}.json"))).unwrap(),
+        );
+        assert_eq!(inspect_json(&p), expected, "{f} without byteorder");
+    }
+}
+
+#[test]
+fn torchscript_archives_are_told_apart_and_read_only() {
+    for (f, format) in [
+        ("torchscript.pt", "torchscript"),
+        ("torchscript_frozen.pt", "torchscript"),
+        ("all_dtypes.pt", "pytorch"),
+    ] {
+        assert_eq!(inspect_json(&dir().join(f))["format"], format, "{f}");
+    }
+    // A module's class may be any `__torch__` class; other globals stay refused.
+    let out = inspect_edited_in("torchscript.pt", |m| {
+        let pkl = m
+            .iter_mut()
+            .find(|(n, _)| n == "torchscript/data.pkl")
+            .unwrap();
+        let module = b"__torch__.tensorfmt_fixtures\n";
+        let at = find(&pkl.1, module).unwrap();
+        pkl.1
+            .splice(at..at + module.len(), b"posix\n".iter().copied());
+    });
+    assert!(out.contains("posix"), "{out}");
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, out) = cli(&[
+        "convert",
+        dir().join("all_dtypes.pt").to_str().unwrap(),
+        tmp.path().join("x.pt").to_str().unwrap(),
+        "--to",
+        "torchscript",
+    ]);
+    assert_ne!(code, ExitCode::SUCCESS, "{out}");
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 #[test]

@@ -372,15 +372,7 @@ pub(crate) fn gen_file_pickle(
         _ => None,
     };
 
-    // Visible formats' tables.
-    let mut ext_tables = Vec::new();
-    for u in &model.files[fmt.file].uses {
-        if let Some(of) = model.format(&u.name) {
-            for t in &of.tables {
-                ext_tables.push((u.name.clone(), *t, of.module.clone()));
-            }
-        }
-    }
+    let ext_tables = super::visible_tables(model, fmt);
     let mut scope = PScope {
         fmt,
         binding: &map.binding.name,
@@ -652,6 +644,7 @@ pub(crate) fn gen_file_pickle(
             extensions: EXTENSIONS,
             detect,
             index,
+            structure: rt::no_structure,
             writer: new_writer,
         };
     })

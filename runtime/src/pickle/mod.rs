@@ -17,12 +17,14 @@
 
 mod read;
 mod rules;
+mod tree;
 mod value;
 mod walk;
 mod write;
 
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
+pub use tree::{from_tree, to_tree};
 pub use value::{Global, Object, Value};
 pub use walk::find_objects;
 pub use write::{write, write_to, Writer};

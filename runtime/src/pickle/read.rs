@@ -539,7 +539,7 @@ impl<'a> Machine<'a> {
             Kind::Class => {
                 return Err(self.err(format!("global '{}' may not be called", ob.global)));
             }
-            Kind::Call { .. } => {
+            Kind::Call { .. } | Kind::Object => {
                 ob.args = args;
                 ob.kwargs = kwargs;
             }

@@ -31,6 +31,11 @@ pub enum Kind {
     /// A global that may only appear as a value (a storage class, a dtype); calling it is
     /// refused.
     Class,
+    /// A class whose instances carry named attributes (a TorchScript module,
+    /// `__torch__.Net`): the call (`NEWOBJ`, `REDUCE`) keeps its arguments, and the state
+    /// `BUILD` gives it (usually a dict of attributes) is the object's content. Walks name
+    /// what the state holds by its keys, under the object's own path.
+    Object,
 }
 
 /// The allowed globals, persistent ids and protocols of one kind of pickle. Built with
@@ -41,6 +46,8 @@ pub enum Kind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rules {
     globals: HashMap<(String, String), Kind>,
+    /// Modules every global of which is allowed (`__torch__` and its submodules).
+    modules: Vec<(String, Kind)>,
     codecs_encode: bool,
     persistent: bool,
     protocols: RangeInclusive<u8>,
@@ -59,6 +66,7 @@ impl Rules {
     pub fn new() -> Self {
         Rules {
             globals: HashMap::new(),
+            modules: Vec::new(),
             codecs_encode: false,
             persistent: false,
             protocols: 0..=5,
@@ -69,6 +77,14 @@ impl Rules {
     pub fn allow(mut self, module: &str, name: &str, kind: Kind) -> Self {
         self.globals
             .insert((module.to_string(), name.to_string()), kind);
+        self
+    }
+
+    /// Allows every global of `module` and of its submodules (`module.x.y`), each
+    /// building `kind`: classes generated at run time under a fixed root, such as
+    /// TorchScript's `__torch__`. Globals listed one by one take precedence.
+    pub fn allow_module(mut self, module: &str, kind: Kind) -> Self {
+        self.modules.push((module.to_string(), kind));
         self
     }
 
@@ -105,7 +121,16 @@ impl Rules {
         if NEVER.contains(&module) || NEVER.iter().any(|m| module.starts_with(&format!("{m}."))) {
             return None;
         }
-        self.globals.get(&(module.to_string(), name.to_string()))
+        if let Some(k) = self.globals.get(&(module.to_string(), name.to_string())) {
+            return Some(k);
+        }
+        self.modules.iter().find_map(|(m, k)| {
+            let inside = module == m
+                || module
+                    .strip_prefix(m.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'));
+            inside.then_some(k)
+        })
     }
 
     /// Whether `_codecs.encode` is allowed (see [`Rules::allow_codecs_encode`]).

@@ -16,7 +16,9 @@ use crate::limits::Limits;
 /// dicts (their `BUILD` state is not), list-, set- and tuple-kind objects like lists.
 /// Any other object that is not a target is transparent: its arguments are walked under
 /// the object's own path, so a target wrapped in a call (a parameter wrapping a tensor)
-/// takes the wrapper's path. A target is not walked into. Entries whose key is of another
+/// takes the wrapper's path. An object-kind instance ([`Kind::Object`], a TorchScript
+/// module) is transparent too, and its `BUILD` state, a dict of attributes, is walked like
+/// a dict (`conv.weight`). A target is not walked into. Entries whose key is of another
 /// type (a tuple, a float) are skipped: they have no name.
 ///
 /// A shared node (the pickle's memo) reached again is walked again, so that a target
@@ -119,12 +121,19 @@ impl<'v> Walker<'_, 'v> {
                 match o.kind {
                     Kind::Dict => self.entries(&o.entries, path, depth)?,
                     Kind::List | Kind::Set | Kind::Tuple => self.items(&o.items, path, depth)?,
-                    Kind::Call { .. } | Kind::Class => {
+                    Kind::Call { .. } | Kind::Class | Kind::Object => {
                         for a in &o.args {
                             self.walk(a, path, depth + 1)?;
                         }
                         for (_, a) in &o.kwargs {
                             self.walk(a, path, depth + 1)?;
+                        }
+                        if o.kind == Kind::Object {
+                            match &o.state {
+                                Some(Value::Dict(entries)) => self.entries(entries, path, depth)?,
+                                Some(state) => self.walk(state, path, depth + 1)?,
+                                None => {}
+                            }
                         }
                     }
                 }

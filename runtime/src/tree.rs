@@ -1,0 +1,335 @@
+//! The object tree of a container that stores more than tensors: a PyTorch checkpoint's
+//! pickled object (`{"model": {...}, "optimizer": {...}, "epoch": 3}`), a TorchScript
+//! module's attributes. Tensors appear in it as [`Node::Tensor`] leaves that name a
+//! tensor of the file's index; everything else (numbers, strings, hyperparameters) is
+//! kept as a value, so that it can be shown and written back.
+//!
+//! Paths follow DESIGN §5: dict keys and list or tuple indices joined with `.`
+//! (`optimizer.param_groups.0.lr`), the same names the tensors of the index carry.
+
+use std::fmt::{self, Write as _};
+
+/// One node of an object tree.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node {
+    /// `None`.
+    None,
+    /// `True` or `False`.
+    Bool(bool),
+    /// An integer.
+    Int(i128),
+    /// A float.
+    Float(f64),
+    /// A text string.
+    Str(String),
+    /// A byte string.
+    Bytes(Vec<u8>),
+    /// A list.
+    List(Vec<Node>),
+    /// A tuple.
+    Tuple(Vec<Node>),
+    /// A dict (or an ordered dict), its items in order.
+    Dict(Vec<(Node, Node)>),
+    /// The tensor of the index with this name.
+    Tensor(String),
+    /// A class, function or dtype named as a value (`torch.float32`).
+    Global(String),
+    /// An instance of a class with its constructor arguments and its state (a TorchScript
+    /// module: its attributes are the state dict), or a call the reader only records.
+    Object {
+        /// The class or function, `module.name`.
+        class: String,
+        /// Its positional arguments.
+        args: Vec<Node>,
+        /// The state `BUILD` gave it, if any.
+        state: Option<Box<Node>>,
+    },
+    /// A value that can be shown but not written back (an integer beyond 128 bits, a
+    /// persistent id outside a tensor): its Python-like text.
+    Other(String),
+}
+
+/// The name of a dict key in a path, when it has one: strings as they are, integers in
+/// decimal, booleans and `None` as Python prints them.
+pub fn key_text(k: &Node) -> Option<String> {
+    match k {
+        Node::Str(s) => Some(s.clone()),
+        Node::Int(i) => Some(i.to_string()),
+        Node::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
+        Node::None => Some("None".to_string()),
+        _ => None,
+    }
+}
+
+fn join(path: &str, part: &str) -> String {
+    if path.is_empty() {
+        part.to_string()
+    } else {
+        format!("{path}.{part}")
+    }
+}
+
+impl Node {
+    /// A string node.
+    pub fn str(s: &str) -> Node {
+        Node::Str(s.to_string())
+    }
+
+    /// True when a tensor leaf is somewhere below (or at) this node.
+    pub fn has_tensor(&self) -> bool {
+        match self {
+            Node::Tensor(_) => true,
+            Node::List(v) | Node::Tuple(v) => v.iter().any(Node::has_tensor),
+            Node::Dict(e) => e.iter().any(|(k, v)| k.has_tensor() || v.has_tensor()),
+            Node::Object { args, state, .. } => {
+                args.iter().any(Node::has_tensor) || state.as_deref().is_some_and(Node::has_tensor)
+            }
+            _ => false,
+        }
+    }
+
+    /// The names of the tensor leaves, in depth-first order.
+    pub fn tensor_names(&self) -> Vec<&str> {
+        let mut out = Vec::new();
+        self.collect_tensors(&mut out);
+        out
+    }
+
+    fn collect_tensors<'a>(&'a self, out: &mut Vec<&'a str>) {
+        match self {
+            Node::Tensor(n) => out.push(n),
+            Node::List(v) | Node::Tuple(v) => v.iter().for_each(|n| n.collect_tensors(out)),
+            Node::Dict(e) => e.iter().for_each(|(_, v)| v.collect_tensors(out)),
+            Node::Object { args, state, .. } => {
+                args.iter().for_each(|n| n.collect_tensors(out));
+                if let Some(s) = state {
+                    s.collect_tensors(out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The values that are not tensors, each with its path: containers that hold a
+    /// tensor are walked (dicts by key, lists and tuples by index, an object's state
+    /// dict by attribute name), and anything without a tensor below it is one value
+    /// (`optimizer.param_groups.0.betas` = `(0.9, 0.999)`). Dict entries whose key has
+    /// no name (a tuple key) are listed under their key's text in brackets.
+    pub fn values(&self) -> Vec<(String, &Node)> {
+        let mut out = Vec::new();
+        self.collect_values(String::new(), &mut out);
+        out
+    }
+
+    fn collect_values<'a>(&'a self, path: String, out: &mut Vec<(String, &'a Node)>) {
+        if !self.has_tensor() {
+            out.push((path, self));
+            return;
+        }
+        match self {
+            Node::Tensor(_) => {}
+            Node::List(v) | Node::Tuple(v) => {
+                for (i, n) in v.iter().enumerate() {
+                    n.collect_values(join(&path, &i.to_string()), out);
+                }
+            }
+            Node::Dict(e) => {
+                for (k, v) in e {
+                    let part = key_text(k).unwrap_or_else(|| format!("[{k}]"));
+                    v.collect_values(join(&path, &part), out);
+                }
+            }
+            Node::Object { args, state, .. } => {
+                for a in args {
+                    if a.has_tensor() {
+                        a.collect_values(path.clone(), out);
+                    }
+                }
+                match state.as_deref() {
+                    Some(Node::Dict(e)) => {
+                        for (k, v) in e {
+                            let part = key_text(k).unwrap_or_else(|| format!("[{k}]"));
+                            v.collect_values(join(&path, &part), out);
+                        }
+                    }
+                    Some(s) => s.collect_values(path, out),
+                    None => {}
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn write_seq(f: &mut fmt::Formatter<'_>, open: &str, items: &[Node], close: &str) -> fmt::Result {
+    f.write_str(open)?;
+    for (i, n) in items.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{n}")?;
+    }
+    if open == "(" && items.len() == 1 {
+        f.write_char(',')?;
+    }
+    f.write_str(close)
+}
+
+/// Python's `repr` of a float: the shortest text that reads back the same, with `.0` on
+/// whole numbers and `inf`/`nan` spelled as Python does.
+fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        "nan".into()
+    } else if x.is_infinite() {
+        if x > 0.0 { "inf" } else { "-inf" }.into()
+    } else {
+        let s = format!("{x:?}");
+        if s.contains(['.', 'e', 'E']) {
+            s
+        } else {
+            format!("{s}.0")
+        }
+    }
+}
+
+impl fmt::Display for Node {
+    /// Python-like text: `None`, `True`, `3`, `0.001`, `'adam'`, `b'\x00'`, `(0.9, 0.999)`,
+    /// `[1, 2]`, `{'lr': 0.1}`, `<tensor x>`, `torch.float32`, `Net(...)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Node::None => f.write_str("None"),
+            Node::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            Node::Int(i) => write!(f, "{i}"),
+            Node::Float(x) => f.write_str(&float_repr(*x)),
+            Node::Str(s) => {
+                f.write_char('\'')?;
+                for c in s.chars() {
+                    match c {
+                        '\'' => f.write_str("\\'")?,
+                        '\\' => f.write_str("\\\\")?,
+                        '\n' => f.write_str("\\n")?,
+                        '\r' => f.write_str("\\r")?,
+                        '\t' => f.write_str("\\t")?,
+                        c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                            write!(f, "\\x{:02x}", c as u32)?
+                        }
+                        c => f.write_char(c)?,
+                    }
+                }
+                f.write_char('\'')
+            }
+            Node::Bytes(b) => {
+                f.write_str("b'")?;
+                for &c in b {
+                    match c {
+                        b'\'' => f.write_str("\\'")?,
+                        b'\\' => f.write_str("\\\\")?,
+                        0x20..=0x7e => f.write_char(c as char)?,
+                        _ => write!(f, "\\x{c:02x}")?,
+                    }
+                }
+                f.write_char('\'')
+            }
+            Node::List(v) => write_seq(f, "[", v, "]"),
+            Node::Tuple(v) => write_seq(f, "(", v, ")"),
+            Node::Dict(e) => {
+                f.write_char('{')?;
+                for (i, (k, v)) in e.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{k}: {v}")?;
+                }
+                f.write_char('}')
+            }
+            Node::Tensor(n) => write!(f, "<tensor {n}>"),
+            Node::Global(g) => f.write_str(g),
+            Node::Object { class, args, state } => {
+                write_seq(f, &format!("{class}("), args, ")")?;
+                if let Some(s) = state {
+                    write!(f, " with state {s}")?;
+                }
+                Ok(())
+            }
+            Node::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_and_tensors_follow_the_paths() {
+        let tree = Node::Dict(vec![
+            (
+                Node::str("model"),
+                Node::Dict(vec![(Node::str("w"), Node::Tensor("model.w".into()))]),
+            ),
+            (
+                Node::str("optimizer"),
+                Node::Dict(vec![
+                    (
+                        Node::str("state"),
+                        Node::Dict(vec![(
+                            Node::Int(0),
+                            Node::Dict(vec![
+                                (
+                                    Node::str("exp_avg"),
+                                    Node::Tensor("optimizer.state.0.exp_avg".into()),
+                                ),
+                                (Node::str("step"), Node::Float(3.0)),
+                            ]),
+                        )]),
+                    ),
+                    (
+                        Node::str("param_groups"),
+                        Node::List(vec![Node::Dict(vec![
+                            (Node::str("lr"), Node::Float(0.001)),
+                            (
+                                Node::str("betas"),
+                                Node::Tuple(vec![Node::Float(0.9), Node::Float(0.999)]),
+                            ),
+                        ])]),
+                    ),
+                ]),
+            ),
+            (Node::str("epoch"), Node::Int(3)),
+            (Node::str("tag"), Node::str("it's")),
+        ]);
+        assert_eq!(
+            tree.tensor_names(),
+            ["model.w", "optimizer.state.0.exp_avg"]
+        );
+        let values: Vec<(String, String)> = tree
+            .values()
+            .into_iter()
+            .map(|(p, n)| (p, n.to_string()))
+            .collect();
+        assert_eq!(
+            values,
+            [
+                ("optimizer.state.0.step".to_string(), "3.0".to_string()),
+                (
+                    "optimizer.param_groups".to_string(),
+                    "[{'lr': 0.001, 'betas': (0.9, 0.999)}]".to_string()
+                ),
+                ("epoch".to_string(), "3".to_string()),
+                ("tag".to_string(), "'it\\'s'".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn python_like_text() {
+        assert_eq!(Node::Tuple(vec![Node::Int(1)]).to_string(), "(1,)");
+        assert_eq!(Node::Float(1e-10).to_string(), "1e-10");
+        assert_eq!(Node::Float(f64::NEG_INFINITY).to_string(), "-inf");
+        assert_eq!(Node::Bytes(vec![0, b'a']).to_string(), "b'\\x00a'");
+        assert_eq!(
+            Node::Dict(vec![(Node::None, Node::Bool(false))]).to_string(),
+            "{None: False}"
+        );
+    }
+}
