@@ -128,23 +128,73 @@ impl ZipIndex {
     /// members, [`ErrorKind::Unsupported`] for encrypted members, methods other than
     /// stored and deflate, and multi-disk archives, and [`ErrorKind::Invalid`] for damaged
     /// structures and names that are not UTF-8.
+    ///
+    /// Archives whose members are ambiguous are refused ([`ErrorKind::Invalid`]): two
+    /// members whose local headers and data overlap (two central entries sharing bytes,
+    /// the shape of non-recursive zip bombs), and a name that appears more than once
+    /// (readers disagree on which one counts: Python's `zipfile` takes the last, torch's
+    /// miniz-based reader whichever its binary search meets).
     pub fn read(src: &dyn RandomAccess, limits: &Limits) -> Result<ZipIndex> {
         let cd = find_central_directory(src, limits)?;
-        let mut members = Vec::with_capacity(cd.entries.min(1 << 12) as usize);
+        let cap = cd.entries.min(1 << 12) as usize;
+        let mut members = Vec::with_capacity(cap);
+        // Each member's local header offset, in central-directory order.
+        let mut locals = Vec::with_capacity(cap);
         let mut pos = cd.start;
         for _ in 0..cd.entries {
-            let (member, next) = read_central_header(src, &cd, pos)?;
+            let (member, local, next) = read_central_header(src, &cd, pos)?;
             members.push(member);
+            locals.push(local);
             pos = next;
         }
+        check_unambiguous(&members, &locals)?;
         Ok(ZipIndex { members })
     }
 
-    /// The member named `name`. When an archive holds the name more than once, the last
-    /// one wins, as with Python's `zipfile` (and so NumPy).
+    /// The member named `name` ([`ZipIndex::read`] refuses archives that hold a name
+    /// more than once; in an index built otherwise, the last one wins).
     pub fn find(&self, name: &str) -> Option<&ZipMember> {
         self.members.iter().rev().find(|m| m.name == name)
     }
+}
+
+/// Refuses overlapping members and repeated names (see [`ZipIndex::read`]). `locals[i]`
+/// is the local header offset of `members[i]`; a member occupies its local header and its
+/// data, `locals[i]..data_offset + compressed_size`.
+fn check_unambiguous(members: &[ZipMember], locals: &[u64]) -> Result<()> {
+    let mut order: Vec<usize> = (0..members.len()).collect();
+    order.sort_by_key(|&i| (locals[i], members[i].data_offset));
+    for pair in order.windows(2) {
+        let (a, b) = (&members[pair[0]], &members[pair[1]]);
+        // Checked when the member was read: its data ends before the directory.
+        let a_end = a.data_offset + a.compressed_size;
+        if locals[pair[1]] < a_end {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "members '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
+                    a.name, locals[pair[0]], a_end, b.name, locals[pair[1]]
+                )),
+                Location::default()
+                    .with_entry(b.name.clone())
+                    .with_offset(locals[pair[1]]),
+            ));
+        }
+    }
+    let mut seen = std::collections::HashSet::with_capacity(members.len());
+    for (m, &local) in members.iter().zip(locals) {
+        if !seen.insert(m.name.as_str()) {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "the member name '{}' appears more than once in the central directory",
+                    m.name
+                )),
+                Location::default()
+                    .with_entry(m.name.clone())
+                    .with_offset(local),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Finds and checks the end-of-central-directory record (and the ZIP64 one).
@@ -296,12 +346,13 @@ fn method_name(method: u16) -> String {
     }
 }
 
-/// Parses the central header at `pos`; returns the member and the next header's offset.
+/// Parses the central header at `pos`; returns the member, the absolute offset of its
+/// local header and the next central header's offset.
 fn read_central_header(
     src: &dyn RandomAccess,
     cd: &CentralDirectory,
     pos: u64,
-) -> Result<(ZipMember, u64)> {
+) -> Result<(ZipMember, u64, u64)> {
     let truncated = |what: &str| {
         invalid_at(
             format!(
@@ -515,6 +566,7 @@ fn read_central_header(
             compression,
             crc32,
         },
+        local,
         next,
     ))
 }
@@ -767,11 +819,22 @@ pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Re
             Location::default().with_entry(&m.name),
         ));
     }
-    let mut out = Vec::with_capacity(m.size as usize);
-    member_reader(src, m, limits)?
-        .read_to_end(&mut out)
-        .map_err(io_to_error)?;
+    // The limits are checked before anything is reserved.
+    let mut reader = member_reader(src, m, limits)?;
+    let mut out = Vec::with_capacity(initial_capacity(m) as usize);
+    reader.read_to_end(&mut out).map_err(io_to_error)?;
     Ok(out)
+}
+
+/// What [`read_member`] reserves before reading `m`. A stored member's size is its byte
+/// count in the archive (checked by the index); a deflated one's is only a claim, so no
+/// more than its compressed size (or one block) is reserved up front, and the buffer
+/// grows with the content actually inflated.
+fn initial_capacity(m: &ZipMember) -> u64 {
+    match m.compression {
+        Compression::Stored => m.size,
+        Compression::Deflate => m.size.min(m.compressed_size.max(BLOCK as u64)),
+    }
 }
 
 /// The content of `m` as UTF-8 text (see [`read_member`]).
@@ -1602,6 +1665,139 @@ mod tests {
         z[count_at + 8..count_at + 16].copy_from_slice(&7u64.to_le_bytes());
         let index = ZipIndex::read(&bytes(z), &limits).unwrap();
         assert_eq!(index.members.len(), 7);
+    }
+
+    /// The absolute offset of the local header of the member whose data is at `data`.
+    fn local_header_before(archive: &[u8], data: u64) -> usize {
+        (0..data as usize)
+            .rev()
+            .find(|&i| archive[i..i + 4] == LOCAL_SIG.to_le_bytes())
+            .unwrap()
+    }
+
+    #[test]
+    fn overlapping_members_and_repeated_names_are_refused() {
+        let archive = build(&members());
+        let index = ZipIndex::read(&bytes(archive.clone()), &Limits::default()).unwrap();
+        let (a, b) = (index.find("a.npy").unwrap(), index.find("b.npy").unwrap());
+        let b_local = local_header_before(&archive, b.data_offset);
+
+        // a.npy (stored) recorded as running over b.npy's local header.
+        let mut z = archive.clone();
+        let cd = central_header_of(&z, "a.npy");
+        let grown = (b_local as u64 + 10 - a.data_offset) as u32;
+        z[cd + 20..cd + 24].copy_from_slice(&grown.to_le_bytes());
+        z[cd + 24..cd + 28].copy_from_slice(&grown.to_le_bytes());
+        let e = index_err(z);
+        assert!(
+            matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("'a.npy'") && m.contains("'b.npy'") && m.contains("overlap")),
+            "{e}"
+        );
+        assert_eq!(e.location.offset, Some(b_local as u64));
+
+        // A second central entry for b.npy's local header: overlap (one header, two
+        // entries) is found before the repeated name.
+        let eocd = eocd_of(&archive);
+        let cd_b = central_header_of(&archive, "b.npy");
+        let cd_len =
+            46 + 5 + le16(&archive, cd_b + 30) as usize + le16(&archive, cd_b + 32) as usize;
+        let mut z = archive[..eocd].to_vec();
+        z.extend_from_slice(&archive[cd_b..cd_b + cd_len]);
+        let mut end = archive[eocd..eocd + 22].to_vec();
+        for at in [8, 10] {
+            let n = u16::from_le_bytes([end[at], end[at + 1]]) + 1;
+            end[at..at + 2].copy_from_slice(&n.to_le_bytes());
+        }
+        let size = u32::from_le_bytes(end[12..16].try_into().unwrap()) + cd_len as u32;
+        end[12..16].copy_from_slice(&size.to_le_bytes());
+        z.extend_from_slice(&end);
+        let e = index_err(z);
+        assert!(
+            matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("overlap")),
+            "{e}"
+        );
+
+        // The same name twice, each with its own local header and data.
+        // (The writer refuses to repeat a name: z.npy is renamed in both its headers.)
+        let mut dup = build(&[
+            ("x.npy", Compression::Stored, 0, content(100, 1)),
+            ("y.npy", Compression::Deflate, 0, content(100, 2)),
+            ("z.npy", Compression::Stored, 0, content(100, 3)),
+        ]);
+        let z_data = ZipIndex::read(&bytes(dup.clone()), &Limits::default())
+            .unwrap()
+            .find("z.npy")
+            .unwrap()
+            .data_offset;
+        let z_local = local_header_before(&dup, z_data);
+        let z_central = central_header_of(&dup, "z.npy");
+        dup[z_local + 30] = b'x';
+        dup[z_central + 46] = b'x';
+        let e = index_err(dup);
+        assert!(
+            matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("'x.npy' appears more than once")),
+            "{e}"
+        );
+        assert_eq!(e.location.entry.as_deref(), Some("x.npy"));
+        // Members of zero bytes still occupy their local headers: no false overlap.
+        let empties = build(&[
+            ("e1", Compression::Stored, 0, Vec::new()),
+            ("e2", Compression::Deflate, 0, Vec::new()),
+            ("e3", Compression::Stored, 64, Vec::new()),
+        ]);
+        assert_eq!(
+            ZipIndex::read(&bytes(empties), &Limits::default())
+                .unwrap()
+                .members
+                .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn metadata_reads_reserve_what_the_archive_holds_not_what_it_claims() {
+        let claim = |compression, compressed_size, size| ZipMember {
+            name: "data.pkl".into(),
+            data_offset: 0,
+            compressed_size,
+            size,
+            compression,
+            crc32: 0,
+        };
+        assert_eq!(initial_capacity(&claim(Compression::Stored, 300, 300)), 300);
+        assert_eq!(
+            initial_capacity(&claim(Compression::Deflate, 200, 900)),
+            900
+        );
+        // 200 compressed bytes declaring 100 MiB: one block is reserved, not 100 MiB.
+        assert_eq!(
+            initial_capacity(&claim(Compression::Deflate, 200, 100 << 20)),
+            BLOCK as u64
+        );
+        assert_eq!(
+            initial_capacity(&claim(Compression::Deflate, 1 << 20, 100 << 20)),
+            1 << 20
+        );
+        // And such a member is refused for its ratio (and its content checked), whatever
+        // was reserved.
+        let archive = build(&[("m", Compression::Deflate, 0, b"short".repeat(40))]);
+        let mut z = archive.clone();
+        let cd = central_header_of(&z, "m");
+        // The writer records sizes in a ZIP64 extra field (size first).
+        assert_eq!(le32(&z, cd + 24), u32::MAX);
+        let extra = cd + 46 + 1;
+        assert_eq!(le16(&z, extra), 1, "ZIP64 extra field first");
+        z[extra + 4..extra + 12].copy_from_slice(&((100u64 << 20) - 1).to_le_bytes());
+        let src = bytes(z);
+        let index = ZipIndex::read(&src, &Limits::default()).unwrap();
+        let e = read_member(&src, &index.members[0], &Limits::default()).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        let lax = Limits {
+            max_compression_ratio: u64::MAX,
+            ..Limits::default()
+        };
+        let e = read_member(&src, &index.members[0], &lax).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::SizeMismatch(_)), "{e}");
     }
 
     #[test]
