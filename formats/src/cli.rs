@@ -45,6 +45,10 @@ enum Command {
         /// Add each tensor's SHA-256 over its elements in C order, little-endian.
         #[arg(long)]
         sha256: bool,
+        /// With --json, add "values": [{"name", "value", "repr"}], the non-tensor values of
+        /// the stored object (epoch, hyperparameters), as the text output always shows.
+        #[arg(long)]
+        values: bool,
     },
     /// Convert a file to another format (by --to, else by the output's extension).
     Convert {
@@ -61,6 +65,10 @@ enum Command {
         /// Compress container entries (deflate) where the format allows it.
         #[arg(long)]
         compress: bool,
+        /// Write tensors as a flat name -> tensor mapping, dropping the nested dicts,
+        /// lists and non-tensor values a PyTorch checkpoint otherwise keeps.
+        #[arg(long)]
+        flatten: bool,
     },
     /// Check structure and checksums; exits non-zero on damage.
     Verify {
@@ -124,8 +132,16 @@ fn inspect(
     path: &PathBuf,
     as_json: bool,
     with_sha: bool,
+    with_values: bool,
 ) -> crate::Result<()> {
     let file = TensorFile::open(path)?;
+    // The non-tensor values of the stored object; a tree too large to expand is noted,
+    // not fatal (the tensors are listed all the same).
+    let structure = match file.structure() {
+        Ok(tree) => Ok(tree),
+        Err(e) if matches!(e.kind, crate::ErrorKind::Limit { .. }) => Err(e),
+        Err(e) => return Err(e),
+    };
     let hashes = if with_sha {
         let bar = progress_bar(total_bytes(file.tensors()), "hashing");
         let mut sink = Progress {
@@ -151,11 +167,20 @@ fn inspect(
                 o
             })
             .collect();
-        outln!(
-            out,
-            "{}",
-            json!({ "format": file.format(), "tensors": tensors })
-        );
+        let mut doc = json!({ "format": file.format(), "tensors": tensors });
+        if with_values {
+            let values: Vec<serde_json::Value> = match structure {
+                Ok(Some(tree)) => tree
+                    .values()
+                    .into_iter()
+                    .map(|(name, v)| json!({ "name": name, "value": node_json(v), "repr": v.to_string() }))
+                    .collect(),
+                Ok(None) => Vec::new(),
+                Err(e) => return Err(e),
+            };
+            doc["values"] = json!(values);
+        }
+        outln!(out, "{}", doc);
     } else {
         outln!(
             out,
@@ -190,8 +215,62 @@ fn inspect(
             }
             outln!(out, "{}", line.trim_end());
         }
+        match &structure {
+            Ok(Some(tree)) => {
+                let values = tree.values();
+                if !values.is_empty() {
+                    outln!(out, "values:");
+                    for (name, v) in values {
+                        let name = if name.is_empty() { "<root>" } else { &name };
+                        outln!(out, "  {} = {}", name, shorten(&v.to_string(), 200));
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => outln!(out, "values: not shown ({e})"),
+        }
     }
     Ok(())
+}
+
+/// `s` cut to at most `max` characters, with an ellipsis when cut.
+fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+/// A value of the stored object as JSON: `None` → null, numbers, strings, lists and tuples
+/// → arrays, dicts with text keys → objects (other dicts → arrays of pairs); what has no
+/// JSON form (bytes, objects, non-finite floats) → its Python-like text.
+fn node_json(n: &crate::Node) -> serde_json::Value {
+    use crate::Node;
+    match n {
+        Node::None => serde_json::Value::Null,
+        Node::Bool(b) => json!(b),
+        Node::Int(i) => match i64::try_from(*i) {
+            Ok(v) => json!(v),
+            Err(_) => json!(i.to_string()),
+        },
+        Node::Float(x) if x.is_finite() => json!(x),
+        Node::Str(s) => json!(s),
+        Node::List(v) | Node::Tuple(v) => json!(v.iter().map(node_json).collect::<Vec<_>>()),
+        Node::Dict(e) if e.iter().all(|(k, _)| matches!(k, Node::Str(_))) => {
+            let mut m = serde_json::Map::new();
+            for (k, v) in e {
+                if let Node::Str(k) = k {
+                    m.insert(k.clone(), node_json(v));
+                }
+            }
+            serde_json::Value::Object(m)
+        }
+        Node::Dict(e) => json!(e
+            .iter()
+            .map(|(k, v)| json!([node_json(k), node_json(v)]))
+            .collect::<Vec<_>>()),
+        other => json!(other.to_string()),
+    }
 }
 
 fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
@@ -301,13 +380,19 @@ pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> Exi
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
     match cli.command {
-        Command::Inspect { file, json, sha256 } => inspect(out, &file, json, sha256)?,
+        Command::Inspect {
+            file,
+            json,
+            sha256,
+            values,
+        } => inspect(out, &file, json, sha256, values)?,
         Command::Convert {
             input,
             output,
             to,
             dtype,
             compress,
+            flatten,
         } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
@@ -320,6 +405,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
             let mut options = ConvertOptions {
                 to,
                 dtype,
+                flatten,
                 ..Default::default()
             };
             if compress {

@@ -26,6 +26,7 @@ use std::rc::Rc;
 pub use tensorfmt_runtime as runtime;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
+pub use tensorfmt_runtime::tree::Node;
 pub use tensorfmt_runtime::zip::Compression;
 pub use tensorfmt_runtime::{
     ByteOrder, DType, DataLocation, Error, ErrorKind, Limits, Location, Order, Result, Source,
@@ -166,6 +167,17 @@ impl TensorFile {
         self.format
     }
 
+    /// The object the tensors are stored in, for formats that store one: a PyTorch
+    /// checkpoint's pickled object (`{"model": {...}, "optimizer": {...}, "epoch": 3}`), a
+    /// TorchScript module's attributes; `None` for formats that store tensors alone. Its
+    /// [`Node::Tensor`] leaves carry the names of [`TensorFile::tensors`], and
+    /// [`Node::values`] lists everything else (hyperparameters, counters). Decoded on
+    /// each call.
+    pub fn structure(&self) -> Result<Option<Node>> {
+        (self.format.structure)(&self.source, &self.read_options.limits)
+            .map_err(|e| with_file(e, &self.source))
+    }
+
     /// Metadata of every tensor, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
@@ -293,6 +305,32 @@ impl Saver {
         self.format.name
     }
 
+    /// Writes the tensors inside `tree` (nested dicts, lists, tuples, numbers, strings,
+    /// bytes and `None`, tensors as [`Node::Tensor`] leaves named as they are added) instead
+    /// of a flat name → tensor dict, for formats that store such an object (`pytorch`).
+    /// Returns false, and changes nothing, for formats that store tensors alone. Checked on
+    /// [`Saver::commit`]: every tensor added must be in the tree, and every tensor of the
+    /// tree added.
+    ///
+    /// ```no_run
+    /// use tensorfmt::{Node, Saver, TensorMeta, DType, Order, ByteOrder};
+    /// let mut saver = Saver::create("ckpt.pt", None, &Default::default())?;
+    /// saver.set_structure(&Node::Dict(vec![
+    ///     (Node::str("model"), Node::Dict(vec![(Node::str("w"), Node::Tensor("model.w".into()))])),
+    ///     (Node::str("epoch"), Node::Int(3)),
+    /// ]))?;
+    /// let meta = TensorMeta { name: "model.w".into(), dtype: DType::F32, shape: vec![2],
+    ///                         order: Order::C, byte_order: ByteOrder::Little };
+    /// saver.add_bytes(&meta, &[0u8; 8])?;
+    /// saver.commit()?;
+    /// # Ok::<(), tensorfmt::Error>(())
+    /// ```
+    pub fn set_structure(&mut self, tree: &Node) -> Result<bool> {
+        self.writer
+            .set_structure(tree)
+            .map_err(|e| e.in_file(&self.path))
+    }
+
     /// Adds a tensor whose `meta.nbytes()` bytes `data` yields, copied through a bounded
     /// buffer.
     pub fn add(&mut self, meta: &TensorMeta, data: &mut dyn Read) -> Result<()> {
@@ -351,6 +389,12 @@ pub struct ConvertOptions {
     pub dtype: Option<DType>,
     /// Options for the writer.
     pub write: WriteOptions,
+    /// Write the tensors flat (name → tensor) even when the input stores them in an object
+    /// the output format can hold too. By default a PyTorch checkpoint converted to
+    /// PyTorch keeps its nested dicts, lists and non-tensor values; an object that holds
+    /// more than dicts, lists, tuples, numbers, strings and tensors (a TorchScript
+    /// module) is written flat.
+    pub flatten: bool,
     /// How to open the input.
     pub open: OpenOptions,
 }
@@ -378,6 +422,11 @@ pub fn convert(
 ) -> Result<ConvertSummary> {
     let file = TensorFile::open_with(input, &options.open)?;
     let mut saver = Saver::create(output, options.to.as_deref(), &options.write)?;
+    if !options.flatten {
+        if let Some(tree) = file.structure()?.filter(Node::is_plain) {
+            saver.set_structure(&tree)?;
+        }
+    }
     let total = file.tensors().len();
     let mut bytes = 0u64;
     for (i, info) in file.tensors().iter().enumerate() {

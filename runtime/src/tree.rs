@@ -88,6 +88,18 @@ impl Node {
         }
     }
 
+    /// True when the tree holds only what any object writer can write back: dicts, lists,
+    /// tuples, numbers, strings, bytes, `None` and tensors (no objects, globals or
+    /// [`Node::Other`] values).
+    pub fn is_plain(&self) -> bool {
+        match self {
+            Node::Global(_) | Node::Object { .. } | Node::Other(_) => false,
+            Node::List(v) | Node::Tuple(v) => v.iter().all(Node::is_plain),
+            Node::Dict(e) => e.iter().all(|(k, v)| k.is_plain() && v.is_plain()),
+            _ => true,
+        }
+    }
+
     /// The names of the tensor leaves, in depth-first order.
     pub fn tensor_names(&self) -> Vec<&str> {
         let mut out = Vec::new();
@@ -184,10 +196,17 @@ fn float_repr(x: f64) -> String {
         if x > 0.0 { "inf" } else { "-inf" }.into()
     } else {
         let s = format!("{x:?}");
-        if s.contains(['.', 'e', 'E']) {
-            s
-        } else {
-            format!("{s}.0")
+        match s.split_once('e') {
+            // Python writes the exponent signed, with at least two digits: 1e-08, 1e+16.
+            Some((m, e)) => {
+                let (sign, digits) = match e.strip_prefix('-') {
+                    Some(d) => ('-', d),
+                    None => ('+', e),
+                };
+                format!("{m}e{sign}{digits:0>2}")
+            }
+            None if s.contains('.') => s,
+            None => format!("{s}.0"),
         }
     }
 }
@@ -325,6 +344,10 @@ mod tests {
     fn python_like_text() {
         assert_eq!(Node::Tuple(vec![Node::Int(1)]).to_string(), "(1,)");
         assert_eq!(Node::Float(1e-10).to_string(), "1e-10");
+        assert_eq!(Node::Float(1e-8).to_string(), "1e-08");
+        assert_eq!(Node::Float(2.5e16).to_string(), "2.5e+16");
+        assert_eq!(Node::Float(0.001).to_string(), "0.001");
+        assert_eq!(Node::Float(3.0).to_string(), "3.0");
         assert_eq!(Node::Float(f64::NEG_INFINITY).to_string(), "-inf");
         assert_eq!(Node::Bytes(vec![0, b'a']).to_string(), "b'\\x00a'");
         assert_eq!(

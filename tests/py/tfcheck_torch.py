@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch's side of tensorfmt's interop tests: what the real torch says about a file.
 
-Run with a python that has the torch pinned in tests/py/requirements-torch.txt (and the
-NumPy of tests/py/requirements.txt). Every checkpoint is loaded with
+Run with the project's Python environment (scripts/pyenv.sh: the torch and NumPy pinned in
+tests/py/requirements.txt). Every checkpoint is loaded with
 ``torch.load(path, weights_only=True, map_location="cpu")``; a TorchScript archive (a zip
 with a ``constants.pkl`` record, which torch.load refuses under weights_only) with
 ``torch.jit.load(path, map_location="cpu")``: its attributes, recursively (what the
@@ -10,8 +10,8 @@ archive's ``data.pkl`` holds), then the constants of its code (``constants.pkl``
 
 Subcommands
 -----------
-describe FILE
-    Prints one line of JSON, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
+describe FILE [FILE...]
+    Prints one line of JSON per file, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
     print (DESIGN.md section 5)::
 
         {"format": "pytorch"|"pytorch-legacy"|"torchscript",
@@ -35,7 +35,7 @@ describe FILE
     element bytes for bf16 and float8), bool as one byte 0/1. Exits 2 with a message on
     any other dtype (quantized, complex32, other float8 flavours...).
 
-compare [--values-only] A B
+compare [--values-only | --contents] A B [A B ...]
     Exits 0 when A and B (any of the three formats) hold the same thing:
       * the same tensor names in the same order, same dtypes, shapes and bit-identical
         elements;
@@ -43,7 +43,10 @@ compare [--values-only] A B
         sizes (bytes), storage sharing (which tensors view one storage: the same
         partition of names), Parameter or plain Tensor, requires_grad, and the same
         non-tensor leaves (names, types and values, e.g. ``epoch`` = 3).
+    With --contents: names, dtypes, shapes, elements and the non-tensor leaves, not the
+    layout (what a contiguous rewrite keeps).
     Prints the differences and exits 1 otherwise; exits 2 when a file cannot be loaded.
+    Several pairs are compared in turn; the exit status is that of the worst.
 
 make-random OUTDIR SEED COUNT
     Writes COUNT checkpoints torch made that no test has seen, and prints each file's
@@ -56,8 +59,11 @@ make-random OUTDIR SEED COUNT
     with ints, floats, tuples and lists. File names vary (the archive's folder is the file
     name without its last extension); about one file in four is the legacy format
     (``_use_new_zipfile_serialization=False``, classic dtypes only: torch 2.15 cannot load
-    uint16/32/64 or float8 from a legacy file). The same SEED gives the same objects (the
-    zip files' bytes too; legacy files hold memory addresses as storage keys).
+    uint16/32/64 or float8 from a legacy file), and about one in six a TorchScript archive
+    (``torch.jit.save`` of a scripted ``nn.Sequential`` of Linear, LayerNorm, BatchNorm1d
+    and ReLU layers in a random float dtype, frozen with ``torch.jit.freeze`` one time in
+    three). The same SEED gives the same objects (the zip files' bytes too; legacy files
+    hold memory addresses as storage keys).
 """
 
 import hashlib
@@ -211,9 +217,10 @@ def describe(path):
 
 
 def cmd_describe(args):
-    if len(args) != 1:
+    if not args:
         usage()
-    print(json.dumps(describe(args[0]), sort_keys=False))
+    for a in args:
+        print(json.dumps(describe(a), sort_keys=False))
     return 0
 
 
@@ -237,7 +244,7 @@ def leaf_repr(v):
     return f"{type(v).__name__}:{v!r}"
 
 
-def differences(path_a, path_b, values_only=False):
+def differences(path_a, path_b, values_only=False, layout_too=True):
     """What differs between two files, as a list of lines (empty: the same)."""
     (_, ta, la), (_, tb, lb) = load(path_a), load(path_b)
     problems = []
@@ -257,7 +264,7 @@ def differences(path_a, path_b, values_only=False):
                 first = next(i for i in range(len(ba)) if ba[i] != bb[i])
                 problems.append(f"{name}: elements differ (first at byte {first} of {len(ba)}, "
                                 f"element {first // max(a.element_size(), 1)})")
-        if not values_only:
+        if not values_only and layout_too:
             (pa, sa), (pb, sb) = layout(ta), layout(tb)
             fields = ("stride", "storage_offset", "storage nbytes", "kind", "requires_grad")
             for name in na:
@@ -277,21 +284,25 @@ def differences(path_a, path_b, values_only=False):
 
 
 def cmd_compare(args):
-    values_only = False
+    values_only, layout_too = False, True
     if args and args[0] == "--values-only":
         values_only, args = True, args[1:]
-    if len(args) != 2:
+    elif args and args[0] == "--contents":
+        layout_too, args = False, args[1:]
+    if not args or len(args) % 2:
         usage()
-    problems = differences(args[0], args[1], values_only)
-    if problems:
-        print(f"{args[0]} ({file_format(args[0])}) and {args[1]} ({file_format(args[1])}) differ:",
-              file=sys.stderr)
-        for p in problems:
-            print("  " + p, file=sys.stderr)
-        return 1
-    n = len(load(args[0])[1])
-    print(f"identical: {n} tensors" + (" (values only)" if values_only else ""))
-    return 0
+    status = 0
+    for a, b in zip(args[0::2], args[1::2]):
+        problems = differences(a, b, values_only, layout_too)
+        if problems:
+            print(f"{a} ({file_format(a)}) and {b} ({file_format(b)}) differ:", file=sys.stderr)
+            for p in problems:
+                print("  " + p, file=sys.stderr)
+            status = 1
+            continue
+        n = len(load(a)[1])
+        print(f"identical: {n} tensors" + (" (values only)" if values_only else ""))
+    return status
 
 
 # ---------------------------------------------------------------- make-random
@@ -397,6 +408,33 @@ def random_checkpoint(rng, dtypes, model):
     }
 
 
+def random_script_module(rng):
+    """A scripted nn.Sequential with random layers and a random float dtype."""
+    layers, width = [], int(rng.integers(1, 6))
+    for _ in range(int(rng.integers(1, 5))):
+        kind = int(rng.integers(4))
+        if kind == 0:
+            out = int(rng.integers(1, 6))
+            layers.append(torch.nn.Linear(width, out, bias=bool(rng.random() < 0.7)))
+            width = out
+        elif kind == 1:
+            layers.append(torch.nn.LayerNorm(width))
+        elif kind == 2:
+            layers.append(torch.nn.BatchNorm1d(width))
+        else:
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.dtype.is_floating_point:
+                t.copy_(torch.from_numpy(rng.standard_normal(tuple(t.shape))))
+    dtype = [torch.float32, torch.float64, torch.bfloat16, torch.float16][int(rng.integers(4))]
+    scripted = torch.jit.script(model.to(dtype))
+    if rng.random() < 1 / 3:
+        scripted = torch.jit.freeze(scripted.eval())
+    return scripted
+
+
 def cmd_make_random(args):
     if len(args) != 3:
         usage()
@@ -404,6 +442,12 @@ def cmd_make_random(args):
     outdir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     for i in range(count):
+        if rng.random() < 1 / 6:
+            stem = STEMS[int(rng.integers(len(STEMS)))]
+            path = outdir / f"r{i:04d}-script-{stem}.pt"
+            torch.jit.save(random_script_module(rng), str(path))
+            print(os.path.abspath(path))
+            continue
         legacy = rng.random() < 0.25
         dtypes = LEGACY_OK if legacy else list(TORCH_OF)
         obj = random_state(rng, dtypes)

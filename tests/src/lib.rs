@@ -18,7 +18,8 @@ pub fn fixtures() -> PathBuf {
     repo_root().join("tests/fixtures")
 }
 
-/// The Python interpreter of the project's test environment (with the pinned NumPy),
+/// The Python interpreter of the project's test environment (with the pinned NumPy and
+/// torch),
 /// from `TENSORFMT_PYTHON` or made by `scripts/pyenv.sh`. Panics with the script's
 /// output when the environment cannot be made: interop tests are never skipped silently.
 pub fn python() -> &'static Path {
@@ -57,6 +58,24 @@ pub fn tfcheck(args: &[&str]) -> String {
     assert!(
         out.status.success(),
         "tfcheck.py {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Runs `tests/py/tfcheck_torch.py` (real torch) with `args`; returns stdout, panicking
+/// with stderr on failure.
+pub fn tfcheck_torch(args: &[&str]) -> String {
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/py/tfcheck_torch.py"))
+        .args(args)
+        .output()
+        .expect("running tfcheck_torch.py");
+    assert!(
+        out.status.success(),
+        "tfcheck_torch.py {} failed:\n{}{}",
+        args.first().copied().unwrap_or_default(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );

@@ -2,9 +2,8 @@
 //! pytorch fixture converts to a `.pt` that tensorfmt reads back identically (names,
 //! dtypes, shapes, SHA-256), whose members are laid out as torch expects, and whose
 //! `data.pkl` a restricted stdlib `pickle.Unpickler` loads with only the opcodes
-//! `torch.load(weights_only=True)` accepts. With `TENSORFMT_TORCH_PYTHON` set to a Python
-//! with torch, real `torch.load(weights_only=True)` and `tests/py/tfcheck_torch.py` check
-//! the files too.
+//! `torch.load(weights_only=True)` accepts; real `torch.load(weights_only=True)` and
+//! `tests/py/tfcheck_torch.py` check the files too.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -14,7 +13,7 @@ use tensorfmt::runtime::limits::Limits;
 use tensorfmt::runtime::source::Source;
 use tensorfmt::runtime::zip::{self, ZipIndex};
 use tensorfmt::{ByteOrder, DType, Order, Payload, TensorMeta, WriteOptions};
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, python, repo_root};
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, python, python_snippet, tfcheck_torch};
 
 /// The pytorch fixtures tensorfmt reads (legacy and TorchScript files come later).
 const PT_FIXTURES: &[&str] = &[
@@ -50,13 +49,19 @@ fn sources() -> Vec<PathBuf> {
     out
 }
 
-/// Converts every source into `dir`; returns (source, written .pt).
+/// Converts every source into `dir`, flat (name → tensor; nested objects are kept by
+/// default and tested in `interop_torch.rs`); returns (source, written .pt).
 fn convert_all(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
     sources()
         .into_iter()
         .map(|src| {
             let out = dir.join(format!("{}.pt", src.file_name().unwrap().to_str().unwrap()));
-            let (code, text) = cli(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
+            let (code, text) = cli(&[
+                "convert",
+                src.to_str().unwrap(),
+                out.to_str().unwrap(),
+                "--flatten",
+            ]);
             assert_eq!(code, ExitCode::SUCCESS, "convert {}: {text}", src.display());
             (src, out)
         })
@@ -283,40 +288,25 @@ fn writer_refuses_duplicate_names_and_strings() {
     assert!(e.to_string().contains("string"), "{e}");
 }
 
-/// Real torch, only when `TENSORFMT_TORCH_PYTHON` names a Python with torch installed.
+/// Real torch (the project's Python environment): every converted file loads with
+/// `torch.load(weights_only=True)` and describes exactly as tensorfmt reads it.
 #[test]
 fn torch_loads_what_the_writer_writes() {
-    let Some(py) = std::env::var_os("TENSORFMT_TORCH_PYTHON") else {
-        eprintln!("skipped: set TENSORFMT_TORCH_PYTHON to a Python with torch to run it");
-        return;
-    };
     let dir = tempfile::tempdir().unwrap();
-    for (_, out) in convert_all(dir.path()) {
-        let o = Command::new(&py)
-            .arg(repo_root().join("tests/py/tfcheck_torch.py"))
-            .arg("describe")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "tfcheck_torch describe {}: {}",
-            out.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let torch = json(&String::from_utf8(o.stdout).unwrap());
-        assert_eq!(torch, inspect_json(&out), "{}", out.display());
-        let o = Command::new(&py)
-            .arg("-c")
-            .arg("import sys, torch; torch.load(sys.argv[1], weights_only=True)")
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "torch.load(weights_only=True) {}: {}",
-            out.display(),
-            String::from_utf8_lossy(&o.stderr)
-        );
+    let outs: Vec<PathBuf> = convert_all(dir.path())
+        .into_iter()
+        .map(|(_, o)| o)
+        .collect();
+    let args: Vec<&str> = outs.iter().map(|p| p.to_str().unwrap()).collect();
+    let described = tfcheck_torch(&[&["describe"], &args[..]].concat());
+    let lines: Vec<&str> = described.lines().collect();
+    assert_eq!(lines.len(), outs.len());
+    for (out, line) in outs.iter().zip(lines) {
+        assert_eq!(json(line), inspect_json(out), "{}", out.display());
     }
+    let (ok, text) = python_snippet(
+        "import sys, torch\nfor p in sys.argv[1:]: torch.load(p, weights_only=True)",
+        &args,
+    );
+    assert!(ok, "torch.load(weights_only=True): {text}");
 }

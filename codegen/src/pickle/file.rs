@@ -554,6 +554,20 @@ pub(crate) fn gen_file_pickle(
         /// Lists the tensors of `src` without reading their bytes: reads the pickles, maps
         /// every object of the mapped kind, then sizes each record by the tensors using it.
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            Ok(read_index(src, limits, false)?.0)
+        }
+
+        /// The object tree of the pickled object, its tensors named as [`index`] names them.
+        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
+            Ok(read_index(src, limits, true)?.1)
+        }
+
+        /// The tensors, and with `with_structure` the object tree of the pickled object.
+        fn read_index(
+            src: &rt::Source,
+            limits: &rt::Limits,
+            with_structure: bool,
+        ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)> {
             trait At { fn with_offset_at(self, at: u64) -> Self; }
             impl At for rt::Error {
                 fn with_offset_at(mut self, at: u64) -> Self {
@@ -614,6 +628,7 @@ pub(crate) fn gen_file_pickle(
                 return Err(in_file(c.error(#rname, rt::ErrorKind::Invalid(format!(#trailing, c.remaining())))));
             }
             let mut tensors = ::std::vec::Vec::with_capacity(objects.len());
+            let mut names_of: ::std::collections::HashMap<usize, ::std::collections::VecDeque<::std::string::String>> = ::std::collections::HashMap::new();
             for (path, o) in objects {
                 let t = (|| -> rt::Result<rt::TensorInfo> {
                     let name: &str = #name_ts;
@@ -625,9 +640,23 @@ pub(crate) fn gen_file_pickle(
                     rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::Range { offset, len })
                 })()
                 .map_err(|e| in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() })))?;
+                if with_structure {
+                    names_of.entry(o as *const rt::pickle::Object as usize).or_default().push_back(t.name.clone());
+                }
                 tensors.push(t);
             }
-            Ok(tensors)
+            let structure = if with_structure {
+                Some(
+                    rt::pickle::to_tree(&#ovar, &mut |o| {
+                        let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
+                        if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
+                    }, limits)
+                    .map_err(in_file)?,
+                )
+            } else {
+                None
+            };
+            Ok((tensors, structure))
         }
 
         fn new_writer<'a>(
@@ -644,7 +673,7 @@ pub(crate) fn gen_file_pickle(
             extensions: EXTENSIONS,
             detect,
             index,
-            structure: rt::no_structure,
+            structure,
             writer: new_writer,
         };
     })

@@ -1,0 +1,168 @@
+//! Interop with the real torch of the project's Python environment, on files no test has
+//! seen: `tests/py/tfcheck_torch.py make-random` writes checkpoints (zip and legacy, every
+//! dtype, views, shared storages, parameters, nested optimizer-like dicts) and TorchScript
+//! archives (scripted and frozen) from a new seed each run (printed; `TENSORFMT_SEED`
+//! reproduces one). tensorfmt must read each exactly as torch describes it, and every
+//! file tensorfmt converts them to must load with `torch.load(weights_only=True)` and hold
+//! the same tensors and non-tensor values.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, tfcheck_torch};
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// `count` new files from a seed of this run.
+fn unseen(dir: &Path, count: usize) -> Vec<PathBuf> {
+    let seed = std::env::var("TENSORFMT_SEED").unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        (t.as_nanos() % 1_000_000_007).to_string()
+    });
+    eprintln!("make-random seed {seed} (TENSORFMT_SEED={seed} reproduces this run)");
+    let made = tfcheck_torch(&["make-random", s(dir), &seed, &count.to_string()]);
+    let paths: Vec<PathBuf> = made
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(paths.len(), count, "make-random made {} files", paths.len());
+    paths
+}
+
+/// Torch's descriptions of `files`, one each.
+fn describe(files: &[PathBuf]) -> Vec<serde_json::Value> {
+    let args: Vec<&str> = files.iter().map(|p| s(p)).collect();
+    let out = tfcheck_torch(&[&["describe"], &args[..]].concat());
+    let v: Vec<serde_json::Value> = out.lines().map(json).collect();
+    assert_eq!(v.len(), files.len());
+    v
+}
+
+/// Converts `src` to `out` with the command line; `extra` flags after the paths.
+fn convert(src: &Path, out: &Path, extra: &[&str]) {
+    let args = [&["convert", s(src), s(out)], extra].concat();
+    let (code, text) = cli(&args);
+    assert_eq!(code, ExitCode::SUCCESS, "convert {}: {text}", src.display());
+}
+
+#[test]
+fn unseen_torch_files_read_and_convert_as_torch_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = unseen(dir.path(), 36);
+    let kinds = |f: &str| files.iter().filter(|p| s(p).contains(f)).count();
+    eprintln!(
+        "{} files: {} legacy, {} TorchScript",
+        files.len(),
+        kinds("-legacy-"),
+        kinds("-script-")
+    );
+
+    // Read: tensorfmt's `inspect --json --sha256` equals torch's description.
+    for (p, expected) in files.iter().zip(describe(&files)) {
+        assert_eq!(
+            inspect_json(p),
+            expected,
+            "inspect of unseen file {}",
+            p.display()
+        );
+    }
+
+    // Write: every file converted to `pytorch` (nested structure kept) and flattened.
+    let out = tempfile::tempdir().unwrap();
+    let mut contents = Vec::new();
+    let mut values_only = Vec::new();
+    for (i, src) in files.iter().enumerate() {
+        let kept = out.path().join(format!("{i}-kept.pt"));
+        convert(src, &kept, &[]);
+        let flat = out.path().join(format!("{i}-flat.pt"));
+        convert(src, &flat, &["--flatten"]);
+        let o = cli(&["inspect", "--json", "--sha256", s(&flat)]).1;
+        let names: Vec<serde_json::Value> = json(&o)["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].clone())
+            .collect();
+        let want: Vec<serde_json::Value> = inspect_json(src)["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].clone())
+            .collect();
+        assert_eq!(names, want, "flattened {}", src.display());
+        // A TorchScript module is an object, not a dict: it is written flat.
+        if s(src).contains("-script-") {
+            values_only.push(src.clone());
+            values_only.push(kept);
+        } else {
+            contents.push(src.clone());
+            contents.push(kept);
+        }
+    }
+    // torch.load(weights_only=True) of each written file: same names, dtypes, shapes,
+    // elements, and the same non-tensor values (epoch, param_groups, ...).
+    let args: Vec<&str> = contents.iter().map(|p| s(p)).collect();
+    tfcheck_torch(&[&["compare", "--contents"], &args[..]].concat());
+    if !values_only.is_empty() {
+        let args: Vec<&str> = values_only.iter().map(|p| s(p)).collect();
+        tfcheck_torch(&[&["compare", "--values-only"], &args[..]].concat());
+    }
+}
+
+/// The committed fixtures, converted to `pytorch`, keep everything torch sees.
+#[test]
+fn converted_fixtures_keep_their_nested_objects() {
+    let dir = fixtures().join("pytorch");
+    let out = tempfile::tempdir().unwrap();
+    let mut contents = Vec::new();
+    let mut values_only = Vec::new();
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".pt") || n.ends_with(".pth"))
+        .collect();
+    names.sort();
+    for n in names {
+        let src = dir.join(&n);
+        let dst = out.path().join(format!("{n}.pt"));
+        convert(&src, &dst, &[]);
+        let bucket = if n.starts_with("torchscript") {
+            &mut values_only
+        } else {
+            &mut contents
+        };
+        bucket.push(src);
+        bucket.push(dst);
+    }
+    let args: Vec<&str> = contents.iter().map(|p| s(p)).collect();
+    tfcheck_torch(&[&["compare", "--contents"], &args[..]].concat());
+    let args: Vec<&str> = values_only.iter().map(|p| s(p)).collect();
+    tfcheck_torch(&[&["compare", "--values-only"], &args[..]].concat());
+
+    // The values are visible to `inspect` too.
+    let (code, text) = cli(&["inspect", s(&dir.join("checkpoint_adam.pt"))]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(text.contains("values:\n"), "{text}");
+    assert!(text.contains("  epoch = 3\n"), "{text}");
+    assert!(text.contains("'betas': (0.9, 0.999)"), "{text}");
+    let (_, text) = cli(&[
+        "inspect",
+        "--json",
+        "--values",
+        s(&dir.join("checkpoint_adam.pt")),
+    ]);
+    let v = json(&text);
+    let epoch = v["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "epoch")
+        .unwrap();
+    assert_eq!(epoch["value"], 3);
+    assert_eq!(epoch["repr"], "3");
+}
