@@ -44,17 +44,20 @@ def size_label(n):
 
 
 class Bench:
-    def __init__(self, runs, open_runs, only):
+    """Times Python workloads as tfbench times Rust ones; `lib` names the library timed."""
+
+    def __init__(self, runs, open_runs, only, lib="numpy"):
         self.runs = runs
         self.open_runs = open_runs
         self.only = only
+        self.lib = lib
         self.results = []
 
     def time(self, op, how, nbytes, fn, runs=None, before=None):
         if self.only and not any(op.startswith(p) for p in self.only):
             return
         runs = runs or self.runs
-        print(f"compare.py: {op} [numpy] {how}", file=sys.stderr)
+        print(f"compare: {op} [{self.lib}] {how}", file=sys.stderr)
         if before:
             before()
         out = fn()  # warm-up, untimed
@@ -71,7 +74,7 @@ class Bench:
         self.results.append(
             {
                 "op": op,
-                "lib": "numpy",
+                "lib": self.lib,
                 "how": how,
                 "bytes": nbytes,
                 "runs": runs,

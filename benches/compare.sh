@@ -1,25 +1,50 @@
 #!/usr/bin/env bash
-# Builds tfbench (release) and runs benches/compare.py: NumPy vs tensorfmt vs ndarray-npy
-# on the same files, in one run. Arguments are passed to compare.py (--runs, --no-1g,
-# --only, --json, --markdown, --dir ...).
+# Builds tfbench (release) and runs one comparison suite in one run on the same files:
+#   --suite npy (default): benches/compare.py, NumPy vs tensorfmt vs ndarray-npy;
+#   --suite pytorch: benches/compare_torch.py, torch vs tensorfmt vs candle (tfbench built
+#     with --features candle) on a state dict written by torch.save, with the memcpy limit.
+# Other arguments are passed to the suite's script (--runs, --only, --json, --markdown,
+# --dir ...; npy: --no-1g; pytorch: --layers, --small).
 #
 #   bash benches/compare.sh
 #   PYTHON=/path/to/python bash benches/compare.sh --runs 7 --markdown /tmp/table.md
+#   bash benches/compare.sh --suite pytorch --runs 7
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-cargo build --release -p tensorfmt-benches --bin tfbench
+suite=npy
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --suite) [ $# -ge 2 ] || { echo "compare.sh: --suite needs a value" >&2; exit 2; }
+             suite="$2"; shift 2 ;;
+    --suite=*) suite="${1#--suite=}"; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+case "$suite" in
+  npy) script=benches/compare.py; features=(); module=numpy ;;
+  pytorch) script=benches/compare_torch.py; features=(--features candle); module=torch ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch)" >&2; exit 2 ;;
+esac
+
+cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 tfbench="$target_dir/release/tfbench"
 
-# The project's Python environment (scripts/pyenv.sh, which pins NumPy, prints its
-# python as its last line), else a venv with NumPy made on the spot ($TFBENCH_VENV).
+# The project's Python environment (scripts/pyenv.sh, which pins NumPy and torch, prints
+# its python as its last line). For the npy suite only, a venv with NumPy made on the
+# spot ($TFBENCH_VENV) stands in when that environment cannot be had.
 py="${PYTHON:-}"
 if [ -z "$py" ] && [ -f scripts/pyenv.sh ]; then
   py="$(bash scripts/pyenv.sh | tail -n 1 || true)"
 fi
-if [ -z "$py" ] || ! "$py" -c 'import numpy' 2>/dev/null; then
+if [ -z "$py" ] || ! "$py" -c "import $module" 2>/dev/null; then
+  if [ "$suite" != npy ]; then
+    echo "compare.sh: no Python with $module (set PYTHON, or run scripts/pyenv.sh)" >&2
+    exit 1
+  fi
   venv="${TFBENCH_VENV:-/tmp/benchenv}"
   if ! "$venv/bin/python" -c 'import numpy' 2>/dev/null; then
     python3 -m venv "$venv"
@@ -28,4 +53,4 @@ if [ -z "$py" ] || ! "$py" -c 'import numpy' 2>/dev/null; then
   py="$venv/bin/python"
 fi
 
-exec "$py" benches/compare.py --tfbench "$tfbench" "$@"
+exec "$py" "$script" --tfbench "$tfbench" ${args[@]+"${args[@]}"}

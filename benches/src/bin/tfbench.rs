@@ -6,7 +6,9 @@
 //! ```
 //!
 //! `DIR` holds the input files `compare.py` wrote with NumPy (`in.npy`, `open_*.npy`,
-//! `in_stored.npz`, `in_deflate.npz`); outputs are written next to them (`out_*`). Each
+//! `in_stored.npz`, `in_deflate.npz`) or `compare_torch.py` with `torch.save` (`in.pt`);
+//! every workload whose input is there runs. Outputs are written next to them (`out_*`).
+//! Built with the `candle` feature, the PyTorch workloads are also timed with candle. Each
 //! operation runs once untimed (page cache warm), then `N` times (`M` for the open-only
 //! operations); every run is timed with the wall clock around the operation alone and the
 //! median is reported, exactly as `compare.py` times NumPy. Before each write run the
@@ -17,7 +19,8 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use tensorfmt::Compression;
-use tensorfmt_benches::{nd, remove_if_exists, sync_all, tf, Result};
+use tensorfmt::TensorMeta;
+use tensorfmt_benches::{mem, nd, remove_if_exists, sync_all, tf, Result};
 
 struct Args {
     dir: PathBuf,
@@ -414,6 +417,142 @@ fn npz(b: &mut Bench, kind: &str, compression: Compression) -> Result<()> {
     Ok(())
 }
 
+/// The PyTorch suite on `in.pt` (written by `torch.save` in `compare_torch.py`).
+fn pytorch(b: &mut Bench) -> Result<()> {
+    let dir = b.args.dir.clone();
+    let input = dir.join("in.pt");
+    if !input.exists() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let open_runs = b.args.open_runs;
+    let ranges = tf::payload_ranges(&input)?;
+    let bytes: usize = ranges.iter().map(|r| r.len()).sum();
+    let none = || Ok(());
+
+    // Index only.
+    b.time(
+        Case {
+            op: "pt.open",
+            lib: "tensorfmt",
+            how: "TensorFile::open (map + detect + index)",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open(&input),
+    )?;
+    #[cfg(feature = "candle")]
+    b.time(
+        Case {
+            op: "pt.open",
+            lib: "candle",
+            how: "candle_core::pickle::PthTensors::new(path, None)",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tensorfmt_benches::candle::open(&input),
+    )?;
+
+    // Full loads into owned memory, and the memcpy reference.
+    b.time(
+        Case {
+            op: "pt.read.owned",
+            lib: "tensorfmt",
+            how: "open + read_all(OwnedSink), CRC-32 verified",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned(&input),
+    )?;
+    b.time(
+        Case {
+            op: "pt.read.owned_nocrc",
+            lib: "tensorfmt",
+            how: "open_with(skip_checksums) + read_all(OwnedSink)",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned_unchecked(&input),
+    )?;
+    #[cfg(feature = "candle")]
+    b.time(
+        Case {
+            op: "pt.read.owned",
+            lib: "candle",
+            how: "candle_core::pickle::read_all(path)",
+            bytes,
+            runs,
+        },
+        none,
+        || tensorfmt_benches::candle::read_all(&input),
+    )?;
+    b.time(
+        Case {
+            op: "pt.memcpy.fresh",
+            lib: "memcpy",
+            how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
+            bytes,
+            runs,
+        },
+        none,
+        || mem::copy_fresh(&input, &ranges),
+    )?;
+    if b.wanted("pt.memcpy.hot") {
+        let mut hot = mem::HotCopy::new(&input, &ranges)?;
+        b.time(
+            Case {
+                op: "pt.memcpy.hot",
+                lib: "memcpy",
+                how: "copy into one reused buffer, source and destination already faulted in",
+                bytes,
+                runs,
+            },
+            none,
+            || hot.run(),
+        )?;
+    }
+
+    // Saves of the same tensors, from owned memory.
+    if !b.wanted("pt.write") {
+        return Ok(());
+    }
+    let tensors = tf::read_owned(&input)?;
+    let metas = tf::metas(&tensors)?;
+    let refs: Vec<(TensorMeta, &[u8])> = metas
+        .into_iter()
+        .zip(tensors.iter().map(|t| t.data.as_bytes()))
+        .collect();
+    let out = dir.join("out_tf.pt");
+    b.time(
+        Case {
+            op: "pt.write.fsync",
+            lib: "tensorfmt",
+            how: "Saver: temp file + fsync + rename",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_with_meta(&out, "pytorch", &refs, None),
+    )?;
+    b.time(
+        Case {
+            op: "pt.write.nofsync",
+            lib: "tensorfmt",
+            how: "FormatDesc::writer over BufWriter<File>, no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_with_meta_no_fsync(&out, "pytorch", &refs, None),
+    )?;
+    remove_if_exists(&out)?;
+    Ok(())
+}
+
 fn main() {
     let result = (|| -> Result<Value> {
         let args = parse_args()?;
@@ -425,10 +564,12 @@ fn main() {
         open(&mut b)?;
         npz(&mut b, "stored", Compression::Stored)?;
         npz(&mut b, "deflate", Compression::Deflate)?;
+        pytorch(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
             "runs": b.args.runs,
             "open_runs": b.args.open_runs,
+            "candle": cfg!(feature = "candle"),
             "results": b.results,
         }))
     })();
