@@ -153,6 +153,16 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
             fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
                 Writer::set_structure(self, tree)
             }
+
+            fn add_view(
+                &mut self,
+                meta: &rt::TensorMeta,
+                view: &rt::StorageView,
+                storage: ::std::option::Option<rt::Payload<'_>>,
+            ) -> rt::Result<bool> {
+                Writer::add_view(self, meta, view, storage)?;
+                Ok(true)
+            }
         }
     } else {
         quote!()

@@ -1282,6 +1282,7 @@ impl WScope<'_> {
                 if self.tensor && p.len() == 1 {
                     match path.as_str() {
                         "index" => return wv(quote!(i128::from(index)), W::Int),
+                        "offset" => return wv(quote!(i128::from(offset)), W::Int),
                         "numel" => return wv(quote!(i128::from(numel)), W::Int),
                         "nbytes" => return wv(quote!(i128::from(nbytes)), W::Int),
                         "dtype" => return wv(quote!(meta.dtype), W::DType),
@@ -1673,10 +1674,13 @@ fn gen_writer(
         Some(s) => {
             let sv = scope.compile(cx, s)?;
             let sts = scope.int(cx, s, &sv)?;
-            let msg = format!("the written object's `{}` is not 0", cx.text(s.span));
+            let msg = format!(
+                "the written object's `{}` is not the view's byte offset",
+                cx.text(s.span)
+            );
             quote! {
                 let start: u64 = #sts;
-                if start != 0 {
+                if ::std::option::Option::Some(start) != offset.checked_mul(meta.dtype.itemsize().unwrap_or(0) as u64) {
                     return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())));
                 }
             }
@@ -1712,6 +1716,10 @@ fn gen_writer(
             tensors: ::std::vec::Vec<(rt::pickle::Value, rt::pickle::Value)>,
             names: ::std::collections::HashSet<::std::string::String>,
             structure: ::std::option::Option<rt::Node>,
+            /// Storages written: the caller's id → (member index, dtype, bytes).
+            storages: ::std::collections::HashMap<u64, (u64, rt::DType, u64)>,
+            /// Members written so far (one per storage).
+            members: u64,
         }
 
         impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
@@ -1721,7 +1729,7 @@ fn gen_writer(
                 if !matches!(compression, #(#smethods)|*) {
                     return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, compression))));
                 }
-                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new(), structure: None })
+                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new(), structure: None, storages: ::std::collections::HashMap::new(), members: 0 })
             }
 
             fn captures() -> rt::Result<rt::Captures> {
@@ -1732,8 +1740,61 @@ fn gen_writer(
                 Ok(rt::Captures::new(&pattern, values))
             }
 
-            /// Adds one tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order; they are byte-swapped when the format's byte order differs.
+            /// Adds one tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order; they are byte-swapped when the format's byte order differs. The tensor gets a storage of its own.
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
+                let strides: ::std::vec::Vec<i64> = rt::contiguous_strides(&meta.shape, meta.order).map_err(in_tensor)?;
+                let nbytes: u64 = meta.nbytes().map_err(in_tensor)?;
+                let index = self.members;
+                self.put(meta, strides, 0, index, nbytes, Some(data))?;
+                self.members += 1;
+                Ok(())
+            }
+
+            /// Adds one tensor that views a storage: `storage` holds the storage's bytes the first time `view.storage` is given (in `meta`'s byte order), `None` after; every view of one storage has one dtype. The storage is one member, shared by its views.
+            pub fn add_view(&mut self, meta: &rt::TensorMeta, view: &rt::StorageView, storage: ::std::option::Option<rt::Payload<'_>>) -> rt::Result<()> {
+                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
+                let invalid = |m: ::std::string::String| in_tensor(rt::Error::from(rt::ErrorKind::Invalid(m)));
+                // The view must lie inside its storage.
+                rt::TensorInfo::strided(
+                    meta.name.as_str(),
+                    meta.dtype,
+                    meta.shape.clone(),
+                    view.strides.clone(),
+                    meta.byte_order,
+                    rt::DataLocation::Range {
+                        offset: 0,
+                        len: view
+                            .storage_nbytes
+                            .checked_sub(view.offset.saturating_mul(meta.dtype.itemsize().unwrap_or(0) as u64))
+                            .ok_or_else(|| invalid(format!("offset {} lies beyond its storage of {} bytes", view.offset, view.storage_nbytes)))?,
+                    },
+                )
+                .map_err(in_tensor)?;
+                let (index, fresh) = match (self.storages.get(&view.storage), &storage) {
+                    (Some(&(index, dtype, nbytes)), None) => {
+                        if dtype != meta.dtype || nbytes != view.storage_nbytes {
+                            return Err(invalid(format!(
+                                "storage {} is {} bytes of {}, viewed here as {} bytes of {}",
+                                view.storage, nbytes, dtype, view.storage_nbytes, meta.dtype
+                            )));
+                        }
+                        (index, false)
+                    }
+                    (Some(_), Some(_)) => return Err(invalid(format!("the bytes of storage {} are given twice", view.storage))),
+                    (None, None) => return Err(invalid(format!("storage {} is viewed before its bytes are given", view.storage))),
+                    (None, Some(_)) => (self.members, true),
+                };
+                self.put(meta, view.strides.clone(), view.offset, index, view.storage_nbytes, storage)?;
+                if fresh {
+                    self.storages.insert(view.storage, (index, meta.dtype, view.storage_nbytes));
+                    self.members += 1;
+                }
+                Ok(())
+            }
+
+            /// One tensor of storage member `index` (of `nbytes` bytes) at element `offset` with `strides`; writes the member when `data` is given.
+            fn put(&mut self, meta: &rt::TensorMeta, strides: ::std::vec::Vec<i64>, offset: u64, index: u64, nbytes: u64, data: ::std::option::Option<rt::Payload<'_>>) -> rt::Result<()> {
                 let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
                 if self.names.contains(&meta.name) {
                     return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#dup, meta.name))));
@@ -1741,10 +1802,11 @@ fn gen_writer(
                 let captures = Self::captures()?;
                 #(#text_bind)*
                 let byte_order: rt::ByteOrder = #bo_ts;
-                let index = self.tensors.len() as u64;
-                let numel: u64 = rt::numel(&meta.shape).map_err(in_tensor)?;
-                let nbytes: u64 = meta.nbytes().map_err(in_tensor)?;
-                let strides: ::std::vec::Vec<i64> = rt::contiguous_strides(&meta.shape, meta.order).map_err(in_tensor)?;
+                let item = meta.dtype.itemsize().ok_or_else(|| in_tensor(rt::Error::from(rt::ErrorKind::Unsupported("string tensors have no fixed byte size".to_string()))))? as u64;
+                if item == 0 || nbytes % item != 0 {
+                    return Err(in_tensor(rt::Error::from(rt::ErrorKind::SizeMismatch(format!("a storage of {} bytes is not a whole number of {}-byte elements", nbytes, item)))));
+                }
+                let numel: u64 = nbytes / item;
                 let obj: rt::pickle::Value = (|| -> rt::Result<rt::pickle::Value> { Ok(#obj_ts) })().map_err(in_tensor)?;
                 let name = (|| -> rt::Result<::std::string::String> {
                     let o: &rt::pickle::Object = match &obj {
@@ -1758,13 +1820,15 @@ fn gen_writer(
                     captures.format(#spat, #cap, key)
                 })()
                 .map_err(in_tensor)?;
-                self.zip.start_member(&name, self.compression, #salign)?;
-                let written = if meta.byte_order == byte_order {
-                    data.write_to(&mut self.zip, nbytes, "data")
-                } else {
-                    data.write_swapped_to(&mut self.zip, nbytes, meta.dtype.swap_unit().unwrap_or(1), "data")
-                };
-                written.map_err(|e| e.in_entry(name.as_str()))?;
+                if let Some(data) = data {
+                    self.zip.start_member(&name, self.compression, #salign)?;
+                    let written = if meta.byte_order == byte_order {
+                        data.write_to(&mut self.zip, nbytes, "data")
+                    } else {
+                        data.write_swapped_to(&mut self.zip, nbytes, meta.dtype.swap_unit().unwrap_or(1), "data")
+                    };
+                    written.map_err(|e| e.in_entry(name.as_str()))?;
+                }
                 self.names.insert(meta.name.clone());
                 self.tensors.push((rt::pickle::Value::str(&meta.name), obj));
                 Ok(())

@@ -69,6 +69,10 @@ enum Command {
         /// lists and non-tensor values a PyTorch checkpoint otherwise keeps.
         #[arg(long)]
         flatten: bool,
+        /// Keep views of shared storages as views (offsets, strides, one shared storage
+        /// copied whole) where both formats hold them, instead of contiguous tensors.
+        #[arg(long)]
+        keep_layout: bool,
     },
     /// Check structure and checksums; exits non-zero on damage.
     Verify {
@@ -393,6 +397,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
             dtype,
             compress,
             flatten,
+            keep_layout,
         } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
@@ -406,6 +411,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
                 to,
                 dtype,
                 flatten,
+                keep_layout,
                 ..Default::default()
             };
             if compress {

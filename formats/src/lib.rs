@@ -24,7 +24,7 @@ use std::path::Path;
 use std::rc::Rc;
 
 pub use tensorfmt_runtime as runtime;
-pub use tensorfmt_runtime::registry::{FormatDesc, Payload};
+pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
 pub use tensorfmt_runtime::zip::Compression;
@@ -337,6 +337,22 @@ impl Saver {
         self.add_payload(meta, Payload::Reader(data))
     }
 
+    /// Adds a tensor that views a storage shared with other tensors (a `torch.save`
+    /// storage viewed at an offset with strides), for formats that store views
+    /// (`pytorch`): `storage` holds the storage's bytes the first time `view.storage` is
+    /// given, `None` after. Returns false, and writes nothing, for formats that store dense
+    /// tensors only: add the tensor contiguous instead.
+    pub fn add_view(
+        &mut self,
+        meta: &TensorMeta,
+        view: &StorageView,
+        storage: Option<&[u8]>,
+    ) -> Result<bool> {
+        self.writer
+            .add_view(meta, view, storage.map(Payload::Bytes))
+            .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
+    }
+
     /// Adds a tensor from bytes in memory, written straight from there.
     pub fn add_bytes(&mut self, meta: &TensorMeta, data: &[u8]) -> Result<()> {
         self.add_payload(meta, Payload::Bytes(data))
@@ -395,6 +411,14 @@ pub struct ConvertOptions {
     /// more than dicts, lists, tuples, numbers, strings and tensors (a TorchScript
     /// module) is written flat.
     pub flatten: bool,
+    /// Keep each tensor's layout where both formats can hold it: tensors viewing one
+    /// storage (zip members of a PyTorch checkpoint) stay views of one shared storage,
+    /// with their offsets and strides, and the storage is copied whole. By default every
+    /// tensor is written contiguous, holding only its own elements. Ignored with a
+    /// `dtype` cast, for inputs that store no object around their tensors (npy, npz),
+    /// and for tensors whose storage is not a member of its own (legacy checkpoints),
+    /// which are written contiguous.
+    pub keep_layout: bool,
     /// How to open the input.
     pub open: OpenOptions,
 }
@@ -422,14 +446,35 @@ pub fn convert(
 ) -> Result<ConvertSummary> {
     let file = TensorFile::open_with(input, &options.open)?;
     let mut saver = Saver::create(output, options.to.as_deref(), &options.write)?;
+    let tree = file.structure()?;
     if !options.flatten {
-        if let Some(tree) = file.structure()?.filter(Node::is_plain) {
-            saver.set_structure(&tree)?;
+        if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {
+            saver.set_structure(tree)?;
         }
     }
     let total = file.tensors().len();
     let mut bytes = 0u64;
+    // Storages are members of their own in formats around a stored object (PyTorch,
+    // TorchScript); an npz member is an npy file, not a storage.
+    let mut keep_layout = options.keep_layout && options.dtype.is_none() && tree.is_some();
+    let mut storages: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for (i, info) in file.tensors().iter().enumerate() {
+        if keep_layout {
+            if let Some((meta, view, member)) = storage_view(info, &mut storages) {
+                let whole = match member {
+                    Some(m) => Some(file.load_info(&m)?),
+                    None => None,
+                };
+                if saver.add_view(&meta, &view, whole.as_ref().map(|t| t.data.as_bytes()))? {
+                    bytes += whole.map_or(0, |t| t.data.as_bytes().len() as u64);
+                    progress(i + 1, total);
+                    continue;
+                }
+                // The output stores dense tensors only.
+                keep_layout = false;
+                storages.clear();
+            }
+        }
         let tensor = file.load_info(info)?;
         let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)
             .map_err(|e| with_file(e.in_entry(&info.name), file.source()))?;
@@ -445,6 +490,61 @@ pub fn convert(
         tensors: total,
         bytes,
     })
+}
+
+/// How `info` views a storage of its own (a zip member): its metadata, its view (the
+/// storage's id from `ids`, by member name) and, the first time a member is seen, a tensor
+/// that reads the whole member. `None` when its bytes are not a whole member's suffix.
+fn storage_view(
+    info: &TensorInfo,
+    ids: &mut std::collections::HashMap<String, u64>,
+) -> Option<(TensorMeta, StorageView, Option<TensorInfo>)> {
+    let DataLocation::ZipMember { member, skip, .. } = &info.location else {
+        return None;
+    };
+    let item = info.dtype.itemsize()? as u64;
+    if item == 0 || skip % item != 0 || member.size % item != 0 {
+        return None;
+    }
+    let next = ids.len() as u64;
+    let mut first = false;
+    let id = *ids.entry(member.name.clone()).or_insert_with(|| {
+        first = true;
+        next
+    });
+    let whole = if first {
+        Some(
+            TensorInfo::strided(
+                member.name.clone(),
+                DType::U8,
+                vec![member.size],
+                vec![1],
+                ByteOrder::Little,
+                DataLocation::ZipMember {
+                    member: member.clone(),
+                    skip: 0,
+                    len: member.size,
+                },
+            )
+            .ok()?,
+        )
+    } else {
+        None
+    };
+    let meta = TensorMeta {
+        name: info.name.clone(),
+        dtype: info.dtype,
+        shape: info.shape.clone(),
+        order: Order::C,
+        byte_order: info.byte_order,
+    };
+    let view = StorageView {
+        storage: id,
+        storage_nbytes: member.size,
+        offset: skip / item,
+        strides: info.strides.clone(),
+    };
+    Some((meta, view, whole))
 }
 
 /// The metadata and bytes to hand a writer for a tensor read as `info`: unchanged when

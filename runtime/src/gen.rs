@@ -24,7 +24,9 @@ pub use crate::error::{Error, ErrorKind, Location, Result};
 pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
 pub use crate::pattern::{Captures, Pattern};
-pub use crate::registry::{no_structure, FormatDesc, Payload, TensorWriter, WriteSeek};
+pub use crate::registry::{
+    no_structure, FormatDesc, Payload, StorageView, TensorWriter, WriteSeek,
+};
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{
     contiguous_strides, numel, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,

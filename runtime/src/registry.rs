@@ -130,6 +130,21 @@ impl Payload<'_> {
     }
 }
 
+/// Where a tensor added as a view ([`TensorWriter::add_view`]) lies in a storage that
+/// several tensors may share: a `torch.save` storage viewed at an offset with strides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageView {
+    /// The caller's id of the storage: views with the same id share one storage, whose
+    /// bytes are given with the first of them.
+    pub storage: u64,
+    /// The storage's size in bytes (a whole number of the tensor's elements).
+    pub storage_nbytes: u64,
+    /// Where the tensor's first element is, in elements from the storage's start.
+    pub offset: u64,
+    /// The tensor's strides in elements (0 allowed, negative refused).
+    pub strides: Vec<i64>,
+}
+
 /// A streaming writer of one container: tensors are added one at a time.
 pub trait TensorWriter {
     /// Appends one tensor whose bytes `data` holds.
@@ -143,6 +158,21 @@ pub trait TensorWriter {
     /// and changes nothing, where the format stores tensors alone (the default).
     fn set_structure(&mut self, tree: &Node) -> Result<bool> {
         let _ = tree;
+        Ok(false)
+    }
+    /// Adds a tensor that views a storage at an offset with strides, for formats that
+    /// store views (PyTorch): `storage` holds the storage's `view.storage_nbytes` bytes
+    /// the first time its id is given, and must be `None` after (the storage is written
+    /// once, shared by its views). `meta`'s order is ignored: `view.strides` says the
+    /// layout. Returns false, and writes nothing, where the format stores dense tensors
+    /// only (the default): the caller then adds the tensor contiguous.
+    fn add_view(
+        &mut self,
+        meta: &TensorMeta,
+        view: &StorageView,
+        storage: Option<Payload<'_>>,
+    ) -> Result<bool> {
+        let _ = (meta, view, storage);
         Ok(false)
     }
 }

@@ -1233,7 +1233,7 @@ impl<'a> Checker<'a> {
                     && p.len() == 1
                     && matches!(
                         p[0].name.as_str(),
-                        "index" | "numel" | "nbytes" | "shape" | "strides" | "dtype"
+                        "index" | "numel" | "nbytes" | "offset" | "shape" | "strides" | "dtype"
                     );
                 if !local && global(&text).is_none() {
                     self.err_help(

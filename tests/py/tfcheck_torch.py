@@ -35,7 +35,7 @@ describe FILE [FILE...]
     element bytes for bf16 and float8), bool as one byte 0/1. Exits 2 with a message on
     any other dtype (quantized, complex32, other float8 flavours...).
 
-compare [--values-only | --contents] A B [A B ...]
+compare [--values-only | --contents | --storage] A B [A B ...]
     Exits 0 when A and B (any of the three formats) hold the same thing:
       * the same tensor names in the same order, same dtypes, shapes and bit-identical
         elements;
@@ -44,7 +44,9 @@ compare [--values-only | --contents] A B [A B ...]
         partition of names), Parameter or plain Tensor, requires_grad, and the same
         non-tensor leaves (names, types and values, e.g. ``epoch`` = 3).
     With --contents: names, dtypes, shapes, elements and the non-tensor leaves, not the
-    layout (what a contiguous rewrite keeps).
+    layout (what a contiguous rewrite keeps). With --storage: --contents plus strides,
+    storage offsets, storage sizes and storage sharing (all but Parameter-ness and
+    requires_grad).
     Prints the differences and exits 1 otherwise; exits 2 when a file cannot be loaded.
     Several pairs are compared in turn; the exit status is that of the worst.
 
@@ -244,7 +246,7 @@ def leaf_repr(v):
     return f"{type(v).__name__}:{v!r}"
 
 
-def differences(path_a, path_b, values_only=False, layout_too=True):
+def differences(path_a, path_b, values_only=False, layout_too=True, kinds_too=True):
     """What differs between two files, as a list of lines (empty: the same)."""
     (_, ta, la), (_, tb, lb) = load(path_a), load(path_b)
     problems = []
@@ -267,6 +269,8 @@ def differences(path_a, path_b, values_only=False, layout_too=True):
         if not values_only and layout_too:
             (pa, sa), (pb, sb) = layout(ta), layout(tb)
             fields = ("stride", "storage_offset", "storage nbytes", "kind", "requires_grad")
+            if not kinds_too:
+                fields = fields[:3]
             for name in na:
                 for f, x, y in zip(fields, pa[name], pb[name]):
                     if x != y:
@@ -284,16 +288,18 @@ def differences(path_a, path_b, values_only=False, layout_too=True):
 
 
 def cmd_compare(args):
-    values_only, layout_too = False, True
+    values_only, layout_too, kinds_too = False, True, True
     if args and args[0] == "--values-only":
         values_only, args = True, args[1:]
     elif args and args[0] == "--contents":
         layout_too, args = False, args[1:]
+    elif args and args[0] == "--storage":
+        kinds_too, args = False, args[1:]
     if not args or len(args) % 2:
         usage()
     status = 0
     for a, b in zip(args[0::2], args[1::2]):
-        problems = differences(a, b, values_only, layout_too)
+        problems = differences(a, b, values_only, layout_too, kinds_too)
         if problems:
             print(f"{a} ({file_format(a)}) and {b} ({file_format(b)}) differ:", file=sys.stderr)
             for p in problems:

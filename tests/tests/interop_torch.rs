@@ -76,6 +76,7 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
     let out = tempfile::tempdir().unwrap();
     let mut contents = Vec::new();
     let mut values_only = Vec::new();
+    let mut storage = Vec::new();
     for (i, src) in files.iter().enumerate() {
         let kept = out.path().join(format!("{i}-kept.pt"));
         convert(src, &kept, &[]);
@@ -103,6 +104,14 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
             contents.push(src.clone());
             contents.push(kept);
         }
+        // Views of shared storages stay views of one storage with --keep-layout (zip
+        // checkpoints: their storages are members of their own).
+        if !s(src).contains("-script-") && !s(src).contains("-legacy-") {
+            let views = out.path().join(format!("{i}-views.pt"));
+            convert(src, &views, &["--keep-layout"]);
+            storage.push(src.clone());
+            storage.push(views);
+        }
     }
     // torch.load(weights_only=True) of each written file: same names, dtypes, shapes,
     // elements, and the same non-tensor values (epoch, param_groups, ...).
@@ -112,6 +121,78 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
         let args: Vec<&str> = values_only.iter().map(|p| s(p)).collect();
         tfcheck_torch(&[&["compare", "--values-only"], &args[..]].concat());
     }
+    // Strides, storage offsets, storage sizes and sharing too.
+    if !storage.is_empty() {
+        let args: Vec<&str> = storage.iter().map(|p| s(p)).collect();
+        tfcheck_torch(&[&["compare", "--storage"], &args[..]].concat());
+    }
+}
+
+/// The fixtures with views and shared storages keep them with `--keep-layout`, and each
+/// storage is written once.
+#[test]
+fn keep_layout_writes_shared_storages_once() {
+    let dir = fixtures().join("pytorch");
+    let out = tempfile::tempdir().unwrap();
+    let mut pairs = Vec::new();
+    for n in [
+        "noncontiguous.pt",
+        "shared_storage.pt",
+        "all_dtypes.pt",
+        "scalars_and_empty.pt",
+        "checkpoint_adam.pt",
+    ] {
+        let dst = out.path().join(n);
+        convert(&dir.join(n), &dst, &["--keep-layout"]);
+        pairs.push(dir.join(n));
+        pairs.push(dst);
+    }
+    let args: Vec<&str> = pairs.iter().map(|p| s(p)).collect();
+    tfcheck_torch(&[&["compare", "--storage"], &args[..]].concat());
+    // shared_storage.pt: 10 tensors over 4 storages, so 4 storage members.
+    let f = tensorfmt::TensorFile::open(out.path().join("shared_storage.pt")).unwrap();
+    let mut members: Vec<String> = f
+        .tensors()
+        .iter()
+        .map(|t| match &t.location {
+            tensorfmt::DataLocation::ZipMember { member, .. } => member.name.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    members.sort();
+    members.dedup();
+    assert_eq!(members.len(), 4, "{members:?}");
+    // A view's bytes must be given once, and a view must fit its storage.
+    let mut saver =
+        tensorfmt::Saver::create(out.path().join("v.pt"), None, &Default::default()).unwrap();
+    let meta = |name: &str, shape: Vec<u64>| tensorfmt::TensorMeta {
+        name: name.into(),
+        dtype: tensorfmt::DType::F32,
+        shape,
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    };
+    let view = |offset, strides| tensorfmt::StorageView {
+        storage: 7,
+        storage_nbytes: 16,
+        offset,
+        strides,
+    };
+    assert!(saver
+        .add_view(&meta("a", vec![2]), &view(1, vec![2]), Some(&[0u8; 16]))
+        .unwrap());
+    let e = saver
+        .add_view(&meta("b", vec![3]), &view(2, vec![1]), None)
+        .unwrap_err();
+    assert!(e.to_string().contains("'b'"), "{e}");
+    let e = saver
+        .add_view(&meta("c", vec![1]), &view(0, vec![1]), Some(&[0u8; 16]))
+        .unwrap_err();
+    assert!(e.to_string().contains("given twice"), "{e}");
+    assert!(saver
+        .add_view(&meta("d", vec![2, 2]), &view(0, vec![1, 0]), None)
+        .unwrap());
+    saver.commit().unwrap();
 }
 
 /// The committed fixtures, converted to `pytorch`, keep everything torch sees.
