@@ -50,10 +50,11 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                 uses_limits = true;
                 let p = &pattern.value;
                 let test = if *none {
-                    quote!(!zip
+                    // `if !#test` below: no member may match.
+                    quote!(zip
                         .members
                         .iter()
-                        .any(|m| pattern.matches(&m.name).is_some()))
+                        .all(|m| pattern.matches(&m.name).is_none()))
                 } else if *all {
                     quote!(zip
                         .members
@@ -116,7 +117,7 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
 /// The `DESC` constant and the writer constructor behind it; `structure`: the format's
 /// module has a `structure` reader (formats around a pickled object).
 pub(crate) fn desc(structure: bool) -> TokenStream {
-    let structure = structure_fn(structure);
+    let structure = structure_field(structure);
     quote! {
         fn new_writer<'a>(
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
@@ -131,18 +132,18 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
             extensions: EXTENSIONS,
             detect,
             index,
-            structure: #structure,
+            #structure,
             writer: new_writer,
         };
     }
 }
 
 /// The `structure` field of `DESC`.
-pub(crate) fn structure_fn(structure: bool) -> TokenStream {
+pub(crate) fn structure_field(structure: bool) -> TokenStream {
     if structure {
         quote!(structure)
     } else {
-        quote!(rt::no_structure)
+        quote!(structure: rt::no_structure)
     }
 }
 

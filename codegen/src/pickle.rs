@@ -1884,7 +1884,7 @@ fn gen_writer(
 
 /// A writer constructor that refuses (a mapping without a `write` rule).
 fn refusing_writer(public: &str, structure: bool) -> TokenStream {
-    let structure = crate::engine::structure_fn(structure);
+    let structure = crate::engine::structure_field(structure);
     let no_write =
         format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
     quote! {
@@ -1902,7 +1902,7 @@ fn refusing_writer(public: &str, structure: bool) -> TokenStream {
             extensions: EXTENSIONS,
             detect,
             index,
-            structure: #structure,
+            #structure,
             writer: new_writer,
         };
     }
