@@ -632,6 +632,42 @@ pub(crate) fn kind_params(pdecl: &Pickle, kind: &str) -> (Vec<String>, Vec<Strin
     (params, persistent)
 }
 
+/// `index` and `structure`, both over the generated `read_index(src, limits,
+/// with_structure)`; `index_doc` documents `index`, `of` names what the tree is of.
+pub(crate) fn index_and_structure(index_doc: &str, of: &str) -> TokenStream {
+    let sdoc = format!(" The object tree of {of}, its tensors named as [`index`] names them.");
+    let rdoc = format!(" The tensors, and with `with_structure` the object tree of {of}.");
+    quote! {
+        #[doc = #index_doc]
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            Ok(read_index(src, limits, false)?.0)
+        }
+
+        #[doc = #sdoc]
+        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
+            Ok(read_index(src, limits, true)?.1)
+        }
+
+        #[doc = #rdoc]
+        fn read_index(
+            src: &rt::Source,
+            limits: &rt::Limits,
+            with_structure: bool,
+        ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)>
+    }
+}
+
+/// The object tree of the pickle value `value`, naming each tensor object as the index
+/// did (`names_of`: object address → the names it was listed under, in walk order).
+pub(crate) fn tree_of(value: TokenStream) -> TokenStream {
+    quote! {
+        rt::pickle::to_tree(&#value, &mut |o| {
+            let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
+            if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
+        }, limits)
+    }
+}
+
 /// `index` and `Writer` of a zip format around a pickled object.
 /// The tables of the formats `fmt`'s file `use`s: `(format, table, module)`.
 fn visible_tables<'s>(
@@ -934,15 +970,10 @@ pub(crate) fn gen_zip_pickle(
             }
         };
         let tree = if primary {
+            let tree = tree_of(quote!(value));
             quote! {
                 if with_structure {
-                    structure = Some(
-                        rt::pickle::to_tree(&value, &mut |o| {
-                            let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
-                            if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
-                        }, limits)
-                        .map_err(|e| in_file(e.in_entry(pm.name.as_str())))?,
-                    );
+                    structure = Some(#tree.map_err(|e| in_file(e.in_entry(pm.name.as_str())))?);
                 }
             }
         } else {
@@ -1017,27 +1048,15 @@ pub(crate) fn gen_zip_pickle(
     };
     let _ = pdecl;
     let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
+    let entry_points = index_and_structure(
+        " Lists the tensors of `src` without reading their bytes: reads the pickle members\n (with the declared globals only), then maps every object of the mapped kinds.",
+        "the first pickle member",
+    );
     Ok(quote! {
         #[doc = " The name pattern of the pickle member; its captures name every other member."]
         pub const #pconst: &str = #ppat;
 
-        /// Lists the tensors of `src` without reading their bytes: reads the pickle member
-        /// (with the declared globals only), then maps every object of the mapped kind.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            Ok(read_index(src, limits, false)?.0)
-        }
-
-        /// The object tree of the pickle member, its tensors named as [`index`] names them.
-        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
-            Ok(read_index(src, limits, true)?.1)
-        }
-
-        /// The tensors, and with `with_structure` the object tree of the pickle member.
-        fn read_index(
-            src: &rt::Source,
-            limits: &rt::Limits,
-            with_structure: bool,
-        ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)> {
+        #entry_points {
             let in_file = |e: rt::Error| match src.path() {
                 Some(p) => e.in_file(p),
                 None => e,

@@ -48,38 +48,47 @@ pub fn python() -> &'static Path {
     })
 }
 
-/// Runs `tests/py/tfcheck.py` with `args`; returns stdout, panicking with stderr on failure.
-pub fn tfcheck(args: &[&str]) -> String {
+/// Runs the script `tests/py/<script>` with the test environment's Python and `args`;
+/// returns stdout, panicking with its output on failure.
+fn run_script(script: &str, args: &[&str]) -> String {
     let out = Command::new(python())
-        .arg(repo_root().join("tests/py/tfcheck.py"))
+        .arg(repo_root().join("tests/py").join(script))
         .args(args)
         .output()
-        .expect("running tfcheck.py");
+        .unwrap_or_else(|e| panic!("running {script}: {e}"));
     assert!(
         out.status.success(),
-        "tfcheck.py {args:?} failed:\n{}{}",
+        "{script} {} failed:\n{}{}",
+        args.first().copied().unwrap_or_default(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// Runs `tests/py/tfcheck.py` (NumPy) with `args`; returns stdout, panicking with its
+/// output on failure.
+pub fn tfcheck(args: &[&str]) -> String {
+    run_script("tfcheck.py", args)
+}
+
 /// Runs `tests/py/tfcheck_torch.py` (real torch) with `args`; returns stdout, panicking
-/// with stderr on failure.
+/// with its output on failure.
 pub fn tfcheck_torch(args: &[&str]) -> String {
-    let out = Command::new(python())
-        .arg(repo_root().join("tests/py/tfcheck_torch.py"))
-        .args(args)
-        .output()
-        .expect("running tfcheck_torch.py");
-    assert!(
-        out.status.success(),
-        "tfcheck_torch.py {} failed:\n{}{}",
-        args.first().copied().unwrap_or_default(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    run_script("tfcheck_torch.py", args)
+}
+
+/// The seed of this run's unseen files: `TENSORFMT_SEED` when set (to reproduce a run),
+/// else a new one, printed either way.
+pub fn run_seed() -> String {
+    let seed = std::env::var("TENSORFMT_SEED").unwrap_or_else(|_| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970");
+        (t.as_nanos() % 1_000_000_007).to_string()
+    });
+    eprintln!("make-random seed {seed} (TENSORFMT_SEED={seed} reproduces this run)");
+    seed
 }
 
 /// Runs a Python snippet with the test environment's interpreter; returns (success, output).

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tensorfmt::{ByteOrder, DType, Order, TensorMeta, WriteOptions};
-use tensorfmt_tests::{cli, fixtures, inspect_json, numpy_json, python_snippet, tfcheck};
+use tensorfmt_tests::{cli, fixtures, inspect_json, numpy_json, python_snippet, run_seed, tfcheck};
 
 fn all_fixtures() -> Vec<PathBuf> {
     let mut v = Vec::new();
@@ -59,13 +59,7 @@ fn converted_fixtures_load_identically_in_numpy() {
 fn unseen_numpy_files_are_read_exactly_and_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     // A new seed every run (printed, and settable with TENSORFMT_SEED to reproduce one).
-    let seed = std::env::var("TENSORFMT_SEED").unwrap_or_else(|_| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        (t.as_nanos() % 1_000_000_007).to_string()
-    });
-    eprintln!("make-random seed {seed} (TENSORFMT_SEED={seed} reproduces this run)");
+    let seed = run_seed();
     let made = tfcheck(&["make-random", s(dir.path()), &seed, "40"]);
     let paths: Vec<PathBuf> = made
         .lines()

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, tfcheck_torch};
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed, tfcheck_torch};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -17,13 +17,7 @@ fn s(p: &Path) -> &str {
 
 /// `count` new files from a seed of this run.
 fn unseen(dir: &Path, count: usize) -> Vec<PathBuf> {
-    let seed = std::env::var("TENSORFMT_SEED").unwrap_or_else(|_| {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap();
-        (t.as_nanos() % 1_000_000_007).to_string()
-    });
-    eprintln!("make-random seed {seed} (TENSORFMT_SEED={seed} reproduces this run)");
+    let seed = run_seed();
     let made = tfcheck_torch(&["make-random", s(dir), &seed, &count.to_string()]);
     let paths: Vec<PathBuf> = made
         .lines()

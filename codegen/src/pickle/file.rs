@@ -550,24 +550,13 @@ pub(crate) fn gen_file_pickle(
         Some(o) => format!("{public} is read-only; write {} instead", o.public_name()),
         None => format!("{public} is read-only"),
     };
+    let entry_points = super::index_and_structure(
+        " Lists the tensors of `src` without reading their bytes: reads the pickles, maps\n every object of the mapped kind, then sizes each record by the tensors using it.",
+        "the pickled object",
+    );
+    let tree = super::tree_of(quote!(#ovar));
     Ok(quote! {
-        /// Lists the tensors of `src` without reading their bytes: reads the pickles, maps
-        /// every object of the mapped kind, then sizes each record by the tensors using it.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            Ok(read_index(src, limits, false)?.0)
-        }
-
-        /// The object tree of the pickled object, its tensors named as [`index`] names them.
-        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
-            Ok(read_index(src, limits, true)?.1)
-        }
-
-        /// The tensors, and with `with_structure` the object tree of the pickled object.
-        fn read_index(
-            src: &rt::Source,
-            limits: &rt::Limits,
-            with_structure: bool,
-        ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)> {
+        #entry_points {
             trait At { fn with_offset_at(self, at: u64) -> Self; }
             impl At for rt::Error {
                 fn with_offset_at(mut self, at: u64) -> Self {
@@ -646,13 +635,7 @@ pub(crate) fn gen_file_pickle(
                 tensors.push(t);
             }
             let structure = if with_structure {
-                Some(
-                    rt::pickle::to_tree(&#ovar, &mut |o| {
-                        let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
-                        if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
-                    }, limits)
-                    .map_err(in_file)?,
-                )
+                Some(#tree.map_err(in_file)?)
             } else {
                 None
             };
