@@ -2,8 +2,11 @@
 //! the timings as JSON on stdout (progress on stderr).
 //!
 //! ```text
-//! tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]
+//! tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]... [--lib NAME]...
 //! ```
+//!
+//! `--only` keeps the operations whose name starts with a prefix, `--lib` those of a
+//! library (`tensorfmt`, `ndarray-npy`, `candle`, `memcpy`), for profiling one of them.
 //!
 //! `DIR` holds the input files `compare.py` wrote with NumPy (`in.npy`, `open_*.npy`,
 //! `in_stored.npz`, `in_deflate.npz`) or `compare_torch.py` with `torch.save` (`in.pt`);
@@ -27,6 +30,7 @@ struct Args {
     runs: usize,
     open_runs: usize,
     only: Vec<String>,
+    libs: Vec<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -35,6 +39,7 @@ fn parse_args() -> Result<Args> {
         runs: 5,
         open_runs: 50,
         only: Vec::new(),
+        libs: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -44,8 +49,12 @@ fn parse_args() -> Result<Args> {
             "--runs" => args.runs = value()?.parse()?,
             "--open-runs" => args.open_runs = value()?.parse()?,
             "--only" => args.only.push(value()?),
+            "--lib" => args.libs.push(value()?),
             "-h" | "--help" => {
-                eprintln!("usage: tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]...");
+                eprintln!(
+                    "usage: tfbench --dir DIR [--runs N] [--open-runs M] [--only PREFIX]... \
+                     [--lib NAME]..."
+                );
                 std::process::exit(0);
             }
             other => return Err(format!("unknown argument '{other}'").into()),
@@ -79,6 +88,10 @@ impl Bench {
         self.args.only.is_empty() || self.args.only.iter().any(|p| op.starts_with(p.as_str()))
     }
 
+    fn wanted_lib(&self, lib: &str) -> bool {
+        self.args.libs.is_empty() || self.args.libs.iter().any(|l| l == lib)
+    }
+
     /// Times `run` (after `before`, untimed) once untimed and then `runs` times.
     fn time<T>(
         &mut self,
@@ -93,7 +106,7 @@ impl Bench {
             bytes,
             runs,
         } = case;
-        if !self.wanted(op) {
+        if !self.wanted(op) || !self.wanted_lib(lib) {
             return Ok(());
         }
         eprintln!("tfbench: {op} [{lib}] {how}");
@@ -501,7 +514,7 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         none,
         || mem::copy_fresh(&input, &ranges),
     )?;
-    if b.wanted("pt.memcpy.hot") {
+    if b.wanted("pt.memcpy.hot") && b.wanted_lib("memcpy") {
         let mut hot = mem::HotCopy::new(&input, &ranges)?;
         b.time(
             Case {
@@ -517,7 +530,8 @@ fn pytorch(b: &mut Bench) -> Result<()> {
     }
 
     // Saves of the same tensors, from owned memory.
-    if !b.wanted("pt.write") {
+    let writes = ["pt.write.fsync", "pt.write.nofsync"];
+    if !writes.iter().any(|op| b.wanted(op)) || !b.wanted_lib("tensorfmt") {
         return Ok(());
     }
     let tensors = tf::read_owned(&input)?;
