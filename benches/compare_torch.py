@@ -108,6 +108,8 @@ LIBS = ("torch", "tensorfmt", "candle")
 ROWS = [
     ("index-only open (no payload byte read)",
      {"torch": "pt.open", "tensorfmt": "pt.open", "candle": "pt.open"}),
+    ("index-only open, format given to tensorfmt (no detection)",
+     {"torch": "pt.open", "tensorfmt": "pt.open.nodetect", "candle": "pt.open"}),
     ("full load into memory (tensorfmt verifies CRC-32)",
      {"torch": "pt.read.owned", "tensorfmt": "pt.read.owned", "candle": "pt.read.owned"}),
     ("full load into memory (tensorfmt skips CRC-32, as torch.load)",

@@ -111,6 +111,15 @@ pub mod tf {
         Ok(TensorFile::open(path)?)
     }
 
+    /// [`open`] as the format named `format` ([`OpenOptions::format`]): no detection.
+    pub fn open_as(path: &Path, format: &str) -> Result<TensorFile> {
+        let options = OpenOptions {
+            format: Some(format.to_string()),
+            ..OpenOptions::default()
+        };
+        Ok(TensorFile::open_with(path, &options)?)
+    }
+
     /// Opens a file and reads every tensor into owned, aligned memory ([`OwnedSink`]).
     pub fn read_owned(path: &Path) -> Result<Vec<Tensor>> {
         let file = TensorFile::open(path)?;
@@ -649,6 +658,7 @@ mod tests {
         let file = tf::open(&p)?;
         assert_eq!(file.format(), "pytorch");
         assert_eq!(file.tensors().len(), 3);
+        assert_eq!(tf::open_as(&p, "pytorch")?.tensors(), file.tensors());
 
         for read in [tf::read_owned, tf::read_owned_unchecked] {
             let tensors = read(&p)?;

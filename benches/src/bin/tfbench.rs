@@ -455,6 +455,17 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         none,
         || tf::open(&input),
     )?;
+    b.time(
+        Case {
+            op: "pt.open.nodetect",
+            lib: "tensorfmt",
+            how: "TensorFile::open_with(format: pytorch) (map + index, no detection)",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open_as(&input, "pytorch"),
+    )?;
     #[cfg(feature = "candle")]
     b.time(
         Case {
