@@ -1,0 +1,25 @@
+//! The restricted pickle reader over arbitrary bytes, with the rules of the PyTorch
+//! checkpoint schema (`formats/fmt/pytorch.fmt`) and the default limits; what it accepts
+//! is then walked for tensors as the checkpoint reader does. Any panic, abort, timeout or
+//! out-of-memory is a bug: hostile input must give an error.
+
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use tensorfmt::generated::pytorch;
+use tensorfmt::runtime::pickle::{self, Rules};
+use tensorfmt::Limits;
+
+fn rules() -> &'static Rules {
+    static RULES: OnceLock<Rules> = OnceLock::new();
+    RULES.get_or_init(pytorch::checkpoint_rules)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits::default();
+    if let Ok(value) = pickle::read(data, rules(), &limits) {
+        let _ = pickle::find_objects(&value, &pytorch::is_checkpoint_tensor, &limits);
+    }
+});

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Makes the fuzzers' seed corpora under fuzz/corpus/ (Python stdlib only; not committed).
+
+pickle_read      the valid and hostile pickles of tests/fixtures/pickle/, and every
+                 pickle member (data.pkl, constants.pkl) of the torch-made fixtures
+pytorch_archive  the torch-made checkpoints of tests/fixtures/pytorch/ (zip, legacy,
+                 TorchScript) and the hostile corpus of tests/fixtures/pytorch/hostile/
+pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickles of
+                 legacy.pt, plus what pickle_read gets
+
+Run from anywhere; existing seed folders are emptied first.
+"""
+import hashlib
+import os
+import shutil
+import zipfile
+
+FUZZ = os.path.dirname(os.path.abspath(__file__))
+FIX = os.path.join(os.path.dirname(FUZZ), "tests", "fixtures")
+TORCH = os.path.join(FIX, "pytorch")
+HOSTILE = os.path.join(TORCH, "hostile")
+
+
+def seeds(target, blobs):
+    d = os.path.join(FUZZ, "corpus", target)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    names = set()
+    for blob in blobs:
+        name = hashlib.sha1(blob).hexdigest()
+        if name not in names:
+            names.add(name)
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(blob)
+    print(f"{len(names):4d} seeds in {d}")
+
+
+def files(folder, keep=lambda n: True):
+    for n in sorted(os.listdir(folder)):
+        p = os.path.join(folder, n)
+        if os.path.isfile(p) and keep(n):
+            with open(p, "rb") as f:
+                yield f.read()
+
+
+def legacy_pickles(path):
+    """The five pickles of a legacy checkpoint (each ends at its top-level STOP)."""
+    import pickletools
+    import io
+    data = open(path, "rb").read()
+    f = io.BytesIO(data)
+    out = []
+    for _ in range(5):
+        start = f.tell()
+        for _ in pickletools.genops(f):
+            pass
+        out.append(data[start:f.tell()])
+    return out
+
+
+checkpoints = [n for n in sorted(os.listdir(TORCH)) if n.endswith((".pt", ".pth"))]
+members = []
+for n in checkpoints:
+    p = os.path.join(TORCH, n)
+    if zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            members += [z.read(i) for i in z.infolist() if i.filename.endswith(".pkl")]
+legacy = legacy_pickles(os.path.join(TORCH, "legacy.pt"))
+
+raw = list(files(os.path.join(FIX, "pickle", "valid")))
+raw += list(files(os.path.join(FIX, "pickle", "hostile"), lambda n: n.endswith(".pkl")))
+seeds("pickle_read", raw + members + legacy)
+seeds("pytorch_archive",
+      list(files(TORCH, lambda n: n in checkpoints))
+      + list(files(HOSTILE, lambda n: n.endswith(".pt"))))
+seeds("pytorch_pickle", members + legacy + raw)
