@@ -309,6 +309,10 @@ fn committed_corpus_is_what_the_generator_writes() {
     for f in made.iter().map(String::as_str).chain(["manifest.json"]) {
         let a = std::fs::read(tmp.path().join(f)).unwrap();
         let b = std::fs::read(dir().join(f)).unwrap();
-        assert!(a == b, "{f} differs from what make_hostile.py writes");
+        assert!(
+            a == b,
+            "{f} differs from what make_hostile.py writes (run it again after changing it \
+             or the fixtures it reads)"
+        );
     }
 }
