@@ -467,6 +467,22 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         || tf::open_as(&input, "pytorch"),
     )?;
     #[cfg(feature = "candle")]
+    {
+        // candle skips what it cannot read (with a message); its rows count only if it
+        // indexes every tensor.
+        let seen = tensorfmt_benches::candle::open(&input)?
+            .tensor_infos()
+            .len();
+        if seen != ranges.len() {
+            return Err(format!(
+                "candle indexes {seen} tensors of {}, tensorfmt {}",
+                input.display(),
+                ranges.len()
+            )
+            .into());
+        }
+    }
+    #[cfg(feature = "candle")]
     b.time(
         Case {
             op: "pt.open",
