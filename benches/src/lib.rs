@@ -256,13 +256,13 @@ pub mod tf {
     /// tensorfmt's index: where the memcpy reference ([`crate::mem`]) copies from.
     /// Errors when a payload is not stored plain (a compressed member).
     pub fn payload_ranges(path: &Path) -> Result<Vec<std::ops::Range<usize>>> {
-        open(path)?
-            .tensors()
+        let file = open(path)?;
+        file.tensors()
             .iter()
             .map(|t| {
                 let (offset, len) = t
                     .location
-                    .plain_range()
+                    .plain_range(file.source().data())?
                     .ok_or_else(|| format!("tensor '{}' is not stored plain", t.name))?;
                 let start = usize::try_from(offset)?;
                 Ok(start..start + usize::try_from(len)?)

@@ -47,29 +47,25 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                 if !zip {
                     return Err(cx.unsupported(*span, "`detect entries` outside the zip engine"));
                 }
-                uses_limits = true;
                 let p = &pattern.value;
                 let test = if *none {
                     // `if !#test` below: no member may match.
-                    quote!(zip
-                        .members
-                        .iter()
-                        .all(|m| pattern.matches(&m.name).is_none()))
+                    quote!(zip.members().iter().all(|m| !pattern.is_match(&m.name)))
                 } else if *all {
-                    quote!(zip
-                        .members
-                        .iter()
-                        .all(|m| pattern.matches(&m.name).is_some()))
+                    quote!(zip.members().iter().all(|m| pattern.is_match(&m.name)))
                 } else {
-                    quote!(zip
-                        .members
-                        .iter()
-                        .any(|m| pattern.matches(&m.name).is_some()))
+                    quote!(zip.members().iter().any(|m| pattern.is_match(&m.name)))
                 };
+                if !uses_limits {
+                    // The archive is indexed once (and kept by the source), for every
+                    // entry rule.
+                    steps.push(quote! {
+                        let Ok(zip) = src.zip_index(limits) else {
+                            return false;
+                        };
+                    });
+                }
                 steps.push(quote! {
-                    let Ok(zip) = rt::ZipIndex::read(src.data(), limits) else {
-                        return false;
-                    };
                     let Ok(pattern) = rt::Pattern::new(#p) else {
                         return false;
                     };
@@ -77,6 +73,7 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                         return false;
                     }
                 });
+                uses_limits = true;
                 described.push(format!(
                     "{} member names matching `{}`",
                     if *none {
@@ -508,10 +505,10 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
         /// whose name matches the pattern (others are skipped).
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
             #in_file
-            let zip = rt::ZipIndex::read(src.data(), limits).map_err(in_file)?;
+            let zip = src.zip_index(limits).map_err(in_file)?;
             let pattern = rt::Pattern::new(#pconst)?;
             let mut tensors = ::std::vec::Vec::new();
-            for m in &zip.members {
+            for m in zip.members() {
                 let Some(captures) = pattern.matches(&m.name) else {
                     continue;
                 };

@@ -65,7 +65,7 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
                             )),
                         }
                         quote!(rt::pickle::Kind::Call {
-                            params: vec![#(#ps.to_string()),*]
+                            params: ::std::vec![#(#ps.to_string()),*].into()
                         })
                     }
                 };
@@ -1061,18 +1061,22 @@ pub(crate) fn gen_zip_pickle(
                 Some(p) => e.in_file(p),
                 None => e,
             };
-            let zip = rt::ZipIndex::read(src.data(), limits).map_err(in_file)?;
+            let zip = src.zip_index(limits).map_err(in_file)?;
             let methods: &[(&str, &[rt::Compression])] = &[#(#methods_ok),*];
-            for m in &zip.members {
-                for (pat, ok) in methods {
-                    if rt::Pattern::new(pat)?.matches(&m.name).is_some() && !ok.contains(&m.compression) {
+            let methods = methods
+                .iter()
+                .map(|(pat, ok)| Ok((rt::Pattern::new(pat)?, *ok)))
+                .collect::<rt::Result<::std::vec::Vec<_>>>()?;
+            for m in zip.members().iter().filter(|m| m.compression != rt::Compression::Stored) {
+                for (pat, ok) in &methods {
+                    if !ok.contains(&m.compression) && pat.is_match(&m.name) {
                         return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, m.compression))).in_entry(m.name.as_str())));
                     }
                 }
             }
             let pattern = rt::Pattern::new(#pconst)?;
             let mut found: ::std::option::Option<(&rt::ZipMember, rt::Captures)> = None;
-            for m in &zip.members {
+            for m in zip.members() {
                 if let Some(values) = pattern.matches(&m.name) {
                     if let Some((prev, _)) = &found {
                         if prev.name != m.name {
@@ -1488,7 +1492,7 @@ impl WScope<'_> {
                 }
                 wv(
                     quote!(rt::pickle::Value::object(
-                        rt::pickle::Object::new(#g, rt::pickle::Kind::Call { params: vec![#(#params.to_string()),*] })
+                        rt::pickle::Object::new(#g, rt::pickle::Kind::Call { params: ::std::vec![#(#params.to_string()),*].into() })
                             .with_args(vec![#(#vals),*])
                     )),
                     W::Val,

@@ -122,6 +122,9 @@ impl<S: Sink> Sink for Progress<'_, S> {
     fn begin(&mut self, info: &TensorInfo) -> crate::Result<Flow> {
         self.inner.begin(info)
     }
+    fn keeps_views(&self) -> bool {
+        self.inner.keeps_views()
+    }
     fn chunk(&mut self, bytes: &[u8]) -> crate::Result<()> {
         self.bar.inc(bytes.len() as u64);
         self.inner.chunk(bytes)

@@ -298,6 +298,11 @@ impl Sink for HashSink {
         Ok(Flow::Continue)
     }
 
+    /// Hashes what it is given and keeps nothing.
+    fn keeps_views(&self) -> bool {
+        false
+    }
+
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         match &mut self.state {
             Some(s) => s.chunk(bytes),

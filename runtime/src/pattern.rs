@@ -1,5 +1,7 @@
 //! Entry-name patterns with captures, such as `{name}.npy` or `{prefix}/data/{key}`.
 
+use std::ops::Range;
+
 use crate::error::{ErrorKind, Result};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,11 +64,16 @@ impl Pattern {
     /// Matches `name`, returning the captured text in capture order.
     pub fn matches(&self, name: &str) -> Option<Vec<String>> {
         let mut caps = Vec::new();
-        if match_from(&self.pieces, name, &mut caps) {
-            Some(caps)
+        if match_from(&self.pieces, name, 0, &mut caps) {
+            Some(caps.into_iter().map(|r| name[r].to_string()).collect())
         } else {
             None
         }
+    }
+
+    /// True when `name` matches (as [`Pattern::matches`], without collecting captures).
+    pub fn is_match(&self, name: &str) -> bool {
+        match_from(&self.pieces, name, 0, &mut Vec::new())
     }
 
     /// Builds a name from capture values given in capture order.
@@ -129,39 +136,67 @@ impl Captures {
     }
 
     fn format_with(&self, pattern: &str, extra: &[(&str, &str)]) -> Result<String> {
-        let p = Pattern::new(pattern)?;
-        let values = p
-            .captures()
-            .map(|c| {
-                extra
-                    .iter()
-                    .find(|(n, _)| *n == c)
-                    .map(|(_, v)| *v)
-                    .or_else(|| self.get(c))
-                    .ok_or_else(|| {
-                        ErrorKind::Invalid(format!(
-                            "pattern '{pattern}': no value for capture '{c}'"
-                        ))
-                        .into()
-                    })
-            })
-            .collect::<Result<Vec<&str>>>()?;
-        p.format(&values)
+        let mut out = String::with_capacity(pattern.len() + 16);
+        let mut rest = pattern;
+        while let Some(start) = rest.find('{') {
+            out.push_str(&rest[..start]);
+            let end = rest[start..]
+                .find('}')
+                .ok_or_else(|| ErrorKind::Invalid(format!("pattern '{pattern}': unclosed '{{'")))?
+                + start;
+            let c = &rest[start + 1..end];
+            if c.is_empty() {
+                return Err(
+                    ErrorKind::Invalid(format!("pattern '{pattern}': empty capture")).into(),
+                );
+            }
+            let v = extra
+                .iter()
+                .find(|(n, _)| *n == c)
+                .map(|(_, v)| *v)
+                .or_else(|| self.get(c))
+                .ok_or_else(|| {
+                    ErrorKind::Invalid(format!("pattern '{pattern}': no value for capture '{c}'"))
+                })?;
+            if v.is_empty() {
+                return Err(ErrorKind::Invalid(format!("capture '{c}' may not be empty")).into());
+            }
+            out.push_str(v);
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        Ok(out)
     }
 }
 
-fn match_from(pieces: &[Piece], s: &str, caps: &mut Vec<String>) -> bool {
+/// Matches `pieces` against `s`, which starts at byte `base` of the whole name, pushing
+/// the byte range of each capture. A capture takes one or more characters, as many as
+/// still let the rest match (tried longest first); no text is copied.
+fn match_from(pieces: &[Piece], s: &str, base: usize, caps: &mut Vec<Range<usize>>) -> bool {
     match pieces.split_first() {
         None => s.is_empty(),
         Some((Piece::Lit(l), rest)) => s
             .strip_prefix(l.as_str())
-            .is_some_and(|r| match_from(rest, r, caps)),
+            .is_some_and(|r| match_from(rest, r, base + l.len(), caps)),
+        Some((Piece::Cap(_), [])) => {
+            if s.is_empty() {
+                return false;
+            }
+            caps.push(base..base + s.len());
+            true
+        }
         Some((Piece::Cap(_), rest)) => {
-            // Greedy: try the longest capture first.
-            let ends: Vec<usize> = s.char_indices().map(|(i, c)| i + c.len_utf8()).collect();
-            for &end in ends.iter().rev() {
-                caps.push(s[..end].to_string());
-                if match_from(rest, &s[end..], caps) {
+            // `Pattern::new` puts a literal after every capture that is not last.
+            let next = match &rest[0] {
+                Piece::Lit(l) => l.as_str(),
+                Piece::Cap(_) => return false,
+            };
+            for end in (1..s.len()).rev() {
+                if !s.is_char_boundary(end) || !s[end..].starts_with(next) {
+                    continue;
+                }
+                caps.push(base..base + end);
+                if match_from(rest, &s[end..], base + end, caps) {
                     return true;
                 }
                 caps.pop();

@@ -48,6 +48,15 @@ pub trait Sink {
         Ok(false)
     }
 
+    /// True when [`Sink::view`] may keep a reference to the bytes it is offered (a
+    /// zero-copy view) rather than copying them before it returns. A reader checks what
+    /// it offers to such a sink first (a stored zip member's CRC-32, over the whole
+    /// member); to a sink that copies, it may instead push the bytes as chunks and check
+    /// them as they pass, reading them once. The default is true.
+    fn keeps_views(&self) -> bool {
+        true
+    }
+
     /// The next chunk of the tensor's bytes, in storage order.
     fn chunk(&mut self, bytes: &[u8]) -> Result<()>;
 
@@ -61,6 +70,9 @@ impl<S: Sink + ?Sized> Sink for &mut S {
     }
     fn view(&mut self, info: &TensorInfo, bytes: &Bytes, range: Range<usize>) -> Result<bool> {
         (**self).view(info, bytes, range)
+    }
+    fn keeps_views(&self) -> bool {
+        (**self).keeps_views()
     }
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         (**self).chunk(bytes)
@@ -76,6 +88,9 @@ impl<S: Sink + ?Sized> Sink for Box<S> {
     }
     fn view(&mut self, info: &TensorInfo, bytes: &Bytes, range: Range<usize>) -> Result<bool> {
         (**self).view(info, bytes, range)
+    }
+    fn keeps_views(&self) -> bool {
+        (**self).keeps_views()
     }
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         (**self).chunk(bytes)
@@ -541,6 +556,11 @@ impl Sink for OwnedSink {
         }
     }
 
+    /// Views are copied before [`Sink::view`] returns.
+    fn keeps_views(&self) -> bool {
+        false
+    }
+
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         self.filler.chunk(bytes)
     }
@@ -714,6 +734,11 @@ impl Sink for SliceSink<'_> {
         }
     }
 
+    /// Views are copied before [`Sink::view`] returns.
+    fn keeps_views(&self) -> bool {
+        false
+    }
+
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         let end = self.filled.saturating_add(bytes.len());
         let Some(dst) = self.buf.get_mut(self.filled..end) else {
@@ -781,6 +806,9 @@ impl<S: Sink, F: FnMut(&TensorInfo) -> bool> Sink for FilterSink<S, F> {
     }
     fn view(&mut self, info: &TensorInfo, bytes: &Bytes, range: Range<usize>) -> Result<bool> {
         self.inner.view(info, bytes, range)
+    }
+    fn keeps_views(&self) -> bool {
+        self.inner.keeps_views()
     }
     fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
         self.inner.chunk(bytes)
@@ -887,7 +915,8 @@ mod tests {
     fn owned_sink_grows_compressed_content() {
         let member = ZipMember {
             name: "x.npy".into(),
-            data_offset: 0,
+            local_offset: 0,
+            end_bound: u64::MAX,
             compressed_size: 2,
             size: 100,
             compression: Compression::Deflate,

@@ -4,9 +4,11 @@
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::error::{Error, ErrorKind, Location, Result};
+use crate::limits::Limits;
+use crate::zip::ZipIndex;
 
 /// Bytes that can be read at any offset.
 pub trait RandomAccess: Send + Sync {
@@ -152,6 +154,9 @@ pub struct Source {
     data: Box<dyn RandomAccess>,
     mapped: Option<Bytes>,
     path: Option<PathBuf>,
+    /// The zip index of the bytes, once made (see [`Source::zip_index`]), with the entry
+    /// limit it was made under.
+    zip: OnceLock<(u64, Arc<ZipIndex>)>,
 }
 
 impl Source {
@@ -183,6 +188,7 @@ impl Source {
             data: Box::new(bytes.clone()),
             mapped: Some(bytes),
             path: Some(path.to_path_buf()),
+            zip: OnceLock::new(),
         })
     }
 
@@ -193,6 +199,7 @@ impl Source {
             data: Box::new(b.clone()),
             mapped: Some(b),
             path: None,
+            zip: OnceLock::new(),
         }
     }
 
@@ -202,6 +209,7 @@ impl Source {
             data: Box::new(Stream::new(reader)?),
             mapped: None,
             path: None,
+            zip: OnceLock::new(),
         })
     }
 
@@ -214,6 +222,21 @@ impl Source {
     /// The bytes, as a random-access source.
     pub fn data(&self) -> &dyn RandomAccess {
         &*self.data
+    }
+
+    /// The bytes indexed as a zip archive ([`ZipIndex::read`]). The index is made once
+    /// and shared by every later call (format detection and indexing ask for it several
+    /// times); a call with a different `limits.max_entries` indexes anew.
+    pub fn zip_index(&self, limits: &Limits) -> Result<Arc<ZipIndex>> {
+        if let Some((max_entries, index)) = self.zip.get() {
+            if *max_entries == limits.max_entries {
+                return Ok(index.clone());
+            }
+            return ZipIndex::read(self.data(), limits).map(Arc::new);
+        }
+        let index = Arc::new(ZipIndex::read(self.data(), limits)?);
+        let _ = self.zip.set((limits.max_entries, index.clone()));
+        Ok(index)
     }
 
     /// The shared in-memory bytes, when the source is a map or a buffer.

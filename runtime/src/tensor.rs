@@ -1,7 +1,7 @@
 //! Tensor metadata: name, dtype, shape, strides, byte order and where the bytes are.
 
 use crate::dtype::DType;
-use crate::error::{ErrorKind, Result};
+use crate::error::{Error, ErrorKind, Result};
 
 /// Byte order of the stored elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -66,16 +66,21 @@ impl DataLocation {
         self.len() == 0
     }
 
-    /// The absolute byte range in the container file when the bytes are stored plain there
-    /// (a plain range, or a stored zip member), which allows zero-copy views.
-    pub fn plain_range(&self) -> Option<(u64, u64)> {
+    /// The absolute byte range in the container file `src` when the bytes are stored
+    /// plain there (a plain range, or a stored zip member, whose local header is read),
+    /// which allows zero-copy views; `None` when they are compressed.
+    pub fn plain_range(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<(u64, u64)>> {
         match self {
-            DataLocation::Range { offset, len } => Some((*offset, *len)),
+            DataLocation::Range { offset, len } => Ok(Some((*offset, *len))),
             DataLocation::ZipMember { member, skip, len } => {
                 if member.compression == crate::zip::Compression::Stored {
-                    Some((member.data_offset + skip, *len))
+                    let start = member
+                        .data_offset(src)?
+                        .checked_add(*skip)
+                        .ok_or_else(|| Error::from(ErrorKind::Overflow("tensor offset".into())))?;
+                    Ok(Some((start, *len)))
                 } else {
-                    None
+                    Ok(None)
                 }
             }
         }

@@ -9,6 +9,7 @@
 // `Error` is large by design (it carries a full location); boxing it is a crate-wide
 // decision, not this module's.
 
+use std::borrow::Cow;
 use std::io::{self, Read, Seek, Write};
 use std::sync::Mutex;
 
@@ -26,12 +27,20 @@ pub enum Compression {
 }
 
 /// One member of a zip archive, as its central directory describes it.
+///
+/// Where the member's data starts depends on its local header (whose name and extra field
+/// may differ in length from the central directory's): [`ZipMember::data_offset`] reads
+/// it when the data is first needed, so indexing an archive touches only its central
+/// directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ZipMember {
     /// The member's name.
     pub name: String,
-    /// Absolute offset of the member's (compressed) data in the archive.
-    pub data_offset: u64,
+    /// Absolute offset of the member's local header in the archive.
+    pub local_offset: u64,
+    /// Absolute offset that the member (local header and data) must end by: the next
+    /// member's local header, or the central directory for the last one.
+    pub end_bound: u64,
     /// Size of the compressed data.
     pub compressed_size: u64,
     /// Size of the uncompressed content.
@@ -40,6 +49,76 @@ pub struct ZipMember {
     pub compression: Compression,
     /// CRC-32 of the uncompressed content.
     pub crc32: u32,
+}
+
+impl ZipMember {
+    /// The absolute offset of the member's (compressed) data in `src`: just past its local
+    /// header, whose signature and name are checked, and whose data must end by
+    /// [`ZipMember::end_bound`] (so that no two members share bytes).
+    pub fn data_offset(&self, src: &dyn RandomAccess) -> Result<u64> {
+        let at = |offset: u64| {
+            Location::default()
+                .with_entry(self.name.clone())
+                .with_offset(offset)
+        };
+        let local = self.local_offset;
+        let fixed_end = local.checked_add(LOCAL_LEN);
+        if fixed_end.is_none_or(|end| end > self.end_bound || end > src.len()) {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "local header at byte {local} runs past the member's space (byte {})",
+                    self.end_bound
+                )),
+                at(local),
+            ));
+        }
+        let mut lh = [0u8; LOCAL_LEN as usize];
+        src.read_exact_at(local, &mut lh)
+            .map_err(|e| e.in_entry(&self.name))?;
+        if le32(&lh, 0) != LOCAL_SIG {
+            return Err(Error::new(
+                ErrorKind::BadMagic {
+                    expected: LOCAL_SIG.to_le_bytes().to_vec(),
+                    found: lh[0..4].to_vec(),
+                },
+                at(local),
+            ));
+        }
+        let name_len = le16(&lh, 26) as u64;
+        let extra_len = le16(&lh, 28) as u64;
+        let data_offset = local + LOCAL_LEN + name_len + extra_len;
+        if data_offset
+            .checked_add(self.compressed_size)
+            .is_none_or(|end| end > self.end_bound)
+        {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "member data ({} bytes at byte {data_offset}) runs past byte {}, where the next member or the central directory starts",
+                    self.compressed_size, self.end_bound
+                )),
+                at(local),
+            ));
+        }
+        let same_name = match src.as_slice() {
+            Some(s) => {
+                s.get((local + LOCAL_LEN) as usize..(local + LOCAL_LEN + name_len) as usize)
+                    == Some(self.name.as_bytes())
+            }
+            None => read_vec(src, local + LOCAL_LEN, name_len)? == self.name.as_bytes(),
+        };
+        if !same_name {
+            let local_name = read_vec(src, local + LOCAL_LEN, name_len)?;
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "local header names the member {:?}, the central directory {:?}",
+                    String::from_utf8_lossy(&local_name),
+                    self.name
+                )),
+                at(local),
+            ));
+        }
+        Ok(data_offset)
+    }
 }
 
 const EOCD_SIG: u32 = 0x0605_4b50;
@@ -98,11 +177,12 @@ fn read_vec(src: &dyn RandomAccess, offset: u64, len: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-/// The members of a zip archive, in central-directory order.
+/// The members of a zip archive, in central-directory order, with a lookup by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZipIndex {
-    /// The members, in central-directory order (duplicates kept).
-    pub members: Vec<ZipMember>,
+    members: Vec<ZipMember>,
+    /// Indices of `members`, sorted by name.
+    by_name: Vec<u32>,
 }
 
 /// What the end-of-central-directory records say.
@@ -119,8 +199,9 @@ struct CentralDirectory {
 }
 
 impl ZipIndex {
-    /// Indexes the archive in `src`: every member's name, the absolute offset of its data
-    /// (past the local header and its extra field), sizes, method and CRC-32.
+    /// Indexes the archive in `src` from its central directory: every member's name,
+    /// the absolute offset of its local header, sizes, method and CRC-32. Local headers
+    /// are read when a member's data is needed ([`ZipMember::data_offset`]).
     ///
     /// Every count, size and offset is checked against the archive before it is used, so
     /// a forged record produces an error, never a huge allocation. Fails with
@@ -133,68 +214,100 @@ impl ZipIndex {
     /// members whose local headers and data overlap (two central entries sharing bytes,
     /// the shape of non-recursive zip bombs), and a name that appears more than once
     /// (readers disagree on which one counts: Python's `zipfile` takes the last, torch's
-    /// miniz-based reader whichever its binary search meets).
+    /// miniz-based reader whichever its binary search meets). Each member's
+    /// [`ZipMember::end_bound`] is where the next one starts; its local header is held to
+    /// it when read.
     pub fn read(src: &dyn RandomAccess, limits: &Limits) -> Result<ZipIndex> {
         let cd = find_central_directory(src, limits)?;
-        let cap = cd.entries.min(1 << 12) as usize;
-        let mut members = Vec::with_capacity(cap);
-        // Each member's local header offset, in central-directory order.
-        let mut locals = Vec::with_capacity(cap);
-        let mut pos = cd.start;
+        // At least 46 bytes per entry were checked to be there.
+        let mut members = Vec::with_capacity(cd.entries as usize);
+        // The directory itself: a view of the map, or read once from a stream.
+        let in_memory = src
+            .as_slice()
+            .and_then(|s| s.get(cd.start as usize..cd.end as usize));
+        let directory: Cow<'_, [u8]> = match in_memory {
+            Some(d) => Cow::Borrowed(d),
+            None => Cow::Owned(read_vec(src, cd.start, cd.end - cd.start)?),
+        };
+        let mut pos = 0usize;
         for _ in 0..cd.entries {
-            let (member, local, next) = read_central_header(src, &cd, pos)?;
+            let (member, next) = read_central_header(&directory, &cd, pos)?;
             members.push(member);
-            locals.push(local);
             pos = next;
         }
-        check_unambiguous(&members, &locals)?;
-        Ok(ZipIndex { members })
+        let by_name = check_unambiguous(&mut members, cd.start)?;
+        Ok(ZipIndex { members, by_name })
+    }
+
+    /// The members, in central-directory order.
+    pub fn members(&self) -> &[ZipMember] {
+        &self.members
     }
 
     /// The member named `name` ([`ZipIndex::read`] refuses archives that hold a name
-    /// more than once; in an index built otherwise, the last one wins).
+    /// more than once).
     pub fn find(&self, name: &str) -> Option<&ZipMember> {
-        self.members.iter().rev().find(|m| m.name == name)
+        let i = self
+            .by_name
+            .binary_search_by(|&i| self.members[i as usize].name.as_str().cmp(name))
+            .ok()?;
+        self.members.get(self.by_name[i] as usize)
     }
 }
 
-/// Refuses overlapping members and repeated names (see [`ZipIndex::read`]). `locals[i]`
-/// is the local header offset of `members[i]`; a member occupies its local header and its
-/// data, `locals[i]..data_offset + compressed_size`.
-fn check_unambiguous(members: &[ZipMember], locals: &[u64]) -> Result<()> {
-    let mut order: Vec<usize> = (0..members.len()).collect();
-    order.sort_by_key(|&i| (locals[i], members[i].data_offset));
-    for pair in order.windows(2) {
-        let (a, b) = (&members[pair[0]], &members[pair[1]]);
-        // Checked when the member was read: its data ends before the directory.
-        let a_end = a.data_offset + a.compressed_size;
-        if locals[pair[1]] < a_end {
-            return Err(Error::new(
-                ErrorKind::Invalid(format!(
-                    "members '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
-                    a.name, locals[pair[0]], a_end, b.name, locals[pair[1]]
-                )),
-                Location::default()
-                    .with_entry(b.name.clone())
-                    .with_offset(locals[pair[1]]),
-            ));
-        }
+/// Refuses overlapping members and repeated names (see [`ZipIndex::read`]), sets each
+/// member's `end_bound`, and returns the member indices sorted by name. A member occupies
+/// at least its local header's fixed part, its name (the local header repeats the
+/// central directory's) and its data: `local_offset + 30 + name + compressed_size`; the
+/// local extra field is held to the bound when the header is read.
+fn check_unambiguous(members: &mut [ZipMember], cd_start: u64) -> Result<Vec<u32>> {
+    let min_end =
+        |m: &ZipMember| m.local_offset + LOCAL_LEN + m.name.len() as u64 + m.compressed_size;
+    let mut order: Vec<u32> = (0..members.len() as u32).collect();
+    order.sort_unstable_by_key(|&i| members[i as usize].local_offset);
+    for k in 0..order.len() {
+        let i = order[k] as usize;
+        let bound = match order.get(k + 1) {
+            Some(&j) => {
+                let (a, b) = (&members[i], &members[j as usize]);
+                // Checked when the member was read: its minimal extent ends before the
+                // directory.
+                let a_end = min_end(a);
+                if b.local_offset < a_end {
+                    return Err(Error::new(
+                        ErrorKind::Invalid(format!(
+                            "members '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
+                            a.name, a.local_offset, a_end, b.name, b.local_offset
+                        )),
+                        Location::default()
+                            .with_entry(b.name.clone())
+                            .with_offset(b.local_offset),
+                    ));
+                }
+                b.local_offset
+            }
+            None => cd_start,
+        };
+        members[i].end_bound = bound;
     }
-    let mut seen = std::collections::HashSet::with_capacity(members.len());
-    for (m, &local) in members.iter().zip(locals) {
-        if !seen.insert(m.name.as_str()) {
+    // Stable: a repeated name's later occurrence (in directory order) follows the earlier.
+    order.sort_by(|&a, &b| members[a as usize].name.cmp(&members[b as usize].name));
+    for pair in order.windows(2) {
+        let (a, b) = (&members[pair[0] as usize], &members[pair[1] as usize]);
+        if a.name == b.name {
+            let later = if pair[1] > pair[0] { b } else { a };
             return Err(Error::new(
                 ErrorKind::Invalid(format!(
                     "the member name '{}' appears more than once in the central directory",
-                    m.name
+                    later.name
                 )),
                 Location::default()
-                    .with_entry(m.name.clone())
-                    .with_offset(local),
+                    .with_entry(later.name.clone())
+                    .with_offset(later.local_offset),
             ));
         }
     }
-    Ok(())
+    Ok(order)
 }
 
 /// Finds and checks the end-of-central-directory record (and the ZIP64 one).
@@ -346,51 +459,53 @@ fn method_name(method: u16) -> String {
     }
 }
 
-/// Parses the central header at `pos`; returns the member, the absolute offset of its
-/// local header and the next central header's offset.
+/// Parses the central header at `pos` of `directory` (the central directory's bytes,
+/// which start at `cd.start` in the archive); returns the member and the position of the
+/// next central header.
 fn read_central_header(
-    src: &dyn RandomAccess,
+    directory: &[u8],
     cd: &CentralDirectory,
-    pos: u64,
-) -> Result<(ZipMember, u64, u64)> {
+    pos: usize,
+) -> Result<(ZipMember, usize)> {
+    let abs = |p: usize| cd.start + p as u64;
     let truncated = |what: &str| {
         invalid_at(
             format!(
                 "central directory ends inside {what} (it ends at byte {})",
                 cd.end
             ),
-            pos,
+            abs(pos),
         )
     };
-    if pos.checked_add(CENTRAL_LEN).is_none_or(|e| e > cd.end) {
+    let Some(h) = directory.get(pos..pos + CENTRAL_LEN as usize) else {
         return Err(truncated("a central header"));
-    }
-    let h = read_vec(src, pos, CENTRAL_LEN)?;
-    if le32(&h, 0) != CENTRAL_SIG {
+    };
+    if le32(h, 0) != CENTRAL_SIG {
         return Err(Error::new(
             ErrorKind::BadMagic {
                 expected: CENTRAL_SIG.to_le_bytes().to_vec(),
                 found: h[0..4].to_vec(),
             },
-            Location::default().with_offset(pos),
+            Location::default().with_offset(abs(pos)),
         ));
     }
-    let flags = le16(&h, 8);
-    let method = le16(&h, 10);
-    let crc32 = le32(&h, 16);
-    let mut compressed_size = le32(&h, 20) as u64;
-    let mut size = le32(&h, 24) as u64;
-    let name_len = le16(&h, 28) as u64;
-    let extra_len = le16(&h, 30) as u64;
-    let comment_len = le16(&h, 32) as u64;
-    let disk = le16(&h, 34);
-    let mut header_offset = le32(&h, 42) as u64;
-    let next = pos + CENTRAL_LEN + name_len + extra_len + comment_len;
-    if next > cd.end {
+    let flags = le16(h, 8);
+    let method = le16(h, 10);
+    let crc32 = le32(h, 16);
+    let mut compressed_size = le32(h, 20) as u64;
+    let mut size = le32(h, 24) as u64;
+    let name_len = le16(h, 28) as usize;
+    let extra_len = le16(h, 30) as usize;
+    let comment_len = le16(h, 32) as usize;
+    let disk = le16(h, 34);
+    let mut header_offset = le32(h, 42) as u64;
+    let var_start = pos + CENTRAL_LEN as usize;
+    let next = var_start + name_len + extra_len + comment_len;
+    if next > directory.len() {
         return Err(truncated("a central header's name, extra field or comment"));
     }
-    let var = read_vec(src, pos + CENTRAL_LEN, name_len + extra_len)?;
-    let (name_raw, extra) = var.split_at(name_len as usize);
+    let name_raw = &directory[var_start..var_start + name_len];
+    let extra = &directory[var_start + name_len..var_start + name_len + extra_len];
     let name = match std::str::from_utf8(name_raw) {
         Ok(n) => n.to_string(),
         Err(_) => {
@@ -399,7 +514,7 @@ fn read_central_header(
                     "member name {:?} is not UTF-8",
                     String::from_utf8_lossy(name_raw)
                 ),
-                pos + CENTRAL_LEN,
+                abs(var_start),
             ))
         }
     };
@@ -423,7 +538,7 @@ fn read_central_header(
         if body_end > extra.len() {
             return Err(Error::new(
                 ErrorKind::Invalid("extra field runs past its extra-field block".into()),
-                at(pos + CENTRAL_LEN + name_len + e as u64),
+                at(abs(var_start + name_len + e)),
             ));
         }
         if id == 1 {
@@ -448,7 +563,7 @@ fn read_central_header(
             let bad = || {
                 Error::new(
                     ErrorKind::Invalid("ZIP64 extra field is too short".into()),
-                    at(pos + CENTRAL_LEN + name_len + e as u64),
+                    at(abs(var_start + name_len + e)),
                 )
             };
             if let Some(v) = take(size == U32_MAX, 0).ok_or_else(bad)? {
@@ -472,13 +587,13 @@ fn read_central_header(
     if disk_wide != 0 {
         return Err(Error::new(
             ErrorKind::Unsupported("multi-disk (split) zip archives".into()),
-            at(pos),
+            at(abs(pos)),
         ));
     }
     if flags & 1 != 0 {
         return Err(Error::new(
             ErrorKind::Unsupported(format!("member '{name}' is encrypted")),
-            at(pos),
+            at(abs(pos)),
         ));
     }
     let compression = match method {
@@ -490,7 +605,7 @@ fn read_central_header(
                     "member '{name}' is compressed with {} (only stored and deflate are supported)",
                     method_name(m)
                 )),
-                at(pos),
+                at(abs(pos)),
             ))
         }
     };
@@ -499,11 +614,12 @@ fn read_central_header(
             ErrorKind::Invalid(format!(
                 "stored member has compressed size {compressed_size} but size {size}"
             )),
-            at(pos),
+            at(abs(pos)),
         ));
     }
 
-    // The local header: its own name and extra field decide where the data starts.
+    // The member's local header, its name (repeated there) and its data must all lie in
+    // the member area, before the central directory.
     let local = cd.archive_offset.checked_add(header_offset);
     let local = match local {
         Some(l) if l.checked_add(LOCAL_LEN).is_some_and(|end| end <= cd.start) => l,
@@ -512,70 +628,42 @@ fn read_central_header(
                 ErrorKind::Invalid(format!(
                     "local header offset {header_offset} lies outside the archive's member area"
                 )),
-                at(pos),
+                at(abs(pos)),
             ))
         }
     };
-    let lh = read_vec(src, local, LOCAL_LEN)?;
-    if le32(&lh, 0) != LOCAL_SIG {
-        return Err(Error::new(
-            ErrorKind::BadMagic {
-                expected: LOCAL_SIG.to_le_bytes().to_vec(),
-                found: lh[0..4].to_vec(),
-            },
-            at(local),
-        ));
-    }
-    let local_name_len = le16(&lh, 26) as u64;
-    let local_extra_len = le16(&lh, 28) as u64;
-    let data_offset = local + LOCAL_LEN + local_name_len + local_extra_len;
-    if data_offset > cd.start {
-        return Err(Error::new(
-            ErrorKind::Invalid("local header runs into the central directory".into()),
-            at(local),
-        ));
-    }
-    let local_name = read_vec(src, local + LOCAL_LEN, local_name_len)?;
-    if local_name != name_raw {
-        return Err(Error::new(
-            ErrorKind::Invalid(format!(
-                "local header names the member {:?}, the central directory {name:?}",
-                String::from_utf8_lossy(&local_name)
-            )),
-            at(local),
-        ));
-    }
-    if data_offset
+    let data_min = local + LOCAL_LEN + name_len as u64;
+    if data_min
         .checked_add(compressed_size)
         .is_none_or(|end| end > cd.start)
     {
         return Err(Error::new(
             ErrorKind::Invalid(format!(
-                "member data ({compressed_size} bytes at byte {data_offset}) runs past the start of the central directory (byte {})",
+                "member data ({compressed_size} bytes after the local header at byte {local}) runs past the start of the central directory (byte {})",
                 cd.start
             )),
-            at(data_offset),
+            at(local),
         ));
     }
     Ok((
         ZipMember {
             name,
-            data_offset,
+            local_offset: local,
+            end_bound: cd.start,
             compressed_size,
             size,
             compression,
             crc32,
         },
-        local,
         next,
     ))
 }
 
-/// Checks what member access relies on: the data range lies inside `src`, stored sizes
-/// agree, and the declared size passes the decompression limits.
-fn check_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<()> {
+/// Checks what member access relies on (stored sizes agree, the declared size passes the
+/// decompression limits, the local header is sound and the data range lies inside `src`)
+/// and returns the absolute offset of the member's data.
+fn check_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<u64> {
     let at = || Location::default().with_entry(m.name.clone());
-    check_range(m.data_offset, m.compressed_size, src.len()).map_err(|e| e.in_entry(&m.name))?;
     match m.compression {
         Compression::Stored => {
             if m.compressed_size != m.size {
@@ -584,7 +672,7 @@ fn check_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Resul
                         "stored member has compressed size {} but size {}",
                         m.compressed_size, m.size
                     )),
-                    at().with_offset(m.data_offset),
+                    at().with_offset(m.local_offset),
                 ));
             }
         }
@@ -615,7 +703,9 @@ fn check_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Resul
             }
         }
     }
-    Ok(())
+    let data_offset = m.data_offset(src)?;
+    check_range(data_offset, m.compressed_size, src.len()).map_err(|e| e.in_entry(&m.name))?;
+    Ok(data_offset)
 }
 
 /// Wraps a runtime error for transport through `std::io` (undone by [`io_to_error`]).
@@ -756,11 +846,11 @@ pub fn member_reader<'a>(
     m: &ZipMember,
     limits: &Limits,
 ) -> Result<Box<dyn Read + 'a>> {
-    check_member(src, m, limits)?;
+    let data_offset = check_member(src, m, limits)?;
     let raw = RangeReader {
         src,
-        pos: m.data_offset,
-        end: m.data_offset + m.compressed_size,
+        pos: data_offset,
+        end: data_offset + m.compressed_size,
     };
     let (inner, deflate): (Box<dyn Read + 'a>, bool) = match m.compression {
         Compression::Stored => (Box::new(raw), false),
@@ -797,12 +887,12 @@ pub fn member_source<'a>(
     m: &ZipMember,
     limits: &Limits,
 ) -> Result<Box<dyn RandomAccess + 'a>> {
-    check_member(src, m, limits)?;
+    let data_offset = check_member(src, m, limits)?;
     match m.compression {
         Compression::Stored => Ok(Box::new(
-            Window::new(src, m.data_offset, m.size).map_err(|e| e.in_entry(&m.name))?,
+            Window::new(src, data_offset, m.size).map_err(|e| e.in_entry(&m.name))?,
         )),
-        Compression::Deflate => Ok(Box::new(LazyInflate::new(src, m))),
+        Compression::Deflate => Ok(Box::new(LazyInflate::new(src, m, data_offset))),
     }
 }
 
@@ -882,11 +972,11 @@ struct LazyInflate<'a> {
 }
 
 impl<'a> LazyInflate<'a> {
-    fn new(src: &'a dyn RandomAccess, m: &ZipMember) -> Self {
+    fn new(src: &'a dyn RandomAccess, m: &ZipMember, data_offset: u64) -> Self {
         LazyInflate {
             src,
             name: m.name.clone(),
-            data_offset: m.data_offset,
+            data_offset,
             compressed_size: m.compressed_size,
             size: m.size,
             crc32: m.crc32,
@@ -1224,24 +1314,25 @@ mod tests {
         let archive = build(&ms);
         let src = bytes(archive.clone());
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
-        assert_eq!(index.members.len(), ms.len());
+        assert_eq!(index.members().len(), ms.len());
         // The zip crate, as an independent reader, agrees on every data offset.
         let mut oracle = ::zip::ZipArchive::new(Cursor::new(archive.clone())).unwrap();
-        for (i, ((name, c, align, data), m)) in ms.iter().zip(&index.members).enumerate() {
+        for (i, ((name, c, align, data), m)) in ms.iter().zip(index.members()).enumerate() {
             assert_eq!(m.name, *name);
             assert_eq!(m.compression, *c);
             assert_eq!(m.size, data.len() as u64);
             assert_eq!(m.crc32, crc32fast::hash(data));
+            let data_offset = m.data_offset(&src).unwrap();
             if *c == Compression::Stored {
-                assert_eq!(m.data_offset % *align as u64, 0, "{name}");
+                assert_eq!(data_offset % *align as u64, 0, "{name}");
                 assert_eq!(m.compressed_size, m.size);
                 assert_eq!(
-                    &archive[m.data_offset as usize..(m.data_offset + m.size) as usize],
+                    &archive[data_offset as usize..(data_offset + m.size) as usize],
                     &data[..]
                 );
             }
             let f = oracle.by_index_raw(i).unwrap();
-            assert_eq!(f.data_start(), m.data_offset, "{name}");
+            assert_eq!(f.data_start(), data_offset, "{name}");
             assert_eq!(f.compressed_size(), m.compressed_size, "{name}");
             drop(f);
             assert_eq!(&read_all(&src, m).unwrap(), data, "{name}");
@@ -1261,7 +1352,7 @@ mod tests {
         let src = source.data();
         assert!(src.as_slice().is_none());
         let index = ZipIndex::read(src, &Limits::default()).unwrap();
-        for ((_, _, _, data), m) in ms.iter().zip(&index.members) {
+        for ((_, _, _, data), m) in ms.iter().zip(index.members()) {
             assert_eq!(&read_all(src, m).unwrap(), data);
             assert_eq!(&read_source(src, m).unwrap(), data);
         }
@@ -1278,7 +1369,7 @@ mod tests {
         assert_eq!(slice, &ms[0].3[..]);
         assert_eq!(
             slice.as_ptr(),
-            src.as_bytes()[m.data_offset as usize..].as_ptr()
+            src.as_bytes()[m.data_offset(&src).unwrap() as usize..].as_ptr()
         );
     }
 
@@ -1287,8 +1378,8 @@ mod tests {
         let data = content(1_000_000, 9);
         let src = bytes(build(&[("big", Compression::Deflate, 0, data.clone())]));
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
-        let m = &index.members[0];
-        let lazy = LazyInflate::new(&src, m);
+        let m = &index.members()[0];
+        let lazy = LazyInflate::new(&src, m, m.data_offset(&src).unwrap());
         assert_eq!(lazy.len(), 1_000_000);
         let mut buf = [0u8; 10];
         lazy.read_exact_at(5, &mut buf).unwrap();
@@ -1338,7 +1429,7 @@ mod tests {
         // A flipped byte in stored data.
         let m = index.find("e.npy").unwrap();
         let mut damaged = archive.clone();
-        damaged[m.data_offset as usize + 1234] ^= 0x40;
+        damaged[m.data_offset(&bytes(archive.clone())).unwrap() as usize + 1234] ^= 0x40;
         let dsrc = bytes(damaged);
         let e = read_all(&dsrc, m).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Checksum { .. }), "{e}");
@@ -1351,9 +1442,10 @@ mod tests {
         let archive = build(&ms);
         let index = ZipIndex::read(&bytes(archive.clone()), &Limits::default()).unwrap();
         let m = index.find("b.npy").unwrap();
+        let data_offset = m.data_offset(&bytes(archive.clone())).unwrap() as usize;
         // BFINAL=1, BTYPE=11 (reserved): invalid from the first byte.
         let mut damaged = archive.clone();
-        damaged[m.data_offset as usize] = 0xff;
+        damaged[data_offset] = 0xff;
         let src = bytes(damaged);
         let e = read_all(&src, m).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Decompress(_)), "{e}");
@@ -1368,7 +1460,7 @@ mod tests {
         // Garbage in the middle: some error, never a panic or wrong data.
         for pos in [10usize, 1000, 5000, 20_000] {
             let mut damaged = archive.clone();
-            for b in &mut damaged[m.data_offset as usize + pos..m.data_offset as usize + pos + 64] {
+            for b in &mut damaged[data_offset + pos..data_offset + pos + 64] {
                 *b = b.wrapping_mul(31).wrapping_add(7);
             }
             let src = bytes(damaged);
@@ -1450,9 +1542,19 @@ mod tests {
                 .kind,
             ErrorKind::Invalid(_)
         ));
-        // Data ranges outside the source are refused.
+        // Data ranges outside the member's space or the source are refused.
         let mut out = index.find("a.npy").unwrap().clone();
-        out.data_offset = src.len() - 10;
+        out.local_offset = src.len() - 10;
+        let e = member_source(&src, &out, &Limits::default()).err().unwrap();
+        assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
+        assert_eq!(e.location.entry.as_deref(), Some("a.npy"));
+        out.end_bound = u64::MAX;
+        let e = member_source(&src, &out, &Limits::default()).err().unwrap();
+        assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
+        let mut out = index.find("a.npy").unwrap().clone();
+        out.size = src.len();
+        out.compressed_size = src.len();
+        out.end_bound = u64::MAX;
         let e = member_source(&src, &out, &Limits::default()).err().unwrap();
         assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
         assert_eq!(e.location.entry.as_deref(), Some("a.npy"));
@@ -1553,16 +1655,29 @@ mod tests {
             .unwrap()
             .clone();
         let mut a = archive.clone();
-        let local_name = (0..m.data_offset as usize)
-            .rev()
-            .find(|&i| a[i..].starts_with(b"b.npy"))
-            .unwrap();
+        let local_name = m.local_offset as usize + 30;
+        assert_eq!(&a[local_name..local_name + 5], b"b.npy");
         a[local_name] = b'x';
-        let e = index_err(a);
-        assert!(
-            matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("local header")),
-            "{e}"
-        );
+        // The index reads the central directory only; the local header is checked when
+        // the member's data is first needed.
+        let src = bytes(a);
+        let m = ZipIndex::read(&src, &Limits::default())
+            .unwrap()
+            .find("b.npy")
+            .unwrap()
+            .clone();
+        for e in [
+            m.data_offset(&src).unwrap_err(),
+            read_all(&src, &m).unwrap_err(),
+            read_source(&src, &m).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("local header names the member \"x.npy\"")),
+                "{e}"
+            );
+            assert_eq!(e.location.entry.as_deref(), Some("b.npy"));
+            assert_eq!(e.location.offset, Some(m.local_offset));
+        }
     }
 
     #[test]
@@ -1664,15 +1779,7 @@ mod tests {
         z[count_at..count_at + 8].copy_from_slice(&7u64.to_le_bytes());
         z[count_at + 8..count_at + 16].copy_from_slice(&7u64.to_le_bytes());
         let index = ZipIndex::read(&bytes(z), &limits).unwrap();
-        assert_eq!(index.members.len(), 7);
-    }
-
-    /// The absolute offset of the local header of the member whose data is at `data`.
-    fn local_header_before(archive: &[u8], data: u64) -> usize {
-        (0..data as usize)
-            .rev()
-            .find(|&i| archive[i..i + 4] == LOCAL_SIG.to_le_bytes())
-            .unwrap()
+        assert_eq!(index.members().len(), 7);
     }
 
     #[test]
@@ -1680,12 +1787,16 @@ mod tests {
         let archive = build(&members());
         let index = ZipIndex::read(&bytes(archive.clone()), &Limits::default()).unwrap();
         let (a, b) = (index.find("a.npy").unwrap(), index.find("b.npy").unwrap());
-        let b_local = local_header_before(&archive, b.data_offset);
+        let b_local = b.local_offset as usize;
+        let a_data = a.data_offset(&bytes(archive.clone())).unwrap();
+        let a_extra = a_data - a.local_offset - 30 - 5;
+        assert!(a_extra > 1, "a.npy's local header has an extra field");
 
-        // a.npy (stored) recorded as running over b.npy's local header.
+        // a.npy (stored) recorded as running over b.npy's local header, past anything
+        // its own local extra field could hold: refused by the index.
         let mut z = archive.clone();
         let cd = central_header_of(&z, "a.npy");
-        let grown = (b_local as u64 + 10 - a.data_offset) as u32;
+        let grown = (b_local as u64 + 200 - a_data) as u32;
         z[cd + 20..cd + 24].copy_from_slice(&grown.to_le_bytes());
         z[cd + 24..cd + 28].copy_from_slice(&grown.to_le_bytes());
         let e = index_err(z);
@@ -1694,6 +1805,28 @@ mod tests {
             "{e}"
         );
         assert_eq!(e.location.offset, Some(b_local as u64));
+
+        // Running one byte into it: only a.npy's local header (its extra field) shows
+        // the overlap, so it is refused when its data is read.
+        let mut z = archive.clone();
+        let grown = (b_local as u64 + 1 - a_data) as u32;
+        z[cd + 20..cd + 24].copy_from_slice(&grown.to_le_bytes());
+        z[cd + 24..cd + 28].copy_from_slice(&grown.to_le_bytes());
+        let src = bytes(z);
+        let index = ZipIndex::read(&src, &Limits::default()).unwrap();
+        let a = index.find("a.npy").unwrap();
+        assert_eq!(a.end_bound, b_local as u64);
+        for e in [
+            read_all(&src, a).unwrap_err(),
+            read_source(&src, a).unwrap_err(),
+        ] {
+            assert!(
+                matches!(&e.kind, ErrorKind::Invalid(m) if m.contains(&format!("runs past byte {b_local}"))),
+                "{e}"
+            );
+            assert_eq!(e.location.entry.as_deref(), Some("a.npy"));
+        }
+        assert!(read_all(&src, index.find("b.npy").unwrap()).is_ok());
 
         // A second central entry for b.npy's local header: overlap (one header, two
         // entries) is found before the repeated name.
@@ -1724,12 +1857,11 @@ mod tests {
             ("y.npy", Compression::Deflate, 0, content(100, 2)),
             ("z.npy", Compression::Stored, 0, content(100, 3)),
         ]);
-        let z_data = ZipIndex::read(&bytes(dup.clone()), &Limits::default())
+        let z_local = ZipIndex::read(&bytes(dup.clone()), &Limits::default())
             .unwrap()
             .find("z.npy")
             .unwrap()
-            .data_offset;
-        let z_local = local_header_before(&dup, z_data);
+            .local_offset as usize;
         let z_central = central_header_of(&dup, "z.npy");
         dup[z_local + 30] = b'x';
         dup[z_central + 46] = b'x';
@@ -1748,7 +1880,7 @@ mod tests {
         assert_eq!(
             ZipIndex::read(&bytes(empties), &Limits::default())
                 .unwrap()
-                .members
+                .members()
                 .len(),
             3
         );
@@ -1758,7 +1890,8 @@ mod tests {
     fn metadata_reads_reserve_what_the_archive_holds_not_what_it_claims() {
         let claim = |compression, compressed_size, size| ZipMember {
             name: "data.pkl".into(),
-            data_offset: 0,
+            local_offset: 0,
+            end_bound: u64::MAX,
             compressed_size,
             size,
             compression,
@@ -1790,13 +1923,13 @@ mod tests {
         z[extra + 4..extra + 12].copy_from_slice(&((100u64 << 20) - 1).to_le_bytes());
         let src = bytes(z);
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
-        let e = read_member(&src, &index.members[0], &Limits::default()).unwrap_err();
+        let e = read_member(&src, &index.members()[0], &Limits::default()).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
         let lax = Limits {
             max_compression_ratio: u64::MAX,
             ..Limits::default()
         };
-        let e = read_member(&src, &index.members[0], &lax).unwrap_err();
+        let e = read_member(&src, &index.members()[0], &lax).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::SizeMismatch(_)), "{e}");
     }
 
@@ -1826,7 +1959,7 @@ mod tests {
             }
             let src = bytes(a);
             if let Ok(index) = ZipIndex::read(&src, &limits) {
-                for m in &index.members {
+                for m in index.members() {
                     let _ = read_all(&src, m);
                     let _ = read_source(&src, m);
                 }
@@ -1847,7 +1980,7 @@ mod tests {
         let archive = w.finish().unwrap().into_inner();
         let src = bytes(archive);
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
-        assert_eq!(index.members.len(), n);
+        assert_eq!(index.members().len(), n);
         let last = index.find("65539").unwrap();
         assert_eq!(read_all(&src, last).unwrap(), vec![65539u32 as u8]);
     }
@@ -1932,16 +2065,16 @@ with open(d + '/prefixed.zip', 'wb') as f:
             let src = source.data();
             let index =
                 ZipIndex::read(src, &Limits::default()).unwrap_or_else(|e| panic!("{file}: {e}"));
-            let names: Vec<&str> = index.members.iter().map(|m| m.name.as_str()).collect();
+            let names: Vec<&str> = index.members().iter().map(|m| m.name.as_str()).collect();
             assert_eq!(names, ["a.npy", "b.npy", "c/é.npy", "empty"], "{file}");
-            for ((name, data), m) in want.iter().zip(&index.members) {
+            for ((name, data), m) in want.iter().zip(index.members()) {
                 assert_eq!(m.size, data.len() as u64, "{file} {name}");
                 assert_eq!(&read_all(src, m).unwrap(), data, "{file} {name}");
                 assert_eq!(&read_source(src, m).unwrap(), data, "{file} {name}");
             }
             if file == "plain.zip" {
-                assert_eq!(index.members[0].compression, Compression::Stored);
-                assert_eq!(index.members[2].compression, Compression::Deflate);
+                assert_eq!(index.members()[0].compression, Compression::Stored);
+                assert_eq!(index.members()[2].compression, Compression::Deflate);
             }
         }
     }

@@ -115,8 +115,8 @@ fn sample_expected() -> Value {
         ),
         (s("shared_a"), shared.clone()),
         (s("shared_b"), shared),
-        (s("set"), Value::Set(Arc::new(ints([3])))),
-        (s("fset"), Value::FrozenSet(Arc::new(ints([4])))),
+        (s("set"), Value::Set(ints([3]).into())),
+        (s("fset"), Value::FrozenSet(ints([4]).into())),
         (s("long_list"), Value::list(ints(0..1500))),
     ])
 }
@@ -130,7 +130,7 @@ fn normalize_sets(v: &Value) -> Value {
                 .collect(),
         ),
         Value::Object(o) if o.kind == Kind::Set => {
-            let items = Arc::new(o.items.clone());
+            let items: Arc<[Value]> = o.items.clone().into();
             if &*o.global.name == "set" {
                 Value::Set(items)
             } else {

@@ -62,7 +62,7 @@ fn members(f: &str) -> Vec<(String, Vec<u8>)> {
     let limits = Limits::default();
     let index = ZipIndex::read(src.data(), &limits).unwrap();
     index
-        .members
+        .members()
         .iter()
         .map(|m| {
             (

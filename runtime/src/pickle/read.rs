@@ -1,6 +1,5 @@
 //! The restricted pickle reader.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -47,14 +46,15 @@ pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Valu
         limits,
         stack: Vec::new(),
         marks: Vec::new(),
-        memo: HashMap::new(),
-        arena: Vec::new(),
+        memo: Memo::default(),
+        objs: Vec::new(),
     };
     m.run()
 }
 
-/// A value on the machine's stack. Containers are shared and mutable, as in Python, so
-/// that later `APPENDS`/`SETITEMS`/`BUILD` show through every memo reference.
+/// A value on the machine's stack. Containers live in the machine's arena and are named
+/// by their index there: shared and mutable, as in Python, so that later
+/// `APPENDS`/`SETITEMS`/`BUILD` show through every memo reference.
 #[derive(Clone)]
 enum N {
     None,
@@ -64,14 +64,51 @@ enum N {
     Float(f64),
     Str(Arc<str>),
     Bytes(Arc<[u8]>),
-    Global(Box<Global>),
-    Ref(Rc<RefCell<Obj>>),
+    Global(Rc<Global>),
+    Ref(u32),
 }
 
 struct Obj {
     /// Height of the tree below (1 for a container of scalars), as far as known.
     height: u64,
     body: Body,
+}
+
+/// The memo: keys as dense as the pickler's (`MEMOIZE` counts up from 0, `BINPUT` and
+/// `LONG_BINPUT` do in practice) live in a vector, others in a map. The vector never
+/// grows beyond about twice the number of entries, whatever keys a hostile pickle uses.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<N>>,
+    sparse: HashMap<u64, N>,
+    count: u64,
+}
+
+impl Memo {
+    fn get(&self, key: u64) -> Option<&N> {
+        match self.dense.get(key as usize) {
+            Some(slot) => slot.as_ref(),
+            None => self.sparse.get(&key),
+        }
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn put(&mut self, key: u64, v: N) {
+        let k = key as usize;
+        if k >= self.dense.len() && key <= 2 * self.count + 64 && self.sparse.is_empty() {
+            self.dense.resize_with(k + 1, || None);
+        }
+        let old = match self.dense.get_mut(k) {
+            Some(slot) => slot.replace(v),
+            None => self.sparse.insert(key, v),
+        };
+        if old.is_none() {
+            self.count += 1;
+        }
+    }
 }
 
 enum Body {
@@ -82,7 +119,6 @@ enum Body {
     FrozenSet(Vec<N>),
     Object(Box<ObjN>),
     Persistent(N),
-    Cleared,
 }
 
 struct ObjN {
@@ -95,40 +131,6 @@ struct ObjN {
     entries: Vec<(N, N)>,
 }
 
-impl N {
-    fn type_name(&self) -> String {
-        match self {
-            N::None => "None".into(),
-            N::Bool(_) => "bool".into(),
-            N::Int(_) | N::Big(_) => "int".into(),
-            N::Float(_) => "float".into(),
-            N::Str(_) => "str".into(),
-            N::Bytes(_) => "bytes".into(),
-            N::Global(g) => format!("global '{g}'"),
-            N::Ref(r) => match r.try_borrow() {
-                Ok(o) => match &o.body {
-                    Body::Tuple(_) => "tuple".into(),
-                    Body::List(_) => "list".into(),
-                    Body::Dict(_) => "dict".into(),
-                    Body::Set(_) => "set".into(),
-                    Body::FrozenSet(_) => "frozenset".into(),
-                    Body::Object(o) => format!("object of '{}'", o.global),
-                    Body::Persistent(_) => "persistent id".into(),
-                    Body::Cleared => "value".into(),
-                },
-                Err(_) => "value".into(),
-            },
-        }
-    }
-
-    fn height(&self) -> u64 {
-        match self {
-            N::Ref(r) => r.try_borrow().map(|o| o.height).unwrap_or(0),
-            _ => 0,
-        }
-    }
-}
-
 struct Machine<'a> {
     data: &'a [u8],
     pos: usize,
@@ -137,22 +139,10 @@ struct Machine<'a> {
     limits: &'a Limits,
     stack: Vec<N>,
     marks: Vec<usize>,
-    memo: HashMap<u64, N>,
-    /// Every container made, so that teardown can break cycles and avoid deep recursion.
-    arena: Vec<Rc<RefCell<Obj>>>,
-}
-
-impl Drop for Machine<'_> {
-    fn drop(&mut self) {
-        // Empty every container first: then no drop recurses and no cycle leaks.
-        for obj in &self.arena {
-            if let Ok(mut o) = obj.try_borrow_mut() {
-                let body = std::mem::replace(&mut o.body, Body::Cleared);
-                drop(o);
-                drop(body);
-            }
-        }
-    }
+    memo: Memo,
+    /// Every container made ([`N::Ref`] indexes it). Dropping it recurses nowhere, and
+    /// cycles cannot leak.
+    objs: Vec<Obj>,
 }
 
 mod op {
@@ -320,6 +310,42 @@ fn str_or_bytes(b: Vec<u8>) -> N {
 }
 
 impl<'a> Machine<'a> {
+    fn type_name(&self, n: &N) -> String {
+        match n {
+            N::None => "None".into(),
+            N::Bool(_) => "bool".into(),
+            N::Int(_) | N::Big(_) => "int".into(),
+            N::Float(_) => "float".into(),
+            N::Str(_) => "str".into(),
+            N::Bytes(_) => "bytes".into(),
+            N::Global(g) => format!("global '{g}'"),
+            N::Ref(i) => match &self.objs[*i as usize].body {
+                Body::Tuple(_) => "tuple".into(),
+                Body::List(_) => "list".into(),
+                Body::Dict(_) => "dict".into(),
+                Body::Set(_) => "set".into(),
+                Body::FrozenSet(_) => "frozenset".into(),
+                Body::Object(o) => format!("object of '{}'", o.global),
+                Body::Persistent(_) => "persistent id".into(),
+            },
+        }
+    }
+
+    fn height(&self, n: &N) -> u64 {
+        match n {
+            N::Ref(i) => self.objs[*i as usize].height,
+            _ => 0,
+        }
+    }
+
+    /// The container `n` names, if it is one.
+    fn obj(&self, n: &N) -> Option<&Obj> {
+        match n {
+            N::Ref(i) => self.objs.get(*i as usize),
+            _ => None,
+        }
+    }
+
     fn err(&self, message: impl Into<String>) -> Error {
         codec_error(self.op_start, message)
     }
@@ -422,31 +448,33 @@ impl<'a> Machine<'a> {
     fn new_obj(&mut self, body: Body, children_height: u64) -> Result<N> {
         let height = children_height.saturating_add(1);
         self.check_height(height)?;
-        let rc = Rc::new(RefCell::new(Obj { height, body }));
-        self.arena.push(rc.clone());
-        Ok(N::Ref(rc))
+        let index = u32::try_from(self.objs.len()).map_err(|_| {
+            self.limit("pickle containers", u32::MAX as u64, self.objs.len() as u64)
+        })?;
+        self.objs.push(Obj { height, body });
+        Ok(N::Ref(index))
     }
 
     fn seq(&mut self, items: Vec<N>, make: fn(Vec<N>) -> Body) -> Result<N> {
-        let h = items.iter().map(N::height).max().unwrap_or(0);
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
         self.new_obj(make(items), h)
     }
 
     fn memo_put(&mut self, key: u64) -> Result<()> {
         let v = self.top()?.clone();
-        if !self.memo.contains_key(&key) && self.memo.len() as u64 >= self.limits.max_memo {
+        if self.memo.count >= self.limits.max_memo && !self.memo.contains(key) {
             return Err(self.limit(
                 "pickle memo entries",
                 self.limits.max_memo,
-                self.memo.len() as u64 + 1,
+                self.memo.count + 1,
             ));
         }
-        self.memo.insert(key, v);
+        self.memo.put(key, v);
         Ok(())
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
-        match self.memo.get(&key) {
+        match self.memo.get(key) {
             Some(v) => {
                 let v = v.clone();
                 self.push(v);
@@ -462,19 +490,16 @@ impl<'a> Machine<'a> {
         if !allowed {
             return Err(self.err(format!("global '{module}.{name}' is not allowed")));
         }
-        Ok(N::Global(Box::new(Global::new(module, name))))
+        Ok(N::Global(Rc::new(Global::new(module, name))))
     }
 
     /// Appends `items` (or dict `pairs`) to the mutable container `target`.
     fn extend(&mut self, target: &N, items: Vec<N>, what: &str) -> Result<()> {
-        let h = items.iter().map(N::height).max().unwrap_or(0);
-        let N::Ref(rc) = target else {
-            return Err(self.err(format!("{what} on {}", target.type_name())));
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        let N::Ref(i) = *target else {
+            return Err(self.err(format!("{what} on {}", self.type_name(target))));
         };
-        let tname = target.type_name();
-        let mut o = rc
-            .try_borrow_mut()
-            .map_err(|_| self.err("container is in use"))?;
+        let o = &mut self.objs[i as usize];
         let new_h = o.height.max(h.saturating_add(1));
         let ok = match (what, &mut o.body) {
             ("APPENDS", Body::List(v)) | ("ADDITEMS", Body::Set(v)) => {
@@ -500,11 +525,9 @@ impl<'a> Machine<'a> {
             _ => false,
         };
         if !ok {
-            drop(o);
-            return Err(self.err(format!("{what} on {tname}")));
+            return Err(self.err(format!("{what} on {}", self.type_name(target))));
         }
         o.height = new_h;
-        drop(o);
         self.check_height(new_h)
     }
 
@@ -512,14 +535,11 @@ impl<'a> Machine<'a> {
         let N::Global(g) = callable else {
             return Err(self.err(format!(
                 "{opname} on {}, which is not an allowed global",
-                callable.type_name()
+                self.type_name(&callable)
             )));
         };
-        let args: Vec<N> = match &args {
-            N::Ref(rc) => match &rc.try_borrow().map_err(|_| self.err("busy"))?.body {
-                Body::Tuple(v) => v.clone(),
-                _ => Vec::new(),
-            },
+        let args: Vec<N> = match self.obj(&args).map(|o| &o.body) {
+            Some(Body::Tuple(v)) => v.clone(),
             _ => Vec::new(),
         };
         let kind = match self.rules.kind(&g.module, &g.name) {
@@ -527,15 +547,15 @@ impl<'a> Machine<'a> {
             None => return self.codecs_encode(&g, &args),
         };
         let mut ob = ObjN {
-            global: *g,
-            kind: kind.clone(),
+            global: Rc::unwrap_or_clone(g),
+            kind,
             args: Vec::new(),
             kwargs: Vec::new(),
             state: None,
             items: Vec::new(),
             entries: Vec::new(),
         };
-        match &kind {
+        match &ob.kind {
             Kind::Class => {
                 return Err(self.err(format!("global '{}' may not be called", ob.global)));
             }
@@ -551,37 +571,39 @@ impl<'a> Machine<'a> {
                     )));
                 }
                 if let Some(a) = args.into_iter().next() {
-                    let N::Ref(rc) = &a else {
+                    let Some(b) = self.obj(&a) else {
                         return Err(self.err(format!(
                             "global '{}' called with {}",
                             ob.global,
-                            a.type_name()
+                            self.type_name(&a)
                         )));
                     };
-                    let b = rc.try_borrow().map_err(|_| self.err("busy"))?;
                     let seq: Option<&Vec<N>> = match &b.body {
                         Body::Tuple(v) | Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => {
                             Some(v)
                         }
                         _ => None,
                     };
-                    match (&kind, seq, &b.body) {
+                    match (&ob.kind, seq, &b.body) {
                         (Kind::Dict, _, Body::Dict(d)) => ob.entries = d.clone(),
-                        (Kind::Dict, Some(v), _) => match v.iter().map(pair_of).collect() {
-                            Some(entries) => ob.entries = entries,
-                            None => {
-                                drop(b);
-                                return Err(self.err(format!(
-                                    "global '{}' called with a sequence that is not of pairs",
-                                    ob.global
-                                )));
+                        (Kind::Dict, Some(v), _) => {
+                            match v.iter().map(|n| self.pair_of(n)).collect() {
+                                Some(entries) => ob.entries = entries,
+                                None => {
+                                    return Err(self.err(format!(
+                                        "global '{}' called with a sequence that is not of pairs",
+                                        ob.global
+                                    )));
+                                }
                             }
-                        },
+                        }
                         (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.clone(),
                         _ => {
-                            let t = a.type_name();
-                            drop(b);
-                            return Err(self.err(format!("global '{}' called with {t}", ob.global)));
+                            return Err(self.err(format!(
+                                "global '{}' called with {}",
+                                ob.global,
+                                self.type_name(&a)
+                            )));
                         }
                     }
                 }
@@ -591,12 +613,28 @@ impl<'a> Machine<'a> {
             .args
             .iter()
             .chain(ob.items.iter())
-            .map(N::height)
-            .chain(ob.entries.iter().map(|(k, v)| k.height().max(v.height())))
-            .chain(ob.kwargs.iter().map(|(k, v)| k.height().max(v.height())))
+            .map(|n| self.height(n))
+            .chain(
+                ob.entries
+                    .iter()
+                    .chain(ob.kwargs.iter())
+                    .map(|(k, v)| self.height(k).max(self.height(v))),
+            )
             .max()
             .unwrap_or(0);
         self.new_obj(Body::Object(Box::new(ob)), h)
+    }
+
+    /// The two items of a pair (a 2-tuple).
+    fn pair_of(&self, n: &N) -> Option<(N, N)> {
+        match &self.obj(n)?.body {
+            Body::Tuple(t) if t.len() == 2 => Some((t[0].clone(), t[1].clone())),
+            _ => None,
+        }
+    }
+
+    fn is_tuple(&self, n: &N) -> bool {
+        matches!(self.obj(n).map(|o| &o.body), Some(Body::Tuple(_)))
     }
 
     fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
@@ -669,11 +707,9 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let mut conv = Converter {
-                        done: HashMap::new(),
-                        max_depth: self.limits.max_depth,
-                    };
-                    let (value, _) = conv.convert(&v, 0).map_err(|m| self.err(m))?;
+                    let mut conv = Converter::new(&self.objs, self.limits.max_depth);
+                    conv.check(&v, 0).map_err(|m| self.err(m))?;
+                    let value = conv.build(&v);
                     return Ok((value, self.pos));
                 }
                 op::MARK => {
@@ -898,7 +934,7 @@ impl<'a> Machine<'a> {
                     self.memo_put(k as u64)?;
                 }
                 op::MEMOIZE => {
-                    let k = self.memo.len() as u64;
+                    let k = self.memo.count;
                     self.memo_put(k)?;
                 }
                 op::GET => {
@@ -929,8 +965,8 @@ impl<'a> Machine<'a> {
                     let (N::Str(module), N::Str(name)) = (&module, &name) else {
                         return Err(self.err(format!(
                             "STACK_GLOBAL with a {} and a {} (needs two str)",
-                            module.type_name(),
-                            name.type_name()
+                            self.type_name(&module),
+                            self.type_name(&name)
                         )));
                     };
                     let g = self.global(module, name)?;
@@ -944,10 +980,10 @@ impl<'a> Machine<'a> {
                     } else {
                         "NEWOBJ"
                     };
-                    if !is_tuple(&args) {
+                    if !self.is_tuple(&args) {
                         return Err(self.err(format!(
                             "{name} arguments are a {}, not a tuple",
-                            args.type_name()
+                            self.type_name(&args)
                         )));
                     }
                     let n = self.call(callable, args, Vec::new(), name)?;
@@ -957,14 +993,11 @@ impl<'a> Machine<'a> {
                     let kwargs = self.pop()?;
                     let args = self.pop()?;
                     let callable = self.pop()?;
-                    if !is_tuple(&args) {
+                    if !self.is_tuple(&args) {
                         return Err(self.err("NEWOBJ_EX arguments are not a tuple"));
                     }
-                    let kw = match &kwargs {
-                        N::Ref(rc) => match &rc.try_borrow().map_err(|_| self.err("busy"))?.body {
-                            Body::Dict(d) => Some(d.clone()),
-                            _ => None,
-                        },
+                    let kw = match self.obj(&kwargs).map(|o| &o.body) {
+                        Some(Body::Dict(d)) => Some(d.clone()),
                         _ => None,
                     };
                     let Some(kw) = kw else {
@@ -976,22 +1009,19 @@ impl<'a> Machine<'a> {
                 op::BUILD => {
                     let state = self.pop()?;
                     let target = self.top()?.clone();
-                    let sh = state.height();
-                    let tname = target.type_name();
-                    let N::Ref(rc) = &target else {
-                        return Err(self.err(format!("BUILD on {tname}")));
+                    let sh = self.height(&state);
+                    let N::Ref(i) = target else {
+                        return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
                     };
-                    let mut o = rc.try_borrow_mut().map_err(|_| self.err("busy"))?;
+                    let o = &mut self.objs[i as usize];
                     let new_h = o.height.max(sh.saturating_add(1));
                     match &mut o.body {
                         Body::Object(ob) => ob.state = Some(state),
                         _ => {
-                            drop(o);
-                            return Err(self.err(format!("BUILD on {tname}")));
+                            return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
                         }
                     }
                     o.height = new_h;
-                    drop(o);
                     self.check_height(new_h)?;
                 }
                 op::PERSID => {
@@ -1005,7 +1035,7 @@ impl<'a> Machine<'a> {
                 op::BINPERSID => {
                     self.persistent_ok()?;
                     let pid = self.pop()?;
-                    let h = pid.height();
+                    let h = self.height(&pid);
                     let n = self.new_obj(Body::Persistent(pid), h)?;
                     self.push(n);
                 }
@@ -1033,25 +1063,6 @@ impl<'a> Machine<'a> {
     }
 }
 
-fn pair_of(n: &N) -> Option<(N, N)> {
-    let N::Ref(r) = n else { return None };
-    let o = r.try_borrow().ok()?;
-    match &o.body {
-        Body::Tuple(t) if t.len() == 2 => Some((t[0].clone(), t[1].clone())),
-        _ => None,
-    }
-}
-
-fn is_tuple(n: &N) -> bool {
-    match n {
-        N::Ref(rc) => rc
-            .try_borrow()
-            .map(|o| matches!(o.body, Body::Tuple(_)))
-            .unwrap_or(false),
-        _ => false,
-    }
-}
-
 fn pairs(v: Vec<N>) -> Vec<(N, N)> {
     let mut out = Vec::with_capacity(v.len() / 2);
     let mut it = v.into_iter();
@@ -1062,30 +1073,48 @@ fn pairs(v: Vec<N>) -> Vec<(N, N)> {
 }
 
 /// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree:
-/// each container is converted once (so sharing is kept), cycles are refused, and the
-/// nesting depth is checked (recursion is bounded by `max_depth`).
-struct Converter {
-    /// `None` while a container is being converted (a cycle if met again).
-    done: HashMap<*const RefCell<Obj>, Option<(Value, u64)>>,
+/// [`Converter::check`] first refuses cycles and nesting beyond `max_depth` (its
+/// recursion is bounded by `max_depth`), then [`Converter::build`] converts each
+/// container once (so sharing is kept), each in one allocation.
+struct Converter<'m> {
+    objs: &'m [Obj],
+    /// What [`Converter::check`] found of each container of `objs`.
+    checked: Vec<Checked>,
+    /// What [`Converter::build`] made of each container of `objs`.
+    built: Vec<Option<Value>>,
     max_depth: u64,
 }
 
-impl Converter {
-    fn convert(&mut self, n: &N, level: u64) -> std::result::Result<(Value, u64), String> {
-        let rc = match n {
-            N::None => return Ok((Value::None, 0)),
-            N::Bool(b) => return Ok((Value::Bool(*b), 0)),
-            N::Int(v) => return Ok((Value::Int(*v), 0)),
-            N::Big(b) => return Ok((Value::BigInt(b.clone()), 0)),
-            N::Float(f) => return Ok((Value::Float(*f), 0)),
-            N::Str(s) => return Ok((Value::Str(s.clone()), 0)),
-            N::Bytes(b) => return Ok((Value::Bytes(b.clone()), 0)),
-            N::Global(g) => return Ok((Value::Global((**g).clone()), 0)),
-            N::Ref(rc) => rc,
+/// The check of one container.
+#[derive(Clone, Copy)]
+enum Checked {
+    /// Not met yet.
+    No,
+    /// Being checked (met again: a cycle).
+    Busy,
+    /// Checked: the height of the tree below it (1 for a container of scalars).
+    Height(u64),
+}
+
+impl<'m> Converter<'m> {
+    fn new(objs: &'m [Obj], max_depth: u64) -> Self {
+        Converter {
+            objs,
+            checked: vec![Checked::No; objs.len()],
+            built: (0..objs.len()).map(|_| None).collect(),
+            max_depth,
+        }
+    }
+
+    /// The height of `n`, met at nesting `level`; errors on cycles and on nesting beyond
+    /// `max_depth`.
+    fn check(&mut self, n: &N, level: u64) -> std::result::Result<u64, String> {
+        let N::Ref(i) = *n else {
+            return Ok(0);
         };
-        let key = Rc::as_ptr(rc);
-        match self.done.get(&key) {
-            Some(Some((v, h))) => {
+        let i = i as usize;
+        match self.checked[i] {
+            Checked::Height(h) => {
                 if level + h > self.max_depth {
                     return Err(format!(
                         "nesting depth {} exceeds the limit {}",
@@ -1093,10 +1122,10 @@ impl Converter {
                         self.max_depth
                     ));
                 }
-                return Ok((v.clone(), *h));
+                return Ok(h);
             }
-            Some(None) => return Err("the pickle builds a recursive structure".into()),
-            None => {}
+            Checked::Busy => return Err("the pickle builds a recursive structure".into()),
+            Checked::No => {}
         }
         if level + 1 > self.max_depth {
             return Err(format!(
@@ -1104,57 +1133,83 @@ impl Converter {
                 self.max_depth
             ));
         }
-        self.done.insert(key, None);
-        let o = rc.try_borrow().map_err(|_| "busy".to_string())?;
+        self.checked[i] = Checked::Busy;
+        let objs = self.objs;
         let mut h = 0;
-        let seq = |this: &mut Self, v: &[N], h: &mut u64| {
-            let mut out = Vec::with_capacity(v.len());
-            for x in v {
-                let (x, xh) = this.convert(x, level + 1)?;
-                *h = (*h).max(xh);
-                out.push(x);
+        let mut all = |this: &mut Self, items: &mut dyn Iterator<Item = &N>| {
+            for x in items {
+                h = h.max(this.check(x, level + 1)?);
             }
-            Ok::<_, String>(out)
+            Ok::<_, String>(())
         };
-        let pairs = |this: &mut Self, v: &[(N, N)], h: &mut u64| {
-            let mut out = Vec::with_capacity(v.len());
-            for (k, x) in v {
-                let (k, kh) = this.convert(k, level + 1)?;
-                let (x, xh) = this.convert(x, level + 1)?;
-                *h = (*h).max(kh).max(xh);
-                out.push((k, x));
+        match &objs[i].body {
+            Body::Tuple(v) | Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => {
+                all(self, &mut v.iter())?
             }
-            Ok::<_, String>(out)
+            Body::Dict(d) => all(self, &mut d.iter().flat_map(|(k, v)| [k, v]))?,
+            Body::Persistent(p) => all(self, &mut std::iter::once(p))?,
+            Body::Object(ob) => all(
+                self,
+                &mut ob
+                    .args
+                    .iter()
+                    .chain(&ob.items)
+                    .chain(
+                        ob.entries
+                            .iter()
+                            .chain(&ob.kwargs)
+                            .flat_map(|(k, v)| [k, v]),
+                    )
+                    .chain(&ob.state),
+            )?,
+        }
+        let h = h + 1;
+        self.checked[i] = Checked::Height(h);
+        Ok(h)
+    }
+
+    /// The value of `n`, which [`Converter::check`] accepted.
+    fn build(&mut self, n: &N) -> Value {
+        let i = match n {
+            N::None => return Value::None,
+            N::Bool(b) => return Value::Bool(*b),
+            N::Int(v) => return Value::Int(*v),
+            N::Big(b) => return Value::BigInt(b.clone()),
+            N::Float(f) => return Value::Float(*f),
+            N::Str(s) => return Value::Str(s.clone()),
+            N::Bytes(b) => return Value::Bytes(b.clone()),
+            N::Global(g) => return Value::Global((**g).clone()),
+            N::Ref(i) => *i as usize,
         };
-        let value = match &o.body {
-            Body::Tuple(v) => Value::Tuple(Arc::new(seq(self, v, &mut h)?)),
-            Body::List(v) => Value::List(Arc::new(seq(self, v, &mut h)?)),
-            Body::Set(v) => Value::Set(Arc::new(seq(self, v, &mut h)?)),
-            Body::FrozenSet(v) => Value::FrozenSet(Arc::new(seq(self, v, &mut h)?)),
-            Body::Dict(d) => Value::Dict(Arc::new(pairs(self, d, &mut h)?)),
-            Body::Persistent(p) => {
-                let (p, ph) = self.convert(p, level + 1)?;
-                h = ph;
-                Value::Persistent(Arc::new(p))
-            }
+        if let Some(v) = &self.built[i] {
+            return v.clone();
+        }
+        let objs = self.objs;
+        let value = match &objs[i].body {
+            Body::Tuple(v) => Value::Tuple(v.iter().map(|x| self.build(x)).collect()),
+            Body::List(v) => Value::List(v.iter().map(|x| self.build(x)).collect()),
+            Body::Set(v) => Value::Set(v.iter().map(|x| self.build(x)).collect()),
+            Body::FrozenSet(v) => Value::FrozenSet(v.iter().map(|x| self.build(x)).collect()),
+            Body::Dict(d) => Value::Dict(self.pairs(d)),
+            Body::Persistent(p) => Value::Persistent(Arc::new(self.build(p))),
             Body::Object(ob) => {
                 let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
-                obj.args = seq(self, &ob.args, &mut h)?;
-                obj.items = seq(self, &ob.items, &mut h)?;
-                obj.entries = pairs(self, &ob.entries, &mut h)?;
-                obj.kwargs = pairs(self, &ob.kwargs, &mut h)?;
-                if let Some(s) = &ob.state {
-                    let (s, sh) = self.convert(s, level + 1)?;
-                    h = h.max(sh);
-                    obj.state = Some(s);
-                }
+                obj.args = ob.args.iter().map(|x| self.build(x)).collect();
+                obj.items = ob.items.iter().map(|x| self.build(x)).collect();
+                obj.entries = self.pairs(&ob.entries);
+                obj.kwargs = self.pairs(&ob.kwargs);
+                obj.state = ob.state.as_ref().map(|s| self.build(s));
                 Value::Object(Arc::new(obj))
             }
-            Body::Cleared => Value::None,
         };
-        let h = h + 1;
-        self.done.insert(key, Some((value.clone(), h)));
-        Ok((value, h))
+        self.built[i] = Some(value.clone());
+        value
+    }
+
+    fn pairs<C: FromIterator<(Value, Value)>>(&mut self, d: &[(N, N)]) -> C {
+        d.iter()
+            .map(|(k, v)| (self.build(k), self.build(v)))
+            .collect()
     }
 }
 

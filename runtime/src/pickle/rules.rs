@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::ops::RangeInclusive;
+use std::sync::Arc;
 
 /// What an allowed global is and what calling it (`REDUCE`, `NEWOBJ`) builds. Every call
 /// gives an [`Object`](super::Object) that records the global, its kind and its arguments.
@@ -25,8 +26,8 @@ pub enum Kind {
     /// hooks)`). Any number of positional arguments is accepted and kept;
     /// [`Object::arg`](super::Object::arg) finds one by its name.
     Call {
-        /// Names of the positional parameters, in order.
-        params: Vec<String>,
+        /// Names of the positional parameters, in order (shared by every object made).
+        params: Arc<[String]>,
     },
     /// A global that may only appear as a value (a storage class, a dtype); calling it is
     /// refused.
@@ -45,7 +46,8 @@ pub enum Kind {
 /// never allowed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rules {
-    globals: HashMap<(String, String), Kind>,
+    /// Allowed globals: module → name → kind.
+    globals: HashMap<String, HashMap<String, Kind>>,
     /// Modules every global of which is allowed (`__torch__` and its submodules).
     modules: Vec<(String, Kind)>,
     codecs_encode: bool,
@@ -60,6 +62,13 @@ impl Default for Rules {
 }
 
 const NEVER: &[&str] = &["os", "posix", "nt", "sys", "subprocess"];
+
+/// True when `module` is `root` or one of its submodules (`root.x.y`).
+fn in_module(module: &str, root: &str) -> bool {
+    module
+        .strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
 
 impl Rules {
     /// Rules that allow no global and no persistent id, and protocols 0 to 5.
@@ -76,7 +85,9 @@ impl Rules {
     /// Allows the global `module`.`name`, which builds `kind`.
     pub fn allow(mut self, module: &str, name: &str, kind: Kind) -> Self {
         self.globals
-            .insert((module.to_string(), name.to_string()), kind);
+            .entry(module.to_string())
+            .or_default()
+            .insert(name.to_string(), kind);
         self
     }
 
@@ -118,19 +129,15 @@ impl Rules {
 
     /// What `module`.`name` builds, when it is allowed.
     pub fn kind(&self, module: &str, name: &str) -> Option<&Kind> {
-        if NEVER.contains(&module) || NEVER.iter().any(|m| module.starts_with(&format!("{m}."))) {
+        if NEVER.iter().any(|m| in_module(module, m)) {
             return None;
         }
-        if let Some(k) = self.globals.get(&(module.to_string(), name.to_string())) {
+        if let Some(k) = self.globals.get(module).and_then(|names| names.get(name)) {
             return Some(k);
         }
-        self.modules.iter().find_map(|(m, k)| {
-            let inside = module == m
-                || module
-                    .strip_prefix(m.as_str())
-                    .is_some_and(|rest| rest.starts_with('.'));
-            inside.then_some(k)
-        })
+        self.modules
+            .iter()
+            .find_map(|(m, k)| in_module(module, m).then_some(k))
     }
 
     /// Whether `_codecs.encode` is allowed (see [`Rules::allow_codecs_encode`]).

@@ -3,7 +3,6 @@
 //! write nested dicts, lists and tuples around its tensors.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use super::rules::Kind;
 use super::value::{Object, Value};
@@ -154,26 +153,26 @@ fn build(n: &Node, path: &str, tensor: &mut dyn FnMut(&str) -> Result<Value>) ->
         Node::Float(x) => Value::Float(*x),
         Node::Str(s) => Value::str(s),
         Node::Bytes(b) => Value::Bytes(b.as_slice().into()),
-        Node::List(v) => Value::List(Arc::new(
+        Node::List(v) => Value::List(
             v.iter()
                 .enumerate()
                 .map(|(i, n)| build(n, &at(&i), tensor))
                 .collect::<Result<_>>()?,
-        )),
-        Node::Tuple(v) => Value::Tuple(Arc::new(
+        ),
+        Node::Tuple(v) => Value::Tuple(
             v.iter()
                 .enumerate()
                 .map(|(i, n)| build(n, &at(&i), tensor))
                 .collect::<Result<_>>()?,
-        )),
-        Node::Dict(e) => Value::Dict(Arc::new(
+        ),
+        Node::Dict(e) => Value::Dict(
             e.iter()
                 .map(|(k, v)| {
                     let part = crate::tree::key_text(k).unwrap_or_else(|| k.to_string());
                     Ok((build(k, path, tensor)?, build(v, &at(&part), tensor)?))
                 })
                 .collect::<Result<_>>()?,
-        )),
+        ),
         Node::Tensor(name) => tensor(name)?,
         Node::Global(_) | Node::Object { .. } | Node::Other(_) => {
             let place = if path.is_empty() { "<root>" } else { path };
@@ -196,7 +195,7 @@ mod tests {
             Object::new(
                 Global::new("m", "tensor"),
                 Kind::Call {
-                    params: vec!["offset".into()],
+                    params: vec!["offset".into()].into(),
                 },
             )
             .with_args(vec![Value::Int(n)]),
@@ -213,7 +212,7 @@ mod tests {
             Object::new(
                 Global::new("m", "parameter"),
                 Kind::Call {
-                    params: vec!["data".into(), "requires_grad".into()],
+                    params: vec!["data".into(), "requires_grad".into()].into(),
                 },
             )
             .with_args(vec![tensor(1), Value::Bool(true)]),
@@ -260,7 +259,7 @@ mod tests {
         let mut calls = 0;
         let v = from_tree(&tree, &mut |n| {
             calls += 1;
-            Ok(Value::Tuple(Arc::new(vec![Value::str(n)])))
+            Ok(Value::tuple(vec![Value::str(n)]))
         })
         .unwrap();
         assert_eq!(calls, 1);

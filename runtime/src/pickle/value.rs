@@ -122,15 +122,15 @@ pub enum Value {
     /// A byte string (`bytes`, `bytearray`, or a Python 2 `str` that is not UTF-8).
     Bytes(Arc<[u8]>),
     /// A tuple.
-    Tuple(Arc<Vec<Value>>),
+    Tuple(Arc<[Value]>),
     /// A list.
-    List(Arc<Vec<Value>>),
+    List(Arc<[Value]>),
     /// A dict, its items in insertion order (duplicate keys are kept; the last wins).
-    Dict(Arc<Vec<(Value, Value)>>),
+    Dict(Arc<[(Value, Value)]>),
     /// A set, in the order of the pickle.
-    Set(Arc<Vec<Value>>),
+    Set(Arc<[Value]>),
     /// A frozenset, in the order of the pickle.
-    FrozenSet(Arc<Vec<Value>>),
+    FrozenSet(Arc<[Value]>),
     /// A global referenced as a value (a class or function that is not called).
     Global(Global),
     /// A call of an allowed global.
@@ -148,17 +148,17 @@ impl Value {
 
     /// A tuple of `items`.
     pub fn tuple(items: Vec<Value>) -> Value {
-        Value::Tuple(Arc::new(items))
+        Value::Tuple(items.into())
     }
 
     /// A list of `items`.
     pub fn list(items: Vec<Value>) -> Value {
-        Value::List(Arc::new(items))
+        Value::List(items.into())
     }
 
     /// A dict of `items`.
     pub fn dict(items: Vec<(Value, Value)>) -> Value {
-        Value::Dict(Arc::new(items))
+        Value::Dict(items.into())
     }
 
     /// An object value.

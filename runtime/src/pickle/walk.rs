@@ -189,8 +189,13 @@ mod tests {
     fn tensor(n: i64) -> Value {
         let params = vec!["storage".to_string(), "offset".to_string()];
         Value::object(
-            Object::new(Global::new("m", "tensor"), Kind::Call { params })
-                .with_args(vec![Value::None, Value::Int(n)]),
+            Object::new(
+                Global::new("m", "tensor"),
+                Kind::Call {
+                    params: params.into(),
+                },
+            )
+            .with_args(vec![Value::None, Value::Int(n)]),
         )
     }
 
@@ -211,7 +216,7 @@ mod tests {
             Object::new(
                 Global::new("m", "parameter"),
                 Kind::Call {
-                    params: vec!["tensor".into()],
+                    params: vec!["tensor".into()].into(),
                 },
             )
             .with_args(vec![tensor(2), Value::Bool(true)]),

@@ -326,14 +326,14 @@ impl Writer {
                 self.out.push(b'Q');
             }
             Value::Tuple(t) => {
-                let (ptr, n) = (Arc::as_ptr(t) as usize, Arc::strong_count(t));
+                let (ptr, n) = (Arc::as_ptr(t).cast::<()>() as usize, Arc::strong_count(t));
                 if !self.seen(ptr, n) {
                     self.tuple(t)?;
                     self.remember(ptr, n);
                 }
             }
             Value::List(l) => {
-                let (ptr, n) = (Arc::as_ptr(l) as usize, Arc::strong_count(l));
+                let (ptr, n) = (Arc::as_ptr(l).cast::<()>() as usize, Arc::strong_count(l));
                 if !self.seen(ptr, n) {
                     self.out.push(b']');
                     self.remember(ptr, n);
@@ -343,7 +343,7 @@ impl Writer {
                 }
             }
             Value::Dict(d) => {
-                let (ptr, n) = (Arc::as_ptr(d) as usize, Arc::strong_count(d));
+                let (ptr, n) = (Arc::as_ptr(d).cast::<()>() as usize, Arc::strong_count(d));
                 if !self.seen(ptr, n) {
                     self.out.push(b'}');
                     self.remember(ptr, n);
@@ -353,7 +353,7 @@ impl Writer {
                 }
             }
             Value::Set(s) | Value::FrozenSet(s) => {
-                let (ptr, n) = (Arc::as_ptr(s) as usize, Arc::strong_count(s));
+                let (ptr, n) = (Arc::as_ptr(s).cast::<()>() as usize, Arc::strong_count(s));
                 if !self.seen(ptr, n) {
                     let name = if matches!(v, Value::Set(_)) {
                         "set"
