@@ -288,10 +288,16 @@ fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
         bar: &bar,
     };
     file.read_all(&mut sink)?;
+    let members = file.verify_container()?;
     bar.finish_and_clear();
+    let container = if members > 0 {
+        format!(", {members} zip members checked")
+    } else {
+        String::new()
+    };
     outln!(
         out,
-        "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked",
+        "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked{container}",
         path.display(),
         file.format(),
         file.tensors().len(),

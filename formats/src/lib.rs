@@ -229,6 +229,29 @@ impl TensorFile {
         })
     }
 
+    /// Checks the container beyond what the tensors use: for a zip archive, every member's
+    /// local header and CRC-32, metadata members and members no tensor refers to
+    /// included. Returns the number of members checked (0 when the file is not a zip
+    /// archive). [`TensorFile::read_all`] checks the tensors' own bytes.
+    pub fn verify_container(&self) -> Result<usize> {
+        let data = self.source.data();
+        if !tensorfmt_runtime::zip::starts_like_zip(data) {
+            return Ok(0);
+        }
+        let limits = &self.read_options.limits;
+        let zip = self
+            .source
+            .zip_index(limits)
+            .map_err(|e| with_file(e, &self.source))?;
+        for m in zip.members() {
+            let mut reader = tensorfmt_runtime::zip::member_reader(data, m, limits)
+                .map_err(|e| with_file(e, &self.source))?;
+            std::io::copy(&mut reader, &mut std::io::sink())
+                .map_err(|e| with_file(tensorfmt_runtime::zip::io_to_error(e), &self.source))?;
+        }
+        Ok(zip.members().len())
+    }
+
     /// Every tensor, loaded as [`TensorFile::load`] does.
     pub fn load_all(&self) -> Result<Vec<Tensor>> {
         self.tensors.iter().map(|t| self.load_info(t)).collect()

@@ -56,6 +56,41 @@ fn zip_fixtures_verify_clean() {
     }
 }
 
+#[test]
+fn verify_checks_members_no_tensor_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = std::fs::read(self::dir().join("all_dtypes.pt")).unwrap();
+    let id = "all_dtypes/.data/serialization_id";
+    let src = Source::from_bytes(bytes.clone());
+    let m = ZipIndex::read(src.data(), &Limits::default())
+        .unwrap()
+        .find(id)
+        .unwrap()
+        .clone();
+    let at = m.data_offset(src.data()).unwrap() as usize;
+    let mut damaged = bytes;
+    damaged[at] ^= 0x01;
+    let p = dir.path().join("damaged_id.pt");
+    std::fs::write(&p, &damaged).unwrap();
+    // Every tensor still reads and hashes: the damage is in a record no tensor uses.
+    let file = tensorfmt::TensorFile::open(&p).unwrap();
+    file.read_all(&mut tensorfmt::runtime::hash::HashSink::new())
+        .unwrap();
+    let e = file.verify_container().unwrap_err().to_string();
+    assert!(
+        e.contains("damaged_id.pt") && e.contains(id) && e.contains("checksum mismatch"),
+        "{e}"
+    );
+    let (code, out) = cli(&["verify", p.to_str().unwrap()]);
+    assert_ne!(code, ExitCode::SUCCESS, "{out}");
+    let (code, out) = cli(&[
+        "verify",
+        self::dir().join("all_dtypes.pt").to_str().unwrap(),
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("23 zip members checked"), "{out}");
+}
+
 /// The members of a fixture, as (name, content).
 fn members(f: &str) -> Vec<(String, Vec<u8>)> {
     let src = Source::open(dir().join(f)).unwrap();
