@@ -84,7 +84,7 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
     };
     let f = format_ident!("{}_rules", p.name.name.to_lowercase());
     let doc = format!(
-        " What a `{}` pickle may contain: the declared globals, {}persistent ids{}.",
+        " What a `{}` pickle may contain: the declared globals, {}persistent ids{} (built once).",
         p.name.name,
         if persistent { "" } else { "no " },
         protocol
@@ -104,11 +104,14 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
     });
     Ok(quote! {
         #[doc = #doc]
-        pub fn #f() -> rt::pickle::Rules {
-            rt::pickle::Rules::new()
-                #(#allow)*
-                .persistent_ids(#persistent)
-                #protocols
+        pub fn #f() -> &'static rt::pickle::Rules {
+            static RULES: ::std::sync::OnceLock<rt::pickle::Rules> = ::std::sync::OnceLock::new();
+            RULES.get_or_init(|| {
+                rt::pickle::Rules::new()
+                    #(#allow)*
+                    .persistent_ids(#persistent)
+                    #protocols
+            })
         }
         #(#preds)*
     })
@@ -981,8 +984,8 @@ pub(crate) fn gen_zip_pickle(
         };
         let body = quote! {
             #member
-            let content = rt::zip::read_member(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let value = rt::pickle::read(&content, &#rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let content = rt::zip::member_bytes(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
+            let value = rt::pickle::read(&content, #rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
             let objects = rt::pickle::find_objects(&value, &#is_kind, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
             let mut names_of: ::std::collections::HashMap<usize, ::std::collections::VecDeque<::std::string::String>> = ::std::collections::HashMap::new();
             for (path, o) in objects {

@@ -177,6 +177,19 @@ fn read_vec(src: &dyn RandomAccess, offset: u64, len: u64) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// `len` bytes at `offset`: a view when `src` is in memory, else read into a new buffer
+/// (callers bound `len`).
+fn read_cow(src: &dyn RandomAccess, offset: u64, len: u64) -> Result<Cow<'_, [u8]>> {
+    check_range(offset, len, src.len())?;
+    match src
+        .as_slice()
+        .and_then(|s| s.get(offset as usize..(offset + len) as usize))
+    {
+        Some(s) => Ok(Cow::Borrowed(s)),
+        None => read_vec(src, offset, len).map(Cow::Owned),
+    }
+}
+
 /// The members of a zip archive, in central-directory order, with a lookup by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZipIndex {
@@ -222,13 +235,7 @@ impl ZipIndex {
         // At least 46 bytes per entry were checked to be there.
         let mut members = Vec::with_capacity(cd.entries as usize);
         // The directory itself: a view of the map, or read once from a stream.
-        let in_memory = src
-            .as_slice()
-            .and_then(|s| s.get(cd.start as usize..cd.end as usize));
-        let directory: Cow<'_, [u8]> = match in_memory {
-            Some(d) => Cow::Borrowed(d),
-            None => Cow::Owned(read_vec(src, cd.start, cd.end - cd.start)?),
-        };
+        let directory = read_cow(src, cd.start, cd.end - cd.start)?;
         let mut pos = 0usize;
         for _ in 0..cd.entries {
             let (member, next) = read_central_header(&directory, &cd, pos)?;
@@ -322,7 +329,7 @@ fn find_central_directory(src: &dyn RandomAccess, limits: &Limits) -> Result<Cen
     // The EOCD is the last 22 bytes plus a comment of at most 65535 bytes.
     let tail_len = len.min(EOCD_LEN + MAX_COMMENT);
     let tail_start = len - tail_len;
-    let tail = read_vec(src, tail_start, tail_len)?;
+    let tail = read_cow(src, tail_start, tail_len)?;
     let mut found = None;
     let mut i = tail.len() - EOCD_LEN as usize;
     loop {
@@ -914,6 +921,42 @@ pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Re
     let mut out = Vec::with_capacity(initial_capacity(m) as usize);
     reader.read_to_end(&mut out).map_err(io_to_error)?;
     Ok(out)
+}
+
+/// The whole uncompressed content of `m`, as [`read_member`] gives it, but without a copy
+/// when the member is stored and `src` is in memory: a view of its bytes, whose CRC-32
+/// is checked.
+pub fn member_bytes<'a>(
+    src: &'a dyn RandomAccess,
+    m: &ZipMember,
+    limits: &Limits,
+) -> Result<Cow<'a, [u8]>> {
+    if m.compression != Compression::Stored || src.as_slice().is_none() {
+        return read_member(src, m, limits).map(Cow::Owned);
+    }
+    if m.size > limits.max_header_bytes {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "metadata member size",
+                limit: limits.max_header_bytes,
+                actual: m.size,
+            },
+            Location::default().with_entry(&m.name),
+        ));
+    }
+    let data_offset = check_member(src, m, limits)?;
+    let bytes = read_cow(src, data_offset, m.size).map_err(|e| e.in_entry(&m.name))?;
+    let actual = crc32fast::hash(&bytes);
+    if actual != m.crc32 {
+        return Err(Error::new(
+            ErrorKind::Checksum {
+                expected: m.crc32,
+                actual,
+            },
+            Location::default().with_entry(&m.name),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// What [`read_member`] reserves before reading `m`. A stored member's size is its byte

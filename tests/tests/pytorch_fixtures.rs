@@ -326,7 +326,7 @@ fn legacy_records_start(bytes: &[u8]) -> usize {
     let mut pos = 0;
     for _ in 0..5 {
         let (_, used) =
-            tensorfmt::runtime::pickle::read_prefix(&bytes[pos..], &rules, &limits).unwrap();
+            tensorfmt::runtime::pickle::read_prefix(&bytes[pos..], rules, &limits).unwrap();
         pos += used;
     }
     pos

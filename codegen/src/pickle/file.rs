@@ -275,7 +275,7 @@ pub(crate) fn gen_file_pickle(
                             &owned
                         }
                     };
-                    let (value, used) = rt::pickle::read_prefix(window, &#rules(), limits).map_err(|mut e| {
+                    let (value, used) = rt::pickle::read_prefix(window, #rules(), limits).map_err(|mut e| {
                         e.location.offset = Some(e.location.offset.unwrap_or(0) + start);
                         in_file(e.in_field(#name))
                     })?;

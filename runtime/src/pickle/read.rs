@@ -48,6 +48,7 @@ pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Valu
         marks: Vec::new(),
         memo: Memo::default(),
         objs: Vec::new(),
+        pool: Vec::new(),
     };
     m.run()
 }
@@ -111,8 +112,22 @@ impl Memo {
     }
 }
 
+/// The items of a tuple: `pool[start..end]` of the machine (tuples never change, so
+/// their items are stored back to back, with no allocation of their own).
+#[derive(Clone, Copy)]
+struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
+}
+
 enum Body {
-    Tuple(Vec<N>),
+    Tuple(Span),
     List(Vec<N>),
     Dict(Vec<(N, N)>),
     Set(Vec<N>),
@@ -124,7 +139,8 @@ enum Body {
 struct ObjN {
     global: Global,
     kind: Kind,
-    args: Vec<N>,
+    /// The items of the argument tuple.
+    args: Span,
     kwargs: Vec<(N, N)>,
     state: Option<N>,
     items: Vec<N>,
@@ -143,6 +159,8 @@ struct Machine<'a> {
     /// Every container made ([`N::Ref`] indexes it). Dropping it recurses nowhere, and
     /// cycles cannot leak.
     objs: Vec<Obj>,
+    /// The items of every tuple ([`Span`]).
+    pool: Vec<N>,
 }
 
 mod op {
@@ -431,11 +449,23 @@ impl<'a> Machine<'a> {
         }
     }
 
-    fn pop_n(&mut self, n: usize) -> Result<Vec<N>> {
-        if self.stack.len() < self.base() + n {
-            return Err(self.err("stack underflow"));
-        }
-        Ok(self.stack.split_off(self.stack.len() - n))
+    /// A tuple of the stack's items from `from` on, which are moved to the pool.
+    fn tuple_from_stack(&mut self, from: usize) -> Result<N> {
+        let from = from.min(self.stack.len());
+        let items = &self.stack[from..];
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        let start = self.pool.len();
+        let end = start + items.len();
+        let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
+            return Err(self.limit("pickle tuple items", u32::MAX as u64, end as u64));
+        };
+        self.pool.extend(self.stack.drain(from..));
+        self.new_obj(Body::Tuple(Span { start, end }), h)
+    }
+
+    /// The items of a tuple.
+    fn items(&self, span: Span) -> &[N] {
+        &self.pool[span.start as usize..span.end as usize]
     }
 
     fn check_height(&self, h: u64) -> Result<()> {
@@ -538,18 +568,18 @@ impl<'a> Machine<'a> {
                 self.type_name(&callable)
             )));
         };
-        let args: Vec<N> = match self.obj(&args).map(|o| &o.body) {
-            Some(Body::Tuple(v)) => v.clone(),
-            _ => Vec::new(),
+        let args = match self.obj(&args).map(|o| &o.body) {
+            Some(Body::Tuple(span)) => *span,
+            _ => Span { start: 0, end: 0 },
         };
         let kind = match self.rules.kind(&g.module, &g.name) {
             Some(k) => k.clone(),
-            None => return self.codecs_encode(&g, &args),
+            None => return self.codecs_encode(&g, self.items(args)),
         };
         let mut ob = ObjN {
             global: Rc::unwrap_or_clone(g),
             kind,
-            args: Vec::new(),
+            args: Span { start: 0, end: 0 },
             kwargs: Vec::new(),
             state: None,
             items: Vec::new(),
@@ -570,7 +600,7 @@ impl<'a> Machine<'a> {
                         ob.global
                     )));
                 }
-                if let Some(a) = args.into_iter().next() {
+                if let Some(a) = self.items(args).first().cloned() {
                     let Some(b) = self.obj(&a) else {
                         return Err(self.err(format!(
                             "global '{}' called with {}",
@@ -578,10 +608,9 @@ impl<'a> Machine<'a> {
                             self.type_name(&a)
                         )));
                     };
-                    let seq: Option<&Vec<N>> = match &b.body {
-                        Body::Tuple(v) | Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => {
-                            Some(v)
-                        }
+                    let seq: Option<&[N]> = match &b.body {
+                        Body::Tuple(span) => Some(self.items(*span)),
+                        Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => Some(v),
                         _ => None,
                     };
                     match (&ob.kind, seq, &b.body) {
@@ -597,7 +626,7 @@ impl<'a> Machine<'a> {
                                 }
                             }
                         }
-                        (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.clone(),
+                        (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.to_vec(),
                         _ => {
                             return Err(self.err(format!(
                                 "global '{}' called with {}",
@@ -609,8 +638,8 @@ impl<'a> Machine<'a> {
                 }
             }
         }
-        let h = ob
-            .args
+        let h = self
+            .items(ob.args)
             .iter()
             .chain(ob.items.iter())
             .map(|n| self.height(n))
@@ -628,7 +657,10 @@ impl<'a> Machine<'a> {
     /// The two items of a pair (a 2-tuple).
     fn pair_of(&self, n: &N) -> Option<(N, N)> {
         match &self.obj(n)?.body {
-            Body::Tuple(t) if t.len() == 2 => Some((t[0].clone(), t[1].clone())),
+            Body::Tuple(span) if span.len() == 2 => {
+                let t = self.items(*span);
+                Some((t[0].clone(), t[1].clone()))
+            }
             _ => None,
         }
     }
@@ -707,7 +739,7 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let mut conv = Converter::new(&self.objs, self.limits.max_depth);
+                    let mut conv = Converter::new(&self.objs, &self.pool, self.limits.max_depth);
                     conv.check(&v, 0).map_err(|m| self.err(m))?;
                     let value = conv.build(&v);
                     return Ok((value, self.pos));
@@ -845,17 +877,22 @@ impl<'a> Machine<'a> {
                     self.push(N::Bytes(b.into()));
                 }
                 op::EMPTY_TUPLE => {
-                    let n = self.new_obj(Body::Tuple(Vec::new()), 0)?;
+                    let n = self.tuple_from_stack(self.stack.len())?;
                     self.push(n);
                 }
                 op::TUPLE => {
-                    let items = self.pop_mark()?;
-                    let n = self.seq(items, Body::Tuple)?;
+                    let Some(from) = self.marks.pop() else {
+                        return Err(self.err("no MARK on the stack"));
+                    };
+                    let n = self.tuple_from_stack(from)?;
                     self.push(n);
                 }
                 op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
-                    let items = self.pop_n((code - op::TUPLE1 + 1) as usize)?;
-                    let n = self.seq(items, Body::Tuple)?;
+                    let k = (code - op::TUPLE1 + 1) as usize;
+                    if self.stack.len() < self.base() + k {
+                        return Err(self.err("stack underflow"));
+                    }
+                    let n = self.tuple_from_stack(self.stack.len() - k)?;
                     self.push(n);
                 }
                 op::EMPTY_LIST => {
@@ -1078,6 +1115,8 @@ fn pairs(v: Vec<N>) -> Vec<(N, N)> {
 /// container once (so sharing is kept), each in one allocation.
 struct Converter<'m> {
     objs: &'m [Obj],
+    /// The items of tuples.
+    pool: &'m [N],
     /// What [`Converter::check`] found of each container of `objs`.
     checked: Vec<Checked>,
     /// What [`Converter::build`] made of each container of `objs`.
@@ -1097,9 +1136,10 @@ enum Checked {
 }
 
 impl<'m> Converter<'m> {
-    fn new(objs: &'m [Obj], max_depth: u64) -> Self {
+    fn new(objs: &'m [Obj], pool: &'m [N], max_depth: u64) -> Self {
         Converter {
             objs,
+            pool,
             checked: vec![Checked::No; objs.len()],
             built: (0..objs.len()).map(|_| None).collect(),
             max_depth,
@@ -1134,7 +1174,8 @@ impl<'m> Converter<'m> {
             ));
         }
         self.checked[i] = Checked::Busy;
-        let objs = self.objs;
+        let (objs, pool) = (self.objs, self.pool);
+        let items = |span: Span| &pool[span.start as usize..span.end as usize];
         let mut h = 0;
         let mut all = |this: &mut Self, items: &mut dyn Iterator<Item = &N>| {
             for x in items {
@@ -1143,15 +1184,13 @@ impl<'m> Converter<'m> {
             Ok::<_, String>(())
         };
         match &objs[i].body {
-            Body::Tuple(v) | Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => {
-                all(self, &mut v.iter())?
-            }
+            Body::Tuple(span) => all(self, &mut items(*span).iter())?,
+            Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => all(self, &mut v.iter())?,
             Body::Dict(d) => all(self, &mut d.iter().flat_map(|(k, v)| [k, v]))?,
             Body::Persistent(p) => all(self, &mut std::iter::once(p))?,
             Body::Object(ob) => all(
                 self,
-                &mut ob
-                    .args
+                &mut items(ob.args)
                     .iter()
                     .chain(&ob.items)
                     .chain(
@@ -1184,9 +1223,10 @@ impl<'m> Converter<'m> {
         if let Some(v) = &self.built[i] {
             return v.clone();
         }
-        let objs = self.objs;
+        let (objs, pool) = (self.objs, self.pool);
+        let items = |span: Span| &pool[span.start as usize..span.end as usize];
         let value = match &objs[i].body {
-            Body::Tuple(v) => Value::Tuple(v.iter().map(|x| self.build(x)).collect()),
+            Body::Tuple(span) => Value::Tuple(items(*span).iter().map(|x| self.build(x)).collect()),
             Body::List(v) => Value::List(v.iter().map(|x| self.build(x)).collect()),
             Body::Set(v) => Value::Set(v.iter().map(|x| self.build(x)).collect()),
             Body::FrozenSet(v) => Value::FrozenSet(v.iter().map(|x| self.build(x)).collect()),
@@ -1194,7 +1234,7 @@ impl<'m> Converter<'m> {
             Body::Persistent(p) => Value::Persistent(Arc::new(self.build(p))),
             Body::Object(ob) => {
                 let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
-                obj.args = ob.args.iter().map(|x| self.build(x)).collect();
+                obj.args = items(ob.args).iter().map(|x| self.build(x)).collect();
                 obj.items = ob.items.iter().map(|x| self.build(x)).collect();
                 obj.entries = self.pairs(&ob.entries);
                 obj.kwargs = self.pairs(&ob.kwargs);
