@@ -329,9 +329,9 @@ impl PScope<'_, '_> {
             T::Obj => Ok(quote!(&{
                 let v: ::std::option::Option<&rt::pickle::Value> = #ts;
                 match v {
-                    Some(rt::pickle::Value::Global(g)) => g.to_string(),
-                    Some(rt::pickle::Value::Str(s)) => s.to_string(),
-                    Some(rt::pickle::Value::Int(i)) => i.to_string(),
+                    Some(rt::pickle::Value::Global(g)) => ::std::borrow::Cow::Borrowed(&*g.path),
+                    Some(rt::pickle::Value::Str(s)) => ::std::borrow::Cow::Borrowed(&**s),
+                    Some(rt::pickle::Value::Int(i)) => ::std::borrow::Cow::Owned(i.to_string()),
                     _ => return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what)),
                 }
             }[..])),

@@ -739,9 +739,9 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let mut conv = Converter::new(&self.objs, &self.pool, self.limits.max_depth);
-                    conv.check(&v, 0).map_err(|m| self.err(m))?;
-                    let value = conv.build(&v);
+                    let value = Converter::new(&self.objs, &self.pool, self.limits.max_depth)
+                        .convert(&v)
+                        .map_err(|m| self.err(m))?;
                     return Ok((value, self.pos));
                 }
                 op::MARK => {
@@ -1109,30 +1109,31 @@ fn pairs(v: Vec<N>) -> Vec<(N, N)> {
     out
 }
 
-/// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree:
-/// [`Converter::check`] first refuses cycles and nesting beyond `max_depth` (its
-/// recursion is bounded by `max_depth`), then [`Converter::build`] converts each
-/// container once (so sharing is kept), each in one allocation.
+/// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree in
+/// one pass: each container is converted once (so sharing is kept), in one allocation;
+/// a cycle or nesting beyond `max_depth` stops the conversion (its recursion is bounded
+/// by `max_depth`) and [`Converter::convert`] reports it.
 struct Converter<'m> {
     objs: &'m [Obj],
     /// The items of tuples.
     pool: &'m [N],
-    /// What [`Converter::check`] found of each container of `objs`.
-    checked: Vec<Checked>,
-    /// What [`Converter::build`] made of each container of `objs`.
-    built: Vec<Option<Value>>,
+    /// What each container of `objs` became.
+    done: Vec<Done>,
     max_depth: u64,
+    /// Why the conversion stopped, if it did.
+    failed: Option<String>,
 }
 
-/// The check of one container.
-#[derive(Clone, Copy)]
-enum Checked {
+/// The conversion of one container.
+#[derive(Clone)]
+enum Done {
     /// Not met yet.
     No,
-    /// Being checked (met again: a cycle).
+    /// Being converted (met again: a cycle).
     Busy,
-    /// Checked: the height of the tree below it (1 for a container of scalars).
-    Height(u64),
+    /// Converted: its value and the height of the tree below it (1 for a container of
+    /// scalars).
+    Value(Value, u64),
 }
 
 impl<'m> Converter<'m> {
@@ -1140,115 +1141,122 @@ impl<'m> Converter<'m> {
         Converter {
             objs,
             pool,
-            checked: vec![Checked::No; objs.len()],
-            built: (0..objs.len()).map(|_| None).collect(),
+            done: vec![Done::No; objs.len()],
             max_depth,
+            failed: None,
         }
     }
 
-    /// The height of `n`, met at nesting `level`; errors on cycles and on nesting beyond
-    /// `max_depth`.
-    fn check(&mut self, n: &N, level: u64) -> std::result::Result<u64, String> {
-        let N::Ref(i) = *n else {
-            return Ok(0);
+    /// The value of `n`, or why it cannot be had.
+    fn convert(mut self, n: &N) -> std::result::Result<Value, String> {
+        let (v, _) = self.build(n, 0);
+        match self.failed {
+            Some(why) => Err(why),
+            None => Ok(v),
+        }
+    }
+
+    fn fail(&mut self, why: String) -> (Value, u64) {
+        self.failed.get_or_insert(why);
+        (Value::None, 0)
+    }
+
+    /// The value of `n`, met at nesting `level`, and its height. After a failure, returns
+    /// at once.
+    fn build(&mut self, n: &N, level: u64) -> (Value, u64) {
+        let i = match n {
+            N::None => return (Value::None, 0),
+            N::Bool(b) => return (Value::Bool(*b), 0),
+            N::Int(v) => return (Value::Int(*v), 0),
+            N::Big(b) => return (Value::BigInt(b.clone()), 0),
+            N::Float(f) => return (Value::Float(*f), 0),
+            N::Str(s) => return (Value::Str(s.clone()), 0),
+            N::Bytes(b) => return (Value::Bytes(b.clone()), 0),
+            N::Global(g) => return (Value::Global((**g).clone()), 0),
+            N::Ref(i) => *i as usize,
         };
-        let i = i as usize;
-        match self.checked[i] {
-            Checked::Height(h) => {
+        if self.failed.is_some() {
+            return (Value::None, 0);
+        }
+        match &self.done[i] {
+            Done::Value(v, h) => {
+                let h = *h;
                 if level + h > self.max_depth {
-                    return Err(format!(
+                    return self.fail(format!(
                         "nesting depth {} exceeds the limit {}",
                         level + h,
                         self.max_depth
                     ));
                 }
-                return Ok(h);
+                return (v.clone(), h);
             }
-            Checked::Busy => return Err("the pickle builds a recursive structure".into()),
-            Checked::No => {}
+            Done::Busy => return self.fail("the pickle builds a recursive structure".into()),
+            Done::No => {}
         }
         if level + 1 > self.max_depth {
-            return Err(format!(
+            return self.fail(format!(
                 "nesting depth exceeds the limit {}",
                 self.max_depth
             ));
         }
-        self.checked[i] = Checked::Busy;
+        self.done[i] = Done::Busy;
         let (objs, pool) = (self.objs, self.pool);
         let items = |span: Span| &pool[span.start as usize..span.end as usize];
         let mut h = 0;
-        let mut all = |this: &mut Self, items: &mut dyn Iterator<Item = &N>| {
-            for x in items {
-                h = h.max(this.check(x, level + 1)?);
-            }
-            Ok::<_, String>(())
-        };
-        match &objs[i].body {
-            Body::Tuple(span) => all(self, &mut items(*span).iter())?,
-            Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => all(self, &mut v.iter())?,
-            Body::Dict(d) => all(self, &mut d.iter().flat_map(|(k, v)| [k, v]))?,
-            Body::Persistent(p) => all(self, &mut std::iter::once(p))?,
-            Body::Object(ob) => all(
-                self,
-                &mut items(ob.args)
-                    .iter()
-                    .chain(&ob.items)
-                    .chain(
-                        ob.entries
-                            .iter()
-                            .chain(&ob.kwargs)
-                            .flat_map(|(k, v)| [k, v]),
-                    )
-                    .chain(&ob.state),
-            )?,
-        }
-        let h = h + 1;
-        self.checked[i] = Checked::Height(h);
-        Ok(h)
-    }
-
-    /// The value of `n`, which [`Converter::check`] accepted.
-    fn build(&mut self, n: &N) -> Value {
-        let i = match n {
-            N::None => return Value::None,
-            N::Bool(b) => return Value::Bool(*b),
-            N::Int(v) => return Value::Int(*v),
-            N::Big(b) => return Value::BigInt(b.clone()),
-            N::Float(f) => return Value::Float(*f),
-            N::Str(s) => return Value::Str(s.clone()),
-            N::Bytes(b) => return Value::Bytes(b.clone()),
-            N::Global(g) => return Value::Global((**g).clone()),
-            N::Ref(i) => *i as usize,
-        };
-        if let Some(v) = &self.built[i] {
-            return v.clone();
-        }
-        let (objs, pool) = (self.objs, self.pool);
-        let items = |span: Span| &pool[span.start as usize..span.end as usize];
         let value = match &objs[i].body {
-            Body::Tuple(span) => Value::Tuple(items(*span).iter().map(|x| self.build(x)).collect()),
-            Body::List(v) => Value::List(v.iter().map(|x| self.build(x)).collect()),
-            Body::Set(v) => Value::Set(v.iter().map(|x| self.build(x)).collect()),
-            Body::FrozenSet(v) => Value::FrozenSet(v.iter().map(|x| self.build(x)).collect()),
-            Body::Dict(d) => Value::Dict(self.pairs(d)),
-            Body::Persistent(p) => Value::Persistent(Arc::new(self.build(p))),
+            Body::Tuple(span) => Value::Tuple(self.seq(items(*span), level, &mut h)),
+            Body::List(v) => Value::List(self.seq(v, level, &mut h)),
+            Body::Set(v) => Value::Set(self.seq(v, level, &mut h)),
+            Body::FrozenSet(v) => Value::FrozenSet(self.seq(v, level, &mut h)),
+            Body::Dict(d) => Value::Dict(self.pairs(d, level, &mut h)),
+            Body::Persistent(p) => {
+                let (p, ph) = self.build(p, level + 1);
+                h = ph;
+                Value::Persistent(Arc::new(p))
+            }
             Body::Object(ob) => {
                 let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
-                obj.args = items(ob.args).iter().map(|x| self.build(x)).collect();
-                obj.items = ob.items.iter().map(|x| self.build(x)).collect();
-                obj.entries = self.pairs(&ob.entries);
-                obj.kwargs = self.pairs(&ob.kwargs);
-                obj.state = ob.state.as_ref().map(|s| self.build(s));
+                obj.args = self.seq(items(ob.args), level, &mut h);
+                obj.items = self.seq(&ob.items, level, &mut h);
+                obj.entries = self.pairs(&ob.entries, level, &mut h);
+                obj.kwargs = self.pairs(&ob.kwargs, level, &mut h);
+                if let Some(s) = &ob.state {
+                    let (s, sh) = self.build(s, level + 1);
+                    h = h.max(sh);
+                    obj.state = Some(s);
+                }
                 Value::Object(Arc::new(obj))
             }
         };
-        self.built[i] = Some(value.clone());
-        value
+        let h = h + 1;
+        self.done[i] = Done::Value(value.clone(), h);
+        (value, h)
     }
 
-    fn pairs<C: FromIterator<(Value, Value)>>(&mut self, d: &[(N, N)]) -> C {
+    /// `v`'s items converted, into any collection (one allocation for a slice).
+    fn seq<C: FromIterator<Value>>(&mut self, v: &[N], level: u64, h: &mut u64) -> C {
+        v.iter()
+            .map(|x| {
+                let (x, xh) = self.build(x, level + 1);
+                *h = (*h).max(xh);
+                x
+            })
+            .collect()
+    }
+
+    fn pairs<C: FromIterator<(Value, Value)>>(
+        &mut self,
+        d: &[(N, N)],
+        level: u64,
+        h: &mut u64,
+    ) -> C {
         d.iter()
-            .map(|(k, v)| (self.build(k), self.build(v)))
+            .map(|(k, v)| {
+                let (k, kh) = self.build(k, level + 1);
+                let (v, vh) = self.build(v, level + 1);
+                *h = (*h).max(kh).max(vh);
+                (k, v)
+            })
             .collect()
     }
 }

@@ -12,6 +12,8 @@ pub struct Global {
     pub module: Arc<str>,
     /// The name inside it (`_rebuild_tensor_v2`).
     pub name: Arc<str>,
+    /// `module.name` (`torch._utils._rebuild_tensor_v2`), how tables name it.
+    pub path: Arc<str>,
 }
 
 impl Global {
@@ -20,13 +22,14 @@ impl Global {
         Global {
             module: module.into(),
             name: name.into(),
+            path: format!("{module}.{name}").into(),
         }
     }
 }
 
 impl fmt::Display for Global {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}.{}", self.module, self.name)
+        f.write_str(&self.path)
     }
 }
 
