@@ -65,8 +65,15 @@ enum N {
     Float(f64),
     Str(Arc<str>),
     Bytes(Arc<[u8]>),
-    Global(Rc<Global>),
+    Global(Rc<GlobalN>),
     Ref(u32),
+}
+
+/// An allowed global and what the rules say calling it builds (`None`: the
+/// `_codecs.encode` special case).
+struct GlobalN {
+    global: Global,
+    kind: Option<Kind>,
 }
 
 struct Obj {
@@ -336,7 +343,7 @@ impl<'a> Machine<'a> {
             N::Float(_) => "float".into(),
             N::Str(_) => "str".into(),
             N::Bytes(_) => "bytes".into(),
-            N::Global(g) => format!("global '{g}'"),
+            N::Global(g) => format!("global '{}'", g.global),
             N::Ref(i) => match &self.objs[*i as usize].body {
                 Body::Tuple(_) => "tuple".into(),
                 Body::List(_) => "list".into(),
@@ -515,12 +522,16 @@ impl<'a> Machine<'a> {
     }
 
     fn global(&mut self, module: &str, name: &str) -> Result<N> {
-        let allowed = self.rules.kind(module, name).is_some()
+        let kind = self.rules.kind(module, name).cloned();
+        let allowed = kind.is_some()
             || (module == "_codecs" && name == "encode" && self.rules.codecs_encode());
         if !allowed {
             return Err(self.err(format!("global '{module}.{name}' is not allowed")));
         }
-        Ok(N::Global(Rc::new(Global::new(module, name))))
+        Ok(N::Global(Rc::new(GlobalN {
+            global: Global::new(module, name),
+            kind,
+        })))
     }
 
     /// Appends `items` (or dict `pairs`) to the mutable container `target`.
@@ -572,12 +583,12 @@ impl<'a> Machine<'a> {
             Some(Body::Tuple(span)) => *span,
             _ => Span { start: 0, end: 0 },
         };
-        let kind = match self.rules.kind(&g.module, &g.name) {
+        let kind = match &g.kind {
             Some(k) => k.clone(),
-            None => return self.codecs_encode(&g, self.items(args)),
+            None => return self.codecs_encode(&g.global, self.items(args)),
         };
         let mut ob = ObjN {
-            global: Rc::unwrap_or_clone(g),
+            global: g.global.clone(),
             kind,
             args: Span { start: 0, end: 0 },
             kwargs: Vec::new(),
@@ -1172,7 +1183,7 @@ impl<'m> Converter<'m> {
             N::Float(f) => return (Value::Float(*f), 0),
             N::Str(s) => return (Value::Str(s.clone()), 0),
             N::Bytes(b) => return (Value::Bytes(b.clone()), 0),
-            N::Global(g) => return (Value::Global((**g).clone()), 0),
+            N::Global(g) => return (Value::Global(g.global.clone()), 0),
             N::Ref(i) => *i as usize,
         };
         if self.failed.is_some() {

@@ -1,5 +1,6 @@
 //! Finding the objects of interest in a pickle's value DAG, with their names.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::rules::Kind;
@@ -53,12 +54,12 @@ struct Walker<'a, 'v> {
 }
 
 /// The name of a dict key in a path, when it has one.
-fn key_text(k: &Value) -> Option<String> {
+fn key_text(k: &Value) -> Option<Cow<'_, str>> {
     match k {
-        Value::Str(s) => Some(s.to_string()),
-        Value::Int(_) | Value::BigInt(_) => k.as_i128().map(|v| v.to_string()),
-        Value::Bool(b) => Some(if *b { "True" } else { "False" }.to_string()),
-        Value::None => Some("None".to_string()),
+        Value::Str(s) => Some(Cow::Borrowed(s)),
+        Value::Int(_) | Value::BigInt(_) => k.as_i128().map(|v| Cow::Owned(v.to_string())),
+        Value::Bool(b) => Some(Cow::Borrowed(if *b { "True" } else { "False" })),
+        Value::None => Some(Cow::Borrowed("None")),
         _ => None,
     }
 }
