@@ -49,6 +49,7 @@ pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Valu
         memo: Memo::default(),
         objs: Vec::new(),
         pool: Vec::new(),
+        calls: Vec::new(),
     };
     m.run()
 }
@@ -139,7 +140,8 @@ enum Body {
     Dict(Vec<(N, N)>),
     Set(Vec<N>),
     FrozenSet(Vec<N>),
-    Object(Box<ObjN>),
+    /// A call: its index in the machine's `calls`.
+    Object(u32),
     Persistent(N),
 }
 
@@ -168,6 +170,8 @@ struct Machine<'a> {
     objs: Vec<Obj>,
     /// The items of every tuple ([`Span`]).
     pool: Vec<N>,
+    /// Every call made ([`Body::Object`]).
+    calls: Vec<ObjN>,
 }
 
 mod op {
@@ -350,7 +354,7 @@ impl<'a> Machine<'a> {
                 Body::Dict(_) => "dict".into(),
                 Body::Set(_) => "set".into(),
                 Body::FrozenSet(_) => "frozenset".into(),
-                Body::Object(o) => format!("object of '{}'", o.global),
+                Body::Object(c) => format!("object of '{}'", self.calls[*c as usize].global),
                 Body::Persistent(_) => "persistent id".into(),
             },
         }
@@ -547,21 +551,23 @@ impl<'a> Machine<'a> {
                 v.extend(items);
                 true
             }
-            ("APPENDS", Body::Object(ob)) if ob.kind == Kind::List => {
-                ob.items.extend(items);
-                true
-            }
-            ("ADDITEMS", Body::Object(ob)) if ob.kind == Kind::Set => {
-                ob.items.extend(items);
-                true
-            }
             ("SETITEMS", Body::Dict(d)) => {
                 d.extend(pairs(items));
                 true
             }
-            ("SETITEMS", Body::Object(ob)) if ob.kind == Kind::Dict => {
-                ob.entries.extend(pairs(items));
-                true
+            (_, Body::Object(c)) => {
+                let ob = &mut self.calls[*c as usize];
+                match (what, &ob.kind) {
+                    ("APPENDS", Kind::List) | ("ADDITEMS", Kind::Set) => {
+                        ob.items.extend(items);
+                        true
+                    }
+                    ("SETITEMS", Kind::Dict) => {
+                        ob.entries.extend(pairs(items));
+                        true
+                    }
+                    _ => false,
+                }
             }
             _ => false,
         };
@@ -662,7 +668,10 @@ impl<'a> Machine<'a> {
             )
             .max()
             .unwrap_or(0);
-        self.new_obj(Body::Object(Box::new(ob)), h)
+        let c = u32::try_from(self.calls.len())
+            .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
+        self.calls.push(ob);
+        self.new_obj(Body::Object(c), h)
     }
 
     /// The two items of a pair (a 2-tuple).
@@ -750,9 +759,10 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let value = Converter::new(&self.objs, &self.pool, self.limits.max_depth)
-                        .convert(&v)
-                        .map_err(|m| self.err(m))?;
+                    let value =
+                        Converter::new(&self.objs, &self.pool, &self.calls, self.limits.max_depth)
+                            .convert(&v)
+                            .map_err(|m| self.err(m))?;
                     return Ok((value, self.pos));
                 }
                 op::MARK => {
@@ -1064,7 +1074,7 @@ impl<'a> Machine<'a> {
                     let o = &mut self.objs[i as usize];
                     let new_h = o.height.max(sh.saturating_add(1));
                     match &mut o.body {
-                        Body::Object(ob) => ob.state = Some(state),
+                        Body::Object(c) => self.calls[*c as usize].state = Some(state),
                         _ => {
                             return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
                         }
@@ -1128,6 +1138,8 @@ struct Converter<'m> {
     objs: &'m [Obj],
     /// The items of tuples.
     pool: &'m [N],
+    /// The calls.
+    calls: &'m [ObjN],
     /// What each container of `objs` became.
     done: Vec<Done>,
     max_depth: u64,
@@ -1148,10 +1160,11 @@ enum Done {
 }
 
 impl<'m> Converter<'m> {
-    fn new(objs: &'m [Obj], pool: &'m [N], max_depth: u64) -> Self {
+    fn new(objs: &'m [Obj], pool: &'m [N], calls: &'m [ObjN], max_depth: u64) -> Self {
         Converter {
             objs,
             pool,
+            calls,
             done: vec![Done::No; objs.len()],
             max_depth,
             failed: None,
@@ -1211,7 +1224,7 @@ impl<'m> Converter<'m> {
             ));
         }
         self.done[i] = Done::Busy;
-        let (objs, pool) = (self.objs, self.pool);
+        let (objs, pool, calls) = (self.objs, self.pool, self.calls);
         let items = |span: Span| &pool[span.start as usize..span.end as usize];
         let mut h = 0;
         let value = match &objs[i].body {
@@ -1225,7 +1238,8 @@ impl<'m> Converter<'m> {
                 h = ph;
                 Value::Persistent(Arc::new(p))
             }
-            Body::Object(ob) => {
+            Body::Object(c) => {
+                let ob = &calls[*c as usize];
                 let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
                 obj.args = self.seq(items(ob.args), level, &mut h);
                 obj.items = self.seq(&ob.items, level, &mut h);
