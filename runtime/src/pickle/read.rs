@@ -1361,6 +1361,27 @@ mod tests {
     }
 
     #[test]
+    fn memo_keys_far_apart_and_shared_tuples() {
+        // A tuple memoized under a huge key, then a small one, each fetched twice.
+        let mut p = b"\x80\x02K\x01K\x02\x86r\x00\x94\x35\x77q\x05".to_vec();
+        p.extend_from_slice(b"0j\x00\x94\x35\x77h\x05j\x00\x94\x35\x77\x87.");
+        let v = rd(&p).unwrap();
+        let Value::Tuple(t) = &v else { panic!("{v:?}") };
+        assert_eq!(t.len(), 3);
+        let Value::Tuple(a) = &t[0] else { panic!() };
+        for x in &t[1..] {
+            let Value::Tuple(b) = x else { panic!() };
+            assert!(Arc::ptr_eq(a, b), "one tuple, shared");
+        }
+        assert_eq!(&a[..], &[Value::Int(1), Value::Int(2)]);
+        // An undefined key is an error naming it, wherever it would live.
+        for get in [&b"j\x00\x00\x00\x10"[..], b"h\x07"] {
+            let e = rd(&[b"\x80\x02N", get, b"."].concat()).unwrap_err();
+            assert!(e.to_string().contains("is not defined"), "{e}");
+        }
+    }
+
+    #[test]
     fn cycles_are_refused_and_torn_down() {
         let e = rd(b"]q\x002a.").unwrap_err();
         assert!(e.to_string().contains("recursive"), "{e}");
