@@ -256,6 +256,19 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
             Err(e) => errors.push(e),
         }
     }
+    // `preferred` names: only the text entries of a zip around a pickle are looked up
+    // by name, so only they can have one.
+    let texts_by_name = kind == Some("zip") && pickle::is_pickle_zip(fmt);
+    for e in &fmt.entries {
+        if let Some(p) = e.prop("preferred") {
+            if !(texts_by_name && e.has_flag("text")) {
+                errors.push(cx.unsupported(
+                    p.span,
+                    "`preferred` outside the `text` entries of a zip around a pickle",
+                ));
+            }
+        }
+    }
     match kind {
         Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
             Ok(ts) => items.push(ts),

@@ -722,7 +722,7 @@ pub(crate) fn gen_zip_pickle(
         for p in &e.props {
             match (p.name.name.as_str(), &p.value) {
                 ("text", None) => text = true,
-                ("optional" | "repeated" | "compression" | "align" | "write", _) => {}
+                ("optional" | "repeated" | "compression" | "align" | "write" | "preferred", _) => {}
                 ("check", Some(_)) => {}
                 (other, _) => {
                     return Err(
@@ -769,14 +769,34 @@ pub(crate) fn gen_zip_pickle(
         let var = format_ident!("entry_{}", t.name.name);
         let pat = &t.pattern.value;
         let ename = &t.name.name;
-        let missing = format!("the `{ename}` member {{}} is missing");
         let read = quote!(rt::zip::read_text(src.data(), m, limits)
             .map_err(|e| in_file(e.in_entry(m.name.as_str())))?);
+        // The member, or why it is missing: under the `preferred` name when there is
+        // one, else the pattern's (`name`).
+        let find = match t.prop_value("preferred").map(|v| &v.kind) {
+            Some(ExprKind::Str(pref)) => {
+                let msg = format!("the `{ename}` member {{}} is missing (and so is {{}})");
+                quote! {{
+                    let preferred = captures.format_all(#pref)?;
+                    match zip.find(&preferred) {
+                        Some(m) => Ok(m),
+                        None => zip.find(&name).ok_or_else(|| format!(#msg, name, preferred)),
+                    }
+                }}
+            }
+            _ => {
+                let msg = format!("the `{ename}` member {{}} is missing");
+                quote!(zip.find(&name).ok_or_else(|| format!(#msg, name)))
+            }
+        };
         if t.is_optional() {
             entry_checks.push(quote! {
-                let #var: ::std::option::Option<::std::string::String> = match zip.find(&captures.format_all(#pat)?) {
-                    Some(m) => Some(#read),
-                    None => None,
+                let #var: ::std::option::Option<::std::string::String> = {
+                    let name = captures.format_all(#pat)?;
+                    match #find {
+                        Ok(m) => Some(#read),
+                        Err(_) => None,
+                    }
                 };
                 let _ = &#var;
             });
@@ -784,7 +804,7 @@ pub(crate) fn gen_zip_pickle(
             entry_checks.push(quote! {
                 let #var: ::std::string::String = {
                     let name = captures.format_all(#pat)?;
-                    let m = zip.find(&name).ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, name)))))?;
+                    let m = #find.map_err(|why| in_file(rt::Error::from(rt::ErrorKind::NotFound(why))))?;
                     #read
                 };
                 let _ = &#var;

@@ -67,6 +67,7 @@ pub const ENTRY_PROPS: &[&str] = &[
     "check",
     "write",
     "write_name",
+    "preferred",
 ];
 
 /// The byte width of an integer type name (`u16` → 2); `None` for other names.

@@ -1460,6 +1460,29 @@ impl<'a> Checker<'a> {
                 "write" => {
                     self.expr(at, scope, v);
                 }
+                "preferred" => match &v.kind {
+                    ExprKind::Str(s) => {
+                        let mut a = pattern_captures(s);
+                        let mut b = pattern_captures(&e.pattern.value);
+                        a.sort_unstable();
+                        b.sort_unstable();
+                        if a != b {
+                            self.err(
+                                at.file,
+                                v.span,
+                                format!(
+                                    "`preferred` names the entry with the captures of `{}`",
+                                    e.pattern.value
+                                ),
+                            );
+                        }
+                    }
+                    _ => self.err(
+                        at.file,
+                        v.span,
+                        "`preferred` is a member name pattern: `\"{prefix}/.data/version\"`",
+                    ),
+                },
                 "write_name" => match &v.kind {
                     ExprKind::Str(s) if !s.contains('{') && !s.contains('}') => {}
                     _ => self.err(

@@ -442,6 +442,18 @@ fn entries() {
         "format x { engine zip; entry e \"{a}\" { layout npy.File; } }",
         "unknown format 'npy'",
     );
+    one_error(
+        "format x { engine zip; entry e \"{a}/v\" { text; preferred \"{b}/.v\"; } }",
+        "`preferred` names the entry with the captures of `{a}/v`",
+    );
+    one_error(
+        "format x { engine zip; entry e \"{a}/v\" { text; preferred 3; } }",
+        "`preferred` is a member name pattern",
+    );
+    assert!(messages(
+        "format x { engine zip; entry e \"{a}/v\" { text; preferred \"{a}/.data/v\"; } }"
+    )
+    .is_empty());
 }
 
 #[test]

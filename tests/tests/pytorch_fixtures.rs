@@ -226,6 +226,49 @@ fn an_archive_without_byteorder_is_little_endian() {
 }
 
 #[test]
+fn the_version_record_may_be_data_version() {
+    // torch reads `.data/version` when it exists (format version 6 and later), else
+    // `version`; one of them is required.
+    for f in ["file_object.pt", "torchscript.pt"] {
+        let expected = json(
+            &std::fs::read_to_string(dir().join("expected").join(format!("{f}.json"))).unwrap(),
+        );
+        let prefix = if f == "file_object.pt" {
+            "archive"
+        } else {
+            "torchscript"
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join(f);
+        // Only `.data/version`.
+        let mut m = members(f);
+        let v = m
+            .iter_mut()
+            .find(|(n, _)| *n == format!("{prefix}/version"))
+            .unwrap();
+        v.0 = format!("{prefix}/.data/version");
+        write_zip(&p, &m);
+        assert_eq!(inspect_json(&p), expected, "{f} with .data/version");
+        // Both: `.data/version` is the one read (an unreadable one is an error naming it).
+        let mut both = members(f);
+        both.push((format!("{prefix}/.data/version"), vec![0xff, 0xfe]));
+        write_zip(&p, &both);
+        let out = open_err(&p);
+        assert!(out.contains(&format!("{prefix}/.data/version")), "{out}");
+        // Neither.
+        m.retain(|(n, _)| !n.ends_with("version"));
+        write_zip(&p, &m);
+        let out = open_err(&p);
+        assert!(
+            out.contains(&format!("{prefix}/version"))
+                && out.contains(&format!("{prefix}/.data/version"))
+                && out.contains("missing"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
 fn torchscript_archives_are_told_apart_and_read_only() {
     for (f, format) in [
         ("torchscript.pt", "torchscript"),
