@@ -312,3 +312,102 @@ fn torch_loads_what_the_writer_writes() {
     );
     assert!(ok, "torch.load(weights_only=True): {text}");
 }
+
+/// A byte stream of `len` bytes, `i`-th byte `(i * 31 + i / 4093) as u8`, produced in
+/// pieces: no more than a few KiB exist at a time.
+struct Pattern {
+    pos: u64,
+    len: u64,
+}
+
+impl std::io::Read for Pattern {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = (self.len - self.pos).min(buf.len() as u64) as usize;
+        for (k, b) in buf[..n].iter_mut().enumerate() {
+            let i = self.pos + k as u64;
+            *b = (i.wrapping_mul(31) + i / 4093) as u8;
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+/// The peak resident set of this process, in bytes (Linux `VmHWM`).
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[test]
+#[ignore = "writes and reads a 4.5 GiB checkpoint: cargo test --release -p tensorfmt-tests --test pytorch_write -- --ignored"]
+fn a_checkpoint_past_4_gib_streams_in_bounded_memory_and_loads_in_torch() {
+    const BIG: u64 = (4 << 30) + (512 << 20) + 3;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.pt");
+    let before = peak_rss();
+    let mut saver =
+        tensorfmt::Saver::create(&path, Some("pytorch"), &WriteOptions::default()).unwrap();
+    let big = meta("big", DType::U8, &[BIG], ByteOrder::Little);
+    saver.add(&big, &mut Pattern { pos: 0, len: BIG }).unwrap();
+    // After the big one: its member, the pickle and the records lie past 4 GiB.
+    let small = meta("small", DType::I64, &[3], ByteOrder::Little);
+    let small_bytes: Vec<u8> = [7i64, -1, 1 << 40]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    saver.add_bytes(&small, &small_bytes).unwrap();
+    saver.commit().unwrap();
+    if let (Some(before), Some(after)) = (before, peak_rss()) {
+        eprintln!(
+            "peak RSS {} MiB before the save, {} MiB after",
+            before >> 20,
+            after >> 20
+        );
+        // The stream goes through a bounded buffer: the peak grows by far less than the
+        // tensor (4.5 GiB).
+        assert!(
+            after.saturating_sub(before) < 64 << 20,
+            "peak RSS grew by {} bytes while saving",
+            after - before
+        );
+    }
+
+    let src = Source::open(&path).unwrap();
+    let index = ZipIndex::read(src.data(), &Limits::default()).unwrap();
+    let m = index.find("archive/data/0").unwrap();
+    assert_eq!(m.size, BIG);
+    let s = index.find("archive/data/1").unwrap();
+    assert!(s.local_offset > u32::MAX as u64, "ZIP64 offsets");
+    let file = tensorfmt::TensorFile::open(&path).unwrap();
+    assert_eq!(file.tensors()[0].shape, vec![BIG]);
+    let t = file.load("small").unwrap();
+    assert_eq!(t.data.as_bytes(), &small_bytes[..]);
+    // Every member's CRC-32, the 4.5 GiB one included.
+    assert_eq!(file.verify_container().unwrap(), 5);
+    let view = file.load("big").unwrap();
+    let bytes = view.data.as_bytes();
+    let mut expect = Pattern { pos: 0, len: BIG };
+    let mut buf = vec![0u8; 1 << 20];
+    for (k, chunk) in bytes.chunks(1 << 20).enumerate().step_by(509) {
+        expect.pos = (k as u64) << 20;
+        let n = std::io::Read::read(&mut expect, &mut buf[..chunk.len()]).unwrap();
+        assert_eq!(&buf[..n], chunk, "chunk {k}");
+    }
+
+    // torch maps it and sees the same bytes.
+    let (ok, text) = python_snippet(
+        "import sys, torch\n\
+         sd = torch.load(sys.argv[1], weights_only=True, mmap=True)\n\
+         b, s = sd['big'], sd['small']\n\
+         assert b.dtype == torch.uint8 and b.shape == (int(sys.argv[2]),), (b.dtype, b.shape)\n\
+         assert s.tolist() == [7, -1, 1 << 40], s.tolist()\n\
+         n = b.numel()\n\
+         for i in (0, 1, 4093, (1 << 32) - 1, 1 << 32, n - 1):\n\
+         \x20   assert int(b[i]) == (i * 31 + i // 4093) % 256, i\n\
+         print('ok')",
+        &[path.to_str().unwrap(), &BIG.to_string()],
+    );
+    assert!(ok && text.contains("ok"), "torch.load: {text}");
+}
