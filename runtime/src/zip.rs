@@ -903,9 +903,8 @@ pub fn member_source<'a>(
     }
 }
 
-/// The whole uncompressed content of `m`, for metadata members (a pickle, a text
-/// record): refused beyond `limits.max_header_bytes`; the CRC-32 is checked.
-pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<Vec<u8>> {
+/// Refuses a metadata member larger than `limits.max_header_bytes`.
+fn check_metadata_size(m: &ZipMember, limits: &Limits) -> Result<()> {
     if m.size > limits.max_header_bytes {
         return Err(Error::new(
             ErrorKind::Limit {
@@ -916,6 +915,13 @@ pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Re
             Location::default().with_entry(&m.name),
         ));
     }
+    Ok(())
+}
+
+/// The whole uncompressed content of `m`, for metadata members (a pickle, a text
+/// record): refused beyond `limits.max_header_bytes`; the CRC-32 is checked.
+pub fn read_member(src: &dyn RandomAccess, m: &ZipMember, limits: &Limits) -> Result<Vec<u8>> {
+    check_metadata_size(m, limits)?;
     // The limits are checked before anything is reserved.
     let mut reader = member_reader(src, m, limits)?;
     let mut out = Vec::with_capacity(initial_capacity(m) as usize);
@@ -934,16 +940,7 @@ pub fn member_bytes<'a>(
     if m.compression != Compression::Stored || src.as_slice().is_none() {
         return read_member(src, m, limits).map(Cow::Owned);
     }
-    if m.size > limits.max_header_bytes {
-        return Err(Error::new(
-            ErrorKind::Limit {
-                what: "metadata member size",
-                limit: limits.max_header_bytes,
-                actual: m.size,
-            },
-            Location::default().with_entry(&m.name),
-        ));
-    }
+    check_metadata_size(m, limits)?;
     let data_offset = check_member(src, m, limits)?;
     let bytes = read_cow(src, data_offset, m.size).map_err(|e| e.in_entry(&m.name))?;
     let actual = crc32fast::hash(&bytes);
