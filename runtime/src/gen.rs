@@ -33,4 +33,4 @@ pub use crate::tensor::{
 };
 pub use crate::tree::Node;
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
-pub use crate::{pickle, pydict, zip};
+pub use crate::{pickle, protobuf, pydict, zip};

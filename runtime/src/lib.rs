@@ -18,6 +18,7 @@ pub mod limits;
 pub mod output;
 pub mod pattern;
 pub mod pickle;
+pub mod protobuf;
 pub mod pydict;
 pub mod read;
 pub mod registry;

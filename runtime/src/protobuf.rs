@@ -1,0 +1,391 @@
+//! The protobuf wire format: a zero-copy reader that reports where every field lies in the
+//! file, and the encoding primitives writers need.
+//!
+//! Reading walks a message's fields in place ([`fields`]): scalars are decoded, and a
+//! length-delimited field (bytes, string, embedded message, packed repeated scalars) is a
+//! slice of the input with its absolute offset, so that large `bytes` fields (ONNX's
+//! `raw_data`) are located, never copied. Every length is checked against the bytes that
+//! remain before it is used; groups (wire types 3 and 4, deprecated) are refused. Nesting
+//! depth is the caller's to count (generated readers pass it down) against
+//! [`crate::Limits::max_depth`].
+
+use crate::error::{Error, ErrorKind, Location, Result};
+
+/// The codec name used in errors.
+pub const CODEC: &str = "protobuf";
+
+/// A protobuf wire type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireType {
+    /// 0: a varint (`int32`, `int64`, `uint32`, `uint64`, `sint*`, `bool`, enums).
+    Varint,
+    /// 1: eight bytes (`fixed64`, `sfixed64`, `double`).
+    I64,
+    /// 2: a length and that many bytes (`string`, `bytes`, messages, packed scalars).
+    Len,
+    /// 5: four bytes (`fixed32`, `sfixed32`, `float`).
+    I32,
+}
+
+impl WireType {
+    /// The wire type's number.
+    pub fn number(self) -> u8 {
+        match self {
+            WireType::Varint => 0,
+            WireType::I64 => 1,
+            WireType::Len => 2,
+            WireType::I32 => 5,
+        }
+    }
+}
+
+/// A field's value as it lies on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value<'a> {
+    /// A varint.
+    Varint(u64),
+    /// Eight little-endian bytes.
+    I64(u64),
+    /// Four little-endian bytes.
+    I32(u32),
+    /// A length-delimited value: its bytes and the absolute offset of the first one.
+    Len(&'a [u8], u64),
+}
+
+impl Value<'_> {
+    /// The wire type of the value.
+    pub fn wire_type(&self) -> WireType {
+        match self {
+            Value::Varint(_) => WireType::Varint,
+            Value::I64(_) => WireType::I64,
+            Value::I32(_) => WireType::I32,
+            Value::Len(..) => WireType::Len,
+        }
+    }
+}
+
+/// One field of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field<'a> {
+    /// The field number.
+    pub number: u32,
+    /// The value.
+    pub value: Value<'a>,
+    /// Absolute offset of the field's tag.
+    pub offset: u64,
+}
+
+/// An error of the wire format at absolute offset `at`.
+pub fn error(at: u64, message: impl Into<String>) -> Error {
+    Error::new(
+        ErrorKind::Codec {
+            codec: CODEC,
+            message: message.into(),
+        },
+        Location::default().with_offset(at),
+    )
+}
+
+/// Reads a varint at `pos` of `bytes`; returns it and the position after it. At most 10
+/// bytes; a varint that runs past the end or past 64 bits is an error (`base` is the
+/// absolute offset of `bytes[0]`, for the error).
+pub fn read_varint(bytes: &[u8], pos: usize, base: u64) -> Result<(u64, usize)> {
+    let mut v: u64 = 0;
+    let mut shift = 0u32;
+    let mut i = pos;
+    loop {
+        let Some(&b) = bytes.get(i) else {
+            return Err(error(
+                base + pos as u64,
+                "a varint runs past the end of its message",
+            ));
+        };
+        if shift == 63 && b > 1 {
+            return Err(error(base + pos as u64, "a varint longer than 64 bits"));
+        }
+        v |= ((b & 0x7f) as u64) << shift;
+        i += 1;
+        if b & 0x80 == 0 {
+            return Ok((v, i));
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(error(base + pos as u64, "a varint longer than 10 bytes"));
+        }
+    }
+}
+
+/// The fields of the message held in `bytes`, whose first byte is at absolute offset
+/// `base`, in wire order. Fields may repeat; a field after an error is not read.
+pub fn fields(bytes: &[u8], base: u64) -> Fields<'_> {
+    Fields {
+        bytes,
+        base,
+        pos: 0,
+        failed: false,
+    }
+}
+
+/// Iterator of [`fields`].
+#[derive(Debug, Clone)]
+pub struct Fields<'a> {
+    bytes: &'a [u8],
+    base: u64,
+    pos: usize,
+    failed: bool,
+}
+
+impl<'a> Fields<'a> {
+    fn next_field(&mut self) -> Result<Field<'a>> {
+        let at = self.pos;
+        let abs = self.base + at as u64;
+        let (tag, mut pos) = read_varint(self.bytes, at, self.base)?;
+        let number = tag >> 3;
+        if number == 0 || number > (1 << 29) - 1 {
+            return Err(error(abs, format!("field number {number} is out of range")));
+        }
+        let number = number as u32;
+        let value = match tag & 7 {
+            0 => {
+                let (v, p) = read_varint(self.bytes, pos, self.base)?;
+                pos = p;
+                Value::Varint(v)
+            }
+            1 => {
+                let b = self.bytes.get(pos..pos + 8).ok_or_else(|| {
+                    error(
+                        abs,
+                        format!("field {number}: 8 bytes run past the end of its message"),
+                    )
+                })?;
+                pos += 8;
+                Value::I64(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            }
+            2 => {
+                let (len, p) = read_varint(self.bytes, pos, self.base)?;
+                let remaining = (self.bytes.len() - p) as u64;
+                if len > remaining {
+                    return Err(Error::new(
+                        ErrorKind::Truncated {
+                            needed: len,
+                            available: remaining,
+                        },
+                        Location::default()
+                            .with_offset(abs)
+                            .with_field(format!("protobuf field {number}")),
+                    ));
+                }
+                let start = p;
+                pos = p + len as usize;
+                Value::Len(&self.bytes[start..pos], self.base + start as u64)
+            }
+            5 => {
+                let b = self.bytes.get(pos..pos + 4).ok_or_else(|| {
+                    error(
+                        abs,
+                        format!("field {number}: 4 bytes run past the end of its message"),
+                    )
+                })?;
+                pos += 4;
+                Value::I32(u32::from_le_bytes(b.try_into().expect("4 bytes")))
+            }
+            3 | 4 => {
+                return Err(error(
+                    abs,
+                    format!("field {number} is a group (wire types 3 and 4 are not supported)"),
+                ))
+            }
+            w => {
+                return Err(error(
+                    abs,
+                    format!("field {number} has the unknown wire type {w}"),
+                ))
+            }
+        };
+        self.pos = pos;
+        Ok(Field {
+            number,
+            value,
+            offset: abs,
+        })
+    }
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<Field<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.bytes.len() {
+            return None;
+        }
+        let r = self.next_field();
+        self.failed = r.is_err();
+        Some(r)
+    }
+}
+
+/// The varints packed in `bytes` (a packed repeated field), decoded.
+pub fn packed_varints(bytes: &[u8], base: u64) -> impl Iterator<Item = Result<u64>> + '_ {
+    let mut pos = 0;
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if failed || pos >= bytes.len() {
+            return None;
+        }
+        match read_varint(bytes, pos, base) {
+            Ok((v, p)) => {
+                pos = p;
+                Some(Ok(v))
+            }
+            Err(e) => {
+                failed = true;
+                Some(Err(e))
+            }
+        }
+    })
+}
+
+/// How many varints are packed in `bytes` (every byte without its high bit ends one);
+/// an error when the last one is cut off.
+pub fn count_varints(bytes: &[u8], base: u64) -> Result<u64> {
+    match bytes.last() {
+        Some(b) if b & 0x80 != 0 => Err(error(
+            base + bytes.len() as u64 - 1,
+            "a packed varint runs past the end of its field",
+        )),
+        _ => Ok(bytes.iter().filter(|b| *b & 0x80 == 0).count() as u64),
+    }
+}
+
+/// Appends the varint encoding of `v` to `out`.
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// The number of bytes the varint encoding of `v` takes.
+pub fn varint_len(v: u64) -> usize {
+    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+}
+
+/// Appends the tag of field `number` with wire type `wire` to `out`.
+pub fn put_tag(out: &mut Vec<u8>, number: u32, wire: WireType) {
+    put_varint(out, ((number as u64) << 3) | wire.number() as u64);
+}
+
+/// Appends the tag and length of a length-delimited field of `len` bytes (the bytes
+/// themselves follow, written by the caller).
+pub fn put_len_header(out: &mut Vec<u8>, number: u32, len: u64) {
+    put_tag(out, number, WireType::Len);
+    put_varint(out, len);
+}
+
+/// The number of bytes a length-delimited field of `len` bytes takes, tag and length
+/// included.
+pub fn len_field_size(number: u32, len: u64) -> u64 {
+    varint_len((number as u64) << 3) as u64 + varint_len(len) as u64 + len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints_round_trip_and_sizes() {
+        for v in [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16383,
+            16384,
+            u32::MAX as u64,
+            u64::MAX,
+        ] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v), "{v}");
+            assert_eq!(read_varint(&b, 0, 0).unwrap(), (v, b.len()));
+        }
+        // Overlong encodings are accepted, as protobuf parsers do (up to 10 bytes).
+        assert_eq!(read_varint(&[0x80, 0x80, 0x00], 0, 0).unwrap(), (0, 3));
+        // Past 64 bits or 10 bytes, or cut off: errors with the offset.
+        assert!(read_varint(&[0xff; 10], 0, 0).is_err());
+        assert!(read_varint(&[0x80; 11], 0, 0).is_err());
+        let e = read_varint(&[0x80, 0x80], 0, 100).unwrap_err();
+        assert_eq!(e.location.offset, Some(100));
+    }
+
+    #[test]
+    fn fields_with_absolute_offsets() {
+        // field 1 varint 150; field 2 "hi"; field 3 fixed32; field 4 fixed64.
+        let mut m = vec![0x08, 0x96, 0x01];
+        put_len_header(&mut m, 2, 2);
+        m.extend_from_slice(b"hi");
+        put_tag(&mut m, 3, WireType::I32);
+        m.extend_from_slice(&7u32.to_le_bytes());
+        put_tag(&mut m, 4, WireType::I64);
+        m.extend_from_slice(&9u64.to_le_bytes());
+        let got: Vec<Field> = fields(&m, 1000).collect::<Result<_>>().unwrap();
+        assert_eq!(got.len(), 4);
+        assert_eq!((got[0].number, got[0].value), (1, Value::Varint(150)));
+        assert_eq!(got[1].value, Value::Len(b"hi", 1005));
+        assert_eq!(got[1].offset, 1003);
+        assert_eq!(got[2].value, Value::I32(7));
+        assert_eq!(got[3].value, Value::I64(9));
+        assert_eq!(len_field_size(2, 2), 4);
+    }
+
+    #[test]
+    fn damaged_messages_are_errors_never_panics() {
+        // A length beyond the message.
+        let e = fields(&[0x12, 0x05, b'a'], 10).next().unwrap().unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                ErrorKind::Truncated {
+                    needed: 5,
+                    available: 1
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(e.location.offset, Some(10));
+        // Groups, unknown wire types, field 0.
+        for bad in [&[0x0b][..], &[0x0e, 0], &[0x00, 0x01], &[0x0d, 1, 2]] {
+            let r: Result<Vec<Field>> = fields(bad, 0).collect();
+            assert!(r.is_err(), "{bad:?}");
+        }
+        // Every truncation of a valid message fails or yields fewer fields.
+        let mut m = Vec::new();
+        put_len_header(&mut m, 9, 300);
+        m.extend(std::iter::repeat_n(7u8, 300));
+        m.extend_from_slice(&[0x08, 0xff, 0xff, 0x03]);
+        for cut in 0..m.len() {
+            let _ = fields(&m[..cut], 0).collect::<Result<Vec<_>>>();
+        }
+        // An error ends the iteration.
+        let mut it = fields(&[0x12, 0x7f], 0);
+        assert!(it.next().unwrap().is_err());
+        assert!(it.next().is_none());
+    }
+
+    #[test]
+    fn packed_varints_and_counts() {
+        let mut b = Vec::new();
+        for v in [1u64, 300, 0, u64::MAX] {
+            put_varint(&mut b, v);
+        }
+        assert_eq!(count_varints(&b, 0).unwrap(), 4);
+        let v: Vec<u64> = packed_varints(&b, 0).collect::<Result<_>>().unwrap();
+        assert_eq!(v, [1, 300, 0, u64::MAX]);
+        assert!(count_varints(&b[..b.len() - 1], 0).is_err());
+        assert!(packed_varints(&b[..b.len() - 1], 0)
+            .collect::<Result<Vec<_>>>()
+            .is_err());
+    }
+}
