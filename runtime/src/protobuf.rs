@@ -268,7 +268,7 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// The number of bytes the varint encoding of `v` takes.
 pub fn varint_len(v: u64) -> usize {
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Appends the tag of field `number` with wire type `wire` to `out`.
