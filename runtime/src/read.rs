@@ -108,6 +108,11 @@ fn read_inner(
         DataLocation::ZipMember { member, skip, len } => {
             read_member(src, info, member, *skip, *len, sink, opts)?
         }
+        DataLocation::External { path, offset, len } => {
+            let bytes = src.external(path)?;
+            offer(&bytes, info, *offset, *len, sink, opts)
+                .map_err(|e| e.in_field(&format!("external file '{path}'")))?;
+        }
     }
     sink.end(info)
 }
@@ -122,7 +127,8 @@ fn chunk_size(opts: &ReadOptions) -> usize {
     opts.chunk_size.max(1)
 }
 
-/// Offers `memory[start..start + len]` as a view, then pushes it in chunks if declined.
+/// Offers `memory[start..start + len]` of the source as a view, then pushes it in chunks
+/// if declined; false when the source is not in memory.
 fn view_or_push(
     src: &Source,
     info: &TensorInfo,
@@ -134,6 +140,20 @@ fn view_or_push(
     let Some(bytes) = src.bytes() else {
         return Ok(false);
     };
+    offer(bytes, info, start, len, sink, opts)?;
+    Ok(true)
+}
+
+/// Offers `bytes[start..start + len]` (checked) as a view, then pushes it in chunks if
+/// declined.
+fn offer(
+    bytes: &crate::source::Bytes,
+    info: &TensorInfo,
+    start: u64,
+    len: u64,
+    sink: &mut dyn Sink,
+    opts: &ReadOptions,
+) -> Result<()> {
     check_range(start, len, bytes.as_bytes().len() as u64)?;
     let start = to_usize(start, "offset")?;
     let end = start + to_usize(len, "tensor")?;
@@ -146,7 +166,7 @@ fn view_or_push(
             sink.chunk(c)?;
         }
     }
-    Ok(true)
+    Ok(())
 }
 
 fn read_range(
@@ -509,6 +529,54 @@ mod tests {
         for t in &s.tensors {
             assert_eq!(t.data.as_bytes(), &payload[..], "{}", t.info.name);
         }
+    }
+
+    #[test]
+    fn external_ranges_are_views_of_their_own_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("m.onnx");
+        std::fs::write(&model, b"header").unwrap();
+        let payload: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.path().join("w.data"), &payload).unwrap();
+        let src = Source::open(&model).unwrap();
+        let mut info = range_info("w", 0, 200);
+        info.location = DataLocation::External {
+            path: "w.data".into(),
+            offset: 100,
+            len: 200,
+        };
+        let mut views = ViewSink::default();
+        read_tensor(&src, &info, &mut views, &ReadOptions::default()).unwrap();
+        assert!(views.tensors[0].data.is_mapped());
+        assert_eq!(views.tensors[0].data.as_bytes(), &payload[100..300]);
+        let mut owned = OwnedSink::default();
+        let opts = ReadOptions {
+            chunk_size: 7,
+            ..Default::default()
+        };
+        read_tensor(&src, &info, &mut owned, &opts).unwrap();
+        assert_eq!(owned.tensors[0].data.as_bytes(), &payload[100..300]);
+        // A range past the file's end, and a path out of the folder: errors naming the
+        // tensor, the file and the external file.
+        info.location = DataLocation::External {
+            path: "w.data".into(),
+            offset: 900,
+            len: 200,
+        };
+        let e = read_tensor(&src, &info, &mut OwnedSink::default(), &opts).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("m.onnx") && text.contains("'w'") && text.contains("w.data"),
+            "{text}"
+        );
+        info.location = DataLocation::External {
+            path: "../w.data".into(),
+            offset: 0,
+            len: 1,
+        };
+        let e = read_tensor(&src, &info, &mut OwnedSink::default(), &opts).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
     }
 
     #[test]

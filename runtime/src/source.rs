@@ -157,6 +157,8 @@ pub struct Source {
     /// The zip index of the bytes, once made (see [`Source::zip_index`]), with the entry
     /// limit it was made under.
     zip: OnceLock<(u64, Arc<ZipIndex>)>,
+    /// Files beside this one already mapped ([`Source::external`]), by the name used.
+    external: Mutex<Vec<(String, Bytes)>>,
 }
 
 impl Source {
@@ -189,6 +191,7 @@ impl Source {
             mapped: Some(bytes),
             path: Some(path.to_path_buf()),
             zip: OnceLock::new(),
+            external: Mutex::new(Vec::new()),
         })
     }
 
@@ -200,6 +203,7 @@ impl Source {
             mapped: Some(b),
             path: None,
             zip: OnceLock::new(),
+            external: Mutex::new(Vec::new()),
         }
     }
 
@@ -210,6 +214,7 @@ impl Source {
             mapped: None,
             path: None,
             zip: OnceLock::new(),
+            external: Mutex::new(Vec::new()),
         })
     }
 
@@ -239,6 +244,64 @@ impl Source {
         Ok(index)
     }
 
+    /// A file beside this one, named `name` relative to this file's folder (ONNX external
+    /// data), memory-mapped once and shared by every later call.
+    ///
+    /// The name must stay inside the folder: an absolute path, a `..` component, or a
+    /// path that resolves (through symbolic links) outside the folder is refused with
+    /// [`ErrorKind::Invalid`], as is a source without a path.
+    pub fn external(&self, name: &str) -> Result<Bytes> {
+        let loc = || {
+            self.location()
+                .with_field(format!("external file '{name}'"))
+        };
+        let mut cache = self.external.lock().map_err(|_| {
+            Error::new(
+                ErrorKind::Invalid("external file cache poisoned".into()),
+                loc(),
+            )
+        })?;
+        if let Some((_, b)) = cache.iter().find(|(n, _)| n == name) {
+            return Ok(b.clone());
+        }
+        let refuse = |why: &str| {
+            Error::new(
+                ErrorKind::Invalid(format!("external file '{name}' {why}")),
+                loc(),
+            )
+        };
+        let Some(path) = &self.path else {
+            return Err(refuse("cannot be found: the source has no path"));
+        };
+        let rel = Path::new(name);
+        if name.is_empty() || rel.is_absolute() || name.contains('\0') {
+            return Err(refuse("is not a relative path"));
+        }
+        if rel.components().any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        }) {
+            return Err(refuse("leaves the model's folder"));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let joined = dir.join(rel);
+        let io = |e: std::io::Error| Error::new(ErrorKind::Io(e), loc());
+        let real_dir = dir.canonicalize().map_err(io)?;
+        let real = joined.canonicalize().map_err(io)?;
+        if !real.starts_with(&real_dir) {
+            return Err(refuse("resolves outside the model's folder"));
+        }
+        let bytes = Source::open(&real).map_err(|e| Error::new(e.kind, loc()))?;
+        let b = bytes.mapped.ok_or_else(|| refuse("could not be mapped"))?;
+        cache.push((name.to_string(), b.clone()));
+        Ok(b)
+    }
+
     /// The shared in-memory bytes, when the source is a map or a buffer.
     pub fn bytes(&self) -> Option<&Bytes> {
         self.mapped.as_ref()
@@ -265,5 +328,63 @@ impl Source {
             file: self.path.clone(),
             ..Default::default()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind_text(e: &Error) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn external_files_stay_in_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.onnx");
+        std::fs::write(&model, b"model").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join("w.bin"), b"0123456789").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        let src = Source::open(&model).unwrap();
+
+        let a = src.external("sub/w.bin").unwrap();
+        assert_eq!(a.as_bytes(), b"0123456789");
+        // Mapped once: the same bytes come back.
+        let b = src.external("sub/w.bin").unwrap();
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+        assert_eq!(
+            src.external("./sub/w.bin").unwrap().as_bytes(),
+            b"0123456789"
+        );
+
+        let secret = outside.path().join("secret");
+        for bad in [
+            "",
+            "../secret",
+            "sub/../../secret",
+            secret.to_str().unwrap(),
+            "/etc/passwd",
+        ] {
+            let e = src.external(bad).unwrap_err();
+            assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{bad:?}: {e}");
+            assert!(kind_text(&e).contains("model.onnx"), "{e}");
+        }
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&secret, dir.path().join("link")).unwrap();
+            let e = src.external("link").unwrap_err();
+            assert!(e.to_string().contains("outside the model's folder"), "{e}");
+        }
+        let e = src.external("missing.bin").unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Io(_)), "{e}");
+        assert!(e.to_string().contains("missing.bin"), "{e}");
+        // A source with no path has no folder.
+        let e = Source::from_bytes(b"x".to_vec())
+            .external("w.bin")
+            .unwrap_err();
+        assert!(e.to_string().contains("no path"), "{e}");
     }
 }

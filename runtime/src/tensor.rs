@@ -51,13 +51,26 @@ pub enum DataLocation {
         /// Number of bytes of the tensor.
         len: u64,
     },
+    /// In another file beside the container (ONNX external data): `path` as the
+    /// container names it, relative to the container's folder (resolved and checked by
+    /// [`crate::source::Source::external`]), `len` bytes at `offset`.
+    External {
+        /// The file, relative to the container's folder.
+        path: String,
+        /// Offset of the first byte in that file.
+        offset: u64,
+        /// Number of bytes.
+        len: u64,
+    },
 }
 
 impl DataLocation {
     /// The number of bytes of the tensor.
     pub fn len(&self) -> u64 {
         match self {
-            DataLocation::Range { len, .. } | DataLocation::ZipMember { len, .. } => *len,
+            DataLocation::Range { len, .. }
+            | DataLocation::ZipMember { len, .. }
+            | DataLocation::External { len, .. } => *len,
         }
     }
 
@@ -68,7 +81,7 @@ impl DataLocation {
 
     /// The absolute byte range in the container file `src` when the bytes are stored
     /// plain there (a plain range, or a stored zip member, whose local header is read),
-    /// which allows zero-copy views; `None` when they are compressed.
+    /// which allows zero-copy views; `None` when they are compressed or in another file.
     pub fn plain_range(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<(u64, u64)>> {
         match self {
             DataLocation::Range { offset, len } => Ok(Some((*offset, *len))),
@@ -83,6 +96,7 @@ impl DataLocation {
                     Ok(None)
                 }
             }
+            DataLocation::External { .. } => Ok(None),
         }
     }
 }
@@ -198,6 +212,11 @@ impl TensorInfo {
             DataLocation::ZipMember { member, skip, .. } => DataLocation::ZipMember {
                 member,
                 skip,
+                len: extent,
+            },
+            DataLocation::External { path, offset, .. } => DataLocation::External {
+                path,
+                offset,
                 len: extent,
             },
         };
