@@ -257,6 +257,191 @@ pub fn count_varints(bytes: &[u8], base: u64) -> Result<u64> {
     }
 }
 
+/// How the values of a repeated scalar field become a tensor's elements (ONNX's typed
+/// fields, Caffe2's `TensorProto` data fields).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Elements {
+    /// `fixed32`/`fixed64` values (`float`, `double`), little-endian bytes as they are;
+    /// `width` is 4 or 8.
+    Fixed {
+        /// Bytes per value.
+        width: u8,
+    },
+    /// Varints, each truncated to its low `width` bytes, little-endian (an `int32` field
+    /// carrying 16-bit float patterns, small integers or booleans; `int64`; `uint64`).
+    Varint {
+        /// Bytes per element, 1 to 8.
+        width: u8,
+    },
+    /// Length-delimited values (strings): each element as its length (u64,
+    /// little-endian) then its bytes.
+    Bytes,
+}
+
+/// What the occurrences of field `number` of a message hold as elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElementSpan {
+    /// Number of elements.
+    pub count: u64,
+    /// Number of element bytes they make.
+    pub bytes: u64,
+    /// The absolute range of those bytes in the message when they lie there as they are
+    /// (one packed occurrence of fixed-width values): a zero-copy view.
+    pub plain: Option<(u64, u64)>,
+}
+
+fn wrong_wire(number: u32, f: &Field<'_>, elements: Elements) -> Error {
+    error(
+        f.offset,
+        format!(
+            "field {number} has wire type {}, which does not hold {elements:?} elements",
+            f.value.wire_type().number()
+        ),
+    )
+}
+
+/// Counts the elements of field `number` of the message `bytes` (first byte at absolute
+/// offset `base`), as `elements` reads them, packed or not, over every occurrence.
+pub fn element_span(
+    bytes: &[u8],
+    base: u64,
+    number: u32,
+    elements: Elements,
+) -> Result<ElementSpan> {
+    let mut count = 0u64;
+    let mut out = 0u64;
+    let mut occurrences = 0;
+    let mut plain = None;
+    for f in fields(bytes, base) {
+        let f = f?;
+        if f.number != number {
+            continue;
+        }
+        occurrences += 1;
+        match (elements, f.value) {
+            (Elements::Fixed { width }, Value::Len(b, at)) => {
+                if b.len() % width as usize != 0 {
+                    return Err(error(
+                        at,
+                        format!(
+                            "field {number}: {} packed bytes are not a whole number of {width}-byte values",
+                            b.len()
+                        ),
+                    ));
+                }
+                count += (b.len() / width as usize) as u64;
+                out += b.len() as u64;
+                plain = Some((at, b.len() as u64));
+            }
+            (Elements::Fixed { width: 4 }, Value::I32(_))
+            | (Elements::Fixed { width: 8 }, Value::I64(_)) => {
+                count += 1;
+                out += match elements {
+                    Elements::Fixed { width } => width as u64,
+                    _ => 0,
+                };
+                plain = None;
+            }
+            (Elements::Varint { width }, Value::Len(b, at)) => {
+                let n = count_varints(b, at)?;
+                count += n;
+                out += n * width as u64;
+            }
+            (Elements::Varint { width }, Value::Varint(_)) => {
+                count += 1;
+                out += width as u64;
+            }
+            (Elements::Bytes, Value::Len(b, _)) => {
+                count += 1;
+                out += 8 + b.len() as u64;
+            }
+            _ => return Err(wrong_wire(number, &f, elements)),
+        }
+    }
+    Ok(ElementSpan {
+        count,
+        bytes: out,
+        plain: if occurrences == 1 { plain } else { None },
+    })
+}
+
+/// Streams the element bytes of field `number` (see [`element_span`]) to `out`, in pieces
+/// of at most `chunk` bytes for decoded values; returns how many bytes were produced.
+pub fn decode_elements(
+    bytes: &[u8],
+    base: u64,
+    number: u32,
+    elements: Elements,
+    chunk: usize,
+    out: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    let chunk = chunk.max(16);
+    let mut buf: Vec<u8> = Vec::with_capacity(chunk.min(bytes.len() * 8 + 16));
+    let mut produced = 0u64;
+    fn flush(
+        buf: &mut Vec<u8>,
+        produced: &mut u64,
+        out: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        if !buf.is_empty() {
+            *produced += buf.len() as u64;
+            out(buf)?;
+            buf.clear();
+        }
+        Ok(())
+    }
+    for f in fields(bytes, base) {
+        let f = f?;
+        if f.number != number {
+            continue;
+        }
+        match (elements, f.value) {
+            (Elements::Fixed { .. }, Value::Len(b, _)) => {
+                flush(&mut buf, &mut produced, out)?;
+                for piece in b.chunks(chunk) {
+                    produced += piece.len() as u64;
+                    out(piece)?;
+                }
+            }
+            (Elements::Fixed { width: 4 }, Value::I32(v)) => {
+                buf.extend_from_slice(&v.to_le_bytes())
+            }
+            (Elements::Fixed { width: 8 }, Value::I64(v)) => {
+                buf.extend_from_slice(&v.to_le_bytes())
+            }
+            (Elements::Varint { width }, Value::Len(b, at)) => {
+                for v in packed_varints(b, at) {
+                    buf.extend_from_slice(&v?.to_le_bytes()[..width as usize]);
+                    if buf.len() + 8 > chunk {
+                        flush(&mut buf, &mut produced, out)?;
+                    }
+                }
+            }
+            (Elements::Varint { width }, Value::Varint(v)) => {
+                buf.extend_from_slice(&v.to_le_bytes()[..width as usize])
+            }
+            (Elements::Bytes, Value::Len(b, _)) => {
+                buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+                if buf.len() + b.len() > chunk {
+                    flush(&mut buf, &mut produced, out)?;
+                    for piece in b.chunks(chunk) {
+                        produced += piece.len() as u64;
+                        out(piece)?;
+                    }
+                } else {
+                    buf.extend_from_slice(b);
+                }
+            }
+            _ => return Err(wrong_wire(number, &f, elements)),
+        }
+        if buf.len() + 16 > chunk {
+            flush(&mut buf, &mut produced, out)?;
+        }
+    }
+    flush(&mut buf, &mut produced, out)?;
+    Ok(produced)
+}
+
 /// Appends the varint encoding of `v` to `out`.
 pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
@@ -372,6 +557,84 @@ mod tests {
         let mut it = fields(&[0x12, 0x7f], 0);
         assert!(it.next().unwrap().is_err());
         assert!(it.next().is_none());
+    }
+
+    fn decoded(m: &[u8], number: u32, e: Elements, chunk: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let n = decode_elements(m, 0, number, e, chunk, &mut |b| {
+            out.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(n as usize, out.len());
+        out
+    }
+
+    #[test]
+    fn repeated_fields_as_elements() {
+        // Field 5: packed varints (a negative int32 takes ten bytes), then one unpacked;
+        // field 4: packed floats; field 6: two strings; field 1 in between.
+        let mut packed = Vec::new();
+        for v in [1i64, -2, 0x3c00, 300] {
+            put_varint(&mut packed, v as u64);
+        }
+        let mut m = Vec::new();
+        put_len_header(&mut m, 5, packed.len() as u64);
+        m.extend_from_slice(&packed);
+        put_tag(&mut m, 1, WireType::Varint);
+        put_varint(&mut m, 7);
+        put_tag(&mut m, 5, WireType::Varint);
+        put_varint(&mut m, (-1i64) as u64);
+        let floats: Vec<u8> = [1.5f32, -2.0]
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        let float_at = m.len() as u64 + 2;
+        put_len_header(&mut m, 4, 8);
+        m.extend_from_slice(&floats);
+        for s in [&b"ab"[..], b""] {
+            put_len_header(&mut m, 6, s.len() as u64);
+            m.extend_from_slice(s);
+        }
+
+        let i16s = Elements::Varint { width: 2 };
+        let span = element_span(&m, 0, 5, i16s).unwrap();
+        assert_eq!((span.count, span.bytes, span.plain), (5, 10, None));
+        for chunk in [1, 16, 1 << 20] {
+            let got = decoded(&m, 5, i16s, chunk);
+            let want: Vec<u8> = [1i16, -2, 0x3c00, 300, -1]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
+            assert_eq!(got, want, "chunk {chunk}");
+        }
+        let i64s = decoded(&m, 5, Elements::Varint { width: 8 }, 64);
+        assert_eq!(&i64s[8..16], &(-2i64).to_le_bytes());
+
+        let f32s = Elements::Fixed { width: 4 };
+        let span = element_span(&m, 0, 4, f32s).unwrap();
+        assert_eq!(
+            (span.count, span.bytes, span.plain),
+            (2, 8, Some((float_at, 8)))
+        );
+        assert_eq!(decoded(&m, 4, f32s, 64), floats);
+
+        let span = element_span(&m, 0, 6, Elements::Bytes).unwrap();
+        assert_eq!((span.count, span.bytes), (2, 8 + 2 + 8));
+        let mut want = 2u64.to_le_bytes().to_vec();
+        want.extend_from_slice(b"ab");
+        want.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(decoded(&m, 6, Elements::Bytes, 64), want);
+
+        // A field absent: no elements. A wire type that cannot hold them: an error.
+        assert_eq!(element_span(&m, 0, 9, f32s).unwrap().count, 0);
+        assert!(element_span(&m, 0, 1, f32s).is_err());
+        assert!(element_span(&m, 0, 1, Elements::Bytes).is_err());
+        // Packed fixed bytes that are not whole values.
+        let mut bad = Vec::new();
+        put_len_header(&mut bad, 4, 3);
+        bad.extend_from_slice(&[1, 2, 3]);
+        assert!(element_span(&bad, 0, 4, f32s).is_err());
     }
 
     #[test]

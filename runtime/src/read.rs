@@ -108,6 +108,22 @@ fn read_inner(
         DataLocation::ZipMember { member, skip, len } => {
             read_member(src, info, member, *skip, *len, sink, opts)?
         }
+        DataLocation::Field {
+            offset,
+            message_len,
+            number,
+            elements,
+            len,
+        } => read_field(
+            src,
+            *offset,
+            *message_len,
+            *number,
+            *elements,
+            *len,
+            sink,
+            opts,
+        )?,
         DataLocation::External { path, offset, len } => {
             let bytes = src.external(path)?;
             offer(&bytes, info, *offset, *len, sink, opts)
@@ -311,6 +327,48 @@ fn read_member(
                 Err(e) => return Err(io(e)),
             }
         }
+    }
+    Ok(())
+}
+
+/// Decodes the elements of field `number` of the message at `offset` and pushes them;
+/// they must make exactly `len` bytes.
+#[allow(clippy::too_many_arguments)]
+fn read_field(
+    src: &Source,
+    offset: u64,
+    message_len: u64,
+    number: u32,
+    elements: crate::protobuf::Elements,
+    len: u64,
+    sink: &mut dyn Sink,
+    opts: &ReadOptions,
+) -> Result<()> {
+    let data = src.data();
+    check_range(offset, message_len, data.len())?;
+    let owned;
+    let message: &[u8] = match data.as_slice() {
+        Some(s) => &s[offset as usize..(offset + message_len) as usize],
+        None => {
+            let mut v = vec![0u8; to_usize(message_len, "message")?];
+            data.read_exact_at(offset, &mut v)?;
+            owned = v;
+            &owned
+        }
+    };
+    let produced = crate::protobuf::decode_elements(
+        message,
+        offset,
+        number,
+        elements,
+        chunk_size(opts),
+        &mut |b| sink.chunk(b),
+    )?;
+    if produced != len {
+        return Err(ErrorKind::SizeMismatch(format!(
+            "field {number} holds {produced} bytes of elements, the tensor needs {len}"
+        ))
+        .into());
     }
     Ok(())
 }
@@ -577,6 +635,59 @@ mod tests {
         };
         let e = read_tensor(&src, &info, &mut OwnedSink::default(), &opts).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
+    }
+
+    #[test]
+    fn protobuf_fields_are_decoded_into_elements() {
+        use crate::protobuf::{put_len_header, put_varint, Elements};
+        // A message at offset 3 of the file: field 5 packs four f16 bit patterns as
+        // varints (as ONNX's int32_data does).
+        let halves = [0x3c00u16, 0xc000, 0x0001, 0x7bff];
+        let mut packed = Vec::new();
+        for h in halves {
+            put_varint(&mut packed, h as u64);
+        }
+        let mut msg = Vec::new();
+        put_len_header(&mut msg, 5, packed.len() as u64);
+        msg.extend_from_slice(&packed);
+        let mut file = b"abc".to_vec();
+        file.extend_from_slice(&msg);
+        let want: Vec<u8> = halves.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let mut info = TensorInfo::dense(
+            "h",
+            DType::F16,
+            vec![4],
+            Order::C,
+            ByteOrder::Little,
+            DataLocation::Field {
+                offset: 3,
+                message_len: msg.len() as u64,
+                number: 5,
+                elements: Elements::Varint { width: 2 },
+                len: 8,
+            },
+        )
+        .unwrap();
+        for src in [
+            Source::from_bytes(file.clone()),
+            Source::from_reader(std::io::Cursor::new(file.clone())).unwrap(),
+        ] {
+            let mut s = OwnedSink::default();
+            read_tensor(&src, &info, &mut s, &ReadOptions::default()).unwrap();
+            assert_eq!(s.tensors[0].data.as_bytes(), &want[..]);
+        }
+        // The field holding other than the tensor's bytes: an error naming the tensor.
+        if let DataLocation::Field { elements, .. } = &mut info.location {
+            *elements = Elements::Varint { width: 1 };
+        }
+        let e = read_tensor(
+            &Source::from_bytes(file),
+            &info,
+            &mut OwnedSink::default(),
+            &ReadOptions::default(),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("'h'"), "{e}");
     }
 
     #[test]

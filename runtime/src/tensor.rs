@@ -62,6 +62,20 @@ pub enum DataLocation {
         /// Number of bytes.
         len: u64,
     },
+    /// The values of a repeated field of a protobuf message in the container (ONNX's and
+    /// Caffe2's typed data fields), decoded element by element as they are read.
+    Field {
+        /// Absolute offset of the message in the container.
+        offset: u64,
+        /// The message's length.
+        message_len: u64,
+        /// The field number.
+        number: u32,
+        /// How its values become elements.
+        elements: crate::protobuf::Elements,
+        /// Number of element bytes they make.
+        len: u64,
+    },
 }
 
 impl DataLocation {
@@ -70,7 +84,8 @@ impl DataLocation {
         match self {
             DataLocation::Range { len, .. }
             | DataLocation::ZipMember { len, .. }
-            | DataLocation::External { len, .. } => *len,
+            | DataLocation::External { len, .. }
+            | DataLocation::Field { len, .. } => *len,
         }
     }
 
@@ -96,7 +111,7 @@ impl DataLocation {
                     Ok(None)
                 }
             }
-            DataLocation::External { .. } => Ok(None),
+            DataLocation::External { .. } | DataLocation::Field { .. } => Ok(None),
         }
     }
 }
@@ -217,6 +232,19 @@ impl TensorInfo {
             DataLocation::External { path, offset, .. } => DataLocation::External {
                 path,
                 offset,
+                len: extent,
+            },
+            DataLocation::Field {
+                offset,
+                message_len,
+                number,
+                elements,
+                ..
+            } => DataLocation::Field {
+                offset,
+                message_len,
+                number,
+                elements,
                 len: extent,
             },
         };
