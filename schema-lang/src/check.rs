@@ -73,6 +73,7 @@ const BUILTINS: &[(&str, Option<usize>)] = &[
     ("first", Some(1)),
     ("last", Some(1)),
     ("typed", None),
+    ("elements", Some(1)),
     ("external", None),
     ("join", None),
 ];
@@ -2027,6 +2028,10 @@ impl<'a> Checker<'a> {
                 if TENSOR_KEYS.contains(&n) {
                     return Ty::Unknown;
                 }
+                // A dtype's canonical name, to compare the mapped `dtype` with.
+                if p.len() == 1 && DTYPES.contains(&n) {
+                    return Ty::Unknown;
+                }
                 if n == "root" && at.fmt.engine_kind() == "protobuf" {
                     return Ty::Unknown;
                 }
@@ -2090,8 +2095,8 @@ impl<'a> Checker<'a> {
             Scope::Layout { .. } => "names in a layout are its fields, items of the format \
                  (tables, layouts, ...), formats, `dtype`, or the constants c, fortran, le, be, source",
             Scope::Tensor { .. } => "names in a mapping are its binding, the tensor properties \
-                 (name, dtype, ...), items of the format, formats, `root` (protobuf), or the \
-                 constants c, fortran, le, be, source",
+                 (name, dtype, ...), items of the format, formats, `root` (protobuf), dtype \
+                 names (f32, ...), or the constants c, fortran, le, be, source",
             _ => "names are items of the format (entries, tables, ...), formats, or the \
                  constants c, fortran, le, be, source",
         };
