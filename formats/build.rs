@@ -7,6 +7,7 @@ fn main() {
         "fmt/pytorch.fmt",
         "fmt/pytorch_legacy.fmt",
         "fmt/torchscript.fmt",
+        "fmt/onnx.fmt",
     ];
     if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
         eprintln!("{report}");

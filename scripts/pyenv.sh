@@ -78,6 +78,6 @@ fi
 "$py" -m pip install --disable-pip-version-check --no-input -q -r "$req" </dev/null >&2 \
   || die "pip install -r $req failed"
 cp "$req" "$marker"
-"$py" -c 'import numpy, torch; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__)' >&2 || die "numpy or torch does not import"
+"$py" -c 'import numpy, torch, onnx; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__)' >&2 || die "numpy, torch or onnx does not import"
 log "ready"
 printf '%s\n' "$py"

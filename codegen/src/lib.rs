@@ -30,6 +30,7 @@ mod layout;
 mod mapping;
 mod model;
 mod pickle;
+mod proto;
 mod table;
 
 use model::{docs, GenError, Model};
@@ -200,6 +201,7 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         }
     };
     let kind = match engine {
+        Some(e) if e.kind.name == "protobuf" => Some("protobuf"),
         Some(e) if !e.args.is_empty() => {
             errors.push(cx.unsupported(
                 e.span,
@@ -215,9 +217,12 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         None => None,
     };
 
-    match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
-        Ok(ts) => items.push(ts),
-        Err(e) => errors.push(e),
+    // The protobuf engine generates its own detector.
+    if kind != Some("protobuf") {
+        match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
+            Ok(ts) => items.push(ts),
+            Err(e) => errors.push(e),
+        }
     }
     for t in &fmt.tables {
         match table::gen_table(&cx, t) {
@@ -270,6 +275,28 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         }
     }
     match kind {
+        Some("protobuf") => {
+            let root = engine.and_then(|e| {
+                e.args.iter().find_map(|a| match (&a.name, &a.value.kind) {
+                    (Some(n), tensorfmt_schema::ast::ExprKind::Path(p))
+                        if n.name == "root" && p.len() == 1 =>
+                    {
+                        Some(p[0].clone())
+                    }
+                    _ => None,
+                })
+            });
+            match root {
+                Some(root) => match proto::gen_protobuf(&cx, model, fmt, &root) {
+                    Ok(ts) => items.push(ts),
+                    Err(e) => errors.push(e),
+                },
+                None => errors.push(cx.err(
+                    fmt.ast.name.span,
+                    "the `protobuf` engine names its root message: `engine protobuf(root = M);`",
+                )),
+            }
+        }
         Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
             Ok(ts) => items.push(ts),
             Err(e) => errors.push(e),

@@ -75,8 +75,14 @@ impl<'s> Fmt<'s> {
                 Item::Layout(l) => f.layouts.push(l),
                 Item::Entry(e) => f.entries.push(e),
                 Item::Tensor(t) => f.tensors.push(t),
-                Item::Message(m) => f.unsupported.push((m.span, "a protobuf `message`")),
-                Item::Enum(e) => f.unsupported.push((e.span, "a protobuf `enum`")),
+                // Read by the `protobuf` engine (`proto.rs`); elsewhere unsupported.
+                Item::Message(m) if ast.engine_kind() != "protobuf" => f
+                    .unsupported
+                    .push((m.span, "a protobuf `message` outside the protobuf engine")),
+                Item::Enum(e) if ast.engine_kind() != "protobuf" => f
+                    .unsupported
+                    .push((e.span, "a protobuf `enum` outside the protobuf engine")),
+                Item::Message(_) | Item::Enum(_) => {}
                 Item::Pickle(p) => f.pickles.push(p),
             }
         }

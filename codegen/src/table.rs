@@ -130,6 +130,8 @@ pub(crate) fn gen_table(cx: &Cx<'_>, t: &Table) -> GResult<TokenStream> {
         }
 
         #[doc = #rev_doc]
+        // A table may name every dtype, leaving nothing for the last arm.
+        #[allow(unreachable_patterns)]
         pub fn #rev(dtype: rt::DType, order: rt::ByteOrder) -> ::std::option::Option<#out_ty> {
             match (dtype, order) {
                 #(#rev_arms)*

@@ -33,6 +33,14 @@ fn pytorch_legacy() {
 }
 
 #[test]
+fn onnx() {
+    let s = schema(&["formats/fmt/onnx.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("onnx", code);
+}
+
+#[test]
 fn torchscript() {
     let s = schema(&["formats/fmt/pytorch.fmt", "formats/fmt/torchscript.fmt"]);
     let code = tensorfmt_codegen::generate_file(&s)
@@ -78,17 +86,18 @@ format records {
 fn unsupported_engine() {
     let s = parse(
         r#"
-format onnxish {
-    engine protobuf(root = Model);
-    message Model { name: optional string = 1; }
+format kvish {
+    engine kv(backend = lmdb);
+    message Rec { name: optional string = 1; }
 }
 "#,
     );
-    let d = tensorfmt_codegen::generate(&s).expect_err("protobuf is not supported");
+    let d = tensorfmt_codegen::generate(&s).expect_err("the kv engine is not supported");
     let msgs: Vec<&str> = d.iter().map(|d| d.message.as_str()).collect();
     assert!(
-        msgs.iter()
-            .any(|m| m.contains("protobuf `message` is not supported by the code generator")),
+        msgs.iter().any(|m| m.contains(
+            "protobuf `message` outside the protobuf engine is not supported by the code generator"
+        )),
         "{msgs:?}"
     );
     assert!(

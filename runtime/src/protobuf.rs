@@ -257,6 +257,46 @@ pub fn count_varints(bytes: &[u8], base: u64) -> Result<u64> {
     }
 }
 
+/// `bytes` (a string field at absolute offset `at`) as UTF-8; an error naming `field`
+/// otherwise.
+pub fn utf8<'a>(bytes: &'a [u8], at: u64, field: &str) -> Result<&'a str> {
+    std::str::from_utf8(bytes).map_err(|_| error(at, format!("`{field}` is not UTF-8 text")))
+}
+
+/// The error for field `field` found with a wire type its declaration does not allow.
+pub fn wrong_wire_type(f: &Field<'_>, field: &str) -> Error {
+    error(
+        f.offset,
+        format!(
+            "`{field}` has wire type {}, which its type does not use",
+            f.value.wire_type().number()
+        ),
+    )
+}
+
+/// The integer values of the repeated varint field `number` of a message (packed or
+/// not, every occurrence), as `i64` (two's complement, as `int64` stores them).
+pub fn int_values(bytes: &[u8], base: u64, number: u32) -> Result<Vec<i64>> {
+    let span = element_span(bytes, base, number, Elements::Varint { width: 8 })?;
+    // Each value took at least one byte of the message: the count is bounded by it.
+    let mut out = Vec::with_capacity(span.count as usize);
+    decode_elements(
+        bytes,
+        base,
+        number,
+        Elements::Varint { width: 8 },
+        1 << 16,
+        &mut |b| {
+            out.extend(
+                b.chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))),
+            );
+            Ok(())
+        },
+    )?;
+    Ok(out)
+}
+
 /// How the values of a repeated scalar field become a tensor's elements (ONNX's typed
 /// fields, Caffe2's `TensorProto` data fields).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -134,6 +134,33 @@ pub struct TensorInfo {
 }
 
 impl TensorInfo {
+    /// Builds the metadata of a `string` tensor of `count` elements, delivered as each
+    /// element's length (u64, little-endian) then its bytes (`location` holds them all),
+    /// checking that `count` is the number of elements `shape` has.
+    pub fn strings(
+        name: impl Into<String>,
+        shape: Vec<u64>,
+        count: u64,
+        location: DataLocation,
+    ) -> Result<Self> {
+        let name = name.into();
+        if numel(&shape)? != count {
+            return Err(ErrorKind::SizeMismatch(format!(
+                "string tensor '{name}' of shape {shape:?} holds {count} strings"
+            ))
+            .into());
+        }
+        let strides = contiguous_strides(&shape, Order::C)?;
+        Ok(TensorInfo {
+            name,
+            dtype: DType::String,
+            shape,
+            strides,
+            byte_order: ByteOrder::Little,
+            location,
+        })
+    }
+
     /// Builds the metadata of a dense tensor stored in `order`, checking that the
     /// element count and byte size do not overflow and that `location` holds exactly
     /// the tensor's bytes.

@@ -13,7 +13,7 @@ pub fn all_files() -> Vec<PathBuf> {
         r.join("docs/formats/safetensors.fmt"),
         r.join("formats/fmt/pytorch.fmt"),
         r.join("formats/fmt/pytorch_legacy.fmt"),
-        r.join("docs/formats/onnx.fmt"),
+        r.join("formats/fmt/onnx.fmt"),
         r.join("docs/formats/caffe2.fmt"),
     ]
 }

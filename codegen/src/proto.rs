@@ -1,0 +1,900 @@
+//! The `protobuf` engine: the whole source is one protobuf message
+//! (`engine protobuf(root = ModelProto);`). Every declared message becomes a view type
+//! whose reader walks the message in place (the runtime's `protobuf::fields`): scalars
+//! are decoded, strings borrowed, `bytes` fields located (a slice and its absolute
+//! offset), embedded messages read recursively with the depth checked, repeated scalars
+//! left where they are for the mapping to read (`elements(f)`, `shape = t.dims`).
+//! Fields the schema does not declare are skipped.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+use tensorfmt_schema::ast::*;
+
+use crate::expr::Cx;
+use crate::model::{docs, rs_ident, Fmt, GResult, Model};
+
+/// How a declared field lies on the wire and what its view holds.
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    /// A varint (integers, bools, enums), held as `i64`.
+    Varint,
+    /// `float`: four bytes, held as `f32`.
+    Float,
+    /// `double`: eight bytes, held as `f64`.
+    Double,
+    /// `string`, held as `&str`.
+    Str,
+    /// `bytes`, held as the slice and its absolute offset.
+    Bytes,
+    /// An embedded message of this format.
+    Msg(String),
+}
+
+fn kind(cx: &Cx<'_>, fmt: &Fmt<'_>, msg: &Message, f: &MessageField) -> GResult<Kind> {
+    let [name] = f.ty.path.as_slice() else {
+        // `TensorProto.DataLocation`: a nested enum.
+        let last = f.ty.path.last().map(|i| i.name.as_str()).unwrap_or("");
+        if msg.enums.iter().any(|e| e.name.name == last)
+            || fmt.ast.message(&f.ty.path[0].name).is_some()
+        {
+            return Ok(Kind::Varint);
+        }
+        return Err(cx.unsupported(f.ty.span, "a field of this type"));
+    };
+    Ok(match name.name.as_str() {
+        "int32" | "int64" | "uint32" | "uint64" | "bool" => Kind::Varint,
+        "float" => Kind::Float,
+        "double" => Kind::Double,
+        "string" => Kind::Str,
+        "bytes" => Kind::Bytes,
+        other if msg.enums.iter().any(|e| e.name.name == other) => Kind::Varint,
+        other if fmt.ast.enum_decl(other).is_some() => Kind::Varint,
+        other if fmt.ast.message(other).is_some() => Kind::Msg(other.to_string()),
+        _ => return Err(cx.unsupported(f.ty.span, &format!("a field of type `{}`", name.name))),
+    })
+}
+
+/// The view type and reader of one message.
+fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> {
+    if let Some(n) = m.messages.first() {
+        return Err(cx.unsupported(n.span, "a nested message"));
+    }
+    let ty = rs_ident(&m.name.name);
+    let doc = docs(&m.docs);
+    let mut fields = Vec::new();
+    let mut inits = Vec::new();
+    let mut arms = Vec::new();
+    for f in &m.fields {
+        let k = kind(cx, fmt, m, f)?;
+        let id = rs_ident(&f.name.name);
+        let num = Literal::u32_unsuffixed(f.tag);
+        let fdoc = if f.docs.is_empty() {
+            let d = format!(" Field {} (`{}`).", f.tag, f.name.name);
+            quote!(#[doc = #d])
+        } else {
+            docs(&f.docs)
+        };
+        let what = format!("{}.{}", m.name.name, f.name.name);
+        let repeated = f.label == Label::Repeated;
+        let wrong = quote!(_ => return Err(rt::protobuf::wrong_wire_type(&f, #what)),);
+        match (&k, repeated) {
+            (Kind::Varint | Kind::Float | Kind::Double, true) => {
+                // Read where they are, by the mapping.
+                continue;
+            }
+            (Kind::Varint, false) => {
+                fields.push(quote!(#fdoc pub #id: ::std::option::Option<i64>,));
+                inits.push(quote!(#id: None,));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::Varint(v) => m.#id = Some(v as i64),
+                    #wrong
+                },));
+            }
+            (Kind::Float, false) => {
+                fields.push(quote!(#fdoc pub #id: ::std::option::Option<f32>,));
+                inits.push(quote!(#id: None,));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::I32(v) => m.#id = Some(f32::from_bits(v)),
+                    #wrong
+                },));
+            }
+            (Kind::Double, false) => {
+                fields.push(quote!(#fdoc pub #id: ::std::option::Option<f64>,));
+                inits.push(quote!(#id: None,));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::I64(v) => m.#id = Some(f64::from_bits(v)),
+                    #wrong
+                },));
+            }
+            (Kind::Str, false) => {
+                fields.push(quote!(#fdoc pub #id: ::std::option::Option<&'a str>,));
+                inits.push(quote!(#id: None,));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::Len(b, at) => m.#id = Some(rt::protobuf::utf8(b, at, #what)?),
+                    #wrong
+                },));
+            }
+            (Kind::Str, true) => {
+                fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<&'a str>,));
+                inits.push(quote!(#id: ::std::vec::Vec::new(),));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::Len(b, at) => m.#id.push(rt::protobuf::utf8(b, at, #what)?),
+                    #wrong
+                },));
+            }
+            (Kind::Bytes, false) => {
+                fields.push(quote!(#fdoc pub #id: ::std::option::Option<(&'a [u8], u64)>,));
+                inits.push(quote!(#id: None,));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::Len(b, at) => m.#id = Some((b, at)),
+                    #wrong
+                },));
+            }
+            (Kind::Bytes, true) => {
+                fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<(&'a [u8], u64)>,));
+                inits.push(quote!(#id: ::std::vec::Vec::new(),));
+                arms.push(quote!(#num => match f.value {
+                    rt::protobuf::Value::Len(b, at) => m.#id.push((b, at)),
+                    #wrong
+                },));
+            }
+            (Kind::Msg(name), rep) => {
+                let sub = rs_ident(name);
+                if rep {
+                    fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<#sub<'a>>,));
+                    inits.push(quote!(#id: ::std::vec::Vec::new(),));
+                    arms.push(quote!(#num => match f.value {
+                        rt::protobuf::Value::Len(b, at) => m.#id.push(#sub::read(b, at, depth + 1, limits)?),
+                        #wrong
+                    },));
+                } else {
+                    // A message given more than once: the last one (this reader does not
+                    // merge them).
+                    fields.push(
+                        quote!(#fdoc pub #id: ::std::option::Option<::std::boxed::Box<#sub<'a>>>,),
+                    );
+                    inits.push(quote!(#id: None,));
+                    arms.push(quote!(#num => match f.value {
+                        rt::protobuf::Value::Len(b, at) => m.#id = Some(::std::boxed::Box::new(#sub::read(b, at, depth + 1, limits)?)),
+                        #wrong
+                    },));
+                }
+            }
+        }
+    }
+    let read_doc = format!(
+        " Reads a `{}` from `bytes`, whose first byte is at absolute offset `base`, `depth` messages deep (at most `limits.max_depth`).",
+        m.name.name
+    );
+    let deep = format!("{} nesting depth", m.name.name);
+    Ok(quote! {
+        #doc
+        #[derive(Debug, Clone)]
+        pub struct #ty<'a> {
+            /// The message's bytes.
+            pub bytes: &'a [u8],
+            /// Absolute offset of its first byte.
+            pub base: u64,
+            #(#fields)*
+        }
+
+        impl<'a> #ty<'a> {
+            #[doc = #read_doc]
+            pub fn read(bytes: &'a [u8], base: u64, depth: u64, limits: &rt::Limits) -> rt::Result<Self> {
+                if depth > limits.max_depth {
+                    return Err(rt::Error::new(
+                        rt::ErrorKind::Limit { what: #deep, limit: limits.max_depth, actual: depth },
+                        rt::Location::default().with_offset(base),
+                    ));
+                }
+                let mut m = #ty { bytes, base, #(#inits)* };
+                for f in rt::protobuf::fields(bytes, base) {
+                    let f = f?;
+                    match f.number {
+                        #(#arms)*
+                        _ => {}
+                    }
+                }
+                Ok(m)
+            }
+        }
+    })
+}
+
+/// A value in a mapping.
+#[derive(Debug, Clone)]
+enum T {
+    /// A message view (`&M`).
+    Msg(String),
+    /// An optional message (`Option<&M>`).
+    OptMsg,
+    /// Repeated messages (`&[M]`).
+    Msgs(String),
+    /// An integer (`i64`).
+    Int,
+    /// Text that may be absent (`Option<&str>`).
+    OptStr,
+    /// Located bytes that may be absent (`Option<(&[u8], u64)>`).
+    OptBytes,
+    /// Repeated strings (`&[&str]`).
+    Strs,
+    /// A repeated scalar field left in its message: (message expression, number, kind).
+    Field(TokenStream, u32, Kind),
+    /// A boolean.
+    Bool,
+    /// The mapped dtype or a dtype name (`rt::DType`).
+    Dtype,
+    /// A string literal.
+    Lit,
+    /// Where the tensor's bytes are (`rt::DataLocation`, with the element count when
+    /// they are strings).
+    Data,
+}
+
+impl T {
+    /// Whether `self` is of the same kind as `other` (message names ignored).
+    fn is(&self, other: &T) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+    }
+}
+
+struct V {
+    ts: TokenStream,
+    t: T,
+}
+
+struct Scope<'f, 's> {
+    fmt: &'f Fmt<'s>,
+    binding: String,
+    binding_msg: String,
+    /// Whether `dtype` is defined yet.
+    dtype: bool,
+}
+
+fn dtype_variant(name: &str) -> Option<TokenStream> {
+    let v = match name {
+        "f16" => quote!(F16),
+        "bf16" => quote!(BF16),
+        "f32" => quote!(F32),
+        "f64" => quote!(F64),
+        "i8" => quote!(I8),
+        "i16" => quote!(I16),
+        "i32" => quote!(I32),
+        "i64" => quote!(I64),
+        "u8" => quote!(U8),
+        "u16" => quote!(U16),
+        "u32" => quote!(U32),
+        "u64" => quote!(U64),
+        "bool" => quote!(Bool),
+        "c64" => quote!(C64),
+        "c128" => quote!(C128),
+        "f8e4m3fn" => quote!(F8E4M3FN),
+        "f8e5m2" => quote!(F8E5M2),
+        "string" => quote!(String),
+        _ => return None,
+    };
+    Some(quote!(rt::DType::#v))
+}
+
+impl Scope<'_, '_> {
+    /// The value of field `name` of the message `base` (of type `msg`).
+    fn member(&self, cx: &Cx<'_>, e: &Expr, base: &V, msg: &str, name: &Ident) -> GResult<V> {
+        let Some(m) = self.fmt.ast.message(msg) else {
+            return Err(cx.err(e.span, format!("unknown message `{msg}`")));
+        };
+        let Some(f) = m.fields.iter().find(|f| f.name.name == name.name) else {
+            return Err(cx.err(name.span, format!("`{msg}` has no field `{}`", name.name)));
+        };
+        let k = kind(cx, self.fmt, m, f)?;
+        let b = &base.ts;
+        let id = rs_ident(&f.name.name);
+        let repeated = f.label == Label::Repeated;
+        Ok(match (k, repeated) {
+            (Kind::Msg(_), false) => V {
+                ts: quote!((#b).#id.as_deref()),
+                t: T::OptMsg,
+            },
+            (Kind::Msg(n), true) => V {
+                ts: quote!((#b).#id),
+                t: T::Msgs(n),
+            },
+            (Kind::Varint, false) => V {
+                // Absent: the protobuf default.
+                ts: quote!((#b).#id.unwrap_or(0)),
+                t: T::Int,
+            },
+            (Kind::Str, false) => V {
+                ts: quote!((#b).#id),
+                t: T::OptStr,
+            },
+            (Kind::Str, true) => V {
+                ts: quote!(&(#b).#id[..]),
+                t: T::Strs,
+            },
+            (Kind::Bytes, false) => V {
+                ts: quote!((#b).#id),
+                t: T::OptBytes,
+            },
+            (k @ (Kind::Varint | Kind::Float | Kind::Double | Kind::Bytes), true) => V {
+                ts: quote!(#b),
+                t: T::Field(quote!(#b), f.tag, k),
+            },
+            _ => return Err(cx.unsupported(name.span, "this field in a mapping")),
+        })
+    }
+
+    fn compile(&self, cx: &Cx<'_>, e: &Expr) -> GResult<V> {
+        match &e.kind {
+            ExprKind::Str(s) => Ok(V {
+                ts: quote!(#s),
+                t: T::Lit,
+            }),
+            ExprKind::Path(p) => {
+                let first = p[0].name.as_str();
+                if first == self.binding {
+                    let b = rs_ident(&self.binding);
+                    let mut v = V {
+                        ts: quote!(#b),
+                        t: T::Msg(self.binding_msg.clone()),
+                    };
+                    for seg in &p[1..] {
+                        let T::Msg(m) = &v.t else {
+                            return Err(cx.unsupported(
+                                seg.span,
+                                "a member of an optional or repeated value",
+                            ));
+                        };
+                        let m = m.clone();
+                        v = self.member(cx, e, &v, &m, seg)?;
+                    }
+                    return Ok(v);
+                }
+                if p.len() == 1 && first == "dtype" {
+                    if !self.dtype {
+                        return Err(cx.err(e.span, "`dtype` is used before it is assigned"));
+                    }
+                    return Ok(V {
+                        ts: quote!(dtype.0),
+                        t: T::Dtype,
+                    });
+                }
+                if p.len() == 1 {
+                    if let Some(d) = dtype_variant(first) {
+                        return Ok(V { ts: d, t: T::Dtype });
+                    }
+                }
+                // `Message.Enum.VALUE`.
+                if let [m, en, val] = p.as_slice() {
+                    if let Some(msg) = self.fmt.ast.message(&m.name) {
+                        if let Some(decl) = msg.enums.iter().find(|x| x.name.name == en.name) {
+                            if let Some((_, n)) =
+                                decl.values.iter().find(|(i, _)| i.name == val.name)
+                            {
+                                let l = Literal::i64_unsuffixed(*n);
+                                return Ok(V {
+                                    ts: quote!(#l),
+                                    t: T::Int,
+                                });
+                            }
+                        }
+                    }
+                }
+                Err(cx.unsupported(
+                    e.span,
+                    &format!("the name `{}` in this mapping", cx.text(e.span)),
+                ))
+            }
+            ExprKind::Index { base, index } => {
+                // `table[int]` is the dtype statement's; here: `repeated_kv["key"]`.
+                let b = self.compile(cx, base)?;
+                let T::Msgs(m) = &b.t else {
+                    return Err(cx.unsupported(e.span, "this lookup"));
+                };
+                let Some(decl) = self.fmt.ast.message(m) else {
+                    return Err(cx.err(e.span, format!("unknown message `{m}`")));
+                };
+                let has = |n: &str| decl.fields.iter().any(|f| f.name.name == n);
+                if !(has("key") && has("value")) {
+                    return Err(
+                        cx.unsupported(e.span, "a lookup in messages without `key` and `value`")
+                    );
+                }
+                let k = self.compile(cx, index)?;
+                if !k.t.is(&T::Lit) {
+                    return Err(cx.unsupported(index.span, "a lookup key that is not a string"));
+                }
+                let (bts, kts) = (&b.ts, &k.ts);
+                Ok(V {
+                    // The last entry with the key, as a map would keep it.
+                    ts: quote!(#bts.iter().rev().find(|x| x.key == Some(#kts)).and_then(|x| x.value)),
+                    t: T::OptStr,
+                })
+            }
+            ExprKind::Call { callee, args } if callee.len() == 1 => {
+                let name = callee[0].name.as_str();
+                match (name, args.as_slice()) {
+                    ("has", [a]) => {
+                        let v = self.compile(cx, &a.value)?;
+                        let ts = &v.ts;
+                        match v.t {
+                            T::OptStr | T::OptBytes | T::OptMsg => Ok(V {
+                                ts: quote!((#ts).is_some()),
+                                t: T::Bool,
+                            }),
+                            _ => {
+                                Err(cx.unsupported(a.span, "`has` of a value that is always there"))
+                            }
+                        }
+                    }
+                    ("elements", [a]) => self.elements(cx, &a.value),
+                    ("external", args) => self.external(cx, e, args),
+                    _ => Err(cx.unsupported(e.span, &format!("`{name}(..)` in this mapping"))),
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let (l, r) = (self.compile(cx, lhs)?, self.compile(cx, rhs)?);
+                let (lt, rt_) = (&l.ts, &r.ts);
+                let same = matches!(
+                    (&l.t, &r.t),
+                    (T::Int, T::Int) | (T::Dtype, T::Dtype) | (T::Bool, T::Bool)
+                );
+                match op {
+                    BinaryOp::Eq | BinaryOp::Ne if same => {
+                        let ts = if *op == BinaryOp::Eq {
+                            quote!((#lt) == (#rt_))
+                        } else {
+                            quote!((#lt) != (#rt_))
+                        };
+                        Ok(V { ts, t: T::Bool })
+                    }
+                    BinaryOp::And if l.t.is(&T::Bool) && r.t.is(&T::Bool) => Ok(V {
+                        ts: quote!((#lt) && (#rt_)),
+                        t: T::Bool,
+                    }),
+                    BinaryOp::Or if l.t.is(&T::Bool) && r.t.is(&T::Bool) => Ok(V {
+                        ts: quote!((#lt) || (#rt_)),
+                        t: T::Bool,
+                    }),
+                    _ => Err(cx.unsupported(e.span, "this operation in a mapping")),
+                }
+            }
+            ExprKind::In { expr, list } => {
+                let v = self.compile(cx, expr)?;
+                let mut items = Vec::new();
+                for x in list {
+                    let xv = self.compile(cx, x)?;
+                    if !xv.t.is(&v.t) || !matches!(v.t, T::Dtype | T::Int) {
+                        return Err(cx.unsupported(x.span, "this `in` list"));
+                    }
+                    items.push(xv.ts);
+                }
+                let ts = &v.ts;
+                Ok(V {
+                    ts: if items.is_empty() {
+                        quote!(false)
+                    } else {
+                        quote!(matches!(#ts, #(#items)|*))
+                    },
+                    t: T::Bool,
+                })
+            }
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.compile(cx, cond)?;
+                if !c.t.is(&T::Bool) {
+                    return Err(cx.err(cond.span, "the condition is not a boolean"));
+                }
+                let a = self.data(cx, then)?;
+                let b = self.data(cx, otherwise)?;
+                if !a.t.is(&T::Data) || !b.t.is(&T::Data) {
+                    return Err(
+                        cx.unsupported(e.span, "an `if` whose branches are not tensor data")
+                    );
+                }
+                let (cts, ats, bts) = (&c.ts, &a.ts, &b.ts);
+                Ok(V {
+                    ts: quote!(if #cts { #ats } else { #bts }),
+                    t: T::Data,
+                })
+            }
+            _ => Err(cx.unsupported(e.span, &format!("`{}` in this mapping", cx.text(e.span)))),
+        }
+    }
+
+    /// `e` as tensor data: a `bytes` field is its byte range in the source.
+    fn data(&self, cx: &Cx<'_>, e: &Expr) -> GResult<V> {
+        let v = self.compile(cx, e)?;
+        if !v.t.is(&T::OptBytes) {
+            return Ok(v);
+        }
+        let ts = v.ts;
+        let missing = format!("`{}` is missing", cx.text(e.span));
+        Ok(V {
+            ts: quote!(match #ts {
+                Some((b, at)) => (rt::DataLocation::Range { offset: at, len: b.len() as u64 }, u64::MAX),
+                None => return Err(rt::Error::from(rt::ErrorKind::Invalid(#missing.to_string()))),
+            }),
+            t: T::Data,
+        })
+    }
+
+    /// `elements(t.f)`: the repeated field's values as the tensor's elements.
+    fn elements(&self, cx: &Cx<'_>, e: &Expr) -> GResult<V> {
+        let v = self.compile(cx, e)?;
+        let T::Field(msg, number, k) = v.t else {
+            return Err(cx.err(e.span, "`elements` takes a repeated scalar field"));
+        };
+        let n = Literal::u32_unsuffixed(number);
+        let elements = match k {
+            Kind::Float => quote!(rt::protobuf::Elements::Fixed { width: 4 }),
+            Kind::Double => quote!(rt::protobuf::Elements::Fixed { width: 8 }),
+            Kind::Bytes => quote!(rt::protobuf::Elements::Bytes),
+            _ => quote!(rt::protobuf::Elements::Varint {
+                width: dtype.0.itemsize().unwrap_or(8).clamp(1, 8) as u8
+            }),
+        };
+        Ok(V {
+            ts: quote!({
+                let m = #msg;
+                let elements = #elements;
+                let span = rt::protobuf::element_span(m.bytes, m.base, #n, elements)?;
+                let location = match (elements, span.plain) {
+                    (rt::protobuf::Elements::Fixed { .. }, Some((offset, len))) => rt::DataLocation::Range { offset, len },
+                    _ => rt::DataLocation::Field {
+                        offset: m.base,
+                        message_len: m.bytes.len() as u64,
+                        number: #n,
+                        elements,
+                        len: span.bytes,
+                    },
+                };
+                (location, span.count)
+            }),
+            t: T::Data,
+        })
+    }
+
+    /// `external(location = , offset = , length = )`: bytes in a file beside the source.
+    fn external(&self, cx: &Cx<'_>, e: &Expr, args: &[Arg]) -> GResult<V> {
+        let mut loc = None;
+        let mut off = quote!(None::<&str>);
+        let mut len = quote!(None::<&str>);
+        for a in args {
+            let Some(n) = &a.name else {
+                return Err(cx.err(a.span, "`external` takes named arguments"));
+            };
+            let v = self.compile(cx, &a.value)?;
+            if !v.t.is(&T::OptStr) {
+                return Err(cx.err(a.span, format!("`{}` is not text", n.name)));
+            }
+            let ts = v.ts;
+            match n.name.as_str() {
+                "location" => loc = Some(ts),
+                "offset" => off = ts,
+                "length" => len = ts,
+                other => {
+                    return Err(cx.err(n.span, format!("`external` has no argument `{other}`")))
+                }
+            }
+        }
+        let Some(loc) = loc else {
+            return Err(cx.err(e.span, "`external` needs a `location`"));
+        };
+        Ok(V {
+            ts: quote!({
+                let path = (#loc).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(
+                    "external data without a location".to_string())))?;
+                let number = |s: ::std::option::Option<&str>, what: &str| -> rt::Result<::std::option::Option<u64>> {
+                    s.map(|s| s.trim().parse::<u64>().map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(
+                        format!("external data {what} {s:?} is not a non-negative integer")))))
+                        .transpose()
+                };
+                let file = src.external(path)?;
+                let size = file.as_bytes().len() as u64;
+                let offset = number(#off, "offset")?.unwrap_or(0);
+                let len = match number(#len, "length")? {
+                    Some(n) => n,
+                    None => size.checked_sub(offset).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(
+                        format!("external data offset {offset} is past the end of '{path}' ({size} bytes)"))))?,
+                };
+                match offset.checked_add(len) {
+                    Some(end) if end <= size => {}
+                    _ => return Err(rt::Error::from(rt::ErrorKind::Truncated { needed: len, available: size.saturating_sub(offset) })
+                        .in_field(&format!("external file '{path}' at offset {offset}"))),
+                }
+                (rt::DataLocation::External { path: path.to_string(), offset, len }, u64::MAX)
+            }),
+            t: T::Data,
+        })
+    }
+}
+
+/// The tensors of one mapping.
+fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResult<TokenStream> {
+    // The source: `root.a.b...` through optional and repeated messages.
+    let ExprKind::Path(p) = &map.source.kind else {
+        return Err(cx.unsupported(map.source.span, "this mapping source"));
+    };
+    if p.first().map(|i| i.name.as_str()) != Some("root") {
+        return Err(cx.unsupported(map.source.span, "a mapping source outside `root`"));
+    }
+    let mut msg = root.to_string();
+    let mut steps: Vec<(Ident, bool)> = Vec::new();
+    for seg in &p[1..] {
+        let Some(m) = fmt.ast.message(&msg) else {
+            return Err(cx.err(seg.span, format!("unknown message `{msg}`")));
+        };
+        let Some(f) = m.fields.iter().find(|f| f.name.name == seg.name) else {
+            return Err(cx.err(seg.span, format!("`{msg}` has no field `{}`", seg.name)));
+        };
+        let Kind::Msg(next) = kind(cx, fmt, m, f)? else {
+            return Err(cx.unsupported(seg.span, "a mapping over values that are not messages"));
+        };
+        steps.push((seg.clone(), f.label == Label::Repeated));
+        msg = next;
+    }
+    // Nested loops down to the items.
+    let mut body = quote!(items.push(x););
+    for (i, (seg, repeated)) in steps.iter().enumerate().rev() {
+        let id = rs_ident(&seg.name);
+        let parent = if i == 0 { quote!(root) } else { quote!(x) };
+        body = if *repeated {
+            quote!(for x in &(#parent).#id { #body })
+        } else {
+            quote!(if let Some(x) = (#parent).#id.as_deref() { #body })
+        };
+    }
+    let item_ty = rs_ident(&msg);
+    let mut scope = Scope {
+        fmt,
+        binding: map.binding.name.clone(),
+        binding_msg: msg.clone(),
+        dtype: false,
+    };
+    let filter = match &map.filter {
+        Some(f) => {
+            let v = scope.compile(cx, f)?;
+            if !v.t.is(&T::Bool) {
+                return Err(cx.err(f.span, "`where` is not a boolean"));
+            }
+            let ts = v.ts;
+            quote!(if !(#ts) { continue; })
+        }
+        None => quote!(),
+    };
+    let mut name = None;
+    let mut dtype = None;
+    let mut shape = None;
+    let mut data = None;
+    for s in &map.stmts {
+        let TensorStmt::Assign { key, value, .. } = s else {
+            return Err(cx.unsupported(map.span, "`include` in a protobuf mapping"));
+        };
+        match key.name.as_str() {
+            "name" => {
+                let v = scope.compile(cx, value)?;
+                if !v.t.is(&T::OptStr) {
+                    return Err(cx.err(value.span, "`name` is not text"));
+                }
+                let ts = v.ts;
+                let what = format!("`{}` is missing", cx.text(value.span));
+                name = Some(
+                    quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#what.to_string())))?),
+                );
+            }
+            "dtype" => {
+                let ExprKind::Index { base, index } = &value.kind else {
+                    return Err(cx.unsupported(value.span, "a `dtype` that is not a table lookup"));
+                };
+                let ExprKind::Path(tp) = &base.kind else {
+                    return Err(cx.unsupported(base.span, "this table"));
+                };
+                let Some(table) = fmt.table(&tp[0].name).filter(|_| tp.len() == 1) else {
+                    return Err(
+                        cx.err(base.span, format!("unknown table `{}`", cx.text(base.span)))
+                    );
+                };
+                if table.key_kind != KeyKind::Int {
+                    return Err(cx.unsupported(base.span, "a table with text keys here"));
+                }
+                let k = scope.compile(cx, index)?;
+                if !k.t.is(&T::Int) {
+                    return Err(cx.err(index.span, "the key is not an integer"));
+                }
+                let f = rs_ident(&table.name.name);
+                let kts = k.ts;
+                dtype = Some(quote!({
+                    let key: i64 = #kts;
+                    #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())))?
+                }));
+                scope.dtype = true;
+            }
+            "shape" => {
+                let v = scope.compile(cx, value)?;
+                let T::Field(m, number, Kind::Varint) = v.t else {
+                    return Err(cx.err(value.span, "`shape` is not a repeated integer field"));
+                };
+                let n = Literal::u32_unsuffixed(number);
+                let neg = format!("`{}` has a negative item", cx.text(value.span));
+                shape = Some(quote!({
+                    let m = #m;
+                    rt::protobuf::int_values(m.bytes, m.base, #n)?
+                        .into_iter()
+                        .map(u64::try_from)
+                        .collect::<::std::result::Result<::std::vec::Vec<u64>, _>>()
+                        .map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(#neg.to_string())))?
+                }));
+            }
+            "data" => {
+                if !scope.dtype {
+                    return Err(cx.err(value.span, "`data` comes after `dtype`"));
+                }
+                let v = scope.data(cx, value)?;
+                if !v.t.is(&T::Data) {
+                    return Err(cx.err(value.span, "`data` is not tensor data"));
+                }
+                data = Some(v.ts);
+            }
+            other => {
+                return Err(cx.unsupported(key.span, &format!("`{other}` in a protobuf mapping")))
+            }
+        }
+    }
+    let (Some(name), Some(dtype), Some(shape), Some(data)) = (name, dtype, shape, data) else {
+        return Err(cx.err(
+            map.span,
+            "a protobuf mapping assigns name, dtype, shape and data",
+        ));
+    };
+    let binding = rs_ident(&map.binding.name);
+    Ok(quote! {
+        {
+            let mut items: ::std::vec::Vec<&#item_ty<'_>> = ::std::vec::Vec::new();
+            #body
+            for (position, #binding) in items.into_iter().enumerate() {
+                #filter
+                let info = (|| -> rt::Result<rt::TensorInfo> {
+                    let name: &str = #name;
+                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype;
+                    let shape: ::std::vec::Vec<u64> = #shape;
+                    let (location, count): (rt::DataLocation, u64) = #data;
+                    if dtype.0 == rt::DType::String {
+                        if count == u64::MAX {
+                            return Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                                "string tensors outside the message".to_string())));
+                        }
+                        rt::TensorInfo::strings(name, shape, count, location)
+                    } else {
+                        rt::TensorInfo::dense(name, dtype.0, shape, rt::Order::C, dtype.1.unwrap_or(rt::ByteOrder::Little), location)
+                    }
+                })()
+                .map_err(|e| {
+                    let what = match #binding.name {
+                        Some(n) => n.to_string(),
+                        None => format!("#{position}"),
+                    };
+                    in_file(e.in_entry(&what))
+                })?;
+                tensors.push(info);
+            }
+        }
+    })
+}
+
+/// The `protobuf` engine: message views, `detect`, `index` and a read-only writer.
+pub(crate) fn gen_protobuf(
+    cx: &Cx<'_>,
+    _model: &Model<'_>,
+    fmt: &Fmt<'_>,
+    root: &Ident,
+) -> GResult<TokenStream> {
+    let Some(root_msg) = fmt.ast.message(&root.name) else {
+        return Err(cx.err(root.span, format!("unknown message `{}`", root.name)));
+    };
+    let mut items = Vec::new();
+    for m in fmt.ast.messages() {
+        items.push(gen_message(cx, fmt, m)?);
+    }
+    let mut maps = Vec::new();
+    for map in &fmt.tensors {
+        maps.push(gen_mapping(cx, fmt, &root.name, map)?);
+    }
+    let root_ty = rs_ident(&root.name);
+    // Detection: the whole source walks as a message whose declared fields have their
+    // declared wire types, with at least one of them present.
+    let mut checks = Vec::new();
+    let mut root_tags = Vec::new();
+    for f in &root_msg.fields {
+        let k = kind(cx, fmt, root_msg, f)?;
+        let n = Literal::u32_unsuffixed(f.tag);
+        let wire = match (&k, f.label == Label::Repeated) {
+            (Kind::Varint, false) => quote!(rt::protobuf::WireType::Varint),
+            (Kind::Float, false) => quote!(rt::protobuf::WireType::I32),
+            (Kind::Double, false) => quote!(rt::protobuf::WireType::I64),
+            _ => quote!(rt::protobuf::WireType::Len),
+        };
+        checks.push(quote!(#n => f.value.wire_type() == #wire,));
+        root_tags.push(n);
+    }
+    let public = fmt.public_name().to_string();
+    let read_only = format!("{public} is read-only");
+    let detect_doc = format!(
+        " True when the whole source reads as a `{}` message: every field it declares with its declared wire type, at least one of them present.",
+        root.name
+    );
+    Ok(quote! {
+        #(#items)*
+
+        #[doc = #detect_doc]
+        pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
+            let _ = limits;
+            let Some(bytes) = src.bytes() else {
+                return false;
+            };
+            let mut known = false;
+            for f in rt::protobuf::fields(bytes.as_bytes(), 0) {
+                let Ok(f) = f else {
+                    return false;
+                };
+                let ok = match f.number {
+                    #(#checks)*
+                    _ => true,
+                };
+                if !ok {
+                    return false;
+                }
+                known |= matches!(f.number, #(#root_tags)|*);
+            }
+            known
+        }
+
+        /// Lists the tensors of `src` without reading their bytes: reads the root message in
+        /// place, then maps its items.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            let in_file = |e: rt::Error| match src.path() {
+                Some(p) => e.in_file(p),
+                None => e,
+            };
+            let owned;
+            let bytes: &[u8] = match src.bytes() {
+                Some(b) => b.as_bytes(),
+                None => {
+                    let data = src.data();
+                    let n = usize::try_from(data.len()).map_err(|_| in_file(rt::Error::from(rt::ErrorKind::Overflow("source size".to_string()))))?;
+                    let mut v = ::std::vec![0u8; n];
+                    data.read_exact_at(0, &mut v).map_err(in_file)?;
+                    owned = v;
+                    &owned
+                }
+            };
+            let root = #root_ty::read(bytes, 0, 0, limits).map_err(in_file)?;
+            let mut tensors = ::std::vec::Vec::new();
+            if tensors.len() as u64 > limits.max_tensors {
+                return Err(in_file(rt::Error::from(rt::ErrorKind::Limit { what: "tensors", limit: limits.max_tensors, actual: tensors.len() as u64 })));
+            }
+            #(#maps)*
+            Ok(tensors)
+        }
+
+        fn new_writer<'a>(
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            options: &rt::WriteOptions,
+        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+            let _ = (w, options);
+            Err(rt::Error::from(rt::ErrorKind::Unsupported(#read_only.to_string())))
+        }
+
+        /// This format for the registry: name, extensions, detector and indexer (read-only).
+        pub const DESC: rt::FormatDesc = rt::FormatDesc {
+            name: NAME,
+            extensions: EXTENSIONS,
+            detect,
+            index,
+            structure: rt::no_structure,
+            writer: new_writer,
+        };
+    })
+}
