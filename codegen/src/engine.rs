@@ -114,16 +114,25 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
 /// The `DESC` constant and the writer constructor behind it; `structure`: the format's
 /// module has a `structure` reader (formats around a pickled object).
 pub(crate) fn desc(structure: bool) -> TokenStream {
+    desc_around(
+        quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?))),
+        " This format for the registry: name, extensions, detector, indexer and writer.",
+        structure,
+    )
+}
+
+/// `DESC` with a writer constructor whose body is `make` (given `w` and `options`).
+fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
     let structure = structure_field(structure);
     quote! {
         fn new_writer<'a>(
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
             options: &rt::WriteOptions,
         ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            Ok(::std::boxed::Box::new(Writer::new(w, options)?))
+            #make
         }
 
-        /// This format for the registry: name, extensions, detector, indexer and writer.
+        #[doc = #doc]
         pub const DESC: rt::FormatDesc = rt::FormatDesc {
             name: NAME,
             extensions: EXTENSIONS,
@@ -577,4 +586,17 @@ fn captures(pattern: &str) -> Vec<String> {
         rest = &rest[start + end + 1..];
     }
     out
+}
+
+/// The writer constructor of a format that is only read, which refuses with `message`,
+/// and the `DESC` constant around it.
+pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
+    desc_around(
+        quote! {
+            let _ = (w, options);
+            Err(rt::Error::from(rt::ErrorKind::Unsupported(#message.to_string())))
+        },
+        " This format for the registry: name, extensions, detector and indexer (read-only).",
+        structure,
+    )
 }

@@ -1930,26 +1930,7 @@ fn gen_writer(
 
 /// A writer constructor that refuses (a mapping without a `write` rule).
 fn refusing_writer(public: &str, structure: bool) -> TokenStream {
-    let structure = crate::engine::structure_field(structure);
     let no_write =
         format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
-    quote! {
-        fn new_writer<'a>(
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(#no_write.to_string())))
-        }
-
-        /// This format for the registry: name, extensions, detector and indexer (no writer).
-        pub const DESC: rt::FormatDesc = rt::FormatDesc {
-            name: NAME,
-            extensions: EXTENSIONS,
-            detect,
-            index,
-            #structure,
-            writer: new_writer,
-        };
-    }
+    crate::engine::read_only_desc(&no_write, structure)
 }

@@ -821,6 +821,7 @@ pub(crate) fn gen_protobuf(
     }
     let public = fmt.public_name().to_string();
     let read_only = format!("{public} is read-only");
+    let desc = crate::engine::read_only_desc(&read_only, false);
     let detect_doc = format!(
         " True when the whole source reads as a `{}` message: every field it declares with its declared wire type, at least one of them present.",
         root.name
@@ -872,29 +873,13 @@ pub(crate) fn gen_protobuf(
             };
             let root = #root_ty::read(bytes, 0, 0, limits).map_err(in_file)?;
             let mut tensors = ::std::vec::Vec::new();
+            #(#maps)*
             if tensors.len() as u64 > limits.max_tensors {
                 return Err(in_file(rt::Error::from(rt::ErrorKind::Limit { what: "tensors", limit: limits.max_tensors, actual: tensors.len() as u64 })));
             }
-            #(#maps)*
             Ok(tensors)
         }
 
-        fn new_writer<'a>(
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(#read_only.to_string())))
-        }
-
-        /// This format for the registry: name, extensions, detector and indexer (read-only).
-        pub const DESC: rt::FormatDesc = rt::FormatDesc {
-            name: NAME,
-            extensions: EXTENSIONS,
-            detect,
-            index,
-            structure: rt::no_structure,
-            writer: new_writer,
-        };
+        #desc
     })
 }

@@ -555,6 +555,7 @@ pub(crate) fn gen_file_pickle(
         "the pickled object",
     );
     let tree = super::tree_of(quote!(#ovar));
+    let desc = crate::engine::read_only_desc(&read_only, true);
     Ok(quote! {
         #entry_points {
             trait At { fn with_offset_at(self, at: u64) -> Self; }
@@ -642,22 +643,6 @@ pub(crate) fn gen_file_pickle(
             Ok((tensors, structure))
         }
 
-        fn new_writer<'a>(
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(#read_only.to_string())))
-        }
-
-        /// This format for the registry: name, extensions, detector and indexer (read-only).
-        pub const DESC: rt::FormatDesc = rt::FormatDesc {
-            name: NAME,
-            extensions: EXTENSIONS,
-            detect,
-            index,
-            structure,
-            writer: new_writer,
-        };
+        #desc
     })
 }
