@@ -197,6 +197,7 @@ pub(crate) fn calls(e: &Expr, name: &str) -> bool {
                 || args.iter().any(|a| calls(&a.value, name))
         }
         ExprKind::Index { base, index } => calls(base, name) || calls(index, name),
+        ExprKind::Member { base, .. } => calls(base, name),
         ExprKind::Unary { expr, .. } => calls(expr, name),
         ExprKind::Binary { lhs, rhs, .. } => calls(lhs, name) || calls(rhs, name),
         ExprKind::In { expr, list } => calls(expr, name) || list.iter().any(|x| calls(x, name)),
@@ -248,6 +249,10 @@ pub(crate) fn compile(cx: &mut Cx<'_>, scope: &dyn Scope, e: &Expr) -> GResult<V
         ExprKind::List(_) => Err(cx.unsupported(e.span, "a list outside `in [..]`")),
         ExprKind::Path(p) => scope.path(cx, e, p),
         ExprKind::Index { base, index } => scope.index(cx, e, base, index),
+        ExprKind::Member { .. } => Err(cx.unsupported(
+            e.span,
+            "a field of an indexed value outside a protobuf mapping",
+        )),
         ExprKind::Call { callee, args } if callee.len() == 1 && callee[0].name == "align" => {
             let [n, a] = args.as_slice() else {
                 return Err(cx.err(e.span, "`align` takes two arguments: align(n, multiple)"));

@@ -207,7 +207,7 @@ enum T {
     /// A message view (`&M`).
     Msg(String),
     /// An optional message (`Option<&M>`).
-    OptMsg,
+    OptMsg(String),
     /// Repeated messages (`&[M]`).
     Msgs(String),
     /// An integer (`i64`).
@@ -245,6 +245,10 @@ struct V {
 
 struct Scope<'f, 's> {
     fmt: &'f Fmt<'s>,
+    /// Bindings of the mappings that include this one (`n` of the mapping whose
+    /// `include onnx.tensor(n.attribute["value"].t)` compiles this one), with their
+    /// message types.
+    outer: Vec<(String, String)>,
     binding: String,
     binding_msg: String,
     /// Whether `dtype` is defined yet.
@@ -277,9 +281,18 @@ fn dtype_variant(name: &str) -> Option<TokenStream> {
 }
 
 impl Scope<'_, '_> {
-    /// The value of field `name` of the message `base` (of type `msg`).
-    fn member(&self, cx: &Cx<'_>, e: &Expr, base: &V, msg: &str, name: &Ident) -> GResult<V> {
-        let Some(m) = self.fmt.ast.message(msg) else {
+    /// The value of field `name` of `base`, a message (`&M`) or an optional message
+    /// (`Option<&M>`, whose absent fields read as absent, or as the protobuf default for
+    /// integers).
+    fn member(&self, cx: &Cx<'_>, e: &Expr, base: &V, name: &Ident) -> GResult<V> {
+        let (msg, optional) = match &base.t {
+            T::Msg(m) => (m.clone(), false),
+            T::OptMsg(m) => (m.clone(), true),
+            _ => {
+                return Err(cx.unsupported(name.span, "a member of a value that is not a message"))
+            }
+        };
+        let Some(m) = self.fmt.ast.message(&msg) else {
             return Err(cx.err(e.span, format!("unknown message `{msg}`")));
         };
         let Some(f) = m.fields.iter().find(|f| f.name.name == name.name) else {
@@ -289,10 +302,36 @@ impl Scope<'_, '_> {
         let b = &base.ts;
         let id = rs_ident(&f.name.name);
         let repeated = f.label == Label::Repeated;
+        if optional {
+            return Ok(match (k, repeated) {
+                (Kind::Msg(n), false) => V {
+                    ts: quote!((#b).and_then(|x| x.#id.as_deref())),
+                    t: T::OptMsg(n),
+                },
+                (Kind::Varint, false) => V {
+                    ts: quote!((#b).and_then(|x| x.#id).unwrap_or(0)),
+                    t: T::Int,
+                },
+                (Kind::Str, false) => V {
+                    ts: quote!((#b).and_then(|x| x.#id)),
+                    t: T::OptStr,
+                },
+                (Kind::Bytes, false) => V {
+                    ts: quote!((#b).and_then(|x| x.#id)),
+                    t: T::OptBytes,
+                },
+                _ => {
+                    return Err(cx.unsupported(
+                        name.span,
+                        "a repeated field of an optional message in a mapping",
+                    ))
+                }
+            });
+        }
         Ok(match (k, repeated) {
-            (Kind::Msg(_), false) => V {
+            (Kind::Msg(n), false) => V {
                 ts: quote!((#b).#id.as_deref()),
-                t: T::OptMsg,
+                t: T::OptMsg(n),
             },
             (Kind::Msg(n), true) => V {
                 ts: quote!((#b).#id),
@@ -331,6 +370,17 @@ impl Scope<'_, '_> {
             }),
             ExprKind::Path(p) => {
                 let first = p[0].name.as_str();
+                if let Some((_, outer_msg)) = self.outer.iter().find(|(b, _)| b == first) {
+                    let b = rs_ident(first);
+                    let mut v = V {
+                        ts: quote!(#b),
+                        t: T::Msg(outer_msg.clone()),
+                    };
+                    for seg in &p[1..] {
+                        v = self.member(cx, e, &v, seg)?;
+                    }
+                    return Ok(v);
+                }
                 if first == self.binding {
                     let b = rs_ident(&self.binding);
                     let mut v = V {
@@ -338,14 +388,7 @@ impl Scope<'_, '_> {
                         t: T::Msg(self.binding_msg.clone()),
                     };
                     for seg in &p[1..] {
-                        let T::Msg(m) = &v.t else {
-                            return Err(cx.unsupported(
-                                seg.span,
-                                "a member of an optional or repeated value",
-                            ));
-                        };
-                        let m = m.clone();
-                        v = self.member(cx, e, &v, &m, seg)?;
+                        v = self.member(cx, e, &v, seg)?;
                     }
                     return Ok(v);
                 }
@@ -384,31 +427,73 @@ impl Scope<'_, '_> {
                     &format!("the name `{}` in this mapping", cx.text(e.span)),
                 ))
             }
-            ExprKind::Index { base, index } => {
-                // `table[int]` is the dtype statement's; here: `repeated_kv["key"]`.
+            ExprKind::Member { base, field } => {
                 let b = self.compile(cx, base)?;
+                self.member(cx, e, &b, field)
+            }
+            ExprKind::Int(i) => {
+                let v = i64::try_from(*i)
+                    .map_err(|_| cx.unsupported(e.span, "an integer outside the i64 range"))?;
+                let l = Literal::i64_unsuffixed(v);
+                Ok(V {
+                    ts: quote!(#l),
+                    t: T::Int,
+                })
+            }
+            ExprKind::Unary {
+                op: UnaryOp::Not,
+                expr,
+            } => {
+                let v = self.compile(cx, expr)?;
+                if !v.t.is(&T::Bool) {
+                    return Err(cx.err(expr.span, "`!` of a value that is not a boolean"));
+                }
+                let ts = v.ts;
+                Ok(V {
+                    ts: quote!(!(#ts)),
+                    t: T::Bool,
+                })
+            }
+            ExprKind::Index { base, index } => {
+                // `table[int]` is the dtype statement's; here: `repeated_kv["key"]` (the
+                // value of the last entry with that key, as a map keeps it),
+                // `repeated_named["name"]` (the last message with that name) or
+                // `repeated_strings[i]`.
+                let b = self.compile(cx, base)?;
+                let k = self.compile(cx, index)?;
+                let (bts, kts) = (&b.ts, &k.ts);
+                if let (T::Strs, T::Int) = (&b.t, &k.t) {
+                    return Ok(V {
+                        ts: quote!(usize::try_from(#kts).ok().and_then(|i| (#bts).get(i).copied())),
+                        t: T::OptStr,
+                    });
+                }
                 let T::Msgs(m) = &b.t else {
                     return Err(cx.unsupported(e.span, "this lookup"));
                 };
                 let Some(decl) = self.fmt.ast.message(m) else {
                     return Err(cx.err(e.span, format!("unknown message `{m}`")));
                 };
-                let has = |n: &str| decl.fields.iter().any(|f| f.name.name == n);
-                if !(has("key") && has("value")) {
-                    return Err(
-                        cx.unsupported(e.span, "a lookup in messages without `key` and `value`")
-                    );
-                }
-                let k = self.compile(cx, index)?;
                 if !k.t.is(&T::Lit) {
                     return Err(cx.unsupported(index.span, "a lookup key that is not a string"));
                 }
-                let (bts, kts) = (&b.ts, &k.ts);
-                Ok(V {
-                    // The last entry with the key, as a map would keep it.
-                    ts: quote!(#bts.iter().rev().find(|x| x.key == Some(#kts)).and_then(|x| x.value)),
-                    t: T::OptStr,
-                })
+                let has = |n: &str| decl.fields.iter().any(|f| f.name.name == n);
+                if has("key") && has("value") {
+                    return Ok(V {
+                        ts: quote!(#bts.iter().rev().find(|x| x.key == Some(#kts)).and_then(|x| x.value)),
+                        t: T::OptStr,
+                    });
+                }
+                if has("name") {
+                    return Ok(V {
+                        ts: quote!(#bts.iter().rev().find(|x| x.name == Some(#kts))),
+                        t: T::OptMsg(m.clone()),
+                    });
+                }
+                Err(cx.unsupported(
+                    e.span,
+                    "a lookup in messages without `key` and `value` or `name`",
+                ))
             }
             ExprKind::Call { callee, args } if callee.len() == 1 => {
                 let name = callee[0].name.as_str();
@@ -417,7 +502,7 @@ impl Scope<'_, '_> {
                         let v = self.compile(cx, &a.value)?;
                         let ts = &v.ts;
                         match v.t {
-                            T::OptStr | T::OptBytes | T::OptMsg => Ok(V {
+                            T::OptStr | T::OptBytes | T::OptMsg(_) => Ok(V {
                                 ts: quote!((#ts).is_some()),
                                 t: T::Bool,
                             }),
@@ -438,7 +523,22 @@ impl Scope<'_, '_> {
                     (&l.t, &r.t),
                     (T::Int, T::Int) | (T::Dtype, T::Dtype) | (T::Bool, T::Bool)
                 );
+                // Text against a literal: an absent field reads as its default, "".
+                let text = match (&l.t, &r.t) {
+                    (T::OptStr, T::Lit) => Some(quote!((#lt).unwrap_or("") == #rt_)),
+                    (T::Lit, T::OptStr) => Some(quote!(#lt == (#rt_).unwrap_or(""))),
+                    _ => None,
+                };
                 match op {
+                    BinaryOp::Eq | BinaryOp::Ne if text.is_some() => {
+                        let ts = text.unwrap_or_default();
+                        let ts = if *op == BinaryOp::Eq {
+                            ts
+                        } else {
+                            quote!(!(#ts))
+                        };
+                        Ok(V { ts, t: T::Bool })
+                    }
                     BinaryOp::Eq | BinaryOp::Ne if same => {
                         let ts = if *op == BinaryOp::Eq {
                             quote!((#lt) == (#rt_))
@@ -459,11 +559,19 @@ impl Scope<'_, '_> {
                 }
             }
             ExprKind::In { expr, list } => {
-                let v = self.compile(cx, expr)?;
+                let mut v = self.compile(cx, expr)?;
+                if v.t.is(&T::OptStr) {
+                    // Text: an absent field reads as "".
+                    let ts = v.ts;
+                    v = V {
+                        ts: quote!((#ts).unwrap_or("")),
+                        t: T::Lit,
+                    };
+                }
                 let mut items = Vec::new();
                 for x in list {
                     let xv = self.compile(cx, x)?;
-                    if !xv.t.is(&v.t) || !matches!(v.t, T::Dtype | T::Int) {
+                    if !xv.t.is(&v.t) || !matches!(v.t, T::Dtype | T::Int | T::Lit) {
                         return Err(cx.unsupported(x.span, "this `in` list"));
                     }
                     items.push(xv.ts);
@@ -612,8 +720,14 @@ impl Scope<'_, '_> {
     }
 }
 
-/// The tensors of one mapping.
-fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResult<TokenStream> {
+/// The message a mapping's source yields, and the steps to it from the root: each a
+/// field and whether it is repeated.
+fn mapping_source(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    map: &TensorMap,
+) -> GResult<(String, Vec<(Ident, bool)>)> {
     // The source: `root.a.b...` through optional and repeated messages.
     let ExprKind::Path(p) = &map.source.kind else {
         return Err(cx.unsupported(map.source.span, "this mapping source"));
@@ -636,42 +750,39 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
         steps.push((seg.clone(), f.label == Label::Repeated));
         msg = next;
     }
-    // Nested loops down to the items.
-    let mut body = quote!(items.push(x););
-    for (i, (seg, repeated)) in steps.iter().enumerate().rev() {
-        let id = rs_ident(&seg.name);
-        let parent = if i == 0 { quote!(root) } else { quote!(x) };
-        body = if *repeated {
-            quote!(for x in &(#parent).#id { #body })
-        } else {
-            quote!(if let Some(x) = (#parent).#id.as_deref() { #body })
-        };
-    }
-    let item_ty = rs_ident(&msg);
-    let mut scope = Scope {
-        fmt,
-        binding: map.binding.name.clone(),
-        binding_msg: msg.clone(),
-        dtype: false,
-    };
-    let filter = match &map.filter {
-        Some(f) => {
-            let v = scope.compile(cx, f)?;
-            if !v.t.is(&T::Bool) {
-                return Err(cx.err(f.span, "`where` is not a boolean"));
-            }
-            let ts = v.ts;
-            quote!(if !(#ts) { continue; })
-        }
-        None => quote!(),
-    };
-    let mut name = None;
-    let mut dtype = None;
-    let mut shape = None;
-    let mut data = None;
+    Ok((msg, steps))
+}
+
+/// What a mapping's statements compile to: Rust expressions for its properties, and
+/// statements that bind what they use (an included mapping's item).
+#[derive(Default)]
+struct Props {
+    prelude: Vec<TokenStream>,
+    name: Option<TokenStream>,
+    dtype: Option<TokenStream>,
+    shape: Option<TokenStream>,
+    data: Option<TokenStream>,
+}
+
+/// Compiles the statements of `map` (whose item is bound as `scope.binding`) into
+/// `props`, later assignments overriding earlier ones; `include F.tensor(x)` compiles
+/// this format's mapping over `x`'s message type in place, `depth` includes deep.
+fn compile_stmts(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    scope: &mut Scope<'_, '_>,
+    map: &TensorMap,
+    props: &mut Props,
+    depth: usize,
+) -> GResult<()> {
     for s in &map.stmts {
-        let TensorStmt::Assign { key, value, .. } = s else {
-            return Err(cx.unsupported(map.span, "`include` in a protobuf mapping"));
+        let (key, value) = match s {
+            TensorStmt::Assign { key, value, .. } => (key, value),
+            TensorStmt::Include(e) => {
+                include(cx, fmt, root, scope, e, props, depth)?;
+                continue;
+            }
         };
         match key.name.as_str() {
             "name" => {
@@ -681,7 +792,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                 }
                 let ts = v.ts;
                 let what = format!("`{}` is missing", cx.text(value.span));
-                name = Some(
+                props.name = Some(
                     quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#what.to_string())))?),
                 );
             }
@@ -706,7 +817,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                 }
                 let f = rs_ident(&table.name.name);
                 let kts = k.ts;
-                dtype = Some(quote!({
+                props.dtype = Some(quote!({
                     let key: i64 = #kts;
                     #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())))?
                 }));
@@ -719,7 +830,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                 };
                 let n = Literal::u32_unsuffixed(number);
                 let neg = format!("`{}` has a negative item", cx.text(value.span));
-                shape = Some(quote!({
+                props.shape = Some(quote!({
                     let m = #m;
                     rt::protobuf::int_values(m.bytes, m.base, #n)?
                         .into_iter()
@@ -736,20 +847,155 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                 if !v.t.is(&T::Data) {
                     return Err(cx.err(value.span, "`data` is not tensor data"));
                 }
-                data = Some(v.ts);
+                props.data = Some(v.ts);
+            }
+            "write" => {
+                // The write side (the protobuf writer).
             }
             other => {
                 return Err(cx.unsupported(key.span, &format!("`{other}` in a protobuf mapping")))
             }
         }
     }
-    let (Some(name), Some(dtype), Some(shape), Some(data)) = (name, dtype, shape, data) else {
+    Ok(())
+}
+
+/// `include F.tensor(x)`, F this format: the mapping whose items are `x`'s message type,
+/// applied to `x` (which must be present).
+fn include(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    scope: &mut Scope<'_, '_>,
+    e: &Expr,
+    props: &mut Props,
+    depth: usize,
+) -> GResult<()> {
+    let ExprKind::Call { callee, args } = &e.kind else {
+        return Err(cx.unsupported(e.span, "this `include`"));
+    };
+    let own = callee.len() == 2
+        && callee[1].name == "tensor"
+        && callee[0].name == fmt.ast.name.name;
+    let ([arg], true) = (args.as_slice(), own) else {
+        return Err(cx.unsupported(
+            e.span,
+            "an `include` in a protobuf mapping other than `this_format.tensor(message)`",
+        ));
+    };
+    if depth >= 8 {
+        return Err(cx.err(e.span, "`include`s nest more than 8 deep"));
+    }
+    let v = scope.compile(cx, &arg.value)?;
+    let (msg, present) = match &v.t {
+        T::Msg(m) => (m.clone(), v.ts.clone()),
+        T::OptMsg(m) => {
+            let ts = &v.ts;
+            let missing = format!("`{}` is missing", cx.text(arg.value.span));
+            (
+                m.clone(),
+                quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#missing.to_string())))?),
+            )
+        }
+        _ => return Err(cx.err(arg.value.span, "`include` takes a message")),
+    };
+    let mut target = None;
+    for m in &fmt.tensors {
+        if mapping_source(cx, fmt, root, m)?.0 == msg {
+            target = Some(m);
+            break;
+        }
+    }
+    let Some(target) = target else {
+        return Err(cx.err(e.span, format!("no mapping of `{}` maps `{msg}` items", fmt.ast.name.name)));
+    };
+    let inner = target.binding.name.clone();
+    if inner == scope.binding || scope.outer.iter().any(|(b, _)| *b == inner) {
+        return Err(cx.unsupported(
+            e.span,
+            &format!("an included mapping whose binding `{inner}` is already bound"),
+        ));
+    }
+    let id = rs_ident(&inner);
+    let ty = rs_ident(&msg);
+    props.prelude.push(quote!(let #id: &#ty<'_> = #present;));
+    let mut outer = scope.outer.clone();
+    outer.push((scope.binding.clone(), scope.binding_msg.clone()));
+    let mut sub = Scope {
+        fmt,
+        outer,
+        binding: inner,
+        binding_msg: msg,
+        dtype: scope.dtype,
+    };
+    compile_stmts(cx, fmt, root, &mut sub, target, props, depth + 1)?;
+    scope.dtype |= sub.dtype;
+    Ok(())
+}
+
+/// The tensors of one mapping.
+fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResult<TokenStream> {
+    let (msg, steps) = mapping_source(cx, fmt, root, map)?;
+    // Nested loops down to the items.
+    let mut body = quote!(items.push(x););
+    for (i, (seg, repeated)) in steps.iter().enumerate().rev() {
+        let id = rs_ident(&seg.name);
+        let parent = if i == 0 { quote!(root) } else { quote!(x) };
+        body = if *repeated {
+            quote!(for x in &(#parent).#id { #body })
+        } else {
+            quote!(if let Some(x) = (#parent).#id.as_deref() { #body })
+        };
+    }
+    let item_ty = rs_ident(&msg);
+    let mut scope = Scope {
+        fmt,
+        outer: Vec::new(),
+        binding: map.binding.name.clone(),
+        binding_msg: msg.clone(),
+        dtype: false,
+    };
+    let filter = match &map.filter {
+        Some(f) => {
+            let v = scope.compile(cx, f)?;
+            if !v.t.is(&T::Bool) {
+                return Err(cx.err(f.span, "`where` is not a boolean"));
+            }
+            let ts = v.ts;
+            quote!(if !(#ts) { continue; })
+        }
+        None => quote!(),
+    };
+    let mut props = Props::default();
+    compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0)?;
+    let Props {
+        prelude,
+        name: Some(name),
+        dtype: Some(dtype),
+        shape: Some(shape),
+        data: Some(data),
+    } = props
+    else {
         return Err(cx.err(
             map.span,
             "a protobuf mapping assigns name, dtype, shape and data",
         ));
     };
     let binding = rs_ident(&map.binding.name);
+    // An item's name for errors: the `name` field where the message has one.
+    let has_name = fmt
+        .ast
+        .message(&msg)
+        .is_some_and(|m| m.fields.iter().any(|f| f.name.name == "name" && f.label != Label::Repeated));
+    let what = if has_name {
+        quote!(match #binding.name {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => format!("#{position}"),
+        })
+    } else {
+        let prefix = format!("{}#", cx.text(map.source.span));
+        quote!(format!("{}{position}", #prefix))
+    };
     Ok(quote! {
         {
             let mut items: ::std::vec::Vec<&#item_ty<'_>> = ::std::vec::Vec::new();
@@ -757,6 +1003,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
             for (position, #binding) in items.into_iter().enumerate() {
                 #filter
                 let info = (|| -> rt::Result<rt::TensorInfo> {
+                    #(#prelude)*
                     let name: &str = #name;
                     let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype;
                     let shape: ::std::vec::Vec<u64> = #shape;
@@ -772,10 +1019,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                     }
                 })()
                 .map_err(|e| {
-                    let what = match #binding.name {
-                        Some(n) => n.to_string(),
-                        None => format!("#{position}"),
-                    };
+                    let what = #what;
                     in_file(e.in_entry(&what))
                 })?;
                 tensors.push(info);

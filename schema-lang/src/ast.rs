@@ -574,6 +574,14 @@ pub enum ExprKind {
         /// The index.
         index: Box<Expr>,
     },
+    /// `base.field` on a value that is not a plain path: the result of an index
+    /// (`n.attribute["value"].t`) or a call.
+    Member {
+        /// The value whose field is taken.
+        base: Box<Expr>,
+        /// The field.
+        field: Ident,
+    },
     /// `callee(args)`: a builtin (`len`, `size`, `align`, `latin1`, `itemsize`, `slice`,
     /// ...), another format's mapping (`npy.tensor(x)`), or an entry lookup.
     Call {

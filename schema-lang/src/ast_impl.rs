@@ -752,6 +752,7 @@ impl Expr {
                 base.walk(f);
                 index.walk(f);
             }
+            ExprKind::Member { base, .. } => base.walk(f),
             ExprKind::Call { args, .. } => args.iter().for_each(|a| a.value.walk(f)),
             ExprKind::Unary { expr, .. } => expr.walk(f),
             ExprKind::Binary { lhs, rhs, .. } => {
@@ -916,6 +917,10 @@ impl fmt::Display for Expr {
             ExprKind::Index { base, index } => {
                 write_sub(f, base, 7)?;
                 write!(f, "[{index}]")
+            }
+            ExprKind::Member { base, field } => {
+                write_sub(f, base, 7)?;
+                write!(f, ".{}", field.name)
             }
             ExprKind::Call { callee, args } => {
                 let name: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();

@@ -1767,6 +1767,12 @@ impl<'a> Checker<'a> {
                 let it = self.expr(at, scope, index);
                 self.index(at, scope, base, it, index)
             }
+            ExprKind::Member { base, .. } => {
+                // A field of an indexed or called value: the engine's generator knows
+                // the value's type (a protobuf message) and checks the field.
+                self.expr(at, scope, base);
+                Ty::Unknown
+            }
             ExprKind::Call { callee, args } => self.call(at, scope, e, callee, args),
             ExprKind::Unary { op, expr } => {
                 let t = self.expr(at, scope, expr);

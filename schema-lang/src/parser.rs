@@ -1212,20 +1212,13 @@ impl Builder<'_> {
                             e.span = sp;
                         }
                         _ => {
-                            let d = Diagnostic::new(
-                                self.path,
-                                self.source,
-                                id.span,
-                                format!(
-                                    "`.{}` on the result of an index or call is not supported",
-                                    id.name
-                                ),
-                            )
-                            .with_help(
-                                "project first, then index: `list.field[i]` instead of \
-                                 `list[i].field`",
-                            );
-                            self.errors.push(d);
+                            e = Expr {
+                                kind: ExprKind::Member {
+                                    base: Box::new(e),
+                                    field: id,
+                                },
+                                span: sp,
+                            };
                         }
                     }
                 }

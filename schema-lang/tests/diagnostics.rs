@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use tensorfmt_schema::ast::{ExprKind, Item, TensorStmt};
 use tensorfmt_schema::{check, parse, Diagnostics};
 
 /// Parses and checks one schema text; panics on syntax errors.
@@ -218,13 +219,24 @@ fn integer_out_of_range() {
 }
 
 #[test]
-fn member_after_index_is_rejected() {
-    let d = parse(
+fn member_after_index_parses_as_a_member() {
+    let f = parse(
         Path::new("e.fmt"),
-        "format x { engine file; tensor from a as t { data = t.x[0].y; } }",
+        "format x { engine file; tensor from a as t { data = t.x[0].y.z; } }",
     )
-    .unwrap_err();
-    assert!(d.0[0].message.contains("`.y` on the result of an index"));
+    .unwrap();
+    let Some(Item::Tensor(map)) = f.formats[0].items.last() else {
+        panic!("no mapping");
+    };
+    let TensorStmt::Assign { value, .. } = &map.stmts[0] else {
+        panic!("not an assignment");
+    };
+    let ExprKind::Member { base, field } = &value.kind else {
+        panic!("not a member: {value:?}");
+    };
+    assert_eq!(field.name, "z");
+    assert!(matches!(&base.kind, ExprKind::Member { field, .. } if field.name == "y"));
+    assert_eq!(value.to_string(), "t.x[0].y.z");
 }
 
 #[test]

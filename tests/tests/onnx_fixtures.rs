@@ -18,6 +18,8 @@ const FIXTURES: &[&str] = &[
     "external_single.onnx",
     "external_per_tensor/model.onnx",
     "mlp.onnx",
+    "constant_nodes.onnx",
+    "torch_export.onnx",
 ];
 
 #[test]
