@@ -201,6 +201,178 @@ fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> 
     })
 }
 
+/// `DATA_LOCATION` → `DataLocation`, as prost names enum values.
+fn camel(name: &str) -> String {
+    name.split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + &c.as_str().to_ascii_lowercase(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+/// `TensorProto` → `tensor_proto`, the module of a message's nested enums.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// An enum as a `prost::Enumeration`.
+fn gen_prost_enum(e: &EnumDecl) -> TokenStream {
+    let ty = rs_ident(&e.name.name);
+    let doc = if e.docs.is_empty() {
+        let d = format!(" `{}` values.", e.name.name);
+        quote!(#[doc = #d])
+    } else {
+        docs(&e.docs)
+    };
+    let variants = e.values.iter().map(|(name, n)| {
+        let v = rs_ident(&camel(&name.name));
+        let d = format!(" `{}` ({n}).", name.name);
+        let n = Literal::i64_unsuffixed(*n);
+        quote!(#[doc = #d] #v = #n,)
+    });
+    quote! {
+        #doc
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+        #[repr(i32)]
+        pub enum #ty {
+            #(#variants)*
+        }
+    }
+}
+
+/// The owned `prost` message types of every declared message (module `messages`):
+/// the declared fields only, for building and decoding messages with prost. The
+/// readers and writers of the format work on the wire in place and keep undeclared
+/// fields; these types drop them.
+fn gen_prost(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let mut items = Vec::new();
+    for m in fmt.ast.messages() {
+        let ty = rs_ident(&m.name.name);
+        let doc = docs(&m.docs);
+        let module = snake(&m.name.name);
+        let mod_id = rs_ident(&module);
+        let mut fields = Vec::new();
+        for f in &m.fields {
+            let id = rs_ident(&f.name.name);
+            let tag = f.tag.to_string();
+            let fdoc = if f.docs.is_empty() {
+                let d = format!(" Field {} (`{}`).", f.tag, f.name.name);
+                quote!(#[doc = #d])
+            } else {
+                docs(&f.docs)
+            };
+            let last = f.ty.path.last().map(|i| i.name.as_str()).unwrap_or("");
+            let nested_enum = m.enums.iter().any(|e| e.name.name == last);
+            let top_enum = f.ty.path.len() == 1 && fmt.ast.enum_decl(last).is_some();
+            let (attr_ty, rust_ty): (TokenStream, TokenStream) = if nested_enum || top_enum {
+                let path = if nested_enum {
+                    format!("{module}::{last}")
+                } else {
+                    last.to_string()
+                };
+                (quote!(enumeration = #path), quote!(i32))
+            } else if f.ty.path.len() == 2 {
+                // `Message.Enum` of another message.
+                let path = format!("{}::{}", snake(&f.ty.path[0].name), last);
+                (quote!(enumeration = #path), quote!(i32))
+            } else {
+                match last {
+                    "int32" => (quote!(int32), quote!(i32)),
+                    "int64" => (quote!(int64), quote!(i64)),
+                    "uint32" => (quote!(uint32), quote!(u32)),
+                    "uint64" => (quote!(uint64), quote!(u64)),
+                    "bool" => (quote!(bool), quote!(bool)),
+                    "float" => (quote!(float), quote!(f32)),
+                    "double" => (quote!(double), quote!(f64)),
+                    "string" => (
+                        quote!(string),
+                        quote!(::prost::alloc::string::String),
+                    ),
+                    "bytes" => (
+                        quote!(bytes = "vec"),
+                        quote!(::prost::alloc::vec::Vec<u8>),
+                    ),
+                    other if fmt.ast.message(other).is_some() => {
+                        let t = rs_ident(other);
+                        (quote!(message), quote!(#t))
+                    }
+                    _ => return Err(cx.unsupported(f.ty.span, "a field of this type in a prost message")),
+                }
+            };
+            let is_msg = attr_ty.to_string() == "message";
+            let scalar = !is_msg && !matches!(last, "string" | "bytes");
+            let packed = f
+                .options
+                .iter()
+                .any(|a| a.name.is_none() && a.value.to_string() == "packed");
+            let (label, rust_ty) = match f.label {
+                Label::Optional => (quote!(optional), quote!(::core::option::Option<#rust_ty>)),
+                Label::Required if is_msg => (quote!(required), quote!(::core::option::Option<#rust_ty>)),
+                Label::Required => (quote!(required), rust_ty),
+                Label::Repeated if scalar => {
+                    let p = if packed { "true" } else { "false" };
+                    (quote!(repeated, packed = #p), quote!(::prost::alloc::vec::Vec<#rust_ty>))
+                }
+                Label::Repeated => (quote!(repeated), quote!(::prost::alloc::vec::Vec<#rust_ty>)),
+            };
+            fields.push(quote! {
+                #fdoc
+                #[prost(#attr_ty, #label, tag = #tag)]
+                pub #id: #rust_ty,
+            });
+        }
+        let enums: Vec<TokenStream> = m.enums.iter().map(gen_prost_enum).collect();
+        let enum_mod = if enums.is_empty() {
+            quote!()
+        } else {
+            let d = format!(" Enums nested in `{}`.", m.name.name);
+            quote! {
+                #[doc = #d]
+                pub mod #mod_id {
+                    #(#enums)*
+                }
+            }
+        };
+        items.push(quote! {
+            #doc
+            #[derive(Clone, PartialEq, ::prost::Message)]
+            pub struct #ty {
+                #(#fields)*
+            }
+            #enum_mod
+        });
+    }
+    for e in fmt.ast.enums() {
+        items.push(gen_prost_enum(e));
+    }
+    let doc = format!(
+        " The messages of `{}` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).",
+        fmt.ast.name.name
+    );
+    Ok(quote! {
+        #[doc = #doc]
+        pub mod messages {
+            #(#items)*
+        }
+    })
+}
+
 /// A value in a mapping.
 #[derive(Debug, Clone)]
 enum T {
@@ -1042,6 +1214,7 @@ pub(crate) fn gen_protobuf(
     for m in fmt.ast.messages() {
         items.push(gen_message(cx, fmt, m)?);
     }
+    items.push(gen_prost(cx, fmt)?);
     let mut maps = Vec::new();
     for map in &fmt.tensors {
         maps.push(gen_mapping(cx, fmt, &root.name, map)?);

@@ -24,6 +24,9 @@ use std::path::Path;
 use std::rc::Rc;
 
 pub use tensorfmt_runtime as runtime;
+/// The `prost` crate the generated message types (`generated::onnx::messages`) derive
+/// from: `use tensorfmt::prost::Message;` to encode and decode them.
+pub use prost;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;

@@ -156,3 +156,62 @@ fn damaged_and_hostile_models_are_refused() {
     let e = open_err(&p);
     assert!(e.contains("external_single.data") && e.contains("w"), "{e}");
 }
+
+#[test]
+fn prost_types_from_the_schema_decode_and_encode_models() {
+    use tensorfmt::generated::onnx::messages::{
+        attribute_proto::AttributeType, tensor_proto::DataLocation, GraphProto, ModelProto,
+        OperatorSetIdProto, TensorProto,
+    };
+    use tensorfmt::prost::Message;
+    let bytes = std::fs::read(dir().join("constant_nodes.onnx")).unwrap();
+    let m = ModelProto::decode(&bytes[..]).unwrap();
+    let g = m.graph.as_ref().unwrap();
+    let names: Vec<_> = g.initializer.iter().map(|t| t.name()).collect();
+    assert_eq!(names, ["W", "B"]);
+    let constants: Vec<_> = g.node.iter().filter(|n| n.op_type() == "Constant").collect();
+    assert_eq!(constants.len(), 4);
+    let value = constants[0].attribute.iter().find(|a| a.name() == "value").unwrap();
+    assert_eq!(value.r#type(), AttributeType::Tensor);
+    assert_eq!(value.t.as_ref().unwrap().data_type(), 1);
+
+    // A model built with the prost types reads back through the schema's reader.
+    let model = ModelProto {
+        ir_version: Some(10),
+        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(21) }],
+        graph: Some(GraphProto {
+            name: Some("g".into()),
+            initializer: vec![
+                TensorProto {
+                    name: Some("a".into()),
+                    data_type: Some(7),
+                    dims: vec![2],
+                    int64_data: vec![-1, 5],
+                    ..Default::default()
+                },
+                TensorProto {
+                    name: Some("x".into()),
+                    data_type: Some(1),
+                    dims: vec![1],
+                    data_location: Some(DataLocation::External as i32),
+                    ..Default::default()
+                },
+            ],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("m.onnx");
+    let mut only_a = model.clone();
+    only_a.graph.as_mut().unwrap().initializer.truncate(1);
+    std::fs::write(&path, only_a.encode_to_vec()).unwrap();
+    let f = tensorfmt::TensorFile::open(&path).unwrap();
+    assert_eq!(f.tensors().len(), 1);
+    let a = f.load("a").unwrap();
+    assert_eq!(a.data.as_bytes(), [(-1i64).to_le_bytes(), 5i64.to_le_bytes()].concat());
+    // External data without a location: refused, naming the tensor.
+    std::fs::write(&path, model.encode_to_vec()).unwrap();
+    let e = tensorfmt::TensorFile::open(&path).unwrap_err().to_string();
+    assert!(e.contains("without a location") && e.contains('x'), "{e}");
+}
