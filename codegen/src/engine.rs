@@ -122,8 +122,21 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
 }
 
 /// `DESC` with a writer constructor whose body is `make` (given `w` and `options`).
-fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
+pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
+    desc_full(make, doc, structure, false)
+}
+
+/// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
+/// documents can be rewritten with some tensors replaced).
+pub(crate) fn desc_full(make: TokenStream, doc: &str, structure: bool, rewrite: bool) -> TokenStream {
     let structure = structure_field(structure);
+    // The formats that rewrite documents (protobuf) are those that store C order only.
+    let rewrite_is_some = rewrite;
+    let rewrite = if rewrite {
+        quote!(::std::option::Option::Some(rewrite))
+    } else {
+        quote!(::std::option::Option::None)
+    };
     quote! {
         fn new_writer<'a>(
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
@@ -140,6 +153,8 @@ fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
             index,
             #structure,
             writer: new_writer,
+            c_order_only: #rewrite_is_some,
+            rewrite: #rewrite,
         };
     }
 }

@@ -10,7 +10,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ast::*;
 
-use crate::expr::Cx;
+use crate::expr::{self, Cx};
 use crate::model::{docs, rs_ident, Fmt, GResult, Model};
 
 /// How a declared field lies on the wire and what its view holds.
@@ -1237,8 +1237,19 @@ pub(crate) fn gen_protobuf(
         root_tags.push(n);
     }
     let public = fmt.public_name().to_string();
-    let read_only = format!("{public} is read-only");
-    let desc = crate::engine::read_only_desc(&read_only, false);
+    let writer = gen_writer(cx, fmt, &root.name)?;
+    let desc = match &writer {
+        Some(_) => crate::engine::desc_full(
+            quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?))),
+            " This format for the registry: name, extensions, detector, indexer, writer and rewriter.",
+            false,
+            true,
+        ),
+        None => {
+            let read_only = format!("{public} is read-only");
+            crate::engine::read_only_desc(&read_only, false)
+        }
+    };
     let detect_doc = format!(
         " True when the whole source reads as a `{}` message: every field it declares with its declared wire type, at least one of them present.",
         root.name
@@ -1297,6 +1308,563 @@ pub(crate) fn gen_protobuf(
             Ok(tensors)
         }
 
+        #writer
+
         #desc
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Writing
+
+/// A value of a write rule.
+#[derive(Debug, Clone, PartialEq)]
+enum W {
+    /// An integer (`i64`).
+    Int,
+    /// Text (`&str` or `String`).
+    Str,
+    /// A boolean.
+    Bool,
+    /// A dtype (`rt::DType`).
+    Dtype,
+    /// The shape (`&[u64]`).
+    Shape,
+    /// The tensor's bytes: the field they go to is the payload field.
+    Data,
+    /// A message under construction: `(messages::M, Option<u32>)` at the top of a rule,
+    /// `messages::M` inside another.
+    Msg(String),
+    /// Items of a list (their type).
+    List(Box<W>),
+}
+
+struct WV {
+    ts: TokenStream,
+    t: W,
+}
+
+/// Compiles write rules: the mapping's `write = ...` (with the tensor's `name`, `dtype`,
+/// `shape`, `data` and its placement: `external`, `location`, `offset`, `nbytes`) and the
+/// `[write = ...]` options of message fields (literals and messages only).
+struct WriteCx<'f, 's> {
+    fmt: &'f Fmt<'s>,
+    tensor: bool,
+}
+
+impl WriteCx<'_, '_> {
+    fn compile(&self, cx: &Cx<'_>, e: &Expr, top: bool) -> GResult<WV> {
+        let atom = |ts: TokenStream, t: W| Ok(WV { ts, t });
+        match &e.kind {
+            ExprKind::Int(i) => {
+                let v = i64::try_from(*i)
+                    .map_err(|_| cx.unsupported(e.span, "an integer outside the i64 range"))?;
+                let l = Literal::i64_unsuffixed(v);
+                atom(quote!(#l), W::Int)
+            }
+            ExprKind::Str(s) => atom(quote!(#s), W::Str),
+            ExprKind::Bool(b) => atom(quote!(#b), W::Bool),
+            ExprKind::Path(p) => {
+                let names: Vec<&str> = p.iter().map(|i| i.name.as_str()).collect();
+                if self.tensor {
+                    match names.as_slice() {
+                        ["name"] => return atom(quote!(meta.name.as_str()), W::Str),
+                        ["dtype"] => return atom(quote!(meta.dtype), W::Dtype),
+                        ["shape"] => return atom(quote!(&meta.shape[..]), W::Shape),
+                        ["data"] => return atom(quote!(()), W::Data),
+                        ["external"] => return atom(quote!(place.external), W::Bool),
+                        ["location"] => return atom(quote!(place.location.as_str()), W::Str),
+                        ["offset"] => return atom(quote!((place.offset as i64)), W::Int),
+                        ["nbytes"] => return atom(quote!((place.nbytes as i64)), W::Int),
+                        _ => {}
+                    }
+                }
+                if let [one] = names.as_slice() {
+                    if let Some(d) = dtype_variant(one) {
+                        return atom(d, W::Dtype);
+                    }
+                }
+                if let [m, en, val] = p.as_slice() {
+                    if let Some(msg) = self.fmt.ast.message(&m.name) {
+                        if let Some(decl) = msg.enums.iter().find(|x| x.name.name == en.name) {
+                            if let Some((_, n)) =
+                                decl.values.iter().find(|(i, _)| i.name == val.name)
+                            {
+                                let l = Literal::i64_unsuffixed(*n);
+                                return atom(quote!(#l), W::Int);
+                            }
+                        }
+                    }
+                }
+                Err(cx.unsupported(
+                    e.span,
+                    &format!("the name `{}` in a write rule", cx.text(e.span)),
+                ))
+            }
+            ExprKind::List(items) => {
+                let mut ts = Vec::new();
+                let mut t = None;
+                for x in items {
+                    let v = self.compile(cx, x, false)?;
+                    if t.as_ref().is_some_and(|t| *t != v.t) {
+                        return Err(cx.err(x.span, "list items of different kinds"));
+                    }
+                    t = Some(v.t);
+                    ts.push(v.ts);
+                }
+                Ok(WV {
+                    ts: quote!(::std::vec![#(#ts),*]),
+                    t: W::List(Box::new(t.unwrap_or(W::Int))),
+                })
+            }
+            ExprKind::Unary {
+                op: UnaryOp::Not,
+                expr,
+            } => {
+                let v = self.compile(cx, expr, false)?;
+                if v.t != W::Bool {
+                    return Err(cx.err(expr.span, "`!` of a value that is not a boolean"));
+                }
+                let ts = v.ts;
+                atom(quote!(!(#ts)), W::Bool)
+            }
+            ExprKind::Binary { op, lhs, rhs } => {
+                let (l, r) = (self.compile(cx, lhs, false)?, self.compile(cx, rhs, false)?);
+                let (lt, rt_) = (&l.ts, &r.ts);
+                let same = l.t == r.t && matches!(l.t, W::Int | W::Dtype | W::Bool | W::Str);
+                let ts = match op {
+                    BinaryOp::Eq if same => quote!((#lt) == (#rt_)),
+                    BinaryOp::Ne if same => quote!((#lt) != (#rt_)),
+                    BinaryOp::And if l.t == W::Bool && r.t == W::Bool => quote!((#lt) && (#rt_)),
+                    BinaryOp::Or if l.t == W::Bool && r.t == W::Bool => quote!((#lt) || (#rt_)),
+                    _ => return Err(cx.unsupported(e.span, "this operation in a write rule")),
+                };
+                atom(ts, W::Bool)
+            }
+            ExprKind::In { expr, list } => {
+                let v = self.compile(cx, expr, false)?;
+                let mut items = Vec::new();
+                for x in list {
+                    let xv = self.compile(cx, x, false)?;
+                    if xv.t != v.t || !matches!(v.t, W::Dtype | W::Int) {
+                        return Err(cx.unsupported(x.span, "this `in` list"));
+                    }
+                    items.push(xv.ts);
+                }
+                let ts = &v.ts;
+                atom(quote!(matches!(#ts, #(#items)|*)), W::Bool)
+            }
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.compile(cx, cond, false)?;
+                if c.t != W::Bool {
+                    return Err(cx.err(cond.span, "the condition is not a boolean"));
+                }
+                let a = self.compile(cx, then, top)?;
+                let b = self.compile(cx, otherwise, top)?;
+                if a.t != b.t {
+                    return Err(cx.err(e.span, "the branches of this `if` differ in kind"));
+                }
+                let (cts, ats, bts) = (&c.ts, &a.ts, &b.ts);
+                Ok(WV {
+                    ts: quote!(if #cts { #ats } else { #bts }),
+                    t: a.t,
+                })
+            }
+            ExprKind::Call { callee, args } => {
+                let name = expr::join(callee);
+                match (name.as_str(), args.as_slice()) {
+                    ("str", [a]) => {
+                        let v = self.compile(cx, &a.value, false)?;
+                        if v.t != W::Int {
+                            return Err(cx.err(a.span, "`str` takes an integer"));
+                        }
+                        let ts = v.ts;
+                        atom(quote!((#ts).to_string()), W::Str)
+                    }
+                    ("key_of", [t, d]) => self.key_of(cx, e, &t.value, &d.value),
+                    _ if callee.len() == 1 && self.fmt.ast.message(&name).is_some() => {
+                        self.message(cx, &name, args, top)
+                    }
+                    _ => Err(cx.unsupported(e.span, &format!("`{name}(..)` in a write rule"))),
+                }
+            }
+            _ => Err(cx.unsupported(e.span, &format!("`{}` in a write rule", cx.text(e.span)))),
+        }
+    }
+
+    /// `key_of(T, dtype)`: the first key of table `T` whose row has the dtype.
+    fn key_of(&self, cx: &Cx<'_>, e: &Expr, t: &Expr, d: &Expr) -> GResult<WV> {
+        let ExprKind::Path(tp) = &t.kind else {
+            return Err(cx.err(t.span, "`key_of` takes a table"));
+        };
+        let Some(table) = self.fmt.table(&tp[0].name).filter(|_| tp.len() == 1) else {
+            return Err(cx.err(t.span, format!("unknown table `{}`", cx.text(t.span))));
+        };
+        if table.key_kind != KeyKind::Int {
+            return Err(cx.unsupported(e.span, "`key_of` of a table with text keys here"));
+        }
+        let dv = self.compile(cx, d, false)?;
+        if dv.t != W::Dtype {
+            return Err(cx.err(d.span, "`key_of` takes a dtype"));
+        }
+        let mut seen = Vec::new();
+        let mut arms = Vec::new();
+        for row in &table.rows {
+            let TableKey::Int(k) = &row.key else { continue };
+            if seen.contains(&row.dtype.name) {
+                continue;
+            }
+            seen.push(row.dtype.name.clone());
+            let Some(v) = dtype_variant(&row.dtype.name) else {
+                return Err(cx.err(row.dtype.span, "unknown dtype"));
+            };
+            let k = Literal::i64_unsuffixed(*k as i64);
+            arms.push(quote!(#v => #k,));
+        }
+        let table_name = table.name.name.clone();
+        let dts = dv.ts;
+        Ok(WV {
+            ts: quote!(match #dts {
+                #(#arms)*
+                #[allow(unreachable_patterns)]
+                other => return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
+                    "{other} has no `{}` key", #table_name)))),
+            }),
+            t: W::Int,
+        })
+    }
+
+    /// `M(field = value, ...)`: the prost message with those fields set.
+    fn message(&self, cx: &Cx<'_>, name: &str, args: &[Arg], top: bool) -> GResult<WV> {
+        let m = self.fmt.ast.message(name).expect("checked");
+        let ty = rs_ident(name);
+        let mut sets = Vec::new();
+        let mut payload = None;
+        for a in args {
+            let Some(n) = &a.name else {
+                return Err(cx.err(a.span, "a message takes named fields: `M(field = value)`"));
+            };
+            let Some(f) = m.fields.iter().find(|f| f.name.name == n.name) else {
+                return Err(cx.err(n.span, format!("`{name}` has no field `{}`", n.name)));
+            };
+            let id = rs_ident(&f.name.name);
+            let v = self.compile(cx, &a.value, false)?;
+            if v.t == W::Data {
+                if !top {
+                    return Err(cx.unsupported(a.span, "`data` in a nested message"));
+                }
+                if f.label == Label::Repeated || kind(cx, self.fmt, m, f)? != Kind::Bytes {
+                    return Err(cx.unsupported(a.span, "`data` in a field that is not `bytes`"));
+                }
+                payload = Some(Literal::u32_unsuffixed(f.tag));
+                continue;
+            }
+            sets.push(self.assign(cx, m, f, &id, v, a.span)?);
+        }
+        let build = quote!({
+            #[allow(unused_mut)]
+            let mut m = messages::#ty::default();
+            #(#sets)*
+            m
+        });
+        if top {
+            let p = match payload {
+                Some(n) => quote!(::std::option::Option::Some(#n)),
+                None => quote!(::std::option::Option::None),
+            };
+            Ok(WV {
+                ts: quote!((#build, #p)),
+                t: W::Msg(name.to_string()),
+            })
+        } else {
+            Ok(WV {
+                ts: build,
+                t: W::Msg(name.to_string()),
+            })
+        }
+    }
+
+    /// `m.field = v`, converted to the prost field's type.
+    fn assign(
+        &self,
+        cx: &Cx<'_>,
+        m: &Message,
+        f: &MessageField,
+        id: &proc_macro2::Ident,
+        v: WV,
+        span: Span,
+    ) -> GResult<TokenStream> {
+        let k = kind(cx, self.fmt, m, f)?;
+        let last = f.ty.path.last().map(|i| i.name.as_str()).unwrap_or("");
+        let int_ty = match last {
+            "int64" => quote!(i64),
+            "uint32" => quote!(u32),
+            "uint64" => quote!(u64),
+            "bool" => quote!(bool),
+            _ => quote!(i32),
+        };
+        let what = format!("{}.{}", m.name.name, f.name.name);
+        let vts = v.ts;
+        let value = match (&k, f.label == Label::Repeated, &v.t) {
+            (Kind::Varint, false, W::Int) if last == "bool" => quote!((#vts) != 0),
+            (Kind::Varint, false, W::Bool) if last == "bool" => quote!(#vts),
+            (Kind::Varint, false, W::Int) => quote!(
+                <#int_ty>::try_from(#vts).map_err(|_| rt::Error::from(rt::ErrorKind::Overflow(#what.to_string())))?
+            ),
+            (Kind::Str, false, W::Str) => quote!((#vts).to_string()),
+            (Kind::Bytes, false, W::Str) => quote!((#vts).as_bytes().to_vec()),
+            (Kind::Varint, true, W::Shape) => quote!(
+                (#vts).iter().map(|&d| <#int_ty>::try_from(d))
+                    .collect::<::std::result::Result<::std::vec::Vec<_>, _>>()
+                    .map_err(|_| rt::Error::from(rt::ErrorKind::Overflow(#what.to_string())))?
+            ),
+            (Kind::Msg(n), false, W::Msg(got)) if n == got => quote!(#vts),
+            (Kind::Msg(n), true, W::List(t)) if matches!(&**t, W::Msg(got) if got == n) => {
+                quote!(#vts)
+            }
+            _ => {
+                return Err(cx.err(
+                    span,
+                    format!("this value does not fit field `{what}`"),
+                ))
+            }
+        };
+        let optional = f.label == Label::Optional;
+        Ok(if optional {
+            quote!(m.#id = ::std::option::Option::Some(#value);)
+        } else {
+            quote!(m.#id = #value;)
+        })
+    }
+}
+
+/// The `write = ...` option of a message field.
+fn field_write(f: &MessageField) -> Option<&Expr> {
+    f.options
+        .iter()
+        .find(|a| a.name.as_ref().is_some_and(|n| n.name == "write"))
+        .map(|a| &a.value)
+}
+
+/// The writer of a protobuf format whose (first) mapping has a `write` rule: a new
+/// document holds the messages on the mapping's path with their fields' `[write = ...]`
+/// values and one item per tensor; `rewrite` replaces items of an existing document.
+fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStream>> {
+    let Some(map) = fmt.tensors.first() else {
+        return Ok(None);
+    };
+    let Some(rule) = map.stmts.iter().find_map(|s| match s {
+        TensorStmt::Assign { key, value, .. } if key.name == "write" => Some(value),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let (item_msg, steps) = mapping_source(cx, fmt, root, map)?;
+    let Some((last, repeated)) = steps.last() else {
+        return Err(cx.unsupported(map.source.span, "writing tensors at the root"));
+    };
+    if !repeated {
+        return Err(cx.unsupported(last.span, "writing tensors to a field that is not repeated"));
+    }
+    let wcx = WriteCx { fmt, tensor: true };
+    let rule_v = wcx.compile(cx, rule, true)?;
+    if rule_v.t != W::Msg(item_msg.clone()) {
+        return Err(cx.err(rule.span, format!("the write rule does not make a `{item_msg}`")));
+    }
+    let rule_ts = rule_v.ts;
+    let item_ty = rs_ident(&item_msg);
+
+    // The messages on the path: a constructor each, with the `[write = ...]` fields.
+    let fields_cx = WriteCx { fmt, tensor: false };
+    let mut ctors = Vec::new();
+    let mut opens = Vec::new();
+    let mut numbers = Vec::new();
+    let mut msg = root.to_string();
+    for (i, (seg, _)) in steps.iter().enumerate() {
+        let m = fmt.ast.message(&msg).expect("checked by mapping_source");
+        let f = m.fields.iter().find(|f| f.name.name == seg.name).expect("checked");
+        let mut sets = Vec::new();
+        for g in &m.fields {
+            if let Some(e) = field_write(g) {
+                let v = fields_cx.compile(cx, e, false)?;
+                let id = rs_ident(&g.name.name);
+                sets.push(fields_cx.assign(cx, m, g, &id, v, e.span)?);
+            }
+        }
+        let ty = rs_ident(&msg);
+        let fn_name = rs_ident(&format!("new_{}", snake(&msg)));
+        let doc = format!(
+            " A new `{}`: its fields with a `write` option, before its `{}` field.",
+            msg, seg.name
+        );
+        ctors.push(quote! {
+            #[doc = #doc]
+            pub fn #fn_name() -> rt::Result<messages::#ty> {
+                #[allow(unused_mut)]
+                let mut m = messages::#ty::default();
+                #(#sets)*
+                Ok(m)
+            }
+        });
+        let n = Literal::u32_unsuffixed(f.tag);
+        numbers.push(n.clone());
+        if i + 1 < steps.len() {
+            opens.push(quote! {
+                doc.raw(&::prost::Message::encode_to_vec(&#fn_name()?))?;
+                doc.open(#n)?;
+            });
+        } else {
+            opens.push(quote! {
+                doc.raw(&::prost::Message::encode_to_vec(&#fn_name()?))?;
+            });
+        }
+        let Kind::Msg(next) = kind(cx, fmt, m, f)? else {
+            unreachable!("checked by mapping_source")
+        };
+        msg = next;
+    }
+    let items_n = numbers.pop().expect("one step at least");
+    let depth = Literal::u64_unsuffixed(steps.len() as u64);
+    let public = fmt.public_name().to_string();
+    let writer_doc = format!(
+        " A streaming writer of `{public}` documents: the messages down to `{}` with their `write` values, then one item per tensor (its `write` rule), payloads streamed inline or to external files as `WriteOptions::external` says.",
+        cx.text(map.source.span)
+    );
+    Ok(Some(quote! {
+        #(#ctors)*
+
+        /// The item written for one tensor placed at `place` (the mapping's `write` rule),
+        /// and the field its bytes go to when they are inline.
+        pub fn tensor_message(
+            meta: &rt::TensorMeta,
+            place: &rt::protodoc::Placement,
+        ) -> rt::Result<(messages::#item_ty, ::std::option::Option<u32>)> {
+            Ok(#rule_ts)
+        }
+
+        /// What a tensor's item takes in the document besides its payload, at most (for
+        /// deciding where it goes before it is encoded).
+        fn item_overhead(meta: &rt::TensorMeta) -> u64 {
+            meta.name.len() as u64 + 11 * meta.shape.len() as u64 + 256
+        }
+
+        fn check_writable(meta: &rt::TensorMeta) -> rt::Result<()> {
+            if meta.dtype == rt::DType::String {
+                return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
+                    "writing string tensors to {}", NAME))));
+            }
+            if meta.shape.iter().filter(|&&d| d > 1).count() > 1 && meta.order != rt::Order::C {
+                return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
+                    "{} stores C-order tensors only", NAME))));
+            }
+            Ok(())
+        }
+
+        #[doc = #writer_doc]
+        pub struct Writer<'a> {
+            doc: rt::protodoc::DocWriter<'a>,
+        }
+
+        impl<'a> Writer<'a> {
+            /// Starts a new document on `w`.
+            pub fn new(
+                w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+                options: &rt::WriteOptions,
+            ) -> rt::Result<Self> {
+                let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
+                #(#opens)*
+                Ok(Writer { doc })
+            }
+
+            /// Appends one tensor.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                check_writable(meta)?;
+                let nbytes = meta.nbytes()?;
+                let place = self.doc.place(&meta.name, nbytes, None, item_overhead(meta))?;
+                let (m, payload) = tensor_message(meta, &place)?;
+                let unit = if meta.byte_order == rt::ByteOrder::Big {
+                    meta.dtype.swap_unit().unwrap_or(1)
+                } else {
+                    1
+                };
+                let header = ::prost::Message::encode_to_vec(&m);
+                self.doc.item(#items_n, &header, payload, &place, data, unit, &meta.name)
+            }
+
+            /// Closes the document and commits its external files.
+            pub fn finish(self) -> rt::Result<()> {
+                self.doc.finish()
+            }
+        }
+
+        impl rt::TensorWriter for Writer<'_> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, meta, data)
+            }
+
+            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                Writer::finish(*self)
+            }
+        }
+
+        /// Rewrites the document `src` to `w`: every field is copied as it is, except the
+        /// tensors for which `replace` (given each tensor's name) returns a replacement,
+        /// written where `options.external` places them.
+        pub fn rewrite<'a, 'b>(
+            src: &rt::Source,
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            options: &rt::WriteOptions,
+            limits: &rt::Limits,
+            replace: &mut dyn FnMut(&str) -> rt::Result<::std::option::Option<rt::protodoc::Replacement<'b>>>,
+        ) -> rt::Result<()> {
+            let in_file = |e: rt::Error| match src.path() {
+                Some(p) => e.in_file(p),
+                None => e,
+            };
+            let owned;
+            let bytes: &[u8] = match src.bytes() {
+                Some(b) => b.as_bytes(),
+                None => {
+                    let data = src.data();
+                    let n = usize::try_from(data.len()).map_err(|_| in_file(rt::Error::from(rt::ErrorKind::Overflow("source size".to_string()))))?;
+                    let mut v = ::std::vec![0u8; n];
+                    data.read_exact_at(0, &mut v).map_err(in_file)?;
+                    owned = v;
+                    &owned
+                }
+            };
+            let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
+            rt::protodoc::rewrite(&mut doc, bytes, &[#(#numbers),*], #items_n, &mut |doc, b, at| {
+                let item = #item_ty::read(b, at, #depth, limits)?;
+                let name = item.name.unwrap_or("");
+                let Some(r) = replace(name)? else {
+                    return Ok(rt::protodoc::ItemAction::Keep);
+                };
+                check_writable(&r.meta)?;
+                if r.meta.byte_order == rt::ByteOrder::Big && r.meta.dtype.swap_unit().unwrap_or(1) > 1 {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                        "big-endian replacement tensors".to_string())).in_entry(name));
+                }
+                let nbytes = r.meta.nbytes()?;
+                if (*r.data).as_ref().len() as u64 != nbytes {
+                    return Err(rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
+                        "{nbytes} bytes expected, {} given", (*r.data).as_ref().len()))).in_entry(name));
+                }
+                let place = doc.place(name, nbytes, r.keep_location.as_deref(), item_overhead(&r.meta))?;
+                let (m, payload) = tensor_message(&r.meta, &place)?;
+                Ok(rt::protodoc::ItemAction::Write {
+                    header: ::prost::Message::encode_to_vec(&m),
+                    payload_field: payload,
+                    placement: place,
+                    data: r.data,
+                })
+            })
+            .map_err(in_file)?;
+            doc.finish().map_err(in_file)
+        }
+    }))
 }

@@ -42,6 +42,10 @@ use tensorfmt_runtime::registry::TensorWriter;
 use tensorfmt_runtime::sink::ViewSink;
 
 pub mod cli;
+mod rewrite;
+
+pub use rewrite::{can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary};
+pub use tensorfmt_runtime::protodoc::ExternalData;
 
 /// Readers and writers generated from the built-in `.fmt` schemas.
 pub mod generated {
@@ -316,7 +320,9 @@ impl Saver {
         let file = Rc::new(RefCell::new(
             AtomicFile::create(path).map_err(|e| e.in_file(path))?,
         ));
-        let writer = (format.writer)(Box::new(Shared(file.clone())), options)
+        let mut options = options.clone();
+        options.destination = Some(path.to_path_buf());
+        let writer = (format.writer)(Box::new(Shared(file.clone())), &options)
             .map_err(|e| e.in_file(path))?;
         Ok(Saver {
             file,
@@ -385,6 +391,33 @@ impl Saver {
     }
 
     fn add_payload(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        let fortran = meta.order == Order::Fortran && meta.shape.iter().filter(|&&d| d > 1).count() > 1;
+        if self.format.c_order_only && fortran {
+            // Reordered in memory: the tensor's bytes, once.
+            let n = meta.nbytes()?;
+            let mut owned = Vec::new();
+            let bytes: &[u8] = match data {
+                Payload::Bytes(b) => b,
+                Payload::Reader(r) => {
+                    r.take(n).read_to_end(&mut owned)?;
+                    &owned
+                }
+            };
+            let info = TensorInfo::dense(
+                meta.name.clone(),
+                meta.dtype,
+                meta.shape.clone(),
+                Order::Fortran,
+                meta.byte_order,
+                DataLocation::Range { offset: 0, len: bytes.len() as u64 },
+            )?;
+            let c = tensorfmt_runtime::convert::to_c_order(&info, bytes)?;
+            let meta = TensorMeta { order: Order::C, ..meta.clone() };
+            return self
+                .writer
+                .add(&meta, Payload::Bytes(&c))
+                .map_err(|e| e.in_file(&self.path).in_entry(&meta.name));
+        }
         self.writer
             .add(meta, data)
             .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
@@ -470,7 +503,33 @@ pub fn convert(
     options: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
-    let file = TensorFile::open_with(input, &options.open)?;
+    let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+    let target = match options.to.as_deref() {
+        Some(name) => format_named(name),
+        None => format_for_path(output.as_ref()),
+    };
+    if let Some(target) = target.filter(|t| t.name == file.format() && t.rewrite.is_some()) {
+        // A document that holds more than tensors (an ONNX graph) converted to its own
+        // format: rewritten, everything but the moved tensors kept.
+        let total = file.tensors().len();
+        let bytes = file.tensors().iter().map(|t| t.nbytes().unwrap_or(0)).sum();
+        let from = file.format();
+        drop(file);
+        let rewrite_options = RewriteOptions {
+            open: options.open.clone(),
+            write: options.write.clone(),
+            allow_reshape: false,
+            dtype: options.dtype,
+        };
+        rewrite::rewrite(input.as_ref(), output.as_ref(), std::iter::empty(), &rewrite_options)?;
+        progress(total, total);
+        return Ok(ConvertSummary {
+            from,
+            to: target.name,
+            tensors: total,
+            bytes,
+        });
+    }
     let mut saver = Saver::create(output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
     if !options.flatten {

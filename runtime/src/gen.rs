@@ -25,7 +25,7 @@ pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
 pub use crate::pattern::{Captures, Pattern};
 pub use crate::registry::{
-    no_structure, FormatDesc, Payload, StorageView, TensorWriter, WriteSeek,
+    no_structure, FormatDesc, Payload, RewriteFn, StorageView, TensorWriter, WriteSeek,
 };
 pub use crate::source::{Bytes, RandomAccess, Source, Window};
 pub use crate::tensor::{
@@ -33,4 +33,4 @@ pub use crate::tensor::{
 };
 pub use crate::tree::Node;
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
-pub use crate::{pickle, protobuf, pydict, zip};
+pub use crate::{pickle, protobuf, protodoc, pydict, zip};

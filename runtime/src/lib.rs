@@ -19,6 +19,7 @@ pub mod output;
 pub mod pattern;
 pub mod pickle;
 pub mod protobuf;
+pub mod protodoc;
 pub mod pydict;
 pub mod read;
 pub mod registry;

@@ -186,6 +186,17 @@ pub fn no_structure(_: &Source, _: &Limits) -> Result<Option<Node>> {
 pub type WriterCtor =
     for<'a> fn(Box<dyn WriteSeek + 'a>, &WriteOptions) -> Result<Box<dyn TensorWriter + 'a>>;
 
+/// Rewrites a document of the format (`src`) into an output, field by field, handing each
+/// tensor's name to the callback: `None` copies the tensor as it is, a
+/// [`crate::protodoc::Replacement`] writes that instead (where the options place it).
+pub type RewriteFn = for<'a, 'b> fn(
+    &Source,
+    Box<dyn WriteSeek + 'a>,
+    &WriteOptions,
+    &Limits,
+    &mut dyn FnMut(&str) -> Result<Option<crate::protodoc::Replacement<'b>>>,
+) -> Result<()>;
+
 /// A format as the generated code describes it.
 #[derive(Clone, Copy)]
 pub struct FormatDesc {
@@ -203,6 +214,12 @@ pub struct FormatDesc {
     pub structure: fn(&Source, &Limits) -> Result<Option<Node>>,
     /// A streaming writer.
     pub writer: WriterCtor,
+    /// The format stores C-order tensors only: the high-level API reorders Fortran-order
+    /// tensors before handing them to the writer.
+    pub c_order_only: bool,
+    /// Rewrites a document with some tensors replaced and everything else kept, for
+    /// formats whose documents hold more than tensors (ONNX graphs); `None` elsewhere.
+    pub rewrite: Option<RewriteFn>,
 }
 
 impl std::fmt::Debug for FormatDesc {

@@ -527,4 +527,10 @@ pub struct WriteOptions {
     /// Compression of container entries; `None` takes the format's default (the first
     /// method its schema lists).
     pub compression: Option<crate::zip::Compression>,
+    /// Where tensors go in formats that can keep them in files beside the document
+    /// (ONNX external data); other formats ignore it.
+    pub external: crate::protodoc::ExternalData,
+    /// The path being written, for formats that write files beside it (external data).
+    /// Set by the high-level API's path-based saves; `None` for streams.
+    pub destination: Option<std::path::PathBuf>,
 }

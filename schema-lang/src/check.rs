@@ -1029,11 +1029,19 @@ impl<'a> Checker<'a> {
                             self.err(at.file, o.span, "a repeated field has no default");
                         }
                     }
+                    Some("write") => {
+                        if f.label == Label::Repeated
+                            && !matches!(o.value.kind, ExprKind::List(_))
+                        {
+                            self.err(at.file, o.value.span, "a repeated field is written from a list `[..]`");
+                        }
+                        self.proto_write(at, &o.value, false);
+                    }
                     _ => self.err_help(
                         at.file,
                         o.span,
                         format!("unknown field option '{o}'"),
-                        "field options are `packed` and `default = VALUE`",
+                        "field options are `packed`, `default = VALUE` and `write = VALUE`",
                     ),
                 }
             }
@@ -1173,6 +1181,63 @@ impl<'a> Checker<'a> {
     /// with its items by name; paths name declared globals or, per tensor, `index`,
     /// `numel`, `nbytes`, `shape`, `strides`, `dtype`; builtins `global(text)`,
     /// `key_of(TABLE, dtype)` and `str(int)`.
+    /// A protobuf write rule: messages built as `M(field = value, ...)` (fields of `M`),
+    /// lists, literals, enum values, `str(int)`, `key_of(table, dtype)`, and in a
+    /// mapping's rule the tensor (`name dtype shape data`) and its placement (`external
+    /// location offset nbytes`).
+    fn proto_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
+        const TENSOR: &[&str] = &[
+            "name", "dtype", "shape", "data", "external", "location", "offset", "nbytes",
+        ];
+        let mut errors = Vec::new();
+        e.walk(&mut |x| match &x.kind {
+            ExprKind::Call { callee, args } => {
+                let name: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
+                match name.as_slice() {
+                    ["str"] | ["key_of"] => {}
+                    [m] => match at.fmt.messages().find(|d| d.name.name == *m) {
+                        Some(decl) => {
+                            for a in args {
+                                match &a.name {
+                                    Some(n) if decl.fields.iter().any(|f| f.name.name == n.name) => {}
+                                    Some(n) => errors.push((
+                                        n.span,
+                                        format!("message '{m}' has no field '{}'", n.name),
+                                    )),
+                                    None => errors.push((
+                                        a.span,
+                                        format!("fields of '{m}' are given by name: `{m}(field = value)`"),
+                                    )),
+                                }
+                            }
+                        }
+                        None => errors.push((
+                            x.span,
+                            format!("'{m}' is neither a message of this format nor a write-rule function"),
+                        )),
+                    },
+                    _ => errors.push((
+                        x.span,
+                        format!("'{}' is not a write-rule function", name.join(".")),
+                    )),
+                }
+            }
+            ExprKind::Path(p) if p.len() == 1 => {
+                let n = p[0].name.as_str();
+                let known = (tensor && TENSOR.contains(&n))
+                    || at.fmt.tables().any(|t| t.name.name == n)
+                    || DTYPES.contains(&n);
+                if !known {
+                    errors.push((x.span, format!("unknown name '{n}' in a write rule")));
+                }
+            }
+            _ => {}
+        });
+        for (span, msg) in errors {
+            self.err(at.file, span, msg);
+        }
+    }
+
     fn pickle_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
         let pickles: Vec<&Pickle> = at.fmt.pickles().collect();
         if pickles.is_empty() {
@@ -1544,7 +1609,9 @@ impl<'a> Checker<'a> {
                     } else {
                         assigned.insert(k, key.span);
                     }
-                    if k == "write" {
+                    if k == "write" && at.fmt.engine_kind() == "protobuf" {
+                        self.proto_write(at, value, true);
+                    } else if k == "write" {
                         self.pickle_write(at, value, true);
                     } else {
                         self.expr(at, scope, value);
