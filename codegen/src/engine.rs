@@ -128,7 +128,12 @@ pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> Toke
 
 /// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
 /// documents can be rewritten with some tensors replaced).
-pub(crate) fn desc_full(make: TokenStream, doc: &str, structure: bool, rewrite: bool) -> TokenStream {
+pub(crate) fn desc_full(
+    make: TokenStream,
+    doc: &str,
+    structure: bool,
+    rewrite: bool,
+) -> TokenStream {
     let structure = structure_field(structure);
     // The formats that rewrite documents (protobuf) are those that store C order only.
     let rewrite_is_some = rewrite;

@@ -300,19 +300,17 @@ fn gen_prost(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                     "bool" => (quote!(bool), quote!(bool)),
                     "float" => (quote!(float), quote!(f32)),
                     "double" => (quote!(double), quote!(f64)),
-                    "string" => (
-                        quote!(string),
-                        quote!(::prost::alloc::string::String),
-                    ),
-                    "bytes" => (
-                        quote!(bytes = "vec"),
-                        quote!(::prost::alloc::vec::Vec<u8>),
-                    ),
+                    "string" => (quote!(string), quote!(::prost::alloc::string::String)),
+                    "bytes" => (quote!(bytes = "vec"), quote!(::prost::alloc::vec::Vec<u8>)),
                     other if fmt.ast.message(other).is_some() => {
                         let t = rs_ident(other);
                         (quote!(message), quote!(#t))
                     }
-                    _ => return Err(cx.unsupported(f.ty.span, "a field of this type in a prost message")),
+                    _ => {
+                        return Err(
+                            cx.unsupported(f.ty.span, "a field of this type in a prost message")
+                        )
+                    }
                 }
             };
             let is_msg = attr_ty.to_string() == "message";
@@ -323,11 +321,16 @@ fn gen_prost(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                 .any(|a| a.name.is_none() && a.value.to_string() == "packed");
             let (label, rust_ty) = match f.label {
                 Label::Optional => (quote!(optional), quote!(::core::option::Option<#rust_ty>)),
-                Label::Required if is_msg => (quote!(required), quote!(::core::option::Option<#rust_ty>)),
+                Label::Required if is_msg => {
+                    (quote!(required), quote!(::core::option::Option<#rust_ty>))
+                }
                 Label::Required => (quote!(required), rust_ty),
                 Label::Repeated if scalar => {
                     let p = if packed { "true" } else { "false" };
-                    (quote!(repeated, packed = #p), quote!(::prost::alloc::vec::Vec<#rust_ty>))
+                    (
+                        quote!(repeated, packed = #p),
+                        quote!(::prost::alloc::vec::Vec<#rust_ty>),
+                    )
                 }
                 Label::Repeated => (quote!(repeated), quote!(::prost::alloc::vec::Vec<#rust_ty>)),
             };
@@ -460,9 +463,7 @@ impl Scope<'_, '_> {
         let (msg, optional) = match &base.t {
             T::Msg(m) => (m.clone(), false),
             T::OptMsg(m) => (m.clone(), true),
-            _ => {
-                return Err(cx.unsupported(name.span, "a member of a value that is not a message"))
-            }
+            _ => return Err(cx.unsupported(name.span, "a member of a value that is not a message")),
         };
         let Some(m) = self.fmt.ast.message(&msg) else {
             return Err(cx.err(e.span, format!("unknown message `{msg}`")));
@@ -519,7 +520,7 @@ impl Scope<'_, '_> {
                 t: T::OptStr,
             },
             (Kind::Str, true) => V {
-                ts: quote!(&(#b).#id[..]),
+                ts: quote!((#b).#id),
                 t: T::Strs,
             },
             (Kind::Bytes, false) => V {
@@ -636,7 +637,7 @@ impl Scope<'_, '_> {
                 let (bts, kts) = (&b.ts, &k.ts);
                 if let (T::Strs, T::Int) = (&b.t, &k.t) {
                     return Ok(V {
-                        ts: quote!(usize::try_from(#kts).ok().and_then(|i| (#bts).get(i).copied())),
+                        ts: quote!(usize::try_from(#kts).ok().and_then(|i| #bts.get(i).copied())),
                         t: T::OptStr,
                     });
                 }
@@ -1046,9 +1047,8 @@ fn include(
     let ExprKind::Call { callee, args } = &e.kind else {
         return Err(cx.unsupported(e.span, "this `include`"));
     };
-    let own = callee.len() == 2
-        && callee[1].name == "tensor"
-        && callee[0].name == fmt.ast.name.name;
+    let own =
+        callee.len() == 2 && callee[1].name == "tensor" && callee[0].name == fmt.ast.name.name;
     let ([arg], true) = (args.as_slice(), own) else {
         return Err(cx.unsupported(
             e.span,
@@ -1079,7 +1079,10 @@ fn include(
         }
     }
     let Some(target) = target else {
-        return Err(cx.err(e.span, format!("no mapping of `{}` maps `{msg}` items", fmt.ast.name.name)));
+        return Err(cx.err(
+            e.span,
+            format!("no mapping of `{}` maps `{msg}` items", fmt.ast.name.name),
+        ));
     };
     let inner = target.binding.name.clone();
     if inner == scope.binding || scope.outer.iter().any(|(b, _)| *b == inner) {
@@ -1155,10 +1158,11 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
     };
     let binding = rs_ident(&map.binding.name);
     // An item's name for errors: the `name` field where the message has one.
-    let has_name = fmt
-        .ast
-        .message(&msg)
-        .is_some_and(|m| m.fields.iter().any(|f| f.name.name == "name" && f.label != Label::Repeated));
+    let has_name = fmt.ast.message(&msg).is_some_and(|m| {
+        m.fields
+            .iter()
+            .any(|f| f.name.name == "name" && f.label != Label::Repeated)
+    });
     let what = if has_name {
         quote!(match #binding.name {
             Some(n) if !n.is_empty() => n.to_string(),
@@ -1359,7 +1363,7 @@ impl WriteCx<'_, '_> {
             ExprKind::Int(i) => {
                 let v = i64::try_from(*i)
                     .map_err(|_| cx.unsupported(e.span, "an integer outside the i64 range"))?;
-                let l = Literal::i64_unsuffixed(v);
+                let l = Literal::i64_suffixed(v);
                 atom(quote!(#l), W::Int)
             }
             ExprKind::Str(s) => atom(quote!(#s), W::Str),
@@ -1370,12 +1374,12 @@ impl WriteCx<'_, '_> {
                     match names.as_slice() {
                         ["name"] => return atom(quote!(meta.name.as_str()), W::Str),
                         ["dtype"] => return atom(quote!(meta.dtype), W::Dtype),
-                        ["shape"] => return atom(quote!(&meta.shape[..]), W::Shape),
+                        ["shape"] => return atom(quote!(meta.shape), W::Shape),
                         ["data"] => return atom(quote!(()), W::Data),
                         ["external"] => return atom(quote!(place.external), W::Bool),
                         ["location"] => return atom(quote!(place.location.as_str()), W::Str),
-                        ["offset"] => return atom(quote!((place.offset as i64)), W::Int),
-                        ["nbytes"] => return atom(quote!((place.nbytes as i64)), W::Int),
+                        ["offset"] => return atom(quote!(place.offset as i64), W::Int),
+                        ["nbytes"] => return atom(quote!(place.nbytes as i64), W::Int),
                         _ => {}
                     }
                 }
@@ -1390,7 +1394,7 @@ impl WriteCx<'_, '_> {
                             if let Some((_, n)) =
                                 decl.values.iter().find(|(i, _)| i.name == val.name)
                             {
-                                let l = Literal::i64_unsuffixed(*n);
+                                let l = Literal::i64_suffixed(*n);
                                 return atom(quote!(#l), W::Int);
                             }
                         }
@@ -1483,7 +1487,7 @@ impl WriteCx<'_, '_> {
                             return Err(cx.err(a.span, "`str` takes an integer"));
                         }
                         let ts = v.ts;
-                        atom(quote!((#ts).to_string()), W::Str)
+                        atom(quote!(::std::string::ToString::to_string(&(#ts))), W::Str)
                     }
                     ("key_of", [t, d]) => self.key_of(cx, e, &t.value, &d.value),
                     _ if callee.len() == 1 && self.fmt.ast.message(&name).is_some() => {
@@ -1522,7 +1526,7 @@ impl WriteCx<'_, '_> {
             let Some(v) = dtype_variant(&row.dtype.name) else {
                 return Err(cx.err(row.dtype.span, "unknown dtype"));
             };
-            let k = Literal::i64_unsuffixed(*k as i64);
+            let k = Literal::i64_suffixed(*k as i64);
             arms.push(quote!(#v => #k,));
         }
         let table_name = table.name.name.clone();
@@ -1565,11 +1569,14 @@ impl WriteCx<'_, '_> {
             }
             sets.push(self.assign(cx, m, f, &id, v, a.span)?);
         }
-        let build = quote!({
-            #[allow(unused_mut)]
-            let mut m = messages::#ty::default();
+        let rest = if sets.len() < m.fields.len() {
+            quote!(..::core::default::Default::default())
+        } else {
+            quote!()
+        };
+        let build = quote!(messages::#ty {
             #(#sets)*
-            m
+            #rest
         });
         if top {
             let p = match payload {
@@ -1612,10 +1619,11 @@ impl WriteCx<'_, '_> {
         let value = match (&k, f.label == Label::Repeated, &v.t) {
             (Kind::Varint, false, W::Int) if last == "bool" => quote!((#vts) != 0),
             (Kind::Varint, false, W::Bool) if last == "bool" => quote!(#vts),
+            (Kind::Varint, false, W::Int) if last == "int64" => quote!(#vts),
             (Kind::Varint, false, W::Int) => quote!(
                 <#int_ty>::try_from(#vts).map_err(|_| rt::Error::from(rt::ErrorKind::Overflow(#what.to_string())))?
             ),
-            (Kind::Str, false, W::Str) => quote!((#vts).to_string()),
+            (Kind::Str, false, W::Str) => quote!(::std::string::ToString::to_string(&#vts)),
             (Kind::Bytes, false, W::Str) => quote!((#vts).as_bytes().to_vec()),
             (Kind::Varint, true, W::Shape) => quote!(
                 (#vts).iter().map(|&d| <#int_ty>::try_from(d))
@@ -1626,18 +1634,13 @@ impl WriteCx<'_, '_> {
             (Kind::Msg(n), true, W::List(t)) if matches!(&**t, W::Msg(got) if got == n) => {
                 quote!(#vts)
             }
-            _ => {
-                return Err(cx.err(
-                    span,
-                    format!("this value does not fit field `{what}`"),
-                ))
-            }
+            _ => return Err(cx.err(span, format!("this value does not fit field `{what}`"))),
         };
         let optional = f.label == Label::Optional;
         Ok(if optional {
-            quote!(m.#id = ::std::option::Option::Some(#value);)
+            quote!(#id: ::std::option::Option::Some(#value),)
         } else {
-            quote!(m.#id = #value;)
+            quote!(#id: #value,)
         })
     }
 }
@@ -1673,7 +1676,10 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
     let wcx = WriteCx { fmt, tensor: true };
     let rule_v = wcx.compile(cx, rule, true)?;
     if rule_v.t != W::Msg(item_msg.clone()) {
-        return Err(cx.err(rule.span, format!("the write rule does not make a `{item_msg}`")));
+        return Err(cx.err(
+            rule.span,
+            format!("the write rule does not make a `{item_msg}`"),
+        ));
     }
     let rule_ts = rule_v.ts;
     let item_ty = rs_ident(&item_msg);
@@ -1686,7 +1692,11 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
     let mut msg = root.to_string();
     for (i, (seg, _)) in steps.iter().enumerate() {
         let m = fmt.ast.message(&msg).expect("checked by mapping_source");
-        let f = m.fields.iter().find(|f| f.name.name == seg.name).expect("checked");
+        let f = m
+            .fields
+            .iter()
+            .find(|f| f.name.name == seg.name)
+            .expect("checked");
         let mut sets = Vec::new();
         for g in &m.fields {
             if let Some(e) = field_write(g) {
@@ -1701,13 +1711,18 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
             " A new `{}`: its fields with a `write` option, before its `{}` field.",
             msg, seg.name
         );
+        let rest = if sets.len() < m.fields.len() {
+            quote!(..::core::default::Default::default())
+        } else {
+            quote!()
+        };
         ctors.push(quote! {
             #[doc = #doc]
             pub fn #fn_name() -> rt::Result<messages::#ty> {
-                #[allow(unused_mut)]
-                let mut m = messages::#ty::default();
-                #(#sets)*
-                Ok(m)
+                Ok(messages::#ty {
+                    #(#sets)*
+                    #rest
+                })
             }
         });
         let n = Literal::u32_unsuffixed(f.tag);
@@ -1813,14 +1828,15 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
 
         /// Rewrites the document `src` to `w`: every field is copied as it is, except the
         /// tensors for which `replace` (given each tensor's name) returns a replacement,
-        /// written where `options.external` places them.
+        /// written where `options.external` places them. Returns the external files
+        /// written, synced, for the caller to commit before the document.
         pub fn rewrite<'a, 'b>(
             src: &rt::Source,
             w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
             options: &rt::WriteOptions,
             limits: &rt::Limits,
             replace: &mut dyn FnMut(&str) -> rt::Result<::std::option::Option<rt::protodoc::Replacement<'b>>>,
-        ) -> rt::Result<()> {
+        ) -> rt::Result<::std::vec::Vec<rt::AtomicFile>> {
             let in_file = |e: rt::Error| match src.path() {
                 Some(p) => e.in_file(p),
                 None => e,
@@ -1864,7 +1880,7 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
                 })
             })
             .map_err(in_file)?;
-            doc.finish().map_err(in_file)
+            doc.finish_pending().map_err(in_file)
         }
     }))
 }

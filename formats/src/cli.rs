@@ -73,6 +73,23 @@ enum Command {
         /// copied whole) where both formats hold them, instead of contiguous tensors.
         #[arg(long)]
         keep_layout: bool,
+        #[command(flatten)]
+        external: ExternalArgs,
+    },
+    /// Replace tensors of a document (ONNX initializers) with those of another file of
+    /// any format, by name; the graph and everything else are kept.
+    Replace {
+        /// The document whose tensors are replaced (an ONNX model).
+        model: PathBuf,
+        /// The new tensors (npz, pytorch, onnx, ...), named as in the model.
+        weights: PathBuf,
+        /// Output file (written atomically; may be the model itself).
+        output: PathBuf,
+        /// Let a replacement change its tensor's shape or dtype.
+        #[arg(long)]
+        allow_reshape: bool,
+        #[command(flatten)]
+        external: ExternalArgs,
     },
     /// Check structure and checksums; exits non-zero on damage.
     Verify {
@@ -92,6 +109,45 @@ enum Command {
         #[arg(long, default_value_t = 0.0)]
         rtol: f64,
     },
+}
+
+/// Where tensors go in formats with external data (ONNX).
+#[derive(clap::Args)]
+struct ExternalArgs {
+    /// auto: inline, or beside the model in <file>.data past 2 GiB (and a rewritten
+    /// model's external tensors stay external); inline; one-file: tensors of at least
+    /// --external-threshold bytes in one file beside the model; per-tensor: a file each.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    external: String,
+    /// Smallest tensor (bytes) moved to external data by one-file and per-tensor.
+    #[arg(long, value_name = "BYTES", default_value_t = 1024)]
+    external_threshold: u64,
+    /// The one external file's name (default: the output's file name + ".data").
+    #[arg(long, value_name = "NAME")]
+    external_location: Option<String>,
+    /// Offsets in the one external file are multiples of this (0: packed).
+    #[arg(long, value_name = "BYTES", default_value_t = 4096)]
+    external_align: u64,
+}
+
+impl ExternalArgs {
+    fn policy(&self) -> crate::Result<crate::ExternalData> {
+        Ok(match self.external.as_str() {
+            "auto" => crate::ExternalData::Auto,
+            "inline" => crate::ExternalData::Inline,
+            "one-file" | "per-tensor" => crate::ExternalData::External {
+                per_tensor: self.external == "per-tensor",
+                location: self.external_location.clone(),
+                threshold: self.external_threshold,
+                align: self.external_align,
+            },
+            other => {
+                return Err(crate::Error::from(crate::ErrorKind::Unsupported(format!(
+                    "--external {other}: one of auto, inline, one-file, per-tensor"
+                ))))
+            }
+        })
+    }
 }
 
 fn progress_bar(total: u64, what: &str) -> ProgressBar {
@@ -407,6 +463,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
             compress,
             flatten,
             keep_layout,
+            external,
         } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
@@ -426,6 +483,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
             if compress {
                 options.write.compression = Some(Compression::Deflate);
             }
+            options.write.external = external.policy()?;
             let bar = progress_bar(0, "converting");
             if std::io::stderr().is_terminal() {
                 bar.set_style(
@@ -445,6 +503,62 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
                 summary.tensors,
                 summary.bytes,
                 summary.from
+            );
+        }
+        Command::Replace {
+            model,
+            weights,
+            output,
+            allow_reshape,
+            external,
+        } => {
+            let new = TensorFile::open(&weights)?;
+            let mut loaded = Vec::with_capacity(new.tensors().len());
+            for info in new.tensors() {
+                let t = new.load_info(info)?;
+                loaded.push((info.clone(), t));
+            }
+            let mut prepared = Vec::with_capacity(loaded.len());
+            for (info, t) in &loaded {
+                let (mut meta, bytes) = crate::prepare_for_write(info, t.data.as_bytes(), None)?;
+                let bytes = if meta.order == crate::Order::Fortran
+                    || meta.byte_order == crate::ByteOrder::Big
+                {
+                    let c = tensorfmt_runtime::convert::to_c_order(info, t.data.as_bytes())?;
+                    let le = tensorfmt_runtime::convert::cast(
+                        &c,
+                        info.dtype,
+                        info.byte_order,
+                        info.dtype,
+                    )?;
+                    meta.order = crate::Order::C;
+                    meta.byte_order = crate::ByteOrder::Little;
+                    std::borrow::Cow::Owned(le)
+                } else {
+                    bytes
+                };
+                prepared.push((meta, bytes));
+            }
+            let options = crate::RewriteOptions {
+                write: crate::WriteOptions {
+                    external: external.policy()?,
+                    ..Default::default()
+                },
+                allow_reshape,
+                ..Default::default()
+            };
+            let s = crate::replace_tensors(
+                &model,
+                &output,
+                prepared.iter().map(|(m, b)| (m.clone(), &b[..])),
+                &options,
+            )?;
+            eprintln!(
+                "wrote {}: {} tensors replaced, {} moved, {} kept",
+                output.display(),
+                s.replaced,
+                s.moved,
+                s.kept
             );
         }
         Command::Verify { file } => verify(out, &file)?,

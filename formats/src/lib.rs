@@ -23,10 +23,10 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::rc::Rc;
 
-pub use tensorfmt_runtime as runtime;
 /// The `prost` crate the generated message types (`generated::onnx::messages`) derive
 /// from: `use tensorfmt::prost::Message;` to encode and decode them.
 pub use prost;
+pub use tensorfmt_runtime as runtime;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
@@ -44,7 +44,9 @@ use tensorfmt_runtime::sink::ViewSink;
 pub mod cli;
 mod rewrite;
 
-pub use rewrite::{can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary};
+pub use rewrite::{
+    can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary,
+};
 pub use tensorfmt_runtime::protodoc::ExternalData;
 
 /// Readers and writers generated from the built-in `.fmt` schemas.
@@ -391,7 +393,8 @@ impl Saver {
     }
 
     fn add_payload(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
-        let fortran = meta.order == Order::Fortran && meta.shape.iter().filter(|&&d| d > 1).count() > 1;
+        let fortran =
+            meta.order == Order::Fortran && meta.shape.iter().filter(|&&d| d > 1).count() > 1;
         if self.format.c_order_only && fortran {
             // Reordered in memory: the tensor's bytes, once.
             let n = meta.nbytes()?;
@@ -409,10 +412,16 @@ impl Saver {
                 meta.shape.clone(),
                 Order::Fortran,
                 meta.byte_order,
-                DataLocation::Range { offset: 0, len: bytes.len() as u64 },
+                DataLocation::Range {
+                    offset: 0,
+                    len: bytes.len() as u64,
+                },
             )?;
             let c = tensorfmt_runtime::convert::to_c_order(&info, bytes)?;
-            let meta = TensorMeta { order: Order::C, ..meta.clone() };
+            let meta = TensorMeta {
+                order: Order::C,
+                ..meta.clone()
+            };
             return self
                 .writer
                 .add(&meta, Payload::Bytes(&c))
@@ -521,7 +530,12 @@ pub fn convert(
             allow_reshape: false,
             dtype: options.dtype,
         };
-        rewrite::rewrite(input.as_ref(), output.as_ref(), std::iter::empty(), &rewrite_options)?;
+        rewrite::rewrite(
+            input.as_ref(),
+            output.as_ref(),
+            std::iter::empty(),
+            &rewrite_options,
+        )?;
         progress(total, total);
         return Ok(ConvertSummary {
             from,

@@ -146,11 +146,16 @@ pub fn rewrite<'a>(
     let mut write = options.write.clone();
     write.destination = Some(output.to_path_buf());
     let out = AtomicFile::create(output).map_err(|e| e.in_file(output))?;
-    let handle = out.file().try_clone().map_err(|e| Error::from(e).in_file(output))?;
+    let handle = out
+        .file()
+        .try_clone()
+        .map_err(|e| Error::from(e).in_file(output))?;
     let mut summary = RewriteSummary::default();
     let mut used: HashSet<String> = HashSet::new();
+    let mut visited: HashSet<String> = HashSet::new();
     let policy = write.external.clone();
     let mut decide = |name: &str| -> Result<Option<Replacement<'a>>> {
+        visited.insert(name.to_string());
         let old = by_name.get(name).copied();
         let keep_location = match old.map(|o| &o.location) {
             Some(DataLocation::External { path, .. }) => Some(path.clone()),
@@ -174,6 +179,11 @@ pub fn rewrite<'a>(
             summary.kept += 1;
             return Ok(None);
         };
+        if old.dtype == crate::DType::String {
+            // Kept where they are: only the document can hold them.
+            summary.kept += 1;
+            return Ok(None);
+        }
         let nbytes = old.nbytes().unwrap_or(0);
         let move_it = options.dtype.is_some_and(|d| d != old.dtype)
             || match (&policy, keep_location.is_some()) {
@@ -200,7 +210,7 @@ pub fn rewrite<'a>(
             keep_location,
         }))
     };
-    rewrite_fn(
+    let pending = rewrite_fn(
         file.source(),
         Box::new(handle),
         &write,
@@ -225,8 +235,64 @@ pub fn rewrite<'a>(
             Location::file(input),
         ));
     }
+    // Tensors outside the rewritten field (ONNX Constant nodes) keep their references:
+    // the files they name must still hold them beside the output.
+    let written: HashSet<std::path::PathBuf> =
+        pending.iter().map(|f| f.dest().to_path_buf()).collect();
+    let in_dir = input.parent().unwrap_or_else(|| Path::new("."));
+    let out_dir = output.parent().unwrap_or_else(|| Path::new("."));
+    let same_dir = same_folder(in_dir, out_dir);
+    let mut copies = Vec::new();
+    for t in file.tensors() {
+        let DataLocation::External { path, .. } = &t.location else {
+            continue;
+        };
+        if visited.contains(t.name.as_str()) {
+            continue;
+        }
+        let dest = out_dir.join(path);
+        if written.contains(&dest) {
+            return Err(Error::new(
+                ErrorKind::Unsupported(format!(
+                    "'{}' (outside the rewritten tensors) is in external file '{path}', which \
+                     this rewrite replaces: choose another location",
+                    t.name
+                )),
+                Location::file(input),
+            ));
+        }
+        if !same_dir && !copies.iter().any(|(p, _)| p == path) {
+            copies.push((path.clone(), dest));
+        }
+    }
+    for f in pending {
+        tensorfmt_runtime::protodoc::commit_external(f).map_err(|e| e.in_file(output))?;
+    }
+    for (path, dest) in copies {
+        let from = in_dir.join(&path);
+        let tmp = AtomicFile::create(&dest).map_err(|e| e.in_file(&dest))?;
+        let mut src = std::fs::File::open(&from).map_err(|e| Error::from(e).in_file(&from))?;
+        std::io::copy(&mut src, &mut tmp.file()).map_err(|e| Error::from(e).in_file(&dest))?;
+        tmp.commit().map_err(|e| e.in_file(&dest))?;
+    }
     out.commit().map_err(|e| e.in_file(output))?;
     Ok(summary)
+}
+
+/// Whether two folders are the same one.
+fn same_folder(a: &Path, b: &Path) -> bool {
+    let canon = |p: &Path| {
+        let p = if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        };
+        std::fs::canonicalize(p).ok()
+    };
+    match (canon(a), canon(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a == b,
+    }
 }
 
 /// `bytes` of `meta`, cast to `dtype` when given.
@@ -237,8 +303,7 @@ fn cast(
 ) -> Result<(TensorMeta, std::borrow::Cow<'_, [u8]>)> {
     match dtype {
         Some(d) if d != meta.dtype => {
-            let data =
-                tensorfmt_runtime::convert::cast(bytes, meta.dtype, meta.byte_order, d)?;
+            let data = tensorfmt_runtime::convert::cast(bytes, meta.dtype, meta.byte_order, d)?;
             Ok((
                 TensorMeta {
                     dtype: d,

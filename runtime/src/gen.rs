@@ -23,6 +23,7 @@ pub use crate::dtype::DType;
 pub use crate::error::{Error, ErrorKind, Location, Result};
 pub use crate::layout_writer::{LayoutBuf, Patch};
 pub use crate::limits::Limits;
+pub use crate::output::AtomicFile;
 pub use crate::pattern::{Captures, Pattern};
 pub use crate::registry::{
     no_structure, FormatDesc, Payload, RewriteFn, StorageView, TensorWriter, WriteSeek,

@@ -379,7 +379,17 @@ impl<'a> DocWriter<'a> {
 
     /// Closes every open message, checks the document's size, flushes it and commits
     /// the external files (the caller commits the document after).
-    pub fn finish(mut self) -> Result<()> {
+    pub fn finish(self) -> Result<()> {
+        for f in self.finish_pending()? {
+            commit_external(f)?;
+        }
+        Ok(())
+    }
+
+    /// [`DocWriter::finish`] without committing the external files: they are returned,
+    /// written and synced, for the caller to commit ([`commit_external`]) when it has
+    /// checked what it needs to (dropped, they are removed).
+    pub fn finish_pending(mut self) -> Result<Vec<AtomicFile>> {
         while !self.open.is_empty() {
             self.close()?;
         }
@@ -391,15 +401,24 @@ impl<'a> DocWriter<'a> {
             }));
         }
         self.out.flush()?;
-        for (loc, f) in self.files {
+        let mut out = Vec::with_capacity(self.files.len());
+        for (_, f) in self.files {
             let path = f.file.dest().to_path_buf();
-            f.file.file().set_len(f.len).map_err(|e| Error::from(e).in_file(&path))?;
             f.file
-                .commit()
-                .map_err(|e| e.in_field(&format!("external data file {loc:?}")))?;
+                .file()
+                .set_len(f.len)
+                .map_err(|e| Error::from(e).in_file(&path))?;
+            out.push(f.file);
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+/// Commits an external data file [`DocWriter::finish_pending`] returned.
+pub fn commit_external(f: AtomicFile) -> Result<()> {
+    let path = f.dest().to_path_buf();
+    f.commit()
+        .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
 }
 
 /// Whether `location` is a plain relative path that stays in the document's folder.
@@ -421,6 +440,10 @@ pub struct Replacement<'b> {
     /// The external file the tensor was in, kept with [`ExternalData::Auto`].
     pub keep_location: Option<String>,
 }
+
+/// The callback of [`rewrite`]: given the writer, an item's bytes and their absolute
+/// offset, what to write for it.
+pub type ItemFn<'f, 'b> = dyn FnMut(&mut DocWriter<'_>, &[u8], u64) -> Result<ItemAction<'b>> + 'f;
 
 /// What [`rewrite`] does with one item of the tensor field.
 pub enum ItemAction<'b> {
@@ -450,7 +473,7 @@ pub fn rewrite<'b>(
     bytes: &[u8],
     path: &[u32],
     items: u32,
-    item: &mut dyn FnMut(&mut DocWriter<'_>, &[u8], u64) -> Result<ItemAction<'b>>,
+    item: &mut ItemFn<'_, 'b>,
 ) -> Result<()> {
     copy_message(doc, bytes, 0, path, items, item)
 }
@@ -461,7 +484,7 @@ fn copy_message<'b>(
     base: u64,
     path: &[u32],
     items: u32,
-    item: &mut dyn FnMut(&mut DocWriter<'_>, &[u8], u64) -> Result<ItemAction<'b>>,
+    item: &mut ItemFn<'_, 'b>,
 ) -> Result<()> {
     let mut fields = protobuf::fields(bytes, base).peekable();
     while let Some(f) = fields.next() {

@@ -189,13 +189,15 @@ pub type WriterCtor =
 /// Rewrites a document of the format (`src`) into an output, field by field, handing each
 /// tensor's name to the callback: `None` copies the tensor as it is, a
 /// [`crate::protodoc::Replacement`] writes that instead (where the options place it).
+/// Returns the external files written, synced but not committed
+/// ([`crate::protodoc::commit_external`]), for the caller to commit before the document.
 pub type RewriteFn = for<'a, 'b> fn(
     &Source,
     Box<dyn WriteSeek + 'a>,
     &WriteOptions,
     &Limits,
     &mut dyn FnMut(&str) -> Result<Option<crate::protodoc::Replacement<'b>>>,
-) -> Result<()>;
+) -> Result<Vec<crate::output::AtomicFile>>;
 
 /// A format as the generated code describes it.
 #[derive(Clone, Copy)]

@@ -1030,10 +1030,13 @@ impl<'a> Checker<'a> {
                         }
                     }
                     Some("write") => {
-                        if f.label == Label::Repeated
-                            && !matches!(o.value.kind, ExprKind::List(_))
+                        if f.label == Label::Repeated && !matches!(o.value.kind, ExprKind::List(_))
                         {
-                            self.err(at.file, o.value.span, "a repeated field is written from a list `[..]`");
+                            self.err(
+                                at.file,
+                                o.value.span,
+                                "a repeated field is written from a list `[..]`",
+                            );
                         }
                         self.proto_write(at, &o.value, false);
                     }

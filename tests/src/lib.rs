@@ -78,6 +78,12 @@ pub fn tfcheck_torch(args: &[&str]) -> String {
     run_script("tfcheck_torch.py", args)
 }
 
+/// Runs `tests/py/tfcheck_onnx.py` (real onnx and onnxruntime) with `args`; returns
+/// stdout, panicking with its output on failure.
+pub fn tfcheck_onnx(args: &[&str]) -> String {
+    run_script("tfcheck_onnx.py", args)
+}
+
 /// The seed of this run's unseen files: `TENSORFMT_SEED` when set (to reproduce a run),
 /// else a new one, printed either way.
 pub fn run_seed() -> String {

@@ -171,7 +171,10 @@ fn files_saved_through_the_api_load_in_numpy() {
         let path = dir
             .path()
             .join(format!("api-{}.npz", compression.is_some()));
-        let opts = WriteOptions { compression };
+        let opts = WriteOptions {
+            compression,
+            ..Default::default()
+        };
         tensorfmt::save(
             &path,
             Some(fmt),
