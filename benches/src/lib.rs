@@ -160,7 +160,10 @@ pub mod tf {
     }
 
     fn options(compression: Option<Compression>) -> WriteOptions {
-        WriteOptions { compression }
+        WriteOptions {
+            compression,
+            ..Default::default()
+        }
     }
 
     /// Saves with [`Saver`]: a temporary file, fsync, then an atomic rename (what
