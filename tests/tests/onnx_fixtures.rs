@@ -169,16 +169,27 @@ fn prost_types_from_the_schema_decode_and_encode_models() {
     let g = m.graph.as_ref().unwrap();
     let names: Vec<_> = g.initializer.iter().map(|t| t.name()).collect();
     assert_eq!(names, ["W", "B"]);
-    let constants: Vec<_> = g.node.iter().filter(|n| n.op_type() == "Constant").collect();
+    let constants: Vec<_> = g
+        .node
+        .iter()
+        .filter(|n| n.op_type() == "Constant")
+        .collect();
     assert_eq!(constants.len(), 4);
-    let value = constants[0].attribute.iter().find(|a| a.name() == "value").unwrap();
+    let value = constants[0]
+        .attribute
+        .iter()
+        .find(|a| a.name() == "value")
+        .unwrap();
     assert_eq!(value.r#type(), AttributeType::Tensor);
     assert_eq!(value.t.as_ref().unwrap().data_type(), 1);
 
     // A model built with the prost types reads back through the schema's reader.
     let model = ModelProto {
         ir_version: Some(10),
-        opset_import: vec![OperatorSetIdProto { domain: Some(String::new()), version: Some(21) }],
+        opset_import: vec![OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
         graph: Some(GraphProto {
             name: Some("g".into()),
             initializer: vec![
@@ -209,7 +220,10 @@ fn prost_types_from_the_schema_decode_and_encode_models() {
     let f = tensorfmt::TensorFile::open(&path).unwrap();
     assert_eq!(f.tensors().len(), 1);
     let a = f.load("a").unwrap();
-    assert_eq!(a.data.as_bytes(), [(-1i64).to_le_bytes(), 5i64.to_le_bytes()].concat());
+    assert_eq!(
+        a.data.as_bytes(),
+        [(-1i64).to_le_bytes(), 5i64.to_le_bytes()].concat()
+    );
     // External data without a location: refused, naming the tensor.
     std::fs::write(&path, model.encode_to_vec()).unwrap();
     let e = tensorfmt::TensorFile::open(&path).unwrap_err().to_string();
