@@ -498,3 +498,42 @@ fn string_tensors_are_not_written_and_say_so() {
     assert!(e.contains("string tensors"), "{e}");
     drop(tmp);
 }
+
+/// Past 2 GiB: the default policy keeps tensors inline until the next would take the
+/// model past protobuf's limit, then spills that one and the rest to `<model>.data`;
+/// onnx checks and loads the result. About 2.3 GB of disk and a minute:
+/// `cargo test --release -p tensorfmt-tests --test onnx_write -- --ignored`.
+#[test]
+#[ignore = "writes 2.3 GB"]
+fn models_past_2_gib_spill_to_external_data() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("big.onnx");
+    let chunk: Vec<u8> = (0..256u32 << 20).map(|i| (i % 251) as u8).collect();
+    let mut saver = tensorfmt::Saver::create(&out, Some("onnx"), &Default::default()).unwrap();
+    for i in 0..9 {
+        let meta = tensorfmt::TensorMeta {
+            name: format!("w{i}"),
+            dtype: tensorfmt::DType::U8,
+            shape: vec![chunk.len() as u64],
+            order: tensorfmt::Order::C,
+            byte_order: tensorfmt::ByteOrder::Little,
+        };
+        saver.add_bytes(&meta, &chunk).unwrap();
+    }
+    saver.commit().unwrap();
+    let model_len = std::fs::metadata(&out).unwrap().len();
+    let data_len = std::fs::metadata(tmp.path().join("big.onnx.data")).unwrap().len();
+    assert!(model_len < (1 << 31), "{model_len}");
+    assert!(model_len + data_len > 9 * (256 << 20), "{model_len} + {data_len}");
+    let f = TensorFile::open(&out).unwrap();
+    let external = f
+        .tensors()
+        .iter()
+        .filter(|t| matches!(t.location, tensorfmt::DataLocation::External { .. }))
+        .count();
+    assert_eq!(external, 2, "7 x 256 MiB fit under 2 GiB");
+    for t in f.tensors() {
+        assert_eq!(f.load_info(t).unwrap().data.as_bytes(), &chunk[..], "{}", t.name);
+    }
+    assert_eq!(onnx_tensors(&out), tensors_of(&out));
+}
