@@ -522,9 +522,14 @@ fn models_past_2_gib_spill_to_external_data() {
     }
     saver.commit().unwrap();
     let model_len = std::fs::metadata(&out).unwrap().len();
-    let data_len = std::fs::metadata(tmp.path().join("big.onnx.data")).unwrap().len();
+    let data_len = std::fs::metadata(tmp.path().join("big.onnx.data"))
+        .unwrap()
+        .len();
     assert!(model_len < (1 << 31), "{model_len}");
-    assert!(model_len + data_len > 9 * (256 << 20), "{model_len} + {data_len}");
+    assert!(
+        model_len + data_len > 9 * (256 << 20),
+        "{model_len} + {data_len}"
+    );
     let f = TensorFile::open(&out).unwrap();
     let external = f
         .tensors()
@@ -533,7 +538,93 @@ fn models_past_2_gib_spill_to_external_data() {
         .count();
     assert_eq!(external, 2, "7 x 256 MiB fit under 2 GiB");
     for t in f.tensors() {
-        assert_eq!(f.load_info(t).unwrap().data.as_bytes(), &chunk[..], "{}", t.name);
+        assert_eq!(
+            f.load_info(t).unwrap().data.as_bytes(),
+            &chunk[..],
+            "{}",
+            t.name
+        );
     }
     assert_eq!(onnx_tensors(&out), tensors_of(&out));
+}
+
+#[test]
+fn onnx_models_convert_to_npz_npy_and_pytorch_that_numpy_and_torch_load_equal() {
+    let tmp = tempfile::tempdir().unwrap();
+    // ONNX models (onnx's fixtures, and every NumPy and torch dtype through a model
+    // tensorfmt wrote) converted to npz and to pytorch; NumPy has no bfloat16 or float8,
+    // and neither tool has ONNX's string tensors.
+    let mut onnx_models: Vec<(PathBuf, bool)> =
+        ["mlp.onnx", "constant_nodes.onnx", "torch_export.onnx"]
+            .iter()
+            .map(|n| (fixtures().join("onnx").join(n), true))
+            .collect();
+    for n in ["external_single.onnx", "external_per_tensor/model.onnx"] {
+        onnx_models.push((fixtures().join("onnx").join(n), false));
+    }
+    for (src, numpy) in [
+        ("npz/all_dtypes.npz", true),
+        ("pytorch/all_dtypes.pt", false),
+    ] {
+        let out = tmp.path().join(src.replace('/', "_") + ".onnx");
+        let src = fixtures().join(src);
+        let (code, text) = cli(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
+        assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+        onnx_models.push((out, numpy));
+    }
+    let mut pt = Vec::new();
+    for (i, (src, numpy)) in onnx_models.iter().enumerate() {
+        let expected = tensors_of(src);
+        if *numpy {
+            let out = tmp.path().join(format!("{i}.npz"));
+            let (code, text) = cli(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
+            assert_eq!(
+                code,
+                std::process::ExitCode::SUCCESS,
+                "{}: {text}",
+                src.display()
+            );
+            let got = tensorfmt_tests::numpy_json(&out);
+            assert_eq!(got["tensors"], expected, "{} as npz", src.display());
+        }
+        let out = tmp.path().join(format!("{i}.pt"));
+        let (code, text) = cli(&["convert", src.to_str().unwrap(), out.to_str().unwrap()]);
+        assert_eq!(
+            code,
+            std::process::ExitCode::SUCCESS,
+            "{}: {text}",
+            src.display()
+        );
+        pt.push((out, expected, src.clone()));
+    }
+    let paths: Vec<&str> = pt.iter().map(|(p, ..)| p.to_str().unwrap()).collect();
+    let described = tensorfmt_tests::tfcheck_torch(&[&["describe"], &paths[..]].concat());
+    for ((_, expected, src), line) in pt.iter().zip(described.lines()) {
+        assert_eq!(
+            json(line)["tensors"],
+            *expected,
+            "{} as pytorch",
+            src.display()
+        );
+    }
+    // A model of one tensor to .npy.
+    let src = fixtures().join("onnx/mlp.onnx");
+    let one = tmp.path().join("one.onnx");
+    let f = TensorFile::open(&src).unwrap();
+    let w1 = f.load("W1").unwrap();
+    tensorfmt::save(
+        &one,
+        None,
+        [(
+            tensorfmt::TensorMeta::from_info(&w1.info).unwrap(),
+            w1.data.as_bytes(),
+        )],
+        &Default::default(),
+    )
+    .unwrap();
+    let out = tmp.path().join("w1.npy");
+    let (code, text) = cli(&["convert", one.to_str().unwrap(), out.to_str().unwrap()]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    let got = tensorfmt_tests::numpy_json(&out)["tensors"][0]["sha256"].clone();
+    assert_eq!(got, tensors_of(&src)[0]["sha256"]);
 }
