@@ -13,6 +13,7 @@ pub mod dtype;
 pub mod error;
 pub mod gen;
 pub mod hash;
+pub mod kv;
 pub mod layout_writer;
 pub mod limits;
 pub mod output;

@@ -159,6 +159,8 @@ pub struct Source {
     zip: OnceLock<(u64, Arc<ZipIndex>)>,
     /// Files beside this one already mapped ([`Source::external`]), by the name used.
     external: Mutex<Vec<(String, Bytes)>>,
+    /// The records of a key-value database read whole ([`crate::kv::open_dir`]).
+    records: Option<Arc<crate::kv::Records>>,
 }
 
 impl Source {
@@ -171,10 +173,8 @@ impl Source {
             .metadata()
             .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
         if meta.is_dir() {
-            return Err(Error::new(
-                ErrorKind::Invalid("a directory, not a file".into()),
-                loc(),
-            ));
+            // A database folder (LMDB, LevelDB): read whole, its records attached.
+            return crate::kv::open_dir(path);
         }
         let len = meta.len();
         let bytes = if len == 0 {
@@ -192,6 +192,7 @@ impl Source {
             path: Some(path.to_path_buf()),
             zip: OnceLock::new(),
             external: Mutex::new(Vec::new()),
+            records: None,
         })
     }
 
@@ -204,6 +205,7 @@ impl Source {
             path: None,
             zip: OnceLock::new(),
             external: Mutex::new(Vec::new()),
+            records: None,
         }
     }
 
@@ -215,7 +217,31 @@ impl Source {
             path: None,
             zip: OnceLock::new(),
             external: Mutex::new(Vec::new()),
+            records: None,
         })
+    }
+
+    /// Bytes already mapped (or held), named by `path`.
+    pub fn from_mapped(bytes: Bytes, path: impl Into<PathBuf>) -> Self {
+        Source {
+            data: Box::new(bytes.clone()),
+            mapped: Some(bytes),
+            path: Some(path.into()),
+            zip: OnceLock::new(),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        }
+    }
+
+    /// Attaches the records of a key-value database whose values are in these bytes.
+    pub fn with_records(mut self, records: Arc<crate::kv::Records>) -> Self {
+        self.records = Some(records);
+        self
+    }
+
+    /// The records of a key-value database, when the source is one read whole.
+    pub fn records(&self) -> Option<&crate::kv::Records> {
+        self.records.as_deref()
     }
 
     /// Names the source (used in error messages and for `source.stem`).

@@ -1,0 +1,570 @@
+//! Key-value databases, behind one interface with Caffe2's semantics (`caffe2/core/db.h`):
+//! a database is opened in a [`Mode`] (`Read`, `Write` appends, `New` creates), read
+//! through a [`Cursor`] and written through [`Transaction`]s. Backends here: LMDB
+//! ([`lmdb`], with `heed`) and LevelDB ([`leveldb`], with `rusty-leveldb`, which reads
+//! and writes the files real LevelDB does). Record-file databases whose record layout a
+//! schema describes (Caffe2's MiniDB) implement the same traits in generated code.
+//!
+//! For reading tensors a whole database is taken as a [`Source`] and its [`Records`]:
+//! LMDB's `data.mdb` is memory-mapped and every value located by its offset in the file
+//! (zero-copy); LevelDB's values, stored in compressed blocks, are copied once into one
+//! buffer.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, ErrorKind, Location, Result};
+use crate::source::Source;
+
+/// How a database is opened, as Caffe2's `db::Mode`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Read an existing database.
+    Read,
+    /// Add to a database, creating it when missing (MiniDB appends).
+    Write,
+    /// Create a new database: MiniDB truncates the file, LMDB and LevelDB refuse an
+    /// existing one.
+    New,
+}
+
+/// A position in a database, in the backend's order (file order for record files,
+/// bytewise key order for LMDB and LevelDB).
+pub trait Cursor {
+    /// Goes back to the first record.
+    fn seek_to_first(&mut self) -> Result<()>;
+    /// Moves to the next record (past the last: not [`Cursor::valid`]).
+    fn next(&mut self) -> Result<()>;
+    /// Whether the cursor is on a record.
+    fn valid(&self) -> bool;
+    /// The current record's key.
+    fn key(&self) -> &[u8];
+    /// The current record's value.
+    fn value(&self) -> &[u8];
+    /// Whether [`Cursor::seek`] works (LMDB and LevelDB; not record files).
+    fn supports_seek(&self) -> bool {
+        false
+    }
+    /// Moves to the first record whose key is at least `key`.
+    fn seek(&mut self, key: &[u8]) -> Result<()> {
+        let _ = key;
+        Err(Error::from(ErrorKind::Unsupported(
+            "this database does not support seeking".into(),
+        )))
+    }
+}
+
+/// A batch of writes, applied by [`Transaction::commit`].
+pub trait Transaction {
+    /// Adds (or, in LMDB and LevelDB, replaces) a record.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    /// Makes the writes so far durable as the backend does (Caffe2: MiniDB flushes, LMDB
+    /// commits its transaction, LevelDB writes its batch).
+    fn commit(&mut self) -> Result<()>;
+}
+
+/// An open database.
+pub trait Db {
+    /// A cursor on the first record (databases opened to read).
+    fn cursor(&self) -> Result<Box<dyn Cursor + '_>>;
+    /// A transaction (databases opened to write).
+    fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>>;
+    /// Closes the database, committing what it must (a record file written atomically
+    /// appears here).
+    fn close(self: Box<Self>) -> Result<()>;
+}
+
+/// One record of a database read whole: its key and where its value is in the
+/// [`Source`] it was read with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Absolute offset of the value in the source.
+    pub offset: u64,
+    /// The value's length.
+    pub len: u64,
+}
+
+/// Every record of a database, in its order, with the backend that read them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Records {
+    /// `lmdb` or `leveldb`.
+    pub backend: &'static str,
+    /// The records.
+    pub records: Vec<Record>,
+}
+
+fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Invalid(what.to_string()), Location::file(path))
+}
+
+/// Whether `dir` looks like an LMDB environment (`data.mdb` inside).
+pub fn is_lmdb(dir: &Path) -> bool {
+    dir.join("data.mdb").is_file()
+}
+
+/// Whether `dir` looks like a LevelDB database (`CURRENT` and a `MANIFEST-*` inside).
+pub fn is_leveldb(dir: &Path) -> bool {
+    dir.join("CURRENT").is_file()
+        && std::fs::read_dir(dir).is_ok_and(|mut it| {
+            it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("MANIFEST-")))
+        })
+}
+
+/// Reads the database folder `dir` whole (LMDB or LevelDB, by its files): the source its
+/// values are in, with its records attached ([`Source::records`]).
+pub fn open_dir(dir: &Path) -> Result<Source> {
+    if is_lmdb(dir) {
+        lmdb::snapshot(dir)
+    } else if is_leveldb(dir) {
+        leveldb::snapshot(dir)
+    } else {
+        Err(Error::new(
+            ErrorKind::Unsupported(
+                "a folder that is neither an LMDB environment (data.mdb) nor a LevelDB \
+                 database (CURRENT, MANIFEST-*)"
+                    .into(),
+            ),
+            Location::file(dir),
+        ))
+    }
+}
+
+/// The LMDB backend (Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed database,
+/// keys in bytewise order, a 1 TiB map.
+pub mod lmdb {
+    use super::*;
+    use heed::types::Bytes as HBytes;
+    use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+
+    /// Caffe2's map size: 1 TiB of address space (not of disk).
+    pub const MAP_SIZE: usize = 1 << 40;
+
+    fn heed_error(path: &Path, e: heed::Error) -> Error {
+        db_error(path, format!("LMDB: {e}"))
+    }
+
+    /// An LMDB environment opened as Caffe2 opens it.
+    pub struct Lmdb {
+        env: Env<WithoutTls>,
+        db: Option<Database<HBytes, HBytes>>,
+        path: PathBuf,
+        mode: Mode,
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
+    /// environment in folder `path`.
+    pub fn open(path: &Path, mode: Mode) -> Result<Lmdb> {
+        match mode {
+            Mode::New => {
+                if path.exists() {
+                    return Err(db_error(
+                        path,
+                        "cannot create an LMDB database: the folder exists",
+                    ));
+                }
+                std::fs::create_dir_all(path).map_err(|e| Error::from(e).in_file(path))?;
+            }
+            Mode::Write => {
+                std::fs::create_dir_all(path).map_err(|e| Error::from(e).in_file(path))?
+            }
+            Mode::Read => {
+                if !is_lmdb(path) {
+                    return Err(db_error(path, "not an LMDB environment (no data.mdb)"));
+                }
+            }
+        }
+        let mut opts = EnvOpenOptions::new().read_txn_without_tls();
+        opts.map_size(MAP_SIZE).max_dbs(0);
+        if mode == Mode::Read {
+            // SAFETY: flags Caffe2 uses for readers; the environment is not written
+            // through this handle.
+            unsafe { opts.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
+        }
+        // SAFETY: the map is used through heed's API only, and the file is not truncated
+        // while open by this process (LMDB's own requirement).
+        let env = unsafe { opts.open(path) }.map_err(|e| heed_error(path, e))?;
+        let db = if mode == Mode::Read {
+            let rtxn = env.read_txn().map_err(|e| heed_error(path, e))?;
+            let db = env
+                .open_database::<HBytes, HBytes>(&rtxn, None)
+                .map_err(|e| heed_error(path, e))?;
+            rtxn.commit().map_err(|e| heed_error(path, e))?;
+            db
+        } else {
+            let mut wtxn = env.write_txn().map_err(|e| heed_error(path, e))?;
+            let db = env
+                .create_database::<HBytes, HBytes>(&mut wtxn, None)
+                .map_err(|e| heed_error(path, e))?;
+            wtxn.commit().map_err(|e| heed_error(path, e))?;
+            Some(db)
+        };
+        Ok(Lmdb {
+            env,
+            db,
+            path: path.to_path_buf(),
+            mode,
+        })
+    }
+
+    /// A cursor over a snapshot: the values are read in place from the map of `data.mdb`.
+    struct LmdbCursor {
+        bytes: crate::source::Bytes,
+        records: Vec<Record>,
+        pos: usize,
+    }
+
+    impl Cursor for LmdbCursor {
+        fn seek_to_first(&mut self) -> Result<()> {
+            self.pos = 0;
+            Ok(())
+        }
+        fn next(&mut self) -> Result<()> {
+            self.pos = (self.pos + 1).min(self.records.len());
+            Ok(())
+        }
+        fn valid(&self) -> bool {
+            self.pos < self.records.len()
+        }
+        fn key(&self) -> &[u8] {
+            self.records.get(self.pos).map_or(&[], |r| &r.key)
+        }
+        fn value(&self) -> &[u8] {
+            self.records.get(self.pos).map_or(&[], |r| {
+                &self.bytes.as_bytes()[r.offset as usize..(r.offset + r.len) as usize]
+            })
+        }
+        fn supports_seek(&self) -> bool {
+            true
+        }
+        fn seek(&mut self, key: &[u8]) -> Result<()> {
+            self.pos = self.records.partition_point(|r| r.key.as_slice() < key);
+            Ok(())
+        }
+    }
+
+    impl Lmdb {
+        /// `data.mdb` mapped, and every record's key and value location in it (checked
+        /// byte for byte against what LMDB returns).
+        fn locate(&self) -> Result<(crate::source::Bytes, Vec<Record>)> {
+            let dir = &self.path;
+            let source = Source::open(dir.join("data.mdb"))?;
+            let bytes = source
+                .bytes()
+                .ok_or_else(|| db_error(dir, "data.mdb could not be mapped"))?
+                .clone();
+            let all = bytes.as_bytes();
+            let total = all.len() as u64;
+            // LMDB's page size is kept in the first meta page (`mm_dbs[FREE_DBI].md_pad`,
+            // at byte 40); every page starts with its number. A value's address in
+            // LMDB's own map gives its page's start (the map is page-aligned, and a value
+            // in overflow pages starts in the first one), whose number gives its offset
+            // in the file.
+            let psize = all
+                .get(40..44)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                .filter(|p| p.is_power_of_two() && *p >= 512)
+                .ok_or_else(|| db_error(dir, "data.mdb has no valid page size in its meta page"))?;
+            let page_of = |addr: usize| -> Option<u64> {
+                let start = addr & !(psize - 1);
+                // SAFETY: `start` is the first byte of the map page holding `addr`, a
+                // value LMDB returned while its read transaction is open; a page header
+                // is at least 8 bytes.
+                let pgno = unsafe { std::ptr::read_unaligned(start as *const u64) };
+                pgno.checked_mul(psize as u64)?
+                    .checked_add((addr - start) as u64)
+            };
+            let mut records = Vec::new();
+            if let Some(hdb) = self.db {
+                let rtxn = self.env.read_txn().map_err(|e| heed_error(dir, e))?;
+                for item in hdb.iter(&rtxn).map_err(|e| heed_error(dir, e))? {
+                    let (k, v) = item.map_err(|e| heed_error(dir, e))?;
+                    let len = v.len() as u64;
+                    let offset = if v.is_empty() {
+                        Some(0)
+                    } else {
+                        page_of(v.as_ptr() as usize)
+                    };
+                    let ours = offset
+                        .and_then(|o| o.checked_add(len).map(|e| (o, e)))
+                        .filter(|&(_, end)| end <= total)
+                        .map(|(o, end)| &all[o as usize..end as usize]);
+                    let offset = offset.unwrap_or(u64::MAX);
+                    if ours != Some(v) {
+                        return Err(db_error(
+                            dir,
+                            format!("an LMDB value ({len} bytes) is not where its page says in data.mdb ({total} bytes)"),
+                        ));
+                    }
+                    records.push(Record {
+                        key: k.to_vec(),
+                        offset,
+                        len,
+                    });
+                }
+            }
+            Ok((bytes, records))
+        }
+    }
+
+    struct LmdbTxn<'a> {
+        db: &'a Lmdb,
+        txn: Option<heed::RwTxn<'a>>,
+    }
+
+    impl Transaction for LmdbTxn<'_> {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+            let path = &self.db.path;
+            if self.txn.is_none() {
+                self.txn = Some(self.db.env.write_txn().map_err(|e| heed_error(path, e))?);
+            }
+            let (Some(txn), Some(db)) = (self.txn.as_mut(), self.db.db) else {
+                return Err(db_error(path, "no database to write"));
+            };
+            db.put(txn, key, value).map_err(|e| heed_error(path, e))
+        }
+        fn commit(&mut self) -> Result<()> {
+            if let Some(txn) = self.txn.take() {
+                txn.commit().map_err(|e| heed_error(&self.db.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    impl Drop for LmdbTxn<'_> {
+        fn drop(&mut self) {
+            // Caffe2's transaction commits when destroyed.
+            let _ = self.commit();
+        }
+    }
+
+    impl Db for Lmdb {
+        fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+            let (bytes, records) = self.locate()?;
+            Ok(Box::new(LmdbCursor {
+                bytes,
+                records,
+                pos: 0,
+            }))
+        }
+        fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+            if self.mode == Mode::Read {
+                return Err(db_error(
+                    &self.path,
+                    "a database opened to read takes no transaction",
+                ));
+            }
+            Ok(Box::new(LmdbTxn {
+                db: self,
+                txn: None,
+            }))
+        }
+        fn close(self: Box<Self>) -> Result<()> {
+            if self.mode != Mode::Read {
+                self.env
+                    .force_sync()
+                    .map_err(|e| heed_error(&self.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    /// The environment in `dir` read whole: `data.mdb` memory-mapped, every record's value
+    /// located in it (LMDB keeps each value contiguous in the map, in a leaf or in
+    /// overflow pages).
+    pub fn snapshot(dir: &Path) -> Result<Source> {
+        let db = open(dir, Mode::Read)?;
+        let (bytes, records) = db.locate()?;
+        Ok(
+            Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
+                backend: "lmdb",
+                records,
+            })),
+        )
+    }
+}
+
+/// The LevelDB backend (Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
+/// key order; a transaction is a write batch written without sync.
+pub mod leveldb {
+    use super::*;
+    use rusty_leveldb::{LdbIterator, Options, WriteBatch, DB};
+
+    fn ldb_error(path: &Path, e: rusty_leveldb::Status) -> Error {
+        db_error(path, format!("LevelDB: {e}"))
+    }
+
+    fn options(mode: Mode) -> Options {
+        Options {
+            create_if_missing: mode != Mode::Read,
+            // Checked by `open` as LevelDB does (a database exists when it has a
+            // CURRENT file): rusty-leveldb asks whether the folder exists.
+            error_if_exists: false,
+            write_buffer_size: 256 << 20,
+            max_open_files: 100,
+            block_size: 64 << 10,
+            ..Options::default()
+        }
+    }
+
+    /// A LevelDB database opened as Caffe2 opens it.
+    pub struct LevelDb {
+        db: DB,
+        path: PathBuf,
+        mode: Mode,
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: refused when it exists) the database
+    /// in folder `path`.
+    pub fn open(path: &Path, mode: Mode) -> Result<LevelDb> {
+        if mode == Mode::Read && !is_leveldb(path) {
+            return Err(db_error(
+                path,
+                "not a LevelDB database (no CURRENT or MANIFEST)",
+            ));
+        }
+        if mode == Mode::New && path.join("CURRENT").exists() {
+            return Err(db_error(
+                path,
+                "cannot create a LevelDB database: it exists",
+            ));
+        }
+        let db = DB::open(path, options(mode)).map_err(|e| ldb_error(path, e))?;
+        Ok(LevelDb {
+            db,
+            path: path.to_path_buf(),
+            mode,
+        })
+    }
+
+    fn all_records(db: &mut DB, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
+        let mut out = Vec::new();
+        while let Some((k, v)) = LdbIterator::next(&mut it) {
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+
+    struct LdbCursor {
+        records: Vec<(Vec<u8>, Vec<u8>)>,
+        pos: usize,
+    }
+
+    impl Cursor for LdbCursor {
+        fn seek_to_first(&mut self) -> Result<()> {
+            self.pos = 0;
+            Ok(())
+        }
+        fn next(&mut self) -> Result<()> {
+            self.pos = (self.pos + 1).min(self.records.len());
+            Ok(())
+        }
+        fn valid(&self) -> bool {
+            self.pos < self.records.len()
+        }
+        fn key(&self) -> &[u8] {
+            self.records.get(self.pos).map_or(&[], |r| &r.0)
+        }
+        fn value(&self) -> &[u8] {
+            self.records.get(self.pos).map_or(&[], |r| &r.1)
+        }
+        fn supports_seek(&self) -> bool {
+            true
+        }
+        fn seek(&mut self, key: &[u8]) -> Result<()> {
+            self.pos = self.records.partition_point(|r| r.0.as_slice() < key);
+            Ok(())
+        }
+    }
+
+    struct LdbTxn<'a> {
+        db: &'a mut LevelDb,
+        batch: WriteBatch,
+        pending: bool,
+    }
+
+    impl Transaction for LdbTxn<'_> {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+            self.batch.put(key, value);
+            self.pending = true;
+            Ok(())
+        }
+        fn commit(&mut self) -> Result<()> {
+            if self.pending {
+                let batch = std::mem::take(&mut self.batch);
+                self.pending = false;
+                self.db
+                    .db
+                    .write(batch, false)
+                    .map_err(|e| ldb_error(&self.db.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    impl Drop for LdbTxn<'_> {
+        fn drop(&mut self) {
+            let _ = self.commit();
+        }
+    }
+
+    impl Db for LevelDb {
+        fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+            Err(db_error(
+                &self.path,
+                "a LevelDB cursor needs the database mutably: use cursor_mut",
+            ))
+        }
+        fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+            if self.mode == Mode::Read {
+                return Err(db_error(
+                    &self.path,
+                    "a database opened to read takes no transaction",
+                ));
+            }
+            Ok(Box::new(LdbTxn {
+                db: self,
+                batch: WriteBatch::default(),
+                pending: false,
+            }))
+        }
+        fn close(mut self: Box<Self>) -> Result<()> {
+            self.db.flush().map_err(|e| ldb_error(&self.path, e))?;
+            self.db.close().map_err(|e| ldb_error(&self.path, e))
+        }
+    }
+
+    impl LevelDb {
+        /// A cursor over every record (LevelDB's iterators need the database mutably).
+        pub fn cursor_mut(&mut self) -> Result<Box<dyn Cursor + '_>> {
+            let records = all_records(&mut self.db, &self.path)?;
+            Ok(Box::new(LdbCursor { records, pos: 0 }))
+        }
+    }
+
+    /// The database in `dir` read whole: its values copied, in key order, into one
+    /// buffer.
+    pub fn snapshot(dir: &Path) -> Result<Source> {
+        let mut db = open(dir, Mode::Read)?;
+        let all = all_records(&mut db.db, dir)?;
+        let mut buf = Vec::with_capacity(all.iter().map(|r| r.1.len()).sum());
+        let mut records = Vec::with_capacity(all.len());
+        for (k, v) in all {
+            records.push(Record {
+                key: k,
+                offset: buf.len() as u64,
+                len: v.len() as u64,
+            });
+            buf.extend_from_slice(&v);
+        }
+        db.db.close().map_err(|e| ldb_error(dir, e))?;
+        Ok(Source::from_bytes(buf)
+            .with_path(dir)
+            .with_records(Arc::new(Records {
+                backend: "leveldb",
+                records,
+            })))
+    }
+}
