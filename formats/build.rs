@@ -8,6 +8,7 @@ fn main() {
         "fmt/pytorch_legacy.fmt",
         "fmt/torchscript.fmt",
         "fmt/onnx.fmt",
+        "fmt/caffe2.fmt",
     ];
     if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
         eprintln!("{report}");

@@ -26,6 +26,7 @@ pub mod derive;
 mod dict;
 mod engine;
 mod expr;
+mod kv;
 mod layout;
 mod mapping;
 mod model;
@@ -202,6 +203,7 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
     };
     let kind = match engine {
         Some(e) if e.kind.name == "protobuf" => Some("protobuf"),
+        Some(e) if e.kind.name == "kv" => Some("kv"),
         Some(e) if !e.args.is_empty() => {
             errors.push(cx.unsupported(
                 e.span,
@@ -217,8 +219,8 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
         None => None,
     };
 
-    // The protobuf engine generates its own detector.
-    if kind != Some("protobuf") {
+    // The protobuf and kv engines generate their own detectors.
+    if !matches!(kind, Some("protobuf" | "kv")) {
         match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
             Ok(ts) => items.push(ts),
             Err(e) => errors.push(e),
@@ -297,6 +299,10 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
                 )),
             }
         }
+        Some("kv") => match kv::gen_kv(&cx, model, fmt) {
+            Ok(ts) => items.push(ts),
+            Err(e) => errors.push(e),
+        },
         Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
             Ok(ts) => items.push(ts),
             Err(e) => errors.push(e),

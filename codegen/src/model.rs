@@ -76,10 +76,10 @@ impl<'s> Fmt<'s> {
                 Item::Entry(e) => f.entries.push(e),
                 Item::Tensor(t) => f.tensors.push(t),
                 // Read by the `protobuf` engine (`proto.rs`); elsewhere unsupported.
-                Item::Message(m) if ast.engine_kind() != "protobuf" => f
+                Item::Message(m) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f
                     .unsupported
                     .push((m.span, "a protobuf `message` outside the protobuf engine")),
-                Item::Enum(e) if ast.engine_kind() != "protobuf" => f
+                Item::Enum(e) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f
                     .unsupported
                     .push((e.span, "a protobuf `enum` outside the protobuf engine")),
                 Item::Message(_) | Item::Enum(_) => {}

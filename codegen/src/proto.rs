@@ -55,7 +55,7 @@ fn kind(cx: &Cx<'_>, fmt: &Fmt<'_>, msg: &Message, f: &MessageField) -> GResult<
 }
 
 /// The view type and reader of one message.
-fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> {
+pub(crate) fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> {
     if let Some(n) = m.messages.first() {
         return Err(cx.unsupported(n.span, "a nested message"));
     }
@@ -63,7 +63,7 @@ fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> 
     let doc = docs(&m.docs);
     let mut fields = Vec::new();
     let mut inits = Vec::new();
-    let mut arms = Vec::new();
+    let mut bodies: Vec<(Literal, TokenStream)> = Vec::new();
     for f in &m.fields {
         let k = kind(cx, fmt, m, f)?;
         let id = rs_ident(&f.name.name);
@@ -85,68 +85,83 @@ fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> 
             (Kind::Varint, false) => {
                 fields.push(quote!(#fdoc pub #id: ::std::option::Option<i64>,));
                 inits.push(quote!(#id: None,));
-                arms.push(quote!(#num => match f.value {
-                    rt::protobuf::Value::Varint(v) => m.#id = Some(v as i64),
-                    #wrong
-                },));
+                bodies.push((
+                    num.clone(),
+                    quote!(match f.value {
+                        rt::protobuf::Value::Varint(v) => m.#id = Some(v as i64),
+                        #wrong
+                    }),
+                ));
             }
             (Kind::Float, false) => {
                 fields.push(quote!(#fdoc pub #id: ::std::option::Option<f32>,));
                 inits.push(quote!(#id: None,));
-                arms.push(quote!(#num => match f.value {
-                    rt::protobuf::Value::I32(v) => m.#id = Some(f32::from_bits(v)),
-                    #wrong
-                },));
+                bodies.push((
+                    num.clone(),
+                    quote!(match f.value {
+                        rt::protobuf::Value::I32(v) => m.#id = Some(f32::from_bits(v)),
+                        #wrong
+                    }),
+                ));
             }
             (Kind::Double, false) => {
                 fields.push(quote!(#fdoc pub #id: ::std::option::Option<f64>,));
                 inits.push(quote!(#id: None,));
-                arms.push(quote!(#num => match f.value {
-                    rt::protobuf::Value::I64(v) => m.#id = Some(f64::from_bits(v)),
-                    #wrong
-                },));
+                bodies.push((
+                    num.clone(),
+                    quote!(match f.value {
+                        rt::protobuf::Value::I64(v) => m.#id = Some(f64::from_bits(v)),
+                        #wrong
+                    }),
+                ));
             }
             (Kind::Str, false) => {
                 fields.push(quote!(#fdoc pub #id: ::std::option::Option<&'a str>,));
                 inits.push(quote!(#id: None,));
-                arms.push(quote!(#num => match f.value {
+                bodies.push((num.clone(), quote!(match f.value {
                     rt::protobuf::Value::Len(b, at) => m.#id = Some(rt::protobuf::utf8(b, at, #what)?),
                     #wrong
-                },));
+                })));
             }
             (Kind::Str, true) => {
                 fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<&'a str>,));
                 inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                arms.push(quote!(#num => match f.value {
+                bodies.push((num.clone(), quote!(match f.value {
                     rt::protobuf::Value::Len(b, at) => m.#id.push(rt::protobuf::utf8(b, at, #what)?),
                     #wrong
-                },));
+                })));
             }
             (Kind::Bytes, false) => {
                 fields.push(quote!(#fdoc pub #id: ::std::option::Option<(&'a [u8], u64)>,));
                 inits.push(quote!(#id: None,));
-                arms.push(quote!(#num => match f.value {
-                    rt::protobuf::Value::Len(b, at) => m.#id = Some((b, at)),
-                    #wrong
-                },));
+                bodies.push((
+                    num.clone(),
+                    quote!(match f.value {
+                        rt::protobuf::Value::Len(b, at) => m.#id = Some((b, at)),
+                        #wrong
+                    }),
+                ));
             }
             (Kind::Bytes, true) => {
                 fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<(&'a [u8], u64)>,));
                 inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                arms.push(quote!(#num => match f.value {
-                    rt::protobuf::Value::Len(b, at) => m.#id.push((b, at)),
-                    #wrong
-                },));
+                bodies.push((
+                    num.clone(),
+                    quote!(match f.value {
+                        rt::protobuf::Value::Len(b, at) => m.#id.push((b, at)),
+                        #wrong
+                    }),
+                ));
             }
             (Kind::Msg(name), rep) => {
                 let sub = rs_ident(name);
                 if rep {
                     fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<#sub<'a>>,));
                     inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                    arms.push(quote!(#num => match f.value {
+                    bodies.push((num.clone(), quote!(match f.value {
                         rt::protobuf::Value::Len(b, at) => m.#id.push(#sub::read(b, at, depth + 1, limits)?),
                         #wrong
-                    },));
+                    })));
                 } else {
                     // A message given more than once: the last one (this reader does not
                     // merge them).
@@ -154,14 +169,28 @@ fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> 
                         quote!(#fdoc pub #id: ::std::option::Option<::std::boxed::Box<#sub<'a>>>,),
                     );
                     inits.push(quote!(#id: None,));
-                    arms.push(quote!(#num => match f.value {
+                    bodies.push((num.clone(), quote!(match f.value {
                         rt::protobuf::Value::Len(b, at) => m.#id = Some(::std::boxed::Box::new(#sub::read(b, at, depth + 1, limits)?)),
                         #wrong
-                    },));
+                    })));
                 }
             }
         }
     }
+    let arms: Vec<TokenStream> = bodies
+        .iter()
+        .map(|(num, body)| quote!(#num => #body,))
+        .collect();
+    // One field: an `if` (a one-arm `match` reads as one).
+    let dispatch = if bodies.len() == 1 {
+        let (num, arm) = &bodies[0];
+        quote!(if f.number == #num { #arm })
+    } else {
+        quote!(match f.number {
+            #(#arms)*
+            _ => {}
+        })
+    };
     let read_doc = format!(
         " Reads a `{}` from `bytes`, whose first byte is at absolute offset `base`, `depth` messages deep (at most `limits.max_depth`).",
         m.name.name
@@ -190,10 +219,7 @@ fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> 
                 let mut m = #ty { bytes, base, #(#inits)* };
                 for f in rt::protobuf::fields(bytes, base) {
                     let f = f?;
-                    match f.number {
-                        #(#arms)*
-                        _ => {}
-                    }
+                    #dispatch
                 }
                 Ok(m)
             }
@@ -260,7 +286,7 @@ fn gen_prost_enum(e: &EnumDecl) -> TokenStream {
 /// the declared fields only, for building and decoding messages with prost. The
 /// readers and writers of the format work on the wire in place and keep undeclared
 /// fields; these types drop them.
-fn gen_prost(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+pub(crate) fn gen_prost(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     let mut items = Vec::new();
     for m in fmt.ast.messages() {
         let ty = rs_ident(&m.name.name);
@@ -391,6 +417,8 @@ enum T {
     OptStr,
     /// Located bytes that may be absent (`Option<(&[u8], u64)>`).
     OptBytes,
+    /// Text made by the mapping (`String`).
+    Owned,
     /// Repeated strings (`&[&str]`).
     Strs,
     /// A repeated scalar field left in its message: (message expression, number, kind).
@@ -428,6 +456,17 @@ struct Scope<'f, 's> {
     binding_msg: String,
     /// Whether `dtype` is defined yet.
     dtype: bool,
+    /// Entries of a `kv` format in scope: their name, value message and captures.
+    entries: Vec<EntryBind>,
+}
+
+/// An entry of a `kv` format as a mapping sees it: `blob.value` (its message),
+/// `blob.name` (a capture of its key pattern).
+#[derive(Debug, Clone)]
+pub(crate) struct EntryBind {
+    pub(crate) name: String,
+    pub(crate) msg: String,
+    pub(crate) captures: Vec<String>,
 }
 
 fn dtype_variant(name: &str) -> Option<TokenStream> {
@@ -541,8 +580,42 @@ impl Scope<'_, '_> {
                 ts: quote!(#s),
                 t: T::Lit,
             }),
+
             ExprKind::Path(p) => {
                 let first = p[0].name.as_str();
+                if let Some(en) = self.entries.iter().find(|x| x.name == first) {
+                    let b = rs_ident(first);
+                    let Some(seg) = p.get(1) else {
+                        return Err(cx.unsupported(e.span, "an entry as a value"));
+                    };
+                    if seg.name == "value" {
+                        let mut v = V {
+                            ts: quote!(#b.value),
+                            t: T::Msg(en.msg.clone()),
+                        };
+                        for seg in &p[2..] {
+                            v = self.member(cx, e, &v, seg)?;
+                        }
+                        return Ok(v);
+                    }
+                    if en.captures.contains(&seg.name) && p.len() == 2 {
+                        let c = rs_ident(&seg.name);
+                        return Ok(V {
+                            ts: quote!(#b.#c),
+                            t: T::Lit,
+                        });
+                    }
+                    return Err(cx.err(
+                        seg.span,
+                        format!("entry `{first}` has no member `{}`", seg.name),
+                    ));
+                }
+                if p.len() == 1 && first == "position" {
+                    return Ok(V {
+                        ts: quote!(position as i64),
+                        t: T::Int,
+                    });
+                }
                 if let Some((_, outer_msg)) = self.outer.iter().find(|(b, _)| b == first) {
                     let b = rs_ident(first);
                     let mut v = V {
@@ -685,9 +758,32 @@ impl Scope<'_, '_> {
                         }
                     }
                     ("elements", [a]) => self.elements(cx, &a.value),
+                    ("str", [a]) => {
+                        let v = self.compile(cx, &a.value)?;
+                        if !v.t.is(&T::Int) {
+                            return Err(cx.err(a.span, "`str` takes an integer"));
+                        }
+                        let ts = v.ts;
+                        Ok(V {
+                            ts: quote!(::std::string::ToString::to_string(&(#ts))),
+                            t: T::Owned,
+                        })
+                    }
                     ("external", args) => self.external(cx, e, args),
                     _ => Err(cx.unsupported(e.span, &format!("`{name}(..)` in this mapping"))),
                 }
+            }
+            ExprKind::Binary {
+                op: BinaryOp::Add, ..
+            } => {
+                // Text joined, in one `format!`: absent text reads as "".
+                let mut parts = Vec::new();
+                self.text_parts(cx, e, &mut parts)?;
+                let fmt_str = "{}".repeat(parts.len());
+                Ok(V {
+                    ts: quote!(format!(#fmt_str, #(#parts),*)),
+                    t: T::Owned,
+                })
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (l, r) = (self.compile(cx, lhs)?, self.compile(cx, rhs)?);
@@ -783,6 +879,27 @@ impl Scope<'_, '_> {
             }
             _ => Err(cx.unsupported(e.span, &format!("`{}` in this mapping", cx.text(e.span)))),
         }
+    }
+
+    /// The text pieces of `a + b + ...`, in order.
+    fn text_parts(&self, cx: &Cx<'_>, e: &Expr, out: &mut Vec<TokenStream>) -> GResult<()> {
+        if let ExprKind::Binary {
+            op: BinaryOp::Add,
+            lhs,
+            rhs,
+        } = &e.kind
+        {
+            self.text_parts(cx, lhs, out)?;
+            return self.text_parts(cx, rhs, out);
+        }
+        let v = self.compile(cx, e)?;
+        let ts = v.ts;
+        out.push(match v.t {
+            T::Lit | T::Owned => ts,
+            T::OptStr => quote!((#ts).unwrap_or("")),
+            _ => return Err(cx.unsupported(e.span, "`+` of a value that is not text")),
+        });
+        Ok(())
     }
 
     /// `e` as tensor data: a `bytes` field is its byte range in the source.
@@ -893,24 +1010,51 @@ impl Scope<'_, '_> {
     }
 }
 
-/// The message a mapping's source yields, and the steps to it from the root: each a
-/// field and whether it is repeated.
-fn mapping_source(
+/// The fields from where a mapping's source starts to its items, each with whether it
+/// is repeated.
+pub(crate) type Steps = Vec<(Ident, bool)>;
+
+/// Where a mapping's source starts: the document's root message, or the value of an
+/// entry of a `kv` format (`blob.value.tensor`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Origin {
+    /// `root.a.b`.
+    Root,
+    /// `entry.value.a.b`: the entry's name.
+    Entry(String),
+}
+
+/// The message a mapping's source yields, the steps to it from where it starts (each a
+/// field and whether it is repeated), and where it starts.
+pub(crate) fn mapping_source(
     cx: &Cx<'_>,
     fmt: &Fmt<'_>,
     root: &str,
     map: &TensorMap,
-) -> GResult<(String, Vec<(Ident, bool)>)> {
-    // The source: `root.a.b...` through optional and repeated messages.
+    entries: &[EntryBind],
+) -> GResult<(String, Steps, Origin)> {
     let ExprKind::Path(p) = &map.source.kind else {
         return Err(cx.unsupported(map.source.span, "this mapping source"));
     };
-    if p.first().map(|i| i.name.as_str()) != Some("root") {
-        return Err(cx.unsupported(map.source.span, "a mapping source outside `root`"));
-    }
-    let mut msg = root.to_string();
+    let first = p.first().map(|i| i.name.as_str()).unwrap_or("");
+    let (mut msg, rest, origin) = if first == "root" {
+        (root.to_string(), &p[1..], Origin::Root)
+    } else if let Some(en) = entries.iter().find(|e| e.name == first) {
+        if p.get(1).map(|i| i.name.as_str()) != Some("value") {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a mapping over an entry other than its value (`entry.value...`)",
+            ));
+        }
+        (en.msg.clone(), &p[2..], Origin::Entry(en.name.clone()))
+    } else {
+        return Err(cx.unsupported(
+            map.source.span,
+            "a mapping source outside `root` (or a `kv` entry's value)",
+        ));
+    };
     let mut steps: Vec<(Ident, bool)> = Vec::new();
-    for seg in &p[1..] {
+    for seg in rest {
         let Some(m) = fmt.ast.message(&msg) else {
             return Err(cx.err(seg.span, format!("unknown message `{msg}`")));
         };
@@ -923,7 +1067,7 @@ fn mapping_source(
         steps.push((seg.clone(), f.label == Label::Repeated));
         msg = next;
     }
-    Ok((msg, steps))
+    Ok((msg, steps, origin))
 }
 
 /// What a mapping's statements compile to: Rust expressions for its properties, and
@@ -935,6 +1079,7 @@ struct Props {
     dtype: Option<TokenStream>,
     shape: Option<TokenStream>,
     data: Option<TokenStream>,
+    segment: Option<TokenStream>,
 }
 
 /// Compiles the statements of `map` (whose item is bound as `scope.binding`) into
@@ -949,25 +1094,79 @@ fn compile_stmts(
     props: &mut Props,
     depth: usize,
 ) -> GResult<()> {
-    for s in &map.stmts {
+    compile_stmts_skipping(cx, fmt, root, scope, map, props, depth, &[])
+}
+
+/// [`compile_stmts`], leaving out the assignments to `skip` (properties the including
+/// mapping assigns after: they need not compile here, where its names are not bound).
+#[allow(clippy::too_many_arguments)]
+fn compile_stmts_skipping(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    scope: &mut Scope<'_, '_>,
+    map: &TensorMap,
+    props: &mut Props,
+    depth: usize,
+    skip: &[String],
+) -> GResult<()> {
+    for (i, s) in map.stmts.iter().enumerate() {
         let (key, value) = match s {
             TensorStmt::Assign { key, value, .. } => (key, value),
             TensorStmt::Include(e) => {
-                include(cx, fmt, root, scope, e, props, depth)?;
+                // What this mapping assigns after the include overrides it.
+                let later: Vec<String> = map.stmts[i + 1..]
+                    .iter()
+                    .filter_map(|s| match s {
+                        TensorStmt::Assign { key, .. } => Some(key.name.clone()),
+                        _ => None,
+                    })
+                    .chain(skip.iter().cloned())
+                    .collect();
+                include(cx, fmt, root, scope, e, props, depth, &later)?;
                 continue;
             }
         };
+        if skip.contains(&key.name) {
+            continue;
+        }
         match key.name.as_str() {
             "name" => {
                 let v = scope.compile(cx, value)?;
-                if !v.t.is(&T::OptStr) {
-                    return Err(cx.err(value.span, "`name` is not text"));
-                }
                 let ts = v.ts;
                 let what = format!("`{}` is missing", cx.text(value.span));
-                props.name = Some(
-                    quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#what.to_string())))?),
-                );
+                props.name = Some(match v.t {
+                    T::OptStr => {
+                        quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#what.to_string())))?)
+                    }
+                    T::Owned => quote!(&#ts),
+                    T::Lit => quote!(#ts),
+                    _ => return Err(cx.err(value.span, "`name` is not text")),
+                });
+            }
+            "segment" => {
+                let v = scope.compile(cx, value)?;
+                let T::OptMsg(m) = &v.t else {
+                    return Err(cx.err(value.span, "`segment` is not an optional message"));
+                };
+                let has = |n: &str| {
+                    fmt.ast
+                        .message(m)
+                        .is_some_and(|d| d.fields.iter().any(|f| f.name.name == n))
+                };
+                if !(has("begin") && has("end")) {
+                    return Err(cx.err(
+                        value.span,
+                        "`segment` needs a message with `begin` and `end`",
+                    ));
+                }
+                let ts = v.ts;
+                props.segment =
+                    Some(quote!((#ts).map(|s| (s.begin.unwrap_or(0), s.end.unwrap_or(0)))));
+            }
+            "dtype" if matches!(value.kind, ExprKind::If { .. }) => {
+                props.dtype = Some(dtype_choice(cx, fmt, scope, value)?);
+                scope.dtype = true;
             }
             "dtype" => {
                 let ExprKind::Index { base, index } = &value.kind else {
@@ -1033,8 +1232,66 @@ fn compile_stmts(
     Ok(())
 }
 
+/// A `dtype` chosen by `if`: each branch a dtype name or a table lookup.
+fn dtype_choice(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    scope: &Scope<'_, '_>,
+    e: &Expr,
+) -> GResult<TokenStream> {
+    match &e.kind {
+        ExprKind::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            let c = scope.compile(cx, cond)?;
+            if !c.t.is(&T::Bool) {
+                return Err(cx.err(cond.span, "the condition is not a boolean"));
+            }
+            let (ct, a, b) = (
+                c.ts,
+                dtype_choice(cx, fmt, scope, then)?,
+                dtype_choice(cx, fmt, scope, otherwise)?,
+            );
+            Ok(quote!(if #ct { #a } else { #b }))
+        }
+        ExprKind::Path(p) if p.len() == 1 && dtype_variant(&p[0].name).is_some() => {
+            let d = dtype_variant(&p[0].name).expect("checked");
+            Ok(quote!((#d, ::std::option::Option::None)))
+        }
+        ExprKind::Index { base, index } => {
+            let ExprKind::Path(tp) = &base.kind else {
+                return Err(cx.unsupported(base.span, "this table"));
+            };
+            let Some(table) = fmt.table(&tp[0].name).filter(|_| tp.len() == 1) else {
+                return Err(cx.err(base.span, format!("unknown table `{}`", cx.text(base.span))));
+            };
+            if table.key_kind != KeyKind::Int {
+                return Err(cx.unsupported(base.span, "a table with text keys here"));
+            }
+            let k = scope.compile(cx, index)?;
+            if !k.t.is(&T::Int) {
+                return Err(cx.err(index.span, "the key is not an integer"));
+            }
+            let f = rs_ident(&table.name.name);
+            let kts = k.ts;
+            Ok(quote!({
+                let key: i64 = #kts;
+                #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())))?
+            }))
+        }
+        _ => Err(cx.unsupported(
+            e.span,
+            "this `dtype`: a dtype name, a table lookup or an `if` of them",
+        )),
+    }
+}
+
 /// `include F.tensor(x)`, F this format: the mapping whose items are `x`'s message type,
-/// applied to `x` (which must be present).
+/// applied to `x` (which must be present), leaving out what the includer assigns after
+/// (`skip`).
+#[allow(clippy::too_many_arguments)]
 fn include(
     cx: &Cx<'_>,
     fmt: &Fmt<'_>,
@@ -1043,6 +1300,7 @@ fn include(
     e: &Expr,
     props: &mut Props,
     depth: usize,
+    skip: &[String],
 ) -> GResult<()> {
     let ExprKind::Call { callee, args } = &e.kind else {
         return Err(cx.unsupported(e.span, "this `include`"));
@@ -1073,7 +1331,7 @@ fn include(
     };
     let mut target = None;
     for m in &fmt.tensors {
-        if mapping_source(cx, fmt, root, m)?.0 == msg {
+        if mapping_source(cx, fmt, root, m, &scope.entries)?.0 == msg {
             target = Some(m);
             break;
         }
@@ -1102,25 +1360,53 @@ fn include(
         binding: inner,
         binding_msg: msg,
         dtype: scope.dtype,
+        entries: scope.entries.clone(),
     };
-    compile_stmts(cx, fmt, root, &mut sub, target, props, depth + 1)?;
+    compile_stmts_skipping(cx, fmt, root, &mut sub, target, props, depth + 1, skip)?;
     scope.dtype |= sub.dtype;
     Ok(())
 }
 
+/// What a mapping's generated block adds its items to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Output {
+    /// `tensors: Vec<rt::TensorInfo>`, one per item.
+    Tensors,
+    /// `chunks: Vec<rt::kv::Chunk>`, parts joined by name afterwards (`segment`); the
+    /// record's key is `key`.
+    Chunks,
+}
+
 /// The tensors of one mapping.
-fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResult<TokenStream> {
-    let (msg, steps) = mapping_source(cx, fmt, root, map)?;
+pub(crate) fn gen_mapping(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    map: &TensorMap,
+    entries: &[EntryBind],
+    output: Output,
+) -> GResult<TokenStream> {
+    let (msg, steps, origin) = mapping_source(cx, fmt, root, map, entries)?;
     // Nested loops down to the items.
+    let start = match &origin {
+        Origin::Root => quote!(root),
+        Origin::Entry(e) => {
+            let id = rs_ident(e);
+            quote!(#id.value)
+        }
+    };
     let mut body = quote!(items.push(x););
     for (i, (seg, repeated)) in steps.iter().enumerate().rev() {
         let id = rs_ident(&seg.name);
-        let parent = if i == 0 { quote!(root) } else { quote!(x) };
+        let parent = if i == 0 { start.clone() } else { quote!(x) };
         body = if *repeated {
             quote!(for x in &(#parent).#id { #body })
         } else {
             quote!(if let Some(x) = (#parent).#id.as_deref() { #body })
         };
+    }
+    if steps.is_empty() {
+        body = quote!(items.push(&#start););
     }
     let item_ty = rs_ident(&msg);
     let mut scope = Scope {
@@ -1129,6 +1415,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
         binding: map.binding.name.clone(),
         binding_msg: msg.clone(),
         dtype: false,
+        entries: entries.to_vec(),
     };
     let filter = match &map.filter {
         Some(f) => {
@@ -1149,6 +1436,7 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
         dtype: Some(dtype),
         shape: Some(shape),
         data: Some(data),
+        segment,
     } = props
     else {
         return Err(cx.err(
@@ -1172,18 +1460,14 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
         let prefix = format!("{}#", cx.text(map.source.span));
         quote!(format!("{}{position}", #prefix))
     };
-    Ok(quote! {
-        {
-            let mut items: ::std::vec::Vec<&#item_ty<'_>> = ::std::vec::Vec::new();
-            #body
-            for (position, #binding) in items.into_iter().enumerate() {
-                #filter
-                let info = (|| -> rt::Result<rt::TensorInfo> {
-                    #(#prelude)*
-                    let name: &str = #name;
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype;
-                    let shape: ::std::vec::Vec<u64> = #shape;
-                    let (location, count): (rt::DataLocation, u64) = #data;
+    let (result_ty, finish, push) = match output {
+        Output::Tensors => {
+            if segment.is_some() {
+                return Err(cx.unsupported(map.span, "`segment` outside a `kv` format"));
+            }
+            (
+                quote!(rt::TensorInfo),
+                quote! {
                     if dtype.0 == rt::DType::String {
                         if count == u64::MAX {
                             return Err(rt::Error::from(rt::ErrorKind::Unsupported(
@@ -1193,12 +1477,54 @@ fn gen_mapping(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str, map: &TensorMap) -> GResu
                     } else {
                         rt::TensorInfo::dense(name, dtype.0, shape, rt::Order::C, dtype.1.unwrap_or(rt::ByteOrder::Little), location)
                     }
+                },
+                quote!(tensors.push(info);),
+            )
+        }
+        Output::Chunks => {
+            let segment = segment.unwrap_or_else(|| quote!(::std::option::Option::None));
+            (
+                quote!(rt::kv::Chunk),
+                quote! {
+                    if dtype.0 == rt::DType::String && count == u64::MAX {
+                        return Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                            "string tensors outside the message".to_string())));
+                    }
+                    let segment: ::std::option::Option<(i64, i64)> = #segment;
+                    Ok(rt::kv::Chunk {
+                        name: name.to_string(),
+                        dtype: dtype.0,
+                        byte_order: dtype.1.unwrap_or(rt::ByteOrder::Little),
+                        shape,
+                        location,
+                        count,
+                        segment,
+                        key: key.to_string(),
+                    })
+                },
+                quote!(chunks.push(info);),
+            )
+        }
+    };
+    Ok(quote! {
+        {
+            let mut items: ::std::vec::Vec<&#item_ty<'_>> = ::std::vec::Vec::new();
+            #body
+            for (position, #binding) in items.into_iter().enumerate() {
+                #filter
+                let info = (|| -> rt::Result<#result_ty> {
+                    #(#prelude)*
+                    let name: &str = #name;
+                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype;
+                    let shape: ::std::vec::Vec<u64> = #shape;
+                    let (location, count): (rt::DataLocation, u64) = #data;
+                    #finish
                 })()
                 .map_err(|e| {
                     let what = #what;
                     in_file(e.in_entry(&what))
                 })?;
-                tensors.push(info);
+                #push
             }
         }
     })
@@ -1221,7 +1547,7 @@ pub(crate) fn gen_protobuf(
     items.push(gen_prost(cx, fmt)?);
     let mut maps = Vec::new();
     for map in &fmt.tensors {
-        maps.push(gen_mapping(cx, fmt, &root.name, map)?);
+        maps.push(gen_mapping(cx, fmt, &root.name, map, &[], Output::Tensors)?);
     }
     let root_ty = rs_ident(&root.name);
     // Detection: the whole source walks as a message whose declared fields have their
@@ -1666,7 +1992,7 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
     }) else {
         return Ok(None);
     };
-    let (item_msg, steps) = mapping_source(cx, fmt, root, map)?;
+    let (item_msg, steps, _) = mapping_source(cx, fmt, root, map, &[])?;
     let Some((last, repeated)) = steps.last() else {
         return Err(cx.unsupported(map.source.span, "writing tensors at the root"));
     };

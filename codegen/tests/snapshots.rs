@@ -83,28 +83,31 @@ format records {
 }
 
 #[test]
-fn unsupported_engine() {
+fn kv_engine_needs_what_its_backend_reads() {
     let s = parse(
         r#"
 format kvish {
-    engine kv(backend = lmdb);
+    engine kv(backend = records);
     message Rec { name: optional string = 1; }
+    entry r "{k}" { repeated; value Rec; }
 }
 "#,
     );
-    let d = tensorfmt_codegen::generate(&s).expect_err("the kv engine is not supported");
+    let d = tensorfmt_codegen::generate(&s).expect_err("a records backend without a Record layout");
     let msgs: Vec<&str> = d.iter().map(|d| d.message.as_str()).collect();
     assert!(
-        msgs.iter().any(|m| m.contains(
-            "protobuf `message` outside the protobuf engine is not supported by the code generator"
-        )),
-        "{msgs:?}"
-    );
-    assert!(
         msgs.iter()
-            .any(|m| m.contains("engine with arguments is not supported by the code generator")),
+            .any(|m| m.contains("the `records` backend reads the format's `layout Record`")),
         "{msgs:?}"
     );
+}
+
+#[test]
+fn caffe2() {
+    let s = schema(&["formats/fmt/caffe2.fmt"]);
+    let code = tensorfmt_codegen::generate_file(&s)
+        .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
+    insta::assert_snapshot!("caffe2", code);
 }
 
 #[test]

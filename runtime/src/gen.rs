@@ -34,4 +34,4 @@ pub use crate::tensor::{
 };
 pub use crate::tree::Node;
 pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
-pub use crate::{pickle, protobuf, protodoc, pydict, zip};
+pub use crate::{kv, pickle, protobuf, protodoc, pydict, zip};

@@ -568,3 +568,160 @@ pub mod leveldb {
             })))
     }
 }
+
+/// One record's part of a tensor, as a mapping reads it: the whole tensor's dtype and
+/// shape, and the elements `[begin, end)` this part holds (`segment`; `None`: all).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// The tensor's name.
+    pub name: String,
+    /// The element type.
+    pub dtype: crate::DType,
+    /// The byte order of the stored elements.
+    pub byte_order: crate::ByteOrder,
+    /// The whole tensor's shape.
+    pub shape: Vec<u64>,
+    /// Where this part's bytes are.
+    pub location: crate::DataLocation,
+    /// The number of string elements (string tensors), else `u64::MAX`.
+    pub count: u64,
+    /// The elements of the whole tensor this part holds.
+    pub segment: Option<(i64, i64)>,
+    /// The record's key, for errors.
+    pub key: String,
+}
+
+/// Joins the parts of each tensor (records of one name, in any order and interleaved
+/// with others) as Caffe2's Load does (`load_save_op_util.cc`, BlobState): the first part
+/// sets the size; a later part must have a segment, may not add to a complete tensor and
+/// may not take it past its size; the parts must cover every element exactly once; and
+/// every tensor must be complete. Errors carry Caffe2's words and the record's key. A
+/// tensor is listed where its first part is.
+pub fn join_chunks(chunks: Vec<Chunk>) -> Result<Vec<crate::TensorInfo>> {
+    let mut order: Vec<String> = Vec::new();
+    let mut by_name: std::collections::HashMap<String, Vec<Chunk>> = Default::default();
+    for c in chunks {
+        if !by_name.contains_key(&c.name) {
+            order.push(c.name.clone());
+        }
+        by_name.entry(c.name.clone()).or_default().push(c);
+    }
+    let mut out = Vec::with_capacity(order.len());
+    for name in order {
+        let parts = by_name.remove(&name).unwrap_or_default();
+        out.push(join_one(&name, parts)?);
+    }
+    Ok(out)
+}
+
+fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<crate::TensorInfo> {
+    let first = &parts[0];
+    let err = |key: &str, msg: String| {
+        Error::new(ErrorKind::Invalid(msg), Location::default()).in_entry(key)
+    };
+    let total = crate::tensor::numel(&first.shape)?;
+    let mut current: u64 = 0;
+    for (i, p) in parts.iter().enumerate() {
+        if p.dtype != first.dtype || p.shape != first.shape {
+            return Err(err(
+                &p.key,
+                format!(
+                    "a part of tensor {name} is {} {:?}, an earlier part {} {:?}",
+                    p.dtype, p.shape, first.dtype, first.shape
+                ),
+            ));
+        }
+        let n = match p.segment {
+            None if i == 0 => total,
+            None => {
+                return Err(err(
+                    &p.key,
+                    format!("Partial tensor must have a segment: {name}"),
+                ))
+            }
+            Some((b, e)) => {
+                if b < 0 || e < b {
+                    return Err(err(
+                        &p.key,
+                        format!("tensor {name} has the invalid segment [{b}, {e})"),
+                    ));
+                }
+                (e - b) as u64
+            }
+        };
+        if i > 0 && current == total {
+            return Err(err(
+                &p.key,
+                format!("Found an extra part for an already filled tensor: {name}"),
+            ));
+        }
+        current = current
+            .checked_add(n)
+            .filter(|&c| c <= total)
+            .ok_or_else(|| {
+                err(
+                    &p.key,
+                    format!("Tensor parts are bigger than target size for tensor: {name}"),
+                )
+            })?;
+    }
+    if current != total {
+        return Err(err(
+            &parts[0].key,
+            format!("Data size mismatch for blob {name}. Expected: {total} Read: {current}"),
+        ));
+    }
+    // The parts in element order, tiling [0, total) exactly.
+    parts.sort_by_key(|p| p.segment.map_or(0, |s| s.0));
+    let mut at = 0u64;
+    for p in &parts {
+        let (b, e) = p.segment.map_or((0, total), |(b, e)| (b as u64, e as u64));
+        if b != at {
+            return Err(err(
+                &p.key,
+                format!("the parts of tensor {name} overlap or leave a gap at element {at}"),
+            ));
+        }
+        let item = p.dtype.itemsize();
+        let want = match item {
+            Some(s) => (e - b).checked_mul(s as u64),
+            None => None,
+        };
+        if let Some(want) = want {
+            if p.location.len() != want {
+                return Err(err(
+                    &p.key,
+                    format!(
+                        "a part of tensor {name} holds {} bytes for elements [{b}, {e}), which need {want}",
+                        p.location.len()
+                    ),
+                ));
+            }
+        } else if p.count != e - b {
+            return Err(err(
+                &p.key,
+                format!(
+                    "a part of string tensor {name} holds {} strings for elements [{b}, {e})",
+                    p.count
+                ),
+            ));
+        }
+        at = e;
+    }
+    let first = &parts[0];
+    let (dtype, byte_order, shape) = (first.dtype, first.byte_order, first.shape.clone());
+    let count: u64 = parts
+        .iter()
+        .map(|p| p.count)
+        .fold(0u64, |a, c| a.saturating_add(c));
+    let location = if parts.len() == 1 {
+        parts.pop().map(|p| p.location).expect("one part")
+    } else {
+        crate::DataLocation::Pieces(parts.into_iter().map(|p| p.location).collect())
+    };
+    if dtype == crate::DType::String {
+        crate::TensorInfo::strings(name, shape, count, location)
+    } else {
+        crate::TensorInfo::dense(name, dtype, shape, crate::Order::C, byte_order, location)
+    }
+}

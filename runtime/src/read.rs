@@ -103,7 +103,47 @@ fn read_inner(
         Flow::Continue => {}
         other => return Ok(other),
     }
-    match &info.location {
+    read_location(src, info, &info.location, sink, opts)?;
+    sink.end(info)
+}
+
+/// Pushes the bytes of one piece to the sink it wraps, as chunks (no views: the tensor
+/// is made of several).
+struct PieceSink<'a> {
+    inner: &'a mut dyn Sink,
+}
+
+impl Sink for PieceSink<'_> {
+    fn begin(&mut self, _: &TensorInfo) -> Result<Flow> {
+        Ok(Flow::Continue)
+    }
+    fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.chunk(bytes)
+    }
+    fn end(&mut self, _: &TensorInfo) -> Result<Flow> {
+        Ok(Flow::Continue)
+    }
+}
+
+/// Reads the bytes at `location` (of `info`) into `sink`, between its `begin` and `end`.
+fn read_location(
+    src: &Source,
+    info: &TensorInfo,
+    location: &DataLocation,
+    sink: &mut dyn Sink,
+    opts: &ReadOptions,
+) -> Result<()> {
+    match location {
+        DataLocation::Pieces(pieces) if pieces.len() == 1 => {
+            read_location(src, info, &pieces[0], sink, opts)?
+        }
+        DataLocation::Pieces(pieces) => {
+            let mut s = PieceSink { inner: sink };
+            for (i, p) in pieces.iter().enumerate() {
+                read_location(src, info, p, &mut s, opts)
+                    .map_err(|e| e.in_field(&format!("piece {i}")))?;
+            }
+        }
         DataLocation::Range { offset, len } => read_range(src, info, *offset, *len, sink, opts)?,
         DataLocation::ZipMember { member, skip, len } => {
             read_member(src, info, member, *skip, *len, sink, opts)?
@@ -130,7 +170,7 @@ fn read_inner(
                 .map_err(|e| e.in_field(&format!("external file '{path}'")))?;
         }
     }
-    sink.end(info)
+    Ok(())
 }
 
 /// `n` as a `usize`, or an overflow error.

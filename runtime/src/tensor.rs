@@ -76,6 +76,9 @@ pub enum DataLocation {
         /// Number of element bytes they make.
         len: u64,
     },
+    /// The tensor's bytes in pieces, one after the other (a Caffe2 tensor saved in
+    /// chunks, each record holding the elements of one segment).
+    Pieces(Vec<DataLocation>),
 }
 
 impl DataLocation {
@@ -86,6 +89,7 @@ impl DataLocation {
             | DataLocation::ZipMember { len, .. }
             | DataLocation::External { len, .. }
             | DataLocation::Field { len, .. } => *len,
+            DataLocation::Pieces(p) => p.iter().map(DataLocation::len).sum(),
         }
     }
 
@@ -111,7 +115,10 @@ impl DataLocation {
                     Ok(None)
                 }
             }
-            DataLocation::External { .. } | DataLocation::Field { .. } => Ok(None),
+            DataLocation::Pieces(p) if p.len() == 1 => p[0].plain_range(src),
+            DataLocation::External { .. }
+            | DataLocation::Field { .. }
+            | DataLocation::Pieces(_) => Ok(None),
         }
     }
 }
@@ -274,6 +281,15 @@ impl TensorInfo {
                 elements,
                 len: extent,
             },
+            DataLocation::Pieces(p) if extent == p.iter().map(DataLocation::len).sum::<u64>() => {
+                DataLocation::Pieces(p)
+            }
+            DataLocation::Pieces(_) => {
+                return Err(ErrorKind::Unsupported(format!(
+                    "tensor '{name}' in pieces viewed with strides"
+                ))
+                .into())
+            }
         };
         Ok(TensorInfo {
             name,

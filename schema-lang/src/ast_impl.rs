@@ -51,6 +51,7 @@ pub const TENSOR_KEYS: &[&str] = &[
     "order",
     "byte_order",
     "data",
+    "segment",
     "write",
 ];
 
@@ -68,6 +69,7 @@ pub const ENTRY_PROPS: &[&str] = &[
     "write",
     "write_name",
     "preferred",
+    "strict",
 ];
 
 /// The byte width of an integer type name (`u16` → 2); `None` for other names.

@@ -361,7 +361,7 @@ impl<'a> Checker<'a> {
         }
         let allowed: &[&str] = match kind {
             "protobuf" => &["root"],
-            "kv" => &["backend"],
+            "kv" => &["backend", "schema"],
             _ => &[],
         };
         for a in &e.args {
@@ -418,6 +418,20 @@ impl<'a> Checker<'a> {
                     ),
                 ),
                 Some(a) => {
+                    if let Some(schema) = crate::find_arg(&e.args, "schema") {
+                        let known = schema.value.path_name().is_some_and(|n| {
+                            self.visible_format(at, n)
+                                .is_some_and(|f| f.engine_kind() == "kv")
+                        });
+                        if !known {
+                            self.err_help(
+                                at.file,
+                                schema.value.span,
+                                format!("'{}' is not a kv format of this file", schema.value),
+                                "`schema = F` maps the records as kv format F maps its own",
+                            );
+                        }
+                    }
                     if !a
                         .value
                         .path_name()
@@ -1458,7 +1472,7 @@ impl<'a> Checker<'a> {
             }
             seen.insert(n, p.name.span);
             let Some(v) = &p.value else {
-                if !matches!(n, "repeated" | "optional" | "text") {
+                if !matches!(n, "repeated" | "optional" | "text" | "strict") {
                     self.err(
                         at.file,
                         p.span,
@@ -2110,6 +2124,10 @@ impl<'a> Checker<'a> {
                 }
                 if n == "root" && at.fmt.engine_kind() == "protobuf" {
                     return Ty::Unknown;
+                }
+                // The item's index in the repeated field a mapping iterates.
+                if n == "position" && p.len() == 1 {
+                    return Ty::Int;
                 }
             }
             Scope::Entry => {}

@@ -4,7 +4,7 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The seven built-in schema files: the three compiled today and the four design drafts.
+/// The built-in schema files: the compiled ones and the safetensors design.
 pub fn all_files() -> Vec<PathBuf> {
     let r = root();
     vec![
@@ -14,7 +14,7 @@ pub fn all_files() -> Vec<PathBuf> {
         r.join("formats/fmt/pytorch.fmt"),
         r.join("formats/fmt/pytorch_legacy.fmt"),
         r.join("formats/fmt/onnx.fmt"),
-        r.join("docs/formats/caffe2.fmt"),
+        r.join("formats/fmt/caffe2.fmt"),
     ]
 }
 
@@ -42,7 +42,6 @@ fn every_builtin_file_checks_clean() {
                     "pytorch",
                     "pytorch-legacy",
                     "onnx",
-                    "caffe2-proto",
                     "caffe2-minidb",
                     "caffe2-lmdb",
                     "caffe2-leveldb"

@@ -1,0 +1,304 @@
+//! The `kv` engine: a key-value database of records (`engine kv(backend = B);`), each
+//! record's key matched against the format's entries in order (`entry blob
+//! "{name}#%{chunk}" { value BlobProto; }`), its value read in place as the entry's
+//! protobuf message, and the format's mappings run over the entries' values; parts of
+//! one tensor in several records (`segment = ...`) are joined by name
+//! (`rt::kv::join_chunks`). Backends: `records` (a file of records whose layout the
+//! format declares as `Record`: Caffe2's MiniDB), and `lmdb` and `leveldb` (the
+//! runtime's). A format may take another's entries and mappings: `engine kv(backend =
+//! lmdb, schema = caffe2_minidb);`.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::expr::Cx;
+use crate::model::{rs_ident, Fmt, GResult, Model};
+use crate::proto::{self, EntryBind, Origin, Output};
+
+/// The arguments of `engine kv(...)`: the backend and the schema format, if any.
+fn engine_args(fmt: &Fmt<'_>) -> (String, Option<String>) {
+    let mut backend = String::new();
+    let mut schema = None;
+    if let Some(e) = fmt.engines.first() {
+        for a in &e.args {
+            let v = a.value.path_name().map(str::to_string);
+            match a.name.as_ref().map(|n| n.name.as_str()) {
+                Some("backend") => backend = v.unwrap_or_default(),
+                Some("schema") => schema = v,
+                _ => {}
+            }
+        }
+    }
+    (backend, schema)
+}
+
+/// The entries of a `kv` format as mappings see them.
+fn entry_binds(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<Vec<EntryBind>> {
+    let mut out = Vec::new();
+    for e in &fmt.entries {
+        let Some(v) = e.prop("value").and_then(|p| p.value.as_ref()) else {
+            return Err(cx.unsupported(e.span, "a `kv` entry without a `value` message"));
+        };
+        let Some(msg) = v.path_name().filter(|n| fmt.ast.message(n).is_some()) else {
+            return Err(cx.unsupported(
+                v.span,
+                "a `kv` entry value that is not a message of this format",
+            ));
+        };
+        out.push(EntryBind {
+            name: e.name.name.clone(),
+            msg: msg.to_string(),
+            captures: e.captures().into_iter().map(str::to_string).collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The items of a `kv` format's module.
+pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let (backend, schema) = engine_args(fmt);
+    let public = fmt.public_name().to_string();
+    let read_only = format!("writing {public} files is not compiled yet");
+    let desc = crate::engine::read_only_desc(&read_only, false);
+    if let Some(schema) = schema {
+        // Another format's entries and mappings over this backend's records.
+        let other = rs_ident(&schema);
+        let Some(target) = model.formats.iter().find(|f| f.ast.name.name == schema) else {
+            return Err(cx.err(fmt.ast.name.span, format!("unknown format `{schema}`")));
+        };
+        let _ = target;
+        let detect_doc =
+            format!(" True when the source is a database folder read by the `{backend}` backend.");
+        let index_doc = format!(
+            " Lists the tensors of the database: its records mapped as `{schema}` maps its own."
+        );
+        return Ok(quote! {
+            #[doc = #detect_doc]
+            pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
+                let _ = limits;
+                src.records().is_some_and(|r| r.backend == #backend)
+            }
+
+            #[doc = #index_doc]
+            pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+                let records = src.records().filter(|r| r.backend == #backend).ok_or_else(|| {
+                    rt::Error::from(rt::ErrorKind::Invalid(format!("not a database read by the {} backend", #backend)))
+                })?;
+                super::#other::map_records(src, &records.records, limits)
+            }
+
+            #desc
+        });
+    }
+
+    let entries = entry_binds(cx, fmt)?;
+    let mut items = Vec::new();
+    for m in fmt.ast.messages() {
+        items.push(proto::gen_message(cx, fmt, m)?);
+    }
+    items.push(proto::gen_prost(cx, fmt)?);
+
+    // One struct per entry: its key's captures and its value.
+    let mut entry_structs = Vec::new();
+    let mut arms = Vec::new();
+    for (i, (en, bind)) in fmt.entries.iter().zip(&entries).enumerate() {
+        let pi = proc_macro2::Literal::usize_unsuffixed(i);
+        let st = rs_ident(&format!("{}_entry", bind.name));
+        let st = syn_camel(&st.to_string());
+        let msg = rs_ident(&bind.msg);
+        let caps: Vec<_> = bind.captures.iter().map(|c| rs_ident(c)).collect();
+        let doc = format!(
+            " A record of entry `{}` (key pattern `{}`): its key's captures and its value.",
+            bind.name, en.pattern.value
+        );
+        entry_structs.push(quote! {
+            #[doc = #doc]
+            pub struct #st<'k, 'v> {
+                #(
+                    #[doc = " A capture of the key."]
+                    pub #caps: &'k str,
+                )*
+                /// The value, read in place.
+                pub value: &'v #msg<'v>,
+            }
+        });
+        let mut blocks = Vec::new();
+        for map in &fmt.tensors {
+            let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, &entries)?;
+            if origin == Origin::Entry(bind.name.clone()) {
+                blocks.push(proto::gen_mapping(
+                    cx,
+                    fmt,
+                    "",
+                    map,
+                    &entries,
+                    Output::Chunks,
+                )?);
+            }
+        }
+        let id = rs_ident(&bind.name);
+        let idx: Vec<_> = (0..caps.len()).map(syn::Index::from).collect();
+        let strict = if en.has_flag("strict") {
+            let nums: Vec<_> = fmt
+                .ast
+                .message(&bind.msg)
+                .map(|m| {
+                    m.fields
+                        .iter()
+                        .map(|f| proc_macro2::Literal::u32_unsuffixed(f.tag))
+                        .collect()
+                })
+                .unwrap_or_default();
+            quote! {
+                .filter(|_| rt::protobuf::fields(value, base).all(|f| matches!(f, Ok(f) if matches!(f.number, #(#nums)|*))))
+            }
+        } else {
+            quote!()
+        };
+        let what = format!("record {{key:?}} as {}", bind.msg);
+        arms.push(quote! {
+            if let Some(caps) = patterns[#pi].matches(key) #strict {
+                let read = #msg::read(value, base, 0, limits)
+                    .map_err(|e| in_file(e.in_entry(format!(#what))))?;
+                let #id = #st {
+                    #(#caps: &caps[#idx],)*
+                    value: &read,
+                };
+                #(#blocks)*
+                continue;
+            }
+        });
+    }
+    let patterns: Vec<_> = fmt
+        .entries
+        .iter()
+        .map(|e| e.pattern.value.clone())
+        .collect();
+    let map_doc = " Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
+    items.push(quote! {
+        #(#entry_structs)*
+
+        #[doc = #map_doc]
+        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            let in_file = |e: rt::Error| match src.path() {
+                Some(p) => e.in_file(p),
+                None => e,
+            };
+            let all: &[u8] = match src.bytes() {
+                Some(b) => b.as_bytes(),
+                None => return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(
+                    "a database that is not in memory".to_string())))),
+            };
+            let patterns = [#(rt::Pattern::new(#patterns)?),*];
+            let mut chunks: ::std::vec::Vec<rt::kv::Chunk> = ::std::vec::Vec::new();
+            for rec in records {
+                let key_text = ::std::string::String::from_utf8_lossy(&rec.key);
+                let key: &str = &key_text;
+                let base = rec.offset;
+                let value = usize::try_from(rec.offset).ok()
+                    .and_then(|o| all.get(o..o.checked_add(usize::try_from(rec.len).ok()?)?))
+                    .ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::Truncated {
+                        needed: rec.len,
+                        available: (all.len() as u64).saturating_sub(rec.offset),
+                    }).in_entry(key)))?;
+                #(#arms)*
+            }
+            if chunks.len() as u64 > limits.max_tensors {
+                return Err(in_file(rt::Error::from(rt::ErrorKind::Limit { what: "tensors", limit: limits.max_tensors, actual: chunks.len() as u64 })));
+            }
+            rt::kv::join_chunks(chunks).map_err(in_file)
+        }
+    });
+
+    match backend.as_str() {
+        "records" => items.push(gen_records_backend(cx, fmt)?),
+        b => {
+            let detect_doc =
+                format!(" True when the source is a database folder read by the `{b}` backend.");
+            items.push(quote! {
+                #[doc = #detect_doc]
+                pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
+                    let _ = limits;
+                    src.records().is_some_and(|r| r.backend == #b)
+                }
+
+                /// Lists the tensors of the database.
+                pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+                    let records = src.records().filter(|r| r.backend == #b).ok_or_else(|| {
+                        rt::Error::from(rt::ErrorKind::Invalid(format!("not a database read by the {} backend", #b)))
+                    })?;
+                    map_records(src, &records.records, limits)
+                }
+            });
+        }
+    }
+    items.push(desc);
+    Ok(quote!(#(#items)*))
+}
+
+/// `blob_entry` → `BlobEntry`.
+fn syn_camel(s: &str) -> proc_macro2::Ident {
+    let c: String = s
+        .split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut ch = w.chars();
+            match ch.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + ch.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect();
+    rs_ident(&c)
+}
+
+/// A file of records whose layout the format declares as `Record` (key and value
+/// fields): `records` lists them, `detect` requires the whole file to be records.
+fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+    let Some(layout) = fmt.layout("Record") else {
+        return Err(cx.err(
+            fmt.ast.name.span,
+            "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
+        ));
+    };
+    let has = |n: &str| layout.fields.iter().any(|f| f.name.name == n);
+    if !(has("key") && has("value")) {
+        return Err(cx.err(
+            layout.name.span,
+            "`layout Record` needs fields `key` and `value`",
+        ));
+    }
+    Ok(quote! {
+        /// Every record of the file, in file order: its key and where its value is.
+        pub fn records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
+            let data = src.data();
+            let mut c = rt::Cursor::new(data, src.location());
+            let mut out = ::std::vec::Vec::new();
+            while !c.at_end() {
+                let r = Record::read(&mut c, limits)
+                    .map_err(|e| e.in_entry(format!("record {}", out.len())))?;
+                let (offset, len) = (r.value.0, r.value.1);
+                out.push(rt::kv::Record { key: r.key, offset, len });
+                if out.len() as u64 > limits.max_tensors.saturating_mul(1024) {
+                    return Err(rt::Error::from(rt::ErrorKind::Limit { what: "records", limit: limits.max_tensors.saturating_mul(1024), actual: out.len() as u64 }));
+                }
+            }
+            Ok(out)
+        }
+
+        /// True when the whole source reads as records (at least one).
+        pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
+            src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
+        }
+
+        /// Lists the tensors of the file.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            let in_file = |e: rt::Error| match src.path() {
+                Some(p) => e.in_file(p),
+                None => e,
+            };
+            let records = records(src, limits).map_err(in_file)?;
+            map_records(src, &records, limits)
+        }
+    })
+}

@@ -1,0 +1,144 @@
+//! Caffe2 databases: MiniDB files, LMDB and LevelDB folders of BlobProto records (Save's
+//! weights, chunks joined) and TensorProtos records (datasets), read through the schema
+//! in `formats/fmt/caffe2.fmt`.
+
+use tensorfmt::generated::caffe2_minidb::messages::{
+    BlobProto, DeviceOption, Segment, TensorProto, TensorProtos,
+};
+use tensorfmt::prost::Message;
+use tensorfmt::runtime::kv::{self, Db, Mode};
+use tensorfmt::TensorFile;
+
+fn f32_chunk(name: &str, dims: &[i64], begin: i64, vals: &[f32]) -> BlobProto {
+    BlobProto {
+        name: Some(name.into()),
+        r#type: Some("Tensor".into()),
+        tensor: Some(TensorProto {
+            dims: dims.to_vec(),
+            data_type: Some(1),
+            float_data: vals.to_vec(),
+            name: Some(name.into()),
+            device_detail: Some(DeviceOption {
+                device_type: Some(0),
+                ..Default::default()
+            }),
+            segment: Some(Segment {
+                begin,
+                end: begin + vals.len() as i64,
+            }),
+            data_format: Some(0),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Records of a small weight DB: `w` in three chunks out of order, `b` (int8 in
+/// int32_data) whole, a string blob, and a dataset record.
+fn records() -> Vec<(Vec<u8>, Vec<u8>)> {
+    let w: Vec<f32> = (0..10).map(|i| i as f32 * 0.5).collect();
+    let mut out = vec![
+        (
+            b"w#%2".to_vec(),
+            f32_chunk("w", &[2, 5], 8, &w[8..]).encode_to_vec(),
+        ),
+        (
+            b"w#%0".to_vec(),
+            f32_chunk("w", &[2, 5], 0, &w[..4]).encode_to_vec(),
+        ),
+    ];
+    let b = BlobProto {
+        name: Some("b".into()),
+        r#type: Some("Tensor".into()),
+        tensor: Some(TensorProto {
+            dims: vec![3],
+            data_type: Some(7),
+            int32_data: vec![-1, 127, -128],
+            segment: Some(Segment { begin: 0, end: 3 }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    out.push((b"b#%0".to_vec(), b.encode_to_vec()));
+    out.push((
+        b"w#%1".to_vec(),
+        f32_chunk("w", &[2, 5], 4, &w[4..8]).encode_to_vec(),
+    ));
+    let s = BlobProto {
+        name: Some("note".into()),
+        r#type: Some("std::string".into()),
+        content: Some(b"hello".to_vec()),
+        ..Default::default()
+    };
+    out.push((b"note".to_vec(), s.encode_to_vec()));
+    let rec = TensorProtos {
+        protos: vec![TensorProto {
+            dims: vec![2],
+            data_type: Some(10),
+            int64_data: vec![7, -9],
+            ..Default::default()
+        }],
+    };
+    out.push((b"00000001".to_vec(), rec.encode_to_vec()));
+    out
+}
+
+fn check(path: &std::path::Path, format: &str) {
+    let f = TensorFile::open(path).unwrap_or_else(|e| panic!("{format}: {e}"));
+    assert_eq!(f.format(), format);
+    let names: Vec<&str> = f.tensors().iter().map(|t| t.name.as_str()).collect();
+    let w = f.load("w").unwrap();
+    let want: Vec<u8> = (0..10)
+        .flat_map(|i| (i as f32 * 0.5).to_le_bytes())
+        .collect();
+    assert_eq!(w.data.as_bytes(), want.as_slice(), "{format}");
+    assert_eq!(w.info.shape, [2, 5]);
+    let b = f.load("b").unwrap();
+    assert_eq!(b.data.as_bytes(), [0xff, 0x7f, 0x80]);
+    let r = f.load("00000001/0").unwrap();
+    assert_eq!(
+        r.data.as_bytes(),
+        [7i64.to_le_bytes(), (-9i64).to_le_bytes()].concat()
+    );
+    assert_eq!(names.len(), 3, "{names:?}");
+}
+
+#[test]
+fn minidb_lmdb_and_leveldb_read_alike() {
+    let tmp = tempfile::tempdir().unwrap();
+    let recs = records();
+    let mut mini = Vec::new();
+    for (k, v) in &recs {
+        mini.extend((k.len() as i32).to_le_bytes());
+        mini.extend((v.len() as i32).to_le_bytes());
+        mini.extend(k);
+        mini.extend(v);
+    }
+    let p = tmp.path().join("w.minidb");
+    std::fs::write(&p, &mini).unwrap();
+    check(&p, "caffe2-minidb");
+
+    let p = tmp.path().join("lmdb");
+    let mut db = kv::lmdb::open(&p, Mode::New).unwrap();
+    {
+        let mut t = db.transaction().unwrap();
+        for (k, v) in &recs {
+            t.put(k, v).unwrap();
+        }
+        t.commit().unwrap();
+    }
+    Box::new(db).close().unwrap();
+    check(&p, "caffe2-lmdb");
+
+    let p = tmp.path().join("leveldb");
+    let mut db = kv::leveldb::open(&p, Mode::New).unwrap();
+    {
+        let mut t = db.transaction().unwrap();
+        for (k, v) in &recs {
+            t.put(k, v).unwrap();
+        }
+        t.commit().unwrap();
+    }
+    Box::new(db).close().unwrap();
+    check(&p, "caffe2-leveldb");
+}
