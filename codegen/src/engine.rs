@@ -123,17 +123,23 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
 
 /// `DESC` with a writer constructor whose body is `make` (given `w` and `options`).
 pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
-    desc_full(make, doc, structure, false)
+    desc_full(make, doc, structure, false, None)
 }
 
 /// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
-/// documents can be rewritten with some tensors replaced).
+/// documents can be rewritten with some tensors replaced); `db`: the `DbDesc` of a
+/// database format.
 pub(crate) fn desc_full(
     make: TokenStream,
     doc: &str,
     structure: bool,
     rewrite: bool,
+    db: Option<TokenStream>,
 ) -> TokenStream {
+    let db = match db {
+        Some(d) => quote!(::std::option::Option::Some(#d)),
+        None => quote!(::std::option::Option::None),
+    };
     let structure = structure_field(structure);
     // The formats that rewrite documents (protobuf) are those that store C order only.
     let rewrite_is_some = rewrite;
@@ -159,6 +165,7 @@ pub(crate) fn desc_full(
             #structure,
             writer: new_writer,
             c_order_only: #rewrite_is_some,
+            db: #db,
             rewrite: #rewrite,
         };
     }

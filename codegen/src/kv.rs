@@ -57,9 +57,6 @@ fn entry_binds(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<Vec<EntryBind>> {
 /// The items of a `kv` format's module.
 pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     let (backend, schema) = engine_args(fmt);
-    let public = fmt.public_name().to_string();
-    let read_only = format!("writing {public} files is not compiled yet");
-    let desc = crate::engine::read_only_desc(&read_only, false);
     if let Some(schema) = schema {
         // Another format's entries and mappings over this backend's records.
         let other = rs_ident(&schema);
@@ -71,6 +68,32 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
             format!(" True when the source is a database folder read by the `{backend}` backend.");
         let index_doc = format!(
             " Lists the tensors of the database: its records mapped as `{schema}` maps its own."
+        );
+        let open = match backend.as_str() {
+            "lmdb" => quote!(rt::kv::open_lmdb),
+            "leveldb" => quote!(rt::kv::open_leveldb),
+            _ => {
+                return Err(cx.unsupported(
+                    fmt.ast.name.span,
+                    "`schema =` with a backend other than lmdb or leveldb",
+                ))
+            }
+        };
+        let desc = crate::engine::desc_full(
+            quote! {
+                let _ = (w, options);
+                Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                    "a database folder is written through its DbDesc (Saver opens it)".to_string())))
+            },
+            " This format for the registry: name, extensions, detector, indexer and database operations.",
+            false,
+            false,
+            Some(quote!(rt::kv::DbDesc {
+                backend: #backend,
+                open: #open,
+                encode: super::#other::encode_parts,
+                split: super::#other::SPLIT,
+            })),
         );
         return Ok(quote! {
             #[doc = #detect_doc]
@@ -210,6 +233,38 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         }
     });
 
+    items.push(gen_encode(cx, fmt, &entries)?);
+    let open = match backend.as_str() {
+        "records" => quote!(open_db),
+        "lmdb" => quote!(rt::kv::open_lmdb),
+        "leveldb" => quote!(rt::kv::open_leveldb),
+        b => return Err(cx.unsupported(fmt.ast.name.span, &format!("the `{b}` backend"))),
+    };
+    let db = quote!(rt::kv::DbDesc {
+        backend: #backend,
+        open: #open,
+        encode: encode_parts,
+        split: SPLIT,
+    });
+    let make = if backend == "records" {
+        quote!(Ok(::std::boxed::Box::new(Writer {
+            w,
+            split: options.chunk_elements
+        })))
+    } else {
+        quote! {
+            let _ = (w, options);
+            Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                "a database folder is written through its DbDesc (Saver opens it)".to_string())))
+        }
+    };
+    let desc = crate::engine::desc_full(
+        make,
+        " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
+        false,
+        false,
+        Some(db),
+    );
     match backend.as_str() {
         "records" => items.push(gen_records_backend(cx, fmt)?),
         b => {
@@ -252,6 +307,130 @@ fn syn_camel(s: &str) -> proc_macro2::Ident {
     rs_ident(&c)
 }
 
+/// The write rule of the mapping that has one: `encode_parts`, a tensor as records of
+/// its entry (keys from the entry's pattern: the capture the mapping names tensors by
+/// gets the name, the other the part's index), `SPLIT` elements at most per record by
+/// default (the entry's `split`).
+fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<TokenStream> {
+    use tensorfmt_schema::ast::{ExprKind, TensorStmt};
+    let found = fmt.tensors.iter().find_map(|m| {
+        m.stmts.iter().find_map(|s| match s {
+            TensorStmt::Assign { key, value, .. } if key.name == "write" => Some((m, value)),
+            _ => None,
+        })
+    });
+    let Some((map, rule)) = found else {
+        return Err(cx.err(
+            fmt.ast.name.span,
+            "a `kv` format needs a mapping with a `write` rule",
+        ));
+    };
+    let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, entries)?;
+    let Origin::Entry(entry) = origin else {
+        return Err(cx.unsupported(map.source.span, "a write rule outside an entry"));
+    };
+    let bind = entries.iter().find(|e| e.name == entry).expect("an entry");
+    let en = fmt
+        .entries
+        .iter()
+        .find(|e| e.name.name == entry)
+        .expect("an entry");
+    // The capture the tensor's name goes to: `name = entry.capture`.
+    let name_cap = map.stmts.iter().find_map(|s| match s {
+        TensorStmt::Assign { key, value, .. } if key.name == "name" => match &value.kind {
+            ExprKind::Path(p) if p.len() == 2 && p[0].name == entry => Some(p[1].name.clone()),
+            _ => None,
+        },
+        _ => None,
+    });
+    let Some(name_cap) = name_cap.filter(|c| bind.captures.contains(c)) else {
+        return Err(cx.unsupported(
+            map.span,
+            "a written mapping whose `name` is not a capture of its entry",
+        ));
+    };
+    let values: Vec<TokenStream> = bind
+        .captures
+        .iter()
+        .map(|c| {
+            if *c == name_cap {
+                quote!(meta.name.as_str())
+            } else {
+                quote!(index.as_str())
+            }
+        })
+        .collect();
+    let split = match en
+        .prop("split")
+        .and_then(|p| p.value.as_ref())
+        .and_then(|v| v.as_int())
+    {
+        Some(n) if n > 0 => proc_macro2::Literal::u64_unsuffixed(n as u64),
+        _ => {
+            return Err(cx.err(
+                en.span,
+                "the written entry needs `split = N;` (elements per record)",
+            ))
+        }
+    };
+    let wcx = proto::WriteCx {
+        fmt,
+        tensor: true,
+        stream: false,
+    };
+    let v = wcx.compile(cx, rule, true)?;
+    let value = match v.t {
+        proto::W::Encoded(m) if m == bind.msg => v.ts,
+        proto::W::Msg(m) if m == bind.msg => {
+            let ts = v.ts;
+            quote!(::prost::Message::encode_to_vec(&#ts))
+        }
+        _ => {
+            return Err(cx.err(
+                rule.span,
+                format!("the write rule does not make a `{}`", bind.msg),
+            ))
+        }
+    };
+    let pattern = &en.pattern.value;
+    let doc = format!(
+        " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by the mapping's write rule."
+    );
+    Ok(quote! {
+        /// Elements per record when a tensor is split into several (the entry's `split`).
+        pub const SPLIT: u64 = #split;
+
+        #[doc = #doc]
+        pub fn encode_parts(
+            meta: &rt::TensorMeta,
+            all: &[u8],
+            split: ::std::option::Option<u64>,
+            put: &mut rt::kv::PutFn<'_>,
+        ) -> rt::Result<()> {
+            let numel = rt::numel(&meta.shape)?;
+            let split = split.unwrap_or(SPLIT).max(1);
+            let pattern = rt::Pattern::new(#pattern)?;
+            let offsets = rt::kv::element_offsets(meta.dtype, all, numel)?;
+            let mut begin = 0u64;
+            let mut part = 0u64;
+            loop {
+                let end = begin.saturating_add(split).min(numel);
+                let data: &[u8] = &all[offsets(begin)..offsets(end)];
+                let value: ::std::vec::Vec<u8> = #value;
+                let index = part.to_string();
+                let key = pattern.format(&[#(#values),*])?;
+                put(key.as_bytes(), &value)?;
+                part += 1;
+                begin = end;
+                if begin >= numel {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    })
+}
+
 /// A file of records whose layout the format declares as `Record` (key and value
 /// fields): `records` lists them, `detect` requires the whole file to be records.
 fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
@@ -284,6 +463,53 @@ fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                 }
             }
             Ok(out)
+        }
+
+        /// Writes one record (the `Record` layout).
+        pub fn write_record(w: &mut dyn ::std::io::Write, key: &[u8], value: &[u8]) -> rt::Result<u64> {
+            Record::write(w, key, rt::Payload::Bytes(value), value.len() as u64)
+        }
+
+        fn read_records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
+            records(src, limits)
+        }
+
+        /// Opens a file of records (`New` atomic, `Write` appends, `Read` mapped).
+        pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::Result<::std::boxed::Box<dyn rt::kv::Db>> {
+            Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, rt::kv::RecordCodec {
+                read: read_records,
+                write: write_record,
+            })?))
+        }
+
+        /// A streaming writer of record files: each tensor added becomes its records.
+        pub struct Writer<'a> {
+            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            split: ::std::option::Option<u64>,
+        }
+
+        impl rt::TensorWriter for Writer<'_> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                let mut owned = ::std::vec::Vec::new();
+                let bytes: &[u8] = match data {
+                    rt::Payload::Bytes(b) => b,
+                    rt::Payload::Reader(r) => {
+                        ::std::io::Read::read_to_end(r, &mut owned)?;
+                        &owned
+                    }
+                };
+                if meta.byte_order == rt::ByteOrder::Big && meta.dtype.swap_unit().unwrap_or(1) > 1 {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(
+                        "big-endian tensors (write them little-endian)".to_string())));
+                }
+                let w = &mut self.w;
+                encode_parts(meta, bytes, self.split, &mut |k, v| write_record(w, k, v).map(|_| ()))
+            }
+
+            fn finish(mut self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                ::std::io::Write::flush(&mut self.w)?;
+                Ok(())
+            }
         }
 
         /// True when the whole source reads as records (at least one).

@@ -1574,6 +1574,7 @@ pub(crate) fn gen_protobuf(
             " This format for the registry: name, extensions, detector, indexer, writer and rewriter.",
             false,
             true,
+            None,
         ),
         None => {
             let read_only = format!("{public} is read-only");
@@ -1649,7 +1650,7 @@ pub(crate) fn gen_protobuf(
 
 /// A value of a write rule.
 #[derive(Debug, Clone, PartialEq)]
-enum W {
+pub(crate) enum W {
     /// An integer (`i64`).
     Int,
     /// Text (`&str` or `String`).
@@ -1667,23 +1668,30 @@ enum W {
     Msg(String),
     /// Items of a list (their type).
     List(Box<W>),
+    /// A message already encoded (`Vec<u8>`): it holds the tensor's elements in a
+    /// field that is encoded from them (`float_data = data`).
+    Encoded(String),
 }
 
-struct WV {
-    ts: TokenStream,
-    t: W,
+pub(crate) struct WV {
+    pub(crate) ts: TokenStream,
+    pub(crate) t: W,
 }
 
 /// Compiles write rules: the mapping's `write = ...` (with the tensor's `name`, `dtype`,
 /// `shape`, `data` and its placement: `external`, `location`, `offset`, `nbytes`) and the
 /// `[write = ...]` options of message fields (literals and messages only).
-struct WriteCx<'f, 's> {
-    fmt: &'f Fmt<'s>,
-    tensor: bool,
+pub(crate) struct WriteCx<'f, 's> {
+    pub(crate) fmt: &'f Fmt<'s>,
+    pub(crate) tensor: bool,
+    /// The top message's `bytes` field given `data` is streamed after it (ONNX's
+    /// `raw_data`); otherwise `data` is encoded into its field in memory (`data` is then
+    /// a `&[u8]` in scope, and `begin`, `end` the elements it holds).
+    pub(crate) stream: bool,
 }
 
 impl WriteCx<'_, '_> {
-    fn compile(&self, cx: &Cx<'_>, e: &Expr, top: bool) -> GResult<WV> {
+    pub(crate) fn compile(&self, cx: &Cx<'_>, e: &Expr, top: bool) -> GResult<WV> {
         let atom = |ts: TokenStream, t: W| Ok(WV { ts, t });
         match &e.kind {
             ExprKind::Int(i) => {
@@ -1706,6 +1714,8 @@ impl WriteCx<'_, '_> {
                         ["location"] => return atom(quote!(place.location.as_str()), W::Str),
                         ["offset"] => return atom(quote!(place.offset as i64), W::Int),
                         ["nbytes"] => return atom(quote!(place.nbytes as i64), W::Int),
+                        ["begin"] if !self.stream => return atom(quote!(begin as i64), W::Int),
+                        ["end"] if !self.stream => return atom(quote!(end as i64), W::Int),
                         _ => {}
                     }
                 }
@@ -1868,11 +1878,14 @@ impl WriteCx<'_, '_> {
         })
     }
 
-    /// `M(field = value, ...)`: the prost message with those fields set.
+    /// `M(field = value, ...)`: the prost message with those fields set; with the
+    /// tensor's elements in one of its fields (or in a message in one), the message
+    /// encoded.
     fn message(&self, cx: &Cx<'_>, name: &str, args: &[Arg], top: bool) -> GResult<WV> {
         let m = self.fmt.ast.message(name).expect("checked");
         let ty = rs_ident(name);
         let mut sets = Vec::new();
+        let mut extras = Vec::new();
         let mut payload = None;
         for a in args {
             let Some(n) = &a.name else {
@@ -1882,18 +1895,52 @@ impl WriteCx<'_, '_> {
                 return Err(cx.err(n.span, format!("`{name}` has no field `{}`", n.name)));
             };
             let id = rs_ident(&f.name.name);
+            let tag = Literal::u32_unsuffixed(f.tag);
             let v = self.compile(cx, &a.value, false)?;
-            if v.t == W::Data {
-                if !top {
-                    return Err(cx.unsupported(a.span, "`data` in a nested message"));
+            let k = kind(cx, self.fmt, m, f)?;
+            let repeated = f.label == Label::Repeated;
+            match &v.t {
+                W::Data if self.stream => {
+                    if !top {
+                        return Err(cx.unsupported(a.span, "`data` in a nested message"));
+                    }
+                    if repeated || k != Kind::Bytes {
+                        return Err(cx.unsupported(a.span, "`data` in a field that is not `bytes`"));
+                    }
+                    payload = Some(tag);
                 }
-                if f.label == Label::Repeated || kind(cx, self.fmt, m, f)? != Kind::Bytes {
-                    return Err(cx.unsupported(a.span, "`data` in a field that is not `bytes`"));
+                W::Data => {
+                    let holder = match (&k, repeated) {
+                        (Kind::Float, true) => quote!(rt::protobuf::Holder::Float),
+                        (Kind::Double, true) => quote!(rt::protobuf::Holder::Double),
+                        (Kind::Varint, true) => quote!(rt::protobuf::Holder::Varint),
+                        (Kind::Bytes | Kind::Str, false) => quote!(rt::protobuf::Holder::Bytes),
+                        (Kind::Bytes | Kind::Str, true) => quote!(rt::protobuf::Holder::Strings),
+                        _ => {
+                            return Err(cx.unsupported(
+                                a.span,
+                                "`data` in a field that cannot hold elements",
+                            ))
+                        }
+                    };
+                    extras.push(quote!(rt::protobuf::put_elements(&mut b, #tag, #holder, meta.dtype, data)?;));
                 }
-                payload = Some(Literal::u32_unsuffixed(f.tag));
-                continue;
+                W::Encoded(inner) => {
+                    if repeated || k != Kind::Msg(inner.clone()) {
+                        return Err(cx.err(
+                            a.span,
+                            format!("this value does not fit field `{name}.{}`", n.name),
+                        ));
+                    }
+                    let vts = v.ts;
+                    extras.push(quote! {
+                        let inner: ::std::vec::Vec<u8> = #vts;
+                        rt::protobuf::put_len_header(&mut b, #tag, inner.len() as u64);
+                        b.extend_from_slice(&inner);
+                    });
+                }
+                _ => sets.push(self.assign(cx, m, f, &id, v, a.span)?),
             }
-            sets.push(self.assign(cx, m, f, &id, v, a.span)?);
         }
         let rest = if sets.len() < m.fields.len() {
             quote!(..::core::default::Default::default())
@@ -1904,7 +1951,17 @@ impl WriteCx<'_, '_> {
             #(#sets)*
             #rest
         });
-        if top {
+        if !extras.is_empty() {
+            return Ok(WV {
+                ts: quote!({
+                    let mut b = ::prost::Message::encode_to_vec(&#build);
+                    #(#extras)*
+                    b
+                }),
+                t: W::Encoded(name.to_string()),
+            });
+        }
+        if top && self.stream {
             let p = match payload {
                 Some(n) => quote!(::std::option::Option::Some(#n)),
                 None => quote!(::std::option::Option::None),
@@ -1999,7 +2056,11 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
     if !repeated {
         return Err(cx.unsupported(last.span, "writing tensors to a field that is not repeated"));
     }
-    let wcx = WriteCx { fmt, tensor: true };
+    let wcx = WriteCx {
+        fmt,
+        tensor: true,
+        stream: true,
+    };
     let rule_v = wcx.compile(cx, rule, true)?;
     if rule_v.t != W::Msg(item_msg.clone()) {
         return Err(cx.err(
@@ -2011,7 +2072,11 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
     let item_ty = rs_ident(&item_msg);
 
     // The messages on the path: a constructor each, with the `[write = ...]` fields.
-    let fields_cx = WriteCx { fmt, tensor: false };
+    let fields_cx = WriteCx {
+        fmt,
+        tensor: false,
+        stream: true,
+    };
     let mut ctors = Vec::new();
     let mut opens = Vec::new();
     let mut numbers = Vec::new();

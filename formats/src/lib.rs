@@ -296,10 +296,23 @@ impl Seek for Shared {
 /// appears (replacing any previous one) only on [`Saver::commit`]. Dropped without a
 /// commit, it leaves the old file as it was.
 pub struct Saver {
-    file: Rc<RefCell<AtomicFile>>,
-    writer: Box<dyn TensorWriter>,
+    out: SaverOut,
     path: std::path::PathBuf,
     format: &'static FormatDesc,
+}
+
+/// Where a [`Saver`] writes: a file through the format's writer, or a database folder
+/// (LMDB, LevelDB) through its backend.
+enum SaverOut {
+    File {
+        file: Rc<RefCell<AtomicFile>>,
+        writer: Box<dyn TensorWriter>,
+    },
+    Db {
+        db: Box<dyn tensorfmt_runtime::kv::Db>,
+        desc: tensorfmt_runtime::kv::DbDesc,
+        split: Option<u64>,
+    },
 }
 
 impl Saver {
@@ -319,6 +332,20 @@ impl Saver {
                 )
             })?,
         };
+        if let Some(desc) = format.db.filter(|d| d.backend != "records") {
+            // A database folder: created (it must not exist, as Caffe2's NEW mode).
+            let db =
+                (desc.open)(path, tensorfmt_runtime::kv::Mode::New).map_err(|e| e.in_file(path))?;
+            return Ok(Saver {
+                out: SaverOut::Db {
+                    db,
+                    desc,
+                    split: options.chunk_elements,
+                },
+                path: path.to_path_buf(),
+                format,
+            });
+        }
         let file = Rc::new(RefCell::new(
             AtomicFile::create(path).map_err(|e| e.in_file(path))?,
         ));
@@ -327,8 +354,7 @@ impl Saver {
         let writer = (format.writer)(Box::new(Shared(file.clone())), &options)
             .map_err(|e| e.in_file(path))?;
         Ok(Saver {
-            file,
-            writer,
+            out: SaverOut::File { file, writer },
             path: path.to_path_buf(),
             format,
         })
@@ -360,9 +386,12 @@ impl Saver {
     /// # Ok::<(), tensorfmt::Error>(())
     /// ```
     pub fn set_structure(&mut self, tree: &Node) -> Result<bool> {
-        self.writer
-            .set_structure(tree)
-            .map_err(|e| e.in_file(&self.path))
+        match &mut self.out {
+            SaverOut::File { writer, .. } => writer
+                .set_structure(tree)
+                .map_err(|e| e.in_file(&self.path)),
+            SaverOut::Db { .. } => Ok(false),
+        }
     }
 
     /// Adds a tensor whose `meta.nbytes()` bytes `data` yields, copied through a bounded
@@ -382,9 +411,12 @@ impl Saver {
         view: &StorageView,
         storage: Option<&[u8]>,
     ) -> Result<bool> {
-        self.writer
-            .add_view(meta, view, storage.map(Payload::Bytes))
-            .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
+        match &mut self.out {
+            SaverOut::File { writer, .. } => writer
+                .add_view(meta, view, storage.map(Payload::Bytes))
+                .map_err(|e| e.in_file(&self.path).in_entry(&meta.name)),
+            SaverOut::Db { .. } => Ok(false),
+        }
     }
 
     /// Adds a tensor from bytes in memory, written straight from there.
@@ -395,7 +427,7 @@ impl Saver {
     fn add_payload(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
         let fortran =
             meta.order == Order::Fortran && meta.shape.iter().filter(|&&d| d > 1).count() > 1;
-        if self.format.c_order_only && fortran {
+        if (self.format.c_order_only || self.format.db.is_some()) && fortran {
             // Reordered in memory: the tensor's bytes, once.
             let n = meta.nbytes()?;
             let mut owned = Vec::new();
@@ -422,21 +454,61 @@ impl Saver {
                 order: Order::C,
                 ..meta.clone()
             };
-            return self
-                .writer
-                .add(&meta, Payload::Bytes(&c))
-                .map_err(|e| e.in_file(&self.path).in_entry(&meta.name));
+            return self.add_to_output(&meta, Payload::Bytes(&c));
         }
-        self.writer
-            .add(meta, data)
-            .map_err(|e| e.in_file(&self.path).in_entry(&meta.name))
+        let swapped = meta.byte_order == ByteOrder::Big && meta.dtype.swap_unit().unwrap_or(1) > 1;
+        if self.format.db.is_some() && swapped {
+            // Database formats hold little-endian elements.
+            let mut owned = Vec::new();
+            let bytes: &[u8] = match data {
+                Payload::Bytes(b) => b,
+                Payload::Reader(r) => {
+                    r.take(meta.nbytes()?).read_to_end(&mut owned)?;
+                    &owned
+                }
+            };
+            let le =
+                tensorfmt_runtime::convert::cast(bytes, meta.dtype, ByteOrder::Big, meta.dtype)?;
+            let meta = TensorMeta {
+                byte_order: ByteOrder::Little,
+                ..meta.clone()
+            };
+            return self.add_to_output(&meta, Payload::Bytes(&le));
+        }
+        self.add_to_output(meta, data)
+    }
+
+    fn add_to_output(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        let path = &self.path;
+        match &mut self.out {
+            SaverOut::File { writer, .. } => writer.add(meta, data),
+            SaverOut::Db { db, desc, split } => {
+                let mut owned = Vec::new();
+                let bytes: &[u8] = match data {
+                    Payload::Bytes(b) => b,
+                    Payload::Reader(r) => {
+                        r.read_to_end(&mut owned)?;
+                        &owned
+                    }
+                };
+                // One transaction per record, committed, as Caffe2's Save does.
+                (desc.encode)(meta, bytes, *split, &mut |k, v| {
+                    let mut t = db.transaction()?;
+                    t.put(k, v)?;
+                    t.commit()
+                })
+            }
+        }
+        .map_err(|e| e.in_file(path).in_entry(&meta.name))
     }
 
     /// Finishes the container and atomically replaces the destination.
     pub fn commit(self) -> Result<()> {
-        let Saver {
-            file, writer, path, ..
-        } = self;
+        let Saver { out, path, .. } = self;
+        let (file, writer) = match out {
+            SaverOut::File { file, writer } => (file, writer),
+            SaverOut::Db { db, .. } => return db.close().map_err(|e| e.in_file(&path)),
+        };
         writer.finish().map_err(|e| e.in_file(&path))?;
         let file = Rc::try_unwrap(file)
             .map_err(|_| {

@@ -66,7 +66,7 @@ pub trait Transaction {
 /// An open database.
 pub trait Db {
     /// A cursor on the first record (databases opened to read).
-    fn cursor(&self) -> Result<Box<dyn Cursor + '_>>;
+    fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>>;
     /// A transaction (databases opened to write).
     fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>>;
     /// Closes the database, committing what it must (a record file written atomically
@@ -129,6 +129,228 @@ pub fn open_dir(dir: &Path) -> Result<Source> {
             Location::file(dir),
         ))
     }
+}
+
+/// A cursor over records whose values are in memory (a map or a buffer), in order.
+pub struct RecordsCursor {
+    bytes: crate::source::Bytes,
+    records: Vec<Record>,
+    pos: usize,
+    seek: bool,
+}
+
+impl RecordsCursor {
+    /// A cursor on the first of `records`, whose values are in `bytes` (checked when
+    /// read); `seek`: the records are in key order and [`Cursor::seek`] works.
+    pub fn new(bytes: crate::source::Bytes, records: Vec<Record>, seek: bool) -> Self {
+        RecordsCursor {
+            bytes,
+            records,
+            pos: 0,
+            seek,
+        }
+    }
+}
+
+impl Cursor for RecordsCursor {
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.pos = 0;
+        Ok(())
+    }
+    fn next(&mut self) -> Result<()> {
+        self.pos = (self.pos + 1).min(self.records.len());
+        Ok(())
+    }
+    fn valid(&self) -> bool {
+        self.pos < self.records.len()
+    }
+    fn key(&self) -> &[u8] {
+        self.records.get(self.pos).map_or(&[], |r| &r.key)
+    }
+    fn value(&self) -> &[u8] {
+        self.records
+            .get(self.pos)
+            .and_then(|r| {
+                let start = usize::try_from(r.offset).ok()?;
+                let end = start.checked_add(usize::try_from(r.len).ok()?)?;
+                self.bytes.as_bytes().get(start..end)
+            })
+            .unwrap_or_default()
+    }
+    fn supports_seek(&self) -> bool {
+        self.seek
+    }
+    fn seek(&mut self, key: &[u8]) -> Result<()> {
+        if !self.seek {
+            return Err(Error::from(ErrorKind::Unsupported(
+                "this database does not support seeking".into(),
+            )));
+        }
+        self.pos = self.records.partition_point(|r| r.key.as_slice() < key);
+        Ok(())
+    }
+}
+
+/// What the code generated for a file of records provides: every record of a source,
+/// and one record written.
+#[derive(Clone, Copy)]
+pub struct RecordCodec {
+    /// Every record of the source, in file order.
+    pub read: fn(&Source, &crate::Limits) -> Result<Vec<Record>>,
+    /// Writes one record; returns the bytes written.
+    pub write: fn(&mut dyn std::io::Write, &[u8], &[u8]) -> Result<u64>,
+}
+
+/// A file of records (Caffe2's MiniDB) whose layout generated code reads and writes:
+/// `New` writes a new file atomically (it appears, replacing any old one, on
+/// [`Db::close`]), `Write` appends, `Read` reads it whole (memory-mapped).
+pub struct RecordFile {
+    path: PathBuf,
+    mode: Mode,
+    codec: RecordCodec,
+    new: Option<std::io::BufWriter<crate::output::AtomicFile>>,
+    append: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// Opens the record file `path` in `mode`.
+pub fn open_record_file(path: &Path, mode: Mode, codec: RecordCodec) -> Result<RecordFile> {
+    let (mut new, mut append) = (None, None);
+    match mode {
+        Mode::New => {
+            let f = crate::output::AtomicFile::create(path).map_err(|e| e.in_file(path))?;
+            new = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        Mode::Write => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| Error::from(e).in_file(path))?;
+            append = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        Mode::Read => {
+            if !path.is_file() {
+                return Err(db_error(path, "Cannot open file: no such file"));
+            }
+        }
+    }
+    Ok(RecordFile {
+        path: path.to_path_buf(),
+        mode,
+        codec,
+        new,
+        append,
+    })
+}
+
+struct RecordFileTxn<'a> {
+    file: &'a mut RecordFile,
+}
+
+impl Transaction for RecordFileTxn<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let path = self.file.path.clone();
+        let w: &mut dyn std::io::Write = match (&mut self.file.new, &mut self.file.append) {
+            (Some(w), _) => w,
+            (_, Some(w)) => w,
+            _ => {
+                return Err(db_error(
+                    &path,
+                    "a database opened to read takes no transaction",
+                ))
+            }
+        };
+        (self.file.codec.write)(w, key, value)
+            .map(|_| ())
+            .map_err(|e| e.in_file(&path))
+    }
+    fn commit(&mut self) -> Result<()> {
+        use std::io::Write;
+        if let Some(w) = self.file.new.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.file.append.as_mut() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Db for RecordFile {
+    fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+        if self.mode != Mode::Read {
+            return Err(db_error(
+                &self.path,
+                "a cursor needs a database opened to read",
+            ));
+        }
+        let src = Source::open(&self.path)?;
+        let records = (self.codec.read)(&src, &crate::Limits::default())
+            .map_err(|e| e.in_file(&self.path))?;
+        let bytes = src
+            .bytes()
+            .cloned()
+            .ok_or_else(|| db_error(&self.path, "the file could not be mapped"))?;
+        Ok(Box::new(RecordsCursor::new(bytes, records, false)))
+    }
+    fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+        if self.mode == Mode::Read {
+            return Err(db_error(
+                &self.path,
+                "a database opened to read takes no transaction",
+            ));
+        }
+        Ok(Box::new(RecordFileTxn { file: self }))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        let RecordFile {
+            path, new, append, ..
+        } = *self;
+        if let Some(w) = new {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::from(e.into_error()).in_file(&path))?;
+            f.commit().map_err(|e| e.in_file(&path))?;
+        }
+        if let Some(w) = append {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::from(e.into_error()).in_file(&path))?;
+            f.sync_all().map_err(|e| Error::from(e).in_file(&path))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a database format provides for writing and operating on databases (Caffe2's
+/// Save, Load, DBReader): its backend, how to open one, and how a tensor becomes records.
+#[derive(Clone, Copy)]
+pub struct DbDesc {
+    /// `records` (a file), `lmdb` or `leveldb` (folders).
+    pub backend: &'static str,
+    /// Opens a database of the format in a mode.
+    pub open: fn(&Path, Mode) -> Result<Box<dyn Db>>,
+    /// A tensor's records: `(meta, bytes, elements per record (None: the format's
+    /// default), put(key, value))`.
+    pub encode: EncodeFn,
+    /// The format's default number of elements per record.
+    pub split: u64,
+}
+
+/// Takes one record (key, value) a tensor is encoded into.
+pub type PutFn<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
+/// See [`DbDesc::encode`].
+pub type EncodeFn = fn(&crate::TensorMeta, &[u8], Option<u64>, &mut PutFn<'_>) -> Result<()>;
+
+/// Opens an LMDB environment as a [`Db`] (for [`DbDesc::open`]).
+pub fn open_lmdb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
+    Ok(Box::new(lmdb::open(path, mode)?))
+}
+
+/// Opens a LevelDB database as a [`Db`] (for [`DbDesc::open`]).
+pub fn open_leveldb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
+    Ok(Box::new(leveldb::open(path, mode)?))
 }
 
 /// The LMDB backend (Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed database,
@@ -206,42 +428,6 @@ pub mod lmdb {
             path: path.to_path_buf(),
             mode,
         })
-    }
-
-    /// A cursor over a snapshot: the values are read in place from the map of `data.mdb`.
-    struct LmdbCursor {
-        bytes: crate::source::Bytes,
-        records: Vec<Record>,
-        pos: usize,
-    }
-
-    impl Cursor for LmdbCursor {
-        fn seek_to_first(&mut self) -> Result<()> {
-            self.pos = 0;
-            Ok(())
-        }
-        fn next(&mut self) -> Result<()> {
-            self.pos = (self.pos + 1).min(self.records.len());
-            Ok(())
-        }
-        fn valid(&self) -> bool {
-            self.pos < self.records.len()
-        }
-        fn key(&self) -> &[u8] {
-            self.records.get(self.pos).map_or(&[], |r| &r.key)
-        }
-        fn value(&self) -> &[u8] {
-            self.records.get(self.pos).map_or(&[], |r| {
-                &self.bytes.as_bytes()[r.offset as usize..(r.offset + r.len) as usize]
-            })
-        }
-        fn supports_seek(&self) -> bool {
-            true
-        }
-        fn seek(&mut self, key: &[u8]) -> Result<()> {
-            self.pos = self.records.partition_point(|r| r.key.as_slice() < key);
-            Ok(())
-        }
     }
 
     impl Lmdb {
@@ -340,13 +526,9 @@ pub mod lmdb {
     }
 
     impl Db for Lmdb {
-        fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
+        fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
             let (bytes, records) = self.locate()?;
-            Ok(Box::new(LmdbCursor {
-                bytes,
-                records,
-                pos: 0,
-            }))
+            Ok(Box::new(RecordsCursor::new(bytes, records, true)))
         }
         fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
             if self.mode == Mode::Read {
@@ -511,11 +693,9 @@ pub mod leveldb {
     }
 
     impl Db for LevelDb {
-        fn cursor(&self) -> Result<Box<dyn Cursor + '_>> {
-            Err(db_error(
-                &self.path,
-                "a LevelDB cursor needs the database mutably: use cursor_mut",
-            ))
+        fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+            let records = all_records(&mut self.db, &self.path)?;
+            Ok(Box::new(LdbCursor { records, pos: 0 }))
         }
         fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
             if self.mode == Mode::Read {
@@ -533,14 +713,6 @@ pub mod leveldb {
         fn close(mut self: Box<Self>) -> Result<()> {
             self.db.flush().map_err(|e| ldb_error(&self.path, e))?;
             self.db.close().map_err(|e| ldb_error(&self.path, e))
-        }
-    }
-
-    impl LevelDb {
-        /// A cursor over every record (LevelDB's iterators need the database mutably).
-        pub fn cursor_mut(&mut self) -> Result<Box<dyn Cursor + '_>> {
-            let records = all_records(&mut self.db, &self.path)?;
-            Ok(Box::new(LdbCursor { records, pos: 0 }))
         }
     }
 
@@ -724,4 +896,45 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<crate::TensorInfo> {
     } else {
         crate::TensorInfo::dense(name, dtype, shape, crate::Order::C, byte_order, location)
     }
+}
+
+/// Where each element of a tensor's bytes starts: `offsets(i)` for `i` in `0..=numel` (a
+/// string tensor's elements are each a u64-LE length and the bytes).
+pub fn element_offsets(
+    dtype: crate::DType,
+    data: &[u8],
+    numel: u64,
+) -> Result<Box<dyn Fn(u64) -> usize + '_>> {
+    if let Some(item) = dtype.itemsize() {
+        let need = numel.checked_mul(item as u64);
+        if need != Some(data.len() as u64) {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "{numel} elements of {dtype} need {} bytes, {} given",
+                numel.saturating_mul(item as u64),
+                data.len()
+            ))));
+        }
+        return Ok(Box::new(move |i| i as usize * item));
+    }
+    let mut starts = Vec::with_capacity(numel as usize + 1);
+    let mut pos = 0usize;
+    for _ in 0..numel {
+        starts.push(pos);
+        let n = data
+            .get(pos..pos + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| (pos + 8).checked_add(n))
+            .filter(|&e| e <= data.len())
+            .ok_or_else(|| Error::from(ErrorKind::Invalid("a string element is cut".into())))?;
+        pos = n;
+    }
+    if pos != data.len() {
+        return Err(Error::from(ErrorKind::SizeMismatch(format!(
+            "{numel} strings take {pos} bytes, {} given",
+            data.len()
+        ))));
+    }
+    starts.push(pos);
+    Ok(Box::new(move |i| starts[i as usize]))
 }

@@ -692,3 +692,109 @@ mod tests {
             .is_err());
     }
 }
+
+/// How a repeated field holds the elements [`put_elements`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// `float` (packed): four bytes each, the element's own bits.
+    Float,
+    /// `double` (packed): eight bytes each.
+    Double,
+    /// `int32`/`int64`/`uint32`/`uint64`/`bool`/enums (packed): a varint each, the
+    /// element widened as its type says (signed types sign-extended, float16 and
+    /// bfloat16 as their 16-bit pattern, bool 0/1).
+    Varint,
+    /// `bytes`/`string`, not repeated: the elements' bytes as they are.
+    Bytes,
+    /// `bytes`/`string`, repeated: one value per element of a string tensor.
+    Strings,
+}
+
+/// Writes the elements `data` (little-endian, `dtype`; a string tensor as each element's
+/// u64-LE length then its bytes) as field `number` held as `holder` says. Refuses
+/// element types the holder cannot hold (a float tensor in a varint field).
+pub fn put_elements(
+    out: &mut Vec<u8>,
+    number: u32,
+    holder: Holder,
+    dtype: crate::DType,
+    data: &[u8],
+) -> Result<()> {
+    use crate::DType as D;
+    let bad = || {
+        Error::from(ErrorKind::Unsupported(format!(
+            "{dtype} elements in a {holder:?} field"
+        )))
+    };
+    if data.is_empty() && holder != Holder::Bytes {
+        // No elements: no field (as protobuf writes an empty repeated field).
+        return Ok(());
+    }
+    match holder {
+        Holder::Float | Holder::Double => {
+            let ok = matches!(
+                (holder, dtype),
+                (Holder::Float, D::F32 | D::C64) | (Holder::Double, D::F64 | D::C128)
+            );
+            if !ok {
+                return Err(bad());
+            }
+            put_len_header(out, number, data.len() as u64);
+            out.extend_from_slice(data);
+        }
+        Holder::Bytes => {
+            put_len_header(out, number, data.len() as u64);
+            out.extend_from_slice(data);
+        }
+        Holder::Strings => {
+            if dtype != D::String {
+                return Err(bad());
+            }
+            let mut pos = 0usize;
+            while pos < data.len() {
+                let n = data
+                    .get(pos..pos + 8)
+                    .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                    .ok_or_else(|| {
+                        Error::from(ErrorKind::Invalid("a string element is cut".into()))
+                    })?;
+                let start = pos + 8;
+                let end = usize::try_from(n)
+                    .ok()
+                    .and_then(|n| start.checked_add(n))
+                    .filter(|&e| e <= data.len())
+                    .ok_or_else(|| {
+                        Error::from(ErrorKind::Invalid("a string element is cut".into()))
+                    })?;
+                put_len_header(out, number, (end - start) as u64);
+                out.extend_from_slice(&data[start..end]);
+                pos = end;
+            }
+        }
+        Holder::Varint => {
+            let item = dtype.itemsize().ok_or_else(bad)?;
+            if item == 0 || data.len() % item != 0 {
+                return Err(bad());
+            }
+            let mut packed = Vec::with_capacity(data.len() * 2);
+            for e in data.chunks_exact(item) {
+                let v: u64 = match dtype {
+                    D::Bool => u64::from(e[0] != 0),
+                    D::U8 => u64::from(e[0]),
+                    D::I8 => e[0] as i8 as i64 as u64,
+                    D::U16 | D::F16 | D::BF16 => u64::from(u16::from_le_bytes([e[0], e[1]])),
+                    D::I16 => i16::from_le_bytes([e[0], e[1]]) as i64 as u64,
+                    D::I32 => i32::from_le_bytes(e.try_into().expect("4 bytes")) as i64 as u64,
+                    D::U32 => u64::from(u32::from_le_bytes(e.try_into().expect("4 bytes"))),
+                    D::I64 | D::U64 => u64::from_le_bytes(e.try_into().expect("8 bytes")),
+                    D::F8E4M3FN | D::F8E5M2 => u64::from(e[0]),
+                    _ => return Err(bad()),
+                };
+                put_varint(&mut packed, v);
+            }
+            put_len_header(out, number, packed.len() as u64);
+            out.extend_from_slice(&packed);
+        }
+    }
+    Ok(())
+}

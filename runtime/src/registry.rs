@@ -219,6 +219,9 @@ pub struct FormatDesc {
     /// The format stores C-order tensors only: the high-level API reorders Fortran-order
     /// tensors before handing them to the writer.
     pub c_order_only: bool,
+    /// Databases of records (Caffe2's MiniDB, LMDB, LevelDB): how to open one and how a
+    /// tensor becomes records; `None` for other formats.
+    pub db: Option<crate::kv::DbDesc>,
     /// Rewrites a document with some tensors replaced and everything else kept, for
     /// formats whose documents hold more than tensors (ONNX graphs); `None` elsewhere.
     pub rewrite: Option<RewriteFn>,

@@ -549,4 +549,7 @@ pub struct WriteOptions {
     /// The path being written, for formats that write files beside it (external data).
     /// Set by the high-level API's path-based saves; `None` for streams.
     pub destination: Option<std::path::PathBuf>,
+    /// Databases of records (Caffe2): the most elements one record holds; `None` takes
+    /// the format's default (Caffe2's 1,000,000), `Some(u64::MAX)` never splits.
+    pub chunk_elements: Option<u64>,
 }

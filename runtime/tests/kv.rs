@@ -36,7 +36,7 @@ fn lmdb_modes_order_and_snapshot() {
     let e = kv::lmdb::open(&dir, Mode::New).err().unwrap().to_string();
     assert!(e.contains("exists"), "{e}");
     check_snapshot(&dir, "lmdb", 60);
-    let db = kv::lmdb::open(&dir, Mode::Read).unwrap();
+    let mut db = kv::lmdb::open(&dir, Mode::Read).unwrap();
     let mut c = db.cursor().unwrap();
     assert!(c.supports_seek());
     c.seek(b"k010").unwrap();

@@ -70,6 +70,7 @@ pub const ENTRY_PROPS: &[&str] = &[
     "write_name",
     "preferred",
     "strict",
+    "split",
 ];
 
 /// The byte width of an integer type name (`u16` → 2); `None` for other names.

@@ -1204,7 +1204,8 @@ impl<'a> Checker<'a> {
     /// location offset nbytes`).
     fn proto_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
         const TENSOR: &[&str] = &[
-            "name", "dtype", "shape", "data", "external", "location", "offset", "nbytes",
+            "name", "dtype", "shape", "data", "external", "location", "offset", "nbytes", "begin",
+            "end",
         ];
         let mut errors = Vec::new();
         e.walk(&mut |x| match &x.kind {
@@ -1626,7 +1627,7 @@ impl<'a> Checker<'a> {
                     } else {
                         assigned.insert(k, key.span);
                     }
-                    if k == "write" && at.fmt.engine_kind() == "protobuf" {
+                    if k == "write" && matches!(at.fmt.engine_kind(), "protobuf" | "kv") {
                         self.proto_write(at, value, true);
                     } else if k == "write" {
                         self.pickle_write(at, value, true);
