@@ -320,10 +320,26 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
         })
     });
     let Some((map, rule)) = found else {
-        return Err(cx.err(
-            fmt.ast.name.span,
-            "a `kv` format needs a mapping with a `write` rule",
-        ));
+        // No write rule: the database is read-only.
+        let msg = format!(
+            "{} has no write rule: its databases are read-only",
+            fmt.public_name()
+        );
+        return Ok(quote! {
+            /// No part size: the format's databases are read-only.
+            pub const SPLIT: u64 = 1;
+
+            /// Refuses: the format has no write rule.
+            pub fn encode_parts(
+                meta: &rt::TensorMeta,
+                all: &[u8],
+                split: ::std::option::Option<u64>,
+                put: &mut rt::kv::PutFn<'_>,
+            ) -> rt::Result<()> {
+                let _ = (meta, all, split, put);
+                Err(rt::Error::from(rt::ErrorKind::Unsupported(#msg.to_string())))
+            }
+        });
     };
     let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, entries)?;
     let Origin::Entry(entry) = origin else {
