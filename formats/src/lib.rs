@@ -41,6 +41,7 @@ use tensorfmt_runtime::read::{read_tensor, ReadOptions};
 use tensorfmt_runtime::registry::TensorWriter;
 use tensorfmt_runtime::sink::ViewSink;
 
+pub mod caffe2;
 pub mod cli;
 mod rewrite;
 
