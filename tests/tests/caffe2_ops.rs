@@ -467,16 +467,16 @@ fn the_input_pipeline_yields_what_a_reference_loop_yields() {
                             "{db} {num_shards}/{shard_id} b{batch} q{prefetch}"
                         );
                         for (b, want) in got.iter().zip(batches) {
-                            for slot in 0..2 {
+                            for (slot, got_slot) in b.tensors.iter().enumerate() {
                                 let bytes: Vec<u8> = want
                                     .iter()
                                     .flat_map(|&r| records[r][slot].data.as_bytes().to_vec())
                                     .collect();
-                                assert_eq!(b.tensors[slot].data.as_bytes(), &bytes[..]);
+                                assert_eq!(got_slot.data.as_bytes(), &bytes[..]);
                                 if batch > 0 {
                                     let mut shape = vec![batch as u64];
                                     shape.extend(&records[want[0]][slot].info.shape);
-                                    assert_eq!(b.tensors[slot].info.shape, shape);
+                                    assert_eq!(got_slot.info.shape, shape);
                                 }
                             }
                         }
