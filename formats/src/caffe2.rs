@@ -780,6 +780,30 @@ impl DbInput {
     }
 }
 
+impl DbInput {
+    /// Hands the next batch to `sink`, one tensor per output (`begin`, the bytes as a
+    /// view of the batch's buffer or in chunks, `end`): a copying sink, a caller's
+    /// buffer, or a device sink. `None` when the reading has ended.
+    pub fn next_into(&mut self, sink: &mut dyn crate::Sink) -> Option<Result<()>> {
+        let batch = match self.next()? {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e)),
+        };
+        Some((|| {
+            for t in &batch.tensors {
+                if sink.begin(&t.info)? != crate::Flow::Continue {
+                    continue;
+                }
+                for c in t.data.as_bytes().chunks(4 << 20) {
+                    sink.chunk(c)?;
+                }
+                sink.end(&t.info)?;
+            }
+            Ok(())
+        })())
+    }
+}
+
 impl Iterator for DbInput {
     type Item = Result<Batch>;
     fn next(&mut self) -> Option<Result<Batch>> {

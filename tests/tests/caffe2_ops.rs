@@ -527,3 +527,24 @@ fn the_pipeline_refuses_records_that_disagree() {
     assert!(DbInput::open(&p, &opts).is_err());
     let _ = kv::Mode::Read;
 }
+
+#[test]
+fn batches_go_to_any_sink() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("d.lmdb");
+    dataset("lmdb", &p, 5);
+    let opts = DbInputOptions {
+        batch_size: 2,
+        ..Default::default()
+    };
+    let mut input = DbInput::open(&p, &opts).unwrap();
+    let mut sink = tensorfmt::runtime::sink::OwnedSink::new();
+    input.next_into(&mut sink).unwrap().unwrap();
+    let got = sink.into_tensors();
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].info.shape, [2, 3, 4, 4]);
+    assert_eq!(
+        got[1].data.as_bytes(),
+        [0i32.to_le_bytes(), 1i32.to_le_bytes()].concat()
+    );
+}

@@ -142,3 +142,102 @@ fn minidb_lmdb_and_leveldb_read_alike() {
     Box::new(db).close().unwrap();
     check(&p, "caffe2-leveldb");
 }
+
+fn minidb(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in records {
+        out.extend((k.len() as i32).to_le_bytes());
+        out.extend((v.len() as i32).to_le_bytes());
+        out.extend(k);
+        out.extend(v);
+    }
+    out
+}
+
+fn open_err(path: &std::path::Path) -> String {
+    let r = (|| {
+        let f = TensorFile::open_with(
+            path,
+            &tensorfmt::OpenOptions {
+                format: Some("caffe2-minidb".into()),
+                ..Default::default()
+            },
+        )?;
+        f.read_all(&mut tensorfmt::runtime::hash::HashSink::new())?;
+        Ok::<_, tensorfmt::Error>(f.tensors().len())
+    })();
+    match r {
+        Ok(n) => panic!("{} was accepted ({n} tensors)", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn damaged_minidbs_give_clear_errors_with_the_record_and_offset() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = minidb(&records());
+    let p = tmp.path().join("bad.minidb");
+    // Every truncation: an error (or, cut between records, fewer records), never a panic.
+    for cut in 1..good.len() {
+        std::fs::write(&p, &good[..cut]).unwrap();
+        let _ = TensorFile::open(&p)
+            .map(|f| f.read_all(&mut tensorfmt::runtime::hash::HashSink::new()));
+    }
+    std::fs::write(&p, &good[..good.len() - 5]).unwrap();
+    let e = open_err(&p);
+    assert!(
+        e.contains("bad.minidb") && e.contains("record 5") && e.contains("byte"),
+        "{e}"
+    );
+    // Zero and negative lengths, and a length beyond the file.
+    let mut bad = good.clone();
+    bad[0..4].copy_from_slice(&0i32.to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    let e = open_err(&p);
+    assert!(e.contains("key_len") && e.contains("record 0"), "{e}");
+    bad[0..4].copy_from_slice(&(-1i32).to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    assert!(open_err(&p).contains("key_len"));
+    let mut bad = good.clone();
+    bad[4..8].copy_from_slice(&i32::MAX.to_le_bytes());
+    std::fs::write(&p, &bad).unwrap();
+    let e = open_err(&p);
+    assert!(e.contains("value") && e.contains("truncated"), "{e}");
+    // An undecodable value under a blob key names the key.
+    std::fs::write(&p, minidb(&[(b"w#%0".to_vec(), vec![0x0a, 0xff, 0xff])])).unwrap();
+    let e = open_err(&p);
+    assert!(e.contains("w#%0"), "{e}");
+    // Elements that do not fill the dims.
+    let mut short = f32_chunk("w", &[3], 0, &[1.0, 2.0]);
+    short.tensor.as_mut().unwrap().segment = None;
+    std::fs::write(&p, minidb(&[(b"w#%0".to_vec(), short.encode_to_vec())])).unwrap();
+    let e = open_err(&p);
+    assert!(
+        e.contains('w') && (e.contains("bytes") || e.contains("size")),
+        "{e}"
+    );
+    // A missing chunk, and one given twice.
+    let a = f32_chunk("w", &[4], 0, &[1.0, 2.0]);
+    std::fs::write(&p, minidb(&[(b"w#%0".to_vec(), a.encode_to_vec())])).unwrap();
+    assert!(open_err(&p).contains("Data size mismatch for blob w. Expected: 4 Read: 2"));
+    std::fs::write(
+        &p,
+        minidb(&[
+            (b"w#%0".to_vec(), a.encode_to_vec()),
+            (
+                b"w#%1".to_vec(),
+                f32_chunk("w", &[4], 2, &[3.0, 4.0]).encode_to_vec(),
+            ),
+            (
+                b"w#%1".to_vec(),
+                f32_chunk("w", &[4], 2, &[3.0, 4.0]).encode_to_vec(),
+            ),
+        ]),
+    )
+    .unwrap();
+    let e = open_err(&p);
+    assert!(
+        e.contains("Found an extra part for an already filled tensor: w") && e.contains("w#%1"),
+        "{e}"
+    );
+}
