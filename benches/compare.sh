@@ -2,7 +2,9 @@
 # Builds tfbench (release) and runs one comparison suite in one run on the same files:
 #   --suite npy (default): benches/compare.py, NumPy vs tensorfmt vs ndarray-npy;
 #   --suite pytorch: benches/compare_torch.py, torch vs tensorfmt vs candle (tfbench built
-#     with --features candle) on a state dict written by torch.save, with the memcpy limit.
+#     with --features candle) on a state dict written by torch.save, with the memcpy limit;
+#   --suite onnx: benches/compare_onnx.py, onnx.load + numpy_helper vs tensorfmt on a model
+#     written by onnx, inline and with external data, with the memcpy limit.
 # Other arguments are passed to the suite's script (--runs, --only, --json, --markdown,
 # --dir ...; npy: --no-1g; pytorch: --layers, --small).
 #
@@ -26,7 +28,8 @@ done
 case "$suite" in
   npy) script=benches/compare.py; features=(); module=numpy ;;
   pytorch) script=benches/compare_torch.py; features=(--features candle); module=torch ;;
-  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch)" >&2; exit 2 ;;
+  onnx) script=benches/compare_onnx.py; features=(); module=onnx ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx)" >&2; exit 2 ;;
 esac
 
 cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}

@@ -273,6 +273,38 @@ pub mod tf {
             .collect()
     }
 
+    /// Where every tensor's payload is as plain bytes: the file they are in (the model, or
+    /// the one external data file they share) and their byte ranges there, in index
+    /// order. Errors when they are spread over several files or held in typed fields.
+    pub fn payload_file_ranges(path: &Path) -> Result<(PathBuf, Vec<std::ops::Range<usize>>)> {
+        let file = open(path)?;
+        let mut at: Option<PathBuf> = None;
+        let mut ranges = Vec::new();
+        for t in file.tensors() {
+            let (p, offset, len) = match &t.location {
+                tensorfmt::DataLocation::External { path: rel, offset, len } => {
+                    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+                    (dir.join(rel), *offset, *len)
+                }
+                other => {
+                    let (offset, len) = other
+                        .plain_range(file.source().data())?
+                        .ok_or_else(|| format!("tensor '{}' is not stored plain", t.name))?;
+                    (path.to_path_buf(), offset, len)
+                }
+            };
+            match &at {
+                Some(a) if *a != p => {
+                    return Err(format!("tensors in {} and {}", a.display(), p.display()).into())
+                }
+                _ => at = Some(p),
+            }
+            let start = usize::try_from(offset)?;
+            ranges.push(start..start + usize::try_from(len)?);
+        }
+        Ok((at.unwrap_or_else(|| path.to_path_buf()), ranges))
+    }
+
     /// Writes a real (not sparse) npy file of `nbytes` payload bytes without holding
     /// them in memory: a constant non-zero pattern, streamed through [`Saver::add`].
     pub fn write_pattern_npy(path: &Path, nbytes: usize) -> Result<()> {

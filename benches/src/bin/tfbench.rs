@@ -594,6 +594,67 @@ fn pytorch(b: &mut Bench) -> Result<()> {
     Ok(())
 }
 
+/// The ONNX suite on `onnx_inline/in.onnx` and `onnx_external/in.onnx` (written by
+/// onnx in `compare_onnx.py`): open (index only), every initializer into owned memory,
+/// and the memcpy reference over the same payload bytes (in the model, or in its
+/// external data file).
+fn onnx(b: &mut Bench) -> Result<()> {
+    for kind in ["inline", "external"] {
+        let input = b.args.dir.join(format!("onnx_{kind}")).join("in.onnx");
+        if !input.exists() {
+            continue;
+        }
+        let (data_file, ranges) = tf::payload_file_ranges(&input)?;
+        let bytes: usize = ranges.iter().map(|r| r.len()).sum();
+        let none = || Ok(());
+        b.time(
+            Case {
+                op: &format!("onnx.{kind}.open"),
+                lib: "tensorfmt",
+                how: "TensorFile::open (map + detect + index)",
+                bytes,
+                runs: b.args.open_runs,
+            },
+            none,
+            || tf::open(&input),
+        )?;
+        b.time(
+            Case {
+                op: &format!("onnx.{kind}.read.owned"),
+                lib: "tensorfmt",
+                how: "open + read_all(OwnedSink): every initializer in owned memory",
+                bytes,
+                runs: b.args.runs,
+            },
+            none,
+            || tf::read_owned(&input),
+        )?;
+        b.time(
+            Case {
+                op: &format!("onnx.{kind}.read.view"),
+                lib: "tensorfmt",
+                how: "open + load_all: every initializer as a zero-copy view of the map",
+                bytes,
+                runs: b.args.runs,
+            },
+            none,
+            || tf::read_view(&input),
+        )?;
+        b.time(
+            Case {
+                op: &format!("onnx.{kind}.memcpy.fresh"),
+                lib: "memcpy",
+                how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
+                bytes,
+                runs: b.args.runs,
+            },
+            none,
+            || mem::copy_fresh(&data_file, &ranges),
+        )?;
+    }
+    Ok(())
+}
+
 fn main() {
     let result = (|| -> Result<Value> {
         let args = parse_args()?;
@@ -606,6 +667,7 @@ fn main() {
         npz(&mut b, "stored", Compression::Stored)?;
         npz(&mut b, "deflate", Compression::Deflate)?;
         pytorch(&mut b)?;
+        onnx(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
             "runs": b.args.runs,
