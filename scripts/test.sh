@@ -11,7 +11,7 @@ echo "== python environment" >&2
 py="$(bash scripts/pyenv.sh </dev/null | tail -n 1)"
 [ -x "$py" ] || { echo "test.sh: scripts/pyenv.sh gave no python ('$py')" >&2; exit 1; }
 export TENSORFMT_PYTHON="$py"
-"$py" -c 'import sys, numpy, torch, onnx, onnxruntime; print(f"python {sys.version.split()[0]}, numpy {numpy.__version__}, torch {torch.__version__}, onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}: {sys.executable}")' >&2
+"$py" -c 'import sys, numpy, torch, onnx, onnxruntime, lmdb, plyvel; print(f"python {sys.version.split()[0]}, numpy {numpy.__version__}, torch {torch.__version__}, onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, lmdb {lmdb.__version__}, plyvel {plyvel.__version__}: {sys.executable}")' >&2
 
 echo "== rust" >&2
 if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
