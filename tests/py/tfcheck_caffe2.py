@@ -190,11 +190,11 @@ def string_blob(name, text):
     return name.encode(), pb.BlobProto(name=name, type="std::string", content=text).SerializeToString()
 
 
-def dataset_record(arrays):
-    """A TensorProtos of whole tensors (no segment)."""
+def dataset_record(arrays, variant=""):
+    """A TensorProtos of whole tensors (no segment); `variant` as `tensor_proto`'s."""
     tp = pb.TensorProtos()
     for a in arrays:
-        t = tensor_proto(a, "", 0, int(np.prod(a.shape, dtype=np.int64)))
+        t = tensor_proto(a, "", 0, int(np.prod(a.shape, dtype=np.int64)), variant)
         t.ClearField("segment")
         t.ClearField("name")
         t.ClearField("device_detail")
