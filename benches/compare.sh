@@ -4,7 +4,9 @@
 #   --suite pytorch: benches/compare_torch.py, torch vs tensorfmt vs candle (tfbench built
 #     with --features candle) on a state dict written by torch.save, with the memcpy limit;
 #   --suite onnx: benches/compare_onnx.py, onnx.load + numpy_helper vs tensorfmt on a model
-#     written by onnx, inline and with external data, with the memcpy limit.
+#     written by onnx, inline and with external data, with the memcpy limit;
+#   --suite caffe2: benches/compare_caffe2.py, the Caffe2 input pipeline vs LMDB's cursor
+#     (the limit) vs a Python lmdb + protobuf + NumPy loop on a 1 GB LMDB dataset.
 # Other arguments are passed to the suite's script (--runs, --only, --json, --markdown,
 # --dir ...; npy: --no-1g; pytorch: --layers, --small).
 #
@@ -29,7 +31,8 @@ case "$suite" in
   npy) script=benches/compare.py; features=(); module=numpy ;;
   pytorch) script=benches/compare_torch.py; features=(--features candle); module=torch ;;
   onnx) script=benches/compare_onnx.py; features=(); module=onnx ;;
-  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx)" >&2; exit 2 ;;
+  caffe2) script=benches/compare_caffe2.py; features=(); module=lmdb ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2)" >&2; exit 2 ;;
 esac
 
 cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}

@@ -9,6 +9,7 @@ fn main() {
         "fmt/torchscript.fmt",
         "fmt/onnx.fmt",
         "fmt/caffe2.fmt",
+        "fmt/minidb.fmt",
     ];
     if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
         eprintln!("{report}");

@@ -282,7 +282,11 @@ pub mod tf {
         let mut ranges = Vec::new();
         for t in file.tensors() {
             let (p, offset, len) = match &t.location {
-                tensorfmt::DataLocation::External { path: rel, offset, len } => {
+                tensorfmt::DataLocation::External {
+                    path: rel,
+                    offset,
+                    len,
+                } => {
                     let dir = path.parent().unwrap_or_else(|| Path::new("."));
                     (dir.join(rel), *offset, *len)
                 }

@@ -69,15 +69,31 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         let index_doc = format!(
             " Lists the tensors of the database: its records mapped as `{schema}` maps its own."
         );
+        if backend == "records" {
+            // A file of this format's records, mapped and written as `schema` does.
+            let prefix = quote!(super::#other::);
+            let body = gen_records_backend(cx, fmt, &prefix)?;
+            let desc = crate::engine::desc_full(
+                quote!(Ok(::std::boxed::Box::new(Writer { w, split: options.chunk_elements }))),
+                " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
+                false,
+                false,
+                Some(quote!(rt::kv::DbDesc {
+                    backend: #backend,
+                    open: open_db,
+                    encode: super::#other::encode_parts,
+                    split: super::#other::SPLIT,
+                })),
+            );
+            return Ok(quote! {
+                #body
+                #desc
+            });
+        }
         let open = match backend.as_str() {
             "lmdb" => quote!(rt::kv::open_lmdb),
             "leveldb" => quote!(rt::kv::open_leveldb),
-            _ => {
-                return Err(cx.unsupported(
-                    fmt.ast.name.span,
-                    "`schema =` with a backend other than lmdb or leveldb",
-                ))
-            }
+            b => return Err(cx.unsupported(fmt.ast.name.span, &format!("the `{b}` backend"))),
         };
         let desc = crate::engine::desc_full(
             quote! {
@@ -266,7 +282,7 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         Some(db),
     );
     match backend.as_str() {
-        "records" => items.push(gen_records_backend(cx, fmt)?),
+        "records" => items.push(gen_records_backend(cx, fmt, &quote!())?),
         b => {
             let detect_doc =
                 format!(" True when the source is a database folder read by the `{b}` backend.");
@@ -449,7 +465,7 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
 
 /// A file of records whose layout the format declares as `Record` (key and value
 /// fields): `records` lists them, `detect` requires the whole file to be records.
-fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
+fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>, schema: &TokenStream) -> GResult<TokenStream> {
     let Some(layout) = fmt.layout("Record") else {
         return Err(cx.err(
             fmt.ast.name.span,
@@ -519,7 +535,7 @@ fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                         "big-endian tensors (write them little-endian)".to_string())));
                 }
                 let w = &mut self.w;
-                encode_parts(meta, bytes, self.split, &mut |k, v| write_record(w, k, v).map(|_| ()))
+                #schema encode_parts(meta, bytes, self.split, &mut |k, v| write_record(w, k, v).map(|_| ()))
             }
 
             fn finish(mut self: ::std::boxed::Box<Self>) -> rt::Result<()> {
@@ -540,7 +556,7 @@ fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
                 None => e,
             };
             let records = records(src, limits).map_err(in_file)?;
-            map_records(src, &records, limits)
+            #schema map_records(src, &records, limits)
         }
     })
 }

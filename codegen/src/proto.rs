@@ -1618,18 +1618,8 @@ pub(crate) fn gen_protobuf(
                 Some(p) => e.in_file(p),
                 None => e,
             };
-            let owned;
-            let bytes: &[u8] = match src.bytes() {
-                Some(b) => b.as_bytes(),
-                None => {
-                    let data = src.data();
-                    let n = usize::try_from(data.len()).map_err(|_| in_file(rt::Error::from(rt::ErrorKind::Overflow("source size".to_string()))))?;
-                    let mut v = ::std::vec![0u8; n];
-                    data.read_exact_at(0, &mut v).map_err(in_file)?;
-                    owned = v;
-                    &owned
-                }
-            };
+            let whole = src.whole().map_err(in_file)?;
+            let bytes: &[u8] = &whole;
             let root = #root_ty::read(bytes, 0, 0, limits).map_err(in_file)?;
             let mut tensors = ::std::vec::Vec::new();
             #(#maps)*
@@ -2232,18 +2222,8 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
                 Some(p) => e.in_file(p),
                 None => e,
             };
-            let owned;
-            let bytes: &[u8] = match src.bytes() {
-                Some(b) => b.as_bytes(),
-                None => {
-                    let data = src.data();
-                    let n = usize::try_from(data.len()).map_err(|_| in_file(rt::Error::from(rt::ErrorKind::Overflow("source size".to_string()))))?;
-                    let mut v = ::std::vec![0u8; n];
-                    data.read_exact_at(0, &mut v).map_err(in_file)?;
-                    owned = v;
-                    &owned
-                }
-            };
+            let whole = src.whole().map_err(in_file)?;
+            let bytes: &[u8] = &whole;
             let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
             rt::protodoc::rewrite(&mut doc, bytes, &[#(#numbers),*], #items_n, &mut |doc, b, at| {
                 let item = #item_ty::read(b, at, #depth, limits)?;

@@ -104,7 +104,7 @@ format kvish {
 
 #[test]
 fn caffe2() {
-    let s = schema(&["formats/fmt/caffe2.fmt"]);
+    let s = schema(&["formats/fmt/caffe2.fmt", "formats/fmt/minidb.fmt"]);
     let code = tensorfmt_codegen::generate_file(&s)
         .unwrap_or_else(|d| panic!("{}", d.with_sources(&s.files)));
     insta::assert_snapshot!("caffe2", code);

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use tensorfmt_runtime::kv::Mode;
-use tensorfmt_runtime::sink::SliceSink;
+use tensorfmt_runtime::sink::{AlignedBuf, SliceSink};
 
 use crate::{
     format_named, DType, Error, ErrorKind, FormatDesc, OpenOptions, Result, Tensor, TensorFile,
@@ -227,8 +227,8 @@ pub fn load(
             )));
         }
     }
-    // Wanted blob key -> output name.
-    let wanted: HashMap<String, String> = match &options.source_blob_names {
+    // (blob key, output name) in output order.
+    let wanted_order: Vec<(String, String)> = match &options.source_blob_names {
         Some(src) => src
             .iter()
             .cloned()
@@ -239,6 +239,10 @@ pub fn load(
             .map(|s| (s.to_string(), s.to_string()))
             .collect(),
     };
+    let wanted: HashMap<&str, &str> = wanted_order
+        .iter()
+        .map(|(k, o)| (k.as_str(), o.as_str()))
+        .collect();
     let open = OpenOptions {
         format: Some(format.name.to_string()),
         ..options.open.clone()
@@ -249,7 +253,7 @@ pub fn load(
         let file = TensorFile::open_with(db.as_ref(), &open)?;
         for info in file.tensors() {
             let key = load_key(&info.name, options);
-            if !options.load_all && !wanted.contains_key(&key) {
+            if !options.load_all && !wanted.contains_key(key.as_str()) {
                 continue;
             }
             if let Some((j, _)) = found.get(&key) {
@@ -280,17 +284,6 @@ pub fn load(
             out.push(renamed(t, key));
         }
     } else {
-        let wanted_order: Vec<(String, String)> = match &options.source_blob_names {
-            Some(src) => src
-                .iter()
-                .cloned()
-                .zip(outputs.iter().map(|s| s.to_string()))
-                .collect(),
-            None => outputs
-                .iter()
-                .map(|s| (s.to_string(), s.to_string()))
-                .collect(),
-        };
         let mut missing = Vec::new();
         for (key, output) in wanted_order {
             match found.remove(&key) {
@@ -639,6 +632,7 @@ fn read_batch(
     recs: &[Vec<usize>],
     picked: &[usize],
     batch_size: usize,
+    pool: &mut Pool,
 ) -> Result<Batch> {
     let infos = file.tensors();
     let first = &recs[picked[0]];
@@ -661,7 +655,7 @@ fn read_batch(
         }
         let total = usize::try_from(item * batch_size as u64)
             .map_err(|_| op_error("a batch does not fit in memory"))?;
-        let mut buf = tensorfmt_runtime::sink::AlignedBuf::zeroed(total)?;
+        let mut buf = pool.take(total)?;
         for (j, &r) in picked.iter().enumerate() {
             let t = &infos[recs[r][slot]];
             if t.dtype != proto.dtype || t.shape != proto.shape {
@@ -729,6 +723,48 @@ pub struct DbInput {
     rx: Option<mpsc::Receiver<Result<Batch>>>,
     worker: Option<std::thread::JoinHandle<()>>,
     inline: Option<Box<dyn FnMut() -> Option<Result<Batch>>>>,
+    recycle: Recycle,
+}
+
+/// Where [`DbInput::recycle`] sends a batch's buffers back to.
+enum Recycle {
+    Channel(mpsc::Sender<AlignedBuf>),
+    Shared(std::sync::Arc<std::sync::Mutex<Vec<AlignedBuf>>>),
+}
+
+/// The buffers a reader takes before allocating new ones.
+enum Pool {
+    None,
+    /// Buffers sent back, and those received but not of the size asked for yet.
+    Channel(mpsc::Receiver<AlignedBuf>, Vec<AlignedBuf>),
+    Shared(std::sync::Arc<std::sync::Mutex<Vec<AlignedBuf>>>),
+}
+
+impl Pool {
+    /// A buffer of exactly `len` bytes: a recycled one when there is one of that size
+    /// (its old contents are overwritten whole), else a new, zeroed one.
+    fn take(&mut self, len: usize) -> Result<AlignedBuf> {
+        let found = match self {
+            Pool::None => None,
+            Pool::Channel(rx, stash) => {
+                stash.extend(rx.try_iter());
+                stash
+                    .iter()
+                    .position(|b| b.len() == len)
+                    .map(|i| stash.swap_remove(i))
+            }
+            Pool::Shared(p) => {
+                let mut v = p.lock().unwrap_or_else(|e| e.into_inner());
+                v.iter()
+                    .position(|b| b.len() == len)
+                    .map(|i| v.swap_remove(i))
+            }
+        };
+        match found {
+            Some(b) => Ok(b),
+            None => Ok(AlignedBuf::zeroed(len)?),
+        }
+    }
 }
 
 impl DbInput {
@@ -743,16 +779,19 @@ impl DbInput {
             )));
         }
         let opts = options.clone();
-        let mut reader = Reader::new(&path, &opts)?;
         if options.prefetch == 0 {
+            let mut reader = Reader::new(&path, &opts)?;
+            let pool = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            reader.pool = Pool::Shared(pool.clone());
             return Ok(DbInput {
                 rx: None,
                 worker: None,
                 inline: Some(Box::new(move || reader.next_batch())),
+                recycle: Recycle::Shared(pool),
             });
         }
-        drop(reader);
         let (tx, rx) = mpsc::sync_channel(options.prefetch);
+        let (back_tx, back_rx) = mpsc::channel();
         let shown = path.clone();
         let worker = std::thread::Builder::new()
             .name("tensorfmt-db-input".into())
@@ -764,6 +803,7 @@ impl DbInput {
                         return;
                     }
                 };
+                reader.pool = Pool::Channel(back_rx, Vec::new());
                 while let Some(b) = reader.next_batch() {
                     let failed = b.is_err();
                     if tx.send(b).is_err() || failed {
@@ -776,11 +816,27 @@ impl DbInput {
             rx: Some(rx),
             worker: Some(worker),
             inline: None,
+            recycle: Recycle::Channel(back_tx),
         })
     }
 }
 
 impl DbInput {
+    /// Gives a batch's buffers back, to be filled again by a later batch instead of new
+    /// memory (optional: batches may be kept or dropped as well).
+    pub fn recycle(&self, batch: Batch) {
+        for t in batch.tensors {
+            if let crate::TensorData::Owned(buf) = t.data {
+                match &self.recycle {
+                    Recycle::Channel(tx) => {
+                        let _ = tx.send(buf);
+                    }
+                    Recycle::Shared(p) => p.lock().unwrap_or_else(|e| e.into_inner()).push(buf),
+                }
+            }
+        }
+    }
+
     /// Hands the next batch to `sink`, one tensor per output (`begin`, the bytes as a
     /// view of the batch's buffer or in chunks, `end`): a copying sink, a caller's
     /// buffer, or a device sink. `None` when the reading has ended.
@@ -830,6 +886,7 @@ struct Reader {
     recs: Vec<Vec<usize>>,
     order: ShardOrder,
     batch_size: usize,
+    pool: Pool,
 }
 
 impl Reader {
@@ -859,6 +916,7 @@ impl Reader {
             recs,
             order,
             batch_size: options.batch_size,
+            pool: Pool::None,
         })
     }
 
@@ -878,7 +936,13 @@ impl Reader {
                 self.recs[*r].len()
             ))));
         }
-        Some(read_batch(&self.file, &self.recs, &picked, self.batch_size))
+        Some(read_batch(
+            &self.file,
+            &self.recs,
+            &picked,
+            self.batch_size,
+            &mut self.pool,
+        ))
     }
 }
 

@@ -244,6 +244,19 @@ impl Source {
         self.records.as_deref()
     }
 
+    /// All the bytes: borrowed when they are in memory (a map or a buffer), else read
+    /// whole from the stream.
+    pub fn whole(&self) -> Result<std::borrow::Cow<'_, [u8]>> {
+        if let Some(b) = &self.mapped {
+            return Ok(std::borrow::Cow::Borrowed(b.as_bytes()));
+        }
+        let n = usize::try_from(self.data.len())
+            .map_err(|_| Error::from(ErrorKind::Overflow("source size".to_string())))?;
+        let mut v = vec![0u8; n];
+        self.data.read_exact_at(0, &mut v)?;
+        Ok(std::borrow::Cow::Owned(v))
+    }
+
     /// Names the source (used in error messages and for `source.stem`).
     pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(path.into());

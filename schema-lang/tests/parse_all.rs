@@ -15,6 +15,7 @@ pub fn all_files() -> Vec<PathBuf> {
         r.join("formats/fmt/pytorch_legacy.fmt"),
         r.join("formats/fmt/onnx.fmt"),
         r.join("formats/fmt/caffe2.fmt"),
+        r.join("formats/fmt/minidb.fmt"),
     ]
 }
 
@@ -42,9 +43,9 @@ fn every_builtin_file_checks_clean() {
                     "pytorch",
                     "pytorch-legacy",
                     "onnx",
-                    "caffe2-minidb",
                     "caffe2-lmdb",
-                    "caffe2-leveldb"
+                    "caffe2-leveldb",
+                    "caffe2-minidb"
                 ]
             );
             assert!(schema.format("npz").is_some());

@@ -6,9 +6,7 @@
 use std::path::Path;
 
 use tensorfmt::caffe2::{self, ChunkSize, DbInput, DbInputOptions, LoadOptions, SaveOptions};
-use tensorfmt::generated::caffe2_minidb::messages::{
-    BlobProto, Segment, TensorProto, TensorProtos,
-};
+use tensorfmt::generated::caffe2_lmdb::messages::{BlobProto, Segment, TensorProto, TensorProtos};
 use tensorfmt::prost::Message;
 use tensorfmt::runtime::kv::{self, Db, Mode};
 use tensorfmt::{ByteOrder, DType, Order, TensorMeta};

@@ -2,7 +2,7 @@
 //! weights, chunks joined) and TensorProtos records (datasets), read through the schema
 //! in `formats/fmt/caffe2.fmt`.
 
-use tensorfmt::generated::caffe2_minidb::messages::{
+use tensorfmt::generated::caffe2_lmdb::messages::{
     BlobProto, DeviceOption, Segment, TensorProto, TensorProtos,
 };
 use tensorfmt::prost::Message;

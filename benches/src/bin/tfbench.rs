@@ -655,6 +655,116 @@ fn onnx(b: &mut Bench) -> Result<()> {
     Ok(())
 }
 
+/// The Caffe2 suite on `caffe2_data.lmdb` (a dataset of TensorProtos records written
+/// by `compare_caffe2.py`): the input pipeline (DbInput, batches of `CAFFE2_BATCH`
+/// stacked records, one epoch) and the limit, LMDB's own cursor over every record with
+/// each value copied into a reused buffer.
+fn caffe2(b: &mut Bench) -> Result<()> {
+    let input = b.args.dir.join("caffe2_data.lmdb");
+    if !input.exists() {
+        return Ok(());
+    }
+    let batch: usize = std::env::var("CAFFE2_BATCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    // The bytes both sides move: every record's value.
+    let (records, bytes) = raw_scan(&input)?;
+    let none = || Ok(());
+    b.time(
+        Case {
+            op: "caffe2.scan.raw",
+            lib: "lmdb",
+            how: "heed cursor over every record, each value copied into a reused buffer",
+            bytes,
+            runs: b.args.runs,
+        },
+        none,
+        || raw_scan(&input),
+    )?;
+    for (prefetch, recycle, op, how) in [
+        (
+            2usize,
+            true,
+            "caffe2.pipeline",
+            "DbInput, prefetch 2, batch buffers recycled",
+        ),
+        (
+            2,
+            false,
+            "caffe2.pipeline.fresh",
+            "DbInput, prefetch 2, new buffers per batch",
+        ),
+        (
+            0,
+            true,
+            "caffe2.pipeline.noprefetch",
+            "DbInput, no prefetch, buffers recycled",
+        ),
+    ] {
+        b.time(
+            Case {
+                op,
+                lib: "tensorfmt",
+                how,
+                bytes,
+                runs: b.args.runs,
+            },
+            none,
+            || {
+                let opts = tensorfmt::caffe2::DbInputOptions {
+                    batch_size: batch,
+                    prefetch,
+                    epochs: Some(1),
+                    ..Default::default()
+                };
+                let mut input = tensorfmt::caffe2::DbInput::open(&input, &opts)?;
+                let mut n = 0usize;
+                while let Some(bt) = input.next() {
+                    let bt = bt?;
+                    n += bt.tensors[0].info.shape[0] as usize;
+                    if recycle {
+                        input.recycle(bt);
+                    }
+                }
+                if n != records / batch * batch {
+                    return Err(format!("{n} records in batches, {records} in the database").into());
+                }
+                Ok(n)
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// Every value of the LMDB environment `dir` through LMDB's own cursor, each copied
+/// into one reused buffer; returns (records, value bytes).
+fn raw_scan(dir: &std::path::Path) -> Result<(usize, usize)> {
+    use heed::types::Bytes;
+    let mut opts = heed::EnvOpenOptions::new().read_txn_without_tls();
+    opts.map_size(1 << 40);
+    // SAFETY: read-only use of an environment nobody writes during the run.
+    let env = unsafe {
+        opts.flags(heed::EnvFlags::READ_ONLY | heed::EnvFlags::NO_LOCK);
+        opts.open(dir)?
+    };
+    let rtxn = env.read_txn()?;
+    let db: heed::Database<Bytes, Bytes> = env
+        .open_database(&rtxn, None)?
+        .ok_or("no unnamed database")?;
+    let mut buf: Vec<u8> = Vec::new();
+    let (mut n, mut bytes) = (0usize, 0usize);
+    for item in db.iter(&rtxn)? {
+        let (_, v) = item?;
+        buf.clear();
+        buf.extend_from_slice(v);
+        n += 1;
+        bytes += v.len();
+    }
+    std::hint::black_box(&buf);
+    Ok((n, bytes))
+}
+
 fn main() {
     let result = (|| -> Result<Value> {
         let args = parse_args()?;
@@ -668,6 +778,7 @@ fn main() {
         npz(&mut b, "deflate", Compression::Deflate)?;
         pytorch(&mut b)?;
         onnx(&mut b)?;
+        caffe2(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
             "runs": b.args.runs,
