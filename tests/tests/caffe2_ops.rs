@@ -546,3 +546,31 @@ fn batches_go_to_any_sink() {
         [0i32.to_le_bytes(), 1i32.to_le_bytes()].concat()
     );
 }
+
+#[test]
+fn recycled_buffers_give_the_same_batches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("d.leveldb");
+    dataset("leveldb", &p, 17);
+    for prefetch in [0usize, 2] {
+        let opts = DbInputOptions {
+            batch_size: 4,
+            prefetch,
+            epochs: Some(3),
+            ..Default::default()
+        };
+        let fresh: Vec<Vec<u8>> = DbInput::open(&p, &opts)
+            .unwrap()
+            .map(|b| b.unwrap().tensors[0].data.as_bytes().to_vec())
+            .collect();
+        let mut input = DbInput::open(&p, &opts).unwrap();
+        let mut recycled = Vec::new();
+        while let Some(b) = input.next() {
+            let b = b.unwrap();
+            recycled.push(b.tensors[0].data.as_bytes().to_vec());
+            input.recycle(b);
+        }
+        assert_eq!(recycled, fresh, "prefetch {prefetch}");
+        assert_eq!(fresh.len(), 17 * 3 / 4);
+    }
+}
