@@ -269,6 +269,21 @@ pub fn load(
             }
             found.insert(key, (i, tensor));
         }
+        drop(file);
+        // Blobs that are not tensors (strings, DB readers): their content, with
+        // Caffe2's bookkeeping of content chunks.
+        for (key, tensor) in other_blobs(format, db.as_ref(), options, &wanted)? {
+            if let Some((j, _)) = found.get(&key) {
+                return Err(op_error(if *j != i {
+                    format!("Duplicate Key {key} is found!")
+                } else {
+                    format!("Blob duplicated: {key}")
+                })
+                .in_file(db.as_ref()));
+            }
+            order.push(key.clone());
+            found.insert(key, (i, tensor));
+        }
     }
     let mut out = Vec::new();
     if options.load_all {
@@ -309,6 +324,109 @@ pub fn load(
                 )));
             }
         }
+    }
+    Ok(out)
+}
+
+/// The blobs of a database that are not tensors (`std::string`, `DBReader`, ...), each
+/// as a 0-d string tensor of its content, the chunks of a large one joined (BlobState:
+/// a chunk id may come once, below `content_num_chunks`; a blob without chunks once).
+fn other_blobs(
+    format: &FormatDesc,
+    db: &Path,
+    options: &LoadOptions,
+    wanted: &HashMap<&str, &str>,
+) -> Result<Vec<(String, Tensor)>> {
+    use crate::generated::caffe2_lmdb::messages::BlobProto;
+    use prost::Message;
+    let desc = format.db.ok_or_else(|| op_error("not a database format"))?;
+    let mut handle = (desc.open)(db, Mode::Read)?;
+    let mut cursor = handle.cursor()?;
+    // Blob key -> (chunks expected, the chunks by id).
+    let mut blobs: Vec<(String, Option<i32>, Vec<Option<Vec<u8>>>)> = Vec::new();
+    while cursor.valid() {
+        let raw_key = String::from_utf8_lossy(cursor.key()).into_owned();
+        let name = raw_key.split("#%").next().unwrap_or("").to_string();
+        let key = load_key(&name, options);
+        let value = cursor.value();
+        // TensorProtos records and tensors are the index's; others are BlobProtos that
+        // are not tensors.
+        let blob = BlobProto::decode(value).ok().filter(|b| {
+            b.r#type.is_some() && !matches!(b.r#type(), "Tensor" | "TensorCPU" | "TensorCUDA")
+        });
+        if let Some(b) = blob.filter(|_| options.load_all || wanted.contains_key(key.as_str())) {
+            let at = blobs.iter().position(|x| x.0 == key);
+            match (b.content_num_chunks, at) {
+                (None, Some(_)) => {
+                    return Err(op_error(format!("Blob duplicated: {key}")).in_file(db))
+                }
+                (None, None) => blobs.push((key, None, vec![Some(b.content().to_vec())])),
+                (Some(n), _) => {
+                    let id = b.content_chunk_id();
+                    if n <= 0 || id < 0 || id >= n {
+                        return Err(op_error(format!(
+                            "chunk id {id} of {key} is not below its {n} chunks"
+                        ))
+                        .in_file(db));
+                    }
+                    let i = match at {
+                        Some(i) => i,
+                        None => {
+                            blobs.push((key.clone(), Some(n), vec![None; n as usize]));
+                            blobs.len() - 1
+                        }
+                    };
+                    let entry = &mut blobs[i];
+                    if entry.1 != Some(n) {
+                        return Err(op_error(format!(
+                            "Blob duplicated: {key} (its parts disagree on their number of chunks)"
+                        ))
+                        .in_file(db));
+                    }
+                    if entry.2[id as usize].is_some() {
+                        return Err(op_error(format!(
+                            "Chunk with the same id has occurred twice for: {key}"
+                        ))
+                        .in_file(db));
+                    }
+                    entry.2[id as usize] = Some(b.content().to_vec());
+                }
+            }
+        }
+        cursor.next()?;
+    }
+    let mut out = Vec::new();
+    for (key, n, chunks) in blobs {
+        let have = chunks.iter().filter(|c| c.is_some()).count();
+        if let Some(n) = n {
+            if have != n as usize {
+                return Err(op_error(format!(
+                    "Data size mismatch for blob {key}. Expected: {n} Read: {have}"
+                ))
+                .in_file(db));
+            }
+        }
+        let content: Vec<u8> = chunks.into_iter().flatten().flatten().collect();
+        let mut bytes = (content.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&content);
+        let info = TensorInfo::strings(
+            key.clone(),
+            vec![],
+            1,
+            crate::DataLocation::Range {
+                offset: 0,
+                len: bytes.len() as u64,
+            },
+        )?;
+        let mut buf = AlignedBuf::zeroed(bytes.len())?;
+        buf.as_mut_slice().copy_from_slice(&bytes);
+        out.push((
+            key,
+            Tensor {
+                info,
+                data: crate::TensorData::Owned(buf),
+            },
+        ));
     }
     Ok(out)
 }

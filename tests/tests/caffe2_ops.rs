@@ -574,3 +574,89 @@ fn recycled_buffers_give_the_same_batches() {
         assert_eq!(fresh.len(), 17 * 3 / 4);
     }
 }
+
+/// A `std::string` blob; chunked ones keyed `<name>#%<chunk id>`.
+fn object(key: &str, content: &[u8], chunks: Option<(i32, i32)>) -> (Vec<u8>, Vec<u8>) {
+    let record_key = match chunks {
+        Some((_, id)) => format!("{key}#%{id}"),
+        None => key.to_string(),
+    };
+    let b = BlobProto {
+        name: Some(key.into()),
+        r#type: Some("std::string".into()),
+        content: Some(content.to_vec()),
+        content_num_chunks: chunks.map(|c| c.0),
+        content_chunk_id: chunks.map(|c| c.1),
+        ..Default::default()
+    };
+    (record_key.into_bytes(), b.encode_to_vec())
+}
+
+#[test]
+fn blobs_that_are_not_tensors_load_as_strings_with_caffe2s_chunk_checks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let string_tensor = |s: &[u8]| {
+        let mut v = (s.len() as u64).to_le_bytes().to_vec();
+        v.extend_from_slice(s);
+        v
+    };
+    for db in DBS {
+        let d = tmp.path().join(db);
+        std::fs::create_dir_all(&d).unwrap();
+        let p = d.join("ok.db");
+        write_db(
+            db,
+            &p,
+            &[
+                object("note", b"hello", None),
+                object("big", b"wor", Some((2, 1))),
+                object("big", b"hel", Some((2, 0))),
+                part("w", 2, 0, 2, true),
+            ],
+        );
+        let got = caffe2::load(db, &[&p], &["note", "big", "w"], &Default::default()).unwrap();
+        assert_eq!(got[0].info.dtype, DType::String);
+        assert_eq!(got[0].info.shape, Vec::<u64>::new());
+        assert_eq!(got[0].data.as_bytes(), string_tensor(b"hello"));
+        assert_eq!(got[1].data.as_bytes(), string_tensor(b"helwor"), "{db}");
+        let err = |records: &[(Vec<u8>, Vec<u8>)], name: &str, want: &[&str]| {
+            let p = d.join(format!("{name}.db"));
+            write_db(db, &p, records);
+            let e = caffe2::load(db, &[&p], &want.to_vec(), &Default::default())
+                .unwrap_err()
+                .to_string();
+            e
+        };
+        // MiniDB keeps duplicate keys; LMDB and LevelDB keep the last value of a key.
+        if db == "minidb" {
+            let e = err(
+                &[object("s", b"a", None), object("s", b"b", None)],
+                "dup",
+                &["s"],
+            );
+            assert!(e.contains("Blob duplicated: s"), "{e}");
+            let e = err(
+                &[
+                    object("s", b"a", Some((2, 0))),
+                    object("s", b"b", Some((2, 0))),
+                ],
+                "twice",
+                &["s"],
+            );
+            assert!(
+                e.contains("Chunk with the same id has occurred twice for: s"),
+                "{e}"
+            );
+        }
+        let e = err(&[object("s", b"a", Some((2, 5)))], "range", &["s"]);
+        assert!(
+            e.contains("chunk id 5 of s is not below its 2 chunks"),
+            "{e}"
+        );
+        let e = err(&[object("s", b"a", Some((3, 0)))], "short", &["s"]);
+        assert!(
+            e.contains("Data size mismatch for blob s. Expected: 3 Read: 1"),
+            "{e}"
+        );
+    }
+}
