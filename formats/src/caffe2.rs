@@ -328,6 +328,10 @@ pub fn load(
     Ok(out)
 }
 
+/// A blob that is not a tensor, as Load gathers it: its key, the number of chunks it
+/// was saved in (if it was), and its content's chunks by id.
+type ObjectBlob = (String, Option<i32>, Vec<Option<Vec<u8>>>);
+
 /// The blobs of a database that are not tensors (`std::string`, `DBReader`, ...), each
 /// as a 0-d string tensor of its content, the chunks of a large one joined (BlobState:
 /// a chunk id may come once, below `content_num_chunks`; a blob without chunks once).
@@ -343,7 +347,7 @@ fn other_blobs(
     let mut handle = (desc.open)(db, Mode::Read)?;
     let mut cursor = handle.cursor()?;
     // Blob key -> (chunks expected, the chunks by id).
-    let mut blobs: Vec<(String, Option<i32>, Vec<Option<Vec<u8>>>)> = Vec::new();
+    let mut blobs: Vec<ObjectBlob> = Vec::new();
     while cursor.valid() {
         let raw_key = String::from_utf8_lossy(cursor.key()).into_owned();
         let name = raw_key.split("#%").next().unwrap_or("").to_string();
