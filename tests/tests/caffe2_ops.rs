@@ -622,10 +622,9 @@ fn blobs_that_are_not_tensors_load_as_strings_with_caffe2s_chunk_checks() {
         let err = |records: &[(Vec<u8>, Vec<u8>)], name: &str, want: &[&str]| {
             let p = d.join(format!("{name}.db"));
             write_db(db, &p, records);
-            let e = caffe2::load(db, &[&p], &want.to_vec(), &Default::default())
+            caffe2::load(db, &[&p], want, &Default::default())
                 .unwrap_err()
-                .to_string();
-            e
+                .to_string()
         };
         // MiniDB keeps duplicate keys; LMDB and LevelDB keep the last value of a key.
         if db == "minidb" {
