@@ -8,6 +8,8 @@
 #![warn(missing_docs)]
 
 pub mod convert;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod cursor;
 pub mod dtype;
 pub mod error;
