@@ -149,3 +149,23 @@ pub fn inspect_json(path: &Path) -> serde_json::Value {
 pub fn numpy_json(path: &Path) -> serde_json::Value {
     json(&tfcheck(&["describe", path.to_str().expect("utf-8 path")]))
 }
+
+/// The error of opening `path` as `format` and hashing every tensor; panics when the
+/// file is accepted.
+pub fn open_err_as(path: &Path, format: &str) -> String {
+    let r = (|| {
+        let f = tensorfmt::TensorFile::open_with(
+            path,
+            &tensorfmt::OpenOptions {
+                format: Some(format.into()),
+                ..Default::default()
+            },
+        )?;
+        f.read_all(&mut tensorfmt::runtime::hash::HashSink::new())?;
+        Ok::<_, tensorfmt::Error>(f.tensors().len())
+    })();
+    match r {
+        Ok(n) => panic!("{} was accepted ({n} tensors)", path.display()),
+        Err(e) => e.to_string(),
+    }
+}

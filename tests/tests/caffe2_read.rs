@@ -155,21 +155,7 @@ fn minidb(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
 }
 
 fn open_err(path: &std::path::Path) -> String {
-    let r = (|| {
-        let f = TensorFile::open_with(
-            path,
-            &tensorfmt::OpenOptions {
-                format: Some("caffe2-minidb".into()),
-                ..Default::default()
-            },
-        )?;
-        f.read_all(&mut tensorfmt::runtime::hash::HashSink::new())?;
-        Ok::<_, tensorfmt::Error>(f.tensors().len())
-    })();
-    match r {
-        Ok(n) => panic!("{} was accepted ({n} tensors)", path.display()),
-        Err(e) => e.to_string(),
-    }
+    tensorfmt_tests::open_err_as(path, "caffe2-minidb")
 }
 
 #[test]

@@ -83,23 +83,8 @@ fn unseen_models_made_by_onnx_read_the_same() {
     }
 }
 
-/// The error of opening `path` and hashing every tensor.
-fn open_err(path: &Path) -> String {
-    let r = (|| {
-        let f = tensorfmt::TensorFile::open_with(
-            path,
-            &tensorfmt::OpenOptions {
-                format: Some("onnx".into()),
-                ..Default::default()
-            },
-        )?;
-        f.read_all(&mut tensorfmt::runtime::hash::HashSink::new())?;
-        Ok::<_, tensorfmt::Error>(f.tensors().len())
-    })();
-    match r {
-        Ok(n) => panic!("{} was accepted ({n} tensors)", path.display()),
-        Err(e) => e.to_string(),
-    }
+fn open_err(path: &std::path::Path) -> String {
+    tensorfmt_tests::open_err_as(path, "onnx")
 }
 
 #[test]
