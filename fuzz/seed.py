@@ -7,6 +7,9 @@ pytorch_archive  the torch-made checkpoints of tests/fixtures/pytorch/ (zip, leg
                  TorchScript) and the hostile corpus of tests/fixtures/pytorch/hostile/
 pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickles of
                  legacy.pt, plus what pickle_read gets
+onnx_model       the onnx-made models of tests/fixtures/onnx/ (inline ones: external
+                 data files are not beside a fuzz input)
+caffe2_minidb    the MiniDB fixtures of tests/fixtures/caffe2/
 
 Run from anywhere; existing seed folders are emptied first.
 """
@@ -74,3 +77,7 @@ seeds("pytorch_archive",
       list(files(TORCH, lambda n: n in checkpoints))
       + list(files(HOSTILE, lambda n: n.endswith(".pt"))))
 seeds("pytorch_pickle", members + legacy + raw)
+ONNX = os.path.join(FIX, "onnx")
+seeds("onnx_model", list(files(ONNX, lambda n: n.endswith(".onnx") and "external" not in n)))
+seeds("caffe2_minidb", list(files(os.path.join(FIX, "caffe2"), lambda n: n.endswith(".minidb"))))
+
