@@ -787,8 +787,23 @@ fn read_batch(
                 )));
             }
             let at = j * item as usize;
-            let mut sink = SliceSink::new(&mut buf.as_mut_slice()[at..at + item as usize]);
-            file.read_into(t, &mut sink)?;
+            let dst = &mut buf.as_mut_slice()[at..at + item as usize];
+            // Bytes stored plain in the mapped database: one copy, straight from the map.
+            let plain = match (&t.location, file.source().bytes()) {
+                (crate::DataLocation::Range { offset, len }, Some(b)) => {
+                    usize::try_from(*offset).ok().and_then(|o| {
+                        b.as_bytes()
+                            .get(o..o.checked_add(usize::try_from(*len).ok()?)?)
+                    })
+                }
+                _ => None,
+            };
+            match plain {
+                Some(src) if src.len() == dst.len() => dst.copy_from_slice(src),
+                _ => {
+                    file.read_into(t, &mut SliceSink::new(dst))?;
+                }
+            }
         }
         let mut shape = vec![batch_size as u64];
         shape.extend(&proto.shape);
