@@ -131,7 +131,8 @@ fn save_names(names: &[&str], options: &SaveOptions) -> Result<Vec<String>> {
 /// Saves tensors (C order, little-endian bytes) into a new database of `db_type` at
 /// `path` (SaveOp): one BlobProto record per part of at most `chunk_size` elements,
 /// keyed `<name>#%<part>`. A MiniDB is written atomically (replacing any old file); an
-/// LMDB or LevelDB folder must not exist yet (Caffe2's NEW mode).
+/// LMDB or LevelDB folder must not exist yet (Caffe2's NEW mode) and is written beside
+/// and renamed into place, so that a failed save leaves nothing.
 pub fn save(
     db_type: &str,
     path: impl AsRef<Path>,

@@ -313,7 +313,43 @@ enum SaverOut {
         db: Box<dyn tensorfmt_runtime::kv::Db>,
         desc: tensorfmt_runtime::kv::DbDesc,
         split: Option<u64>,
+        tmp: TempFolder,
     },
+}
+
+/// A folder written beside its destination, removed unless renamed into place.
+struct TempFolder(Option<std::path::PathBuf>);
+
+impl TempFolder {
+    /// Renames the folder to `dest`, which must not exist.
+    fn commit(mut self, dest: &Path) -> Result<()> {
+        let tmp = self.0.take().expect("not committed yet");
+        if dest.exists() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(Error::new(
+                ErrorKind::Invalid(
+                    "the database exists (databases are created, not replaced)".into(),
+                ),
+                Location::file(dest),
+            ));
+        }
+        std::fs::rename(&tmp, dest).map_err(|e| Error::from(e).in_file(dest))?;
+        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            // The rename made durable.
+            if let Ok(d) = std::fs::File::open(parent) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_dir_all(p);
+        }
+    }
 }
 
 impl Saver {
@@ -334,14 +370,41 @@ impl Saver {
             })?,
         };
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
-            // A database folder: created (it must not exist, as Caffe2's NEW mode).
-            let db =
-                (desc.open)(path, tensorfmt_runtime::kv::Mode::New).map_err(|e| e.in_file(path))?;
+            // A database folder: created (it must not exist, as Caffe2's NEW mode), written
+            // beside and renamed into place by `commit`, so that it appears whole or not
+            // at all.
+            if path.exists() {
+                return Err(Error::new(
+                    ErrorKind::Invalid(
+                        "the database exists (databases are created, not replaced)".into(),
+                    ),
+                    Location::file(path),
+                ));
+            }
+            let name = path
+                .file_name()
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Invalid("no file name".into()),
+                        Location::file(path),
+                    )
+                })?
+                .to_string_lossy()
+                .into_owned();
+            let tmp_path = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+            if tmp_path.exists() {
+                std::fs::remove_dir_all(&tmp_path)
+                    .map_err(|e| Error::from(e).in_file(&tmp_path))?;
+            }
+            let tmp = TempFolder(Some(tmp_path.clone()));
+            let db = (desc.open)(&tmp_path, tensorfmt_runtime::kv::Mode::New)
+                .map_err(|e| e.in_file(path))?;
             return Ok(Saver {
                 out: SaverOut::Db {
                     db,
                     desc,
                     split: options.chunk_elements,
+                    tmp,
                 },
                 path: path.to_path_buf(),
                 format,
@@ -483,7 +546,9 @@ impl Saver {
         let path = &self.path;
         match &mut self.out {
             SaverOut::File { writer, .. } => writer.add(meta, data),
-            SaverOut::Db { db, desc, split } => {
+            SaverOut::Db {
+                db, desc, split, ..
+            } => {
                 let mut owned = Vec::new();
                 let bytes: &[u8] = match data {
                     Payload::Bytes(b) => b,
@@ -508,7 +573,10 @@ impl Saver {
         let Saver { out, path, .. } = self;
         let (file, writer) = match out {
             SaverOut::File { file, writer } => (file, writer),
-            SaverOut::Db { db, .. } => return db.close().map_err(|e| e.in_file(&path)),
+            SaverOut::Db { db, tmp, .. } => {
+                db.close().map_err(|e| e.in_file(&path))?;
+                return tmp.commit(&path);
+            }
         };
         writer.finish().map_err(|e| e.in_file(&path))?;
         let file = Rc::try_unwrap(file)
