@@ -1,7 +1,7 @@
 """Caffe2's protobuf messages (caffe2.proto, final revision: package `caffe2`, proto2),
 built at import time from descriptors, with no protoc: TensorProto (with its DataType
 and SerializationFormat enums and Segment), TensorProtos, DeviceOption, QTensorProto,
-BlobProto. Field numbers, labels, packing and defaults as in
+BlobProto, DBReaderProto. Field numbers, labels, packing and defaults as in
 ../shared/specs/caffe2_pytorch_formats.md §1. Encoded by the real protobuf package, which
 writes fields in field-number order, as C++ protobuf does.
 """
@@ -87,11 +87,18 @@ def _build():
     _field(b, "content_num_chunks", 6, OPT, F.TYPE_INT32)
     _field(b, "content_chunk_id", 7, OPT, F.TYPE_INT32)
 
+    r = fd.message_type.add(name="DBReaderProto")
+    _field(r, "name", 1, OPT, F.TYPE_STRING)
+    _field(r, "source", 2, OPT, F.TYPE_STRING)
+    _field(r, "db_type", 3, OPT, F.TYPE_STRING)
+    _field(r, "key", 4, OPT, F.TYPE_STRING)
+
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fd)
     get = message_factory.GetMessageClass
     return {n: get(pool.FindMessageTypeByName(f"caffe2.{n}"))
-            for n in ("DeviceOption", "TensorProto", "QTensorProto", "TensorProtos", "BlobProto")}
+            for n in ("DeviceOption", "TensorProto", "QTensorProto", "TensorProtos", "BlobProto",
+                      "DBReaderProto")}
 
 
 _M = _build()
@@ -100,3 +107,4 @@ TensorProto = _M["TensorProto"]
 QTensorProto = _M["QTensorProto"]
 TensorProtos = _M["TensorProtos"]
 BlobProto = _M["BlobProto"]
+DBReaderProto = _M["DBReaderProto"]
