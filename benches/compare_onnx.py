@@ -8,16 +8,23 @@ The model is transformer-like (embeddings and an LM head in float32; per layer f
 attention and MLP matrices, float32 biases and LayerNorm parameters, and an int64
 position table), about 1.07 GiB of payload. onnx is timed here: `onnx.load` then
 `numpy_helper.to_array` of every initializer (the arrays materialized), and
-`onnx.load(load_external_data=False)` as its index-only open; tensorfmt and the memcpy
-reference by the `tfbench` release binary (benches/src/bin/tfbench.rs), which times its
-runs the same way: wall clock around the operation alone, one untimed warm-up run, the
-median of N runs, the page cache warm, all files in the same temporary directory.
+`onnx.load(load_external_data=False)` as its index-only open; tensorfmt (open; every
+initializer into owned memory, into buffers kept from the previous read, and as zero-copy
+views) and the memcpy references (fresh buffers, and a hot copy) by the `tfbench` release
+binary (benches/src/bin/tfbench.rs), which times its runs the same way: wall clock around
+the operation alone, one untimed warm-up run, the median of N runs, the page cache warm,
+all files in the same directory.
+
+The models are kept in PARENT/tfbench_onnx (tfbench_onnx_small with --small; PARENT is
+--dir, else $TFBENCH_DIR, else the system temporary directory) and reused by the next run
+when model.json there says they were made from the same shapes by the same onnx and NumPy
+versions; --clean removes them afterwards.
 
 Usage (see benches/compare.sh --suite onnx, which builds tfbench first):
 
     python benches/compare_onnx.py --tfbench target/release/tfbench [--runs 5]
-        [--open-runs 20] [--small] [--dir PARENT] [--json results.json]
-        [--markdown table.md] [--keep]
+        [--open-runs 20] [--small] [--dir PARENT] [--only PREFIX] [--json results.json]
+        [--markdown table.md] [--clean]
 
 Ratios are time(onnx) / time(tensorfmt): above 1 means tensorfmt is faster.
 """
@@ -33,8 +40,10 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import Bench, environment, fmt_ratio, fmt_time  # noqa: E402
 
+import google.protobuf  # noqa: E402
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
+from google.protobuf.internal import api_implementation  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
 
 GIB = 1 << 30
@@ -74,23 +83,47 @@ def make_model(shapes):
 
 
 def write_models(d, shapes):
-    """Writes onnx_inline/in.onnx and onnx_external/in.onnx; returns (payload bytes, text)."""
+    """Writes onnx_inline/in.onnx and onnx_external/in.onnx (with in.onnx.data) in `d`,
+    or reuses those a previous run wrote from the same shapes with the same onnx (as
+    model.json, written last, says); returns (payload bytes, text)."""
     inline = os.path.join(d, "onnx_inline", "in.onnx")
     external = os.path.join(d, "onnx_external", "in.onnx")
-    if os.path.exists(inline) and os.path.exists(external):
-        m = onnx.load(inline, load_external_data=False)
+    stamp_path = os.path.join(d, "model.json")
+    stamp = {"shapes": shapes, "onnx": onnx.__version__, "numpy": np.__version__}
+    try:
+        with open(stamp_path) as f:
+            reuse = json.load(f) == stamp
+    except (OSError, ValueError):
+        reuse = False
+    if reuse:
+        print(f"compare_onnx: reusing the models in {d}", file=sys.stderr)
     else:
+        print(f"compare_onnx: writing the models with onnx in {d}", file=sys.stderr)
+        for sub in ("onnx_inline", "onnx_external"):
+            shutil.rmtree(os.path.join(d, sub), ignore_errors=True)
+            os.makedirs(os.path.join(d, sub))
+        if os.path.exists(stamp_path):
+            os.remove(stamp_path)
         m = make_model(shapes)
-        os.makedirs(os.path.dirname(inline), exist_ok=True)
-        os.makedirs(os.path.dirname(external), exist_ok=True)
         onnx.save_model(m, inline)
-        m2 = onnx.ModelProto.FromString(m.SerializeToString())
-        onnx.save_model(m2, external, save_as_external_data=True, all_tensors_to_one_file=True,
+        # save_model with external data moves the tensors' bytes out of `m`: last.
+        onnx.save_model(m, external, save_as_external_data=True, all_tensors_to_one_file=True,
                         location="in.onnx.data", size_threshold=0)
-        m = onnx.load(inline, load_external_data=False)
+        del m
+        with open(stamp_path, "w") as f:
+            json.dump(stamp, f)
+    m = onnx.load(inline, load_external_data=False)
     n = len(m.graph.initializer)
     total = sum(len(t.raw_data) for t in m.graph.initializer)
-    return total, f"{n} initializers, {total / GIB:.2f} GiB of payload (float32, float16, int64)"
+    by = {}
+    for t in m.graph.initializer:
+        k = onnx.helper.tensor_dtype_to_np_dtype(t.data_type).name
+        c, b = by.get(k, (0, 0))
+        by[k] = (c + 1, b + len(t.raw_data))
+    parts = ", ".join(f"{c} {k} ({b / GIB:.2f} GiB)" for k, (c, b) in sorted(by.items()))
+    big = sum(1 for t in m.graph.initializer if len(t.raw_data) >= 1 << 20)
+    return total, (f"{n} initializers, {total / GIB:.2f} GiB of payload: {parts}; "
+                   f"{big} of them ≥ 1 MiB")
 
 
 def load_all(path):
@@ -118,66 +151,120 @@ def table(results, nbytes):
     for kind in ("inline", "external"):
         for label, op, tf_op in (("index-only open", "open", "open"),
                                  ("every initializer into owned memory", "read.owned", "read.owned"),
+                                 ("every initializer in memory (tensorfmt: into buffers kept from the "
+                                  "previous read)", "read.owned", "read.reused"),
                                  ("every initializer usable (tensorfmt: zero-copy views)", "read.owned",
                                   "read.view")):
             o = median(by, f"onnx.{kind}.{op}", "onnx")
             t = median(by, f"onnx.{kind}.{tf_op}", "tensorfmt")
+            if o is None and t is None:
+                continue
             lines.append(f"| {kind} | {label} | {fmt_time(o)} | {fmt_time(t)} | {fmt_ratio(o, t)} |")
-    lines += ["", "| model | read | time | GB/s | of memcpy |", "|---|---|---:|---:|---:|"]
+    lines += ["", "Reading every initializer into owned memory, against the memcpy limit "
+              "(of memcpy = memcpy time / read time; GB/s = 10^9 bytes per second):", "",
+              "| model | read | time | GB/s | of memcpy, fresh buffers | of memcpy, hot |",
+              "|---|---|---:|---:|---:|---:|"]
     for kind in ("inline", "external"):
         m = median(by, f"onnx.{kind}.memcpy.fresh", "memcpy")
+        h = median(by, f"onnx.{kind}.memcpy.hot", "memcpy")
         for label, op, lib in (("memcpy, mmap → fresh buffers (the limit)", "memcpy.fresh", "memcpy"),
-                               ("tensorfmt, every initializer", "read.owned", "tensorfmt"),
+                               ("memcpy, hot (no map, allocation or page fault)", "memcpy.hot", "memcpy"),
+                               ("tensorfmt, every initializer into owned memory", "read.owned", "tensorfmt"),
+                               ("tensorfmt, every initializer into reused buffers", "read.reused", "tensorfmt"),
                                ("onnx.load + to_array", "read.owned", "onnx")):
             s = median(by, f"onnx.{kind}.{op}", lib)
-            gbs = f"{nbytes / s / 1e9:.2f}" if s else "n/a"
-            frac = f"{m / s:.2f}" if (s and m) else "n/a"
-            lines.append(f"| {kind} | {label} | {fmt_time(s)} | {gbs} | {frac} |")
+            if s is None:
+                continue
+            frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
+            lines.append(f"| {kind} | {label} | {fmt_time(s)} | {nbytes / s / 1e9:.2f} | "
+                         f"{frac(m)} | {frac(h)} |")
+
+    lines += ["", "| target | inline | external |", "|---|---|---|"]
+    speed, frac = [], []
+    for kind in ("inline", "external"):
+        o, t = median(by, f"onnx.{kind}.read.owned", "onnx"), median(by, f"onnx.{kind}.read.owned", "tensorfmt")
+        m = median(by, f"onnx.{kind}.memcpy.fresh", "memcpy")
+        speed.append(f"{o / t:.2f}× ({verdict(o / t >= 5)})" if o and t else "n/a")
+        frac.append(f"{m / t:.2f} ({verdict(m / t >= 0.8)})" if m and t else "n/a")
+    lines.append(f"| every initializer into owned memory ≥ 5× onnx.load + to_array | {speed[0]} | {speed[1]} |")
+    lines.append(f"| read ≥ 0.8 of memcpy bandwidth | {frac[0]} | {frac[1]} |")
+
+    lines += ["", "What each cell times (median wall clock):", ""]
+    seen = []
+    for r in results:
+        if (r["lib"], r["how"]) not in seen:
+            seen.append((r["lib"], r["how"]))
+    order = ["onnx", "tensorfmt", "memcpy"]
+    for lib, how in sorted(seen, key=lambda x: order.index(x[0])):
+        lines.append(f"- {lib}: {how}")
     return "\n".join(lines)
+
+
+def verdict(ok):
+    return "met" if ok else "not met"
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tfbench", default="target/release/tfbench")
-    ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--open-runs", type=int, default=20)
+    ap.add_argument("--tfbench", default="target/release/tfbench",
+                    help="the tfbench binary (cargo build --release -p tensorfmt-benches)")
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per read")
+    ap.add_argument("--open-runs", type=int, default=20, help="timed runs per index-only open")
     ap.add_argument("--small", action="store_true", help="a tiny model: checks the pipeline")
-    ap.add_argument("--dir", default=None, help="parent of the work directory (default: the temp dir)")
-    ap.add_argument("--json", default=None)
-    ap.add_argument("--markdown", default=None)
-    ap.add_argument("--keep", action="store_true", help="keep (and reuse) the models")
+    ap.add_argument("--dir", default=os.environ.get("TFBENCH_DIR"),
+                    help="parent of the work directory (default: $TFBENCH_DIR, else the temp dir)")
+    ap.add_argument("--only", action="append", default=[],
+                    help="op prefix to run (repeatable; default: every onnx. op)")
+    ap.add_argument("--json", default=None, help="also write all timings as JSON here")
+    ap.add_argument("--markdown", default=None, help="also write the table as Markdown here")
+    ap.add_argument("--clean", action="store_true", help="remove the models afterwards")
     args = ap.parse_args()
 
     parent = args.dir or tempfile.gettempdir()
     d = os.path.join(parent, "tfbench_onnx_small" if args.small else "tfbench_onnx")
     os.makedirs(d, exist_ok=True)
+    only = args.only or ["onnx."]
     try:
         nbytes, what = write_models(d, SMALL if args.small else FULL)
         print(f"compare_onnx: {what}", file=sys.stderr)
-        b = Bench(args.runs, args.open_runs, ["onnx."], lib="onnx")
+        load_before = os.getloadavg()[0]
+        b = Bench(args.runs, args.open_runs, only, lib="onnx")
         onnx_side(b, d, nbytes)
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs),
-               "--only", "onnx."]
+        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs)]
+        for p in only:
+            cmd += ["--only", p]
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
         rust = json.loads(proc.stdout)
         for r in rust["results"]:
             if r["bytes"] != nbytes:
                 sys.exit(f"compare_onnx.py: tfbench saw {r['bytes']} payload bytes, onnx {nbytes}")
         results = b.results + rust["results"]
-        env = environment()
-        env["onnx"] = onnx.__version__
-        env["numpy"] = np.__version__
-        text = f"{what}\n\n" + table(results, nbytes)
-        print(text)
-        if args.markdown:
-            with open(args.markdown, "w") as f:
-                f.write(text + "\n")
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump({"environment": env, "model": what, "results": results}, f, indent=1)
     finally:
-        if not args.keep:
+        if args.clean:
             shutil.rmtree(d, ignore_errors=True)
+
+    env = environment()
+    env["onnx"] = onnx.__version__
+    env["protobuf"] = google.protobuf.__version__
+    env["dir"] = parent
+    env["loadavg_1min"] = [load_before, os.getloadavg()[0]]
+    env["model"] = what
+    header = (
+        f"{env['date']}, tree {env['revision']} — {env['cpus']} CPUs ({env['cpu']}), "
+        f"{env['memory_gib']} GiB RAM, {env['platform']}, Python {env['python']}, "
+        f"onnx {env['onnx']}, protobuf {env['protobuf']} ({api_implementation.Type()}), "
+        f"NumPy {env['numpy']}; model: {what}; median of {args.runs} runs "
+        f"({args.open_runs} for index-only opens), page cache warm, files in {env['dir']}; "
+        f"1-min load average {load_before:.2f} before, {env['loadavg_1min'][1]:.2f} after"
+    )
+    md = header + "\n\n" + table(results, nbytes) + "\n"
+    print(md)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "results": results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -54,18 +54,65 @@ make-random DIR SEED N
     is the caller's job. Files and folders of this command's names already in DIR are
     replaced.
 
+check-written MODEL [--expect NPZ] [--same-graph-as ORIGINAL]
+    Checks a model another program wrote. ``onnx.checker.check_model(MODEL,
+    full_check=True)`` (by path: external data is found and checked), ``onnx.load(MODEL)``
+    (external data loaded from the model's folder), then ``numpy_helper.to_array`` of every
+    initializer. With ``--expect``, NPZ (``numpy.load``, ``allow_pickle=False``) must hold
+    exactly the initializers' names, in graph order, and for each the same dtype (byte
+    order aside: ONNX has none), shape and element bytes (little-endian, as stored: NaN
+    payloads, -0.0 and bool bytes other than 0/1 count). bfloat16 and float8 initializers
+    match a void array of their size (``|V2``, ``|V1``: what ``numpy.save`` writes for
+    bfloat16; a float8 array saved as it is gets a descr ``numpy.load`` refuses, so view
+    it as ``V1`` first) or, loaded otherwise, an array of that ml_dtypes type; string
+    initializers match a ``U`` or ``S`` (UTF-8) array of equal elements as NumPy
+    holds them (trailing NULs dropped on both sides). With ``--same-graph-as``, the
+    initializers' names, dtypes and dims must be ORIGINAL's, in the same order, and the
+    rest of the model must equal ORIGINAL's field for field: both loaded with their
+    external data, ``graph.initializer`` cleared on both sides, then compared as protobuf
+    messages (Constant nodes' tensors by content, wherever they are stored). Prints
+    ``describe``'s JSON line of MODEL on success; exits 1 with a message naming the model
+    and the tensor or field (``graph.node[3].attribute[0].t.raw_data``) on the first
+    failure.
+
 run MODEL INPUTS_NPZ OUTPUTS_NPZ
     Runs MODEL with onnxruntime (CPUExecutionProvider) on the arrays of INPUTS_NPZ (one
     per graph input, by input name; a missing or an extra array is an error) and writes
     every graph output, by output name, to OUTPUTS_NPZ (``numpy.savez``). Prints one line
     per output: name, dtype, shape. Exits 1 with onnxruntime's message on failure.
+
+ort-replace ORIGINAL REPLACED WEIGHTS_NPZ [--seed N]
+    Checks a model whose initializers another program replaced. The reference is ORIGINAL
+    loaded with onnx (external data included), each initializer named in WEIGHTS_NPZ
+    replaced by ``numpy_helper.from_array(npz[name], name)`` (every array must name an
+    initializer of ORIGINAL and have its dtype and shape; bfloat16 and float8 may come as
+    void arrays of their size, as for ``check-written``), saved to a temporary file. The
+    reference, REPLACED and ORIGINAL are each run with onnxruntime (CPUExecutionProvider,
+    one intra-op and one inter-op thread, sequential) on the same inputs, made from
+    ORIGINAL's graph inputs (those not initializers) with ``numpy.random.default_rng(N)``
+    (default 0), in input order: floating point standard normal, integers uniform in
+    [0, 4), bool 0/1; a symbolic or unknown dimension is 3. Every output of REPLACED must
+    equal the reference's exactly (same dtype and shape, ``numpy.array_equal`` with
+    ``equal_nan`` for floating point): with one thread the same weights give the same
+    bits. Prints one line of JSON::
+
+        {"outputs": [names], "max_abs_diff_vs_reference": float or null,
+         "changed_vs_original": bool}
+
+    (the largest absolute difference over all outputs; null where one differs in dtype or
+    shape, holds NaN where the other does not, or the difference is infinite). Exits 1,
+    naming the output, when an output differs from the reference, and when no output
+    differs from ORIGINAL's (the new weights then test nothing); exits 1 with
+    onnxruntime's message when a model does not run.
 """
 
+import argparse
 import hashlib
 import json
 import os
 import shutil
 import sys
+import tempfile
 
 import ml_dtypes
 import numpy as np
@@ -187,6 +234,165 @@ def cmd_check(args):
             print(f"tfcheck_onnx check: {p}: {type(e).__name__}: {e}", file=sys.stderr)
             return 1
         print(f"ok {p}")
+    return 0
+
+
+# ---------------------------------------------------------------- check-written
+
+class Mismatch(Exception):
+    """A written model that is not what it should be; the message names what differs."""
+
+
+def short(v, n=60):
+    r = repr(v)
+    return r if len(r) <= n else r[:n] + "..."
+
+
+def first_difference(a, b, path):
+    """Where protobuf messages a and b (same type) first differ, as a field path with
+    both values, or None when they are equal."""
+    if a == b:
+        return None
+    for fd in a.DESCRIPTOR.fields:
+        p = f"{path}.{fd.name}" if path else fd.name
+        va, vb = getattr(a, fd.name), getattr(b, fd.name)
+        if fd.is_repeated:
+            for i, (x, y) in enumerate(zip(va, vb)):
+                if fd.message_type is not None:
+                    label = f"{p}[{i}]" + (f"(name={x.name!r})" if getattr(x, "name", "") else "")
+                    d = first_difference(x, y, label)
+                    if d:
+                        return d
+                elif x != y:
+                    return f"{p}[{i}]: {short(x)} vs {short(y)}"
+            if len(va) != len(vb):
+                return f"{p}: {len(va)} entries vs {len(vb)}"
+        elif fd.message_type is not None:
+            if a.HasField(fd.name) != b.HasField(fd.name):
+                return f"{p}: set in one model only"
+            d = first_difference(va, vb, p)
+            if d:
+                return d
+        elif va != vb:
+            return f"{p}: {short(va)} vs {short(vb)}"
+        elif fd.has_presence and a.HasField(fd.name) != b.HasField(fd.name):
+            return f"{p}: {short(va)} set in one model only"
+    return f"{path or 'model'}: unknown fields differ"
+
+
+def same_dtype(got, want):
+    """Whether an npz array's dtype `want` stands for the dtype `got` that to_array gave."""
+    if got == object:  # strings
+        return want.kind in "US"
+    if got in BITS and want.kind == "V" and want.fields is None:
+        return want.itemsize == got.itemsize
+    return got.newbyteorder("<") == want.newbyteorder("<")
+
+
+def element_bytes(a):
+    """The elements in C order, little-endian, as stored (bool bytes not normalized;
+    bfloat16 and float8 as their bits)."""
+    if a.dtype in BITS:
+        a = a.view(BITS[a.dtype])
+    return np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def compare_expected(arrays, npz):
+    """Raises Mismatch unless `npz` holds exactly `arrays` ([(name, array)])."""
+    with np.load(npz, allow_pickle=False) as z:
+        names = list(z.files)
+        got = [n for n, _ in arrays]
+        if names != got:
+            missing = [n for n in got if n not in names]
+            extra = [n for n in names if n not in got]
+            if missing or extra:
+                raise Mismatch(f"initializers {got} but {npz} holds {names} "
+                               f"(not in the npz: {missing}; not in the model: {extra})")
+            i = next(i for i, (x, y) in enumerate(zip(got, names)) if x != y)
+            raise Mismatch(f"initializer {i} is {got[i]!r}, {npz} has {names[i]!r} there "
+                           f"(order {got} vs {names})")
+        for name, a in arrays:
+            e = z[name]
+            if not same_dtype(a.dtype, e.dtype):
+                raise Mismatch(f"initializer {name!r}: dtype {a.dtype}, {npz} has {e.dtype}")
+            if a.shape != e.shape:
+                raise Mismatch(f"initializer {name!r}: shape {list(a.shape)}, {npz} has {list(e.shape)}")
+            if a.dtype == object:
+                want = [s.decode("utf-8", "replace") if isinstance(s, bytes) else str(s)
+                        for s in e.ravel().tolist()]
+                for i, (x, y) in enumerate(zip(a.ravel().tolist(), want)):
+                    if x != y:
+                        raise Mismatch(f"initializer {name!r}: element {i} (C order) is {x!r}, "
+                                       f"{npz} has {y!r}")
+                continue
+            ba, be = element_bytes(a), element_bytes(e)
+            if ba != be:
+                diff = np.flatnonzero(np.frombuffer(ba, np.uint8) != np.frombuffer(be, np.uint8))
+                k = a.dtype.itemsize
+                i = int(diff[0]) // k
+                raise Mismatch(f"initializer {name!r}: element {i} (C order) differs: "
+                               f"{a.ravel()[i]!r} (bytes {ba[i * k:(i + 1) * k].hex()}) vs {npz}'s "
+                               f"{e.ravel()[i]!r} (bytes {be[i * k:(i + 1) * k].hex()}); "
+                               f"{diff.size} bytes differ")
+
+
+def init_signature(t):
+    return (t.name, NAMES.get(t.data_type, t.data_type), [int(d) for d in t.dims])
+
+
+def compare_graph(model, original):
+    """Raises Mismatch unless `model` is `original` but for its initializers' contents.
+    Clears `model`'s initializers."""
+    orig = onnx.load(original)
+    got = [init_signature(t) for t in model.graph.initializer]
+    want = [init_signature(t) for t in orig.graph.initializer]
+    for i, (x, y) in enumerate(zip(got, want)):
+        if x != y:
+            raise Mismatch(f"initializer {i} (name, dtype, dims) is {x}, in {original} {y}")
+    if len(got) != len(want):
+        raise Mismatch(f"{len(got)} initializers, {original} has {len(want)}")
+    del model.graph.initializer[:]
+    del orig.graph.initializer[:]
+    for m in (model, orig):
+        # onnx.load sets data_location to DEFAULT on the tensors whose external data it
+        # loaded: as if never set.
+        for t in onnx.external_data_helper._get_all_tensors(m):
+            if t.HasField("data_location") and t.data_location == TensorProto.DEFAULT:
+                t.ClearField("data_location")
+    d = first_difference(model, orig, "")
+    if d:
+        raise Mismatch(f"differs from {original} (initializers aside) at {d}")
+
+
+def cmd_check_written(args):
+    ap = argparse.ArgumentParser(prog="tfcheck_onnx.py check-written",
+                                 description="Checks a model another program wrote.")
+    ap.add_argument("model")
+    ap.add_argument("--expect", metavar="NPZ", help="the initializers the model must hold")
+    ap.add_argument("--same-graph-as", metavar="ORIGINAL",
+                    help="the model this one must equal, initializers' contents aside")
+    a = ap.parse_args(args)
+    try:
+        try:
+            onnx.checker.check_model(a.model, full_check=True)
+            model = onnx.load(a.model)
+        except Exception as e:  # noqa: BLE001 (the checker raises several kinds)
+            raise Mismatch(f"{type(e).__name__}: {e}") from e
+        arrays = []
+        for t in model.graph.initializer:
+            try:
+                arrays.append((t.name, numpy_helper.to_array(t)))
+            except Exception as e:  # noqa: BLE001
+                raise Mismatch(f"initializer {t.name!r}: to_array: {type(e).__name__}: {e}") from e
+        if a.expect:
+            compare_expected(arrays, a.expect)
+        del arrays
+        if a.same_graph_as:
+            compare_graph(model, a.same_graph_as)
+    except Mismatch as e:
+        print(f"tfcheck_onnx check-written: {a.model}: {e}", file=sys.stderr)
+        return 1
+    print(describe(a.model))
     return 0
 
 
@@ -347,6 +553,152 @@ def cmd_run(args):
     return 0
 
 
+# ---------------------------------------------------------------- ort-replace
+
+def as_initializer_array(arr, t, where):
+    """`arr` (from an npz) as an array of initializer `t`'s dtype and shape; raises
+    Mismatch when it is not one."""
+    want = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    dims = tuple(int(d) for d in t.dims)
+    if not same_dtype(want, arr.dtype) or want == object:
+        raise Mismatch(f"{where}: {t.name!r} is {arr.dtype}, the initializer "
+                       f"{NAMES.get(t.data_type, t.data_type)} ({want})")
+    if arr.shape != dims:
+        raise Mismatch(f"{where}: {t.name!r} has shape {list(arr.shape)}, the initializer {list(dims)}")
+    if arr.dtype.kind == "V":
+        return np.ascontiguousarray(arr).view(want)
+    return arr.astype(want, copy=False)
+
+
+def random_inputs(model, seed):
+    """{name: array} for every graph input of `model` that is not an initializer."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+            raise Unsupported(f"input {vi.name!r} is not a tensor of known rank")
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 3 for d in tt.shape.dim)
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        if dtype.kind == "b":
+            a = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif dtype.kind in "iu":
+            a = rng.integers(0, 4, size=shape).astype(dtype)
+        elif dtype.kind == "c":
+            a = (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+        elif dtype.kind == "f" or dtype in BITS:
+            a = rng.standard_normal(shape).astype(dtype)
+        else:
+            raise Unsupported(f"input {vi.name!r} has element type {tt.elem_type} ({dtype})")
+        out[vi.name] = a
+    return out
+
+
+def ort_outputs(path, inputs):
+    """[(name, array)] of every output of the model at `path` on `inputs`, with
+    onnxruntime on one thread; raises Mismatch with onnxruntime's message."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    try:
+        sess = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        return list(zip(names, (np.asarray(v) for v in sess.run(None, inputs))))
+    except Exception as e:  # noqa: BLE001 (onnxruntime raises its own kinds)
+        raise Mismatch(f"{path}: onnxruntime: {type(e).__name__}: {e}") from e
+
+
+def same_output(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+
+
+def max_abs_diff(a, b):
+    """The largest |a - b|, NaN where both are NaN counting as equal; None when the arrays
+    differ in dtype or shape, one is NaN where the other is not, or it is infinite."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return None
+    if a.size == 0:
+        return 0.0
+    if a.dtype.kind not in "biufc":
+        return 0.0 if np.array_equal(a, b) else None
+    wide = np.complex128 if a.dtype.kind == "c" else np.float64
+    x, y = a.astype(wide), b.astype(wide)
+    nx, ny = np.isnan(x), np.isnan(y)
+    if (nx != ny).any():
+        return None
+    with np.errstate(invalid="ignore"):
+        d = np.abs(np.where(nx, 0, x - y))
+    d = np.where(np.isnan(d), 0, d)  # inf - inf of the same sign
+    m = float(d.max())
+    return m if np.isfinite(m) else None
+
+
+def cmd_ort_replace(args):
+    ap = argparse.ArgumentParser(prog="tfcheck_onnx.py ort-replace",
+                                 description="Checks a model whose initializers were replaced.")
+    ap.add_argument("original")
+    ap.add_argument("replaced")
+    ap.add_argument("weights_npz")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    a = ap.parse_args(args)
+    try:
+        ref = onnx.load(a.original)
+        by_name = {t.name: t for t in ref.graph.initializer}
+        with np.load(a.weights_npz, allow_pickle=False) as z:
+            if not z.files:
+                raise Mismatch(f"{a.weights_npz} holds no array")
+            for name in z.files:
+                t = by_name.get(name)
+                if t is None:
+                    raise Mismatch(f"{a.weights_npz}: {name!r} is no initializer of {a.original}")
+                t.CopyFrom(numpy_helper.from_array(as_initializer_array(z[name], t, a.weights_npz), name))
+        inputs = random_inputs(ref, a.seed)
+        with tempfile.TemporaryDirectory(prefix="tfcheck-onnx-") as tmp:
+            ref_path = os.path.join(tmp, "reference.onnx")
+            # protobuf refuses messages over 2 GiB: large references keep their data beside.
+            big = sum(len(t.raw_data) for t in ref.graph.initializer) > 1 << 30
+            onnx.save_model(ref, ref_path, save_as_external_data=big, all_tensors_to_one_file=True,
+                            location="reference.data")
+            del ref, by_name
+            want = ort_outputs(ref_path, inputs)
+        got = ort_outputs(a.replaced, inputs)
+        before = ort_outputs(a.original, inputs)
+    except Mismatch as e:
+        print(f"tfcheck_onnx ort-replace: {e}", file=sys.stderr)
+        return 1
+    names = [n for n, _ in want]
+    failures = []
+    if [n for n, _ in got] != names:
+        failures.append(f"{a.replaced} has outputs {[n for n, _ in got]}, the reference {names}")
+    diffs = []
+    for (n, w), (_, g) in zip(want, got):
+        diffs.append(max_abs_diff(w, g))
+        if not same_output(w, g):
+            failures.append(f"output {n!r} of {a.replaced} differs from the reference's: "
+                            f"{g.dtype}{list(g.shape)} vs {w.dtype}{list(w.shape)}, "
+                            f"max abs diff {diffs[-1]}")
+    changed = any(not same_output(b, g) for (_, b), (_, g) in zip(before, got))
+    if not changed:
+        failures.append(f"every output of {a.replaced} equals {a.original}'s: the new weights "
+                        f"change nothing these inputs show")
+    print(json.dumps({
+        "outputs": names,
+        "max_abs_diff_vs_reference": None if any(d is None for d in diffs) else max(diffs, default=0.0),
+        "changed_vs_original": changed,
+    }))
+    for f in failures:
+        print(f"tfcheck_onnx ort-replace: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
 def usage():
     print(__doc__, file=sys.stderr)
     sys.exit(2)
@@ -355,8 +707,8 @@ def usage():
 def main(argv):
     if not argv:
         usage()
-    cmds = {"describe": cmd_describe, "check": cmd_check, "make-random": cmd_make_random,
-            "run": cmd_run}
+    cmds = {"describe": cmd_describe, "check": cmd_check, "check-written": cmd_check_written,
+            "make-random": cmd_make_random, "run": cmd_run, "ort-replace": cmd_ort_replace}
     if argv[0] not in cmds:
         print(f"tfcheck_onnx: unknown subcommand {argv[0]!r}", file=sys.stderr)
         usage()

@@ -595,9 +595,10 @@ fn pytorch(b: &mut Bench) -> Result<()> {
 }
 
 /// The ONNX suite on `onnx_inline/in.onnx` and `onnx_external/in.onnx` (written by
-/// onnx in `compare_onnx.py`): open (index only), every initializer into owned memory,
-/// and the memcpy reference over the same payload bytes (in the model, or in its
-/// external data file).
+/// onnx in `compare_onnx.py`): open (index only); every initializer into owned memory,
+/// into buffers kept from the previous read, and as zero-copy views; and the memcpy
+/// references over the same payload bytes (in the model, or in its external data file):
+/// into fresh buffers, and into one buffer already faulted in.
 fn onnx(b: &mut Bench) -> Result<()> {
     for kind in ["inline", "external"] {
         let input = b.args.dir.join(format!("onnx_{kind}")).join("in.onnx");
@@ -629,6 +630,21 @@ fn onnx(b: &mut Bench) -> Result<()> {
             none,
             || tf::read_owned(&input),
         )?;
+        let reused_op = format!("onnx.{kind}.read.reused");
+        if b.wanted(&reused_op) && b.wanted_lib("tensorfmt") {
+            let mut sink = tf::ReuseSink::for_file(&tf::open(&input)?)?;
+            b.time(
+                Case {
+                    op: &reused_op,
+                    lib: "tensorfmt",
+                    how: "open + read_all into buffers kept from the previous read (no allocation, no page fault on them)",
+                    bytes,
+                    runs: b.args.runs,
+                },
+                none,
+                || sink.read(&tf::open(&input)?),
+            )?;
+        }
         b.time(
             Case {
                 op: &format!("onnx.{kind}.read.view"),
@@ -651,6 +667,21 @@ fn onnx(b: &mut Bench) -> Result<()> {
             none,
             || mem::copy_fresh(&data_file, &ranges),
         )?;
+        let hot_op = format!("onnx.{kind}.memcpy.hot");
+        if b.wanted(&hot_op) && b.wanted_lib("memcpy") {
+            let mut hot = mem::HotCopy::new(&data_file, &ranges)?;
+            b.time(
+                Case {
+                    op: &hot_op,
+                    lib: "memcpy",
+                    how: "copy into one reused buffer, source and destination already faulted in",
+                    bytes,
+                    runs: b.args.runs,
+                },
+                none,
+                || hot.run(),
+            )?;
+        }
     }
     Ok(())
 }
