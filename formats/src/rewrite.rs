@@ -154,10 +154,31 @@ pub fn rewrite<'a>(
     let mut used: HashSet<String> = HashSet::new();
     let mut visited: HashSet<String> = HashSet::new();
     let policy = write.external.clone();
+    // External files that tensors outside the rewritten field (ONNX Constant nodes) also
+    // use: they stay as they are, so the rewritten tensors that were in them go to a file
+    // of the output's own instead. Which tensors the field holds is learnt by a dry
+    // walk (only when there is external data).
+    let shared = shared_locations(&file, rewrite_fn, &options.open.limits)?;
+    let own_file = {
+        let base = output
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into());
+        let mut name = format!("{base}.data");
+        let mut n = 1;
+        while shared.contains(&name) {
+            name = format!("{base}.{n}.data");
+            n += 1;
+        }
+        name
+    };
     let mut decide = |name: &str| -> Result<Option<Replacement<'a>>> {
         visited.insert(name.to_string());
         let old = by_name.get(name).copied();
         let keep_location = match old.map(|o| &o.location) {
+            Some(DataLocation::External { path, .. }) if shared.contains(path) => {
+                Some(own_file.clone())
+            }
             Some(DataLocation::External { path, .. }) => Some(path.clone()),
             _ => None,
         };
@@ -277,6 +298,71 @@ pub fn rewrite<'a>(
     }
     out.commit().map_err(|e| e.in_file(output))?;
     Ok(summary)
+}
+
+/// A writer that keeps nothing: what a dry walk writes to.
+struct Nowhere(u64, u64);
+
+impl std::io::Write for Nowhere {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len() as u64;
+        self.1 = self.1.max(self.0);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl std::io::Seek for Nowhere {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.0 = match pos {
+            std::io::SeekFrom::Start(n) => n,
+            std::io::SeekFrom::End(d) => self.1.saturating_add_signed(d),
+            std::io::SeekFrom::Current(d) => self.0.saturating_add_signed(d),
+        };
+        Ok(self.0)
+    }
+}
+
+/// The external files used by tensors the rewrite does not visit (outside its field),
+/// found by walking the document once without writing anything.
+fn shared_locations(
+    file: &TensorFile,
+    rewrite_fn: tensorfmt_runtime::registry::RewriteFn,
+    limits: &crate::Limits,
+) -> Result<HashSet<String>> {
+    let external: Vec<&TensorInfo> = file
+        .tensors()
+        .iter()
+        .filter(|t| matches!(t.location, DataLocation::External { .. }))
+        .collect();
+    if external.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut in_field: HashSet<String> = HashSet::new();
+    let write = WriteOptions {
+        external: ExternalData::Inline,
+        ..Default::default()
+    };
+    rewrite_fn(
+        file.source(),
+        Box::new(Nowhere(0, 0)),
+        &write,
+        limits,
+        &mut |name| {
+            in_field.insert(name.to_string());
+            Ok(None)
+        },
+    )?;
+    Ok(external
+        .into_iter()
+        .filter(|t| !in_field.contains(&t.name))
+        .filter_map(|t| match &t.location {
+            DataLocation::External { path, .. } => Some(path.clone()),
+            _ => None,
+        })
+        .collect())
 }
 
 /// Whether two folders are the same one.

@@ -628,3 +628,41 @@ fn onnx_models_convert_to_npz_npy_and_pytorch_that_numpy_and_torch_load_equal() 
     let got = tensorfmt_tests::numpy_json(&out)["tensors"][0]["sha256"].clone();
     assert_eq!(got, tensors_of(&src)[0]["sha256"]);
 }
+
+#[test]
+fn constants_sharing_an_external_file_with_initializers_keep_their_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("in").join("model.onnx");
+    std::fs::create_dir_all(src.parent().unwrap()).unwrap();
+    // onnx puts the Constant's tensor and the initializer in the same file.
+    let code = r#"
+import sys
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+w = numpy_helper.from_array(np.arange(600, dtype=np.float32).reshape(20, 30), "w")
+c = numpy_helper.from_array(np.arange(500, dtype=np.int64), "")
+node = helper.make_node("Constant", [], ["c"], value=c)
+g = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("c", onnx.TensorProto.INT64, [500])], [w])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+m.ir_version = 10
+onnx.save_model(m, sys.argv[1], save_as_external_data=True, all_tensors_to_one_file=True,
+                location="model.data", size_threshold=0, convert_attribute=True)
+onnx.checker.check_model(sys.argv[1], full_check=True)
+"#;
+    let (ok, text) = python_snippet(code, &[src.to_str().unwrap()]);
+    assert!(ok, "{text}");
+    let expected = tensors_of(&src);
+    let graph = graph_without_weights(&src);
+    for out in [
+        tmp.path().join("in").join("again.onnx"),
+        tmp.path().join("out").join("m.onnx"),
+    ] {
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        tensorfmt::rewrite_storage(&src, &out, &RewriteOptions::default()).unwrap();
+        assert_eq!(onnx_tensors(&out), expected, "{}", out.display());
+        assert_eq!(graph_without_weights(&out), graph, "{}", out.display());
+    }
+    // The source still reads as it did.
+    assert_eq!(onnx_tensors(&src), expected);
+}
