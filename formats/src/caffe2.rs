@@ -270,10 +270,9 @@ pub fn load(
             }
             found.insert(key, (i, tensor));
         }
-        drop(file);
         // Blobs that are not tensors (strings, DB readers): their content, with
         // Caffe2's bookkeeping of content chunks.
-        for (key, tensor) in other_blobs(format, db.as_ref(), options, &wanted)? {
+        for (key, tensor) in other_blobs(format, &file, db.as_ref(), options, &wanted)? {
             if let Some((j, _)) = found.get(&key) {
                 return Err(op_error(if *j != i {
                     format!("Duplicate Key {key} is found!")
@@ -338,15 +337,29 @@ type ObjectBlob = (String, Option<i32>, Vec<Option<Vec<u8>>>);
 /// a chunk id may come once, below `content_num_chunks`; a blob without chunks once).
 fn other_blobs(
     format: &FormatDesc,
+    file: &TensorFile,
     db: &Path,
     options: &LoadOptions,
     wanted: &HashMap<&str, &str>,
 ) -> Result<Vec<(String, Tensor)>> {
     use crate::generated::caffe2_lmdb::messages::BlobProto;
     use prost::Message;
-    let desc = format.db.ok_or_else(|| op_error("not a database format"))?;
-    let mut handle = (desc.open)(db, Mode::Read)?;
-    let mut cursor = handle.cursor()?;
+    // The records the index was made from when the source holds them (LMDB, LevelDB:
+    // read once); a file of records is opened again (a map: no copy).
+    let mut handle;
+    let mut cursor: Box<dyn tensorfmt_runtime::kv::Cursor + '_> =
+        match (file.source().records(), file.source().bytes()) {
+            (Some(r), Some(bytes)) => Box::new(tensorfmt_runtime::kv::RecordsCursor::new(
+                bytes.clone(),
+                r.records.clone(),
+                true,
+            )),
+            _ => {
+                let desc = format.db.ok_or_else(|| op_error("not a database format"))?;
+                handle = (desc.open)(db, Mode::Read)?;
+                handle.cursor()?
+            }
+        };
     // Blob key -> (chunks expected, the chunks by id).
     let mut blobs: Vec<ObjectBlob> = Vec::new();
     while cursor.valid() {
