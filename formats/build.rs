@@ -1,16 +1,30 @@
-//! Compiles the built-in `.fmt` schemas into Rust readers and writers.
+//! Compiles the built-in `.fmt` schemas of the enabled format features into Rust readers
+//! and writers.
+
+/// Each schema with the feature that builds it.
+const SCHEMAS: &[(&str, &str)] = &[
+    ("fmt/npy.fmt", "NPY"),
+    ("fmt/npz.fmt", "NPZ"),
+    ("fmt/pytorch.fmt", "PYTORCH"),
+    ("fmt/pytorch_legacy.fmt", "PYTORCH"),
+    ("fmt/torchscript.fmt", "PYTORCH"),
+    ("fmt/onnx.fmt", "ONNX"),
+    ("fmt/caffe2.fmt", "CAFFE2"),
+    ("fmt/minidb.fmt", "CAFFE2"),
+];
 
 fn main() {
-    let schemas = [
-        "fmt/npy.fmt",
-        "fmt/npz.fmt",
-        "fmt/pytorch.fmt",
-        "fmt/pytorch_legacy.fmt",
-        "fmt/torchscript.fmt",
-        "fmt/onnx.fmt",
-        "fmt/caffe2.fmt",
-        "fmt/minidb.fmt",
-    ];
+    let on = |feature: &str| std::env::var_os(format!("CARGO_FEATURE_{feature}")).is_some();
+    let schemas: Vec<&str> = SCHEMAS
+        .iter()
+        .filter(|(_, feature)| on(feature))
+        .map(|(path, _)| *path)
+        .collect();
+    // `zip_formats`: some enabled format is a zip archive.
+    println!("cargo::rustc-check-cfg=cfg(zip_formats)");
+    if on("NPZ") || on("PYTORCH") {
+        println!("cargo::rustc-cfg=zip_formats");
+    }
     if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
         eprintln!("{report}");
         std::process::exit(1);

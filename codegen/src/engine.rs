@@ -60,7 +60,7 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                     // The archive is indexed once (and kept by the source), for every
                     // entry rule.
                     steps.push(quote! {
-                        let Ok(zip) = src.zip_index(limits) else {
+                        let Ok(zip) = rt::zip::index(src, limits) else {
                             return false;
                         };
                     });
@@ -541,7 +541,7 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
         /// whose name matches the pattern (others are skipped).
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
             #in_file
-            let zip = src.zip_index(limits).map_err(in_file)?;
+            let zip = rt::zip::index(src, limits).map_err(in_file)?;
             let pattern = rt::Pattern::new(#pconst)?;
             let mut tensors = ::std::vec::Vec::new();
             for m in zip.members() {
@@ -560,7 +560,7 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
                 let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));
                 let f = super::#other_mod::#l::read(&mut c, limits).map_err(in_file)?;
                 let t = super::#other_mod::tensor(&f, captures[#cap].clone(), &|skip, len| {
-                    rt::DataLocation::ZipMember { member: m.clone(), skip, len }
+                    rt::zip::location(m.clone(), skip, len)
                 })
                 .map_err(|e| in_file(e.in_entry(m.name.as_str())))?;
                 tensors.push(t);

@@ -1021,7 +1021,7 @@ pub(crate) fn gen_zip_pickle(
                             "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
                         )))
                     })?;
-                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::ZipMember { member: m.clone(), skip, len })
+                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::zip::location(m.clone(), skip, len))
                         .map_err(|e| e.in_entry(m.name.as_str()))
                 })()
                 .map_err(|e| {
@@ -1084,7 +1084,7 @@ pub(crate) fn gen_zip_pickle(
                 Some(p) => e.in_file(p),
                 None => e,
             };
-            let zip = src.zip_index(limits).map_err(in_file)?;
+            let zip = rt::zip::index(src, limits).map_err(in_file)?;
             let methods: &[(&str, &[rt::Compression])] = &[#(#methods_ok),*];
             let methods = methods
                 .iter()

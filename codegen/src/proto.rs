@@ -941,13 +941,14 @@ impl Scope<'_, '_> {
                 let span = rt::protobuf::element_span(m.bytes, m.base, #n, elements)?;
                 let location = match (elements, span.plain) {
                     (rt::protobuf::Elements::Fixed { .. }, Some((offset, len))) => rt::DataLocation::Range { offset, len },
-                    _ => rt::DataLocation::Field {
+                    _ => rt::protobuf::FieldValues {
                         offset: m.base,
                         message_len: m.bytes.len() as u64,
                         number: #n,
                         elements,
                         len: span.bytes,
-                    },
+                    }
+                    .location(),
                 };
                 (location, span.count)
             }),

@@ -25,12 +25,13 @@ use std::rc::Rc;
 
 /// The `prost` crate the generated message types (`generated::onnx::messages`) derive
 /// from: `use tensorfmt::prost::Message;` to encode and decode them.
+#[cfg(any(feature = "onnx", feature = "caffe2"))]
 pub use prost;
 pub use tensorfmt_runtime as runtime;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
-pub use tensorfmt_runtime::zip::Compression;
+pub use tensorfmt_runtime::Compression;
 pub use tensorfmt_runtime::{
     ByteOrder, DType, DataLocation, Error, ErrorKind, Limits, Location, Order, Result, Source,
     TensorInfo, TensorMeta, WriteOptions,
@@ -41,6 +42,7 @@ use tensorfmt_runtime::read::{read_tensor, ReadOptions};
 use tensorfmt_runtime::registry::TensorWriter;
 use tensorfmt_runtime::sink::ViewSink;
 
+#[cfg(feature = "caffe2")]
 pub mod caffe2;
 pub mod cli;
 mod rewrite;
@@ -48,7 +50,7 @@ mod rewrite;
 pub use rewrite::{
     can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary,
 };
-pub use tensorfmt_runtime::protodoc::ExternalData;
+pub use tensorfmt_runtime::ExternalData;
 
 /// Readers and writers generated from the built-in `.fmt` schemas.
 pub mod generated {
@@ -136,9 +138,10 @@ impl TensorFile {
         Self::open_with(path, &OpenOptions::default())
     }
 
-    /// [`TensorFile::open`] with options.
+    /// [`TensorFile::open`] with options. A folder is read as the LMDB or LevelDB
+    /// database it holds.
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
-        Self::from_source(Source::open(path)?, options)
+        Self::from_source(open_source(path.as_ref())?, options)
     }
 
     /// Indexes an already opened source (a buffer, a stream, or a map).
@@ -243,15 +246,14 @@ impl TensorFile {
     /// local header and CRC-32, metadata members and members no tensor refers to
     /// included. Returns the number of members checked (0 when the file is not a zip
     /// archive). [`TensorFile::read_all`] checks the tensors' own bytes.
+    #[cfg(zip_formats)]
     pub fn verify_container(&self) -> Result<usize> {
         let data = self.source.data();
         if !tensorfmt_runtime::zip::starts_like_zip(data) {
             return Ok(0);
         }
         let limits = &self.read_options.limits;
-        let zip = self
-            .source
-            .zip_index(limits)
+        let zip = tensorfmt_runtime::zip::index(&self.source, limits)
             .map_err(|e| with_file(e, &self.source))?;
         for m in zip.members() {
             let mut reader = tensorfmt_runtime::zip::member_reader(data, m, limits)
@@ -262,10 +264,27 @@ impl TensorFile {
         Ok(zip.members().len())
     }
 
+    /// Checks the container beyond what the tensors use: 0, as this build reads no zip
+    /// archives.
+    #[cfg(not(zip_formats))]
+    pub fn verify_container(&self) -> Result<usize> {
+        Ok(0)
+    }
+
     /// Every tensor, loaded as [`TensorFile::load`] does.
     pub fn load_all(&self) -> Result<Vec<Tensor>> {
         self.tensors.iter().map(|t| self.load_info(t)).collect()
     }
+}
+
+/// Opens `path` as a [`Source`]: a file memory-mapped, a folder read as the key-value
+/// database it holds (where the build reads databases).
+pub fn open_source(path: &Path) -> Result<Source> {
+    #[cfg(feature = "caffe2")]
+    if path.is_dir() {
+        return tensorfmt_runtime::kv::open_dir(path);
+    }
+    Source::open(path)
 }
 
 fn with_file(e: Error, source: &Source) -> Error {
@@ -310,8 +329,8 @@ enum SaverOut {
         writer: Box<dyn TensorWriter>,
     },
     Db {
-        db: Box<dyn tensorfmt_runtime::kv::Db>,
-        desc: tensorfmt_runtime::kv::DbDesc,
+        db: Box<dyn tensorfmt_runtime::db::Db>,
+        desc: tensorfmt_runtime::db::DbDesc,
         split: Option<u64>,
         tmp: TempFolder,
     },
@@ -397,7 +416,7 @@ impl Saver {
                     .map_err(|e| Error::from(e).in_file(&tmp_path))?;
             }
             let tmp = TempFolder(Some(tmp_path.clone()));
-            let db = (desc.open)(&tmp_path, tensorfmt_runtime::kv::Mode::New)
+            let db = (desc.open)(&tmp_path, tensorfmt_runtime::db::Mode::New)
                 .map_err(|e| e.in_file(path))?;
             return Ok(Saver {
                 out: SaverOut::Db {
@@ -732,16 +751,24 @@ pub fn convert(
     })
 }
 
+/// How `info` views a storage of its own: never, where this build reads no zip archives.
+#[cfg(not(zip_formats))]
+fn storage_view(
+    _: &TensorInfo,
+    _: &mut std::collections::HashMap<String, u64>,
+) -> Option<(TensorMeta, StorageView, Option<TensorInfo>)> {
+    None
+}
+
 /// How `info` views a storage of its own (a zip member): its metadata, its view (the
 /// storage's id from `ids`, by member name) and, the first time a member is seen, a tensor
 /// that reads the whole member. `None` when its bytes are not a whole member's suffix.
+#[cfg(zip_formats)]
 fn storage_view(
     info: &TensorInfo,
     ids: &mut std::collections::HashMap<String, u64>,
 ) -> Option<(TensorMeta, StorageView, Option<TensorInfo>)> {
-    let DataLocation::ZipMember { member, skip, .. } = &info.location else {
-        return None;
-    };
+    let tensorfmt_runtime::zip::MemberSlice { member, skip, .. } = info.location.encoded()?;
     let item = info.dtype.itemsize()? as u64;
     if item == 0 || skip % item != 0 || member.size % item != 0 {
         return None;
@@ -760,11 +787,7 @@ fn storage_view(
                 vec![member.size],
                 vec![1],
                 ByteOrder::Little,
-                DataLocation::ZipMember {
-                    member: member.clone(),
-                    skip: 0,
-                    len: member.size,
-                },
+                tensorfmt_runtime::zip::location(member.clone(), 0, member.size),
             )
             .ok()?,
         )

@@ -6,7 +6,8 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use tensorfmt_runtime::output::AtomicFile;
-use tensorfmt_runtime::protodoc::{ExternalData, Replacement};
+use tensorfmt_runtime::registry::Replacement;
+use tensorfmt_runtime::ExternalData;
 
 use crate::{
     format_named, DataLocation, Error, ErrorKind, Location, OpenOptions, Result, Tensor,
@@ -287,7 +288,10 @@ pub fn rewrite<'a>(
         }
     }
     for f in pending {
-        tensorfmt_runtime::protodoc::commit_external(f).map_err(|e| e.in_file(output))?;
+        let path = f.dest().to_path_buf();
+        f.commit()
+            .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
+            .map_err(|e| e.in_file(output))?;
     }
     for (path, dest) in copies {
         let from = in_dir.join(&path);

@@ -12,26 +12,43 @@
 //!   reads a layout field by field with every length checked;
 //! - output: [`LayoutBuf`] and [`Patch`], which build the bytes preceding a payload, and
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
-//! - containers and codecs: the [`zip`] engine ([`ZipIndex`], [`ZipWriter`],
-//!   [`ZipMember`], [`Compression`]), entry-name [`Pattern`]s and the [`Captures`] shared by an archive's entries, and the [`pydict`]
-//!   (Python literal) codec, and the restricted [`pickle`] codec;
+//! - containers and codecs, each behind the runtime feature of its engine: the `zip`
+//!   engine (`ZipIndex`, `ZipWriter`, `ZipMember`), the `pydict` (Python literal) codec,
+//!   the restricted `pickle` codec, `protobuf` and `protodoc`, key-value databases
+//!   (`kv`, and the interface every backend implements: [`db`]); entry-name
+//!   [`Pattern`]s and the [`Captures`] shared by an archive's entries; [`Compression`];
 //! - object trees: [`Node`], what a container holds besides its tensors
 //!   ([`FormatDesc::structure`], [`TensorWriter::set_structure`]).
 
-pub use crate::cursor::Cursor;
-pub use crate::dtype::DType;
-pub use crate::error::{Error, ErrorKind, Location, Result};
-pub use crate::layout_writer::{LayoutBuf, Patch};
-pub use crate::limits::Limits;
-pub use crate::output::AtomicFile;
-pub use crate::pattern::{Captures, Pattern};
-pub use crate::registry::{
-    no_structure, FormatDesc, Payload, RewriteFn, StorageView, TensorWriter, WriteSeek,
+pub use tensorfmt_core::cursor::Cursor;
+pub use tensorfmt_core::db::{self, DbDesc, Mode, Records};
+pub use tensorfmt_core::dtype::DType;
+pub use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+pub use tensorfmt_core::layout_writer::{LayoutBuf, Patch};
+pub use tensorfmt_core::limits::Limits;
+pub use tensorfmt_core::output::AtomicFile;
+pub use tensorfmt_core::pattern::{Captures, Pattern};
+pub use tensorfmt_core::registry::{
+    no_structure, FormatDesc, Payload, Replacement, RewriteFn, StorageView, TensorWriter, WriteSeek,
 };
-pub use crate::source::{Bytes, RandomAccess, Source, Window};
-pub use crate::tensor::{
-    contiguous_strides, numel, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions,
+pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
+pub use tensorfmt_core::tensor::{
+    contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
+    WriteOptions,
 };
-pub use crate::tree::Node;
-pub use crate::zip::{Compression, ZipIndex, ZipMember, ZipWriter};
-pub use crate::{kv, pickle, protobuf, protodoc, pydict, zip};
+pub use tensorfmt_core::tree::Node;
+
+#[cfg(feature = "kv")]
+pub use crate::kv;
+#[cfg(feature = "pickle")]
+pub use crate::pickle;
+#[cfg(feature = "protobuf")]
+pub use crate::protobuf;
+#[cfg(feature = "protobuf")]
+pub use crate::protodoc;
+#[cfg(feature = "pylit")]
+pub use crate::pydict;
+#[cfg(feature = "zip")]
+pub use crate::zip;
+#[cfg(feature = "zip")]
+pub use crate::zip::{ZipIndex, ZipMember, ZipWriter};

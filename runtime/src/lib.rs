@@ -1,39 +1,45 @@
 //! # tensorfmt-runtime
 //!
-//! The runtime shared by all code that `tensorfmt-codegen` generates from `.fmt` schemas:
-//! dtypes, tensor metadata, byte sources, push-style sinks, the zip engine, embedded
-//! codecs, checksums, limits and errors. It knows nothing of the schema language.
+//! The runtime that code generated from `.fmt` schemas runs on, as one crate: the core
+//! ([`tensorfmt_core`]: dtypes, tensor metadata, byte sources, sinks, reads, errors,
+//! limits, hashing, atomic output, the registry contract) re-exported at this crate's
+//! root, and each engine behind its feature, as a module of the same name:
 //!
-//! Generated code reaches the runtime only through [`gen`].
+//! | module | crate | feature |
+//! |---|---|---|
+//! | [`zip`] | `tensorfmt-zip` | `zip` |
+//! | [`pickle`] | `tensorfmt-pickle` | `pickle` |
+//! | [`pydict`] | `tensorfmt-pylit` | `pylit` |
+//! | [`protobuf`], [`protodoc`] | `tensorfmt-protobuf` | `protobuf` |
+//! | [`kv`] | `tensorfmt-kv` | `kv` (record files), `lmdb`, `leveldb` |
+//! | [`cuda`] | `tensorfmt-cuda` | `cuda` |
+//!
+//! It knows nothing of the schema language. Generated code reaches the runtime only
+//! through [`gen`].
 #![warn(missing_docs)]
 
-pub mod convert;
-#[cfg(feature = "cuda")]
-pub mod cuda;
-pub mod cursor;
-pub mod dtype;
-pub mod error;
-pub mod gen;
-pub mod hash;
-pub mod kv;
-pub mod layout_writer;
-pub mod limits;
-pub mod output;
-pub mod pattern;
-pub mod pickle;
-pub mod protobuf;
-pub mod protodoc;
-pub mod pydict;
-pub mod read;
-pub mod registry;
-pub mod sink;
-pub mod source;
-pub mod tensor;
-pub mod tree;
-pub mod zip;
+pub use tensorfmt_core::{
+    convert, cursor, db, dtype, error, hash, layout_writer, limits, output, pattern, read,
+    registry, sink, source, tensor, tree,
+};
+pub use tensorfmt_core::{
+    ByteOrder, Bytes, Compression, DType, DataLocation, Encoded, Error, ErrorKind, ExternalData,
+    Limits, Location, Order, RandomAccess, Result, Source, TensorInfo, TensorMeta, WriteOptions,
+};
 
-pub use dtype::DType;
-pub use error::{Error, ErrorKind, Location, Result};
-pub use limits::Limits;
-pub use source::{Bytes, RandomAccess, Source};
-pub use tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta, WriteOptions};
+#[cfg(feature = "cuda")]
+pub use tensorfmt_cuda as cuda;
+#[cfg(feature = "kv")]
+pub use tensorfmt_kv as kv;
+#[cfg(feature = "pickle")]
+pub use tensorfmt_pickle as pickle;
+#[cfg(feature = "protobuf")]
+pub use tensorfmt_protobuf as protobuf;
+#[cfg(feature = "protobuf")]
+pub use tensorfmt_protobuf::doc as protodoc;
+#[cfg(feature = "pylit")]
+pub use tensorfmt_pylit as pydict;
+#[cfg(feature = "zip")]
+pub use tensorfmt_zip as zip;
+
+pub mod gen;

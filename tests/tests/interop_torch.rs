@@ -148,10 +148,12 @@ fn keep_layout_writes_shared_storages_once() {
     let mut members: Vec<String> = f
         .tensors()
         .iter()
-        .map(|t| match &t.location {
-            tensorfmt::DataLocation::ZipMember { member, .. } => member.name.clone(),
-            other => panic!("{other:?}"),
-        })
+        .map(
+            |t| match t.location.encoded::<tensorfmt::runtime::zip::MemberSlice>() {
+                Some(slice) => slice.member.name.clone(),
+                None => panic!("{:?}", t.location),
+            },
+        )
         .collect();
     members.sort();
     members.dedup();

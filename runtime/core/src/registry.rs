@@ -1,0 +1,248 @@
+//! What every generated format module exports for the high-level API: a descriptor with
+//! its name, extensions, detector, indexer and writer constructor.
+
+use std::io::{Read, Seek, Write};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::limits::Limits;
+use crate::source::Source;
+use crate::tensor::{TensorInfo, TensorMeta, WriteOptions};
+use crate::tree::Node;
+
+/// A writable, seekable byte sink.
+pub trait WriteSeek: Write + Seek {}
+
+impl<T: Write + Seek> WriteSeek for T {}
+
+/// The bytes of one tensor handed to a writer: exactly `meta.nbytes()` bytes in the
+/// tensor's order and byte order, in memory or from a stream.
+pub enum Payload<'a> {
+    /// Bytes in memory (a map, a buffer): written straight from there, with no copy.
+    Bytes(&'a [u8]),
+    /// A stream, copied through a bounded buffer.
+    Reader(&'a mut dyn Read),
+}
+
+/// Largest buffer used to copy a streamed payload.
+const COPY_BUFFER: u64 = 4 << 20;
+
+impl Payload<'_> {
+    /// Writes exactly `len` bytes of the payload to `w`; fewer (or, for bytes in memory,
+    /// a different number) is an error naming `field`.
+    pub fn write_to<W: Write + ?Sized>(self, w: &mut W, len: u64, field: &str) -> Result<()> {
+        let short = |available: u64| {
+            Error::from(ErrorKind::Truncated {
+                needed: len,
+                available,
+            })
+            .in_field(field)
+        };
+        match self {
+            Payload::Bytes(b) => {
+                if b.len() as u64 != len {
+                    return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                        "{len} bytes expected, {} given",
+                        b.len()
+                    )))
+                    .in_field(field));
+                }
+                w.write_all(b)?;
+            }
+            Payload::Reader(r) => {
+                let mut buf = vec![0u8; len.min(COPY_BUFFER) as usize];
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(buf.len() as u64) as usize;
+                    let n = match r.read(&mut buf[..want]) {
+                        Ok(0) => return Err(short(done)),
+                        Ok(n) => n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e.into()),
+                    };
+                    w.write_all(&buf[..n])?;
+                    done += n as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Payload<'_> {
+    /// Writes exactly `len` bytes of the payload to `w` with the bytes of every
+    /// `unit`-sized group reversed (a byte-order swap), through a bounded buffer.
+    pub fn write_swapped_to<W: Write + ?Sized>(
+        self,
+        w: &mut W,
+        len: u64,
+        unit: usize,
+        field: &str,
+    ) -> Result<()> {
+        if unit <= 1 {
+            return self.write_to(w, len, field);
+        }
+        if len % unit as u64 != 0 {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "{len} bytes are not a whole number of {unit}-byte units"
+            )))
+            .in_field(field));
+        }
+        let cap = (len.min(COPY_BUFFER) as usize / unit).max(1) * unit;
+        let mut buf = vec![0u8; cap.min(len as usize)];
+        match self {
+            Payload::Bytes(b) => {
+                if b.len() as u64 != len {
+                    return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                        "{len} bytes expected, {} given",
+                        b.len()
+                    )))
+                    .in_field(field));
+                }
+                for chunk in b.chunks(cap) {
+                    let out = &mut buf[..chunk.len()];
+                    out.copy_from_slice(chunk);
+                    crate::convert::swap_in_place(out, unit);
+                    w.write_all(out)?;
+                }
+            }
+            Payload::Reader(r) => {
+                let mut done = 0u64;
+                while done < len {
+                    let want = (len - done).min(buf.len() as u64) as usize;
+                    r.read_exact(&mut buf[..want]).map_err(|e| {
+                        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                            Error::from(ErrorKind::Truncated {
+                                needed: len,
+                                available: done,
+                            })
+                            .in_field(field)
+                        } else {
+                            e.into()
+                        }
+                    })?;
+                    crate::convert::swap_in_place(&mut buf[..want], unit);
+                    w.write_all(&buf[..want])?;
+                    done += want as u64;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Where a tensor added as a view ([`TensorWriter::add_view`]) lies in a storage that
+/// several tensors may share: a `torch.save` storage viewed at an offset with strides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StorageView {
+    /// The caller's id of the storage: views with the same id share one storage, whose
+    /// bytes are given with the first of them.
+    pub storage: u64,
+    /// The storage's size in bytes (a whole number of the tensor's elements).
+    pub storage_nbytes: u64,
+    /// Where the tensor's first element is, in elements from the storage's start.
+    pub offset: u64,
+    /// The tensor's strides in elements (0 allowed, negative refused).
+    pub strides: Vec<i64>,
+}
+
+/// A streaming writer of one container: tensors are added one at a time.
+pub trait TensorWriter {
+    /// Appends one tensor whose bytes `data` holds.
+    fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()>;
+    /// Writes whatever the container needs after its last tensor (central directory,
+    /// trailers) and flushes.
+    fn finish(self: Box<Self>) -> Result<()>;
+    /// Gives the object the tensors are to be written in (nested dicts, lists, tuples,
+    /// numbers and strings whose [`Node::Tensor`] leaves name the tensors added), for
+    /// formats that store one (PyTorch); checked when the writer finishes. Returns false,
+    /// and changes nothing, where the format stores tensors alone (the default).
+    fn set_structure(&mut self, tree: &Node) -> Result<bool> {
+        let _ = tree;
+        Ok(false)
+    }
+    /// Adds a tensor that views a storage at an offset with strides, for formats that
+    /// store views (PyTorch): `storage` holds the storage's `view.storage_nbytes` bytes
+    /// the first time its id is given, and must be `None` after (the storage is written
+    /// once, shared by its views). `meta`'s order is ignored: `view.strides` says the
+    /// layout. Returns false, and writes nothing, where the format stores dense tensors
+    /// only (the default): the caller then adds the tensor contiguous.
+    fn add_view(
+        &mut self,
+        meta: &TensorMeta,
+        view: &StorageView,
+        storage: Option<Payload<'_>>,
+    ) -> Result<bool> {
+        let _ = (meta, view, storage);
+        Ok(false)
+    }
+}
+
+/// The [`FormatDesc::structure`] of formats that store tensors alone.
+pub fn no_structure(_: &Source, _: &Limits) -> Result<Option<Node>> {
+    Ok(None)
+}
+
+/// Builds a writer over an output.
+pub type WriterCtor =
+    for<'a> fn(Box<dyn WriteSeek + 'a>, &WriteOptions) -> Result<Box<dyn TensorWriter + 'a>>;
+
+/// Rewrites a document of the format (`src`) into an output, field by field, handing each
+/// tensor's name to the callback: `None` copies the tensor as it is, a
+/// [`Replacement`] writes that instead (where the options place it).
+/// Returns the external files written, synced but not committed
+/// (the protobuf engine's `doc::commit_external`), for the caller to commit before the document.
+pub type RewriteFn = for<'a, 'b> fn(
+    &Source,
+    Box<dyn WriteSeek + 'a>,
+    &WriteOptions,
+    &Limits,
+    &mut dyn FnMut(&str) -> Result<Option<Replacement<'b>>>,
+) -> Result<Vec<crate::output::AtomicFile>>;
+
+/// A format as the generated code describes it.
+#[derive(Clone, Copy)]
+pub struct FormatDesc {
+    /// Public name (CLI `--to`, JSON `format`).
+    pub name: &'static str,
+    /// File extensions, without the dot, that map to this format.
+    pub extensions: &'static [&'static str],
+    /// True when the source looks like this format (magic, container entries).
+    pub detect: fn(&Source, &Limits) -> bool,
+    /// All tensor metadata, without reading payloads.
+    pub index: fn(&Source, &Limits) -> Result<Vec<TensorInfo>>,
+    /// The object the tensors are stored in, for formats that store one (a PyTorch
+    /// checkpoint's pickled object): its [`Node::Tensor`] leaves carry the names `index`
+    /// gives. `None` for formats that store tensors alone.
+    pub structure: fn(&Source, &Limits) -> Result<Option<Node>>,
+    /// A streaming writer.
+    pub writer: WriterCtor,
+    /// The format stores C-order tensors only: the high-level API reorders Fortran-order
+    /// tensors before handing them to the writer.
+    pub c_order_only: bool,
+    /// Databases of records (Caffe2's MiniDB, LMDB, LevelDB): how to open one and how a
+    /// tensor becomes records; `None` for other formats.
+    pub db: Option<crate::db::DbDesc>,
+    /// Rewrites a document with some tensors replaced and everything else kept, for
+    /// formats whose documents hold more than tensors (ONNX graphs); `None` elsewhere.
+    pub rewrite: Option<RewriteFn>,
+}
+
+impl std::fmt::Debug for FormatDesc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FormatDesc")
+            .field("name", &self.name)
+            .field("extensions", &self.extensions)
+            .finish()
+    }
+}
+
+/// A tensor to write in place of one a document holds (see
+/// [`RewriteFn`]).
+pub struct Replacement<'b> {
+    /// The tensor's metadata (C order, little-endian).
+    pub meta: TensorMeta,
+    /// Its `meta.nbytes()` bytes.
+    pub data: Box<dyn AsRef<[u8]> + 'b>,
+    /// The external file the tensor was in, kept with [`crate::tensor::ExternalData::Auto`].
+    pub keep_location: Option<String>,
+}

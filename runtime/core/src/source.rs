@@ -1,0 +1,454 @@
+//! Random-access byte sources: a memory-mapped file, an in-memory buffer, or any
+//! `Read + Seek` stream, behind one trait.
+
+use std::any::Any;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, ErrorKind, Location, Result};
+
+/// Bytes that can be read at any offset.
+pub trait RandomAccess: Send + Sync {
+    /// Total length in bytes.
+    fn len(&self) -> u64;
+
+    /// True when the source holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` with the bytes at `offset`; errors if they are not all there.
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()>;
+
+    /// The whole source as one slice, when it lives in memory (a map or a buffer).
+    fn as_slice(&self) -> Option<&[u8]> {
+        None
+    }
+}
+
+/// Checks that `len` bytes at `offset` lie inside a source of `total` bytes.
+pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= total => Ok(()),
+        _ => Err(Error::new(
+            ErrorKind::Truncated {
+                needed: len,
+                available: total.saturating_sub(offset),
+            },
+            Location::default().with_offset(offset),
+        )),
+    }
+}
+
+/// Shared bytes in memory: a memory map or an owned buffer.
+#[derive(Clone)]
+pub enum Bytes {
+    /// A read-only memory map of a file.
+    Mapped(Arc<memmap2::Mmap>),
+    /// An owned buffer.
+    Owned(Arc<[u8]>),
+}
+
+impl Bytes {
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(b) => b,
+        }
+    }
+}
+
+impl std::fmt::Debug for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Bytes::Mapped(m) => write!(f, "Bytes::Mapped({} bytes)", m.len()),
+            Bytes::Owned(b) => write!(f, "Bytes::Owned({} bytes)", b.len()),
+        }
+    }
+}
+
+impl RandomAccess for Bytes {
+    fn len(&self) -> u64 {
+        self.as_bytes().len() as u64
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len())?;
+        let start = offset as usize;
+        buf.copy_from_slice(&self.as_bytes()[start..start + buf.len()]);
+        Ok(())
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        Some(self.as_bytes())
+    }
+}
+
+/// A `Read + Seek` stream used as a random-access source (reads are serialized).
+pub struct Stream<R> {
+    inner: Mutex<R>,
+    len: u64,
+}
+
+impl<R: Read + Seek> Stream<R> {
+    /// Wraps `reader`, measuring its length by seeking to the end.
+    pub fn new(mut reader: R) -> Result<Self> {
+        let len = reader.seek(SeekFrom::End(0))?;
+        Ok(Stream {
+            inner: Mutex::new(reader),
+            len,
+        })
+    }
+}
+
+impl<R: Read + Seek + Send> RandomAccess for Stream<R> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        let mut r = self
+            .inner
+            .lock()
+            .map_err(|_| ErrorKind::Sink("stream lock poisoned".into()))?;
+        r.seek(SeekFrom::Start(offset))?;
+        r.read_exact(buf)?;
+        Ok(())
+    }
+}
+
+/// A sub-range of another source, addressed from 0.
+pub struct Window<'a> {
+    inner: &'a dyn RandomAccess,
+    offset: u64,
+    len: u64,
+}
+
+impl<'a> Window<'a> {
+    /// The `len` bytes of `inner` at `offset` (checked).
+    pub fn new(inner: &'a dyn RandomAccess, offset: u64, len: u64) -> Result<Self> {
+        check_range(offset, len, inner.len())?;
+        Ok(Window { inner, offset, len })
+    }
+}
+
+impl RandomAccess for Window<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        self.inner.read_exact_at(self.offset + offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        self.inner
+            .as_slice()
+            .map(|s| &s[self.offset as usize..(self.offset + self.len) as usize])
+    }
+}
+
+/// One value of [`Source::memo`].
+struct Memo {
+    key: u64,
+    value: Arc<dyn Any + Send + Sync>,
+}
+
+/// An opened input: its bytes and, when it came from a path, the path.
+pub struct Source {
+    data: Box<dyn RandomAccess>,
+    mapped: Option<Bytes>,
+    path: Option<PathBuf>,
+    /// What engines made of these bytes and keep for later calls ([`Source::memo`]): a
+    /// zip archive's index, say, asked for by every detector and the indexer.
+    memo: Mutex<Vec<Memo>>,
+    /// Files beside this one already mapped ([`Source::external`]), by the name used.
+    external: Mutex<Vec<(String, Bytes)>>,
+    /// The records of a key-value database read whole (the key-value engine's `open_dir`).
+    records: Option<Arc<crate::db::Records>>,
+}
+
+impl Source {
+    /// Opens `path` and memory-maps it (constant time whatever the size).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let loc = || Location::file(path);
+        let file = File::open(path).map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+        if !meta.is_file() {
+            let what = if meta.is_dir() {
+                "a folder (a database folder is opened by the key-value engine's `open_dir`)"
+            } else {
+                "not a regular file"
+            };
+            return Err(Error::new(ErrorKind::Unsupported(what.into()), loc()));
+        }
+        let len = meta.len();
+        let bytes = if len == 0 {
+            Bytes::Owned(Arc::from(Vec::new()))
+        } else {
+            // SAFETY: the map is read-only. As with every memory-mapped reader, another
+            // process truncating the file while it is mapped is outside what we can guard.
+            let map = unsafe { memmap2::Mmap::map(&file) }
+                .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+            Bytes::Mapped(Arc::new(map))
+        };
+        Ok(Source {
+            data: Box::new(bytes.clone()),
+            mapped: Some(bytes),
+            path: Some(path.to_path_buf()),
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        })
+    }
+
+    /// An in-memory buffer.
+    pub fn from_bytes(bytes: impl Into<Arc<[u8]>>) -> Self {
+        let b = Bytes::Owned(bytes.into());
+        Source {
+            data: Box::new(b.clone()),
+            mapped: Some(b),
+            path: None,
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        }
+    }
+
+    /// Any `Read + Seek` stream.
+    pub fn from_reader<R: Read + Seek + Send + 'static>(reader: R) -> Result<Self> {
+        Ok(Source {
+            data: Box::new(Stream::new(reader)?),
+            mapped: None,
+            path: None,
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        })
+    }
+
+    /// Bytes already mapped (or held), named by `path`.
+    pub fn from_mapped(bytes: Bytes, path: impl Into<PathBuf>) -> Self {
+        Source {
+            data: Box::new(bytes.clone()),
+            mapped: Some(bytes),
+            path: Some(path.into()),
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        }
+    }
+
+    /// Attaches the records of a key-value database whose values are in these bytes.
+    pub fn with_records(mut self, records: Arc<crate::db::Records>) -> Self {
+        self.records = Some(records);
+        self
+    }
+
+    /// The records of a key-value database, when the source is one read whole.
+    pub fn records(&self) -> Option<&crate::db::Records> {
+        self.records.as_deref()
+    }
+
+    /// All the bytes: borrowed when they are in memory (a map or a buffer), else read
+    /// whole from the stream.
+    pub fn whole(&self) -> Result<std::borrow::Cow<'_, [u8]>> {
+        if let Some(b) = &self.mapped {
+            return Ok(std::borrow::Cow::Borrowed(b.as_bytes()));
+        }
+        let n = usize::try_from(self.data.len())
+            .map_err(|_| Error::from(ErrorKind::Overflow("source size".to_string())))?;
+        let mut v = vec![0u8; n];
+        self.data.read_exact_at(0, &mut v)?;
+        Ok(std::borrow::Cow::Owned(v))
+    }
+
+    /// Names the source (used in error messages and for `source.stem`).
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// The bytes, as a random-access source.
+    pub fn data(&self) -> &dyn RandomAccess {
+        &*self.data
+    }
+
+    /// What `make` makes of these bytes, made once per type `T` and `key` and shared by
+    /// every later call: engines keep here what several callers ask for (a zip archive's
+    /// index is asked for by every detector and the indexer; `key` holds the limit it was
+    /// made under). An error is not kept: the next call makes it anew.
+    pub fn memo<T: Any + Send + Sync>(
+        &self,
+        key: u64,
+        make: impl FnOnce(&Self) -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let find = |memo: &[Memo]| {
+            memo.iter().find_map(|m| {
+                (m.key == key && m.value.is::<T>())
+                    .then(|| m.value.clone().downcast::<T>().ok())
+                    .flatten()
+            })
+        };
+        if let Some(v) = find(&self.memo.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(v);
+        }
+        let v = Arc::new(make(self)?);
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = find(&memo) {
+            return Ok(kept);
+        }
+        memo.push(Memo {
+            key,
+            value: v.clone(),
+        });
+        Ok(v)
+    }
+
+    /// A file beside this one, named `name` relative to this file's folder (ONNX external
+    /// data), memory-mapped once and shared by every later call.
+    ///
+    /// The name must stay inside the folder: an absolute path, a `..` component, or a
+    /// path that resolves (through symbolic links) outside the folder is refused with
+    /// [`ErrorKind::Invalid`], as is a source without a path.
+    pub fn external(&self, name: &str) -> Result<Bytes> {
+        let loc = || {
+            self.location()
+                .with_field(format!("external file '{name}'"))
+        };
+        let mut cache = self.external.lock().map_err(|_| {
+            Error::new(
+                ErrorKind::Invalid("external file cache poisoned".into()),
+                loc(),
+            )
+        })?;
+        if let Some((_, b)) = cache.iter().find(|(n, _)| n == name) {
+            return Ok(b.clone());
+        }
+        let refuse = |why: &str| {
+            Error::new(
+                ErrorKind::Invalid(format!("external file '{name}' {why}")),
+                loc(),
+            )
+        };
+        let Some(path) = &self.path else {
+            return Err(refuse("cannot be found: the source has no path"));
+        };
+        let rel = Path::new(name);
+        if name.is_empty() || rel.is_absolute() || name.contains('\0') {
+            return Err(refuse("is not a relative path"));
+        }
+        if rel.components().any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        }) {
+            return Err(refuse("leaves the model's folder"));
+        }
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let joined = dir.join(rel);
+        let io = |e: std::io::Error| Error::new(ErrorKind::Io(e), loc());
+        let real_dir = dir.canonicalize().map_err(io)?;
+        let real = joined.canonicalize().map_err(io)?;
+        if !real.starts_with(&real_dir) {
+            return Err(refuse("resolves outside the model's folder"));
+        }
+        let bytes = Source::open(&real).map_err(|e| Error::new(e.kind, loc()))?;
+        let b = bytes.mapped.ok_or_else(|| refuse("could not be mapped"))?;
+        cache.push((name.to_string(), b.clone()));
+        Ok(b)
+    }
+
+    /// The shared in-memory bytes, when the source is a map or a buffer.
+    pub fn bytes(&self) -> Option<&Bytes> {
+        self.mapped.as_ref()
+    }
+
+    /// The path, when the source came from one.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The file name without its last extension (`model` for `dir/model.npy`), or
+    /// `"tensor"` when the source has no path.
+    pub fn stem(&self) -> String {
+        self.path
+            .as_deref()
+            .and_then(|p| p.file_stem())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tensor".to_string())
+    }
+
+    /// A location naming this source's file, for errors.
+    pub fn location(&self) -> Location {
+        Location {
+            file: self.path.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind_text(e: &Error) -> String {
+        e.to_string()
+    }
+
+    #[test]
+    fn external_files_stay_in_the_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let model = dir.path().join("model.onnx");
+        std::fs::write(&model, b"model").unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub").join("w.bin"), b"0123456789").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"secret").unwrap();
+        let src = Source::open(&model).unwrap();
+
+        let a = src.external("sub/w.bin").unwrap();
+        assert_eq!(a.as_bytes(), b"0123456789");
+        // Mapped once: the same bytes come back.
+        let b = src.external("sub/w.bin").unwrap();
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr());
+        assert_eq!(
+            src.external("./sub/w.bin").unwrap().as_bytes(),
+            b"0123456789"
+        );
+
+        let secret = outside.path().join("secret");
+        for bad in [
+            "",
+            "../secret",
+            "sub/../../secret",
+            secret.to_str().unwrap(),
+            "/etc/passwd",
+        ] {
+            let e = src.external(bad).unwrap_err();
+            assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{bad:?}: {e}");
+            assert!(kind_text(&e).contains("model.onnx"), "{e}");
+        }
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&secret, dir.path().join("link")).unwrap();
+            let e = src.external("link").unwrap_err();
+            assert!(e.to_string().contains("outside the model's folder"), "{e}");
+        }
+        let e = src.external("missing.bin").unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Io(_)), "{e}");
+        assert!(e.to_string().contains("missing.bin"), "{e}");
+        // A source with no path has no folder.
+        let e = Source::from_bytes(b"x".to_vec())
+            .external("w.bin")
+            .unwrap_err();
+        assert!(e.to_string().contains("no path"), "{e}");
+    }
+}

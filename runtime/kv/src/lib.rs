@@ -1,0 +1,858 @@
+//! Key-value databases, behind one interface with Caffe2's semantics (`caffe2/core/db.h`):
+//! a database is opened in a [`Mode`] (`Read`, `Write` appends, `New` creates), read
+//! through a [`Cursor`] and written through [`Transaction`]s. Backends here: LMDB
+//! ([`lmdb`], with `heed`) and LevelDB ([`leveldb`], with `rusty-leveldb`, which reads
+//! and writes the files real LevelDB does). Record-file databases whose record layout a
+//! schema describes (Caffe2's MiniDB) implement the same traits in generated code.
+//!
+//! For reading tensors a whole database is taken as a [`Source`] and its [`Records`]:
+//! LMDB's `data.mdb` is memory-mapped and every value located by its offset in the file
+//! (zero-copy); LevelDB's values, stored in compressed blocks, are copied once into one
+//! buffer.
+#![warn(missing_docs)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub use tensorfmt_core::db::{
+    Cursor, Db, DbDesc, EncodeFn, Mode, PutFn, Record, Records, Transaction,
+};
+use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+use tensorfmt_core::source::Source;
+
+fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Invalid(what.to_string()), Location::file(path))
+}
+
+/// Whether `dir` looks like an LMDB environment (`data.mdb` inside).
+pub fn is_lmdb(dir: &Path) -> bool {
+    dir.join("data.mdb").is_file()
+}
+
+/// Whether `dir` looks like a LevelDB database (`CURRENT` and a `MANIFEST-*` inside).
+pub fn is_leveldb(dir: &Path) -> bool {
+    dir.join("CURRENT").is_file()
+        && std::fs::read_dir(dir).is_ok_and(|mut it| {
+            it.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("MANIFEST-")))
+        })
+}
+
+/// Reads the database folder `dir` whole (LMDB or LevelDB, by its files): the source its
+/// values are in, with its records attached ([`Source::records`]).
+pub fn open_dir(dir: &Path) -> Result<Source> {
+    if is_lmdb(dir) {
+        #[cfg(feature = "lmdb")]
+        return lmdb::snapshot(dir);
+        #[cfg(not(feature = "lmdb"))]
+        return Err(without("an LMDB environment", "lmdb", dir));
+    }
+    if is_leveldb(dir) {
+        #[cfg(feature = "leveldb")]
+        return leveldb::snapshot(dir);
+        #[cfg(not(feature = "leveldb"))]
+        return Err(without("a LevelDB database", "leveldb", dir));
+    }
+    Err(Error::new(
+        ErrorKind::Unsupported(
+            "a folder that is neither an LMDB environment (data.mdb) nor a LevelDB \
+             database (CURRENT, MANIFEST-*)"
+                .into(),
+        ),
+        Location::file(dir),
+    ))
+}
+
+/// The error for a database whose backend this build leaves out.
+#[cfg(not(all(feature = "lmdb", feature = "leveldb")))]
+fn without(what: &str, feature: &str, dir: &Path) -> Error {
+    Error::new(
+        ErrorKind::Unsupported(format!(
+            "{what}, which this build reads without: enable the `{feature}` feature"
+        )),
+        Location::file(dir),
+    )
+}
+
+/// A cursor over records whose values are in memory (a map or a buffer), in order.
+pub struct RecordsCursor {
+    bytes: tensorfmt_core::source::Bytes,
+    records: Vec<Record>,
+    pos: usize,
+    seek: bool,
+}
+
+impl RecordsCursor {
+    /// A cursor on the first of `records`, whose values are in `bytes` (checked when
+    /// read); `seek`: the records are in key order and [`Cursor::seek`] works.
+    pub fn new(bytes: tensorfmt_core::source::Bytes, records: Vec<Record>, seek: bool) -> Self {
+        RecordsCursor {
+            bytes,
+            records,
+            pos: 0,
+            seek,
+        }
+    }
+}
+
+impl Cursor for RecordsCursor {
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.pos = 0;
+        Ok(())
+    }
+    fn next(&mut self) -> Result<()> {
+        self.pos = (self.pos + 1).min(self.records.len());
+        Ok(())
+    }
+    fn valid(&self) -> bool {
+        self.pos < self.records.len()
+    }
+    fn key(&self) -> &[u8] {
+        self.records.get(self.pos).map_or(&[], |r| &r.key)
+    }
+    fn value(&self) -> &[u8] {
+        self.records
+            .get(self.pos)
+            .and_then(|r| {
+                let start = usize::try_from(r.offset).ok()?;
+                let end = start.checked_add(usize::try_from(r.len).ok()?)?;
+                self.bytes.as_bytes().get(start..end)
+            })
+            .unwrap_or_default()
+    }
+    fn supports_seek(&self) -> bool {
+        self.seek
+    }
+    fn seek(&mut self, key: &[u8]) -> Result<()> {
+        if !self.seek {
+            return Err(Error::from(ErrorKind::Unsupported(
+                "this database does not support seeking".into(),
+            )));
+        }
+        self.pos = self.records.partition_point(|r| r.key.as_slice() < key);
+        Ok(())
+    }
+}
+
+/// What the code generated for a file of records provides: every record of a source,
+/// and one record written.
+#[derive(Clone, Copy)]
+pub struct RecordCodec {
+    /// Every record of the source, in file order.
+    pub read: fn(&Source, &tensorfmt_core::Limits) -> Result<Vec<Record>>,
+    /// Writes one record; returns the bytes written.
+    pub write: fn(&mut dyn std::io::Write, &[u8], &[u8]) -> Result<u64>,
+}
+
+/// A file of records (Caffe2's MiniDB) whose layout generated code reads and writes:
+/// `New` writes a new file atomically (it appears, replacing any old one, on
+/// [`Db::close`]), `Write` appends, `Read` reads it whole (memory-mapped).
+pub struct RecordFile {
+    path: PathBuf,
+    mode: Mode,
+    codec: RecordCodec,
+    new: Option<std::io::BufWriter<tensorfmt_core::output::AtomicFile>>,
+    append: Option<std::io::BufWriter<std::fs::File>>,
+}
+
+/// Opens the record file `path` in `mode`.
+pub fn open_record_file(path: &Path, mode: Mode, codec: RecordCodec) -> Result<RecordFile> {
+    let (mut new, mut append) = (None, None);
+    match mode {
+        Mode::New => {
+            let f =
+                tensorfmt_core::output::AtomicFile::create(path).map_err(|e| e.in_file(path))?;
+            new = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        Mode::Write => {
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| Error::from(e).in_file(path))?;
+            append = Some(std::io::BufWriter::with_capacity(1 << 20, f));
+        }
+        Mode::Read => {
+            if !path.is_file() {
+                return Err(db_error(path, "Cannot open file: no such file"));
+            }
+        }
+    }
+    Ok(RecordFile {
+        path: path.to_path_buf(),
+        mode,
+        codec,
+        new,
+        append,
+    })
+}
+
+struct RecordFileTxn<'a> {
+    file: &'a mut RecordFile,
+}
+
+impl Transaction for RecordFileTxn<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let path = self.file.path.clone();
+        let w: &mut dyn std::io::Write = match (&mut self.file.new, &mut self.file.append) {
+            (Some(w), _) => w,
+            (_, Some(w)) => w,
+            _ => {
+                return Err(db_error(
+                    &path,
+                    "a database opened to read takes no transaction",
+                ))
+            }
+        };
+        (self.file.codec.write)(w, key, value)
+            .map(|_| ())
+            .map_err(|e| e.in_file(&path))
+    }
+    fn commit(&mut self) -> Result<()> {
+        use std::io::Write;
+        if let Some(w) = self.file.new.as_mut() {
+            w.flush()?;
+        }
+        if let Some(w) = self.file.append.as_mut() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+}
+
+impl Db for RecordFile {
+    fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+        if self.mode != Mode::Read {
+            return Err(db_error(
+                &self.path,
+                "a cursor needs a database opened to read",
+            ));
+        }
+        let src = Source::open(&self.path)?;
+        let records = (self.codec.read)(&src, &tensorfmt_core::Limits::default())
+            .map_err(|e| e.in_file(&self.path))?;
+        let bytes = src
+            .bytes()
+            .cloned()
+            .ok_or_else(|| db_error(&self.path, "the file could not be mapped"))?;
+        Ok(Box::new(RecordsCursor::new(bytes, records, false)))
+    }
+    fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+        if self.mode == Mode::Read {
+            return Err(db_error(
+                &self.path,
+                "a database opened to read takes no transaction",
+            ));
+        }
+        Ok(Box::new(RecordFileTxn { file: self }))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        let RecordFile {
+            path, new, append, ..
+        } = *self;
+        if let Some(w) = new {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::from(e.into_error()).in_file(&path))?;
+            f.commit().map_err(|e| e.in_file(&path))?;
+        }
+        if let Some(w) = append {
+            let f = w
+                .into_inner()
+                .map_err(|e| Error::from(e.into_error()).in_file(&path))?;
+            f.sync_all().map_err(|e| Error::from(e).in_file(&path))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "lmdb")]
+/// Opens an LMDB environment as a [`Db`] (for [`DbDesc::open`]).
+pub fn open_lmdb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
+    Ok(Box::new(lmdb::open(path, mode)?))
+}
+
+#[cfg(feature = "leveldb")]
+/// Opens a LevelDB database as a [`Db`] (for [`DbDesc::open`]).
+pub fn open_leveldb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
+    Ok(Box::new(leveldb::open(path, mode)?))
+}
+
+/// The LMDB backend (Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed database,
+/// keys in bytewise order, a 1 TiB map.
+#[cfg(feature = "lmdb")]
+pub mod lmdb {
+    use super::*;
+    use heed::types::Bytes as HBytes;
+    use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+
+    /// Caffe2's map size: 1 TiB of address space (not of disk).
+    pub const MAP_SIZE: usize = 1 << 40;
+
+    fn heed_error(path: &Path, e: heed::Error) -> Error {
+        db_error(path, format!("LMDB: {e}"))
+    }
+
+    /// An LMDB environment opened as Caffe2 opens it.
+    pub struct Lmdb {
+        env: Env<WithoutTls>,
+        db: Option<Database<HBytes, HBytes>>,
+        path: PathBuf,
+        mode: Mode,
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
+    /// environment in folder `path`.
+    pub fn open(path: &Path, mode: Mode) -> Result<Lmdb> {
+        match mode {
+            Mode::New => {
+                if path.exists() {
+                    return Err(db_error(
+                        path,
+                        "cannot create an LMDB database: the folder exists",
+                    ));
+                }
+                std::fs::create_dir_all(path).map_err(|e| Error::from(e).in_file(path))?;
+            }
+            Mode::Write => {
+                std::fs::create_dir_all(path).map_err(|e| Error::from(e).in_file(path))?
+            }
+            Mode::Read => {
+                if !is_lmdb(path) {
+                    return Err(db_error(path, "not an LMDB environment (no data.mdb)"));
+                }
+            }
+        }
+        let mut opts = EnvOpenOptions::new().read_txn_without_tls();
+        opts.map_size(MAP_SIZE).max_dbs(0);
+        if mode == Mode::Read {
+            // SAFETY: flags Caffe2 uses for readers; the environment is not written
+            // through this handle.
+            unsafe { opts.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
+        }
+        // SAFETY: the map is used through heed's API only, and the file is not truncated
+        // while open by this process (LMDB's own requirement).
+        let env = unsafe { opts.open(path) }.map_err(|e| heed_error(path, e))?;
+        let db = if mode == Mode::Read {
+            let rtxn = env.read_txn().map_err(|e| heed_error(path, e))?;
+            let db = env
+                .open_database::<HBytes, HBytes>(&rtxn, None)
+                .map_err(|e| heed_error(path, e))?;
+            rtxn.commit().map_err(|e| heed_error(path, e))?;
+            db
+        } else {
+            let mut wtxn = env.write_txn().map_err(|e| heed_error(path, e))?;
+            let db = env
+                .create_database::<HBytes, HBytes>(&mut wtxn, None)
+                .map_err(|e| heed_error(path, e))?;
+            wtxn.commit().map_err(|e| heed_error(path, e))?;
+            Some(db)
+        };
+        Ok(Lmdb {
+            env,
+            db,
+            path: path.to_path_buf(),
+            mode,
+        })
+    }
+
+    impl Lmdb {
+        /// `data.mdb` mapped, and every record's key and value location in it (checked
+        /// byte for byte against what LMDB returns).
+        fn locate(&self) -> Result<(tensorfmt_core::source::Bytes, Vec<Record>)> {
+            let dir = &self.path;
+            let source = Source::open(dir.join("data.mdb"))?;
+            let bytes = source
+                .bytes()
+                .ok_or_else(|| db_error(dir, "data.mdb could not be mapped"))?
+                .clone();
+            let all = bytes.as_bytes();
+            let total = all.len() as u64;
+            // LMDB's page size is kept in the first meta page (`mm_dbs[FREE_DBI].md_pad`,
+            // at byte 40); every page starts with its number. A value's address in
+            // LMDB's own map gives its page's start (the map is page-aligned, and a value
+            // in overflow pages starts in the first one), whose number gives its offset
+            // in the file.
+            let psize = all
+                .get(40..44)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                .filter(|p| p.is_power_of_two() && *p >= 512)
+                .ok_or_else(|| db_error(dir, "data.mdb has no valid page size in its meta page"))?;
+            let page_of = |addr: usize| -> Option<u64> {
+                let start = addr & !(psize - 1);
+                // SAFETY: `start` is the first byte of the map page holding `addr`, a
+                // value LMDB returned while its read transaction is open; a page header
+                // is at least 8 bytes.
+                let pgno = unsafe { std::ptr::read_unaligned(start as *const u64) };
+                pgno.checked_mul(psize as u64)?
+                    .checked_add((addr - start) as u64)
+            };
+            let mut records = Vec::new();
+            if let Some(hdb) = self.db {
+                let rtxn = self.env.read_txn().map_err(|e| heed_error(dir, e))?;
+                for item in hdb.iter(&rtxn).map_err(|e| heed_error(dir, e))? {
+                    let (k, v) = item.map_err(|e| heed_error(dir, e))?;
+                    let len = v.len() as u64;
+                    let offset = if v.is_empty() {
+                        Some(0)
+                    } else {
+                        page_of(v.as_ptr() as usize)
+                    };
+                    // Checked against what LMDB returns: the first and last bytes (a
+                    // wrong page would differ there; the whole value is not compared, to
+                    // keep the index as cheap as the map).
+                    let ours = offset
+                        .and_then(|o| o.checked_add(len).map(|e| (o, e)))
+                        .filter(|&(_, end)| end <= total)
+                        .map(|(o, end)| &all[o as usize..end as usize]);
+                    let offset = offset.unwrap_or(u64::MAX);
+                    let same = |a: &[u8], b: &[u8]| {
+                        let k = a.len().min(64);
+                        a.len() == b.len()
+                            && a[..k] == b[..k]
+                            && a[a.len() - k..] == b[b.len() - k..]
+                    };
+                    if !ours.is_some_and(|o| same(o, v)) {
+                        return Err(db_error(
+                            dir,
+                            format!("an LMDB value ({len} bytes) is not where its page says in data.mdb ({total} bytes)"),
+                        ));
+                    }
+                    records.push(Record {
+                        key: k.to_vec(),
+                        offset,
+                        len,
+                    });
+                }
+            }
+            Ok((bytes, records))
+        }
+    }
+
+    struct LmdbTxn<'a> {
+        db: &'a Lmdb,
+        txn: Option<heed::RwTxn<'a>>,
+    }
+
+    impl Transaction for LmdbTxn<'_> {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+            let path = &self.db.path;
+            if self.txn.is_none() {
+                self.txn = Some(self.db.env.write_txn().map_err(|e| heed_error(path, e))?);
+            }
+            let (Some(txn), Some(db)) = (self.txn.as_mut(), self.db.db) else {
+                return Err(db_error(path, "no database to write"));
+            };
+            db.put(txn, key, value).map_err(|e| heed_error(path, e))
+        }
+        fn commit(&mut self) -> Result<()> {
+            if let Some(txn) = self.txn.take() {
+                txn.commit().map_err(|e| heed_error(&self.db.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    impl Drop for LmdbTxn<'_> {
+        fn drop(&mut self) {
+            // Caffe2's transaction commits when destroyed.
+            let _ = self.commit();
+        }
+    }
+
+    impl Db for Lmdb {
+        fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+            let (bytes, records) = self.locate()?;
+            Ok(Box::new(RecordsCursor::new(bytes, records, true)))
+        }
+        fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+            if self.mode == Mode::Read {
+                return Err(db_error(
+                    &self.path,
+                    "a database opened to read takes no transaction",
+                ));
+            }
+            Ok(Box::new(LmdbTxn {
+                db: self,
+                txn: None,
+            }))
+        }
+        fn close(self: Box<Self>) -> Result<()> {
+            if self.mode != Mode::Read {
+                self.env
+                    .force_sync()
+                    .map_err(|e| heed_error(&self.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    /// The environment in `dir` read whole: `data.mdb` memory-mapped, every record's value
+    /// located in it (LMDB keeps each value contiguous in the map, in a leaf or in
+    /// overflow pages).
+    pub fn snapshot(dir: &Path) -> Result<Source> {
+        let db = open(dir, Mode::Read)?;
+        let (bytes, records) = db.locate()?;
+        Ok(
+            Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
+                backend: "lmdb",
+                records,
+            })),
+        )
+    }
+}
+
+/// The LevelDB backend (Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
+/// key order; a transaction is a write batch written without sync.
+#[cfg(feature = "leveldb")]
+pub mod leveldb {
+    use super::*;
+    use rusty_leveldb::{LdbIterator, Options, WriteBatch, DB};
+
+    fn ldb_error(path: &Path, e: rusty_leveldb::Status) -> Error {
+        db_error(path, format!("LevelDB: {e}"))
+    }
+
+    fn options(mode: Mode) -> Options {
+        Options {
+            create_if_missing: mode != Mode::Read,
+            // Checked by `open` as LevelDB does (a database exists when it has a
+            // CURRENT file): rusty-leveldb asks whether the folder exists.
+            error_if_exists: false,
+            write_buffer_size: 256 << 20,
+            max_open_files: 100,
+            block_size: 64 << 10,
+            ..Options::default()
+        }
+    }
+
+    /// A LevelDB database opened as Caffe2 opens it.
+    pub struct LevelDb {
+        db: DB,
+        path: PathBuf,
+        mode: Mode,
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: refused when it exists) the database
+    /// in folder `path`.
+    pub fn open(path: &Path, mode: Mode) -> Result<LevelDb> {
+        if mode == Mode::Read && !is_leveldb(path) {
+            return Err(db_error(
+                path,
+                "not a LevelDB database (no CURRENT or MANIFEST)",
+            ));
+        }
+        if mode == Mode::New && path.join("CURRENT").exists() {
+            return Err(db_error(
+                path,
+                "cannot create a LevelDB database: it exists",
+            ));
+        }
+        let db = DB::open(path, options(mode)).map_err(|e| ldb_error(path, e))?;
+        Ok(LevelDb {
+            db,
+            path: path.to_path_buf(),
+            mode,
+        })
+    }
+
+    fn all_records(db: &mut DB, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
+        let mut out = Vec::new();
+        while let Some((k, v)) = LdbIterator::next(&mut it) {
+            out.push((k, v));
+        }
+        Ok(out)
+    }
+
+    struct LdbTxn<'a> {
+        db: &'a mut LevelDb,
+        batch: WriteBatch,
+        pending: bool,
+    }
+
+    impl Transaction for LdbTxn<'_> {
+        fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+            self.batch.put(key, value);
+            self.pending = true;
+            Ok(())
+        }
+        fn commit(&mut self) -> Result<()> {
+            if self.pending {
+                let batch = std::mem::take(&mut self.batch);
+                self.pending = false;
+                self.db
+                    .db
+                    .write(batch, false)
+                    .map_err(|e| ldb_error(&self.db.path, e))?;
+            }
+            Ok(())
+        }
+    }
+
+    impl Drop for LdbTxn<'_> {
+        fn drop(&mut self) {
+            let _ = self.commit();
+        }
+    }
+
+    impl Db for LevelDb {
+        fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+            let (bytes, records) = in_one_buffer(all_records(&mut self.db, &self.path)?);
+            Ok(Box::new(RecordsCursor::new(bytes, records, true)))
+        }
+        fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+            if self.mode == Mode::Read {
+                return Err(db_error(
+                    &self.path,
+                    "a database opened to read takes no transaction",
+                ));
+            }
+            Ok(Box::new(LdbTxn {
+                db: self,
+                batch: WriteBatch::default(),
+                pending: false,
+            }))
+        }
+        fn close(mut self: Box<Self>) -> Result<()> {
+            self.db.flush().map_err(|e| ldb_error(&self.path, e))?;
+            self.db.close().map_err(|e| ldb_error(&self.path, e))
+        }
+    }
+
+    /// Records' values copied one after the other into one buffer, and where each is.
+    fn in_one_buffer(all: Vec<(Vec<u8>, Vec<u8>)>) -> (tensorfmt_core::source::Bytes, Vec<Record>) {
+        let mut buf = Vec::with_capacity(all.iter().map(|r| r.1.len()).sum());
+        let mut records = Vec::with_capacity(all.len());
+        for (k, v) in all {
+            records.push(Record {
+                key: k,
+                offset: buf.len() as u64,
+                len: v.len() as u64,
+            });
+            buf.extend_from_slice(&v);
+        }
+        (
+            tensorfmt_core::source::Bytes::Owned(Arc::from(buf)),
+            records,
+        )
+    }
+
+    /// The database in `dir` read whole: its values copied, in key order, into one
+    /// buffer.
+    pub fn snapshot(dir: &Path) -> Result<Source> {
+        let mut db = open(dir, Mode::Read)?;
+        let (bytes, records) = in_one_buffer(all_records(&mut db.db, dir)?);
+        db.db.close().map_err(|e| ldb_error(dir, e))?;
+        Ok(
+            Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
+                backend: "leveldb",
+                records,
+            })),
+        )
+    }
+}
+
+/// One record's part of a tensor, as a mapping reads it: the whole tensor's dtype and
+/// shape, and the elements `[begin, end)` this part holds (`segment`; `None`: all).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// The tensor's name.
+    pub name: String,
+    /// The element type.
+    pub dtype: tensorfmt_core::DType,
+    /// The byte order of the stored elements.
+    pub byte_order: tensorfmt_core::ByteOrder,
+    /// The whole tensor's shape.
+    pub shape: Vec<u64>,
+    /// Where this part's bytes are.
+    pub location: tensorfmt_core::DataLocation,
+    /// The number of string elements (string tensors), else `u64::MAX`.
+    pub count: u64,
+    /// The elements of the whole tensor this part holds.
+    pub segment: Option<(i64, i64)>,
+    /// The record's key, for errors.
+    pub key: String,
+}
+
+/// Joins the parts of each tensor (records of one name, in any order and interleaved
+/// with others) as Caffe2's Load does (`load_save_op_util.cc`, BlobState): the first part
+/// sets the size; a later part must have a segment, may not add to a complete tensor and
+/// may not take it past its size; the parts must cover every element exactly once; and
+/// every tensor must be complete. Errors carry Caffe2's words and the record's key. A
+/// tensor is listed where its first part is.
+pub fn join_chunks(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInfo>> {
+    let mut order: Vec<String> = Vec::new();
+    let mut by_name: std::collections::HashMap<String, Vec<Chunk>> = Default::default();
+    for c in chunks {
+        if !by_name.contains_key(&c.name) {
+            order.push(c.name.clone());
+        }
+        by_name.entry(c.name.clone()).or_default().push(c);
+    }
+    let mut out = Vec::with_capacity(order.len());
+    for name in order {
+        let parts = by_name.remove(&name).unwrap_or_default();
+        out.push(join_one(&name, parts)?);
+    }
+    Ok(out)
+}
+
+fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorInfo> {
+    let first = &parts[0];
+    let err = |key: &str, msg: String| {
+        Error::new(ErrorKind::Invalid(msg), Location::default()).in_entry(key)
+    };
+    let total = tensorfmt_core::tensor::numel(&first.shape)?;
+    let mut current: u64 = 0;
+    for (i, p) in parts.iter().enumerate() {
+        if p.dtype != first.dtype || p.shape != first.shape {
+            return Err(err(
+                &p.key,
+                format!(
+                    "a part of tensor {name} is {} {:?}, an earlier part {} {:?}",
+                    p.dtype, p.shape, first.dtype, first.shape
+                ),
+            ));
+        }
+        let n = match p.segment {
+            None if i == 0 => total,
+            None => {
+                return Err(err(
+                    &p.key,
+                    format!("Partial tensor must have a segment: {name}"),
+                ))
+            }
+            Some((b, e)) => {
+                if b < 0 || e < b {
+                    return Err(err(
+                        &p.key,
+                        format!("tensor {name} has the invalid segment [{b}, {e})"),
+                    ));
+                }
+                (e - b) as u64
+            }
+        };
+        if i > 0 && current == total {
+            return Err(err(
+                &p.key,
+                format!("Found an extra part for an already filled tensor: {name}"),
+            ));
+        }
+        current = current
+            .checked_add(n)
+            .filter(|&c| c <= total)
+            .ok_or_else(|| {
+                err(
+                    &p.key,
+                    format!("Tensor parts are bigger than target size for tensor: {name}"),
+                )
+            })?;
+    }
+    if current != total {
+        return Err(err(
+            &parts[0].key,
+            format!("Data size mismatch for blob {name}. Expected: {total} Read: {current}"),
+        ));
+    }
+    // The parts in element order, tiling [0, total) exactly.
+    parts.sort_by_key(|p| p.segment.map_or(0, |s| s.0));
+    let mut at = 0u64;
+    for p in &parts {
+        let (b, e) = p.segment.map_or((0, total), |(b, e)| (b as u64, e as u64));
+        if b != at {
+            return Err(err(
+                &p.key,
+                format!("the parts of tensor {name} overlap or leave a gap at element {at}"),
+            ));
+        }
+        let item = p.dtype.itemsize();
+        let want = match item {
+            Some(s) => (e - b).checked_mul(s as u64),
+            None => None,
+        };
+        if let Some(want) = want {
+            if p.location.len() != want {
+                return Err(err(
+                    &p.key,
+                    format!(
+                        "a part of tensor {name} holds {} bytes for elements [{b}, {e}), which need {want}",
+                        p.location.len()
+                    ),
+                ));
+            }
+        } else if p.count != e - b {
+            return Err(err(
+                &p.key,
+                format!(
+                    "a part of string tensor {name} holds {} strings for elements [{b}, {e})",
+                    p.count
+                ),
+            ));
+        }
+        at = e;
+    }
+    let first = &parts[0];
+    let (dtype, byte_order, shape) = (first.dtype, first.byte_order, first.shape.clone());
+    let count: u64 = parts
+        .iter()
+        .map(|p| p.count)
+        .fold(0u64, |a, c| a.saturating_add(c));
+    let location = if parts.len() == 1 {
+        parts.pop().map(|p| p.location).expect("one part")
+    } else {
+        tensorfmt_core::DataLocation::Pieces(parts.into_iter().map(|p| p.location).collect())
+    };
+    if dtype == tensorfmt_core::DType::String {
+        tensorfmt_core::TensorInfo::strings(name, shape, count, location)
+    } else {
+        tensorfmt_core::TensorInfo::dense(
+            name,
+            dtype,
+            shape,
+            tensorfmt_core::Order::C,
+            byte_order,
+            location,
+        )
+    }
+}
+
+/// Where each element of a tensor's bytes starts: `offsets(i)` for `i` in `0..=numel` (a
+/// string tensor's elements are each a u64-LE length and the bytes).
+pub fn element_offsets(
+    dtype: tensorfmt_core::DType,
+    data: &[u8],
+    numel: u64,
+) -> Result<Box<dyn Fn(u64) -> usize + '_>> {
+    if let Some(item) = dtype.itemsize() {
+        let need = numel.checked_mul(item as u64);
+        if need != Some(data.len() as u64) {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "{numel} elements of {dtype} need {} bytes, {} given",
+                numel.saturating_mul(item as u64),
+                data.len()
+            ))));
+        }
+        return Ok(Box::new(move |i| i as usize * item));
+    }
+    let mut starts = Vec::with_capacity(numel as usize + 1);
+    let mut pos = 0usize;
+    for _ in 0..numel {
+        starts.push(pos);
+        let n = data
+            .get(pos..pos + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+            .and_then(|n| usize::try_from(n).ok())
+            .and_then(|n| (pos + 8).checked_add(n))
+            .filter(|&e| e <= data.len())
+            .ok_or_else(|| Error::from(ErrorKind::Invalid("a string element is cut".into())))?;
+        pos = n;
+    }
+    if pos != data.len() {
+        return Err(Error::from(ErrorKind::SizeMismatch(format!(
+            "{numel} strings take {pos} bytes, {} given",
+            data.len()
+        ))));
+    }
+    starts.push(pos);
+    Ok(Box::new(move |i| starts[i as usize]))
+}

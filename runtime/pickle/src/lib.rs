@@ -1,0 +1,43 @@
+//! The pickle codec: a restricted pickle reader ([`read`], [`read_prefix`]) and a
+//! protocol-2 writer ([`write()`], [`Writer`]).
+//!
+//! Nothing here is specific to one framework. What a pickle may name is data: a
+//! [`Rules`] value lists the allowed globals (`module.name`) and what calling each one
+//! builds (a [`Kind`]), whether persistent ids are accepted, and the protocol range. The
+//! schema's `pickle` declarations supply it. Any `GLOBAL` or `STACK_GLOBAL` that the rules
+//! do not list is refused at that opcode, before anything else happens; `REDUCE`,
+//! `NEWOBJ` and `BUILD` apply only to allowed callables, and `INST`, `OBJ` and `EXT*` are
+//! always refused. Nothing is ever imported or run: the result is a [`Value`] tree that
+//! records calls as [`Object`]s.
+//!
+//! Values that the pickle memoizes are shared (`Arc`), never copied, so a pickle that
+//! references one big object a million times costs memory in proportion to its
+//! references. The tree is therefore a DAG: code that walks it should not assume every
+//! node is visited once.
+#![warn(missing_docs)]
+
+mod read;
+mod rules;
+mod tree;
+mod value;
+mod walk;
+mod write;
+
+pub use read::{read, read_prefix};
+pub use rules::{Kind, Rules};
+pub use tree::{from_tree, to_tree};
+pub use value::{Global, Object, Value};
+pub use walk::find_objects;
+pub use write::{write, write_to, Writer};
+
+const CODEC: &str = "pickle";
+
+fn codec_error(offset: usize, message: impl Into<String>) -> tensorfmt_core::error::Error {
+    tensorfmt_core::error::Error::new(
+        tensorfmt_core::error::ErrorKind::Codec {
+            codec: CODEC,
+            message: message.into(),
+        },
+        tensorfmt_core::error::Location::default().with_offset(offset as u64),
+    )
+}

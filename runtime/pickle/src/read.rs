@@ -1,0 +1,1389 @@
+//! The restricted pickle reader.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use super::rules::{Kind, Rules};
+use super::value::{minimal_le, Global, Object, Value};
+use super::{codec_error, CODEC};
+use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+use tensorfmt_core::limits::Limits;
+
+/// Reads one pickle that fills all of `bytes` (nothing may follow its `STOP`).
+///
+/// Errors (`ErrorKind::Codec` with codec `pickle`, `ErrorKind::Limit`,
+/// `ErrorKind::Truncated`) carry the byte offset of the opcode at fault.
+pub fn read(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<Value> {
+    let (value, used) = read_prefix(bytes, rules, limits)?;
+    if used != bytes.len() {
+        return Err(codec_error(
+            used,
+            format!("{} bytes follow the STOP opcode", bytes.len() - used),
+        ));
+    }
+    Ok(value)
+}
+
+/// Reads the pickle at the start of `bytes` and returns its value and the number of bytes
+/// it took (up to and including its `STOP`), for inputs that concatenate several pickles.
+pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Value, usize)> {
+    if bytes.len() as u64 > limits.max_header_bytes {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "pickle size",
+                limit: limits.max_header_bytes,
+                actual: bytes.len() as u64,
+            },
+            Location::default(),
+        ));
+    }
+    let mut m = Machine {
+        data: bytes,
+        pos: 0,
+        op_start: 0,
+        rules,
+        limits,
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Memo::default(),
+        objs: Vec::new(),
+        pool: Vec::new(),
+        calls: Vec::new(),
+    };
+    m.run()
+}
+
+/// A value on the machine's stack. Containers live in the machine's arena and are named
+/// by their index there: shared and mutable, as in Python, so that later
+/// `APPENDS`/`SETITEMS`/`BUILD` show through every memo reference.
+#[derive(Clone)]
+enum N {
+    None,
+    Bool(bool),
+    Int(i64),
+    Big(Arc<[u8]>),
+    Float(f64),
+    Str(Arc<str>),
+    Bytes(Arc<[u8]>),
+    Global(Rc<GlobalN>),
+    Ref(u32),
+}
+
+/// An allowed global and what the rules say calling it builds (`None`: the
+/// `_codecs.encode` special case).
+struct GlobalN {
+    global: Global,
+    kind: Option<Kind>,
+}
+
+struct Obj {
+    /// Height of the tree below (1 for a container of scalars), as far as known.
+    height: u64,
+    body: Body,
+}
+
+/// The memo: keys as dense as the pickler's (`MEMOIZE` counts up from 0, `BINPUT` and
+/// `LONG_BINPUT` do in practice) live in a vector, others in a map. The vector never
+/// grows beyond about twice the number of entries, whatever keys a hostile pickle uses.
+#[derive(Default)]
+struct Memo {
+    dense: Vec<Option<N>>,
+    sparse: HashMap<u64, N>,
+    count: u64,
+}
+
+impl Memo {
+    fn get(&self, key: u64) -> Option<&N> {
+        match self.dense.get(key as usize) {
+            Some(slot) => slot.as_ref(),
+            None => self.sparse.get(&key),
+        }
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    fn put(&mut self, key: u64, v: N) {
+        let k = key as usize;
+        if k >= self.dense.len() && key <= 2 * self.count + 64 && self.sparse.is_empty() {
+            self.dense.resize_with(k + 1, || None);
+        }
+        let old = match self.dense.get_mut(k) {
+            Some(slot) => slot.replace(v),
+            None => self.sparse.insert(key, v),
+        };
+        if old.is_none() {
+            self.count += 1;
+        }
+    }
+}
+
+/// The items of a tuple: `pool[start..end]` of the machine (tuples never change, so
+/// their items are stored back to back, with no allocation of their own).
+#[derive(Clone, Copy)]
+struct Span {
+    start: u32,
+    end: u32,
+}
+
+impl Span {
+    fn len(self) -> usize {
+        (self.end - self.start) as usize
+    }
+}
+
+enum Body {
+    Tuple(Span),
+    List(Vec<N>),
+    Dict(Vec<(N, N)>),
+    Set(Vec<N>),
+    FrozenSet(Vec<N>),
+    /// A call: its index in the machine's `calls`.
+    Object(u32),
+    Persistent(N),
+}
+
+struct ObjN {
+    global: Global,
+    kind: Kind,
+    /// The items of the argument tuple.
+    args: Span,
+    kwargs: Vec<(N, N)>,
+    state: Option<N>,
+    items: Vec<N>,
+    entries: Vec<(N, N)>,
+}
+
+struct Machine<'a> {
+    data: &'a [u8],
+    pos: usize,
+    op_start: usize,
+    rules: &'a Rules,
+    limits: &'a Limits,
+    stack: Vec<N>,
+    marks: Vec<usize>,
+    memo: Memo,
+    /// Every container made ([`N::Ref`] indexes it). Dropping it recurses nowhere, and
+    /// cycles cannot leak.
+    objs: Vec<Obj>,
+    /// The items of every tuple ([`Span`]).
+    pool: Vec<N>,
+    /// Every call made ([`Body::Object`]).
+    calls: Vec<ObjN>,
+}
+
+mod op {
+    pub const MARK: u8 = b'(';
+    pub const STOP: u8 = b'.';
+    pub const POP: u8 = b'0';
+    pub const POP_MARK: u8 = b'1';
+    pub const DUP: u8 = b'2';
+    pub const FLOAT: u8 = b'F';
+    pub const INT: u8 = b'I';
+    pub const BININT: u8 = b'J';
+    pub const BININT1: u8 = b'K';
+    pub const LONG: u8 = b'L';
+    pub const BININT2: u8 = b'M';
+    pub const NONE: u8 = b'N';
+    pub const PERSID: u8 = b'P';
+    pub const BINPERSID: u8 = b'Q';
+    pub const REDUCE: u8 = b'R';
+    pub const STRING: u8 = b'S';
+    pub const BINSTRING: u8 = b'T';
+    pub const SHORT_BINSTRING: u8 = b'U';
+    pub const UNICODE: u8 = b'V';
+    pub const BINUNICODE: u8 = b'X';
+    pub const APPEND: u8 = b'a';
+    pub const BUILD: u8 = b'b';
+    pub const GLOBAL: u8 = b'c';
+    pub const DICT: u8 = b'd';
+    pub const EMPTY_DICT: u8 = b'}';
+    pub const APPENDS: u8 = b'e';
+    pub const GET: u8 = b'g';
+    pub const BINGET: u8 = b'h';
+    pub const INST: u8 = b'i';
+    pub const LONG_BINGET: u8 = b'j';
+    pub const LIST: u8 = b'l';
+    pub const EMPTY_LIST: u8 = b']';
+    pub const OBJ: u8 = b'o';
+    pub const PUT: u8 = b'p';
+    pub const BINPUT: u8 = b'q';
+    pub const LONG_BINPUT: u8 = b'r';
+    pub const SETITEM: u8 = b's';
+    pub const TUPLE: u8 = b't';
+    pub const EMPTY_TUPLE: u8 = b')';
+    pub const SETITEMS: u8 = b'u';
+    pub const BINFLOAT: u8 = b'G';
+    pub const PROTO: u8 = 0x80;
+    pub const NEWOBJ: u8 = 0x81;
+    pub const EXT1: u8 = 0x82;
+    pub const EXT2: u8 = 0x83;
+    pub const EXT4: u8 = 0x84;
+    pub const TUPLE1: u8 = 0x85;
+    pub const TUPLE2: u8 = 0x86;
+    pub const TUPLE3: u8 = 0x87;
+    pub const NEWTRUE: u8 = 0x88;
+    pub const NEWFALSE: u8 = 0x89;
+    pub const LONG1: u8 = 0x8a;
+    pub const LONG4: u8 = 0x8b;
+    pub const BINBYTES: u8 = b'B';
+    pub const SHORT_BINBYTES: u8 = b'C';
+    pub const SHORT_BINUNICODE: u8 = 0x8c;
+    pub const BINUNICODE8: u8 = 0x8d;
+    pub const BINBYTES8: u8 = 0x8e;
+    pub const EMPTY_SET: u8 = 0x8f;
+    pub const ADDITEMS: u8 = 0x90;
+    pub const FROZENSET: u8 = 0x91;
+    pub const NEWOBJ_EX: u8 = 0x92;
+    pub const STACK_GLOBAL: u8 = 0x93;
+    pub const MEMOIZE: u8 = 0x94;
+    pub const FRAME: u8 = 0x95;
+    pub const BYTEARRAY8: u8 = 0x96;
+    pub const NEXT_BUFFER: u8 = 0x97;
+    pub const READONLY_BUFFER: u8 = 0x98;
+}
+
+fn int_node(bytes: &[u8]) -> N {
+    let min = minimal_le(bytes);
+    if min.len() <= 8 {
+        let neg = min.last().is_some_and(|b| b & 0x80 != 0);
+        let mut full = if neg { [0xffu8; 8] } else { [0u8; 8] };
+        full[..min.len()].copy_from_slice(&min);
+        N::Int(i64::from_le_bytes(full))
+    } else {
+        N::Big(min.into())
+    }
+}
+
+fn i128_node(v: i128) -> N {
+    match i64::try_from(v) {
+        Ok(v) => N::Int(v),
+        Err(_) => N::Big(minimal_le(&v.to_le_bytes()).into()),
+    }
+}
+
+/// Decodes Python's `repr` escapes of a protocol-0 `STRING` body.
+fn unescape_string(s: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        i += 1;
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = *s.get(i)?;
+        i += 1;
+        match e {
+            b'\n' => {}
+            b'\\' | b'\'' | b'"' => out.push(e),
+            b'a' => out.push(7),
+            b'b' => out.push(8),
+            b'f' => out.push(12),
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'v' => out.push(11),
+            b'x' => {
+                let h = s.get(i..i + 2)?;
+                let h = std::str::from_utf8(h).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            b'0'..=b'7' => {
+                let mut v: u32 = (e - b'0') as u32;
+                let mut n = 1;
+                while n < 3 && i < s.len() && (b'0'..=b'7').contains(&s[i]) {
+                    v = v * 8 + (s[i] - b'0') as u32;
+                    i += 1;
+                    n += 1;
+                }
+                out.push((v & 0xff) as u8);
+            }
+            _ => {
+                out.push(b'\\');
+                out.push(e);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Decodes Python's `raw-unicode-escape` (protocol-0 `UNICODE`).
+fn raw_unicode_escape(s: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let c = s[i];
+        if c == b'\\' && matches!(s.get(i + 1), Some(b'u') | Some(b'U')) {
+            let n = if s[i + 1] == b'u' { 4 } else { 8 };
+            let h = std::str::from_utf8(s.get(i + 2..i + 2 + n)?).ok()?;
+            out.push(char::from_u32(u32::from_str_radix(h, 16).ok()?)?);
+            i += 2 + n;
+        } else {
+            out.push(c as char);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+fn str_or_bytes(b: Vec<u8>) -> N {
+    match String::from_utf8(b) {
+        Ok(s) => N::Str(s.into()),
+        Err(e) => N::Bytes(e.into_bytes().into()),
+    }
+}
+
+impl<'a> Machine<'a> {
+    fn type_name(&self, n: &N) -> String {
+        match n {
+            N::None => "None".into(),
+            N::Bool(_) => "bool".into(),
+            N::Int(_) | N::Big(_) => "int".into(),
+            N::Float(_) => "float".into(),
+            N::Str(_) => "str".into(),
+            N::Bytes(_) => "bytes".into(),
+            N::Global(g) => format!("global '{}'", g.global),
+            N::Ref(i) => match &self.objs[*i as usize].body {
+                Body::Tuple(_) => "tuple".into(),
+                Body::List(_) => "list".into(),
+                Body::Dict(_) => "dict".into(),
+                Body::Set(_) => "set".into(),
+                Body::FrozenSet(_) => "frozenset".into(),
+                Body::Object(c) => format!("object of '{}'", self.calls[*c as usize].global),
+                Body::Persistent(_) => "persistent id".into(),
+            },
+        }
+    }
+
+    fn height(&self, n: &N) -> u64 {
+        match n {
+            N::Ref(i) => self.objs[*i as usize].height,
+            _ => 0,
+        }
+    }
+
+    /// The container `n` names, if it is one.
+    fn obj(&self, n: &N) -> Option<&Obj> {
+        match n {
+            N::Ref(i) => self.objs.get(*i as usize),
+            _ => None,
+        }
+    }
+
+    fn err(&self, message: impl Into<String>) -> Error {
+        codec_error(self.op_start, message)
+    }
+
+    fn limit(&self, what: &'static str, limit: u64, actual: u64) -> Error {
+        Error::new(
+            ErrorKind::Limit {
+                what,
+                limit,
+                actual,
+            },
+            Location::default().with_offset(self.op_start as u64),
+        )
+    }
+
+    fn take(&mut self, n: u64) -> Result<&'a [u8]> {
+        let available = (self.data.len() - self.pos) as u64;
+        if n > available {
+            return Err(Error::new(
+                ErrorKind::Truncated {
+                    needed: n,
+                    available,
+                },
+                Location::default()
+                    .with_offset(self.op_start as u64)
+                    .with_field(CODEC),
+            ));
+        }
+        let s = &self.data[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+
+    fn fixed<const K: usize>(&mut self) -> Result<[u8; K]> {
+        let s = self.take(K as u64)?;
+        let mut b = [0u8; K];
+        b.copy_from_slice(s);
+        Ok(b)
+    }
+
+    fn line(&mut self) -> Result<&'a [u8]> {
+        let rest = &self.data[self.pos..];
+        match rest.iter().position(|&b| b == b'\n') {
+            Some(n) => {
+                self.pos += n + 1;
+                Ok(&rest[..n])
+            }
+            None => Err(self.err("truncated: a text argument has no end of line")),
+        }
+    }
+
+    fn line_str(&mut self) -> Result<&'a str> {
+        let l = self.line()?;
+        std::str::from_utf8(l).map_err(|_| self.err("a text argument is not UTF-8"))
+    }
+
+    fn base(&self) -> usize {
+        self.marks.last().copied().unwrap_or(0)
+    }
+
+    fn push(&mut self, n: N) {
+        self.stack.push(n);
+    }
+
+    fn pop(&mut self) -> Result<N> {
+        if self.stack.len() <= self.base() {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack.pop().ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn top(&self) -> Result<&N> {
+        if self.stack.len() <= self.base() {
+            return Err(self.err("stack underflow"));
+        }
+        self.stack.last().ok_or_else(|| self.err("stack underflow"))
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<N>> {
+        match self.marks.pop() {
+            Some(k) => Ok(self.stack.split_off(k.min(self.stack.len()))),
+            None => Err(self.err("no MARK on the stack")),
+        }
+    }
+
+    /// A tuple of the stack's items from `from` on, which are moved to the pool.
+    fn tuple_from_stack(&mut self, from: usize) -> Result<N> {
+        let from = from.min(self.stack.len());
+        let items = &self.stack[from..];
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        let start = self.pool.len();
+        let end = start + items.len();
+        let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
+            return Err(self.limit("pickle tuple items", u32::MAX as u64, end as u64));
+        };
+        self.pool.extend(self.stack.drain(from..));
+        self.new_obj(Body::Tuple(Span { start, end }), h)
+    }
+
+    /// The items of a tuple.
+    fn items(&self, span: Span) -> &[N] {
+        &self.pool[span.start as usize..span.end as usize]
+    }
+
+    fn check_height(&self, h: u64) -> Result<()> {
+        if h > self.limits.max_depth {
+            return Err(self.limit("pickle nesting depth", self.limits.max_depth, h));
+        }
+        Ok(())
+    }
+
+    fn new_obj(&mut self, body: Body, children_height: u64) -> Result<N> {
+        let height = children_height.saturating_add(1);
+        self.check_height(height)?;
+        let index = u32::try_from(self.objs.len()).map_err(|_| {
+            self.limit("pickle containers", u32::MAX as u64, self.objs.len() as u64)
+        })?;
+        self.objs.push(Obj { height, body });
+        Ok(N::Ref(index))
+    }
+
+    fn seq(&mut self, items: Vec<N>, make: fn(Vec<N>) -> Body) -> Result<N> {
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        self.new_obj(make(items), h)
+    }
+
+    fn memo_put(&mut self, key: u64) -> Result<()> {
+        let v = self.top()?.clone();
+        if self.memo.count >= self.limits.max_memo && !self.memo.contains(key) {
+            return Err(self.limit(
+                "pickle memo entries",
+                self.limits.max_memo,
+                self.memo.count + 1,
+            ));
+        }
+        self.memo.put(key, v);
+        Ok(())
+    }
+
+    fn memo_get(&mut self, key: u64) -> Result<()> {
+        match self.memo.get(key) {
+            Some(v) => {
+                let v = v.clone();
+                self.push(v);
+                Ok(())
+            }
+            None => Err(self.err(format!("memo key {key} is not defined"))),
+        }
+    }
+
+    fn global(&mut self, module: &str, name: &str) -> Result<N> {
+        let kind = self.rules.kind(module, name).cloned();
+        let allowed = kind.is_some()
+            || (module == "_codecs" && name == "encode" && self.rules.codecs_encode());
+        if !allowed {
+            return Err(self.err(format!("global '{module}.{name}' is not allowed")));
+        }
+        Ok(N::Global(Rc::new(GlobalN {
+            global: Global::new(module, name),
+            kind,
+        })))
+    }
+
+    /// Appends `items` (or dict `pairs`) to the mutable container `target`.
+    fn extend(&mut self, target: &N, items: Vec<N>, what: &str) -> Result<()> {
+        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        let N::Ref(i) = *target else {
+            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+        };
+        let o = &mut self.objs[i as usize];
+        let new_h = o.height.max(h.saturating_add(1));
+        let ok = match (what, &mut o.body) {
+            ("APPENDS", Body::List(v)) | ("ADDITEMS", Body::Set(v)) => {
+                v.extend(items);
+                true
+            }
+            ("SETITEMS", Body::Dict(d)) => {
+                d.extend(pairs(items));
+                true
+            }
+            (_, Body::Object(c)) => {
+                let ob = &mut self.calls[*c as usize];
+                match (what, &ob.kind) {
+                    ("APPENDS", Kind::List) | ("ADDITEMS", Kind::Set) => {
+                        ob.items.extend(items);
+                        true
+                    }
+                    ("SETITEMS", Kind::Dict) => {
+                        ob.entries.extend(pairs(items));
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            _ => false,
+        };
+        if !ok {
+            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+        }
+        o.height = new_h;
+        self.check_height(new_h)
+    }
+
+    fn call(&mut self, callable: N, args: N, kwargs: Vec<(N, N)>, opname: &str) -> Result<N> {
+        let N::Global(g) = callable else {
+            return Err(self.err(format!(
+                "{opname} on {}, which is not an allowed global",
+                self.type_name(&callable)
+            )));
+        };
+        let args = match self.obj(&args).map(|o| &o.body) {
+            Some(Body::Tuple(span)) => *span,
+            _ => Span { start: 0, end: 0 },
+        };
+        let kind = match &g.kind {
+            Some(k) => k.clone(),
+            None => return self.codecs_encode(&g.global, self.items(args)),
+        };
+        let mut ob = ObjN {
+            global: g.global.clone(),
+            kind,
+            args: Span { start: 0, end: 0 },
+            kwargs: Vec::new(),
+            state: None,
+            items: Vec::new(),
+            entries: Vec::new(),
+        };
+        match &ob.kind {
+            Kind::Class => {
+                return Err(self.err(format!("global '{}' may not be called", ob.global)));
+            }
+            Kind::Call { .. } | Kind::Object => {
+                ob.args = args;
+                ob.kwargs = kwargs;
+            }
+            Kind::Dict | Kind::List | Kind::Set | Kind::Tuple => {
+                if !kwargs.is_empty() || args.len() > 1 {
+                    return Err(self.err(format!(
+                        "global '{}' called with unsupported arguments",
+                        ob.global
+                    )));
+                }
+                if let Some(a) = self.items(args).first().cloned() {
+                    let Some(b) = self.obj(&a) else {
+                        return Err(self.err(format!(
+                            "global '{}' called with {}",
+                            ob.global,
+                            self.type_name(&a)
+                        )));
+                    };
+                    let seq: Option<&[N]> = match &b.body {
+                        Body::Tuple(span) => Some(self.items(*span)),
+                        Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => Some(v),
+                        _ => None,
+                    };
+                    match (&ob.kind, seq, &b.body) {
+                        (Kind::Dict, _, Body::Dict(d)) => ob.entries = d.clone(),
+                        (Kind::Dict, Some(v), _) => {
+                            match v.iter().map(|n| self.pair_of(n)).collect() {
+                                Some(entries) => ob.entries = entries,
+                                None => {
+                                    return Err(self.err(format!(
+                                        "global '{}' called with a sequence that is not of pairs",
+                                        ob.global
+                                    )));
+                                }
+                            }
+                        }
+                        (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.to_vec(),
+                        _ => {
+                            return Err(self.err(format!(
+                                "global '{}' called with {}",
+                                ob.global,
+                                self.type_name(&a)
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        let h = self
+            .items(ob.args)
+            .iter()
+            .chain(ob.items.iter())
+            .map(|n| self.height(n))
+            .chain(
+                ob.entries
+                    .iter()
+                    .chain(ob.kwargs.iter())
+                    .map(|(k, v)| self.height(k).max(self.height(v))),
+            )
+            .max()
+            .unwrap_or(0);
+        let c = u32::try_from(self.calls.len())
+            .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
+        self.calls.push(ob);
+        self.new_obj(Body::Object(c), h)
+    }
+
+    /// The two items of a pair (a 2-tuple).
+    fn pair_of(&self, n: &N) -> Option<(N, N)> {
+        match &self.obj(n)?.body {
+            Body::Tuple(span) if span.len() == 2 => {
+                let t = self.items(*span);
+                Some((t[0].clone(), t[1].clone()))
+            }
+            _ => None,
+        }
+    }
+
+    fn is_tuple(&self, n: &N) -> bool {
+        matches!(self.obj(n).map(|o| &o.body), Some(Body::Tuple(_)))
+    }
+
+    fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
+        if &*g.module != "_codecs" || &*g.name != "encode" || !self.rules.codecs_encode() {
+            return Err(self.err(format!("global '{g}' is not allowed")));
+        }
+        let (s, enc) = match args {
+            [N::Str(s)] => (s.clone(), "utf-8".to_string()),
+            [N::Str(s), N::Str(e)] => (s.clone(), e.to_ascii_lowercase().replace('_', "-")),
+            _ => return Err(self.err("_codecs.encode called with unsupported arguments")),
+        };
+        match enc.as_str() {
+            "latin1" | "latin-1" | "iso-8859-1" | "iso8859-1" | "l1" => {
+                let mut out = Vec::with_capacity(s.len());
+                for c in s.chars() {
+                    match u8::try_from(c as u32) {
+                        Ok(b) => out.push(b),
+                        Err(_) => return Err(self.err("_codecs.encode: character outside latin-1")),
+                    }
+                }
+                Ok(N::Bytes(out.into()))
+            }
+            "utf-8" | "utf8" => Ok(N::Bytes(s.as_bytes().into())),
+            _ => Err(self.err(format!("_codecs.encode: unsupported encoding '{enc}'"))),
+        }
+    }
+
+    fn persistent_ok(&self) -> Result<()> {
+        if !self.rules.accepts_persistent_ids() {
+            return Err(self.err("persistent ids are not allowed"));
+        }
+        Ok(())
+    }
+
+    fn run(&mut self) -> Result<(Value, usize)> {
+        let mut ops: u64 = 0;
+        loop {
+            self.op_start = self.pos;
+            if self.pos >= self.data.len() {
+                return Err(self.err("truncated: the pickle ends without STOP"));
+            }
+            let code = self.data[self.pos];
+            self.pos += 1;
+            ops += 1;
+            if ops > self.limits.max_pickle_ops {
+                return Err(self.limit("pickle opcodes", self.limits.max_pickle_ops, ops));
+            }
+            match code {
+                op::PROTO => {
+                    let [p] = self.fixed::<1>()?;
+                    if !self.rules.protocol_range().contains(&p) {
+                        return Err(self.err(format!("protocol {p} is not accepted")));
+                    }
+                }
+                op::FRAME => {
+                    let n = u64::from_le_bytes(self.fixed::<8>()?);
+                    if n > (self.data.len() - self.pos) as u64 {
+                        return Err(self.err(format!(
+                            "frame of {n} bytes is longer than the {} bytes that remain",
+                            self.data.len() - self.pos
+                        )));
+                    }
+                }
+                op::STOP => {
+                    let v = self.pop()?;
+                    if !self.stack.is_empty() || !self.marks.is_empty() {
+                        return Err(self.err(format!(
+                            "{} values and {} marks are left on the stack at STOP",
+                            self.stack.len(),
+                            self.marks.len()
+                        )));
+                    }
+                    let value =
+                        Converter::new(&self.objs, &self.pool, &self.calls, self.limits.max_depth)
+                            .convert(&v)
+                            .map_err(|m| self.err(m))?;
+                    return Ok((value, self.pos));
+                }
+                op::MARK => {
+                    if self.marks.len() as u64 >= self.limits.max_depth {
+                        return Err(self.limit(
+                            "pickle MARK nesting",
+                            self.limits.max_depth,
+                            self.marks.len() as u64 + 1,
+                        ));
+                    }
+                    self.marks.push(self.stack.len());
+                }
+                op::POP => {
+                    if self.stack.len() > self.base() {
+                        self.stack.pop();
+                    } else {
+                        self.pop_mark()?;
+                    }
+                }
+                op::POP_MARK => {
+                    self.pop_mark()?;
+                }
+                op::DUP => {
+                    let v = self.top()?.clone();
+                    self.push(v);
+                }
+                op::NONE => self.push(N::None),
+                op::NEWTRUE => self.push(N::Bool(true)),
+                op::NEWFALSE => self.push(N::Bool(false)),
+                op::INT => {
+                    let l = self.line_str()?.trim();
+                    let n = match l {
+                        "01" => N::Bool(true),
+                        "00" => N::Bool(false),
+                        _ => i128_node(
+                            l.parse::<i128>()
+                                .map_err(|_| self.err(format!("bad INT argument '{l}'")))?,
+                        ),
+                    };
+                    self.push(n);
+                }
+                op::LONG => {
+                    let l = self.line_str()?.trim();
+                    let l = l.strip_suffix('L').unwrap_or(l);
+                    let v = l
+                        .parse::<i128>()
+                        .map_err(|_| self.err(format!("bad or too large LONG argument '{l}'")))?;
+                    self.push(i128_node(v));
+                }
+                op::BININT => {
+                    let v = i32::from_le_bytes(self.fixed::<4>()?);
+                    self.push(N::Int(v as i64));
+                }
+                op::BININT1 => {
+                    let [v] = self.fixed::<1>()?;
+                    self.push(N::Int(v as i64));
+                }
+                op::BININT2 => {
+                    let v = u16::from_le_bytes(self.fixed::<2>()?);
+                    self.push(N::Int(v as i64));
+                }
+                op::LONG1 => {
+                    let [n] = self.fixed::<1>()?;
+                    let b = self.take(n as u64)?;
+                    self.push(int_node(b));
+                }
+                op::LONG4 => {
+                    let n = i32::from_le_bytes(self.fixed::<4>()?);
+                    if n < 0 {
+                        return Err(self.err("LONG4 with a negative length"));
+                    }
+                    let b = self.take(n as u64)?;
+                    self.push(int_node(b));
+                }
+                op::FLOAT => {
+                    let l = self.line_str()?.trim();
+                    let v = l
+                        .parse::<f64>()
+                        .map_err(|_| self.err(format!("bad FLOAT argument '{l}'")))?;
+                    self.push(N::Float(v));
+                }
+                op::BINFLOAT => {
+                    let v = f64::from_be_bytes(self.fixed::<8>()?);
+                    self.push(N::Float(v));
+                }
+                op::STRING => {
+                    let l = self.line()?;
+                    let body = match l {
+                        [q, body @ .., q2] if q == q2 && (*q == b'\'' || *q == b'"') => body,
+                        _ => return Err(self.err("STRING argument is not quoted")),
+                    };
+                    let b = unescape_string(body)
+                        .ok_or_else(|| self.err("STRING argument has a bad escape"))?;
+                    self.push(str_or_bytes(b));
+                }
+                op::BINSTRING => {
+                    let n = i32::from_le_bytes(self.fixed::<4>()?);
+                    if n < 0 {
+                        return Err(self.err("BINSTRING with a negative length"));
+                    }
+                    let b = self.take(n as u64)?.to_vec();
+                    self.push(str_or_bytes(b));
+                }
+                op::SHORT_BINSTRING => {
+                    let [n] = self.fixed::<1>()?;
+                    let b = self.take(n as u64)?.to_vec();
+                    self.push(str_or_bytes(b));
+                }
+                op::UNICODE => {
+                    let l = self.line()?;
+                    let s = raw_unicode_escape(l)
+                        .ok_or_else(|| self.err("UNICODE argument has a bad escape"))?;
+                    self.push(N::Str(s.into()));
+                }
+                op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => {
+                    let n = match code {
+                        op::SHORT_BINUNICODE => self.fixed::<1>()?[0] as u64,
+                        op::BINUNICODE => u32::from_le_bytes(self.fixed::<4>()?) as u64,
+                        _ => u64::from_le_bytes(self.fixed::<8>()?),
+                    };
+                    let b = self.take(n)?;
+                    let s = std::str::from_utf8(b)
+                        .map_err(|_| self.err("string is not valid UTF-8"))?;
+                    self.push(N::Str(s.into()));
+                }
+                op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
+                    let n = match code {
+                        op::SHORT_BINBYTES => self.fixed::<1>()?[0] as u64,
+                        op::BINBYTES => u32::from_le_bytes(self.fixed::<4>()?) as u64,
+                        _ => u64::from_le_bytes(self.fixed::<8>()?),
+                    };
+                    let b = self.take(n)?;
+                    self.push(N::Bytes(b.into()));
+                }
+                op::EMPTY_TUPLE => {
+                    let n = self.tuple_from_stack(self.stack.len())?;
+                    self.push(n);
+                }
+                op::TUPLE => {
+                    let Some(from) = self.marks.pop() else {
+                        return Err(self.err("no MARK on the stack"));
+                    };
+                    let n = self.tuple_from_stack(from)?;
+                    self.push(n);
+                }
+                op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
+                    let k = (code - op::TUPLE1 + 1) as usize;
+                    if self.stack.len() < self.base() + k {
+                        return Err(self.err("stack underflow"));
+                    }
+                    let n = self.tuple_from_stack(self.stack.len() - k)?;
+                    self.push(n);
+                }
+                op::EMPTY_LIST => {
+                    let n = self.new_obj(Body::List(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::LIST => {
+                    let items = self.pop_mark()?;
+                    let n = self.seq(items, Body::List)?;
+                    self.push(n);
+                }
+                op::EMPTY_DICT => {
+                    let n = self.new_obj(Body::Dict(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::DICT => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.err("DICT with an odd number of items"));
+                    }
+                    let n = self.seq(items, |v| Body::Dict(pairs(v)))?;
+                    self.push(n);
+                }
+                op::EMPTY_SET => {
+                    let n = self.new_obj(Body::Set(Vec::new()), 0)?;
+                    self.push(n);
+                }
+                op::FROZENSET => {
+                    let items = self.pop_mark()?;
+                    let n = self.seq(items, Body::FrozenSet)?;
+                    self.push(n);
+                }
+                op::APPEND => {
+                    let v = self.pop()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, vec![v], "APPENDS")?;
+                }
+                op::APPENDS => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "APPENDS")?;
+                }
+                op::SETITEM => {
+                    let v = self.pop()?;
+                    let k = self.pop()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, vec![k, v], "SETITEMS")?;
+                }
+                op::SETITEMS => {
+                    let items = self.pop_mark()?;
+                    if items.len() % 2 != 0 {
+                        return Err(self.err("SETITEMS with an odd number of items"));
+                    }
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "SETITEMS")?;
+                }
+                op::ADDITEMS => {
+                    let items = self.pop_mark()?;
+                    let t = self.top()?.clone();
+                    self.extend(&t, items, "ADDITEMS")?;
+                }
+                op::PUT => {
+                    let l = self.line_str()?;
+                    let k = l
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| self.err("bad PUT argument"))?;
+                    self.memo_put(k)?;
+                }
+                op::BINPUT => {
+                    let [k] = self.fixed::<1>()?;
+                    self.memo_put(k as u64)?;
+                }
+                op::LONG_BINPUT => {
+                    let k = u32::from_le_bytes(self.fixed::<4>()?);
+                    self.memo_put(k as u64)?;
+                }
+                op::MEMOIZE => {
+                    let k = self.memo.count;
+                    self.memo_put(k)?;
+                }
+                op::GET => {
+                    let l = self.line_str()?;
+                    let k = l
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| self.err("bad GET argument"))?;
+                    self.memo_get(k)?;
+                }
+                op::BINGET => {
+                    let [k] = self.fixed::<1>()?;
+                    self.memo_get(k as u64)?;
+                }
+                op::LONG_BINGET => {
+                    let k = u32::from_le_bytes(self.fixed::<4>()?);
+                    self.memo_get(k as u64)?;
+                }
+                op::GLOBAL => {
+                    let module = self.line_str()?;
+                    let name = self.line_str()?;
+                    let g = self.global(module, name)?;
+                    self.push(g);
+                }
+                op::STACK_GLOBAL => {
+                    let name = self.pop()?;
+                    let module = self.pop()?;
+                    let (N::Str(module), N::Str(name)) = (&module, &name) else {
+                        return Err(self.err(format!(
+                            "STACK_GLOBAL with a {} and a {} (needs two str)",
+                            self.type_name(&module),
+                            self.type_name(&name)
+                        )));
+                    };
+                    let g = self.global(module, name)?;
+                    self.push(g);
+                }
+                op::REDUCE | op::NEWOBJ => {
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    let name = if code == op::REDUCE {
+                        "REDUCE"
+                    } else {
+                        "NEWOBJ"
+                    };
+                    if !self.is_tuple(&args) {
+                        return Err(self.err(format!(
+                            "{name} arguments are a {}, not a tuple",
+                            self.type_name(&args)
+                        )));
+                    }
+                    let n = self.call(callable, args, Vec::new(), name)?;
+                    self.push(n);
+                }
+                op::NEWOBJ_EX => {
+                    let kwargs = self.pop()?;
+                    let args = self.pop()?;
+                    let callable = self.pop()?;
+                    if !self.is_tuple(&args) {
+                        return Err(self.err("NEWOBJ_EX arguments are not a tuple"));
+                    }
+                    let kw = match self.obj(&kwargs).map(|o| &o.body) {
+                        Some(Body::Dict(d)) => Some(d.clone()),
+                        _ => None,
+                    };
+                    let Some(kw) = kw else {
+                        return Err(self.err("NEWOBJ_EX keyword arguments are not a dict"));
+                    };
+                    let n = self.call(callable, args, kw, "NEWOBJ_EX")?;
+                    self.push(n);
+                }
+                op::BUILD => {
+                    let state = self.pop()?;
+                    let target = self.top()?.clone();
+                    let sh = self.height(&state);
+                    let N::Ref(i) = target else {
+                        return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                    };
+                    let o = &mut self.objs[i as usize];
+                    let new_h = o.height.max(sh.saturating_add(1));
+                    match &mut o.body {
+                        Body::Object(c) => self.calls[*c as usize].state = Some(state),
+                        _ => {
+                            return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                        }
+                    }
+                    o.height = new_h;
+                    self.check_height(new_h)?;
+                }
+                op::PERSID => {
+                    self.persistent_ok()?;
+                    let l = self.line()?;
+                    let s = std::str::from_utf8(l)
+                        .map_err(|_| self.err("PERSID argument is not text"))?;
+                    let n = self.new_obj(Body::Persistent(N::Str(s.into())), 0)?;
+                    self.push(n);
+                }
+                op::BINPERSID => {
+                    self.persistent_ok()?;
+                    let pid = self.pop()?;
+                    let h = self.height(&pid);
+                    let n = self.new_obj(Body::Persistent(pid), h)?;
+                    self.push(n);
+                }
+                op::INST => {
+                    let module = self.line_str()?;
+                    let name = self.line_str()?;
+                    return Err(self.err(format!(
+                        "opcode INST (global '{module}.{name}') is refused: it calls arbitrary classes"
+                    )));
+                }
+                op::OBJ => {
+                    return Err(self.err("opcode OBJ is refused: it calls arbitrary classes"));
+                }
+                op::EXT1 | op::EXT2 | op::EXT4 => {
+                    return Err(self.err("extension registry opcodes (EXT1/2/4) are refused"));
+                }
+                op::NEXT_BUFFER | op::READONLY_BUFFER => {
+                    return Err(self.err(
+                        "out-of-band buffers (NEXT_BUFFER/READONLY_BUFFER) are not supported",
+                    ));
+                }
+                _ => return Err(self.err(format!("unknown opcode 0x{code:02x}"))),
+            }
+        }
+    }
+}
+
+fn pairs(v: Vec<N>) -> Vec<(N, N)> {
+    let mut out = Vec::with_capacity(v.len() / 2);
+    let mut it = v.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        out.push((k, v));
+    }
+    out
+}
+
+/// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree in
+/// one pass: each container is converted once (so sharing is kept), in one allocation;
+/// a cycle or nesting beyond `max_depth` stops the conversion (its recursion is bounded
+/// by `max_depth`) and [`Converter::convert`] reports it.
+struct Converter<'m> {
+    objs: &'m [Obj],
+    /// The items of tuples.
+    pool: &'m [N],
+    /// The calls.
+    calls: &'m [ObjN],
+    /// What each container of `objs` became.
+    done: Vec<Done>,
+    max_depth: u64,
+    /// Why the conversion stopped, if it did.
+    failed: Option<String>,
+}
+
+/// The conversion of one container.
+#[derive(Clone)]
+enum Done {
+    /// Not met yet.
+    No,
+    /// Being converted (met again: a cycle).
+    Busy,
+    /// Converted: its value and the height of the tree below it (1 for a container of
+    /// scalars).
+    Value(Value, u64),
+}
+
+impl<'m> Converter<'m> {
+    fn new(objs: &'m [Obj], pool: &'m [N], calls: &'m [ObjN], max_depth: u64) -> Self {
+        Converter {
+            objs,
+            pool,
+            calls,
+            done: vec![Done::No; objs.len()],
+            max_depth,
+            failed: None,
+        }
+    }
+
+    /// The value of `n`, or why it cannot be had.
+    fn convert(mut self, n: &N) -> std::result::Result<Value, String> {
+        let (v, _) = self.build(n, 0);
+        match self.failed {
+            Some(why) => Err(why),
+            None => Ok(v),
+        }
+    }
+
+    fn fail(&mut self, why: String) -> (Value, u64) {
+        self.failed.get_or_insert(why);
+        (Value::None, 0)
+    }
+
+    /// The value of `n`, met at nesting `level`, and its height. After a failure, returns
+    /// at once.
+    fn build(&mut self, n: &N, level: u64) -> (Value, u64) {
+        let i = match n {
+            N::None => return (Value::None, 0),
+            N::Bool(b) => return (Value::Bool(*b), 0),
+            N::Int(v) => return (Value::Int(*v), 0),
+            N::Big(b) => return (Value::BigInt(b.clone()), 0),
+            N::Float(f) => return (Value::Float(*f), 0),
+            N::Str(s) => return (Value::Str(s.clone()), 0),
+            N::Bytes(b) => return (Value::Bytes(b.clone()), 0),
+            N::Global(g) => return (Value::Global(g.global.clone()), 0),
+            N::Ref(i) => *i as usize,
+        };
+        if self.failed.is_some() {
+            return (Value::None, 0);
+        }
+        match &self.done[i] {
+            Done::Value(v, h) => {
+                let h = *h;
+                if level + h > self.max_depth {
+                    return self.fail(format!(
+                        "nesting depth {} exceeds the limit {}",
+                        level + h,
+                        self.max_depth
+                    ));
+                }
+                return (v.clone(), h);
+            }
+            Done::Busy => return self.fail("the pickle builds a recursive structure".into()),
+            Done::No => {}
+        }
+        if level + 1 > self.max_depth {
+            return self.fail(format!(
+                "nesting depth exceeds the limit {}",
+                self.max_depth
+            ));
+        }
+        self.done[i] = Done::Busy;
+        let (objs, pool, calls) = (self.objs, self.pool, self.calls);
+        let items = |span: Span| &pool[span.start as usize..span.end as usize];
+        let mut h = 0;
+        let value = match &objs[i].body {
+            Body::Tuple(span) => Value::Tuple(self.seq(items(*span), level, &mut h)),
+            Body::List(v) => Value::List(self.seq(v, level, &mut h)),
+            Body::Set(v) => Value::Set(self.seq(v, level, &mut h)),
+            Body::FrozenSet(v) => Value::FrozenSet(self.seq(v, level, &mut h)),
+            Body::Dict(d) => Value::Dict(self.pairs(d, level, &mut h)),
+            Body::Persistent(p) => {
+                let (p, ph) = self.build(p, level + 1);
+                h = ph;
+                Value::Persistent(Arc::new(p))
+            }
+            Body::Object(c) => {
+                let ob = &calls[*c as usize];
+                let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
+                obj.args = self.seq(items(ob.args), level, &mut h);
+                obj.items = self.seq(&ob.items, level, &mut h);
+                obj.entries = self.pairs(&ob.entries, level, &mut h);
+                obj.kwargs = self.pairs(&ob.kwargs, level, &mut h);
+                if let Some(s) = &ob.state {
+                    let (s, sh) = self.build(s, level + 1);
+                    h = h.max(sh);
+                    obj.state = Some(s);
+                }
+                Value::Object(Arc::new(obj))
+            }
+        };
+        let h = h + 1;
+        self.done[i] = Done::Value(value.clone(), h);
+        (value, h)
+    }
+
+    /// `v`'s items converted, into any collection (one allocation for a slice).
+    fn seq<C: FromIterator<Value>>(&mut self, v: &[N], level: u64, h: &mut u64) -> C {
+        v.iter()
+            .map(|x| {
+                let (x, xh) = self.build(x, level + 1);
+                *h = (*h).max(xh);
+                x
+            })
+            .collect()
+    }
+
+    fn pairs<C: FromIterator<(Value, Value)>>(
+        &mut self,
+        d: &[(N, N)],
+        level: u64,
+        h: &mut u64,
+    ) -> C {
+        d.iter()
+            .map(|(k, v)| {
+                let (k, kh) = self.build(k, level + 1);
+                let (v, vh) = self.build(v, level + 1);
+                *h = (*h).max(kh).max(vh);
+                (k, v)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rd(b: &[u8]) -> Result<Value> {
+        read(b, &Rules::new(), &Limits::default())
+    }
+
+    #[test]
+    fn refused_global_names_itself_and_its_offset() {
+        let e = rd(b"\x80\x02cposix\nsystem\nX\x02\x00\x00\x00id\x85R.").unwrap_err();
+        assert_eq!(e.location.offset, Some(2));
+        assert!(e
+            .to_string()
+            .contains("global 'posix.system' is not allowed"));
+        // Never allowed, whatever the rules say.
+        let rules = Rules::new().allow("os", "system", Kind::Class);
+        assert!(read(b"cos\nsystem\n.", &rules, &Limits::default()).is_err());
+    }
+
+    #[test]
+    fn memo_shares_and_mutation_shows_through() {
+        // d = {}; memo 0; l = [d, d]; then d['k'] = 1 after l was built.
+        let v = rd(b"\x80\x02}q\x00h\x00h\x00\x86q\x01h\x00X\x01\x00\x00\x00kK\x01s0h\x01\x85.")
+            .unwrap_err();
+        // (POP under the tuple is fine; the leftover dict makes it an error.)
+        assert!(v.to_string().contains("left on the stack"), "{v}");
+        let v = rd(b"\x80\x02}q\x000h\x00h\x00\x86h\x00X\x01\x00\x00\x00kK\x01s0.").unwrap();
+        let Value::Tuple(t) = &v else { panic!() };
+        let (Value::Dict(a), Value::Dict(b)) = (&t[0], &t[1]) else {
+            panic!()
+        };
+        assert!(Arc::ptr_eq(a, b));
+        assert_eq!(a.len(), 1);
+    }
+
+    #[test]
+    fn limits_apply() {
+        let limits = Limits {
+            max_pickle_ops: 3,
+            ..Limits::default()
+        };
+        let e = read(b"NNN0.", &Rules::new(), &limits).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        let limits = Limits {
+            max_memo: 1,
+            ..Limits::default()
+        };
+        let e = read(b"Nq\x00q\x01.", &Rules::new(), &limits).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        let deep = [b"N".as_slice(), &[0x85; 200], b"."].concat();
+        assert!(rd(&deep).is_err());
+    }
+
+    #[test]
+    fn protocol_zero_text_forms() {
+        let v = rd(
+            b"(I01\nI00\nI-12\nL123456789012345678901234L\nF-2.5\nS'a\\x41\\n'\nVx\\u00e9\ntp0\n.",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            Value::tuple(vec![
+                Value::Bool(true),
+                Value::Bool(false),
+                Value::Int(-12),
+                Value::int(123456789012345678901234),
+                Value::Float(-2.5),
+                Value::str("aA\n"),
+                Value::str("x\u{e9}"),
+            ])
+        );
+    }
+
+    #[test]
+    fn memo_keys_far_apart_and_shared_tuples() {
+        // A tuple memoized under a huge key, then a small one, each fetched twice.
+        let mut p = b"\x80\x02K\x01K\x02\x86r\x00\x94\x35\x77q\x05".to_vec();
+        p.extend_from_slice(b"0j\x00\x94\x35\x77h\x05j\x00\x94\x35\x77\x87.");
+        let v = rd(&p).unwrap();
+        let Value::Tuple(t) = &v else { panic!("{v:?}") };
+        assert_eq!(t.len(), 3);
+        let Value::Tuple(a) = &t[0] else { panic!() };
+        for x in &t[1..] {
+            let Value::Tuple(b) = x else { panic!() };
+            assert!(Arc::ptr_eq(a, b), "one tuple, shared");
+        }
+        assert_eq!(&a[..], &[Value::Int(1), Value::Int(2)]);
+        // An undefined key is an error naming it, wherever it would live.
+        for get in [&b"j\x00\x00\x00\x10"[..], b"h\x07"] {
+            let e = rd(&[b"\x80\x02N", get, b"."].concat()).unwrap_err();
+            assert!(e.to_string().contains("is not defined"), "{e}");
+        }
+    }
+
+    #[test]
+    fn cycles_are_refused_and_torn_down() {
+        let e = rd(b"]q\x002a.").unwrap_err();
+        assert!(e.to_string().contains("recursive"), "{e}");
+    }
+}

@@ -1,0 +1,586 @@
+//! The pickle codec against real CPython pickles (protocols 0-5), a hostile corpus, a
+//! random-mutation fuzz, and CPython loading what the writer emits.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tensorfmt_core::Limits;
+use tensorfmt_pickle::{self as pickle, Global, Kind, Object, Rules, Value};
+
+/// Records the largest single allocation made by this thread while armed.
+struct Counting;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn record(size: usize) {
+    // `try_with`: the allocator may run while thread-locals are being torn down.
+    let _ = ARMED.try_with(|a| {
+        if a.get() {
+            let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+        }
+    });
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        record(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/pickle")
+}
+
+const TENSOR_V2: [&str; 6] = [
+    "storage",
+    "offset",
+    "size",
+    "stride",
+    "requires_grad",
+    "hooks",
+];
+
+fn torch_rules() -> Rules {
+    Rules::new()
+        .allow("collections", "OrderedDict", Kind::Dict)
+        .allow(
+            "torch._utils",
+            "_rebuild_tensor_v2",
+            Kind::Call {
+                params: TENSOR_V2.iter().map(|s| s.to_string()).collect(),
+            },
+        )
+        .allow("torch", "FloatStorage", Kind::Class)
+        .persistent_ids(true)
+}
+
+fn sample_rules() -> Rules {
+    Rules::new()
+        .allow("builtins", "set", Kind::Set)
+        .allow("builtins", "frozenset", Kind::Set)
+        .allow_codecs_encode()
+}
+
+fn s(x: &str) -> Value {
+    Value::str(x)
+}
+
+fn ints(v: impl IntoIterator<Item = i64>) -> Vec<Value> {
+    v.into_iter().map(Value::Int).collect()
+}
+
+/// What generate.py's `sample()` is (sets as `Value::Set`).
+fn sample_expected() -> Value {
+    let shared = Value::list(ints([1, 2]));
+    Value::dict(vec![
+        (s("int"), Value::Int(7)),
+        (s("neg"), Value::Int(-5)),
+        (s("i16"), Value::Int(300)),
+        (s("i32"), Value::Int(70000)),
+        (s("i64"), Value::Int(1 << 40)),
+        (s("big"), Value::int(1 << 70)),
+        (s("nbig"), Value::int(-(1 << 70))),
+        (s("float"), Value::Float(1.5)),
+        (s("str"), s("h\u{e9}llo\n\\")),
+        (s("bytes"), Value::Bytes(Arc::from(&b"\x00\xff\n"[..]))),
+        (s("none"), Value::None),
+        (s("t"), Value::Bool(true)),
+        (s("f"), Value::Bool(false)),
+        (s("tup0"), Value::tuple(vec![])),
+        (s("tup1"), Value::tuple(ints([1]))),
+        (s("tup5"), Value::tuple(ints(1..=5))),
+        (s("list"), Value::list(vec![Value::None, s("a")])),
+        (
+            s("nested"),
+            Value::dict(vec![(
+                s("x"),
+                Value::list(vec![Value::Float(1.0), Value::tuple(ints([2]))]),
+            )]),
+        ),
+        (s("shared_a"), shared.clone()),
+        (s("shared_b"), shared),
+        (s("set"), Value::Set(ints([3]).into())),
+        (s("fset"), Value::FrozenSet(ints([4]).into())),
+        (s("long_list"), Value::list(ints(0..1500))),
+    ])
+}
+
+/// Protocols 0-3 pickle sets as `builtins.set(list)`: turn those objects into sets.
+fn normalize_sets(v: &Value) -> Value {
+    match v {
+        Value::Dict(d) => Value::dict(
+            d.iter()
+                .map(|(k, v)| (k.clone(), normalize_sets(v)))
+                .collect(),
+        ),
+        Value::Object(o) if o.kind == Kind::Set => {
+            let items: Arc<[Value]> = o.items.clone().into();
+            if &*o.global.name == "set" {
+                Value::Set(items)
+            } else {
+                Value::FrozenSet(items)
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+#[test]
+fn reads_cpython_pickles_of_every_protocol() {
+    for p in 0..=5 {
+        let path = fixtures().join(format!("valid/sample_p{p}.pkl"));
+        let bytes = std::fs::read(&path).unwrap();
+        let v = pickle::read(&bytes, &sample_rules(), &Limits::default())
+            .unwrap_or_else(|e| panic!("protocol {p}: {e}"));
+        assert_eq!(normalize_sets(&v), sample_expected(), "protocol {p}");
+        // The memoized list is shared, not copied.
+        let (Some(Value::List(a)), Some(Value::List(b))) = (v.get("shared_a"), v.get("shared_b"))
+        else {
+            panic!("protocol {p}: shared lists missing");
+        };
+        assert!(Arc::ptr_eq(a, b), "protocol {p}: memo value was copied");
+    }
+}
+
+fn tensor_call(key: &str, offset: i64, hooks: Value) -> Value {
+    let pid = Value::tuple(vec![
+        s("storage"),
+        Value::Global(Global::new("torch", "FloatStorage")),
+        s(key),
+        s("cpu"),
+        Value::Int(2),
+    ]);
+    Value::object(
+        Object::new(
+            Global::new("torch._utils", "_rebuild_tensor_v2"),
+            Kind::Call {
+                params: TENSOR_V2.iter().map(|s| s.to_string()).collect(),
+            },
+        )
+        .with_args(vec![
+            Value::Persistent(Arc::new(pid)),
+            Value::Int(offset),
+            Value::tuple(ints([2 - offset])),
+            Value::tuple(ints([1])),
+            Value::Bool(false),
+            hooks,
+        ]),
+    )
+}
+
+fn ordered_dict(entries: Vec<(Value, Value)>) -> Object {
+    Object::new(Global::new("collections", "OrderedDict"), Kind::Dict).with_entries(entries)
+}
+
+#[test]
+fn reads_a_torch_like_checkpoint_pickle() {
+    let bytes = std::fs::read(fixtures().join("valid/torch_like_p2.pkl")).unwrap();
+    let v = pickle::read(&bytes, &torch_rules(), &Limits::default()).unwrap();
+    let hooks = Value::object(ordered_dict(vec![]));
+    let meta = Value::object(ordered_dict(vec![(
+        s(""),
+        Value::dict(vec![(s("version"), Value::Int(1))]),
+    )]));
+    let expected = Value::object(
+        ordered_dict(vec![
+            (s("w"), tensor_call("0", 0, hooks.clone())),
+            (s("v"), tensor_call("0", 1, hooks)),
+        ])
+        .with_state(Value::dict(vec![(s("_metadata"), meta)])),
+    );
+    assert_eq!(v, expected);
+    let w = v.get("w").unwrap().as_object().unwrap();
+    assert_eq!(w.arg("offset"), Some(&Value::Int(0)));
+    assert_eq!(w.arg("size"), Some(&Value::tuple(ints([2]))));
+    assert_eq!(w.arg("metadata"), None);
+
+    // Refused without persistent ids, and the rules name nothing else.
+    let e = pickle::read(
+        &bytes,
+        &torch_rules().persistent_ids(false),
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("persistent ids"), "{e}");
+    let e = pickle::read(&bytes, &Rules::new(), &Limits::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "byte 2: pickle decoding failed: global 'collections.OrderedDict' is not allowed"
+    );
+}
+
+#[test]
+fn reads_concatenated_pickles_with_read_prefix() {
+    let bytes = std::fs::read(fixtures().join("valid/legacy_like.pkl")).unwrap();
+    let rules = Rules::new().protocols(2..=2);
+    let limits = Limits::default();
+    let (magic, n1) = pickle::read_prefix(&bytes, &rules, &limits).unwrap();
+    assert_eq!(magic.as_i128(), Some(0x1950a86a20f9469cfc6c));
+    assert_eq!(n1, 15);
+    let (proto, n2) = pickle::read_prefix(&bytes[n1..], &rules, &limits).unwrap();
+    assert_eq!(proto, Value::Int(1001));
+    let (info, n3) = pickle::read_prefix(&bytes[n1 + n2..], &rules, &limits).unwrap();
+    assert_eq!(n1 + n2 + n3, bytes.len());
+    assert_eq!(info.get("little_endian"), Some(&Value::Bool(true)));
+    // `read` insists on one pickle filling the input.
+    assert!(pickle::read(&bytes, &rules, &limits).is_err());
+}
+
+#[test]
+fn writer_round_trips() {
+    let mut values = vec![sample_expected(), normalize_sets(&sample_expected())];
+    values.push(Value::tuple(vec![
+        Value::Int(i64::MIN),
+        Value::Int(i64::MAX),
+        Value::Int(-1),
+        Value::Int(255),
+        Value::Int(256),
+        Value::Int(65535),
+        Value::Int(65536),
+        Value::Int(i32::MIN as i64),
+        Value::Int(i32::MAX as i64 + 1),
+        Value::int(i128::MIN),
+        Value::BigInt(Arc::from(vec![0x11u8; 300])),
+        Value::Float(-0.0),
+        Value::Float(f64::INFINITY),
+        Value::Bytes(Arc::from(Vec::new())),
+        Value::Bytes(Arc::from((0..=255u8).collect::<Vec<_>>())),
+        s(""),
+        s("\u{1F600}"),
+    ]));
+    values.push(Value::dict(vec![(Value::tuple(ints([1, 2])), Value::None)]));
+    values.push(Value::list((0..2500).map(|i| s(&i.to_string())).collect()));
+    let hooks = Value::object(ordered_dict(vec![]));
+    values.push(Value::object(ordered_dict(vec![(
+        s("w"),
+        tensor_call("0", 0, hooks),
+    )])));
+    let rules = torch_rules()
+        .allow("builtins", "set", Kind::Set)
+        .allow("builtins", "frozenset", Kind::Set)
+        .allow_codecs_encode();
+    for v in &values {
+        for memo in [true, false] {
+            let bytes = pickle::Writer::new().memoize(memo).write(v).unwrap();
+            let back = pickle::read(&bytes, &rules, &Limits::default()).unwrap();
+            assert_eq!(normalize_sets(&back), normalize_sets(v));
+        }
+    }
+}
+
+#[test]
+fn writer_keeps_sharing() {
+    let big = Value::list(ints(0..1000));
+    let v = Value::list(vec![big.clone(); 1000]);
+    let bytes = pickle::write(&v).unwrap();
+    assert!(bytes.len() < 10_000, "{} bytes", bytes.len());
+    let back = pickle::read(&bytes, &Rules::new(), &Limits::default()).unwrap();
+    let items = back.as_seq().unwrap();
+    let (Value::List(a), Value::List(b)) = (&items[0], &items[999]) else {
+        panic!()
+    };
+    assert!(Arc::ptr_eq(a, b));
+}
+
+/// Opcodes of `bytes` as (code, argument bytes) without the memo opcodes `q`/`r`.
+fn strip_puts(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'q' => i += 2,
+            b'r' => i += 5,
+            b'X' => {
+                let n = u32::from_le_bytes(bytes[i + 1..i + 5].try_into().unwrap()) as usize;
+                out.extend_from_slice(&bytes[i..i + 5 + n]);
+                i += 5 + n;
+            }
+            b'c' => {
+                let mut nl = 0;
+                let start = i;
+                i += 1;
+                while nl < 2 {
+                    if bytes[i] == b'\n' {
+                        nl += 1;
+                    }
+                    i += 1;
+                }
+                out.extend_from_slice(&bytes[start..i]);
+            }
+            b'K' | b'h' | 0x80 => {
+                out.extend_from_slice(&bytes[i..i + 2]);
+                i += 2;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn writer_matches_the_spec_opcode_sequence() {
+    // caffe2_pytorch_formats.md §6.4: OrderedDict(w=tensor([1., 2.])).
+    let hooks = Value::object(ordered_dict(vec![]));
+    let v = Value::object(ordered_dict(vec![(s("w"), tensor_call("0", 0, hooks))]));
+    let mut spec: Vec<u8> = vec![0x80, 2];
+    spec.extend_from_slice(b"ccollections\nOrderedDict\n)R");
+    spec.extend_from_slice(b"X\x01\x00\x00\x00w");
+    spec.extend_from_slice(b"ctorch._utils\n_rebuild_tensor_v2\n((");
+    spec.extend_from_slice(b"X\x07\x00\x00\x00storage");
+    spec.extend_from_slice(b"ctorch\nFloatStorage\n");
+    spec.extend_from_slice(b"X\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQ");
+    spec.extend_from_slice(b"K\x00K\x02\x85K\x01\x85\x89h\x00)RtRs.");
+    let bytes = pickle::write(&v).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&strip_puts(&bytes)),
+        String::from_utf8_lossy(&spec)
+    );
+    // Without memo ops, the GLOBAL is repeated instead of BINGET 0.
+    let plain = pickle::Writer::new().memoize(false).write(&v).unwrap();
+    assert!(!plain.contains(&b'q') || !plain.windows(2).any(|w| w == b"h\x00"));
+}
+
+/// Python loads what the writer emits, with a restricted `Unpickler`; only opcodes that
+/// torch's weights_only unpickler accepts appear.
+#[test]
+fn cpython_loads_the_writer_output() {
+    let python = std::env::var("TENSORFMT_PYTHON").unwrap_or_else(|_| "python3".into());
+    if std::process::Command::new(&python)
+        .arg("-c")
+        .arg("pass")
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: no {python}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let hooks = Value::object(ordered_dict(vec![]));
+    let meta = Value::object(ordered_dict(vec![(
+        s(""),
+        Value::dict(vec![(s("version"), Value::Int(1))]),
+    )]));
+    let ckpt = Value::object(
+        ordered_dict(vec![
+            (s("w"), tensor_call("0", 0, hooks.clone())),
+            (s("v"), tensor_call("0", 1, hooks)),
+        ])
+        .with_state(Value::dict(vec![(s("_metadata"), meta)])),
+    );
+    let cases = [
+        (
+            sample_expected(),
+            "{'int': 7, 'neg': -5, 'i16': 300, 'i32': 70000, 'i64': 1099511627776, \
+             'big': 1180591620717411303424, 'nbig': -1180591620717411303424, 'float': 1.5, \
+             'str': 'héllo\\n\\\\', 'bytes': b'\\x00\\xff\\n', 'none': None, 't': True, \
+             'f': False, 'tup0': (), 'tup1': (1,), 'tup5': (1, 2, 3, 4, 5), \
+             'list': [None, 'a'], 'nested': {'x': [1.0, (2,)]}, 'shared_a': [1, 2], \
+             'shared_b': [1, 2], 'set': {3}, 'fset': frozenset({4}), \
+             'long_list': 1500, 'same': True}",
+        ),
+        (
+            ckpt,
+            "OrderedDict([('w', ('call', 'torch._utils._rebuild_tensor_v2', \
+             (('pid', ('storage', torch.FloatStorage, '0', 'cpu', 2)), 0, (2,), (1,), False, \
+             OrderedDict()))), ('v', ('call', 'torch._utils._rebuild_tensor_v2', \
+             (('pid', ('storage', torch.FloatStorage, '0', 'cpu', 2)), 1, (1,), (1,), False, \
+             OrderedDict())))]) {'_metadata': OrderedDict([('', {'version': 1})])}",
+        ),
+    ];
+    let script = r#"
+import builtins, collections, pickle, pickletools, sys, _codecs
+ALLOWED_OPS = {'PROTO', 'STOP', 'MARK', 'TUPLE', 'TUPLE1', 'TUPLE2', 'TUPLE3', 'EMPTY_TUPLE',
+    'EMPTY_LIST', 'EMPTY_DICT', 'APPEND', 'APPENDS', 'SETITEM', 'SETITEMS', 'NONE', 'NEWTRUE',
+    'NEWFALSE', 'BININT', 'BININT1', 'BININT2', 'LONG1', 'BINFLOAT', 'BINUNICODE', 'BINPUT',
+    'LONG_BINPUT', 'BINGET', 'LONG_BINGET', 'GLOBAL', 'REDUCE', 'BUILD', 'BINPERSID'}
+class Stub:
+    def __init__(self, name): self.name = name
+    def __call__(self, *a): return ('call', self.name, a)
+    def __repr__(self): return self.name
+class U(pickle.Unpickler):
+    def find_class(self, m, n):
+        if (m, n) == ('collections', 'OrderedDict'): return collections.OrderedDict
+        if (m, n) == ('_codecs', 'encode'): return _codecs.encode
+        if m == 'builtins' and n in ('set', 'frozenset'): return getattr(builtins, n)
+        if m.startswith('torch'): return Stub(m + '.' + n)
+        raise pickle.UnpicklingError(f'{m}.{n} not allowed')
+    def persistent_load(self, pid): return ('pid', pid)
+data = open(sys.argv[1], 'rb').read()
+bad = {op.name for op, _, _ in pickletools.genops(data)} - ALLOWED_OPS
+assert not bad, bad
+v = U(__import__('io').BytesIO(data)).load()
+if isinstance(v, collections.OrderedDict):
+    print(repr(v), getattr(v, '_metadata', None) and {'_metadata': v._metadata})
+else:
+    v['same'] = v['shared_a'] is v['shared_b']
+    v['long_list'] = len(v['long_list'])
+    print(repr(v))
+"#;
+    for (i, (v, expected)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("{i}.pkl"));
+        std::fs::write(&path, pickle::write(v).unwrap()).unwrap();
+        let out = std::process::Command::new(&python)
+            .arg("-c")
+            .arg(script)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "case {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(got.trim(), *expected, "case {i}");
+    }
+}
+
+fn read_armed(bytes: &[u8]) -> (Result<Value, String>, usize) {
+    LARGEST.with(|l| l.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = pickle::read(bytes, &torch_rules(), &Limits::default()).map_err(|e| e.to_string());
+    ARMED.with(|a| a.set(false));
+    (r, LARGEST.with(|l| l.get()))
+}
+
+#[test]
+fn hostile_corpus_is_refused() {
+    let dir = fixtures().join("hostile");
+    let expected = std::fs::read_to_string(dir.join("expected.txt")).unwrap();
+    let start = std::time::Instant::now();
+    let mut n = 0;
+    let mut failures = Vec::new();
+    for line in expected.lines().filter(|l| !l.is_empty()) {
+        let (name, must) = line.split_once('\t').unwrap_or((line, ""));
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let (r, largest) = read_armed(&bytes);
+        n += 1;
+        let msg = match r {
+            Ok(v) => {
+                failures.push(format!("{name} was accepted: {v:?}"));
+                continue;
+            }
+            Err(m) => m,
+        };
+        if !msg.contains(must) {
+            failures.push(format!("{name}: '{msg}' lacks '{must}'"));
+        }
+        if !msg.contains("byte ") {
+            failures.push(format!("{name}: no offset in '{msg}'"));
+        }
+        if largest > 1 << 20 {
+            failures.push(format!("{name}: one allocation of {largest} bytes"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "pkl")
+        })
+        .count();
+    assert_eq!(n, files, "expected.txt does not list every file");
+    let took = start.elapsed();
+    eprintln!("{n} hostile pickles refused in {took:?}");
+    if !cfg!(debug_assertions) {
+        assert!(took.as_secs_f64() < 1.0, "{took:?}");
+    }
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[test]
+fn mutation_fuzz_never_panics() {
+    let mut seeds = Vec::new();
+    for name in [
+        "torch_like_p2.pkl",
+        "sample_p2.pkl",
+        "sample_p4.pkl",
+        "sample_p0.pkl",
+    ] {
+        seeds.push(std::fs::read(fixtures().join("valid").join(name)).unwrap());
+    }
+    let hooks = Value::object(ordered_dict(vec![]));
+    seeds.push(pickle::write(&tensor_call("0", 0, hooks)).unwrap());
+    let rules = torch_rules()
+        .allow("builtins", "set", Kind::Set)
+        .allow_codecs_encode();
+    let limits = Limits {
+        max_pickle_ops: 100_000,
+        ..Limits::default()
+    };
+    let iterations = if cfg!(debug_assertions) {
+        20_000
+    } else {
+        200_000
+    };
+    let interesting: &[u8] = b"(.012FIJKLMNPQRSTVXabcdeghijlopqrstu}])\x80\x81\x85\x86\x87\x88\x89\x8a\x8b\x8c\x8d\x8e\x8f\x90\x91\x92\x93\x94\x95\x96\xff\x00\x7f";
+    let mut rng = Rng(0x5eed_0fc0_ffee);
+    let (mut ok, mut err) = (0u32, 0u32);
+    let start = std::time::Instant::now();
+    for _ in 0..iterations {
+        let mut data = seeds[rng.below(seeds.len())].clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(data.len());
+            let byte = if rng.below(2) == 0 {
+                interesting[rng.below(interesting.len())]
+            } else {
+                rng.next() as u8
+            };
+            match rng.below(4) {
+                0 if !data.is_empty() => data[at] = byte,
+                1 => data.insert(at, byte),
+                2 if !data.is_empty() => {
+                    data.remove(at);
+                }
+                _ => data.truncate(at),
+            }
+        }
+        match pickle::read(&data, &rules, &limits) {
+            Ok(_) => ok += 1,
+            Err(_) => err += 1,
+        }
+    }
+    eprintln!(
+        "fuzz: {iterations} inputs, {ok} accepted, {err} refused, {:?}",
+        start.elapsed()
+    );
+    assert!(start.elapsed().as_secs() < 10);
+}

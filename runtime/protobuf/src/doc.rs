@@ -1,0 +1,482 @@
+//! Writing protobuf documents whose tensors sit in one repeated field (ONNX's
+//! `graph.initializer`), streamed with bounded memory, their payloads inline or in
+//! external data files beside the document.
+//!
+//! A [`DocWriter`] writes the document front to back: the header fields of each message
+//! on the way to the tensors (encoded by the caller), then one item per tensor (its
+//! message without the payload, then the payload field streamed from the caller's
+//! bytes). The lengths of the messages that hold the items are not known until the end:
+//! each is reserved as a five-byte varint (a valid, non-minimal encoding that every
+//! protobuf parser accepts) and back-patched by [`DocWriter::finish`]. Where a tensor's
+//! bytes go is decided per tensor by [`ExternalData`] ([`DocWriter::place`]); external
+//! files are written atomically beside the document and committed when it is finished,
+//! before the document itself is.
+//!
+//! [`rewrite`] copies an existing document field by field, byte for byte, except the
+//! items of the tensor field, which the caller may replace one by one: what a weight
+//! replacement or a move between inline and external storage needs.
+
+use std::collections::HashMap;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use crate::{self as protobuf, Value, WireType};
+use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+use tensorfmt_core::output::AtomicFile;
+use tensorfmt_core::registry::{Payload, WriteSeek};
+
+/// Largest protobuf message: 2 GiB - 1 bytes (protobuf's own limit; ONNX models beyond it
+/// must keep tensors in external data).
+pub const MAX_MESSAGE: u64 = (1 << 31) - 1;
+
+/// The bytes of a reserved length: a five-byte varint holds any message size below 2^35.
+const SLOT: usize = 5;
+
+pub use tensorfmt_core::ExternalData;
+
+/// Where one tensor's bytes go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// In an external file (else in the document).
+    pub external: bool,
+    /// The external file's name, relative to the document's folder.
+    pub location: String,
+    /// Where the bytes start in it.
+    pub offset: u64,
+    /// How many bytes.
+    pub nbytes: u64,
+}
+
+struct ExtFile {
+    file: AtomicFile,
+    len: u64,
+}
+
+/// A streaming writer of one protobuf document; see the module documentation.
+pub struct DocWriter<'a> {
+    out: Box<dyn WriteSeek + 'a>,
+    pos: u64,
+    /// Reserved lengths: where the slot is and where the message's content starts.
+    open: Vec<(u64, u64)>,
+    policy: ExternalData,
+    dest: Option<PathBuf>,
+    files: Vec<(String, ExtFile)>,
+    by_location: HashMap<String, usize>,
+    names: HashMap<String, usize>,
+    tensors: u64,
+}
+
+fn invalid(msg: String) -> Error {
+    Error::from(ErrorKind::Invalid(msg))
+}
+
+/// Whether `name` can be a file name beside the document as it is.
+fn safe_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && name != "."
+        && name != ".."
+        && !name
+            .chars()
+            .any(|c| c.is_control() || "<>:;,?\"*|/\\".contains(c))
+}
+
+impl<'a> DocWriter<'a> {
+    /// A writer over `out`; `dest` is the document's path (external files go beside it),
+    /// `None` for a stream, which can hold inline tensors only.
+    pub fn new(out: Box<dyn WriteSeek + 'a>, policy: ExternalData, dest: Option<PathBuf>) -> Self {
+        DocWriter {
+            out,
+            pos: 0,
+            open: Vec::new(),
+            policy,
+            dest,
+            files: Vec::new(),
+            by_location: HashMap::new(),
+            names: HashMap::new(),
+            tensors: 0,
+        }
+    }
+
+    /// Bytes written to the document so far.
+    pub fn position(&self) -> u64 {
+        self.pos
+    }
+
+    /// Writes `bytes` (encoded fields) as they are.
+    pub fn raw(&mut self, bytes: &[u8]) -> Result<()> {
+        self.out.write_all(bytes)?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Starts the embedded message field `number`; its length is reserved and written by
+    /// [`DocWriter::close`].
+    pub fn open(&mut self, number: u32) -> Result<()> {
+        let mut tag = Vec::with_capacity(5);
+        protobuf::put_tag(&mut tag, number, WireType::Len);
+        self.raw(&tag)?;
+        let slot = self.pos;
+        self.raw(&[0x80, 0x80, 0x80, 0x80, 0x00])?;
+        self.open.push((slot, self.pos));
+        Ok(())
+    }
+
+    /// Ends the message [`DocWriter::open`] started last, writing its length.
+    pub fn close(&mut self) -> Result<()> {
+        let Some((slot, start)) = self.open.pop() else {
+            return Err(invalid("no open message to close".into()));
+        };
+        let len = self.pos - start;
+        if len > MAX_MESSAGE {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "protobuf message size (tensors over 2 GiB need external data)",
+                limit: MAX_MESSAGE,
+                actual: len,
+            }));
+        }
+        let mut b = [0u8; SLOT];
+        let mut v = len;
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (v & 0x7f) as u8 | if i + 1 < SLOT { 0x80 } else { 0 };
+            v >>= 7;
+        }
+        self.out.seek(SeekFrom::Start(slot))?;
+        self.out.write_all(&b)?;
+        self.out.seek(SeekFrom::Start(self.pos))?;
+        Ok(())
+    }
+
+    /// Decides where a tensor of `nbytes` bytes named `name` goes. `keep` is the external
+    /// file a rewritten tensor came from, kept with [`ExternalData::Auto`] (its bytes go to
+    /// a file of that name beside the new document); `item_overhead` is what its message
+    /// takes in the document besides the payload.
+    pub fn place(
+        &mut self,
+        name: &str,
+        nbytes: u64,
+        keep: Option<&str>,
+        item_overhead: u64,
+    ) -> Result<Placement> {
+        self.tensors += 1;
+        let inline = Placement {
+            external: false,
+            location: String::new(),
+            offset: 0,
+            nbytes,
+        };
+        let (location, align) = match (&self.policy, keep) {
+            (ExternalData::Inline, _) => return Ok(inline),
+            (ExternalData::Auto, Some(loc)) => (loc.to_string(), 4096),
+            (ExternalData::Auto, None) => {
+                let after = self.pos + item_overhead + nbytes + 16;
+                if after <= MAX_MESSAGE {
+                    return Ok(inline);
+                }
+                (self.default_location()?, 4096)
+            }
+            (
+                ExternalData::External {
+                    per_tensor,
+                    location,
+                    threshold,
+                    align,
+                },
+                _,
+            ) => {
+                if nbytes < *threshold {
+                    return Ok(inline);
+                }
+                if *per_tensor {
+                    (self.tensor_file_name(name), 1)
+                } else {
+                    match location {
+                        Some(l) => (l.clone(), *align),
+                        None => (self.default_location()?, *align),
+                    }
+                }
+            }
+        };
+        let i = self.ext_file(&location)?;
+        let f = &mut self.files[i].1;
+        let offset = if align > 1 {
+            f.len.div_ceil(align) * align
+        } else {
+            f.len
+        };
+        Ok(Placement {
+            external: true,
+            location,
+            offset,
+            nbytes,
+        })
+    }
+
+    fn default_location(&self) -> Result<String> {
+        let dest = self.dest.as_ref().ok_or_else(|| {
+            Error::from(ErrorKind::Unsupported(
+                "external data needs the document's path (write to a file)".into(),
+            ))
+        })?;
+        let name = dest
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| invalid(format!("{} has no file name", dest.display())))?;
+        Ok(format!("{name}.data"))
+    }
+
+    fn tensor_file_name(&mut self, name: &str) -> String {
+        let base = if safe_file_name(name) {
+            name.to_string()
+        } else {
+            format!("tensor_{}", self.tensors - 1)
+        };
+        let n = self.names.entry(base.clone()).or_insert(0);
+        *n += 1;
+        let doc = self
+            .dest
+            .as_ref()
+            .and_then(|d| d.file_name())
+            .and_then(|n| n.to_str())
+            .unwrap_or("");
+        if *n == 1 && base != doc {
+            base
+        } else {
+            format!("{base}.{n}")
+        }
+    }
+
+    /// The external file named `location`, created (empty) the first time.
+    fn ext_file(&mut self, location: &str) -> Result<usize> {
+        if let Some(&i) = self.by_location.get(location) {
+            return Ok(i);
+        }
+        if !safe_relative(location) {
+            return Err(invalid(format!(
+                "external data location {location:?} is not a file name in the document's folder"
+            )));
+        }
+        let dest = self.dest.as_ref().ok_or_else(|| {
+            Error::from(ErrorKind::Unsupported(
+                "external data needs the document's path (write to a file)".into(),
+            ))
+        })?;
+        let dir = dest.parent().unwrap_or_else(|| Path::new("."));
+        let path = dir.join(location);
+        if path == *dest {
+            return Err(invalid(format!(
+                "external data location {location:?} is the document itself"
+            )));
+        }
+        let file = AtomicFile::create(&path).map_err(|e| e.in_file(&path))?;
+        self.files
+            .push((location.to_string(), ExtFile { file, len: 0 }));
+        let i = self.files.len() - 1;
+        self.by_location.insert(location.to_string(), i);
+        Ok(i)
+    }
+
+    /// Writes one item of the repeated field `number`: `header` (the item's message
+    /// without its payload) and, when `placement` is inline, the payload as field
+    /// `payload_field` (length-delimited); else the payload goes to its external file at
+    /// its offset and `header` must say where. `unit` > 1 swaps the bytes of every
+    /// `unit`-sized element on the way (a big-endian tensor written little-endian).
+    #[allow(clippy::too_many_arguments)]
+    pub fn item(
+        &mut self,
+        number: u32,
+        header: &[u8],
+        payload_field: Option<u32>,
+        placement: &Placement,
+        data: Payload<'_>,
+        unit: usize,
+        what: &str,
+    ) -> Result<()> {
+        let n = placement.nbytes;
+        if placement.external {
+            let i = self.ext_file(&placement.location)?;
+            {
+                let f = &mut self.files[i].1;
+                let file = f.file.file();
+                let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
+                w.seek(SeekFrom::Start(placement.offset))?;
+                data.write_swapped_to(&mut w, n, unit, what)?;
+                w.flush()?;
+                f.len = f.len.max(placement.offset + n);
+            }
+            let mut h = Vec::with_capacity(header.len() + 10);
+            protobuf::put_len_header(&mut h, number, header.len() as u64);
+            h.extend_from_slice(header);
+            return self.raw(&h);
+        }
+        let Some(pf) = payload_field else {
+            return Err(Error::from(ErrorKind::Unsupported(format!(
+                "{what}: the schema has no field for inline bytes"
+            ))));
+        };
+        let body = header.len() as u64 + protobuf::len_field_size(pf, n);
+        let mut h = Vec::with_capacity(header.len() + 20);
+        protobuf::put_len_header(&mut h, number, body);
+        h.extend_from_slice(header);
+        protobuf::put_len_header(&mut h, pf, n);
+        self.raw(&h)?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut self.out);
+        data.write_swapped_to(&mut w, n, unit, what)?;
+        w.flush()?;
+        drop(w);
+        self.pos += n;
+        Ok(())
+    }
+
+    /// Closes every open message, checks the document's size, flushes it and commits
+    /// the external files (the caller commits the document after).
+    pub fn finish(self) -> Result<()> {
+        for f in self.finish_pending()? {
+            commit_external(f)?;
+        }
+        Ok(())
+    }
+
+    /// [`DocWriter::finish`] without committing the external files: they are returned,
+    /// written and synced, for the caller to commit ([`commit_external`]) when it has
+    /// checked what it needs to (dropped, they are removed).
+    pub fn finish_pending(mut self) -> Result<Vec<AtomicFile>> {
+        while !self.open.is_empty() {
+            self.close()?;
+        }
+        if self.pos > MAX_MESSAGE {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "protobuf document size (tensors over 2 GiB need external data)",
+                limit: MAX_MESSAGE,
+                actual: self.pos,
+            }));
+        }
+        self.out.flush()?;
+        let mut out = Vec::with_capacity(self.files.len());
+        for (_, f) in self.files {
+            let path = f.file.dest().to_path_buf();
+            f.file
+                .file()
+                .set_len(f.len)
+                .map_err(|e| Error::from(e).in_file(&path))?;
+            out.push(f.file);
+        }
+        Ok(out)
+    }
+}
+
+/// Commits an external data file [`DocWriter::finish_pending`] returned.
+pub fn commit_external(f: AtomicFile) -> Result<()> {
+    let path = f.dest().to_path_buf();
+    f.commit()
+        .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
+}
+
+/// Whether `location` is a plain relative path that stays in the document's folder.
+fn safe_relative(location: &str) -> bool {
+    let p = Path::new(location);
+    !location.is_empty()
+        && p.is_relative()
+        && p.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+pub use tensorfmt_core::registry::Replacement;
+
+/// The callback of [`rewrite`]: given the writer, an item's bytes and their absolute
+/// offset, what to write for it.
+pub type ItemFn<'f, 'b> = dyn FnMut(&mut DocWriter<'_>, &[u8], u64) -> Result<ItemAction<'b>> + 'f;
+
+/// What [`rewrite`] does with one item of the tensor field.
+pub enum ItemAction<'b> {
+    /// Copy the item's bytes as they are.
+    Keep,
+    /// Write this instead: the item's message without the payload, the payload's field,
+    /// where the payload goes, and the payload.
+    Write {
+        /// The new item's encoded message, payload field excluded.
+        header: Vec<u8>,
+        /// The field that holds inline bytes.
+        payload_field: Option<u32>,
+        /// Where the bytes go ([`DocWriter::place`]).
+        placement: Placement,
+        /// The bytes.
+        data: Box<dyn AsRef<[u8]> + 'b>,
+    },
+}
+
+/// Copies the protobuf document `bytes` to `doc`, field by field, except the message
+/// fields along `path` (field numbers from the root), which are copied with their items
+/// of field `items` (the last message's repeated field) handed to `item`: given the
+/// writer (to place tensors), the item's bytes and their absolute offset, it says what to
+/// write. `depth` limits how deep the path goes (checked by the caller's reader already).
+pub fn rewrite<'b>(
+    doc: &mut DocWriter<'_>,
+    bytes: &[u8],
+    path: &[u32],
+    items: u32,
+    item: &mut ItemFn<'_, 'b>,
+) -> Result<()> {
+    copy_message(doc, bytes, 0, path, items, item)
+}
+
+fn copy_message<'b>(
+    doc: &mut DocWriter<'_>,
+    bytes: &[u8],
+    base: u64,
+    path: &[u32],
+    items: u32,
+    item: &mut ItemFn<'_, 'b>,
+) -> Result<()> {
+    let mut fields = protobuf::fields(bytes, base).peekable();
+    while let Some(f) = fields.next() {
+        let f = f?;
+        let start = (f.offset - base) as usize;
+        let end = match fields.peek() {
+            Some(Ok(next)) => (next.offset - base) as usize,
+            Some(Err(_)) => {
+                // Reported on the next turn.
+                bytes.len()
+            }
+            None => bytes.len(),
+        };
+        let whole = &bytes[start..end.min(bytes.len())];
+        match (path.first(), f.value) {
+            (Some(&n), Value::Len(b, at)) if n == f.number => {
+                doc.open(n)?;
+                copy_message(doc, b, at, &path[1..], items, item)?;
+                doc.close()?;
+            }
+            (None, Value::Len(b, at)) if f.number == items => match item(doc, b, at)? {
+                ItemAction::Keep => doc.raw(whole)?,
+                ItemAction::Write {
+                    header,
+                    payload_field,
+                    placement,
+                    data,
+                } => {
+                    let bytes = (*data).as_ref();
+                    doc.item(
+                        items,
+                        &header,
+                        payload_field,
+                        &placement,
+                        Payload::Bytes(bytes),
+                        1,
+                        "tensor",
+                    )?;
+                }
+            },
+            _ => doc.raw(whole)?,
+        }
+    }
+    Ok(())
+}
+
+/// The error of a document whose tensor field is not where the schema says.
+pub fn not_found(what: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid(format!("{what} not found in the document")),
+        Location::default(),
+    )
+}
