@@ -168,7 +168,10 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
     }
     for &p in &f.pickles {
         let p = ir.pickle(p);
-        let _ = writeln!(out, "  pickle {} protocol {:?}", p.name, p.protocol);
+        let proto = p
+            .protocol
+            .map_or(String::new(), |v| format!(" protocol {v}"));
+        let _ = writeln!(out, "  pickle {}{proto}", p.name);
         for g in &p.globals {
             let _ = writeln!(out, "    global {:?} => {:?}", g.path, g.kind);
         }

@@ -200,7 +200,8 @@ impl TensorKey {
         }
     }
 
-    /// The type of the property when an expression names it.
+    /// The type of the property when an expression names it. `segment` has no type of its
+    /// own (it is whatever message the mapping gives) and cannot be named: [`Type::Error`].
     pub fn ty(self) -> Type {
         match self {
             TensorKey::Name => Type::Str,
@@ -208,7 +209,7 @@ impl TensorKey {
             TensorKey::Shape | TensorKey::Strides => Type::List(Box::new(Type::INT)),
             TensorKey::Order => Type::Order,
             TensorKey::ByteOrder => Type::ByteOrder,
-            TensorKey::Data => Type::Payload,
+            TensorKey::Data => Type::TensorData,
             TensorKey::Segment => Type::Error,
         }
     }

@@ -1265,6 +1265,15 @@ impl<'a> Lower<'a> {
                     return members(self, base, &p[1..]);
                 }
                 if let Some(k) = TensorKey::from_name(n) {
+                    if k == TensorKey::Segment {
+                        self.gap(
+                            root.span,
+                            "the mapped `segment` cannot be used in an expression",
+                            "expressions may use the tensor's name, dtype, shape, strides, \
+                             order, byte_order and data",
+                        );
+                        return err_expr(span);
+                    }
                     let base = mk(ExprKind::TensorKey(k), k.ty(), root.span);
                     return members(self, base, &p[1..]);
                 }
@@ -1480,16 +1489,18 @@ impl<'a> Lower<'a> {
             Type::Message(m) => self.message_member(*m, n),
             Type::Entry(e) => {
                 let en = self.ir.entry(*e);
+                // A capture shadows the built-in members (`m.name` of `"{name}.npy"` is
+                // the capture, as the engines read it).
                 match n {
+                    c if en.pattern.captures.iter().any(|x| x == c) => {
+                        Some((Member::Capture(*e, c.to_string()), Type::Str))
+                    }
                     "content" => Some((Member::EntryContent(*e), en.content_ty.clone())),
                     "name" => Some((Member::EntryName(*e), Type::Str)),
                     "value" => match &en.content {
                         Content::Value(t) => Some((Member::EntryValue(*e), t.clone())),
                         _ => None,
                     },
-                    c if en.pattern.captures.iter().any(|x| x == c) => {
-                        Some((Member::Capture(*e, c.to_string()), Type::Str))
-                    }
                     _ => None,
                 }
             }
@@ -1554,7 +1565,7 @@ impl<'a> Lower<'a> {
                 let shown = self.show_ty(&base.ty);
                 self.gap(
                     name.span,
-                    format!("{shown} has no member '{n}'"),
+                    format!("a value of type {shown} has no member '{n}'"),
                     "members are fields of layouts, dicts and messages, entry members \
                      (content, value, name, captures), and source.stem/name/path",
                 );
