@@ -450,3 +450,25 @@ fn whole_dump_has_no_errors() {
     let text = ir::dump(&builtin().ir());
     assert!(!text.contains("<error>"), "{text}");
 }
+
+#[test]
+fn lowering_never_panics_on_rejected_schemas() {
+    // Every example of the reference, accepted or not, and each built-in file alone
+    // (its `use`d formats missing).
+    for (i, text) in doc_blocks().iter().enumerate() {
+        if let Ok(file) = parse(Path::new(&format!("doc{i}.fmt")), text) {
+            let _ = Schema { files: vec![file] }.ir();
+        }
+    }
+    for f in builtin().files {
+        let _ = Schema {
+            files: vec![f.clone()],
+        }
+        .ir();
+        // The same file twice: every name a duplicate.
+        let _ = Schema {
+            files: vec![f.clone(), f],
+        }
+        .ir();
+    }
+}

@@ -25,6 +25,7 @@ pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
         fmts: Vec::new(),
         by_name: HashMap::new(),
         items: Vec::new(),
+        item_ids: Vec::new(),
         cur: FormatId(0),
     };
     l.declare();
@@ -73,8 +74,10 @@ struct Lower<'a> {
     fmts: Vec<(usize, &'a ast::Format)>,
     /// Format identifier → first definition.
     by_name: HashMap<&'a str, FormatId>,
-    /// Per format: item name → item.
+    /// Per format: item name → item (the first of a name).
     items: Vec<HashMap<&'a str, ItemRef>>,
+    /// Per format: the id of each item, aligned with the AST's items.
+    item_ids: Vec<Vec<Option<ItemRef>>>,
     /// The format being lowered.
     cur: FormatId,
 }
@@ -210,6 +213,7 @@ impl<'a> Lower<'a> {
                 .filter_map(|u| self.by_name.get(u.name.as_str()).copied())
                 .collect();
             let mut names: HashMap<&'a str, ItemRef> = HashMap::new();
+            let mut ids = Vec::new();
             for item in &fmt.items {
                 let r = match item {
                     Item::Table(t) => {
@@ -301,15 +305,21 @@ impl<'a> Lower<'a> {
                             span: t.span,
                         });
                         self.ir.formats[i].mappings.push(mid);
+                        ids.push(None);
                         continue;
                     }
-                    Item::Engine(_) | Item::Extensions(_) | Item::Detect(_) => continue,
+                    Item::Engine(_) | Item::Extensions(_) | Item::Detect(_) => {
+                        ids.push(None);
+                        continue;
+                    }
                 };
+                ids.push(Some(r));
                 if let Some(n) = item.name() {
                     names.entry(n.name.as_str()).or_insert(r);
                 }
             }
             self.items.push(names);
+            self.item_ids.push(ids);
         }
     }
 
@@ -396,17 +406,14 @@ impl<'a> Lower<'a> {
                     },
                 })
                 .collect();
-            for item in &fmt.items {
-                match item {
-                    Item::Table(t) => self.table(t),
-                    Item::Dict(d) => self.dict(d),
-                    Item::Layout(l) => self.layout_types(l),
-                    Item::Message(m) => {
-                        if let Some(ItemRef::Message(id)) = self.item(self.cur, &m.name.name) {
-                            self.message_types(id, m);
-                        }
-                    }
-                    Item::Entry(e) => self.entry_types(e),
+            let ids = self.item_ids[i].clone();
+            for (item, id) in fmt.items.iter().zip(ids) {
+                match (item, id) {
+                    (Item::Table(t), Some(ItemRef::Table(id))) => self.table(id, t),
+                    (Item::Dict(d), Some(ItemRef::Dict(id))) => self.dict(id, d),
+                    (Item::Layout(l), Some(ItemRef::Layout(id))) => self.layout_types(id, l),
+                    (Item::Message(m), Some(ItemRef::Message(id))) => self.message_types(id, m),
+                    (Item::Entry(e), Some(ItemRef::Entry(id))) => self.entry_types(id, e),
                     _ => {}
                 }
             }
@@ -450,10 +457,7 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn table(&mut self, t: &ast::Table) {
-        let Some(ItemRef::Table(id)) = self.item(self.cur, &t.name.name) else {
-            return;
-        };
+    fn table(&mut self, id: TableId, t: &ast::Table) {
         let rows = t
             .rows
             .iter()
@@ -468,10 +472,7 @@ impl<'a> Lower<'a> {
         self.ir.tables[id.index()].rows = rows;
     }
 
-    fn dict(&mut self, d: &ast::Dict) {
-        let Some(ItemRef::Dict(id)) = self.item(self.cur, &d.name.name) else {
-            return;
-        };
+    fn dict(&mut self, id: DictId, d: &ast::Dict) {
         let keys = d
             .fields
             .iter()
@@ -529,17 +530,7 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn layout_id(&self, name: &str) -> Option<LayoutId> {
-        match self.item(self.cur, name) {
-            Some(ItemRef::Layout(l)) => Some(l),
-            _ => None,
-        }
-    }
-
-    fn layout_types(&mut self, l: &ast::Layout) {
-        let Some(id) = self.layout_id(&l.name.name) else {
-            return;
-        };
+    fn layout_types(&mut self, id: LayoutId, l: &ast::Layout) {
         let endian: ByteOrder = l.endian.into();
         let mut fields = Vec::new();
         for f in &l.fields {
@@ -737,10 +728,7 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn entry_types(&mut self, e: &'a ast::Entry) {
-        let Some(id) = self.entry_id(&e.name.name) else {
-            return;
-        };
+    fn entry_types(&mut self, id: EntryId, e: &'a ast::Entry) {
         let mut content = Content::Bytes;
         let mut content_ty = Type::Payload;
         if e.has_flag("text") {
@@ -842,15 +830,12 @@ impl<'a> Lower<'a> {
         for i in 0..self.fmts.len() {
             self.cur = FormatId(i as u32);
             let fmt = self.ast_fmt();
-            for item in &fmt.items {
-                match item {
-                    Item::Layout(l) => self.layout_exprs(l),
-                    Item::Message(m) => {
-                        if let Some(ItemRef::Message(id)) = self.item(self.cur, &m.name.name) {
-                            self.message_exprs(id, m);
-                        }
-                    }
-                    Item::Entry(e) => self.entry_exprs(e),
+            let ids = self.item_ids[i].clone();
+            for (item, id) in fmt.items.iter().zip(ids) {
+                match (item, id) {
+                    (Item::Layout(l), Some(ItemRef::Layout(id))) => self.layout_exprs(id, l),
+                    (Item::Message(m), Some(ItemRef::Message(id))) => self.message_exprs(id, m),
+                    (Item::Entry(e), Some(ItemRef::Entry(id))) => self.entry_exprs(id, e),
                     _ => {}
                 }
             }
@@ -861,10 +846,7 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn layout_exprs(&mut self, l: &ast::Layout) {
-        let Some(id) = self.layout_id(&l.name.name) else {
-            return;
-        };
+    fn layout_exprs(&mut self, id: LayoutId, l: &ast::Layout) {
         let sc = Scope::Layout(id);
         for (i, f) in l.fields.iter().enumerate() {
             let mut checks = Vec::new();
@@ -987,10 +969,7 @@ impl<'a> Lower<'a> {
         }
     }
 
-    fn entry_exprs(&mut self, e: &ast::Entry) {
-        let Some(id) = self.entry_id(&e.name.name) else {
-            return;
-        };
+    fn entry_exprs(&mut self, id: EntryId, e: &ast::Entry) {
         let pickle = match &self.ir.entry(id).content {
             Content::Codec(Codec::Pickle(p)) => Some(*p),
             _ => None,
