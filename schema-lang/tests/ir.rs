@@ -211,6 +211,14 @@ fn npz_resolves_across_files() {
         s => panic!("{s:?}"),
     }
     assert_eq!(ir.format(npz).uses, vec![npy]);
+    // Docs are carried: the entry's, its properties', the field's.
+    assert!(member.docs[0].contains("One member per array"));
+    assert!(member
+        .prop_docs
+        .iter()
+        .any(|(p, d)| p == "compression" && d[0].contains("stored")));
+    assert!(field(&ir, "npy", "File", "major").docs[0].contains("Major version"));
+    assert!(ir.format(npy).docs[0].contains("NumPy"));
 }
 
 #[test]

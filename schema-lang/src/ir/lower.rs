@@ -201,6 +201,7 @@ impl<'a> Lower<'a> {
                     entries: Vec::new(),
                     mappings: Vec::new(),
                     span: fmt.span,
+                    name_span: fmt.name.span,
                 });
             }
         }
@@ -224,6 +225,7 @@ impl<'a> Lower<'a> {
                             name: t.name.name.clone(),
                             key: t.key_kind,
                             rows: Vec::new(),
+                            span: t.span,
                         });
                         self.ir.formats[i].tables.push(tid);
                         ItemRef::Table(tid)
@@ -235,6 +237,7 @@ impl<'a> Lower<'a> {
                             format: id,
                             name: d.name.name.clone(),
                             keys: Vec::new(),
+                            span: d.span,
                         });
                         self.ir.formats[i].dicts.push(did);
                         ItemRef::Dict(did)
@@ -247,6 +250,7 @@ impl<'a> Lower<'a> {
                             name: l.name.name.clone(),
                             endian: l.endian.into(),
                             fields: Vec::new(),
+                            span: l.span,
                         });
                         self.ir.formats[i].layouts.push(lid);
                         ItemRef::Layout(lid)
@@ -286,6 +290,12 @@ impl<'a> Lower<'a> {
                             write_name: None,
                             preferred: None,
                             split: None,
+                            prop_docs: e
+                                .props
+                                .iter()
+                                .filter(|p| !p.docs.is_empty())
+                                .map(|p| (p.name.name.clone(), p.docs.clone()))
+                                .collect(),
                             span: e.span,
                         });
                         self.ir.formats[i].entries.push(eid);
@@ -345,6 +355,7 @@ impl<'a> Lower<'a> {
             fields: Vec::new(),
             messages: Vec::new(),
             enums: Vec::new(),
+            span: m.span,
         });
         for x in &m.messages {
             let c = self.declare_message(fmt, x, Some(id), &path);
@@ -370,6 +381,7 @@ impl<'a> Lower<'a> {
             name: e.name.name.clone(),
             parent,
             values: e.values.iter().map(|(n, v)| (n.name.clone(), *v)).collect(),
+            span: e.span,
         });
         id
     }
@@ -481,6 +493,7 @@ impl<'a> Lower<'a> {
                 key: k.key.clone(),
                 optional: k.optional,
                 ty: self.data_type(&k.ty, None),
+                span: k.span,
             })
             .collect();
         self.ir.dicts[id.index()].keys = keys;
@@ -674,6 +687,7 @@ impl<'a> Lower<'a> {
                 packed: f.is_packed(),
                 default: None,
                 write: None,
+                span: f.span,
             });
         }
         self.ir.messages[id.index()].fields = fields;
@@ -1867,6 +1881,7 @@ fn lower_pickle(fmt: FormatId, p: &ast::Pickle) -> Pickle {
         protocol: p.protocol().map(|v| v.min(255) as u8),
         globals: Vec::new(),
         persistent: None,
+        span: p.span,
     };
     for item in &p.items {
         match item {

@@ -9,6 +9,18 @@
 //! Lowering runs as the checker's last step: a schema the checker accepts lowers with no
 //! [`Type::Error`] or [`ExprKind::Error`] left, and whatever lowering cannot resolve is
 //! reported by the checker as a diagnostic.
+//!
+//! One part of the language is dynamically typed: values decoded from a pickle. Their type
+//! is [`Type::Pickled`] (and [`Type::PickleCall`] for the objects of a call kind, whose
+//! `.path` is a string and whose parameters are again `Pickled`): a pickle may hold any
+//! value its declared globals build, so `t.size` or `t.storage.key` have no static type
+//! beyond "a pickled value of declaration P". Everything else is typed precisely.
+//!
+//! What lowering reports (and the checker therefore rejects) in schemas that pass the
+//! other checks: `if` branches of different types, an index the value does not support
+//! (`x.descr[0]` on a string), a member the value does not have (`x.shape[0].y`,
+//! `e.value` of an entry without `value`), an `include` whose value no mapping of the
+//! format maps, and the mapped `segment` used as a name.
 
 mod dump;
 mod expr;
@@ -234,6 +246,8 @@ pub struct Format {
     pub mappings: Vec<MappingId>,
     /// The whole declaration.
     pub span: Span,
+    /// The format's identifier in it.
+    pub name_span: Span,
 }
 
 /// Key-value database backends.
@@ -329,6 +343,8 @@ pub struct Table {
     pub key: KeyKind,
     /// Rows in order.
     pub rows: Vec<TableRow>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// A row of a table.
@@ -353,6 +369,8 @@ pub struct Dict {
     pub name: String,
     /// Its keys, in write order.
     pub keys: Vec<DictKey>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// A key of a dict.
@@ -366,6 +384,8 @@ pub struct DictKey {
     pub optional: bool,
     /// The value's type.
     pub ty: Type,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// `layout Name endian { fields }`
@@ -381,6 +401,8 @@ pub struct Layout {
     pub endian: ByteOrder,
     /// Its fields in file order.
     pub fields: Vec<Field>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// What a layout field holds, as laid out.
@@ -500,6 +522,8 @@ pub struct Message {
     pub messages: Vec<MessageId>,
     /// Nested enums.
     pub enums: Vec<EnumId>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 impl Message {
@@ -609,6 +633,8 @@ pub struct MessageField {
     pub default: Option<Expr>,
     /// `[write = ..]`: the value written.
     pub write: Option<Expr>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// A protobuf enum.
@@ -624,6 +650,8 @@ pub struct Enum {
     pub parent: Option<MessageId>,
     /// Values in order.
     pub values: Vec<(String, i64)>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// What a pickle global builds.
@@ -677,6 +705,8 @@ pub struct Pickle {
     pub globals: Vec<Global>,
     /// Persistent ids: their kind and item names.
     pub persistent: Option<(String, Vec<String>)>,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 impl Pickle {
@@ -759,6 +789,8 @@ pub struct Entry {
     pub preferred: Option<Pattern>,
     /// `split = N;` (integer): records hold at most this many elements.
     pub split: Option<Expr>,
+    /// The `///` lines of its documented properties: property name and lines.
+    pub prop_docs: Vec<(String, Vec<String>)>,
     /// The whole entry.
     pub span: Span,
 }
