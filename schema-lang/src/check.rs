@@ -22,6 +22,11 @@ pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
         formats: HashMap::new(),
     };
     c.run();
+    // Lowering to the IR is the last check: what it cannot resolve in a schema that
+    // passed every other check is reported here.
+    if c.errors.is_empty() && !lenient {
+        c.errors.extend(crate::ir::lower(files).1);
+    }
     // By file, then by position.
     let index = |d: &Diagnostic| files.iter().position(|f| f.path == d.path);
     c.errors.sort_by_key(|d| (index(d), d.span.start));

@@ -12,6 +12,7 @@ pub mod ast;
 mod ast_impl;
 mod check;
 pub mod diag;
+pub mod ir;
 mod parser;
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,12 @@ impl Schema {
     /// The format with identifier `name` (not its public name), with its file.
     pub fn format(&self, name: &str) -> Option<(&ast::SchemaFile, &ast::Format)> {
         self.formats().find(|(_, f)| f.name.name == name)
+    }
+
+    /// The resolved, typed IR of the schema (see [`ir`]). Never panics; for a schema
+    /// built by [`load`] or [`Schema::from_files`] (checked), the IR is complete.
+    pub fn ir(&self) -> ir::Ir {
+        ir::build(self)
     }
 
     /// The format whose public name (see [`ast::Format::public_name`]) is `name`.

@@ -562,3 +562,91 @@ fn pickle_write_rules() {
     );
     one_error(&base("m.D()", "m.r(1)"), "'m.r' takes 2 arguments, found 1");
 }
+
+/// What the typed IR cannot resolve in a schema that passes every other check is reported
+/// by the checker, at its span and with a help line.
+#[test]
+fn lowering_gaps_are_reported() {
+    let base = |stmt: &str| {
+        format!(
+            r#"format f {{
+    engine file;
+    table t: str -> dtype {{ "a" => f32 }}
+    dict H {{ descr: str; shape: tuple<u64>; }}
+    layout File little {{
+        n: u32 write = size(h);
+        h: H size n codec json;
+        data: payload rest;
+    }}
+    tensor from File as x {{
+        name = source.stem;
+        dtype = t[x.h.descr];
+        shape = x.h.shape;
+        data = x.data;
+        {stmt}
+    }}
+}}
+"#
+        )
+    };
+    assert_eq!(messages(&base("order = c;")), Vec::<String>::new());
+    let cases = [
+        (
+            "order = if x.h.descr == \"a\" { c } else { le };",
+            "the branches of this `if` have different types: order and byte_order",
+            "if x.h.descr",
+        ),
+        (
+            "byte_order = if x.h.descr[0] == \"a\" { le } else { be };",
+            "cannot index str with int",
+            "x.h.descr[0]",
+        ),
+        (
+            "strides = [x.h.shape[0].y];",
+            "a value of type u64 has no member 'y'",
+            "y",
+        ),
+        (
+            "byte_order = if segment == none { le } else { be };",
+            "the mapped `segment` cannot be used in an expression",
+            "segment",
+        ),
+    ];
+    for (stmt, want, at) in cases {
+        let src = base(stmt);
+        let d = errors(&src);
+        assert_eq!(d.len(), 1, "{stmt}: {d:?}");
+        assert_eq!(d.0[0].message, want);
+        assert!(d.0[0].help.is_some(), "{stmt}: no help");
+        assert_eq!(&src[d.0[0].span.start..d.0[0].span.start + at.len()], at);
+    }
+
+    // `.value` of an entry that has none, and an include whose value no mapping maps.
+    let zip = |stmts: &str| {
+        format!(
+            r#"format a {{
+    engine file;
+    layout File little {{ data: payload rest; }}
+    tensor from File as f {{ name = source.stem; dtype = f32; shape = [1]; data = f.data; }}
+}}
+format z {{
+    engine zip;
+    entry m "{{k}}.bin" {{ repeated; layout a.File; }}
+    tensor from m as e {{ {stmts} }}
+}}
+"#
+        )
+    };
+    assert_eq!(
+        messages(&zip("include a.tensor(e.content); name = e.k;")),
+        Vec::<String>::new()
+    );
+    one_error(
+        &zip("include a.tensor(e.content); name = e.value;"),
+        "a value of type entry z.m has no member 'value'",
+    );
+    one_error(
+        &zip("include a.tensor(e.k);"),
+        "no tensor mapping of format 'a' maps str",
+    );
+}

@@ -1,0 +1,1940 @@
+//! Lowering: AST → IR. Names are bound to ids, types resolved, expressions typed once.
+//!
+//! Lowering never fails: what it cannot resolve becomes [`Type::Error`] /
+//! [`ExprKind::Error`] and a diagnostic, which the checker reports (it runs lowering as its
+//! last step), so a schema the checker accepts lowers completely.
+
+use std::collections::HashMap;
+
+use super::expr::{
+    Arg, Builtin, Const, Expr, ExprKind, IndexKind, Member, Order, TensorKey, WriteVar,
+};
+use super::ty::{ByteOrder, Dtype, FloatTy, IntTy, Type};
+use super::*;
+use crate::ast::{self, BinaryOp, Ident, Item, Span, UnaryOp};
+use crate::ast_impl::pattern_captures;
+use crate::diag::Diagnostic;
+
+/// Lowers `files` (the whole schema) into the IR, with the diagnostics of whatever could
+/// not be resolved.
+pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
+    let mut l = Lower {
+        files,
+        ir: Ir::default(),
+        diags: Vec::new(),
+        fmts: Vec::new(),
+        by_name: HashMap::new(),
+        items: Vec::new(),
+        item_ids: Vec::new(),
+        cur: FormatId(0),
+    };
+    l.declare();
+    l.types();
+    l.sources();
+    l.bodies();
+    (l.ir, l.diags)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum ItemRef {
+    Table(TableId),
+    Dict(DictId),
+    Layout(LayoutId),
+    Message(MessageId),
+    Enum(EnumId),
+    Pickle(PickleId),
+    Entry(EntryId),
+}
+
+/// Where an expression is evaluated, for name resolution.
+#[derive(Clone)]
+enum Scope {
+    /// A layout field's modifier.
+    Layout(LayoutId),
+    /// An entry property.
+    Entry,
+    /// A mapping's `from`.
+    Source,
+    /// A mapping's statements and filter.
+    Mapping(MappingId),
+    /// A protobuf write rule (message options, a protobuf or kv mapping's `write`).
+    ProtoWrite { tensor: bool },
+    /// A pickle write rule (a pickle entry's `write`, a mapping's `write`).
+    PickleWrite {
+        tensor: bool,
+        pickle: Option<PickleId>,
+    },
+}
+
+struct Lower<'a> {
+    files: &'a [ast::SchemaFile],
+    ir: Ir,
+    diags: Vec<Diagnostic>,
+    /// Per format: its file and declaration.
+    fmts: Vec<(usize, &'a ast::Format)>,
+    /// Format identifier → first definition.
+    by_name: HashMap<&'a str, FormatId>,
+    /// Per format: item name → item (the first of a name).
+    items: Vec<HashMap<&'a str, ItemRef>>,
+    /// Per format: the id of each item, aligned with the AST's items.
+    item_ids: Vec<Vec<Option<ItemRef>>>,
+    /// The format being lowered.
+    cur: FormatId,
+}
+
+fn err_expr(span: Span) -> Expr {
+    Expr {
+        kind: ExprKind::Error,
+        ty: Type::Error,
+        span,
+    }
+}
+
+fn mk(kind: ExprKind, ty: Type, span: Span) -> Expr {
+    Expr { kind, ty, span }
+}
+
+fn dotted(p: &[Ident]) -> String {
+    p.iter()
+        .map(|i| i.name.as_str())
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+impl<'a> Lower<'a> {
+    // -----------------------------------------------------------------------------------
+    // Diagnostics and lookups
+
+    fn gap(&mut self, span: Span, msg: impl Into<String>, help: impl Into<String>) {
+        let file = self.fmts[self.cur.index()].0;
+        let f = &self.files[file];
+        self.diags
+            .push(Diagnostic::new(&f.path, &f.source, span, msg).with_help(help));
+    }
+
+    fn ast_fmt(&self) -> &'a ast::Format {
+        self.fmts[self.cur.index()].1
+    }
+
+    fn item(&self, fmt: FormatId, name: &str) -> Option<ItemRef> {
+        self.items[fmt.index()].get(name).copied()
+    }
+
+    /// The format `name` as visible from the current format's file.
+    fn visible(&self, name: &str) -> Option<FormatId> {
+        let file = self.fmts[self.cur.index()].0;
+        let f = &self.files[file];
+        if f.formats.iter().any(|x| x.name.name == name) {
+            return self
+                .fmts
+                .iter()
+                .position(|(fi, x)| *fi == file && x.name.name == name)
+                .map(|i| FormatId(i as u32));
+        }
+        if f.uses.iter().any(|u| u.name == name) {
+            return self.by_name.get(name).copied();
+        }
+        None
+    }
+
+    /// Splits `fmt.Rest...` like the checker: a path starting with a visible format that
+    /// is not an item of the current one names that format's item.
+    fn split<'p>(&self, path: &'p [Ident]) -> (FormatId, &'p [Ident]) {
+        if path.len() >= 2 && self.item(self.cur, &path[0].name).is_none() {
+            if let Some(f) = self.visible(&path[0].name) {
+                return (f, &path[1..]);
+            }
+        }
+        (self.cur, path)
+    }
+
+    /// A message or enum nested in `m` by `rest`.
+    fn nested(&self, m: MessageId, rest: &[Ident]) -> Option<ItemRef> {
+        let (first, more) = match rest.split_first() {
+            None => return Some(ItemRef::Message(m)),
+            Some(x) => x,
+        };
+        let msg = self.ir.message(m);
+        if let Some(&x) = msg
+            .messages
+            .iter()
+            .find(|&&x| self.ir.message(x).name == first.name)
+        {
+            return self.nested(x, more);
+        }
+        if more.is_empty() {
+            if let Some(&e) = msg
+                .enums
+                .iter()
+                .find(|&&e| self.ir.enum_(e).name == first.name)
+            {
+                return Some(ItemRef::Enum(e));
+            }
+        }
+        None
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 1: ids for every item
+
+    fn declare(&mut self) {
+        for (fi, file) in self.files.iter().enumerate() {
+            for fmt in &file.formats {
+                let id = FormatId(self.fmts.len() as u32);
+                self.fmts.push((fi, fmt));
+                self.by_name.entry(fmt.name.name.as_str()).or_insert(id);
+                self.ir.formats.push(Format {
+                    docs: fmt.docs.clone(),
+                    name: fmt.name.name.clone(),
+                    public_name: fmt.public_name().to_string(),
+                    file: fi,
+                    uses: Vec::new(),
+                    engine: Engine::Error,
+                    extensions: fmt.extensions().map(|s| s.value.clone()).collect(),
+                    detects: Vec::new(),
+                    tables: Vec::new(),
+                    dicts: Vec::new(),
+                    layouts: Vec::new(),
+                    messages: Vec::new(),
+                    enums: Vec::new(),
+                    pickles: Vec::new(),
+                    entries: Vec::new(),
+                    mappings: Vec::new(),
+                    span: fmt.span,
+                    name_span: fmt.name.span,
+                });
+            }
+        }
+        for i in 0..self.fmts.len() {
+            let (fi, fmt) = self.fmts[i];
+            let id = FormatId(i as u32);
+            self.ir.formats[i].uses = self.files[fi]
+                .uses
+                .iter()
+                .filter_map(|u| self.by_name.get(u.name.as_str()).copied())
+                .collect();
+            let mut names: HashMap<&'a str, ItemRef> = HashMap::new();
+            let mut ids = Vec::new();
+            for item in &fmt.items {
+                let r = match item {
+                    Item::Table(t) => {
+                        let tid = TableId(self.ir.tables.len() as u32);
+                        self.ir.tables.push(Table {
+                            docs: t.docs.clone(),
+                            format: id,
+                            name: t.name.name.clone(),
+                            key: t.key_kind,
+                            rows: Vec::new(),
+                            span: t.span,
+                        });
+                        self.ir.formats[i].tables.push(tid);
+                        ItemRef::Table(tid)
+                    }
+                    Item::Dict(d) => {
+                        let did = DictId(self.ir.dicts.len() as u32);
+                        self.ir.dicts.push(Dict {
+                            docs: d.docs.clone(),
+                            format: id,
+                            name: d.name.name.clone(),
+                            keys: Vec::new(),
+                            span: d.span,
+                        });
+                        self.ir.formats[i].dicts.push(did);
+                        ItemRef::Dict(did)
+                    }
+                    Item::Layout(l) => {
+                        let lid = LayoutId(self.ir.layouts.len() as u32);
+                        self.ir.layouts.push(Layout {
+                            docs: l.docs.clone(),
+                            format: id,
+                            name: l.name.name.clone(),
+                            endian: l.endian.into(),
+                            fields: Vec::new(),
+                            span: l.span,
+                        });
+                        self.ir.formats[i].layouts.push(lid);
+                        ItemRef::Layout(lid)
+                    }
+                    Item::Message(m) => {
+                        let mid = self.declare_message(id, m, None, "");
+                        self.ir.formats[i].messages.push(mid);
+                        ItemRef::Message(mid)
+                    }
+                    Item::Enum(e) => {
+                        let eid = self.declare_enum(id, e, None);
+                        self.ir.formats[i].enums.push(eid);
+                        ItemRef::Enum(eid)
+                    }
+                    Item::Pickle(p) => {
+                        let pid = PickleId(self.ir.pickles.len() as u32);
+                        self.ir.pickles.push(lower_pickle(id, p));
+                        self.ir.formats[i].pickles.push(pid);
+                        ItemRef::Pickle(pid)
+                    }
+                    Item::Entry(e) => {
+                        let eid = EntryId(self.ir.entries.len() as u32);
+                        self.ir.entries.push(Entry {
+                            docs: e.docs.clone(),
+                            format: id,
+                            name: e.name.name.clone(),
+                            pattern: pattern(&e.pattern.value),
+                            repeated: e.has_flag("repeated"),
+                            optional: e.has_flag("optional"),
+                            strict: e.has_flag("strict"),
+                            content: Content::Bytes,
+                            content_ty: Type::Payload,
+                            compression: Vec::new(),
+                            align: None,
+                            check: None,
+                            write: None,
+                            write_name: None,
+                            preferred: None,
+                            split: None,
+                            prop_docs: e
+                                .props
+                                .iter()
+                                .filter(|p| !p.docs.is_empty())
+                                .map(|p| (p.name.name.clone(), p.docs.clone()))
+                                .collect(),
+                            span: e.span,
+                        });
+                        self.ir.formats[i].entries.push(eid);
+                        ItemRef::Entry(eid)
+                    }
+                    Item::Tensor(t) => {
+                        let mid = MappingId(self.ir.mappings.len() as u32);
+                        self.ir.mappings.push(Mapping {
+                            docs: t.docs.clone(),
+                            format: id,
+                            source: err_expr(t.source.span),
+                            binding: t.binding.name.clone(),
+                            binding_ty: Type::Error,
+                            filter: None,
+                            stmts: Vec::new(),
+                            write: None,
+                            span: t.span,
+                        });
+                        self.ir.formats[i].mappings.push(mid);
+                        ids.push(None);
+                        continue;
+                    }
+                    Item::Engine(_) | Item::Extensions(_) | Item::Detect(_) => {
+                        ids.push(None);
+                        continue;
+                    }
+                };
+                ids.push(Some(r));
+                if let Some(n) = item.name() {
+                    names.entry(n.name.as_str()).or_insert(r);
+                }
+            }
+            self.items.push(names);
+            self.item_ids.push(ids);
+        }
+    }
+
+    fn declare_message(
+        &mut self,
+        fmt: FormatId,
+        m: &ast::Message,
+        parent: Option<MessageId>,
+        prefix: &str,
+    ) -> MessageId {
+        let id = MessageId(self.ir.messages.len() as u32);
+        let path = if prefix.is_empty() {
+            m.name.name.clone()
+        } else {
+            format!("{prefix}.{}", m.name.name)
+        };
+        self.ir.messages.push(Message {
+            docs: m.docs.clone(),
+            format: fmt,
+            name: m.name.name.clone(),
+            path: path.clone(),
+            parent,
+            fields: Vec::new(),
+            messages: Vec::new(),
+            enums: Vec::new(),
+            span: m.span,
+        });
+        for x in &m.messages {
+            let c = self.declare_message(fmt, x, Some(id), &path);
+            self.ir.messages[id.index()].messages.push(c);
+        }
+        for e in &m.enums {
+            let c = self.declare_enum(fmt, e, Some(id));
+            self.ir.messages[id.index()].enums.push(c);
+        }
+        id
+    }
+
+    fn declare_enum(
+        &mut self,
+        fmt: FormatId,
+        e: &ast::EnumDecl,
+        parent: Option<MessageId>,
+    ) -> EnumId {
+        let id = EnumId(self.ir.enums.len() as u32);
+        self.ir.enums.push(Enum {
+            docs: e.docs.clone(),
+            format: fmt,
+            name: e.name.name.clone(),
+            parent,
+            values: e.values.iter().map(|(n, v)| (n.name.clone(), *v)).collect(),
+            span: e.span,
+        });
+        id
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 2: types of declarations
+
+    fn types(&mut self) {
+        for i in 0..self.fmts.len() {
+            self.cur = FormatId(i as u32);
+            let fmt = self.ast_fmt();
+            self.ir.formats[i].engine = self.engine(fmt);
+            self.ir.formats[i].detects = fmt
+                .detects()
+                .map(|d| match d {
+                    ast::Detect::Magic { bytes, at, .. } => Detect::Magic {
+                        bytes: bytes.value.clone(),
+                        at: *at,
+                    },
+                    ast::Detect::Entries {
+                        all,
+                        none,
+                        pattern: p,
+                        ..
+                    } => Detect::Entries {
+                        mode: if *none {
+                            EntriesMode::None
+                        } else if *all {
+                            EntriesMode::All
+                        } else {
+                            EntriesMode::Any
+                        },
+                        pattern: pattern(&p.value),
+                    },
+                })
+                .collect();
+            let ids = self.item_ids[i].clone();
+            for (item, id) in fmt.items.iter().zip(ids) {
+                match (item, id) {
+                    (Item::Table(t), Some(ItemRef::Table(id))) => self.table(id, t),
+                    (Item::Dict(d), Some(ItemRef::Dict(id))) => self.dict(id, d),
+                    (Item::Layout(l), Some(ItemRef::Layout(id))) => self.layout_types(id, l),
+                    (Item::Message(m), Some(ItemRef::Message(id))) => self.message_types(id, m),
+                    (Item::Entry(e), Some(ItemRef::Entry(id))) => self.entry_types(id, e),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn engine(&mut self, fmt: &'a ast::Format) -> Engine {
+        let Some(e) = fmt.engine() else {
+            return Engine::Error;
+        };
+        match e.kind.name.as_str() {
+            "file" => Engine::File,
+            "zip" => Engine::Zip,
+            "protobuf" => {
+                let root = crate::find_arg(&e.args, "root")
+                    .and_then(|a| a.value.path_name())
+                    .and_then(|n| self.item(self.cur, n));
+                match root {
+                    Some(ItemRef::Message(root)) => Engine::Protobuf { root },
+                    _ => Engine::Error,
+                }
+            }
+            "kv" => {
+                let backend =
+                    match crate::find_arg(&e.args, "backend").and_then(|a| a.value.path_name()) {
+                        Some("records") => KvBackend::Records,
+                        Some("lmdb") => KvBackend::Lmdb,
+                        Some("leveldb") => KvBackend::Leveldb,
+                        _ => return Engine::Error,
+                    };
+                let schema = match crate::find_arg(&e.args, "schema") {
+                    None => None,
+                    Some(a) => match a.value.path_name().and_then(|n| self.visible(n)) {
+                        Some(f) => Some(f),
+                        None => return Engine::Error,
+                    },
+                };
+                Engine::Kv { backend, schema }
+            }
+            _ => Engine::Error,
+        }
+    }
+
+    fn table(&mut self, id: TableId, t: &ast::Table) {
+        let rows = t
+            .rows
+            .iter()
+            .filter_map(|r| {
+                Some(TableRow {
+                    key: r.key.clone(),
+                    dtype: Dtype::from_name(&r.dtype.name)?,
+                    endian: r.endian.map(ByteOrder::from),
+                })
+            })
+            .collect();
+        self.ir.tables[id.index()].rows = rows;
+    }
+
+    fn dict(&mut self, id: DictId, d: &ast::Dict) {
+        let keys = d
+            .fields
+            .iter()
+            .map(|k| DictKey {
+                docs: k.docs.clone(),
+                key: k.key.clone(),
+                optional: k.optional,
+                ty: self.data_type(&k.ty, None),
+                span: k.span,
+            })
+            .collect();
+        self.ir.dicts[id.index()].keys = keys;
+    }
+
+    /// A layout-field or dict-key type; `endian` is the layout's byte order.
+    fn data_type(&mut self, t: &ast::TypeRef, endian: Option<ByteOrder>) -> Type {
+        if t.path.len() == 1 {
+            let n = t.path[0].name.as_str();
+            if let Some(&(_, w, signed)) = crate::INT_TYPES.iter().find(|x| x.0 == n) {
+                let mut it = IntTy::sized(w as u8, signed);
+                it.endian = endian;
+                return Type::Int(it);
+            }
+            let arg = |l: &mut Self, i: usize| match t.args.get(i) {
+                Some(a) => l.data_type(a, endian),
+                None => Type::Error,
+            };
+            match n {
+                "f32" | "f64" => {
+                    return Type::Float(FloatTy {
+                        bytes: if n == "f32" { 4 } else { 8 },
+                        endian,
+                    })
+                }
+                "bool" => return Type::Bool,
+                "str" => return Type::Str,
+                "bytes" => return Type::Bytes,
+                "payload" => return Type::Payload,
+                "tuple" => return Type::Tuple(Box::new(arg(self, 0))),
+                "list" => return Type::List(Box::new(arg(self, 0))),
+                "map" => return Type::Map(Box::new(arg(self, 0)), Box::new(arg(self, 1))),
+                _ => {}
+            }
+        }
+        let (fmt, rest) = self.split(&t.path);
+        match self.item(fmt, &rest[0].name) {
+            Some(ItemRef::Dict(d)) if rest.len() == 1 => Type::Dict(d),
+            Some(ItemRef::Layout(l)) if rest.len() == 1 => Type::Layout(l),
+            Some(ItemRef::Enum(e)) if rest.len() == 1 => Type::Enum(e),
+            Some(ItemRef::Message(m)) => match self.nested(m, &rest[1..]) {
+                Some(ItemRef::Message(m)) => Type::Message(m),
+                Some(ItemRef::Enum(e)) => Type::Enum(e),
+                _ => Type::Error,
+            },
+            _ => Type::Error,
+        }
+    }
+
+    fn layout_types(&mut self, id: LayoutId, l: &ast::Layout) {
+        let endian: ByteOrder = l.endian.into();
+        let mut fields = Vec::new();
+        for f in &l.fields {
+            let codec = f.codec().and_then(|(n, args)| self.codec_decl(n, args));
+            let (kind, item_ty) = match &f.ty {
+                ast::FieldType::Magic(b) => (FieldKind::Magic(b.value.clone()), Type::Bytes),
+                ast::FieldType::Named(t) => {
+                    let mut ty = self.data_type(t, Some(endian));
+                    if matches!(ty, Type::Bytes | Type::Payload) {
+                        match &codec {
+                            Some(Codec::Pickle(p)) => ty = Type::Pickled(*p),
+                            Some(Codec::Protobuf(m)) => ty = Type::Message(*m),
+                            _ => {}
+                        }
+                    }
+                    if ty == Type::Error {
+                        self.gap(
+                            t.span,
+                            format!("cannot resolve the type '{t}' of field '{}'", f.name.name),
+                            "name a builtin type, or a dict, layout, message or enum",
+                        );
+                    }
+                    (FieldKind::Value, ty)
+                }
+                ast::FieldType::Cond {
+                    then,
+                    otherwise,
+                    span,
+                    ..
+                } => {
+                    let a = self.data_type(then, Some(endian));
+                    let b = self.data_type(otherwise, Some(endian));
+                    match (a, b) {
+                        (Type::Int(a), Type::Int(b)) => {
+                            let wide = IntTy {
+                                bytes: a.bytes.max(b.bytes),
+                                signed: a.signed || b.signed,
+                                endian: Some(endian),
+                            };
+                            (
+                                FieldKind::Cond {
+                                    cond: err_expr(*span),
+                                    then: a,
+                                    otherwise: b,
+                                },
+                                Type::Int(wide),
+                            )
+                        }
+                        _ => (FieldKind::Value, Type::Error),
+                    }
+                }
+            };
+            let repeat = f.repeat().map(|r| match r {
+                ast::Repeat::UntilEof(_) => Repeat::UntilEof,
+                ast::Repeat::Count(e) => Repeat::Count(err_expr(e.span)),
+            });
+            let ty = if repeat.is_some() {
+                Type::List(Box::new(item_ty.clone()))
+            } else {
+                item_ty.clone()
+            };
+            fields.push(Field {
+                docs: f.docs.clone(),
+                name: f.name.name.clone(),
+                kind,
+                item_ty,
+                ty,
+                checks: Vec::new(),
+                write: None,
+                implied: f.implied_constant().and_then(const_of),
+                size: None,
+                rest: f.is_rest(),
+                repeat,
+                align: None,
+                at: None,
+                codec,
+                pad: None,
+                span: f.span,
+            });
+        }
+        self.ir.layouts[id.index()].fields = fields;
+    }
+
+    /// A codec's declaration part (its expressions come later).
+    fn codec_decl(&mut self, name: &Ident, args: &[ast::Arg]) -> Option<Codec> {
+        match name.name.as_str() {
+            "json" => Some(Codec::Json),
+            "pydict" => Some(Codec::PyDict {
+                encoding: None,
+                spare: None,
+            }),
+            "pickle" | "protobuf" => {
+                let path = args.first()?.value.as_path()?;
+                let (fmt, rest) = self.split(path);
+                let r = self.item(fmt, &rest[0].name)?;
+                match (name.name.as_str(), r) {
+                    ("pickle", ItemRef::Pickle(p)) if rest.len() == 1 => Some(Codec::Pickle(p)),
+                    ("protobuf", ItemRef::Message(m)) => match self.nested(m, &rest[1..]) {
+                        Some(ItemRef::Message(m)) => Some(Codec::Protobuf(m)),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn message_types(&mut self, id: MessageId, m: &ast::Message) {
+        let mut fields = Vec::new();
+        for f in &m.fields {
+            let proto = self.proto_type(id, &f.ty);
+            let one = match proto {
+                Some(ProtoType::Scalar(s)) => s.ty(),
+                Some(ProtoType::Message(m)) => Type::Message(m),
+                Some(ProtoType::Enum(e)) => Type::Enum(e),
+                None => {
+                    self.gap(
+                        f.ty.span,
+                        format!(
+                            "cannot resolve the type '{}' of field '{}'",
+                            f.ty, f.name.name
+                        ),
+                        "name a protobuf scalar, or a message or enum in scope",
+                    );
+                    Type::Error
+                }
+            };
+            let ty = if f.label == ast::Label::Repeated {
+                Type::List(Box::new(one))
+            } else {
+                one
+            };
+            fields.push(MessageField {
+                docs: f.docs.clone(),
+                name: f.name.name.clone(),
+                label: f.label,
+                proto: proto.unwrap_or(ProtoType::Scalar(ProtoScalar::Bytes)),
+                ty,
+                tag: f.tag,
+                packed: f.is_packed(),
+                default: None,
+                write: None,
+                span: f.span,
+            });
+        }
+        self.ir.messages[id.index()].fields = fields;
+        let nested: Vec<MessageId> = self.ir.message(id).messages.clone();
+        for (x, mid) in m.messages.iter().zip(nested) {
+            self.message_types(mid, x);
+        }
+    }
+
+    /// A message field's type, looked up from the innermost message outwards, then the
+    /// format's top level, then `other.Msg` of a visible format.
+    fn proto_type(&self, within: MessageId, t: &ast::TypeRef) -> Option<ProtoType> {
+        if t.path.len() == 1 {
+            if let Some(s) = ProtoScalar::from_name(&t.path[0].name) {
+                return Some(ProtoType::Scalar(s));
+            }
+        }
+        let as_proto = |r: ItemRef| match r {
+            ItemRef::Message(m) => Some(ProtoType::Message(m)),
+            ItemRef::Enum(e) => Some(ProtoType::Enum(e)),
+            _ => None,
+        };
+        let mut scope = Some(within);
+        while let Some(m) = scope {
+            if let Some(r) = self.nested(m, &t.path).filter(|_| !t.path.is_empty()) {
+                if r != ItemRef::Message(m) {
+                    return as_proto(r);
+                }
+            }
+            scope = self.ir.message(m).parent;
+        }
+        let top = |fmt: FormatId, p: &[Ident]| match self.item(fmt, &p[0].name)? {
+            ItemRef::Message(m) => self.nested(m, &p[1..]).and_then(as_proto),
+            ItemRef::Enum(e) if p.len() == 1 => Some(ProtoType::Enum(e)),
+            _ => None,
+        };
+        if let Some(x) = top(self.cur, &t.path) {
+            return Some(x);
+        }
+        if t.path.len() >= 2 {
+            if let Some(f) = self.visible(&t.path[0].name) {
+                return top(f, &t.path[1..]);
+            }
+        }
+        None
+    }
+
+    fn entry_id(&self, name: &str) -> Option<EntryId> {
+        match self.item(self.cur, name) {
+            Some(ItemRef::Entry(e)) => Some(e),
+            _ => None,
+        }
+    }
+
+    fn entry_types(&mut self, id: EntryId, e: &'a ast::Entry) {
+        let mut content = Content::Bytes;
+        let mut content_ty = Type::Payload;
+        if e.has_flag("text") {
+            content = Content::Text;
+            content_ty = Type::Str;
+        }
+        if let Some(v) = e.prop_value("layout").and_then(|v| v.as_path()) {
+            let (fmt, rest) = self.split(v);
+            if let (Some(ItemRef::Layout(l)), 1) = (self.item(fmt, &rest[0].name), rest.len()) {
+                content = Content::Layout(l);
+                content_ty = Type::Layout(l);
+            }
+        }
+        if let Some(v) = e.prop_value("value") {
+            let t = ast::TypeRef {
+                path: v.as_path().map(|p| p.to_vec()).unwrap_or_default(),
+                args: Vec::new(),
+                span: v.span,
+            };
+            let ty = if t.path.is_empty() {
+                Type::Error
+            } else {
+                self.data_type(&t, None)
+            };
+            content_ty = ty.clone();
+            content = Content::Value(ty);
+        }
+        if let Some(v) = e.prop_value("codec") {
+            let c = match &v.kind {
+                ast::ExprKind::Call { callee, args } if callee.len() == 1 => {
+                    self.codec_decl(&callee[0], args)
+                }
+                ast::ExprKind::Path(p) if p.len() == 1 => self.codec_decl(&p[0], &[]),
+                _ => None,
+            };
+            if let Some(c) = c {
+                content_ty = match &c {
+                    Codec::Pickle(p) => Type::Pickled(*p),
+                    Codec::Protobuf(m) => Type::Message(*m),
+                    _ => Type::Bytes,
+                };
+                content = Content::Codec(c);
+            }
+        }
+        let compression = match e.prop_value("compression") {
+            None => Vec::new(),
+            Some(v) => {
+                let items: Vec<&ast::Expr> = match &v.kind {
+                    ast::ExprKind::List(l) => l.iter().collect(),
+                    _ => vec![v],
+                };
+                items
+                    .iter()
+                    .filter_map(|x| match x.path_name() {
+                        Some("stored") => Some(Compression::Stored),
+                        Some("deflate") => Some(Compression::Deflate),
+                        _ => None,
+                    })
+                    .collect()
+            }
+        };
+        let str_prop = |n: &str| match e.prop_value(n).map(|v| &v.kind) {
+            Some(ast::ExprKind::Str(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let en = &mut self.ir.entries[id.index()];
+        en.content = content;
+        en.content_ty = content_ty;
+        en.compression = compression;
+        en.write_name = str_prop("write_name");
+        en.preferred = str_prop("preferred").map(|s| pattern(&s));
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 3: mapping sources and bindings
+
+    fn sources(&mut self) {
+        for i in 0..self.fmts.len() {
+            self.cur = FormatId(i as u32);
+            let maps: Vec<&'a ast::TensorMap> = self.ast_fmt().tensors().collect();
+            for (t, id) in maps.into_iter().zip(self.ir.formats[i].mappings.clone()) {
+                let source = self.expr(&Scope::Source, &t.source);
+                let binding_ty = match &source.ty {
+                    Type::List(x) | Type::Tuple(x) => (**x).clone(),
+                    Type::Map(k, v) => Type::MapItem(k.clone(), v.clone()),
+                    other => other.clone(),
+                };
+                let m = &mut self.ir.mappings[id.index()];
+                m.source = source;
+                m.binding_ty = binding_ty;
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Pass 4: expressions
+
+    fn bodies(&mut self) {
+        for i in 0..self.fmts.len() {
+            self.cur = FormatId(i as u32);
+            let fmt = self.ast_fmt();
+            let ids = self.item_ids[i].clone();
+            for (item, id) in fmt.items.iter().zip(ids) {
+                match (item, id) {
+                    (Item::Layout(l), Some(ItemRef::Layout(id))) => self.layout_exprs(id, l),
+                    (Item::Message(m), Some(ItemRef::Message(id))) => self.message_exprs(id, m),
+                    (Item::Entry(e), Some(ItemRef::Entry(id))) => self.entry_exprs(id, e),
+                    _ => {}
+                }
+            }
+            let maps: Vec<&'a ast::TensorMap> = fmt.tensors().collect();
+            for (t, id) in maps.into_iter().zip(self.ir.formats[i].mappings.clone()) {
+                self.mapping(id, t);
+            }
+        }
+    }
+
+    fn layout_exprs(&mut self, id: LayoutId, l: &ast::Layout) {
+        let sc = Scope::Layout(id);
+        for (i, f) in l.fields.iter().enumerate() {
+            let mut checks = Vec::new();
+            let (mut write, mut size, mut align, mut at, mut count, mut pad) =
+                (None, None, None, None, None, None);
+            let (mut encoding, mut spare) = (None, None);
+            for m in &f.modifiers {
+                match m {
+                    ast::Modifier::Check(e) => checks.push(self.expr(&sc, e)),
+                    ast::Modifier::Write(e) => write = Some(self.expr(&sc, e)),
+                    ast::Modifier::Size(e) => size = Some(self.expr(&sc, e)),
+                    ast::Modifier::Align(e) => align = Some(self.expr(&sc, e)),
+                    ast::Modifier::At(e) => at = Some(self.expr(&sc, e)),
+                    ast::Modifier::Repeat(ast::Repeat::Count(e)) => count = Some(self.expr(&sc, e)),
+                    ast::Modifier::Codec { args, .. } => {
+                        for a in args {
+                            match a.name.as_ref().map(|n| n.name.as_str()) {
+                                Some("encoding") => encoding = Some(self.expr(&sc, &a.value)),
+                                Some("spare") => spare = Some(self.expr(&sc, &a.value)),
+                                _ => {}
+                            }
+                        }
+                    }
+                    ast::Modifier::Pad { args, span } => pad = Some(self.pad(&sc, args, *span)),
+                    _ => {}
+                }
+            }
+            let cond = match &f.ty {
+                ast::FieldType::Cond { cond, .. } => Some(self.expr(&sc, cond)),
+                _ => None,
+            };
+            let fld = &mut self.ir.layouts[id.index()].fields[i];
+            fld.checks = checks;
+            fld.write = write;
+            fld.size = size;
+            fld.align = align;
+            fld.at = at;
+            fld.pad = pad;
+            if let (Some(c), Some(Repeat::Count(slot))) = (count, fld.repeat.as_mut()) {
+                *slot = c;
+            }
+            if let (Some(c), FieldKind::Cond { cond: slot, .. }) = (cond, &mut fld.kind) {
+                *slot = c;
+            }
+            if let Some(Codec::PyDict {
+                encoding: e,
+                spare: s,
+            }) = fld.codec.as_mut()
+            {
+                *e = encoding;
+                *s = spare;
+            }
+        }
+    }
+
+    fn pad(&mut self, sc: &Scope, args: &[ast::Arg], span: Span) -> Pad {
+        let mut p = Pad {
+            align: err_expr(span),
+            fill: b' ',
+            last: None,
+            min: None,
+        };
+        for a in args {
+            let byte = || match &a.value.kind {
+                ast::ExprKind::Bytes(b) if b.len() == 1 => Some(b[0]),
+                _ => None,
+            };
+            match a.name.as_ref().map(|n| n.name.as_str()) {
+                Some("align") => p.align = self.expr(sc, &a.value),
+                Some("min") => p.min = Some(self.expr(sc, &a.value)),
+                Some("fill") => p.fill = byte().unwrap_or(b' '),
+                Some("last") => p.last = byte(),
+                _ => {}
+            }
+        }
+        p
+    }
+
+    fn message_exprs(&mut self, id: MessageId, m: &ast::Message) {
+        for (i, f) in m.fields.iter().enumerate() {
+            for o in &f.options {
+                match o.name.as_ref().map(|n| n.name.as_str()) {
+                    Some("default") => {
+                        let v = match (&self.ir.message(id).fields[i].proto, o.value.path_name()) {
+                            (ProtoType::Enum(en), Some(n)) => {
+                                match self.ir.enum_(*en).values.iter().position(|v| v.0 == n) {
+                                    Some(k) => mk(
+                                        ExprKind::EnumValue(*en, k),
+                                        Type::Enum(*en),
+                                        o.value.span,
+                                    ),
+                                    None => {
+                                        self.gap(
+                                            o.value.span,
+                                            format!(
+                                                "enum '{}' has no value '{n}'",
+                                                self.ir.enum_(*en).name
+                                            ),
+                                            "the default of an enum field is one of its values",
+                                        );
+                                        err_expr(o.value.span)
+                                    }
+                                }
+                            }
+                            _ => self.expr(&Scope::ProtoWrite { tensor: false }, &o.value),
+                        };
+                        self.ir.messages[id.index()].fields[i].default = Some(v);
+                    }
+                    Some("write") => {
+                        let v = self.expr(&Scope::ProtoWrite { tensor: false }, &o.value);
+                        self.ir.messages[id.index()].fields[i].write = Some(v);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let nested: Vec<MessageId> = self.ir.message(id).messages.clone();
+        for (x, mid) in m.messages.iter().zip(nested) {
+            self.message_exprs(mid, x);
+        }
+    }
+
+    fn entry_exprs(&mut self, id: EntryId, e: &ast::Entry) {
+        let pickle = match &self.ir.entry(id).content {
+            Content::Codec(Codec::Pickle(p)) => Some(*p),
+            _ => None,
+        };
+        let (mut align, mut check, mut write, mut split) = (None, None, None, None);
+        for p in &e.props {
+            let Some(v) = &p.value else { continue };
+            match p.name.name.as_str() {
+                "align" => align = Some(self.expr(&Scope::Entry, v)),
+                "check" => check = Some(self.expr(&Scope::Entry, v)),
+                "split" => split = Some(self.expr(&Scope::Entry, v)),
+                "write" if e.prop("codec").is_some() => {
+                    write = Some(self.expr(
+                        &Scope::PickleWrite {
+                            tensor: false,
+                            pickle,
+                        },
+                        v,
+                    ))
+                }
+                "write" => write = Some(self.expr(&Scope::Entry, v)),
+                _ => {}
+            }
+        }
+        let en = &mut self.ir.entries[id.index()];
+        en.align = align;
+        en.check = check;
+        en.write = write;
+        en.split = split;
+    }
+
+    fn mapping(&mut self, id: MappingId, t: &ast::TensorMap) {
+        let sc = Scope::Mapping(id);
+        let filter = t.filter.as_ref().map(|f| self.expr(&sc, f));
+        let mut stmts = Vec::new();
+        let mut write = None;
+        let proto = matches!(
+            self.ir.format(self.cur).engine,
+            Engine::Protobuf { .. } | Engine::Kv { .. }
+        );
+        for s in &t.stmts {
+            match s {
+                ast::TensorStmt::Include(e) => {
+                    if let Some(st) = self.include(id, e) {
+                        stmts.push(st);
+                    }
+                }
+                ast::TensorStmt::Assign { key, value, .. } if key.name == "write" => {
+                    let ws = if proto {
+                        Scope::ProtoWrite { tensor: true }
+                    } else {
+                        Scope::PickleWrite {
+                            tensor: true,
+                            pickle: None,
+                        }
+                    };
+                    write = Some(self.expr(&ws, value));
+                }
+                ast::TensorStmt::Assign { key, value, .. } => {
+                    let value = self.expr(&sc, value);
+                    if let Some(key) = TensorKey::from_name(&key.name) {
+                        stmts.push(MappingStmt::Set { key, value });
+                    }
+                }
+            }
+        }
+        let m = &mut self.ir.mappings[id.index()];
+        m.filter = filter;
+        m.stmts = stmts;
+        m.write = write;
+    }
+
+    fn include(&mut self, me: MappingId, e: &ast::Expr) -> Option<MappingStmt> {
+        let ast::ExprKind::Call { callee, args } = &e.kind else {
+            return None;
+        };
+        let format = self.visible(&callee.first()?.name)?;
+        let arg = self.expr(&Scope::Mapping(me), &args.first()?.value);
+        let found = self
+            .ir
+            .format(format)
+            .mappings
+            .iter()
+            .copied()
+            .find(|&m| m != me && self.ir.mapping(m).binding_ty.same_kind(&arg.ty));
+        match found {
+            Some(mapping) => Some(MappingStmt::Include {
+                format,
+                mapping,
+                arg,
+            }),
+            None => {
+                let shown = self.show_ty(&arg.ty);
+                let fname = self.ir.format(format).name.clone();
+                self.gap(
+                    args[0].value.span,
+                    format!("no tensor mapping of format '{fname}' maps {shown}"),
+                    format!("`include {fname}.tensor(x)` applies the mapping of '{fname}' whose binding has the type of x"),
+                );
+                None
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Expressions
+
+    fn expr(&mut self, sc: &Scope, e: &ast::Expr) -> Expr {
+        use ast::ExprKind as A;
+        let span = e.span;
+        match &e.kind {
+            A::Int(v) => mk(ExprKind::Const(Const::Int(*v)), Type::INT, span),
+            A::Str(s) => mk(ExprKind::Const(Const::Str(s.clone())), Type::Str, span),
+            A::Bytes(b) => mk(ExprKind::Const(Const::Bytes(b.clone())), Type::Bytes, span),
+            A::Bool(b) => mk(ExprKind::Const(Const::Bool(*b)), Type::Bool, span),
+            A::None => mk(ExprKind::Const(Const::None), Type::None, span),
+            A::List(xs) => {
+                let xs: Vec<Expr> = xs.iter().map(|x| self.expr(sc, x)).collect();
+                let item = xs
+                    .iter()
+                    .map(|x| x.ty.clone())
+                    .find(|t| *t != Type::None)
+                    .unwrap_or(Type::None);
+                mk(ExprKind::List(xs), Type::List(Box::new(item)), span)
+            }
+            A::Path(p) => self.path(sc, p, span),
+            A::Index { base, index } => self.index(sc, base, index, span),
+            A::Member { base, field } => {
+                let b = self.expr(sc, base);
+                self.member(b, field)
+            }
+            A::Call { callee, args } => self.call(sc, callee, args, span),
+            A::Unary { op, expr } => {
+                let x = self.expr(sc, expr);
+                let ty = match op {
+                    UnaryOp::Not => Type::Bool,
+                    UnaryOp::Neg => Type::INT,
+                };
+                mk(
+                    ExprKind::Unary {
+                        op: *op,
+                        expr: Box::new(x),
+                    },
+                    ty,
+                    span,
+                )
+            }
+            A::Binary { op, lhs, rhs } => {
+                let l = self.expr(sc, lhs);
+                let r = self.expr(sc, rhs);
+                use BinaryOp::*;
+                let ty = match op {
+                    Or | And | Eq | Ne | Lt | Le | Gt | Ge => Type::Bool,
+                    Add if l.ty == Type::Str || r.ty == Type::Str => Type::Str,
+                    Add if l.ty == Type::Bytes || r.ty == Type::Bytes => Type::Bytes,
+                    _ => Type::INT,
+                };
+                mk(
+                    ExprKind::Binary {
+                        op: *op,
+                        lhs: Box::new(l),
+                        rhs: Box::new(r),
+                    },
+                    ty,
+                    span,
+                )
+            }
+            A::In { expr, list } => {
+                let x = self.expr(sc, expr);
+                let list = list.iter().map(|y| self.expr(sc, y)).collect();
+                mk(
+                    ExprKind::In {
+                        expr: Box::new(x),
+                        list,
+                    },
+                    Type::Bool,
+                    span,
+                )
+            }
+            A::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.expr(sc, cond);
+                let a = self.expr(sc, then);
+                let b = self.expr(sc, otherwise);
+                let ty = self.join(&a.ty, &b.ty, span);
+                mk(
+                    ExprKind::If {
+                        cond: Box::new(c),
+                        then: Box::new(a),
+                        otherwise: Box::new(b),
+                    },
+                    ty,
+                    span,
+                )
+            }
+        }
+    }
+
+    /// The type of `if` with branches of types `a` and `b`.
+    fn join(&mut self, a: &Type, b: &Type, span: Span) -> Type {
+        let data = |t: &Type| matches!(t, Type::Bytes | Type::Payload | Type::TensorData);
+        match (a, b) {
+            (Type::Error, _) | (_, Type::Error) => Type::Error,
+            (Type::Int(x), Type::Int(y)) if x == y => a.clone(),
+            (Type::Int(_), Type::Int(_)) => Type::INT,
+            (x, y) if x == y => x.clone(),
+            (Type::None, y) => y.clone(),
+            (x, Type::None) => x.clone(),
+            (x, y) if x.same_kind(y) => x.clone(),
+            (x, y) if data(x) && data(y) => Type::TensorData,
+            (Type::Pickled(p), _) | (_, Type::Pickled(p)) => Type::Pickled(*p),
+            _ => {
+                let (x, y) = (self.show_ty(a), self.show_ty(b));
+                self.gap(
+                    span,
+                    format!("the branches of this `if` have different types: {x} and {y}"),
+                    "both branches of an `if` give a value of the same type",
+                );
+                Type::Error
+            }
+        }
+    }
+
+    fn show_ty(&self, t: &Type) -> String {
+        super::dump::type_name(&self.ir, t)
+    }
+
+    /// True when `name` is bound by the scope (a field, the binding, a tensor key).
+    fn local(&self, sc: &Scope, name: &str) -> bool {
+        match sc {
+            Scope::Layout(l) => self.ir.layout(*l).fields.iter().any(|f| f.name == name),
+            Scope::Mapping(m) => {
+                self.ir.mapping(*m).binding == name || crate::TENSOR_KEYS.contains(&name)
+            }
+            _ => false,
+        }
+    }
+
+    fn table_of(&self, p: &[Ident]) -> Option<TableId> {
+        let (fmt, rest) = self.split(p);
+        match (rest.len(), self.item(fmt, &rest[0].name)) {
+            (1, Some(ItemRef::Table(t))) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn path(&mut self, sc: &Scope, p: &[Ident], span: Span) -> Expr {
+        let root = &p[0];
+        let n = root.name.as_str();
+        let one = p.len() == 1;
+        let members = |l: &mut Self, base: Expr, rest: &[Ident]| {
+            rest.iter().fold(base, |b, m| l.member(b, m))
+        };
+        match sc {
+            Scope::Layout(l) => {
+                if let Some(i) = self.ir.layout(*l).fields.iter().position(|f| f.name == n) {
+                    let ty = self.ir.layout(*l).fields[i].ty.clone();
+                    let base = mk(ExprKind::Field(*l, FieldId(i as u32)), ty, root.span);
+                    return members(self, base, &p[1..]);
+                }
+                if n == "dtype" && one {
+                    return mk(ExprKind::RecordDtype, Type::Dtype, span);
+                }
+            }
+            Scope::Mapping(m) => {
+                let mp = self.ir.mapping(*m);
+                if mp.binding == n {
+                    let base = mk(ExprKind::Binding, mp.binding_ty.clone(), root.span);
+                    return members(self, base, &p[1..]);
+                }
+                if let Some(k) = TensorKey::from_name(n) {
+                    if k == TensorKey::Segment {
+                        self.gap(
+                            root.span,
+                            "the mapped `segment` cannot be used in an expression",
+                            "expressions may use the tensor's name, dtype, shape, strides, \
+                             order, byte_order and data",
+                        );
+                        return err_expr(span);
+                    }
+                    let base = mk(ExprKind::TensorKey(k), k.ty(), root.span);
+                    return members(self, base, &p[1..]);
+                }
+                if one {
+                    if let Some(d) = Dtype::from_name(n) {
+                        return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
+                    }
+                    if n == "position" {
+                        return mk(ExprKind::Position, Type::INT, span);
+                    }
+                }
+            }
+            Scope::Entry => {
+                if let (Some(ItemRef::Entry(e)), true) = (self.item(self.cur, n), one) {
+                    let base = mk(ExprKind::Entry(e), Type::Entry(e), span);
+                    let ty = self.ir.entry(e).content_ty.clone();
+                    return mk(
+                        ExprKind::Member {
+                            base: Box::new(base),
+                            member: Member::EntryContent(e),
+                        },
+                        ty,
+                        span,
+                    );
+                }
+            }
+            Scope::ProtoWrite { tensor } => {
+                if one {
+                    if let Some(v) = WriteVar::proto(n).filter(|_| *tensor) {
+                        return mk(ExprKind::WriteVar(v), v.ty(), span);
+                    }
+                    if let Some(t) = self.table_of(p) {
+                        return mk(ExprKind::Table(t), Type::Table(t), span);
+                    }
+                    if let Some(d) = Dtype::from_name(n) {
+                        return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
+                    }
+                }
+            }
+            Scope::PickleWrite { tensor, pickle } => {
+                if one {
+                    if let Some(v) = WriteVar::pickle(n).filter(|_| *tensor) {
+                        return mk(ExprKind::WriteVar(v), v.ty(), span);
+                    }
+                    if let Some(t) = self.table_of(p) {
+                        return mk(ExprKind::Table(t), Type::Table(t), span);
+                    }
+                }
+                let text = dotted(p);
+                if let Some((pk, g)) = self.global(*pickle, &text) {
+                    return mk(
+                        ExprKind::PickleGlobal {
+                            pickle: pk,
+                            global: g,
+                        },
+                        Type::PickleGlobal(pk),
+                        span,
+                    );
+                }
+                self.gap(
+                    span,
+                    format!("'{text}' is not a declared pickle global"),
+                    "names in a pickle write rule are declared globals and the tensor's values",
+                );
+                return err_expr(span);
+            }
+            Scope::Source => {
+                if n == "root" {
+                    if let Engine::Protobuf { root: m } = self.ir.format(self.cur).engine {
+                        let base = mk(ExprKind::Root(m), Type::Message(m), root.span);
+                        return members(self, base, &p[1..]);
+                    }
+                }
+            }
+        }
+        if matches!(sc, Scope::Mapping(_)) && n == "root" {
+            if let Engine::Protobuf { root: m } = self.ir.format(self.cur).engine {
+                let base = mk(ExprKind::Root(m), Type::Message(m), root.span);
+                return members(self, base, &p[1..]);
+            }
+        }
+        match n {
+            "c" | "fortran" if one => {
+                let o = if n == "c" { Order::C } else { Order::Fortran };
+                return mk(ExprKind::Const(Const::Order(o)), Type::Order, span);
+            }
+            "le" | "be" if one => {
+                let o = if n == "le" {
+                    ByteOrder::Little
+                } else {
+                    ByteOrder::Big
+                };
+                return mk(ExprKind::Const(Const::ByteOrder(o)), Type::ByteOrder, span);
+            }
+            "source" => {
+                let base = mk(ExprKind::Source, Type::Source, root.span);
+                return members(self, base, &p[1..]);
+            }
+            _ => {}
+        }
+        if let Some(r) = self.item(self.cur, n) {
+            return self.item_value(self.cur, r, p, span);
+        }
+        if p.len() >= 2 {
+            if let Some(f) = self.visible(n) {
+                if let Some(r) = self.item(f, &p[1].name) {
+                    return self.item_value(f, r, &p[1..], span);
+                }
+            }
+        }
+        self.gap(
+            root.span,
+            format!("cannot resolve the name '{}'", dotted(p)),
+            "names are fields, the binding, tensor properties, items of the format or of a \
+             visible format, and the constants c, fortran, le, be, source",
+        );
+        err_expr(span)
+    }
+
+    /// A path that starts at item `r` of format `fmt` (`p[0]` is the item's name).
+    fn item_value(&mut self, fmt: FormatId, r: ItemRef, p: &[Ident], span: Span) -> Expr {
+        let _ = fmt;
+        let first = p[0].span;
+        let members = |l: &mut Self, base: Expr, rest: &[Ident]| {
+            rest.iter().fold(base, |b, m| l.member(b, m))
+        };
+        match r {
+            ItemRef::Layout(l) => {
+                let base = mk(ExprKind::Layout(l), Type::Layout(l), first);
+                members(self, base, &p[1..])
+            }
+            ItemRef::Entry(e) => {
+                let base = mk(ExprKind::Entry(e), Type::Entry(e), first);
+                members(self, base, &p[1..])
+            }
+            ItemRef::Table(t) if p.len() == 1 => mk(ExprKind::Table(t), Type::Table(t), span),
+            ItemRef::Enum(en) if p.len() == 2 => self.enum_value(en, &p[1], span),
+            ItemRef::Message(m) => {
+                // `TensorProto.DataLocation.EXTERNAL`: nested messages, an enum, a value.
+                let mut m = m;
+                let mut i = 1;
+                while i < p.len() {
+                    let msg = self.ir.message(m);
+                    if let Some(&x) = msg
+                        .messages
+                        .iter()
+                        .find(|&&x| self.ir.message(x).name == p[i].name)
+                    {
+                        m = x;
+                        i += 1;
+                        continue;
+                    }
+                    if let Some(&en) = msg
+                        .enums
+                        .iter()
+                        .find(|&&x| self.ir.enum_(x).name == p[i].name)
+                    {
+                        if i + 2 == p.len() {
+                            return self.enum_value(en, &p[i + 1], span);
+                        }
+                    }
+                    break;
+                }
+                self.gap(
+                    span,
+                    format!("'{}' is not a value", dotted(p)),
+                    "a message's path names an enum value: `Message.Enum.VALUE`",
+                );
+                err_expr(span)
+            }
+            _ => {
+                self.gap(
+                    span,
+                    format!("'{}' is not a value", dotted(p)),
+                    "expressions name layouts, entries, tables (in lookups and `key_of`) and enum values",
+                );
+                err_expr(span)
+            }
+        }
+    }
+
+    fn enum_value(&mut self, en: EnumId, v: &Ident, span: Span) -> Expr {
+        match self.ir.enum_(en).values.iter().position(|x| x.0 == v.name) {
+            Some(k) => mk(ExprKind::EnumValue(en, k), Type::Enum(en), span),
+            None => {
+                self.gap(
+                    v.span,
+                    format!(
+                        "enum '{}' has no value '{}'",
+                        self.ir.enum_(en).name,
+                        v.name
+                    ),
+                    "name one of the enum's values",
+                );
+                err_expr(span)
+            }
+        }
+    }
+
+    /// `base.name`.
+    fn member(&mut self, base: Expr, name: &Ident) -> Expr {
+        let span = base.span.to(name.span);
+        let n = name.name.as_str();
+        let found: Option<(Member, Type)> = match &base.ty {
+            Type::Error => return err_expr(span),
+            Type::Layout(l) => self.field_member(*l, n),
+            Type::Dict(d) => {
+                let keys = &self.ir.dict(*d).keys;
+                keys.iter()
+                    .position(|k| k.key == n)
+                    .map(|i| (Member::DictKey(*d, KeyId(i as u32)), keys[i].ty.clone()))
+            }
+            Type::Message(m) => self.message_member(*m, n),
+            Type::Entry(e) => {
+                let en = self.ir.entry(*e);
+                // A capture shadows the built-in members (`m.name` of `"{name}.npy"` is
+                // the capture, as the engines read it).
+                match n {
+                    c if en.pattern.captures.iter().any(|x| x == c) => {
+                        Some((Member::Capture(*e, c.to_string()), Type::Str))
+                    }
+                    "content" => Some((Member::EntryContent(*e), en.content_ty.clone())),
+                    "name" => Some((Member::EntryName(*e), Type::Str)),
+                    "value" => match &en.content {
+                        Content::Value(t) => Some((Member::EntryValue(*e), t.clone())),
+                        _ => None,
+                    },
+                    _ => None,
+                }
+            }
+            Type::Source => match n {
+                "stem" => Some((Member::SourceStem, Type::Str)),
+                "name" => Some((Member::SourceName, Type::Str)),
+                "path" => Some((Member::SourcePath, Type::Str)),
+                _ => None,
+            },
+            Type::MapItem(k, v) => match n {
+                "key" => Some((Member::MapKey, (**k).clone())),
+                "value" => Some((Member::MapValue, (**v).clone())),
+                _ => None,
+            },
+            Type::Pickled(p) => {
+                let pk = self.ir.pickle(*p);
+                let kind = n.strip_suffix('s').filter(|k| pk.kind_params(k).is_some());
+                let kind = kind.or_else(|| pk.kind_params(n).map(|_| n));
+                match kind {
+                    Some(k) => Some((
+                        Member::PickleObjects(*p, k.to_string()),
+                        Type::List(Box::new(Type::PickleCall(*p, k.to_string()))),
+                    )),
+                    None => Some((Member::PickleAttr(n.to_string()), Type::Pickled(*p))),
+                }
+            }
+            Type::PickleCall(p, kind) => {
+                if n == "path" {
+                    Some((Member::PicklePath, Type::Str))
+                } else if self
+                    .ir
+                    .pickle(*p)
+                    .kind_params(kind)
+                    .is_some_and(|ps| ps.contains(&n))
+                {
+                    Some((Member::PickleParam(n.to_string()), Type::Pickled(*p)))
+                } else {
+                    None
+                }
+            }
+            Type::List(item) | Type::Tuple(item) => {
+                // A projection: the member of every item.
+                let got = match &**item {
+                    Type::Layout(l) => self.field_member(*l, n),
+                    Type::Message(m) => self.message_member(*m, n),
+                    _ => None,
+                };
+                got.map(|(m, t)| (m, Type::List(Box::new(t))))
+            }
+            _ => None,
+        };
+        match found {
+            Some((member, ty)) => mk(
+                ExprKind::Member {
+                    base: Box::new(base),
+                    member,
+                },
+                ty,
+                span,
+            ),
+            None => {
+                let shown = self.show_ty(&base.ty);
+                self.gap(
+                    name.span,
+                    format!("a value of type {shown} has no member '{n}'"),
+                    "members are fields of layouts, dicts and messages, entry members \
+                     (content, value, name, captures), and source.stem/name/path",
+                );
+                err_expr(span)
+            }
+        }
+    }
+
+    fn field_member(&self, l: LayoutId, n: &str) -> Option<(Member, Type)> {
+        let fs = &self.ir.layout(l).fields;
+        fs.iter()
+            .position(|f| f.name == n)
+            .map(|i| (Member::Field(l, FieldId(i as u32)), fs[i].ty.clone()))
+    }
+
+    fn message_member(&self, m: MessageId, n: &str) -> Option<(Member, Type)> {
+        let msg = self.ir.message(m);
+        msg.field_index(n)
+            .map(|i| (Member::MessageField(m, i), msg.fields[i].ty.clone()))
+    }
+
+    fn index(&mut self, sc: &Scope, base: &ast::Expr, index: &ast::Expr, span: Span) -> Expr {
+        if let ast::ExprKind::Path(p) = &base.kind {
+            if !self.local(sc, &p[0].name) && p.len() <= 2 {
+                if let Some(t) = self.table_of(p) {
+                    let k = self.expr(sc, index);
+                    return mk(
+                        ExprKind::Lookup {
+                            table: t,
+                            key: Box::new(k),
+                        },
+                        Type::Dtype,
+                        span,
+                    );
+                }
+            }
+        }
+        let b = self.expr(sc, base);
+        let k = self.expr(sc, index);
+        let found = match (&b.ty, &k.ty) {
+            (Type::Error, _) | (_, Type::Error) => return err_expr(span),
+            (Type::List(t) | Type::Tuple(t), Type::Int(_) | Type::Pickled(_)) => {
+                Some((IndexKind::Position, (**t).clone()))
+            }
+            (Type::List(t), Type::Str) => match &**t {
+                Type::Message(m) => {
+                    let msg = self.ir.message(*m);
+                    match (
+                        msg.field_index("key"),
+                        msg.field_index("value"),
+                        msg.field_index("name"),
+                    ) {
+                        (Some(key), Some(value), _) => Some((
+                            IndexKind::KeyValue {
+                                message: *m,
+                                key,
+                                value,
+                            },
+                            match &msg.fields[value].ty {
+                                Type::List(_) => Type::Error,
+                                t => t.clone(),
+                            },
+                        )),
+                        (_, _, Some(name)) => {
+                            Some((IndexKind::Named { message: *m, name }, Type::Message(*m)))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            (Type::Pickled(p), _) => Some((IndexKind::Pickled, Type::Pickled(*p))),
+            _ => None,
+        };
+        match found {
+            Some((how, ty)) if ty != Type::Error => mk(
+                ExprKind::Index {
+                    base: Box::new(b),
+                    index: Box::new(k),
+                    how,
+                },
+                ty,
+                span,
+            ),
+            _ => {
+                let (x, y) = (self.show_ty(&b.ty), self.show_ty(&k.ty));
+                self.gap(
+                    span,
+                    format!("cannot index {x} with {y}"),
+                    "`x[i]` takes an item of a list by position, a table's dtype by key, or in \
+                     repeated messages with `key` and `value` (or `name`) fields the item of a key",
+                );
+                err_expr(span)
+            }
+        }
+    }
+
+    /// The pickle global `text` (exact path) of the current format, preferring `pickle`.
+    fn global(&self, pickle: Option<PickleId>, text: &str) -> Option<(PickleId, usize)> {
+        let mut order: Vec<PickleId> = pickle.into_iter().collect();
+        order.extend(self.ir.format(self.cur).pickles.iter().copied());
+        order.into_iter().find_map(|p| {
+            self.ir
+                .pickle(p)
+                .globals
+                .iter()
+                .position(|g| g.path == text)
+                .map(|i| (p, i))
+        })
+    }
+
+    fn call(&mut self, sc: &Scope, callee: &[Ident], args: &[ast::Arg], span: Span) -> Expr {
+        let name = callee[0].name.as_str();
+        let text = dotted(callee);
+        // Write-rule constructors first: they shadow entries (`storage(...)`).
+        if let Scope::PickleWrite { pickle, .. } = sc {
+            let pickles: Vec<PickleId> = pickle
+                .iter()
+                .copied()
+                .chain(self.ir.format(self.cur).pickles.iter().copied())
+                .collect();
+            if let Some((p, items)) = pickles.iter().find_map(|&p| {
+                self.ir
+                    .pickle(p)
+                    .persistent
+                    .as_ref()
+                    .filter(|(k, _)| *k == text)
+                    .map(|(_, items)| (p, items.clone()))
+            }) {
+                let mut out = Vec::new();
+                for it in &items {
+                    match args
+                        .iter()
+                        .find(|a| a.name.as_ref().is_some_and(|n| n.name == *it))
+                    {
+                        Some(a) => out.push(self.expr(sc, &a.value)),
+                        None => out.push(err_expr(span)),
+                    }
+                }
+                return mk(
+                    ExprKind::PersistentId {
+                        pickle: p,
+                        items: out,
+                    },
+                    Type::PickleObject(p),
+                    span,
+                );
+            }
+            if Builtin::from_name(&text).is_none() {
+                if let Some((p, g)) = self.global(*pickle, &text) {
+                    let args = args.iter().map(|a| self.expr(sc, &a.value)).collect();
+                    return mk(
+                        ExprKind::PickleCall {
+                            pickle: p,
+                            global: g,
+                            args,
+                        },
+                        Type::PickleObject(p),
+                        span,
+                    );
+                }
+            }
+        }
+        if let (Scope::ProtoWrite { .. }, 1) = (sc, callee.len()) {
+            let top = self
+                .ir
+                .format(self.cur)
+                .messages
+                .iter()
+                .copied()
+                .find(|&m| self.ir.message(m).name == name);
+            if let Some(m) = top {
+                let mut fields = Vec::new();
+                for a in args {
+                    let v = self.expr(sc, &a.value);
+                    match a
+                        .name
+                        .as_ref()
+                        .and_then(|n| self.ir.message(m).field_index(&n.name))
+                    {
+                        Some(i) => fields.push((i, v)),
+                        None => self.gap(
+                            a.span,
+                            format!("message '{name}' has no such field"),
+                            format!("`{name}(field = value)`"),
+                        ),
+                    }
+                }
+                return mk(
+                    ExprKind::NewMessage { message: m, fields },
+                    Type::Message(m),
+                    span,
+                );
+            }
+        }
+        if callee.len() == 1 {
+            if let Some(func) = Builtin::from_name(name) {
+                return self.builtin(sc, func, args, span);
+            }
+            if let Some(e) = self.entry_id(name) {
+                let captures = args
+                    .iter()
+                    .map(|a| {
+                        (
+                            a.name.as_ref().map_or(String::new(), |n| n.name.clone()),
+                            self.expr(sc, &a.value),
+                        )
+                    })
+                    .collect();
+                return mk(
+                    ExprKind::EntryLookup { entry: e, captures },
+                    Type::Entry(e),
+                    span,
+                );
+            }
+        }
+        if callee.len() == 2 && callee[1].name == "tensor" {
+            if let (Some(f), [a]) = (self.visible(name), args) {
+                let arg = self.expr(sc, &a.value);
+                return mk(
+                    ExprKind::MappingOf {
+                        format: f,
+                        arg: Box::new(arg),
+                    },
+                    Type::TensorData,
+                    span,
+                );
+            }
+        }
+        self.gap(
+            span,
+            format!("cannot resolve the function '{text}'"),
+            "functions are the builtins, entry lookups `E(capture = v)`, and in write rules \
+             messages, pickle globals and the persistent kind",
+        );
+        err_expr(span)
+    }
+
+    fn builtin(&mut self, sc: &Scope, func: Builtin, args: &[ast::Arg], span: Span) -> Expr {
+        let args: Vec<Arg> = args
+            .iter()
+            .map(|a| Arg {
+                name: a.name.as_ref().map(|n| n.name.clone()),
+                value: self.expr(sc, &a.value),
+            })
+            .collect();
+        let arg_ty = |i: usize| {
+            args.get(i)
+                .map(|a| a.value.ty.clone())
+                .unwrap_or(Type::Error)
+        };
+        let ty = match func {
+            Builtin::Len
+            | Builtin::Size
+            | Builtin::Align
+            | Builtin::Itemsize
+            | Builtin::IndexOf
+            | Builtin::Digits => Type::INT,
+            Builtin::Latin1 | Builtin::Has => Type::Bool,
+            Builtin::Str => Type::Str,
+            Builtin::Slice => Type::Payload,
+            Builtin::Typed | Builtin::Elements | Builtin::External | Builtin::Join => {
+                Type::TensorData
+            }
+            Builtin::First | Builtin::Last => match arg_ty(0) {
+                Type::List(t) | Type::Tuple(t) => *t,
+                Type::Pickled(p) => Type::Pickled(p),
+                other => {
+                    let shown = self.show_ty(&other);
+                    if other != Type::Error {
+                        self.gap(
+                            span,
+                            format!("`{}` takes a list, but this is {shown}", func.name()),
+                            "`first(list)`, `last(list)`",
+                        );
+                    }
+                    Type::Error
+                }
+            },
+            Builtin::KeyOf => match arg_ty(0) {
+                Type::Table(t) => match self.ir.table(t).key {
+                    KeyKind::Str => Type::Str,
+                    KeyKind::Int => Type::INT,
+                },
+                _ => {
+                    self.gap(
+                        span,
+                        "`key_of` takes a table of this format",
+                        "`key_of(TABLE, dtype)`",
+                    );
+                    Type::Error
+                }
+            },
+            Builtin::Global => match sc {
+                Scope::PickleWrite { pickle, .. } => {
+                    match pickle.or_else(|| self.ir.format(self.cur).pickles.first().copied()) {
+                        Some(p) => Type::PickleGlobal(p),
+                        None => Type::Error,
+                    }
+                }
+                _ => {
+                    self.gap(
+                        span,
+                        "`global(..)` names a pickle global: it is for pickle write rules",
+                        "use `global(key_of(TABLE, dtype))` in a mapping's `write` rule",
+                    );
+                    Type::Error
+                }
+            },
+        };
+        mk(ExprKind::Call { func, args }, ty, span)
+    }
+}
+
+fn lower_pickle(fmt: FormatId, p: &ast::Pickle) -> Pickle {
+    let mut out = Pickle {
+        docs: p.docs.clone(),
+        format: fmt,
+        name: p.name.name.clone(),
+        protocol: p.protocol().map(|v| v.min(255) as u8),
+        globals: Vec::new(),
+        persistent: None,
+        span: p.span,
+    };
+    for item in &p.items {
+        match item {
+            ast::PickleItem::Protocol(..) => {}
+            ast::PickleItem::Global {
+                path, kind, params, ..
+            } => {
+                let kind = match (kind.name.as_str(), params.is_empty()) {
+                    ("dict", true) => GlobalKind::Dict,
+                    ("list", true) => GlobalKind::List,
+                    ("set", true) => GlobalKind::Set,
+                    ("tuple", true) => GlobalKind::Tuple,
+                    ("class", true) => GlobalKind::Class,
+                    ("object", true) => GlobalKind::Object,
+                    (k, _) => GlobalKind::Call {
+                        kind: k.to_string(),
+                        params: params.iter().map(|x| x.name.clone()).collect(),
+                    },
+                };
+                out.globals.push(Global {
+                    path: path.value.clone(),
+                    wildcard: path.value.ends_with(".*"),
+                    kind,
+                });
+            }
+            ast::PickleItem::Persistent { kind, params, .. } => {
+                out.persistent = Some((
+                    kind.name.clone(),
+                    params.iter().map(|x| x.name.clone()).collect(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn pattern(text: &str) -> Pattern {
+    Pattern {
+        text: text.to_string(),
+        captures: pattern_captures(text)
+            .into_iter()
+            .map(String::from)
+            .collect(),
+    }
+}
+
+fn const_of(e: &ast::Expr) -> Option<Const> {
+    Some(match &e.kind {
+        ast::ExprKind::Int(v) => Const::Int(*v),
+        ast::ExprKind::Str(s) => Const::Str(s.clone()),
+        ast::ExprKind::Bytes(b) => Const::Bytes(b.clone()),
+        ast::ExprKind::Bool(b) => Const::Bool(*b),
+        ast::ExprKind::None => Const::None,
+        _ => Const::Int(e.as_int()?),
+    })
+}
