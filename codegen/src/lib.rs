@@ -11,9 +11,11 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Constructs the generator does not support yet (protobuf messages, pickle, the kv and
-//! protobuf engines, `repeat`, ...) are reported as diagnostics at their span, never as
-//! panics.
+//! It reads the AST of a checked schema, engine by engine (`file`, `zip`, `protobuf`,
+//! `kv`). Constructs the checker accepts but an engine's generator does not support yet
+//! (`repeat`, layout-typed fields, `align` on fields, lists outside `in [..]`, several
+//! tensors in a `file` format, the `json` codec, `map` dict values) are reported as
+//! diagnostics at their span, never as panics; `docs/fmt-language.md` lists them.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 built at import time from descriptors, with no protoc: TensorProto (with its DataType
 and SerializationFormat enums and Segment), TensorProtos, DeviceOption, QTensorProto,
 BlobProto, DBReaderProto. Field numbers, labels, packing and defaults as in
-../shared/specs/caffe2_pytorch_formats.md §1. Encoded by the real protobuf package, which
+caffe2/proto/caffe2.proto. Encoded by the real protobuf package, which
 writes fields in field-number order, as C++ protobuf does.
 """
 

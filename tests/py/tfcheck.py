@@ -9,7 +9,7 @@ Subcommands
 -----------
 describe FILE
     Prints one line of JSON, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
-    print (DESIGN.md section 5)::
+    print (the README's `inspect --json` contract)::
 
         {"format": "npy"|"npz", "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
 

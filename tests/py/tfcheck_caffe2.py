@@ -11,7 +11,7 @@ Subcommands
 -----------
 describe DB_TYPE PATH [PATH...]
     Prints one line of JSON per database, exactly what ``tensorfmt inspect --json
-    --sha256 PATH`` must print (DESIGN.md section 5)::
+    --sha256 PATH`` must print (the README's `inspect --json` contract)::
 
         {"format": F, "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
 

@@ -8,7 +8,7 @@ Subcommands
 -----------
 describe FILE [FILE...]
     Prints one line of JSON per model, exactly what ``tensorfmt inspect --json --sha256
-    FILE`` must print (DESIGN.md section 5)::
+    FILE`` must print (the README's `inspect --json` contract)::
 
         {"format": "onnx", "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
 

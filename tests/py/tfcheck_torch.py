@@ -12,7 +12,7 @@ Subcommands
 -----------
 describe FILE [FILE...]
     Prints one line of JSON per file, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
-    print (DESIGN.md section 5)::
+    print (the README's `inspect --json` contract)::
 
         {"format": "pytorch"|"pytorch-legacy"|"torchscript",
          "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}

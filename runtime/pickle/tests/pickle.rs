@@ -338,7 +338,7 @@ fn strip_puts(bytes: &[u8]) -> Vec<u8> {
 
 #[test]
 fn writer_matches_the_spec_opcode_sequence() {
-    // caffe2_pytorch_formats.md §6.4: OrderedDict(w=tensor([1., 2.])).
+    // The pickle of OrderedDict(w=tensor([1., 2.])) as torch.save writes it.
     let hooks = Value::object(ordered_dict(vec![]));
     let v = Value::object(ordered_dict(vec![(s("w"), tensor_call("0", 0, hooks))]));
     let mut spec: Vec<u8> = vec![0x80, 2];
