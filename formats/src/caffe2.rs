@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use tensorfmt_runtime::kv::Mode;
+use tensorfmt_runtime::output::{AtomicDir, DirPolicy};
 use tensorfmt_runtime::sink::{AlignedBuf, SliceSink};
 
 use crate::{
@@ -567,7 +568,8 @@ impl Default for CheckpointOptions {
 /// Saves a checkpoint at iteration `iter` when `iter % every == 0` (CheckpointOp): the
 /// iteration counter and the tensors into the database the pattern names, atomically (a
 /// MiniDB through its temporary file; an LMDB or LevelDB folder is written beside and
-/// renamed into place); then removes all but the last `keep_last` checkpoints of the
+/// swapped into place with [`AtomicDir`]'s replace policy, so that a crash at any point
+/// leaves the previous checkpoint at the path, or the new one, whole); then removes all but the last `keep_last` checkpoints of the
 /// pattern. Returns the path written, or `None` when this iteration saves nothing.
 pub fn checkpoint(
     db_type: &str,
@@ -603,21 +605,12 @@ pub fn checkpoint(
     if backend == "records" {
         save(db_type, &path, &all, &save_options)?;
     } else {
-        // A folder: written beside, then renamed into place (replacing an older one).
-        let name = path
-            .file_name()
-            .ok_or_else(|| op_error(format!("{} has no file name", path.display())))?
-            .to_string_lossy()
-            .into_owned();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).map_err(|e| Error::from(e).in_file(&tmp))?;
-        }
-        save(db_type, &tmp, &all, &save_options)?;
-        if path.exists() {
-            std::fs::remove_dir_all(&path).map_err(|e| Error::from(e).in_file(&path))?;
-        }
-        std::fs::rename(&tmp, &path).map_err(|e| Error::from(e).in_file(&path))?;
+        // A folder: written beside, then swapped into place in one step (`AtomicDir`,
+        // replace policy): the older checkpoint at this path stays whole and readable
+        // until the new one is.
+        let mut tmp = AtomicDir::new(&path)?;
+        save(db_type, tmp.path(), &all, &save_options)?;
+        tmp.commit(DirPolicy::Replace)?;
     }
     if let Some(keep) = options.keep_last {
         prune(&options.pattern, iter, keep)?;

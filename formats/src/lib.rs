@@ -37,7 +37,7 @@ pub use tensorfmt_runtime::{
     TensorInfo, TensorMeta, WriteOptions,
 };
 
-use tensorfmt_runtime::output::AtomicFile;
+use tensorfmt_runtime::output::{AtomicDir, AtomicFile, DirPolicy};
 use tensorfmt_runtime::read::{read_tensor, ReadOptions};
 use tensorfmt_runtime::registry::TensorWriter;
 use tensorfmt_runtime::sink::ViewSink;
@@ -332,43 +332,8 @@ enum SaverOut {
         db: Box<dyn tensorfmt_runtime::db::Db>,
         desc: tensorfmt_runtime::db::DbDesc,
         split: Option<u64>,
-        tmp: TempFolder,
+        tmp: AtomicDir,
     },
-}
-
-/// A folder written beside its destination, removed unless renamed into place.
-struct TempFolder(Option<std::path::PathBuf>);
-
-impl TempFolder {
-    /// Renames the folder to `dest`, which must not exist.
-    fn commit(mut self, dest: &Path) -> Result<()> {
-        let tmp = self.0.take().expect("not committed yet");
-        if dest.exists() {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(Error::new(
-                ErrorKind::Invalid(
-                    "the database exists (databases are created, not replaced)".into(),
-                ),
-                Location::file(dest),
-            ));
-        }
-        std::fs::rename(&tmp, dest).map_err(|e| Error::from(e).in_file(dest))?;
-        if let Some(parent) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            // The rename made durable.
-            if let Ok(d) = std::fs::File::open(parent) {
-                let _ = d.sync_all();
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for TempFolder {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_dir_all(p);
-        }
-    }
 }
 
 impl Saver {
@@ -390,8 +355,9 @@ impl Saver {
         };
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
             // A database folder: created (it must not exist, as Caffe2's NEW mode), written
-            // beside and renamed into place by `commit`, so that it appears whole or not
-            // at all.
+            // beside and renamed into place by `commit` (`AtomicDir`, create-new policy:
+            // the check and the rename are one step there), so that it appears whole or
+            // not at all. Checked here too, to fail before anything is written.
             if path.exists() {
                 return Err(Error::new(
                     ErrorKind::Invalid(
@@ -400,23 +366,8 @@ impl Saver {
                     Location::file(path),
                 ));
             }
-            let name = path
-                .file_name()
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Invalid("no file name".into()),
-                        Location::file(path),
-                    )
-                })?
-                .to_string_lossy()
-                .into_owned();
-            let tmp_path = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-            if tmp_path.exists() {
-                std::fs::remove_dir_all(&tmp_path)
-                    .map_err(|e| Error::from(e).in_file(&tmp_path))?;
-            }
-            let tmp = TempFolder(Some(tmp_path.clone()));
-            let db = (desc.open)(&tmp_path, tensorfmt_runtime::db::Mode::New)
+            let tmp = AtomicDir::new(path)?;
+            let db = (desc.open)(tmp.path(), tensorfmt_runtime::db::Mode::New)
                 .map_err(|e| e.in_file(path))?;
             return Ok(Saver {
                 out: SaverOut::Db {
@@ -592,9 +543,9 @@ impl Saver {
         let Saver { out, path, .. } = self;
         let (file, writer) = match out {
             SaverOut::File { file, writer } => (file, writer),
-            SaverOut::Db { db, tmp, .. } => {
+            SaverOut::Db { db, mut tmp, .. } => {
                 db.close().map_err(|e| e.in_file(&path))?;
-                return tmp.commit(&path);
+                return tmp.commit(DirPolicy::CreateNew);
             }
         };
         writer.finish().map_err(|e| e.in_file(&path))?;

@@ -1,5 +1,5 @@
-//! Atomic output files: written under a temporary name next to the destination and
-//! renamed over it only when complete.
+//! Atomic output: files ([`AtomicFile`]) and folders ([`AtomicDir`]) written under a
+//! temporary name next to the destination and renamed into place only when complete.
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -154,6 +154,321 @@ impl Seek for AtomicFile {
     }
 }
 
+/// How [`AtomicDir::commit`] puts the folder at its destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirPolicy {
+    /// The destination must not exist: the commit fails, naming it, when it does (as a
+    /// database created in Caffe2's NEW mode). On Linux the check and the rename are one
+    /// step (`renameat2` with `RENAME_NOREPLACE`); see [`AtomicDir::commit`] for the
+    /// fallback.
+    CreateNew,
+    /// An existing destination (a folder, or a file) is replaced: on Linux the two are
+    /// swapped in one step (`renameat2` with `RENAME_EXCHANGE`) and the old one, now at
+    /// the temporary name, is removed; a missing destination is simply created.
+    Replace,
+}
+
+/// A folder written atomically: its content is made under a fresh hidden name beside the
+/// destination ([`AtomicDir::path`]), and [`AtomicDir::commit`] syncs it and renames it
+/// into place, so that the destination is never seen partly written.
+///
+/// The folder itself is not created: whoever fills it does (the database backends create
+/// their folder in their NEW mode, and refuse an existing one). Dropped without a
+/// successful commit (an error, a panic, an interrupted save), the temporary folder is
+/// removed, if it was made, and the destination is left as it was.
+///
+/// What a crash (a power loss, a `SIGKILL`) leaves behind, at any point:
+/// - before the commit's rename: the destination as it was (absent, or the old folder,
+///   whole), and a partial temporary folder `.{name}.{pid}.{random}.tmp` beside it, which
+///   nothing removes (no code runs at a kill) and which no reader takes for the
+///   destination;
+/// - after the rename: the new folder, whole and synced, at the destination; with
+///   [`DirPolicy::Replace`], the old folder may remain under the temporary name until its
+///   removal completes;
+/// - on a filesystem without `renameat2`'s flags (or off Linux), [`DirPolicy::Replace`]
+///   moves the old folder aside first (`.{name}.{pid}.{random}.old`): a crash between
+///   that and the rename of the new one leaves no folder at the destination, but both
+///   the old and the new one whole beside it — never is the old one removed before the
+///   new one is in place.
+#[derive(Debug)]
+pub struct AtomicDir {
+    /// The temporary folder's path; `None` once committed.
+    tmp: Option<PathBuf>,
+    dest: PathBuf,
+}
+
+/// The folder holding `path` (`.` for a bare name).
+fn parent_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// A path beside `dest`, `.{name}.{pid}.{random}{suffix}`, where nothing is now.
+fn fresh_sibling(dest: &Path, suffix: &str) -> Result<PathBuf> {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::Invalid("the destination has no file name".into()),
+                Location::file(dest),
+            )
+        })?;
+    let dir = parent_of(dest);
+    loop {
+        // Randomly keyed SipHash of a process-wide counter and the time: unique within
+        // the process by the counter, across processes by the pid and the keys.
+        let mut h = RandomState::new().build_hasher();
+        h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+            h.write_u128(t.as_nanos());
+        }
+        let candidate = dir.join(format!(
+            ".{name}.{}.{:016x}{suffix}",
+            std::process::id(),
+            h.finish()
+        ));
+        match std::fs::symlink_metadata(&candidate) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(candidate),
+            Err(e) => return Err(io_at(e, dest)),
+            Ok(_) => continue,
+        }
+    }
+}
+
+/// Syncs every regular file under `dir` and every folder, `dir` included (folders only
+/// on unix, where they can be opened). Symbolic links are not followed.
+fn sync_tree(dir: &Path) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            sync_tree(&entry.path())?;
+        } else if kind.is_file() {
+            File::open(entry.path())?.sync_all()?;
+        }
+    }
+    sync_dir(dir)
+}
+
+/// Syncs a folder's entries (on unix; elsewhere a folder cannot be opened to sync it).
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    #[cfg(unix)]
+    File::open(dir)?.sync_all()?;
+    #[cfg(not(unix))]
+    let _ = dir;
+    Ok(())
+}
+
+/// Whether `path` names anything (a dangling symbolic link included).
+fn present(path: &Path) -> io::Result<bool> {
+    match std::fs::symlink_metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Removes `path`, a folder (with its content) or anything else.
+fn remove_any(path: &Path) -> io::Result<()> {
+    if std::fs::symlink_metadata(path)?.is_dir() {
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
+
+/// `renameat2(from, to, flags)`. `Ok(false)` when the kernel or the filesystem does not
+/// support the flags (`EINVAL`, `ENOSYS`, `EOPNOTSUPP`): the caller falls back.
+#[cfg(target_os = "linux")]
+fn rename2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<bool> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the path"))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call, relative to the working
+    // directory; the raw syscall, as older C libraries lack the wrapper.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            flags,
+        )
+    };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Where `renameat2` is not: always the fallback.
+#[cfg(not(target_os = "linux"))]
+fn rename2(_from: &Path, _to: &Path, _flags: u32) -> io::Result<bool> {
+    Ok(false)
+}
+
+#[cfg(target_os = "linux")]
+const NOREPLACE: libc::c_uint = libc::RENAME_NOREPLACE;
+#[cfg(target_os = "linux")]
+const EXCHANGE: libc::c_uint = libc::RENAME_EXCHANGE;
+#[cfg(not(target_os = "linux"))]
+const NOREPLACE: u32 = 1;
+#[cfg(not(target_os = "linux"))]
+const EXCHANGE: u32 = 2;
+
+impl AtomicDir {
+    /// Picks the temporary folder for `dest`: a fresh hidden name in the same folder,
+    /// `.{name}.{pid}.{random}.tmp`, where nothing exists now. The folder is not created
+    /// (see [`AtomicDir`]); `dest` itself is not looked at until the commit.
+    pub fn new(dest: impl AsRef<Path>) -> Result<Self> {
+        let dest = dest.as_ref().to_path_buf();
+        let tmp = fresh_sibling(&dest, ".tmp")?;
+        Ok(AtomicDir {
+            tmp: Some(tmp),
+            dest,
+        })
+    }
+
+    /// The temporary folder to fill (beside the destination, not created by
+    /// [`AtomicDir::new`]). After a successful commit, the destination.
+    pub fn path(&self) -> &Path {
+        self.tmp.as_deref().unwrap_or(&self.dest)
+    }
+
+    /// The destination.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Syncs every regular file of the temporary folder and its folders, renames it to
+    /// the destination under `policy`, then syncs the destination's parent folder so that
+    /// the rename survives a crash.
+    ///
+    /// With [`DirPolicy::CreateNew`], an existing destination is an error naming it, and
+    /// both the destination and the temporary folder are left intact (the latter is
+    /// removed when `self` is dropped, or can still be committed with
+    /// [`DirPolicy::Replace`]). Where `renameat2(RENAME_NOREPLACE)` is unavailable (off
+    /// Linux, or a filesystem without it), the destination is checked and then renamed
+    /// over: a folder made at the destination between the two by another process, if
+    /// empty, is replaced.
+    ///
+    /// With [`DirPolicy::Replace`], the destination is swapped with the new folder
+    /// (`renameat2(RENAME_EXCHANGE)`) and the old one removed; where the swap is
+    /// unavailable, the old destination is renamed aside, the new folder renamed in, and
+    /// the old one removed (and, if the second rename fails, the old one is renamed
+    /// back). A failure to remove the old folder once the new one is in place is not an
+    /// error: the commit happened, and the old folder stays under its hidden name.
+    ///
+    /// On an error, the temporary folder stays (removed on drop). A second commit after
+    /// a successful one is an error.
+    pub fn commit(&mut self, policy: DirPolicy) -> Result<()> {
+        self.commit_with(policy, true)
+    }
+
+    /// [`AtomicDir::commit`], with `renameat2` used only when `native` (false tests the
+    /// fallback).
+    fn commit_with(&mut self, policy: DirPolicy, native: bool) -> Result<()> {
+        let dest = self.dest.clone();
+        let tmp = self.tmp.clone().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Invalid("the folder is committed already".into()),
+                Location::file(&dest),
+            )
+        })?;
+        sync_tree(&tmp).map_err(|e| io_at(e, &tmp))?;
+        let io = |e| io_at(e, &dest);
+        let exists = || {
+            Error::new(
+                ErrorKind::Invalid("the destination exists (it is created, not replaced)".into()),
+                Location::file(&dest),
+            )
+        };
+        // The old destination, when one was moved out of the way, to remove once done.
+        let mut old: Option<PathBuf> = None;
+        match policy {
+            DirPolicy::CreateNew => {
+                let done = native
+                    && match rename2(&tmp, &dest, NOREPLACE) {
+                        Ok(done) => done,
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
+                        Err(e) => return Err(io(e)),
+                    };
+                if !done {
+                    if present(&dest).map_err(io)? {
+                        return Err(exists());
+                    }
+                    std::fs::rename(&tmp, &dest).map_err(io)?;
+                }
+            }
+            DirPolicy::Replace => {
+                let mut done = false;
+                if native {
+                    // Create when absent; swap when present (or when it appeared since).
+                    done = match rename2(&tmp, &dest, NOREPLACE) {
+                        Ok(done) => done,
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                        Err(e) => return Err(io(e)),
+                    };
+                    if !done && present(&dest).map_err(io)? {
+                        done = rename2(&tmp, &dest, EXCHANGE).map_err(io)?;
+                        if done {
+                            old = Some(tmp.clone());
+                        }
+                    }
+                }
+                if !done {
+                    if present(&dest).map_err(io)? {
+                        let aside = fresh_sibling(&dest, ".old")?;
+                        std::fs::rename(&dest, &aside).map_err(io)?;
+                        if let Err(e) = std::fs::rename(&tmp, &dest) {
+                            // Put the old one back: the destination stays as it was.
+                            let _ = std::fs::rename(&aside, &dest);
+                            return Err(io(e));
+                        }
+                        old = Some(aside);
+                    } else {
+                        std::fs::rename(&tmp, &dest).map_err(io)?;
+                    }
+                }
+            }
+        }
+        self.tmp = None;
+        sync_dir(parent_of(&dest)).map_err(io)?;
+        if let Some(old) = old {
+            // Best effort (see above); the parent is synced again so that the removal
+            // is durable too.
+            if remove_any(&old).is_ok() {
+                let _ = sync_dir(parent_of(&dest));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AtomicDir {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = remove_any(&tmp);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +554,130 @@ mod tests {
     fn missing_directory_is_an_error_naming_the_file() {
         let e = AtomicFile::create("/nonexistent-dir-tensorfmt/x.npy").unwrap_err();
         assert!(e.to_string().contains("x.npy"), "{e}");
+    }
+
+    /// Makes the folder `dir` holding `data` (`content`) and `sub/lock`.
+    fn fill(dir: &Path, content: &[u8]) {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("data"), content).unwrap();
+        std::fs::create_dir(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/lock"), b"lock").unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn dir_temporary_name_is_fresh_hidden_and_beside() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("db.lmdb");
+        let a = AtomicDir::new(&dest).unwrap();
+        let b = AtomicDir::new(&dest).unwrap();
+        assert_ne!(a.path(), b.path());
+        assert_eq!(a.path().parent(), Some(dir.path()));
+        let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(".db.lmdb.") && name.ends_with(".tmp"),
+            "{name}"
+        );
+        assert_eq!(a.dest(), dest);
+        // Not created.
+        assert!(!a.path().exists() && !b.path().exists());
+        assert!(AtomicDir::new("/").is_err());
+    }
+
+    #[test]
+    fn dir_commit_new_creates_the_destination() {
+        for native in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let dest = dir.path().join("db");
+            let mut d = AtomicDir::new(&dest).unwrap();
+            fill(d.path(), b"new");
+            d.commit_with(DirPolicy::CreateNew, native).unwrap();
+            assert_eq!(d.path(), dest);
+            drop(d);
+            assert_eq!(std::fs::read(dest.join("data")).unwrap(), b"new");
+            assert_eq!(std::fs::read(dest.join("sub/lock")).unwrap(), b"lock");
+            assert_eq!(names(dir.path()), ["db"], "native {native}");
+        }
+    }
+
+    #[test]
+    fn dir_commit_new_onto_an_existing_folder_fails_and_leaves_both() {
+        for native in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let dest = dir.path().join("db");
+            fill(&dest, b"old");
+            let mut d = AtomicDir::new(&dest).unwrap();
+            fill(d.path(), b"new");
+            let e = d.commit_with(DirPolicy::CreateNew, native).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("exists") && text.contains("db"), "{text}");
+            assert_eq!(std::fs::read(dest.join("data")).unwrap(), b"old");
+            assert_eq!(std::fs::read(d.path().join("data")).unwrap(), b"new");
+            assert_ne!(d.path(), dest);
+            // An empty folder (which a plain rename would replace) is refused too.
+            let empty = dir.path().join("empty");
+            std::fs::create_dir(&empty).unwrap();
+            let mut e = AtomicDir::new(&empty).unwrap();
+            fill(e.path(), b"new");
+            assert!(e.commit_with(DirPolicy::CreateNew, native).is_err());
+            assert!(names(&empty).is_empty());
+            drop((d, e));
+            assert_eq!(names(dir.path()), ["db", "empty"], "native {native}");
+        }
+    }
+
+    #[test]
+    fn dir_replace_swaps_the_contents() {
+        for native in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let dest = dir.path().join("ckpt");
+            // Absent: created.
+            let mut d = AtomicDir::new(&dest).unwrap();
+            fill(d.path(), b"first");
+            d.commit_with(DirPolicy::Replace, native).unwrap();
+            assert_eq!(std::fs::read(dest.join("data")).unwrap(), b"first");
+            // Present: replaced, the old one removed.
+            let mut d = AtomicDir::new(&dest).unwrap();
+            std::fs::create_dir(d.path()).unwrap();
+            std::fs::write(d.path().join("other"), b"second").unwrap();
+            d.commit_with(DirPolicy::Replace, native).unwrap();
+            assert_eq!(names(&dest), ["other"]);
+            assert_eq!(std::fs::read(dest.join("other")).unwrap(), b"second");
+            assert_eq!(names(dir.path()), ["ckpt"], "native {native}");
+            // Committed once only.
+            assert!(d.commit_with(DirPolicy::Replace, native).is_err());
+            // A file at the destination is replaced too.
+            let file = dir.path().join("was_a_file");
+            std::fs::write(&file, b"x").unwrap();
+            let mut d = AtomicDir::new(&file).unwrap();
+            fill(d.path(), b"dir");
+            d.commit_with(DirPolicy::Replace, native).unwrap();
+            assert_eq!(std::fs::read(file.join("data")).unwrap(), b"dir");
+            assert_eq!(names(dir.path()), ["ckpt", "was_a_file"], "native {native}");
+        }
+    }
+
+    #[test]
+    fn dir_dropped_uncommitted_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("db");
+        fill(&dest, b"old");
+        {
+            let d = AtomicDir::new(&dest).unwrap();
+            fill(d.path(), b"half");
+            assert!(d.path().exists());
+        }
+        // Never made: dropping is a no-op.
+        drop(AtomicDir::new(dir.path().join("never")).unwrap());
+        assert_eq!(names(dir.path()), ["db"]);
+        assert_eq!(std::fs::read(dest.join("data")).unwrap(), b"old");
     }
 }
