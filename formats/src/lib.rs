@@ -719,7 +719,10 @@ fn storage_view(
     info: &TensorInfo,
     ids: &mut std::collections::HashMap<String, u64>,
 ) -> Option<(TensorMeta, StorageView, Option<TensorInfo>)> {
-    let tensorfmt_runtime::zip::MemberSlice { member, skip, .. } = info.location.encoded()?;
+    let DataLocation::Encoded { content, skip, .. } = &info.location else {
+        return None;
+    };
+    let member: &tensorfmt_runtime::zip::ZipMember = content.downcast()?;
     let item = info.dtype.itemsize()? as u64;
     if item == 0 || skip % item != 0 || member.size % item != 0 {
         return None;
@@ -738,7 +741,7 @@ fn storage_view(
                 vec![member.size],
                 vec![1],
                 ByteOrder::Little,
-                tensorfmt_runtime::zip::location(member.clone(), 0, member.size),
+                content.clone().window(0, member.size),
             )
             .ok()?,
         )

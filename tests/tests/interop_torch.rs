@@ -149,8 +149,8 @@ fn keep_layout_writes_shared_storages_once() {
         .tensors()
         .iter()
         .map(
-            |t| match t.location.encoded::<tensorfmt::runtime::zip::MemberSlice>() {
-                Some(slice) => slice.member.name.clone(),
+            |t| match t.location.encoded::<tensorfmt::runtime::zip::ZipMember>() {
+                Some((member, _, _)) => member.name.clone(),
                 None => panic!("{:?}", t.location),
             },
         )

@@ -75,7 +75,12 @@ fn members(path: &Path) -> Vec<(zip::ZipMember, Vec<u8>)> {
     index
         .members()
         .iter()
-        .map(|m| (m.clone(), zip::read_member(src.data(), m, &limits).unwrap()))
+        .map(|m| {
+            (
+                zip::ZipMember::clone(m),
+                zip::read_member(src.data(), m, &limits).unwrap(),
+            )
+        })
         .collect()
 }
 

@@ -140,7 +140,9 @@ fn read_location(
             }
         }
         DataLocation::Range { offset, len } => read_range(src, info, *offset, *len, sink, opts)?,
-        DataLocation::Encoded(e) => e.read(src, info, sink, opts)?,
+        DataLocation::Encoded { content, skip, len } => {
+            content.read(src, info, (*skip, *len), sink, opts)?
+        }
         DataLocation::External { path, offset, len } => {
             let bytes = src.external(path)?;
             offer(&bytes, info, *offset, *len, sink, opts)

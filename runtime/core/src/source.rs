@@ -173,7 +173,15 @@ impl Source {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let loc = || Location::file(path);
-        let file = File::open(path).map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+        // Opened without blocking, so that a FIFO or a device is refused below rather than
+        // waited on (no effect on regular files).
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+        let file = options
+            .open(path)
+            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
         let meta = file
             .metadata()
             .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
@@ -401,6 +409,21 @@ mod tests {
 
     fn kind_text(e: &Error) -> String {
         e.to_string()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn folders_and_fifos_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = Source::open(dir.path()).err().expect("a folder is refused");
+        assert!(matches!(e.kind, ErrorKind::Unsupported(_)), "{e}");
+        let fifo = dir.path().join("pipe");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: a blocking open would wait forever.
+        let e = Source::open(&fifo).err().expect("a FIFO is refused");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]

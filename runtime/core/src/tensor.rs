@@ -53,53 +53,63 @@ pub enum DataLocation {
         /// Number of bytes.
         len: u64,
     },
-    /// Bytes a container engine stores in its own encoding (inside a zip member, the
-    /// values of a protobuf repeated field): the engine's [`Encoded`] value says how
-    /// long they are, where they lie plain if they do, and reads them.
-    Encoded(EncodedBytes),
+    /// `len` bytes, `skip` bytes into content a container engine stores in its own
+    /// encoding (a zip member's content, the values of a protobuf repeated field): the
+    /// engine's [`Encoded`] value, shared by every tensor of that content, says how long
+    /// the content is, where it lies plain if it does, and reads it.
+    Encoded {
+        /// The content.
+        content: EncodedBytes,
+        /// Bytes of the content before the tensor's first byte.
+        skip: u64,
+        /// Number of bytes of the tensor.
+        len: u64,
+    },
     /// The tensor's bytes in pieces, one after the other (a Caffe2 tensor saved in
     /// chunks, each record holding the elements of one segment).
     Pieces(Vec<DataLocation>),
 }
 
-/// A tensor's bytes as a container engine stores them: implemented by the engine crates
-/// (a zip member's content, a protobuf field's values), read by [`crate::read`] through
-/// this interface alone, so that the core knows no container.
+/// Content a container engine stores in its own encoding (a zip member's, a protobuf
+/// field's values): implemented by the engine crates, read by [`crate::read`] through this
+/// interface alone, so that the core knows no container. One value describes the whole
+/// content; tensors are byte windows of it ([`DataLocation::Encoded`]), so that tensors
+/// of one content share it.
 ///
-/// Contract: [`Encoded::len`] is the number of bytes [`Encoded::read`] pushes, exactly;
-/// [`Encoded::plain_range`] is `Some` only when those bytes lie unchanged at that range
-/// of the container; `read` calls the sink's [`crate::sink::Sink::chunk`] (and may offer
-/// [`crate::sink::Sink::view`]) but never `begin` or `end`, which the caller does.
+/// Contract: [`Encoded::read`] pushes exactly the window's bytes through the sink's
+/// [`crate::sink::Sink::chunk`] (and may offer [`crate::sink::Sink::view`]), never calling
+/// `begin` or `end`, which the caller does, and fails on a window beyond the content;
+/// [`Encoded::plain_offset`] is `Some` only when the content lies unchanged from that
+/// offset of the container.
 pub trait Encoded: std::fmt::Debug + Send + Sync + 'static {
-    /// The number of bytes of the tensor.
+    /// The number of bytes of the content.
     fn len(&self) -> u64;
-    /// True when the tensor holds no bytes.
+    /// True when the content holds no bytes.
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// The absolute byte range in the container `src` when the bytes are stored plain
-    /// there, which allows zero-copy views; `None` otherwise.
-    fn plain_range(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<(u64, u64)>>;
-    /// The number of bytes read from the container to produce the tensor when that is
+    /// The absolute offset in the container `src` where the content starts when it is
+    /// stored plain there, which allows zero-copy views; `None` otherwise.
+    fn plain_offset(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<u64>>;
+    /// The number of bytes read from the container to produce the content when that is
     /// fewer than [`Encoded::len`] (compressed content): a reader's first buffer is
     /// bounded by it, as content may be far larger than what holds it.
     fn compressed_len(&self) -> Option<u64> {
         None
     }
-    /// The same bytes cut to their first `len` (a strided view that addresses only part
-    /// of its storage), or `None` where the encoding cannot be cut.
-    fn prefix(&self, len: u64) -> Option<EncodedBytes>;
-    /// Pushes the bytes of tensor `info` from `src` into `sink`.
+    /// Pushes `len` bytes of the content, `skip` bytes into it, for tensor `info` read
+    /// from `src`, into `sink`.
     fn read(
         &self,
         src: &crate::source::Source,
         info: &TensorInfo,
+        window: (u64, u64),
         sink: &mut dyn crate::sink::Sink,
         opts: &crate::read::ReadOptions,
     ) -> Result<()>;
     /// The value, for callers that know the engine's type ([`EncodedBytes::downcast`]).
     fn as_any(&self) -> &dyn std::any::Any;
-    /// True when `other` is the same location.
+    /// True when `other` is the same content.
     fn same(&self, other: &dyn Encoded) -> bool;
 }
 
@@ -108,9 +118,18 @@ pub trait Encoded: std::fmt::Debug + Send + Sync + 'static {
 pub struct EncodedBytes(pub std::sync::Arc<dyn Encoded>);
 
 impl EncodedBytes {
-    /// Wraps an engine's location.
+    /// Wraps an engine's content.
     pub fn new(e: impl Encoded) -> Self {
         EncodedBytes(std::sync::Arc::new(e))
+    }
+
+    /// The location of `len` bytes of this content, `skip` bytes into it.
+    pub fn window(self, skip: u64, len: u64) -> DataLocation {
+        DataLocation::Encoded {
+            content: self,
+            skip,
+            len,
+        }
     }
 
     /// The engine's own type, when it is `T`.
@@ -134,18 +153,13 @@ impl PartialEq for EncodedBytes {
 
 impl Eq for EncodedBytes {}
 
-impl From<EncodedBytes> for DataLocation {
-    fn from(e: EncodedBytes) -> Self {
-        DataLocation::Encoded(e)
-    }
-}
-
 impl DataLocation {
     /// The number of bytes of the tensor.
     pub fn len(&self) -> u64 {
         match self {
-            DataLocation::Range { len, .. } | DataLocation::External { len, .. } => *len,
-            DataLocation::Encoded(e) => e.len(),
+            DataLocation::Range { len, .. }
+            | DataLocation::External { len, .. }
+            | DataLocation::Encoded { len, .. } => *len,
             DataLocation::Pieces(p) => p.iter().map(DataLocation::len).sum(),
         }
     }
@@ -155,11 +169,13 @@ impl DataLocation {
         self.len() == 0
     }
 
-    /// The engine's location of type `T`, when the bytes are [`DataLocation::Encoded`]
-    /// by that engine.
-    pub fn encoded<T: Encoded>(&self) -> Option<&T> {
+    /// The engine's content of type `T` and the window of it (skip, len), when the
+    /// bytes are [`DataLocation::Encoded`] by that engine.
+    pub fn encoded<T: Encoded>(&self) -> Option<(&T, u64, u64)> {
         match self {
-            DataLocation::Encoded(e) => e.downcast(),
+            DataLocation::Encoded { content, skip, len } => {
+                Some((content.downcast()?, *skip, *len))
+            }
             _ => None,
         }
     }
@@ -168,7 +184,7 @@ impl DataLocation {
     /// ([`Encoded::compressed_len`]).
     pub fn compressed_len(&self) -> Option<u64> {
         match self {
-            DataLocation::Encoded(e) => e.compressed_len(),
+            DataLocation::Encoded { content, .. } => content.compressed_len(),
             _ => None,
         }
     }
@@ -179,7 +195,15 @@ impl DataLocation {
     pub fn plain_range(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<(u64, u64)>> {
         match self {
             DataLocation::Range { offset, len } => Ok(Some((*offset, *len))),
-            DataLocation::Encoded(e) => e.plain_range(src),
+            DataLocation::Encoded { content, skip, len } => match content.plain_offset(src)? {
+                Some(start) => {
+                    let start = start
+                        .checked_add(*skip)
+                        .ok_or_else(|| ErrorKind::Overflow("tensor offset".into()))?;
+                    Ok(Some((start, *len)))
+                }
+                None => Ok(None),
+            },
             DataLocation::Pieces(p) if p.len() == 1 => p[0].plain_range(src),
             DataLocation::External { .. } | DataLocation::Pieces(_) => Ok(None),
         }
@@ -326,14 +350,10 @@ impl TensorInfo {
                 offset,
                 len: extent,
             },
-            DataLocation::Encoded(e) => match e.prefix(extent) {
-                Some(e) => DataLocation::Encoded(e),
-                None => {
-                    return Err(ErrorKind::Unsupported(format!(
-                        "tensor '{name}' viewed with strides in bytes that cannot be cut"
-                    ))
-                    .into())
-                }
+            DataLocation::Encoded { content, skip, .. } => DataLocation::Encoded {
+                content,
+                skip,
+                len: extent,
             },
             DataLocation::Pieces(p) if extent == p.iter().map(DataLocation::len).sum::<u64>() => {
                 DataLocation::Pieces(p)

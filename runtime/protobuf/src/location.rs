@@ -27,9 +27,10 @@ pub struct FieldValues {
 }
 
 impl FieldValues {
-    /// This location, as a tensor's [`DataLocation`].
+    /// These values, all `len` bytes of them, as a tensor's [`DataLocation`].
     pub fn location(self) -> DataLocation {
-        DataLocation::Encoded(EncodedBytes::new(self))
+        let len = self.len;
+        EncodedBytes::new(self).window(0, len)
     }
 }
 
@@ -38,22 +39,19 @@ impl Encoded for FieldValues {
         self.len
     }
 
-    fn plain_range(&self, _: &dyn RandomAccess) -> Result<Option<(u64, u64)>> {
+    fn plain_offset(&self, _: &dyn RandomAccess) -> Result<Option<u64>> {
         Ok(None)
-    }
-
-    fn prefix(&self, len: u64) -> Option<EncodedBytes> {
-        Some(EncodedBytes::new(FieldValues { len, ..*self }))
     }
 
     fn read(
         &self,
         src: &Source,
         _: &TensorInfo,
+        window: (u64, u64),
         sink: &mut dyn Sink,
         opts: &ReadOptions,
     ) -> Result<()> {
-        read_field(src, self, sink, opts)
+        read_field(src, self, window, sink, opts)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -65,11 +63,12 @@ impl Encoded for FieldValues {
     }
 }
 
-/// Decodes the elements of the field and pushes them; they must make exactly `len`
-/// bytes.
+/// Decodes the elements of the field and pushes them: the window must be the whole
+/// field (its values are decoded front to back), of exactly the bytes they make.
 fn read_field(
     src: &Source,
     f: &FieldValues,
+    (skip, len): (u64, u64),
     sink: &mut dyn Sink,
     opts: &ReadOptions,
 ) -> Result<()> {
@@ -78,8 +77,14 @@ fn read_field(
         message_len,
         number,
         elements,
-        len,
+        ..
     } = *f;
+    if skip != 0 {
+        return Err(ErrorKind::Unsupported(format!(
+            "a tensor starting {skip} bytes into the values of field {number}"
+        ))
+        .into());
+    }
     let data = src.data();
     check_range(offset, message_len, data.len())?;
     let owned;

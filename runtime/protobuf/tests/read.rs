@@ -46,7 +46,7 @@ fn protobuf_fields_are_decoded_into_elements() {
         assert_eq!(s.tensors[0].data.as_bytes(), &want[..]);
     }
     // The field holding other than the tensor's bytes: an error naming the tensor.
-    let mut field = *info.location.encoded::<FieldValues>().unwrap();
+    let mut field = *info.location.encoded::<FieldValues>().unwrap().0;
     field.elements = Elements::Varint { width: 1 };
     info.location = field.location();
     let e = read_tensor(

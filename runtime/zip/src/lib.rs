@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 use std::io::{self, Read, Seek, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
@@ -21,7 +21,7 @@ use tensorfmt_core::source::{check_range, RandomAccess, Window};
 pub use tensorfmt_core::Compression;
 
 mod location;
-pub use location::{index, location, MemberSlice};
+pub use location::{index, location};
 
 /// One member of a zip archive, as its central directory describes it.
 ///
@@ -190,7 +190,8 @@ fn read_cow(src: &dyn RandomAccess, offset: u64, len: u64) -> Result<Cow<'_, [u8
 /// The members of a zip archive, in central-directory order, with a lookup by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZipIndex {
-    members: Vec<ZipMember>,
+    /// Shared: a tensor in a member holds the member ([`location`]).
+    members: Vec<Arc<ZipMember>>,
     /// Indices of `members`, sorted by name.
     by_name: Vec<u32>,
 }
@@ -240,17 +241,18 @@ impl ZipIndex {
             pos = next;
         }
         let by_name = check_unambiguous(&mut members, cd.start)?;
+        let members = members.into_iter().map(Arc::new).collect();
         Ok(ZipIndex { members, by_name })
     }
 
     /// The members, in central-directory order.
-    pub fn members(&self) -> &[ZipMember] {
+    pub fn members(&self) -> &[Arc<ZipMember>] {
         &self.members
     }
 
     /// The member named `name` ([`ZipIndex::read`] refuses archives that hold a name
     /// more than once).
-    pub fn find(&self, name: &str) -> Option<&ZipMember> {
+    pub fn find(&self, name: &str) -> Option<&Arc<ZipMember>> {
         let i = self
             .by_name
             .binary_search_by(|&i| self.members[i as usize].name.as_str().cmp(name))
@@ -1449,7 +1451,7 @@ mod tests {
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
         // A wrong recorded CRC, for stored and deflated members, through both readers.
         for name in ["a.npy", "b.npy"] {
-            let mut m = index.find(name).unwrap().clone();
+            let mut m = ZipMember::clone(index.find(name).unwrap());
             m.crc32 ^= 1;
             let e = read_all(&src, &m).unwrap_err();
             assert!(
@@ -1524,7 +1526,7 @@ mod tests {
         }
 
         // Compressed data cut short (the recorded compressed size shrunk).
-        let mut short = m.clone();
+        let mut short = ZipMember::clone(m);
         short.compressed_size /= 2;
         let src = bytes(archive.clone());
         let e = read_all(&src, &short).unwrap_err();
@@ -1545,13 +1547,13 @@ mod tests {
         let src = bytes(build(&ms));
         let index = ZipIndex::read(&src, &Limits::default()).unwrap();
         let m = index.find("b.npy").unwrap();
-        let mut shorter = m.clone();
+        let mut shorter = ZipMember::clone(m);
         shorter.size -= 1;
         let e = read_all(&src, &shorter).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::SizeMismatch(_)), "{e}");
         let e = read_source(&src, &shorter).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::SizeMismatch(_)), "{e}");
-        let mut longer = m.clone();
+        let mut longer = ZipMember::clone(m);
         longer.size += 1;
         let e = read_all(&src, &longer).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::SizeMismatch(_)), "{e}");
@@ -1570,7 +1572,7 @@ mod tests {
         }
         assert_eq!(n as u64, shorter.size);
         // Stored members whose sizes disagree are refused.
-        let mut bad = index.find("a.npy").unwrap().clone();
+        let mut bad = ZipMember::clone(index.find("a.npy").unwrap());
         bad.size += 1;
         assert!(matches!(
             member_reader(&src, &bad, &Limits::default())
@@ -1580,7 +1582,7 @@ mod tests {
             ErrorKind::Invalid(_)
         ));
         // Data ranges outside the member's space or the source are refused.
-        let mut out = index.find("a.npy").unwrap().clone();
+        let mut out = ZipMember::clone(index.find("a.npy").unwrap());
         out.local_offset = src.len() - 10;
         let e = member_source(&src, &out, &Limits::default()).err().unwrap();
         assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
@@ -1588,7 +1590,7 @@ mod tests {
         out.end_bound = u64::MAX;
         let e = member_source(&src, &out, &Limits::default()).err().unwrap();
         assert!(matches!(e.kind, ErrorKind::Invalid(_)), "{e}");
-        let mut out = index.find("a.npy").unwrap().clone();
+        let mut out = ZipMember::clone(index.find("a.npy").unwrap());
         out.size = src.len();
         out.compressed_size = src.len();
         out.end_bound = u64::MAX;
@@ -1624,7 +1626,7 @@ mod tests {
         let e = member_reader(&src, zeros, &total).err().unwrap();
         assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
         // A forged size claiming a 1 TB member from a few bytes.
-        let mut bomb = zeros.clone();
+        let mut bomb = ZipMember::clone(zeros);
         bomb.size = 1 << 40;
         let e = member_source(&src, &bomb, &Limits::default())
             .err()

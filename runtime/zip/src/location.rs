@@ -1,4 +1,4 @@
-//! A tensor's bytes inside a zip member ([`MemberSlice`]), read by the core through
+//! A tensor's bytes inside a zip member ([`location`]), read by the core through
 //! [`Encoded`]: stored members viewed in place or pushed with their CRC-32 checked in the
 //! same pass, compressed ones inflated and checked as they stream.
 
@@ -17,20 +17,10 @@ use crate::{io_to_error, member_reader, Compression, ZipIndex, ZipMember};
 /// Smallest chunk buffer used for compressed content.
 const MIN_INFLATE_CHUNK: u64 = 32 << 10;
 
-/// `len` bytes of a zip member's uncompressed content, `skip` bytes into it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberSlice {
-    /// The member.
-    pub member: ZipMember,
-    /// Bytes of the member's content before the tensor's first byte.
-    pub skip: u64,
-    /// Number of bytes of the tensor.
-    pub len: u64,
-}
-
-/// The location of `len` bytes of `member`'s content, `skip` bytes into it.
-pub fn location(member: ZipMember, skip: u64, len: u64) -> DataLocation {
-    DataLocation::Encoded(EncodedBytes::new(MemberSlice { member, skip, len }))
+/// The location of `len` bytes of `member`'s content, `skip` bytes into it. The member
+/// is shared with the index (and every other tensor of the member): nothing is copied.
+pub fn location(member: Arc<ZipMember>, skip: u64, len: u64) -> DataLocation {
+    EncodedBytes(member).window(skip, len)
 }
 
 /// The bytes of `src` indexed as a zip archive ([`ZipIndex::read`]), made once and shared
@@ -40,43 +30,31 @@ pub fn index(src: &Source, limits: &Limits) -> Result<Arc<ZipIndex>> {
     src.memo(limits.max_entries, |s| ZipIndex::read(s.data(), limits))
 }
 
-impl Encoded for MemberSlice {
+impl Encoded for ZipMember {
     fn len(&self) -> u64 {
-        self.len
+        self.size
     }
 
-    fn plain_range(&self, src: &dyn RandomAccess) -> Result<Option<(u64, u64)>> {
-        if self.member.compression != Compression::Stored {
+    fn plain_offset(&self, src: &dyn RandomAccess) -> Result<Option<u64>> {
+        if self.compression != Compression::Stored {
             return Ok(None);
         }
-        let start = self
-            .member
-            .data_offset(src)?
-            .checked_add(self.skip)
-            .ok_or_else(|| Error::from(ErrorKind::Overflow("tensor offset".into())))?;
-        Ok(Some((start, self.len)))
+        self.data_offset(src).map(Some)
     }
 
     fn compressed_len(&self) -> Option<u64> {
-        (self.member.compression != Compression::Stored).then_some(self.member.compressed_size)
-    }
-
-    fn prefix(&self, len: u64) -> Option<EncodedBytes> {
-        Some(EncodedBytes::new(MemberSlice {
-            member: self.member.clone(),
-            skip: self.skip,
-            len,
-        }))
+        (self.compression != Compression::Stored).then_some(self.compressed_size)
     }
 
     fn read(
         &self,
         src: &Source,
         info: &TensorInfo,
+        (skip, len): (u64, u64),
         sink: &mut dyn Sink,
         opts: &ReadOptions,
     ) -> Result<()> {
-        read_member(src, info, &self.member, self.skip, self.len, sink, opts)
+        read_member(src, info, self, skip, len, sink, opts)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -84,7 +62,7 @@ impl Encoded for MemberSlice {
     }
 
     fn same(&self, other: &dyn Encoded) -> bool {
-        other.as_any().downcast_ref::<MemberSlice>() == Some(self)
+        other.as_any().downcast_ref::<ZipMember>() == Some(self)
     }
 }
 

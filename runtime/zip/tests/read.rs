@@ -2,13 +2,14 @@
 //! viewed in place, deflated ones streamed, CRC-32 checked, bounds enforced.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use tensorfmt_core::read::{read_all, read_tensor, ReadOptions};
 use tensorfmt_core::sink::{OwnedSink, ViewSink};
 use tensorfmt_core::{
     ByteOrder, Bytes, DType, DataLocation, ErrorKind, Limits, Order, Source, TensorInfo,
 };
-use tensorfmt_zip::{location, Compression, MemberSlice, ZipIndex, ZipWriter};
+use tensorfmt_zip::{location, Compression, ZipIndex, ZipMember, ZipWriter};
 
 fn range_info(name: &str, offset: u64, len: u64) -> TensorInfo {
     TensorInfo::dense(
@@ -77,9 +78,10 @@ fn zip_checksums_are_verified() {
     let (file, _) = zip_file();
     let mut infos = member_infos(&file);
     for info in &mut infos {
-        let mut m = info.location.encoded::<MemberSlice>().unwrap().clone();
-        m.member.crc32 ^= 1;
-        info.location = location(m.member, m.skip, m.len);
+        let (m, skip, len) = info.location.encoded::<ZipMember>().unwrap();
+        let mut m = m.clone();
+        m.crc32 ^= 1;
+        info.location = location(Arc::new(m), skip, len);
     }
     for src in [
         Source::from_bytes(file.clone()).with_path("m.npz"),
@@ -110,8 +112,8 @@ fn zip_tensor_beyond_member_is_an_error() {
     let (file, _) = zip_file();
     let mut infos = member_infos(&file);
     for info in &mut infos {
-        let m = info.location.encoded::<MemberSlice>().unwrap().clone();
-        info.location = location(m.member, 17, m.len);
+        let (m, _, len) = info.location.encoded::<ZipMember>().unwrap();
+        info.location = location(Arc::new(m.clone()), 17, len);
     }
     let src = Source::from_bytes(file);
     for info in &infos {
