@@ -535,22 +535,36 @@ impl Message {
 
 /// Protobuf scalar types, as encoded on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum ProtoScalar {
+    /// `double`.
     Double,
+    /// `float`.
     Float,
+    /// `int32`.
     Int32,
+    /// `int64`.
     Int64,
+    /// `uint32`.
     Uint32,
+    /// `uint64`.
     Uint64,
+    /// `sint32`.
     Sint32,
+    /// `sint64`.
     Sint64,
+    /// `fixed32`.
     Fixed32,
+    /// `fixed64`.
     Fixed64,
+    /// `sfixed32`.
     Sfixed32,
+    /// `sfixed64`.
     Sfixed64,
+    /// `bool`.
     Bool,
+    /// `string`.
     String,
+    /// `bytes`.
     Bytes,
 }
 

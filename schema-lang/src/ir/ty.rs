@@ -88,25 +88,42 @@ pub struct FloatTy {
 
 /// The canonical dtypes (table rows, dtype names in mappings).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
 pub enum Dtype {
+    /// `f16`.
     F16,
+    /// `bf16`.
     Bf16,
+    /// `f32`.
     F32,
+    /// `f64`.
     F64,
+    /// `i8`.
     I8,
+    /// `i16`.
     I16,
+    /// `i32`.
     I32,
+    /// `i64`.
     I64,
+    /// `u8`.
     U8,
+    /// `u16`.
     U16,
+    /// `u32`.
     U32,
+    /// `u64`.
     U64,
+    /// `bool`.
     Bool,
+    /// `c64`.
     C64,
+    /// `c128`.
     C128,
+    /// `f8e4m3fn`.
     F8E4m3fn,
+    /// `f8e5m2`.
     F8E5m2,
+    /// `string`.
     String,
 }
 
@@ -135,7 +152,8 @@ impl Dtype {
 
     /// The dtype's canonical name (`f32`).
     pub fn name(self) -> &'static str {
-        crate::DTYPES[Dtype::ALL.iter().position(|d| *d == self).unwrap_or(0)]
+        // `ALL` lists the variants in declaration order, as `DTYPES` names them.
+        crate::DTYPES[self as usize]
     }
 
     /// The dtype named `name`.
