@@ -560,7 +560,7 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
                 let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));
                 let f = super::#other_mod::#l::read(&mut c, limits).map_err(in_file)?;
                 let t = super::#other_mod::tensor(&f, captures[#cap].clone(), &|skip, len| {
-                    rt::zip::location(m.clone(), skip, len)
+                    rt::zip::location(&zip, m, skip, len)
                 })
                 .map_err(|e| in_file(e.in_entry(m.name.as_str())))?;
                 tensors.push(t);

@@ -986,7 +986,7 @@ pub(crate) fn gen_zip_pickle(
             };
             quote! {
                 let name = captures.format_all(#pat)?;
-                let pm: &::std::sync::Arc<rt::ZipMember> = match zip.find(&name) {
+                let pm: &rt::ZipMember = match zip.find(&name) {
                     Some(m) => m,
                     #absent
                 };
@@ -1015,13 +1015,13 @@ pub(crate) fn gen_zip_pickle(
                     let shape: ::std::vec::Vec<u64> = #shape_ts;
                     let strides: ::std::vec::Vec<i64> = #strides_ts;
                     let byte_order: rt::ByteOrder = #bo_ts;
-                    let (m, skip): (&::std::sync::Arc<rt::ZipMember>, u64) = #data_ts;
+                    let (m, skip): (&rt::ZipMember, u64) = #data_ts;
                     let len = m.size.checked_sub(skip).ok_or_else(|| {
                         rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
                             "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
                         )))
                     })?;
-                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::zip::location(m.clone(), skip, len))
+                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::zip::location(&zip, m, skip, len))
                         .map_err(|e| e.in_entry(m.name.as_str()))
                 })()
                 .map_err(|e| {

@@ -719,10 +719,16 @@ fn storage_view(
     info: &TensorInfo,
     ids: &mut std::collections::HashMap<String, u64>,
 ) -> Option<(TensorMeta, StorageView, Option<TensorInfo>)> {
-    let DataLocation::Encoded { content, skip, .. } = &info.location else {
+    let DataLocation::Encoded {
+        content,
+        part,
+        skip,
+        ..
+    } = &info.location
+    else {
         return None;
     };
-    let member: &tensorfmt_runtime::zip::ZipMember = content.downcast()?;
+    let (member, _, _) = tensorfmt_runtime::zip::member_of(&info.location)?;
     let item = info.dtype.itemsize()? as u64;
     if item == 0 || skip % item != 0 || member.size % item != 0 {
         return None;
@@ -741,7 +747,7 @@ fn storage_view(
                 vec![member.size],
                 vec![1],
                 ByteOrder::Little,
-                content.clone().window(0, member.size),
+                content.clone().window(*part, 0, member.size),
             )
             .ok()?,
         )

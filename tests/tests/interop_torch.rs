@@ -148,12 +148,10 @@ fn keep_layout_writes_shared_storages_once() {
     let mut members: Vec<String> = f
         .tensors()
         .iter()
-        .map(
-            |t| match t.location.encoded::<tensorfmt::runtime::zip::ZipMember>() {
-                Some((member, _, _)) => member.name.clone(),
-                None => panic!("{:?}", t.location),
-            },
-        )
+        .map(|t| match tensorfmt::runtime::zip::member_of(&t.location) {
+            Some((member, _, _)) => member.name.clone(),
+            None => panic!("{:?}", t.location),
+        })
         .collect();
     members.sort();
     members.dedup();

@@ -140,9 +140,12 @@ fn read_location(
             }
         }
         DataLocation::Range { offset, len } => read_range(src, info, *offset, *len, sink, opts)?,
-        DataLocation::Encoded { content, skip, len } => {
-            content.read(src, info, (*skip, *len), sink, opts)?
-        }
+        DataLocation::Encoded {
+            content,
+            part,
+            skip,
+            len,
+        } => content.read(src, info, *part, (*skip, *len), sink, opts)?,
         DataLocation::External { path, offset, len } => {
             let bytes = src.external(path)?;
             offer(&bytes, info, *offset, *len, sink, opts)

@@ -846,19 +846,17 @@ mod tests {
     struct Deflated;
 
     impl Encoded for Deflated {
-        fn len(&self) -> u64 {
-            100
-        }
-        fn plain_offset(&self, _: &dyn crate::source::RandomAccess) -> Result<Option<u64>> {
+        fn plain_offset(&self, _: &dyn crate::source::RandomAccess, _: u64) -> Result<Option<u64>> {
             Ok(None)
         }
-        fn compressed_len(&self) -> Option<u64> {
+        fn compressed_len(&self, _: u64) -> Option<u64> {
             Some(2)
         }
         fn read(
             &self,
             _: &crate::source::Source,
             _: &TensorInfo,
+            _: u64,
             _: (u64, u64),
             _: &mut dyn Sink,
             _: &crate::read::ReadOptions,
@@ -941,7 +939,7 @@ mod tests {
     #[test]
     fn owned_sink_grows_compressed_content() {
         let mut i = info("x", 100);
-        i.location = EncodedBytes::new(Deflated).window(0, 100);
+        i.location = EncodedBytes::new(Deflated).window(0, 0, 100);
         let mut s = OwnedSink::new();
         let data: Vec<u8> = (0..100).collect();
         let chunks: Vec<&[u8]> = data.chunks(7).collect();

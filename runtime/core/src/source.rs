@@ -2,7 +2,6 @@
 //! `Read + Seek` stream, behind one trait.
 
 use std::any::Any;
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

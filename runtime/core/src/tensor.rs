@@ -53,13 +53,16 @@ pub enum DataLocation {
         /// Number of bytes.
         len: u64,
     },
-    /// `len` bytes, `skip` bytes into content a container engine stores in its own
-    /// encoding (a zip member's content, the values of a protobuf repeated field): the
-    /// engine's [`Encoded`] value, shared by every tensor of that content, says how long
-    /// the content is, where it lies plain if it does, and reads it.
+    /// `len` bytes, `skip` bytes into part `part` of content a container engine stores
+    /// in its own encoding (member `part` of a zip archive, the values of a protobuf
+    /// repeated field): the engine's [`Encoded`] value, shared by every tensor of that
+    /// content (a zip archive's index), says where a part lies plain if it does, and
+    /// reads it.
     Encoded {
         /// The content.
         content: EncodedBytes,
+        /// Which part of the content (the engine's number: a zip member's position).
+        part: u64,
         /// Bytes of the content before the tensor's first byte.
         skip: u64,
         /// Number of bytes of the tensor.
@@ -70,39 +73,37 @@ pub enum DataLocation {
     Pieces(Vec<DataLocation>),
 }
 
-/// Content a container engine stores in its own encoding (a zip member's, a protobuf
-/// field's values): implemented by the engine crates, read by [`crate::read`] through this
-/// interface alone, so that the core knows no container. One value describes the whole
-/// content; tensors are byte windows of it ([`DataLocation::Encoded`]), so that tensors
-/// of one content share it.
+/// Content a container engine stores in its own encoding, in numbered parts (a zip
+/// archive's members, a protobuf field's values): implemented by the engine crates, read
+/// by [`crate::read`] through this interface alone, so that the core knows no container.
+/// One value describes the whole content (a zip archive's index, shared by every tensor
+/// of the archive: nothing is allocated or copied per tensor); a tensor is a byte window
+/// of one part ([`DataLocation::Encoded`]).
 ///
 /// Contract: [`Encoded::read`] pushes exactly the window's bytes through the sink's
 /// [`crate::sink::Sink::chunk`] (and may offer [`crate::sink::Sink::view`]), never calling
-/// `begin` or `end`, which the caller does, and fails on a window beyond the content;
-/// [`Encoded::plain_offset`] is `Some` only when the content lies unchanged from that
-/// offset of the container.
+/// `begin` or `end`, which the caller does, and fails on a part it does not have or a
+/// window beyond the part; [`Encoded::plain_offset`] is `Some` only when the part lies
+/// unchanged from that offset of the container.
 pub trait Encoded: std::fmt::Debug + Send + Sync + 'static {
-    /// The number of bytes of the content.
-    fn len(&self) -> u64;
-    /// True when the content holds no bytes.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    /// The absolute offset in the container `src` where the content starts when it is
+    /// The absolute offset in the container `src` where part `part` starts when it is
     /// stored plain there, which allows zero-copy views; `None` otherwise.
-    fn plain_offset(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<u64>>;
-    /// The number of bytes read from the container to produce the content when that is
-    /// fewer than [`Encoded::len`] (compressed content): a reader's first buffer is
+    fn plain_offset(&self, src: &dyn crate::source::RandomAccess, part: u64)
+        -> Result<Option<u64>>;
+    /// The number of bytes read from the container to produce part `part` when that is
+    /// fewer than the part holds (compressed content): a reader's first buffer is
     /// bounded by it, as content may be far larger than what holds it.
-    fn compressed_len(&self) -> Option<u64> {
+    fn compressed_len(&self, part: u64) -> Option<u64> {
+        let _ = part;
         None
     }
-    /// Pushes `len` bytes of the content, `skip` bytes into it, for tensor `info` read
+    /// Pushes `len` bytes of part `part`, `skip` bytes into it, for tensor `info` read
     /// from `src`, into `sink`.
     fn read(
         &self,
         src: &crate::source::Source,
         info: &TensorInfo,
+        part: u64,
         window: (u64, u64),
         sink: &mut dyn crate::sink::Sink,
         opts: &crate::read::ReadOptions,
@@ -123,10 +124,11 @@ impl EncodedBytes {
         EncodedBytes(std::sync::Arc::new(e))
     }
 
-    /// The location of `len` bytes of this content, `skip` bytes into it.
-    pub fn window(self, skip: u64, len: u64) -> DataLocation {
+    /// The location of `len` bytes of part `part` of this content, `skip` bytes into it.
+    pub fn window(self, part: u64, skip: u64, len: u64) -> DataLocation {
         DataLocation::Encoded {
             content: self,
+            part,
             skip,
             len,
         }
@@ -169,13 +171,16 @@ impl DataLocation {
         self.len() == 0
     }
 
-    /// The engine's content of type `T` and the window of it (skip, len), when the
-    /// bytes are [`DataLocation::Encoded`] by that engine.
-    pub fn encoded<T: Encoded>(&self) -> Option<(&T, u64, u64)> {
+    /// The engine's content of type `T` and the window of it (part, skip, len), when
+    /// the bytes are [`DataLocation::Encoded`] by that engine.
+    pub fn encoded<T: Encoded>(&self) -> Option<(&T, u64, u64, u64)> {
         match self {
-            DataLocation::Encoded { content, skip, len } => {
-                Some((content.downcast()?, *skip, *len))
-            }
+            DataLocation::Encoded {
+                content,
+                part,
+                skip,
+                len,
+            } => Some((content.downcast()?, *part, *skip, *len)),
             _ => None,
         }
     }
@@ -184,7 +189,7 @@ impl DataLocation {
     /// ([`Encoded::compressed_len`]).
     pub fn compressed_len(&self) -> Option<u64> {
         match self {
-            DataLocation::Encoded { content, .. } => content.compressed_len(),
+            DataLocation::Encoded { content, part, .. } => content.compressed_len(*part),
             _ => None,
         }
     }
@@ -195,7 +200,12 @@ impl DataLocation {
     pub fn plain_range(&self, src: &dyn crate::source::RandomAccess) -> Result<Option<(u64, u64)>> {
         match self {
             DataLocation::Range { offset, len } => Ok(Some((*offset, *len))),
-            DataLocation::Encoded { content, skip, len } => match content.plain_offset(src)? {
+            DataLocation::Encoded {
+                content,
+                part,
+                skip,
+                len,
+            } => match content.plain_offset(src, *part)? {
                 Some(start) => {
                     let start = start
                         .checked_add(*skip)
@@ -350,8 +360,14 @@ impl TensorInfo {
                 offset,
                 len: extent,
             },
-            DataLocation::Encoded { content, skip, .. } => DataLocation::Encoded {
+            DataLocation::Encoded {
                 content,
+                part,
+                skip,
+                ..
+            } => DataLocation::Encoded {
+                content,
+                part,
                 skip,
                 len: extent,
             },

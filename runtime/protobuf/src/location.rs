@@ -30,16 +30,12 @@ impl FieldValues {
     /// These values, all `len` bytes of them, as a tensor's [`DataLocation`].
     pub fn location(self) -> DataLocation {
         let len = self.len;
-        EncodedBytes::new(self).window(0, len)
+        EncodedBytes::new(self).window(0, 0, len)
     }
 }
 
 impl Encoded for FieldValues {
-    fn len(&self) -> u64 {
-        self.len
-    }
-
-    fn plain_offset(&self, _: &dyn RandomAccess) -> Result<Option<u64>> {
+    fn plain_offset(&self, _: &dyn RandomAccess, _: u64) -> Result<Option<u64>> {
         Ok(None)
     }
 
@@ -47,6 +43,7 @@ impl Encoded for FieldValues {
         &self,
         src: &Source,
         _: &TensorInfo,
+        _: u64,
         window: (u64, u64),
         sink: &mut dyn Sink,
         opts: &ReadOptions,

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 use std::io::{self, Read, Seek, Write};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
@@ -21,7 +21,7 @@ use tensorfmt_core::source::{check_range, RandomAccess, Window};
 pub use tensorfmt_core::Compression;
 
 mod location;
-pub use location::{index, location};
+pub use location::{index, location, member_of};
 
 /// One member of a zip archive, as its central directory describes it.
 ///
@@ -190,8 +190,7 @@ fn read_cow(src: &dyn RandomAccess, offset: u64, len: u64) -> Result<Cow<'_, [u8
 /// The members of a zip archive, in central-directory order, with a lookup by name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ZipIndex {
-    /// Shared: a tensor in a member holds the member ([`location`]).
-    members: Vec<Arc<ZipMember>>,
+    members: Vec<ZipMember>,
     /// Indices of `members`, sorted by name.
     by_name: Vec<u32>,
 }
@@ -241,18 +240,36 @@ impl ZipIndex {
             pos = next;
         }
         let by_name = check_unambiguous(&mut members, cd.start)?;
-        let members = members.into_iter().map(Arc::new).collect();
         Ok(ZipIndex { members, by_name })
     }
 
+    /// An index of one member (a member located apart from its archive's index).
+    fn of_one(member: ZipMember) -> ZipIndex {
+        ZipIndex {
+            members: vec![member],
+            by_name: vec![0],
+        }
+    }
+
+    /// The position of `member` among the members, when it is one of them (this index's
+    /// own value, as [`ZipIndex::members`] and [`ZipIndex::find`] give: found by its
+    /// address, not compared).
+    pub fn position(&self, member: &ZipMember) -> Option<usize> {
+        let size = std::mem::size_of::<ZipMember>();
+        let offset =
+            (member as *const ZipMember as usize).checked_sub(self.members.as_ptr() as usize)?;
+        let i = offset / size;
+        (offset % size == 0 && i < self.members.len()).then_some(i)
+    }
+
     /// The members, in central-directory order.
-    pub fn members(&self) -> &[Arc<ZipMember>] {
+    pub fn members(&self) -> &[ZipMember] {
         &self.members
     }
 
     /// The member named `name` ([`ZipIndex::read`] refuses archives that hold a name
     /// more than once).
-    pub fn find(&self, name: &str) -> Option<&Arc<ZipMember>> {
+    pub fn find(&self, name: &str) -> Option<&ZipMember> {
         let i = self
             .by_name
             .binary_search_by(|&i| self.members[i as usize].name.as_str().cmp(name))

@@ -17,10 +17,22 @@ use crate::{io_to_error, member_reader, Compression, ZipIndex, ZipMember};
 /// Smallest chunk buffer used for compressed content.
 const MIN_INFLATE_CHUNK: u64 = 32 << 10;
 
-/// The location of `len` bytes of `member`'s content, `skip` bytes into it. The member
-/// is shared with the index (and every other tensor of the member): nothing is copied.
-pub fn location(member: Arc<ZipMember>, skip: u64, len: u64) -> DataLocation {
-    EncodedBytes(member).window(skip, len)
+/// The location of `len` bytes of `member`'s content, `skip` bytes into it, where
+/// `member` is one of `index`'s members: the tensor holds the index (shared by every
+/// tensor of the archive) and the member's position, so nothing is allocated or copied.
+/// A member of another index is located in an index of its own.
+pub fn location(index: &Arc<ZipIndex>, member: &ZipMember, skip: u64, len: u64) -> DataLocation {
+    match index.position(member) {
+        Some(i) => EncodedBytes(index.clone()).window(i as u64, skip, len),
+        None => EncodedBytes::new(ZipIndex::of_one(member.clone())).window(0, skip, len),
+    }
+}
+
+/// The zip member a tensor's bytes are in, and the window of its content (skip, len),
+/// when they are in one.
+pub fn member_of(location: &DataLocation) -> Option<(&ZipMember, u64, u64)> {
+    let (index, part, skip, len) = location.encoded::<ZipIndex>()?;
+    Some((index.members().get(usize::try_from(part).ok()?)?, skip, len))
 }
 
 /// The bytes of `src` indexed as a zip archive ([`ZipIndex::read`]), made once and shared
@@ -30,31 +42,45 @@ pub fn index(src: &Source, limits: &Limits) -> Result<Arc<ZipIndex>> {
     src.memo(limits.max_entries, |s| ZipIndex::read(s.data(), limits))
 }
 
-impl Encoded for ZipMember {
-    fn len(&self) -> u64 {
-        self.size
+impl ZipIndex {
+    /// Member number `part`.
+    fn part(&self, part: u64) -> Result<&ZipMember> {
+        usize::try_from(part)
+            .ok()
+            .and_then(|i| self.members().get(i))
+            .ok_or_else(|| {
+                Error::from(ErrorKind::Invalid(format!(
+                    "no member {part} in an archive of {}",
+                    self.members().len()
+                )))
+            })
     }
+}
 
-    fn plain_offset(&self, src: &dyn RandomAccess) -> Result<Option<u64>> {
-        if self.compression != Compression::Stored {
+impl Encoded for ZipIndex {
+    fn plain_offset(&self, src: &dyn RandomAccess, part: u64) -> Result<Option<u64>> {
+        let member = self.part(part)?;
+        if member.compression != Compression::Stored {
             return Ok(None);
         }
-        self.data_offset(src).map(Some)
+        member.data_offset(src).map(Some)
     }
 
-    fn compressed_len(&self) -> Option<u64> {
-        (self.compression != Compression::Stored).then_some(self.compressed_size)
+    fn compressed_len(&self, part: u64) -> Option<u64> {
+        let member = self.part(part).ok()?;
+        (member.compression != Compression::Stored).then_some(member.compressed_size)
     }
 
     fn read(
         &self,
         src: &Source,
         info: &TensorInfo,
+        part: u64,
         (skip, len): (u64, u64),
         sink: &mut dyn Sink,
         opts: &ReadOptions,
     ) -> Result<()> {
-        read_member(src, info, self, skip, len, sink, opts)
+        read_member(src, info, self.part(part)?, skip, len, sink, opts)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -62,7 +88,10 @@ impl Encoded for ZipMember {
     }
 
     fn same(&self, other: &dyn Encoded) -> bool {
-        other.as_any().downcast_ref::<ZipMember>() == Some(self)
+        other
+            .as_any()
+            .downcast_ref::<ZipIndex>()
+            .is_some_and(|o| std::ptr::eq(o, self) || o == self)
     }
 }
 

@@ -9,7 +9,7 @@ use tensorfmt_core::sink::{OwnedSink, ViewSink};
 use tensorfmt_core::{
     ByteOrder, Bytes, DType, DataLocation, ErrorKind, Limits, Order, Source, TensorInfo,
 };
-use tensorfmt_zip::{location, Compression, ZipIndex, ZipMember, ZipWriter};
+use tensorfmt_zip::{location, member_of, Compression, ZipIndex, ZipWriter};
 
 fn range_info(name: &str, offset: u64, len: u64) -> TensorInfo {
     TensorInfo::dense(
@@ -38,12 +38,12 @@ fn zip_file() -> (Vec<u8>, Vec<u8>) {
 }
 
 fn member_infos(file: &[u8]) -> Vec<TensorInfo> {
-    let idx = ZipIndex::read(&Bytes::Owned(file.into()), &Limits::default()).unwrap();
+    let idx = Arc::new(ZipIndex::read(&Bytes::Owned(file.into()), &Limits::default()).unwrap());
     idx.members()
         .iter()
         .map(|m| {
             let mut i = range_info(m.name.trim_end_matches(".npy"), 0, 1000);
-            i.location = location(m.clone(), 16, 1000);
+            i.location = location(&idx, m, 16, 1000);
             i
         })
         .collect()
@@ -78,10 +78,11 @@ fn zip_checksums_are_verified() {
     let (file, _) = zip_file();
     let mut infos = member_infos(&file);
     for info in &mut infos {
-        let (m, skip, len) = info.location.encoded::<ZipMember>().unwrap();
+        let (m, skip, len) = member_of(&info.location).unwrap();
         let mut m = m.clone();
         m.crc32 ^= 1;
-        info.location = location(Arc::new(m), skip, len);
+        // A member of no index: located in an index of its own.
+        info.location = location(&Arc::new(ZipIndex::default()), &m, skip, len);
     }
     for src in [
         Source::from_bytes(file.clone()).with_path("m.npz"),
@@ -112,8 +113,8 @@ fn zip_tensor_beyond_member_is_an_error() {
     let (file, _) = zip_file();
     let mut infos = member_infos(&file);
     for info in &mut infos {
-        let (m, _, len) = info.location.encoded::<ZipMember>().unwrap();
-        info.location = location(Arc::new(m.clone()), 17, len);
+        let (m, _, len) = member_of(&info.location).unwrap();
+        info.location = location(&Arc::new(ZipIndex::default()), m, 17, len);
     }
     let src = Source::from_bytes(file);
     for info in &infos {
@@ -121,4 +122,24 @@ fn zip_tensor_beyond_member_is_an_error() {
         let e = read_tensor(&src, info, &mut s, &ReadOptions::default()).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
     }
+}
+
+#[test]
+fn a_tensor_holds_its_archive_index_and_the_member_position() {
+    let (file, _) = zip_file();
+    let idx = Arc::new(ZipIndex::read(&Bytes::Owned(file.into()), &Limits::default()).unwrap());
+    let b = &idx.members()[1];
+    assert_eq!(idx.position(b), Some(1));
+    let loc = location(&idx, b, 16, 1000);
+    let (index, part, skip, len) = loc.encoded::<ZipIndex>().unwrap();
+    assert!(std::ptr::eq(index, &*idx));
+    assert_eq!((part, skip, len), (1, 16, 1000));
+    assert_eq!(member_of(&loc).unwrap(), (b, 16, 1000));
+    // An equal member that is not the index's own value is not found by position, and
+    // is located in an index of its own, reading the same bytes.
+    let copy = b.clone();
+    assert_eq!(idx.position(&copy), None);
+    let apart = location(&idx, &copy, 16, 1000);
+    assert_eq!(member_of(&apart).unwrap(), (&copy, 16, 1000));
+    assert_ne!(apart, loc);
 }
