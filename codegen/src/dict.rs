@@ -1,13 +1,12 @@
-//! Dicts: records a codec decodes (the npy header). A struct with one field per key,
-//! `from_py` (missing key or wrong type → an error naming the key) and `to_py` (keys in
-//! declared order).
+//! Dict keys as the layout writer sees them (their types and values in write rules); the
+//! dict structs themselves come from the IR (`crate::read`).
 
 use proc_macro2::TokenStream;
 use quote::quote;
 use tensorfmt_schema::ast::*;
 
 use crate::expr::{Cx, Ty, Val};
-use crate::model::{docs, rs_ident, GResult};
+use crate::model::{rs_ident, GResult};
 
 /// The value type of a dict key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,21 +57,6 @@ pub(crate) fn dict_ty(cx: &Cx<'_>, f: &DictField) -> GResult<DictTy> {
     })
 }
 
-fn rust_ty(t: DictTy, optional: bool) -> TokenStream {
-    let t = match t {
-        DictTy::Str => quote!(::std::string::String),
-        DictTy::Bool => quote!(bool),
-        DictTy::U64 => quote!(u64),
-        DictTy::I64 => quote!(i64),
-        DictTy::U64Seq { .. } => quote!(::std::vec::Vec<u64>),
-    };
-    if optional {
-        quote!(::std::option::Option<#t>)
-    } else {
-        t
-    }
-}
-
 /// The key of `dict` called `key`.
 pub(crate) fn find_key<'d>(dict: &'d Dict, key: &str) -> Option<&'d DictField> {
     dict.fields.iter().find(|f| f.key == key)
@@ -103,140 +87,4 @@ pub(crate) fn key_value(
         DictTy::U64Seq { .. } => Val::atom(quote!(#access.#k), Ty::IntList),
         DictTy::I64 => return Err(cx.unsupported(e.span, "a signed dict value in an expression")),
     })
-}
-
-/// The struct and `impl` of a dict.
-pub(crate) fn gen_dict(cx: &Cx<'_>, d: &Dict) -> GResult<TokenStream> {
-    let ident = rs_ident(&d.name.name);
-    let doc = docs(&d.docs);
-    let mut fields = Vec::new();
-    let mut reads = Vec::new();
-    let mut inits = Vec::new();
-    let mut items = Vec::new();
-    let any_optional = d.fields.iter().any(|f| f.optional);
-    for f in &d.fields {
-        let t = dict_ty(cx, f)?;
-        let k = rs_ident(&f.key);
-        let key = &f.key;
-        let rt_ty = rust_ty(t, f.optional);
-        let fdoc = docs(&f.docs);
-        fields.push(quote!(#fdoc pub #k: #rt_ty,));
-        // Read.
-        let convert = |v: TokenStream| {
-            let (opt, expected, then) = match t {
-                DictTy::Str => (quote!(#v.as_str()), "str", quote!(.to_string())),
-                DictTy::Bool => (quote!(#v.as_bool()), "bool", quote!()),
-                DictTy::U64 => (
-                    quote!(#v.as_int().and_then(|i| u64::try_from(i).ok())),
-                    "non-negative int",
-                    quote!(),
-                ),
-                DictTy::I64 => (
-                    quote!(#v.as_int().and_then(|i| i64::try_from(i).ok())),
-                    "64-bit int",
-                    quote!(),
-                ),
-                DictTy::U64Seq { .. } => (
-                    quote!(#v.as_u64_seq()),
-                    "tuple of non-negative ints",
-                    quote!(),
-                ),
-            };
-            quote!(#opt.ok_or_else(|| wrong_type(#key, #expected, #v))? #then)
-        };
-        if f.optional {
-            let c = convert(quote!(v));
-            reads.push(quote! {
-                let #k = match value.dict_get(#key) {
-                    None | Some(rt::pydict::PyValue::None) => None,
-                    Some(v) => Some(#c),
-                };
-            });
-        } else {
-            let c = convert(quote!(#k));
-            reads.push(quote! {
-                let #k = rt::pydict::require(value, #key)?;
-                let #k = #c;
-            });
-        }
-        inits.push(quote!(#k));
-        // Write. `x` is the value as a place (`self.k`), or a reference when `by_ref`.
-        let to = |x: TokenStream, by_ref: bool| {
-            let copy = if by_ref { quote!(*#x) } else { x.clone() };
-            match t {
-                DictTy::Str => quote!(rt::pydict::PyValue::Str(#x.clone())),
-                DictTy::Bool => quote!(rt::pydict::PyValue::Bool(#copy)),
-                DictTy::U64 | DictTy::I64 => quote!(rt::pydict::PyValue::Int(i128::from(#copy))),
-                DictTy::U64Seq { list } => {
-                    let ctor = if list { quote!(List) } else { quote!(Tuple) };
-                    quote!(rt::pydict::PyValue::#ctor(
-                        #x.iter().map(|&d| rt::pydict::PyValue::Int(i128::from(d))).collect()
-                    ))
-                }
-            }
-        };
-        if f.optional {
-            let v = to(quote!(v), true);
-            items.push(quote! {
-                if let Some(v) = &self.#k {
-                    items.push((#key, #v));
-                }
-            });
-        } else {
-            let v = to(quote!(self.#k), false);
-            items.push(if any_optional {
-                quote!(items.push((#key, #v));)
-            } else {
-                quote!((#key, #v),)
-            });
-        }
-    }
-    let to_py_body = if any_optional {
-        quote! {
-            let mut items = ::std::vec::Vec::new();
-            #(#items)*
-            items
-        }
-    } else {
-        quote!(vec![#(#items)*])
-    };
-    let name = &d.name.name;
-    let from_doc = format!(
-        " Reads a `{name}` from a decoded dict: a missing key or a value of the wrong type is an error naming the key."
-    );
-    let to_doc = format!(" The items of this `{name}`, in declared order, for encoding.");
-    Ok(quote! {
-        #doc
-        #[derive(Debug, Clone, PartialEq)]
-        pub struct #ident {
-            #(#fields)*
-        }
-
-        impl #ident {
-            #[doc = #from_doc]
-            pub fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
-                #(#reads)*
-                Ok(#ident { #(#inits),* })
-            }
-
-            #[doc = #to_doc]
-            pub fn to_py(&self) -> ::std::vec::Vec<(&'static str, rt::pydict::PyValue)> {
-                #to_py_body
-            }
-        }
-    })
-}
-
-/// The module's `wrong_type` helper.
-pub(crate) fn helper() -> TokenStream {
-    quote! {
-        /// The error for a dict value of the wrong type: names the key and what was found.
-        fn wrong_type(key: &str, expected: &str, found: &rt::pydict::PyValue) -> rt::Error {
-            rt::Error::from(rt::ErrorKind::Invalid(format!(
-                "expected a {expected}, found a {}",
-                found.type_name()
-            )))
-            .in_field(key)
-        }
-    }
 }

@@ -246,9 +246,8 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
             ))
         }
     };
-    let l = rs_ident(&layout.name.name);
+    let _ = layout;
     let name = fmt.public_name();
-    let in_file = in_file();
     let one = format!("{name} holds exactly one tensor");
     let none = format!("{name} holds exactly one tensor; none was added");
     let wdoc = format!(
@@ -257,16 +256,6 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     let tr = tensor_writer_impl(false);
     let desc = desc(false);
     Ok(quote! {
-        /// Lists the tensors of `src` without reading their bytes.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            #in_file
-            let mut c = rt::Cursor::new(src.data(), src.location());
-            let f = #l::read(&mut c, limits).map_err(in_file)?;
-            let t = tensor(&f, src.stem(), &|offset, len| rt::DataLocation::Range { offset, len })
-                .map_err(in_file)?;
-            Ok(vec![t])
-        }
-
         #[doc = #wdoc]
         pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
             out: W,

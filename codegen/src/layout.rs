@@ -8,7 +8,7 @@ use tensorfmt_schema::ast::*;
 
 use crate::dict;
 use crate::expr::{self, Cx, Scope, Ty, Val};
-use crate::model::{docs, rs_ident, Fmt, GResult};
+use crate::model::{rs_ident, Fmt, GResult};
 
 /// A fixed-width number type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -352,23 +352,6 @@ fn parse_pad(cx: &Cx<'_>, args: &[Arg], span: Span) -> GResult<Pad> {
     Ok(pad)
 }
 
-/// The Rust type of a field in the struct, `None` for magic.
-fn field_ty(f: &FieldM<'_>) -> Option<TokenStream> {
-    Some(match &f.kind {
-        Kind::Magic(_) => return None,
-        Kind::Num(p) | Kind::Cond { wide: p, .. } => {
-            let t = p.ty();
-            quote!(#t)
-        }
-        Kind::Bytes { .. } => quote!(::std::vec::Vec<u8>),
-        Kind::Dict { dict, .. } => {
-            let t = rs_ident(&dict.name.name);
-            quote!(#t)
-        }
-        Kind::Payload { .. } => quote!((u64, u64)),
-    })
-}
-
 fn byte_lit(b: &[u8]) -> TokenStream {
     let l = Literal::byte_string(b);
     quote!(#l)
@@ -380,38 +363,6 @@ fn widen(p: Prim, x: TokenStream) -> TokenStream {
         x
     } else {
         quote!(u64::from(#x))
-    }
-}
-
-/// Names in reach while reading: the fields read so far.
-struct ReadScope<'a, 's> {
-    layout: &'a LayoutM<'s>,
-    /// Fields `..=upto` are read.
-    upto: usize,
-}
-
-impl Scope for ReadScope<'_, '_> {
-    fn path(&self, cx: &mut Cx<'_>, e: &Expr, path: &[Ident]) -> GResult<Val> {
-        let Some((i, f)) = self
-            .layout
-            .fields
-            .iter()
-            .enumerate()
-            .find(|(_, f)| f.name() == path[0].name)
-        else {
-            return Err(cx.err(
-                e.span,
-                format!("`{}` is not a field of this layout", path[0].name),
-            ));
-        };
-        if i > self.upto {
-            return Err(cx.err(e.span, format!("`{}` is not read yet here", path[0].name)));
-        }
-        field_value(cx, e, f, path, |f| f.ident.clone().into_ts())
-    }
-
-    fn field(&self) -> String {
-        self.layout.fields[self.upto].name().to_string()
     }
 }
 
@@ -446,183 +397,17 @@ pub(crate) fn field_value(
     }
 }
 
-/// The struct and `impl` of a layout: `read` and `write`.
+/// The layout's `write` (its struct and `read` come from the IR: `crate::read`).
 pub(crate) fn gen_layout(cx: &mut Cx<'_>, fmt: &Fmt<'_>, l: &LayoutM<'_>) -> GResult<TokenStream> {
     let ident = &l.ident;
-    let doc = docs(&l.ast.docs);
-    let fields: Vec<TokenStream> = l.fields.iter().filter_map(|f| {
-        let t = field_ty(f)?;
-        let name = &f.ident;
-        let mut doc = f.ast.docs.clone();
-        match &f.kind {
-            Kind::Cond { then, otherwise, .. } => {
-                if !doc.is_empty() {
-                    doc.push(String::new());
-                }
-                doc.push(format!(
-                    " Stored as `{}` or `{}` (`{}`), held as the wider type.",
-                    then.name,
-                    otherwise.name,
-                    cx.text(match &f.ast.ty {
-                        FieldType::Cond { cond, .. } => cond.span,
-                        _ => f.ast.span,
-                    })
-                ));
-            }
-            Kind::Payload { .. } => {
-                if !doc.is_empty() {
-                    doc.push(String::new());
-                }
-                doc.push(
-                    " `(offset, len)`: where the payload is in the layout's source (absolute offset)."
-                        .to_string(),
-                );
-            }
-            _ => {}
-        }
-        let doc = docs(&doc);
-        Some(quote!(#doc pub #name: #t,))
-    }).collect();
-    let read = gen_read(cx, l)?;
     let write = gen_write(cx, fmt, l)?;
     Ok(quote! {
-        #doc
-        #[derive(Debug, Clone, PartialEq)]
-        pub struct #ident {
-            #(#fields)*
-        }
-
         impl #ident {
-            #read
             #write
         }
     })
 }
 
-/// `Self::read`.
-fn gen_read(cx: &mut Cx<'_>, l: &LayoutM<'_>) -> GResult<TokenStream> {
-    let mut body = Vec::new();
-    let mut uses_limits = false;
-    for (i, f) in l.fields.iter().enumerate() {
-        let name = f.name();
-        let id = &f.ident;
-        let scope = ReadScope { layout: l, upto: i };
-        let before = ReadScope {
-            layout: l,
-            upto: i.saturating_sub(1),
-        };
-        body.push(match &f.kind {
-            Kind::Magic(b) => {
-                let b = byte_lit(&b.value);
-                quote!(c.magic(#name, #b)?;)
-            }
-            Kind::Num(p) => {
-                let m = p.method("", l.big);
-                quote!(let #id = c.#m(#name)?;)
-            }
-            Kind::Cond {
-                cond,
-                then,
-                otherwise,
-                wide,
-            } => {
-                let c = expr::cond(cx, &before, cond, false)?.ts;
-                let read = |p: &Prim| {
-                    let m = p.method("", l.big);
-                    let r = quote!(c.#m(#name)?);
-                    if p == wide {
-                        r
-                    } else {
-                        let w = wide.ty();
-                        quote!(#w::from(#r))
-                    }
-                };
-                let (t, o) = (read(then), read(otherwise));
-                quote!(let #id = if #c { #t } else { #o };)
-            }
-            Kind::Bytes { size } => {
-                uses_limits = true;
-                let n = expr::int(cx, &before, size)?.ts;
-                quote!(let #id = c.bytes(#name, #n, limits.max_header_bytes)?.into_owned();)
-            }
-            Kind::Dict {
-                dict,
-                size,
-                encoding,
-                ..
-            } => {
-                uses_limits = true;
-                let n = expr::int(cx, &before, size)?.ts;
-                let text = by_encoding(cx, &before, *encoding, &|enc| match enc {
-                    Encoding::Latin1 => quote!(__bytes.iter().map(|&b| char::from(b)).collect::<String>()),
-                    Encoding::Utf8 => quote! {
-                        ::std::str::from_utf8(&__bytes)
-                            .map_err(|e| c.error(#name, rt::ErrorKind::Codec {
-                                codec: "pydict",
-                                message: format!("the text is not UTF-8: {e}"),
-                            }))?
-                            .to_owned()
-                    },
-                })?;
-                let d = rs_ident(&dict.name.name);
-                quote! {
-                    let #id = {
-                        let __bytes = c.bytes(#name, #n, limits.max_header_bytes)?;
-                        let __text = #text;
-                        let __value = rt::pydict::parse(&__text, limits).map_err(|e| c.wrap(#name, e))?;
-                        #d::from_py(&__value).map_err(|e| c.wrap(#name, e))?
-                    };
-                }
-            }
-            Kind::Payload { size: None } => quote!(let #id = c.rest(#name)?;),
-            Kind::Payload { size: Some(s) } => {
-                let n = expr::int(cx, &before, s)?.ts;
-                quote!(let #id = c.span(#name, #n)?;)
-            }
-        });
-        for check in &f.checks {
-            let failed = expr::cond(cx, &scope, check, true)?.ts;
-            let text = cx.text(check.span);
-            let msg = match &f.kind {
-                Kind::Num(p) | Kind::Cond { wide: p, .. } if !p.float => {
-                    let fmt = format!("check `{text}` failed: {name} is {{}}");
-                    quote!(format!(#fmt, #id))
-                }
-                _ => {
-                    let s = format!("check `{text}` failed");
-                    quote!(#s.to_string())
-                }
-            };
-            body.push(quote! {
-                if #failed {
-                    return Err(c.error(#name, rt::ErrorKind::Invalid(#msg)));
-                }
-            });
-        }
-    }
-    let ident = &l.ident;
-    let inits = l
-        .fields
-        .iter()
-        .filter(|f| !matches!(f.kind, Kind::Magic(_)))
-        .map(|f| &f.ident);
-    let limits_use = (!uses_limits).then(|| quote!(let _ = limits;));
-    let name = &l.ast.name.name;
-    let doc = format!(
-        " Reads a `{name}` at the cursor, field by field, checking each field as it is read."
-    );
-    Ok(quote! {
-        #[doc = #doc]
-        pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
-            #limits_use
-            #(#body)*
-            Ok(#ident { #(#inits),* })
-        }
-    })
-}
-
-/// Code choosing the text encoding by the codec's `encoding` expression: an `if` whose
-/// branches are literals becomes an `if` over the decoding code of each.
 fn by_encoding(
     cx: &mut Cx<'_>,
     scope: &dyn Scope,
@@ -709,10 +494,11 @@ impl Scope for WriteScope<'_, '_> {
             match &self.rules[i] {
                 Rule::Param => {}
                 Rule::Eager(_) | Rule::Deferred(_) | Rule::SizeOf(_) if self.in_text => {
-                    return Err(cx.unsupported(
+                    return Err(cx.err(
                         e.span,
-                        &format!(
-                            "using `{}`, computed once the codec texts are encoded, in `spare`",
+                        format!(
+                            "using `{}`, computed once the codec texts are encoded, in `spare` \
+                             is not possible: `spare` lengthens the text it is computed from",
                             f.name()
                         ),
                     ))

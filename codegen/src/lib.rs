@@ -11,11 +11,13 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! It reads the AST of a checked schema, engine by engine (`file`, `zip`, `protobuf`,
-//! `kv`). Constructs the checker accepts but an engine's generator does not support yet
-//! (`repeat`, layout-typed fields, `align` on fields, lists outside `in [..]`, several
-//! tensors in a `file` format, the `json` codec, `map` dict values) are reported as
-//! diagnostics at their span, never as panics; `docs/fmt-language.md` lists them.
+//! Dicts, layouts (their structs and readers) and the `file` engine's tensor mapping are
+//! generated from the typed IR (`tensorfmt_schema::ir`) through one lowering of
+//! expressions ([`lower`](crate::lower)); the write side of layouts and the `zip`,
+//! `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
+//! generator does not support, and a `file` format of several tensors, are generated
+//! read-only; other constructs it cannot generate are diagnostics at their span, never
+//! panics.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -28,15 +30,18 @@ pub mod derive;
 mod dict;
 mod engine;
 mod expr;
+mod file;
 mod kv;
 mod layout;
+mod lower;
 mod mapping;
 mod model;
 mod pickle;
 mod proto;
+mod read;
 mod table;
 
-use model::{docs, GenError, Model};
+use model::{docs, GResult, GenError, Model};
 
 /// Generates the code of every format of `schema`: `pub mod <format>` each, then
 /// `pub static REGISTRY` listing every format's descriptor in file-load order.
@@ -45,10 +50,12 @@ use model::{docs, GenError, Model};
 /// of them, across formats).
 pub fn generate(schema: &Schema) -> Result<TokenStream, Diagnostics> {
     let model = Model::new(&schema.files);
+    let ir = schema.ir();
     let mut errors = Vec::new();
     let mut modules = Vec::new();
-    for fmt in &model.formats {
-        match format_items(&model, fmt) {
+    for (i, fmt) in model.formats.iter().enumerate() {
+        let fid = tensorfmt_schema::ir::FormatId(i as u32);
+        match format_items(&model, fmt, &ir, fid) {
             Ok(items) => {
                 let m = &fmt.module;
                 let mut doc = fmt.ast.docs.clone();
@@ -167,7 +174,12 @@ fn diagnostics(
 }
 
 /// The items of one format's module (without the module itself).
-fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, Vec<GenError>> {
+fn format_items(
+    model: &Model<'_>,
+    fmt: &model::Fmt<'_>,
+    ir: &tensorfmt_schema::ir::Ir,
+    fid: tensorfmt_schema::ir::FormatId,
+) -> Result<TokenStream, Vec<GenError>> {
     let file = &model.files[fmt.file];
     let mut cx = expr::Cx {
         file: fmt.file,
@@ -244,25 +256,37 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
             Err(e) => errors.push(e),
         }
     }
-    for d in &fmt.dicts {
-        match dict::gen_dict(&cx, d) {
+    let unlowered = |cx: &expr::Cx<'_>, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
+    for &d in &ir.format(fid).dicts {
+        match read::gen_dict(ir, d) {
             Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
+            Err(u) => errors.push(unlowered(&cx, u)),
         }
     }
-    let mut layouts = Vec::new();
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
     let pickle_file = kind == Some("file") && pickle::is_pickle_file(fmt);
-    for l in fmt.layouts.iter().filter(|_| !pickle_file) {
-        match layout::classify(&cx, fmt, l).and_then(|lm| {
-            let ts = layout::gen_layout(&mut cx, fmt, &lm)?;
-            Ok((lm, ts))
-        }) {
-            Ok((lm, ts)) => {
-                items.push(ts);
-                layouts.push(lm);
+    let mut layouts = Vec::new();
+    if !pickle_file {
+        for &l in &ir.format(fid).layouts {
+            match read::gen_layout(ir, l, &file.source) {
+                Ok(ts) => items.push(ts),
+                Err(u) => errors.push(unlowered(&cx, u)),
             }
-            Err(e) => errors.push(e),
+        }
+        // The write side of layouts the writer generator supports; a format whose
+        // layout it does not is read-only.
+        for l in &fmt.layouts {
+            match layout::classify(&cx, fmt, l).and_then(|lm| {
+                let ts = layout::gen_layout(&mut cx, fmt, &lm)?;
+                Ok((lm, ts))
+            }) {
+                Ok((lm, ts)) => {
+                    items.push(ts);
+                    layouts.push(lm);
+                }
+                Err(e) if e.is_unsupported() => {}
+                Err(e) => errors.push(e),
+            }
         }
     }
     // `preferred` names: only the text entries of a zip around a pickle are looked up
@@ -310,7 +334,11 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
             Err(e) => errors.push(e),
         },
         Some("file") => {
-            // The mapping over a layout, then the engine around it.
+            match file::gen_file(ir, fid) {
+                Ok(ts) => items.push(ts),
+                Err(u) => errors.push(unlowered(&cx, u)),
+            }
+            // The writer: the mapping inverted over a layout the writer generator supports.
             let mapped = fmt.tensors.first().and_then(|map| match &map.source.kind {
                 tensorfmt_schema::ast::ExprKind::Path(p) if p.len() == 1 => layouts
                     .iter()
@@ -318,15 +346,22 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
                     .map(|l| (map, l)),
                 _ => None,
             });
-            if let Some((map, l)) = mapped {
-                match mapping::gen_layout_mapping(&mut cx, fmt, map, l) {
-                    Ok(ts) => items.push(ts),
-                    Err(e) => errors.push(e),
+            let writer: Option<GResult<TokenStream>> = mapped.map(|(map, l)| {
+                let inverse = mapping::gen_layout_mapping(&mut cx, fmt, map, l)?;
+                let w = engine::gen_file(&cx, fmt)?;
+                Ok(quote!(#inverse #w))
+            });
+            match writer {
+                Some(Ok(ts)) => items.push(ts),
+                Some(Err(e)) if !e.is_unsupported() => errors.push(e),
+                _ => {
+                    let msg = format!(
+                        "{}: writing is not generated for this format yet (its layout or tensor \
+                         mapping is read-only); convert to another format",
+                        fmt.public_name()
+                    );
+                    items.push(engine::read_only_desc(&msg, false));
                 }
-            }
-            match engine::gen_file(&cx, fmt) {
-                Ok(ts) => items.push(ts),
-                Err(e) => errors.push(e),
             }
         }
         Some("zip") if pickle::is_pickle_zip(fmt) => {
@@ -359,9 +394,6 @@ fn format_items(model: &Model<'_>, fmt: &model::Fmt<'_>) -> Result<TokenStream, 
                 rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
             }
         });
-    }
-    if !fmt.dicts.is_empty() {
-        items.push(dict::helper());
     }
     if errors.is_empty() {
         Ok(quote!(#(#items)*))

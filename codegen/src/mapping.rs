@@ -8,7 +8,7 @@ use tensorfmt_schema::ast::*;
 
 use crate::expr::{self, Cx, Scope, Ty, Val};
 use crate::layout::{self, field_value, Kind, LayoutM};
-use crate::model::{docs, rs_ident, Fmt, GResult};
+use crate::model::{rs_ident, Fmt, GResult};
 
 /// The statements of a mapping, by key.
 pub(crate) struct Stmts<'s> {
@@ -212,31 +212,15 @@ pub(crate) fn gen_layout_mapping(
     let data_ts = &data_v.ts;
 
     let lname = &l.ident;
-    let doc = docs(&map.docs);
-    let tensor_doc = format!(
-        " The tensor a `{}` holds. `name` is its name (`source.stem`, or what an including format gives); `locate` turns the payload's `(offset, len)` in the layout's source into a data location. The byte size of dtype and shape is checked against the payload.",
-        l.ast.name.name
+    let _ = (
+        key_ts,
+        key_field,
+        table_fn.clone(),
+        byte_order_ts,
+        shape_ts,
+        order_ts,
+        data_ts,
     );
-    let tensor_fn = quote! {
-        #doc
-        #[doc = ""]
-        #[doc = #tensor_doc]
-        pub fn tensor(
-            f: &#lname,
-            name: ::std::string::String,
-            locate: &dyn Fn(u64, u64) -> rt::DataLocation,
-        ) -> rt::Result<rt::TensorInfo> {
-            let (dtype, byte_order) = #table_fn(#key_ts).ok_or_else(|| {
-                rt::Error::from(rt::ErrorKind::UnknownDType(#key_ts.to_string())).in_field(#key_field)
-            })?;
-            let byte_order = #byte_order_ts;
-            let shape = #shape_ts.clone();
-            let order = #order_ts;
-            let (offset, len) = #data_ts;
-            rt::TensorInfo::dense(name, dtype, shape, order, byte_order, locate(offset, len))
-        }
-    };
-
     // The inverse: every dict key the mapping reads, from the tensor's metadata.
     let dict_fields = layout::dict_fields(l);
     let mut assigns: Vec<(String, String, TokenStream)> = Vec::new(); // (field, key, value)
@@ -361,7 +345,6 @@ pub(crate) fn gen_layout_mapping(
         l.ast.name.name
     );
     Ok(quote! {
-        #tensor_fn
         #(#inverse)*
         #[doc = #wdoc]
         pub fn write_tensor<W: ::std::io::Write + ?Sized>(

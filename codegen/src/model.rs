@@ -15,6 +15,15 @@ pub(crate) struct GenError {
     pub message: String,
 }
 
+impl GenError {
+    /// True for a construct the AST-reading writer generator does not support (the
+    /// format is then generated read-only), false for an error in the schema.
+    pub fn is_unsupported(&self) -> bool {
+        self.message
+            .ends_with("is not supported by the code generator")
+    }
+}
+
 /// Result of a generation step.
 pub(crate) type GResult<T> = Result<T, GenError>;
 

@@ -10,6 +10,8 @@
 //! - errors: [`Error`], [`ErrorKind`], [`Location`], [`Result`], and [`Limits`];
 //! - input: [`Source`], [`RandomAccess`], [`Window`], [`Bytes`], and [`Cursor`], which
 //!   reads a layout field by field with every length checked;
+//! - [`expr`]: the checked `i128` arithmetic, list access and conversions of generated
+//!   expressions;
 //! - output: [`LayoutBuf`] and [`Patch`], which build the bytes preceding a payload, and
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs, each behind the runtime feature of its engine: the `zip`
@@ -24,6 +26,7 @@ pub use tensorfmt_core::cursor::Cursor;
 pub use tensorfmt_core::db::{self, DbDesc, Mode, Records};
 pub use tensorfmt_core::dtype::DType;
 pub use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+pub use tensorfmt_core::expr;
 pub use tensorfmt_core::layout_writer::{LayoutBuf, Patch};
 pub use tensorfmt_core::limits::Limits;
 pub use tensorfmt_core::output::AtomicFile;

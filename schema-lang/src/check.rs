@@ -532,6 +532,42 @@ impl<'a> Checker<'a> {
             );
             self.data_type(at, &f.ty);
         }
+        // `rest: map<str, V>` (unquoted): every item whose key is not declared.
+        for (i, f) in d.fields.iter().enumerate() {
+            if f.quoted || f.key != "rest" {
+                continue;
+            }
+            let is_map = f.ty.path.len() == 1
+                && f.ty.path[0].name == "map"
+                && f.ty.args.len() == 2
+                && f.ty.args[0].path.len() == 1
+                && f.ty.args[0].path[0].name == "str";
+            if !is_map {
+                self.err_help(
+                    at.file,
+                    f.ty.span,
+                    "`rest` holds every undeclared key of the dict, so its type is `map<str, V>`"
+                        .to_string(),
+                    "write `rest: map<str, V>;`, or quote the key (`\"rest\": T;`) for a key named rest",
+                );
+            } else if i + 1 != d.fields.len() {
+                self.err_help(
+                    at.file,
+                    f.key_span,
+                    "`rest` holds every undeclared key of the dict, so it is the last key"
+                        .to_string(),
+                    "move `rest` after the other keys",
+                );
+            } else if f.optional {
+                self.err_help(
+                    at.file,
+                    f.key_span,
+                    "`rest` cannot be optional: it is empty when no other key is present"
+                        .to_string(),
+                    "remove `optional`",
+                );
+            }
+        }
     }
 
     /// A layout-field or dict-key type: builtin scalars and generics, or a dict, layout,

@@ -371,6 +371,134 @@ impl<'a> Cursor<'a> {
         self.span(field, n).map(|_| ())
     }
 
+    /// The error for a `check` that failed after `field` was read: `check `text` failed:
+    /// field is value`, at the field's first byte.
+    pub fn check_failed(&self, field: &str, text: &str, value: impl std::fmt::Display) -> Error {
+        self.error(
+            field,
+            ErrorKind::Invalid(format!("check `{text}` failed: {field} is {value}")),
+        )
+    }
+
+    /// Moves to `at` bytes after `start` (a [`Cursor::pos`], normally where the layout
+    /// began): the `at` of a field. Backwards or forwards, within the layout's bytes.
+    pub fn seek(&mut self, field: &str, start: u64, at: u64) -> Result<()> {
+        self.mark(field);
+        let target = self
+            .start
+            .checked_add(start)
+            .and_then(|s| s.checked_add(at))
+            .filter(|t| *t <= self.end)
+            .ok_or_else(|| {
+                self.error(
+                    field,
+                    ErrorKind::Truncated {
+                        needed: at,
+                        available: self.end.saturating_sub(self.start.saturating_add(start)),
+                    },
+                )
+            })?;
+        self.pos = target;
+        Ok(())
+    }
+
+    /// Skips padding so that the position is a multiple of `n` bytes after `start` (a
+    /// [`Cursor::pos`], normally where the layout began): the `align` of a field
+    /// (checked; `n` of 0 or 1 skips nothing).
+    pub fn align_from(&mut self, field: &str, start: u64, n: u64) -> Result<()> {
+        if n <= 1 {
+            return Ok(());
+        }
+        let rem = self.pos().wrapping_sub(start) % n;
+        let pad = if rem == 0 { 0 } else { n - rem };
+        self.skip(field, pad)
+    }
+
+    /// A cursor over the next `len` bytes (checked), which this cursor then skips: a
+    /// sized nested layout reads its bytes, and no more, through it. Positions of the
+    /// new cursor count from its first byte.
+    pub fn window(&mut self, field: &str, len: u64) -> Result<Cursor<'a>> {
+        self.mark(field);
+        self.check_len(field, len)?;
+        let w = Cursor {
+            src: self.src,
+            loc: self.loc.clone(),
+            base: self.base,
+            start: self.pos,
+            pos: self.pos,
+            end: self.pos + len,
+            last_field: String::new(),
+            last_start: self.pos,
+        };
+        self.pos += len;
+        Ok(w)
+    }
+
+    /// Reads `len` bytes of UTF-8 text for `field` (at most `limit` bytes; an error naming
+    /// the field when the text is not UTF-8).
+    pub fn text(&mut self, field: &str, len: u64, limit: u64) -> Result<String> {
+        let b = self.bytes(field, len, limit)?;
+        match std::str::from_utf8(&b) {
+            Ok(s) => Ok(s.to_string()),
+            Err(e) => Err(self.error(
+                field,
+                ErrorKind::Invalid(format!("the text is not UTF-8: {e}")),
+            )),
+        }
+    }
+
+    /// For `repeat until_eof`: true while bytes remain, after checking that the `count`
+    /// items read so far are fewer than `limit`.
+    pub fn more(&self, field: &str, count: usize, limit: u64) -> Result<bool> {
+        if self.at_end() {
+            return Ok(false);
+        }
+        if count as u64 >= limit {
+            return Err(self.error(
+                field,
+                ErrorKind::Limit {
+                    what: "repetitions",
+                    limit,
+                    actual: count as u64 + 1,
+                },
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Checks a repetition count before anything is allocated for it: each item takes at
+    /// least `min_item_bytes` bytes (at least 1 is assumed, since an empty item would
+    /// repeat without reading), so at most `remaining / min_item_bytes` items fit; and no
+    /// more than `limit` items. Returns the count as a `usize`.
+    pub fn count(&self, field: &str, n: u64, min_item_bytes: u64, limit: u64) -> Result<usize> {
+        let fit = self.remaining() / min_item_bytes.max(1);
+        if n > fit {
+            return Err(self.error(
+                field,
+                ErrorKind::Truncated {
+                    needed: n.saturating_mul(min_item_bytes.max(1)),
+                    available: self.remaining(),
+                },
+            ));
+        }
+        if n > limit {
+            return Err(self.error(
+                field,
+                ErrorKind::Limit {
+                    what: "repetitions",
+                    limit,
+                    actual: n,
+                },
+            ));
+        }
+        usize::try_from(n).map_err(|_| {
+            self.error(
+                field,
+                ErrorKind::Overflow(format!("{n} items do not fit in memory")),
+            )
+        })
+    }
+
     /// Skips padding up to the next absolute offset that is a multiple of `n` (checked;
     /// `n` of 0 or 1 skips nothing).
     pub fn align(&mut self, field: &str, n: u64) -> Result<()> {

@@ -19,6 +19,7 @@ pub mod cursor;
 pub mod db;
 pub mod dtype;
 pub mod error;
+pub mod expr;
 pub mod hash;
 pub mod layout_writer;
 pub mod limits;

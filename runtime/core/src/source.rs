@@ -393,6 +393,24 @@ impl Source {
             .unwrap_or_else(|| "tensor".to_string())
     }
 
+    /// The file name (`model.npy` for `dir/model.npy`), or `"tensor"` when the source has
+    /// no path.
+    pub fn name(&self) -> String {
+        self.path
+            .as_deref()
+            .and_then(|p| p.file_name())
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "tensor".to_string())
+    }
+
+    /// The path as text, or `""` when the source has no path.
+    pub fn path_text(&self) -> String {
+        self.path
+            .as_deref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    }
+
     /// A location naming this source's file, for errors.
     pub fn location(&self) -> Location {
         Location {

@@ -1,3 +1,6 @@
+//! The dict codecs: Python literals ([`parse`], [`to_literal`]) and JSON ([`json`]), over
+//! one value model ([`PyValue`]) that generated dict structs read through [`FromPy`].
+//!
 //! The Python-literal codec used by NumPy `.npy` headers: the subset of
 //! `ast.literal_eval` that NumPy (any version) writes, plus what it accepts on reading —
 //! dicts, tuples, lists, strings, bytes, ints (with the Python 2 `L` suffix), floats,
@@ -13,6 +16,13 @@
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
+
+pub mod json;
+mod value;
+
+pub use value::{
+    decode, dict, expected, key, optional_key, read, read_json, rest, to_list, FromPy, Map, ToPy,
+};
 
 const CODEC: &str = "python literal";
 

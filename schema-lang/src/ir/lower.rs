@@ -492,6 +492,7 @@ impl<'a> Lower<'a> {
                 docs: k.docs.clone(),
                 key: k.key.clone(),
                 optional: k.optional,
+                rest: !k.quoted && k.key == "rest",
                 ty: self.data_type(&k.ty, None),
                 span: k.span,
             })

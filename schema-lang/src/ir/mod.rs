@@ -382,6 +382,9 @@ pub struct DictKey {
     pub key: String,
     /// True for `optional`.
     pub optional: bool,
+    /// True for the unquoted key `rest` (a `map<str, V>`, the last key): it holds every
+    /// item whose key is not declared before it.
+    pub rest: bool,
     /// The value's type.
     pub ty: Type,
     /// Where it is declared.

@@ -1,0 +1,369 @@
+//! The reading side of the `file` engine, from the IR: the tensor mapping over the
+//! format's layout, and `index`.
+//!
+//! A mapping over the layout itself (`tensor from File as f`) gives one tensor per file:
+//! `tensor(f, name, locate)`, which a container format includes for each of its members
+//! (npz). A mapping over a list or map inside it (`tensor from File.header.rest as t`,
+//! `tensor from File.infos as t`) gives one tensor per item: `tensors(f, src, limits)`.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+use tensorfmt_schema::ir::{
+    self, Expr, ExprKind, FormatId, Ir, LayoutId, Mapping, Member, TensorKey, Type,
+};
+
+use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::model::{docs, rs_ident};
+
+/// Names in reach in a mapping: the record (`f`), the binding (`t`), the item's
+/// position, the source, and the properties set so far.
+struct MapEnv<'a> {
+    layout: LayoutId,
+    binding: Val,
+    position: bool,
+    keys: Vec<TensorKey>,
+    /// The tensor's name as a `&str`.
+    name: TokenStream,
+    ir: &'a Ir,
+}
+
+impl Env for MapEnv<'_> {
+    fn field(&self, _l: LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+    fn binding(&self) -> Option<Val> {
+        Some(self.binding.clone())
+    }
+    fn layout(&self, l: LayoutId) -> Option<Val> {
+        (l == self.layout).then(|| Val::reference(quote!(f), Type::Layout(l)))
+    }
+    fn position(&self) -> Option<Val> {
+        self.position
+            .then(|| Val::value(quote!((position as i128)), Type::INT))
+    }
+    fn tensor_key(&self, k: TensorKey) -> Option<Val> {
+        if !self.keys.contains(&k) {
+            return None;
+        }
+        Some(match k {
+            TensorKey::Name => Val::value(self.name.clone(), Type::Str),
+            TensorKey::Dtype => Val::value(quote!((dtype, byte_order)), Type::Dtype),
+            TensorKey::Shape => Val::place(quote!(shape), k.ty()),
+            _ => return None,
+        })
+    }
+    fn source(&self) -> Option<TokenStream> {
+        let _ = self.ir;
+        Some(quote!(src))
+    }
+}
+
+/// The dotted path of a member chain from the record or binding (`header.descr`), for
+/// errors.
+fn path_text(ir: &Ir, e: &Expr) -> Option<String> {
+    match &e.kind {
+        ExprKind::Binding | ExprKind::Layout(_) => Some(String::new()),
+        ExprKind::Member { base, member } => {
+            let name = match member {
+                Member::Field(l, f) => ir.field(*l, *f).name.clone(),
+                Member::DictKey(d, k) => ir.dict(*d).keys[k.index()].key.clone(),
+                Member::MapKey => "key".into(),
+                Member::MapValue => "value".into(),
+                _ => return None,
+            };
+            let b = path_text(ir, base)?;
+            Some(if b.is_empty() {
+                name
+            } else {
+                format!("{b}.{name}")
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The statements computing a tensor's properties (`name` already bound), ending with
+/// `(offset, len)` of its data bound.
+fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv<'_>) -> Result<TokenStream, Unlowered> {
+    let missing = |what: &str| Unlowered {
+        span: map.span,
+        what: format!("a mapping without `{what}`"),
+    };
+    let mut out = Vec::new();
+    env.keys.push(TensorKey::Name);
+    // dtype
+    let dtype = map.key(TensorKey::Dtype).ok_or_else(|| missing("dtype"))?;
+    match &dtype.kind {
+        ExprKind::Lookup { table, key } => {
+            let t = ir.table(*table);
+            let tf = rs_ident(&t.name);
+            let k = Lower { ir, env: &*env }.expr(key)?.scalar();
+            let k = match t.key {
+                ir::KeyKind::Str => k,
+                ir::KeyKind::Int => quote!(rt::expr::narrow::<i64>(#k, "i64")?),
+            };
+            let place = match path_text(ir, key) {
+                Some(p) if !p.is_empty() => quote!(.map_err(|e| e.in_field(#p))),
+                _ => quote!(),
+            };
+            out.push(quote!(let (dtype, byte_order) = rt::expr::dtype(#tf(#k), #k)#place?;));
+        }
+        _ => {
+            let d = Lower { ir, env: &*env }.expr(dtype)?.scalar();
+            out.push(quote!(let (dtype, byte_order) = #d;));
+        }
+    }
+    env.keys.push(TensorKey::Dtype);
+    // shape
+    let shape = map.key(TensorKey::Shape).ok_or_else(|| missing("shape"))?;
+    let shape_ts = match &shape.kind {
+        ExprKind::List(items) => {
+            let lower = Lower { ir, env: &*env };
+            let dims = items
+                .iter()
+                .map(|i| {
+                    let v = lower.expr(i)?.scalar();
+                    Ok(quote!(rt::expr::to_u64(#v, "a dimension")?))
+                })
+                .collect::<Result<Vec<_>, Unlowered>>()?;
+            quote!(vec![#(#dims),*])
+        }
+        _ => {
+            let v = Lower { ir, env: &*env }.expr(shape)?;
+            let l = v.by_ref();
+            quote!(rt::expr::dims(#l)?)
+        }
+    };
+    out.push(quote!(let shape: ::std::vec::Vec<u64> = #shape_ts;));
+    env.keys.push(TensorKey::Shape);
+    let lower = Lower { ir, env: &*env };
+    let order = match map.key(TensorKey::Order) {
+        Some(o) => lower.expr(o)?.scalar(),
+        None => quote!(rt::Order::C),
+    };
+    out.push(quote!(let order = #order;));
+    let byte_order = match map.key(TensorKey::ByteOrder) {
+        Some(b) => lower.expr(b)?.scalar(),
+        None => quote!(byte_order.unwrap_or(rt::ByteOrder::Little)),
+    };
+    out.push(quote!(let byte_order = #byte_order;));
+    if let Some(s) = map.key(TensorKey::Strides) {
+        return Err(Unlowered {
+            span: s.span,
+            what: "`strides` in a mapping of the file engine".into(),
+        });
+    }
+    let data = map.key(TensorKey::Data).ok_or_else(|| missing("data"))?;
+    let data = lower.expr(data)?.scalar();
+    out.push(quote!(let (offset, len) = #data;));
+    Ok(quote!(#(#out)*))
+}
+
+/// The mapping functions and `index` of a `file` format whose tensors come from a layout.
+pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
+    let fmt = ir.format(fid);
+    let [mid] = fmt.mappings.as_slice() else {
+        return Err(Unlowered {
+            span: fmt.name_span,
+            what: "a `file` format without exactly one tensor mapping".into(),
+        });
+    };
+    let map = ir.mapping(*mid);
+    let layout = root_layout(&map.source).ok_or_else(|| Unlowered {
+        span: map.source.span,
+        what: "a mapping that does not start at a layout".into(),
+    })?;
+    let lname = rs_ident(&ir.layout(layout).name);
+    let doc = docs(&map.docs);
+    let in_file = quote! {
+        let in_file = |e: rt::Error| match src.path() {
+            Some(p) => e.in_file(p),
+            None => e,
+        };
+    };
+    if matches!(map.source.kind, ExprKind::Layout(_)) {
+        // One tensor per file.
+        let mut env = MapEnv {
+            layout,
+            binding: Val::reference(quote!(f), Type::Layout(layout)),
+            position: false,
+            keys: Vec::new(),
+            name: quote!(name.as_str()),
+            ir,
+        };
+        let props = properties(ir, map, &mut env)?;
+        let name = map.key(TensorKey::Name).ok_or_else(|| Unlowered {
+            span: map.span,
+            what: "a mapping without `name`".into(),
+        })?;
+        let name_env = MapEnv {
+            keys: Vec::new(),
+            ..env
+        };
+        let name = Lower { ir, env: &name_env }.expr(name)?.scalar();
+        let tdoc = format!(
+            " The tensor a `{}` holds. `name` is its name (what the mapping gives, or what an including format gives); `locate` turns the payload's `(offset, len)` in the layout's source into a data location. The byte size of dtype and shape is checked against the payload.",
+            ir.layout(layout).name
+        );
+        return Ok(quote! {
+            #doc
+            #[doc = ""]
+            #[doc = #tdoc]
+            pub fn tensor(
+                f: &#lname,
+                name: ::std::string::String,
+                locate: &dyn Fn(u64, u64) -> rt::DataLocation,
+            ) -> rt::Result<rt::TensorInfo> {
+                #props
+                rt::TensorInfo::dense(name, dtype, shape, order, byte_order, locate(offset, len))
+            }
+
+            /// Lists the tensors of `src` without reading their bytes.
+            pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+                #in_file
+                let mut c = rt::Cursor::new(src.data(), src.location());
+                let f = #lname::read(&mut c, limits).map_err(in_file)?;
+                let t = tensor(&f, #name.to_string(), &|offset, len| rt::DataLocation::Range { offset, len })
+                    .map_err(in_file)?;
+                Ok(vec![t])
+            }
+        });
+    }
+    // One tensor per item of a list or map in the record.
+    let item_ty = match &map.binding_ty {
+        Type::MapItem(k, v) => {
+            let k = storage_ty(ir, k);
+            let v = storage_ty(ir, v);
+            k.zip(v).map(|(k, v)| quote!((#k, #v)))
+        }
+        t => storage_ty(ir, t),
+    }
+    .ok_or_else(|| Unlowered {
+        span: map.source.span,
+        what: "a mapping over items of this type".into(),
+    })?;
+    let uses_position = mentions(map, &|e| matches!(e.kind, ExprKind::Position));
+    let uses_source = mentions(map, &|e| {
+        matches!(
+            e.kind,
+            ExprKind::Member {
+                member: Member::SourceStem | Member::SourceName | Member::SourcePath,
+                ..
+            }
+        )
+    });
+    let mut env = MapEnv {
+        layout,
+        binding: Val::reference(quote!(t), map.binding_ty.clone()),
+        position: uses_position,
+        keys: Vec::new(),
+        name: quote!(name),
+        ir,
+    };
+    let source_env = MapEnv {
+        layout,
+        binding: Val::reference(quote!(t), map.binding_ty.clone()),
+        position: false,
+        keys: Vec::new(),
+        name: quote!(name),
+        ir,
+    };
+    let items = Lower {
+        ir,
+        env: &source_env,
+    }
+    .expr(&map.source)?
+    .by_ref();
+    let filter = match &map.filter {
+        Some(w) => {
+            let ok = Lower { ir, env: &env }.expr(w)?.scalar();
+            quote! {
+                if !(#ok) {
+                    continue;
+                }
+            }
+        }
+        None => quote!(),
+    };
+    let name = map.key(TensorKey::Name).ok_or_else(|| Unlowered {
+        span: map.span,
+        what: "a mapping without `name`".into(),
+    })?;
+    let name = Lower { ir, env: &env }.expr(name)?.scalar();
+    let props = properties(ir, map, &mut env)?;
+    let (pos_param, pos_arg) = if uses_position {
+        (quote!(position: usize,), quote!(position,))
+    } else {
+        (quote!(), quote!())
+    };
+    let (src_param, src_arg) = if uses_source {
+        (quote!(src: &rt::Source,), quote!(src,))
+    } else {
+        (quote!(), quote!())
+    };
+    let (enumerate, pattern) = if uses_position {
+        (quote!(.enumerate()), quote!((position, t)))
+    } else {
+        (quote!(), quote!(t))
+    };
+    let tdoc = format!(
+        " The tensors a `{}` holds, in order: one per item, data as byte ranges of the file.",
+        ir.layout(layout).name
+    );
+    Ok(quote! {
+        #doc
+        #[doc = ""]
+        #[doc = #tdoc]
+        pub fn tensors(f: &#lname, src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            let items = #items;
+            rt::expr::within(items.len(), limits.max_tensors, "tensors")?;
+            let mut out = ::std::vec::Vec::with_capacity(items.len());
+            for #pattern in items.iter()#enumerate {
+                #filter
+                let name = #name;
+                out.push(tensor_at(f, t, name, #pos_arg #src_arg).map_err(|e| e.in_entry(name))?);
+            }
+            Ok(out)
+        }
+
+        /// The tensor of one item, named `name`.
+        fn tensor_at(f: &#lname, t: &#item_ty, name: &str, #pos_param #src_param) -> rt::Result<rt::TensorInfo> {
+            #props
+            rt::TensorInfo::dense(name, dtype, shape, order, byte_order, rt::DataLocation::Range { offset, len })
+        }
+
+        /// Lists the tensors of `src` without reading their bytes.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            #in_file
+            let mut c = rt::Cursor::new(src.data(), src.location());
+            let f = #lname::read(&mut c, limits).map_err(in_file)?;
+            tensors(&f, src, limits).map_err(in_file)
+        }
+    })
+}
+
+/// The layout a mapping's source starts at (`File`, `File.header.rest`).
+fn root_layout(e: &Expr) -> Option<LayoutId> {
+    match &e.kind {
+        ExprKind::Layout(l) => Some(*l),
+        ExprKind::Member { base, .. } => root_layout(base),
+        _ => None,
+    }
+}
+
+/// True when some expression of the mapping satisfies `p`.
+fn mentions(map: &Mapping, p: &dyn Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    let mut visit = |e: &Expr| {
+        e.walk(&mut |x| found |= p(x));
+    };
+    if let Some(w) = &map.filter {
+        visit(w);
+    }
+    for s in &map.stmts {
+        if let ir::MappingStmt::Set { value, .. } = s {
+            visit(value);
+        }
+    }
+    found
+}

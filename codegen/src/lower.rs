@@ -1,0 +1,528 @@
+//! The lowering of typed IR expressions ([`ir::Expr`]) to Rust, for every engine that
+//! reads the IR.
+//!
+//! An expression's Rust form depends only on its IR type and on where its names live,
+//! which the engine says through [`Env`]. Integers are `i128` values computed with the
+//! runtime's checked arithmetic (`rt::expr`); strings are `&str`, byte strings `&[u8]`,
+//! payloads `(offset, len)`, dtypes `(rt::DType, Option<rt::ByteOrder>)`. Compound
+//! values (records, lists, maps) are places or references, passed by reference.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::quote;
+use tensorfmt_schema::ast::{BinaryOp, Span, UnaryOp};
+use tensorfmt_schema::ir::{
+    self, Builtin, Const, Expr, ExprKind, FieldId, IndexKind, Ir, LayoutId, Member, TensorKey, Type,
+};
+
+use crate::model::rs_ident;
+
+/// How a lowered value is held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// A value of the expression type's value form (`i128`, `bool`, `&str`, `&[u8]`...).
+    Value,
+    /// A place holding the value in its storage type (`header_len: u32`, `f.header`).
+    Place,
+    /// A reference to the storage type (`t: &(String, TensorEntry)`).
+    Ref,
+}
+
+/// A lowered expression.
+#[derive(Debug, Clone)]
+pub(crate) struct Val {
+    /// The Rust expression.
+    pub ts: TokenStream,
+    /// Its IR type.
+    pub ty: Type,
+    /// How it is held.
+    pub form: Form,
+}
+
+impl Val {
+    /// A value of the type's value form.
+    pub fn value(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Value,
+        }
+    }
+
+    /// A place of the storage type.
+    pub fn place(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Place,
+        }
+    }
+
+    /// A reference to the storage type.
+    pub fn reference(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Ref,
+        }
+    }
+
+    /// A reference to the value (`&place`, or the reference itself).
+    pub fn by_ref(&self) -> TokenStream {
+        let ts = &self.ts;
+        match self.form {
+            Form::Place => quote!(&#ts),
+            Form::Ref | Form::Value => ts.clone(),
+        }
+    }
+
+    /// The place itself (`*r` for a reference).
+    fn deref(&self) -> TokenStream {
+        let ts = &self.ts;
+        match self.form {
+            Form::Ref => quote!((*#ts)),
+            _ => ts.clone(),
+        }
+    }
+
+    /// The value form of a scalar: `i128::from(x)`, `x.as_str()`, `x`.
+    pub fn scalar(&self) -> TokenStream {
+        if self.form == Form::Value {
+            return self.ts.clone();
+        }
+        let p = self.deref();
+        match &self.ty {
+            Type::Int(_) => quote!(i128::from(#p)),
+            Type::Float(_) => quote!(f64::from(#p)),
+            Type::Str => quote!(#p.as_str()),
+            Type::Bytes => quote!(#p.as_slice()),
+            _ => p,
+        }
+    }
+}
+
+/// Where an expression's names live: what the engine's generated code has in reach.
+pub(crate) trait Env {
+    /// A field of a layout (its value as read, or as being written).
+    fn field(&self, l: LayoutId, f: FieldId) -> Option<Val>;
+    /// The mapping's binding.
+    fn binding(&self) -> Option<Val> {
+        None
+    }
+    /// A layout as a value: the record being mapped.
+    fn layout(&self, _l: LayoutId) -> Option<Val> {
+        None
+    }
+    /// The item's position in a mapping over a list.
+    fn position(&self) -> Option<Val> {
+        None
+    }
+    /// A tensor property the mapping sets, in reach.
+    fn tensor_key(&self, _k: TensorKey) -> Option<Val> {
+        None
+    }
+    /// The source (`source.stem`).
+    fn source(&self) -> Option<TokenStream> {
+        None
+    }
+    /// An engine's own reading of a builtin (`len(header)` of an encoded text, `size(x)`
+    /// on write); `None` for the generic lowering.
+    fn builtin(&self, _func: Builtin, _args: &[ir::Arg]) -> Option<Val> {
+        None
+    }
+}
+
+/// A construct that this lowering cannot express where it is used.
+#[derive(Debug, Clone)]
+pub(crate) struct Unlowered {
+    /// Where.
+    pub span: Span,
+    /// What.
+    pub what: String,
+}
+
+type R<T> = Result<T, Unlowered>;
+
+fn no(e: &Expr, what: impl Into<String>) -> Unlowered {
+    Unlowered {
+        span: e.span,
+        what: what.into(),
+    }
+}
+
+/// The Rust storage type of an IR type: how a field or dict key holds it.
+pub(crate) fn storage_ty(ir: &Ir, ty: &Type) -> Option<TokenStream> {
+    Some(match ty {
+        Type::Int(i) => match i.bytes {
+            Some(b) => {
+                let id =
+                    quote::format_ident!("{}{}", if i.signed { "i" } else { "u" }, b as u32 * 8);
+                quote!(#id)
+            }
+            None => quote!(i128),
+        },
+        Type::Float(f) if f.bytes == 4 => quote!(f32),
+        Type::Float(_) => quote!(f64),
+        Type::Bool => quote!(bool),
+        Type::Str => quote!(::std::string::String),
+        Type::Bytes => quote!(::std::vec::Vec<u8>),
+        Type::Payload => quote!((u64, u64)),
+        Type::Dtype => quote!((rt::DType, ::std::option::Option<rt::ByteOrder>)),
+        Type::List(t) | Type::Tuple(t) => {
+            let t = storage_ty(ir, t)?;
+            quote!(::std::vec::Vec<#t>)
+        }
+        Type::Map(k, v) if **k == Type::Str => {
+            let v = storage_ty(ir, v)?;
+            quote!(rt::pydict::Map<#v>)
+        }
+        Type::Layout(l) => {
+            let id = rs_ident(&ir.layout(*l).name);
+            quote!(#id)
+        }
+        Type::Dict(d) => {
+            let id = rs_ident(&ir.dict(*d).name);
+            quote!(#id)
+        }
+        _ => return None,
+    })
+}
+
+/// An `i128` literal.
+fn int_lit(v: i128) -> TokenStream {
+    let l = Literal::i128_unsuffixed(v);
+    if v < 0 {
+        quote!((#l))
+    } else {
+        quote!(#l)
+    }
+}
+
+/// `rt::DType::F32`.
+pub(crate) fn dtype_path(d: ir::Dtype) -> TokenStream {
+    let v = quote::format_ident!("{}", dtype_variant(d.name()));
+    quote!(rt::DType::#v)
+}
+
+fn dtype_variant(name: &str) -> String {
+    match name {
+        "f8e4m3fn" => "F8E4M3Fn".to_string(),
+        "f8e5m2" => "F8E5M2".to_string(),
+        "bf16" => "BF16".to_string(),
+        "string" => "String".to_string(),
+        other => other.to_uppercase(),
+    }
+}
+
+/// `rt::ByteOrder::Little`.
+pub(crate) fn byte_order_path(b: ir::ByteOrder) -> TokenStream {
+    match b {
+        ir::ByteOrder::Little => quote!(rt::ByteOrder::Little),
+        ir::ByteOrder::Big => quote!(rt::ByteOrder::Big),
+    }
+}
+
+/// The lowering of expressions over an [`Ir`], in one engine's [`Env`].
+pub(crate) struct Lower<'a> {
+    /// The schema.
+    pub ir: &'a Ir,
+    /// The names in reach.
+    pub env: &'a dyn Env,
+}
+
+impl Lower<'_> {
+    /// An expression of any type.
+    pub fn expr(&self, e: &Expr) -> R<Val> {
+        let ty = e.ty.clone();
+        Ok(match &e.kind {
+            ExprKind::Const(c) => Val::value(self.constant(e, c)?, ty),
+            ExprKind::Field(l, f) => self
+                .env
+                .field(*l, *f)
+                .ok_or_else(|| no(e, "a field that is not in reach here"))?,
+            ExprKind::Binding => self
+                .env
+                .binding()
+                .ok_or_else(|| no(e, "the binding outside a mapping"))?,
+            ExprKind::Position => self
+                .env
+                .position()
+                .ok_or_else(|| no(e, "a position outside a mapping over a list"))?,
+            ExprKind::TensorKey(k) => self
+                .env
+                .tensor_key(*k)
+                .ok_or_else(|| no(e, format!("`{}` here", k.name())))?,
+            ExprKind::Layout(l) => self
+                .env
+                .layout(*l)
+                .ok_or_else(|| no(e, "a layout as a value outside a mapping over it"))?,
+            ExprKind::Member { base, member } => self.member(e, base, member)?,
+            ExprKind::Lookup { table, key } => {
+                let t = self.ir.table(*table);
+                let f = rs_ident(&t.name);
+                let k = self.expr(key)?;
+                let key_ts = match t.key {
+                    ir::KeyKind::Str => k.scalar(),
+                    ir::KeyKind::Int => {
+                        let k = k.scalar();
+                        quote!(rt::expr::narrow::<i64>(#k, "i64")?)
+                    }
+                };
+                Val::value(quote!(rt::expr::dtype(#f(#key_ts), #key_ts)?), ty)
+            }
+            ExprKind::Index { base, index, how } => {
+                if *how != IndexKind::Position {
+                    return Err(no(e, "a keyed lookup outside a protobuf or pickle"));
+                }
+                let b = self.expr(base)?;
+                let i = self.expr(index)?.scalar();
+                let list = b.by_ref();
+                let item_ty = b.ty.element().cloned().unwrap_or(Type::Error);
+                Val::reference(quote!(rt::expr::item(#list, #i)?), item_ty)
+            }
+            ExprKind::Call { func, args } => self.call(e, *func, args)?,
+            ExprKind::Unary { op, expr } => {
+                let v = self.expr(expr)?.scalar();
+                match op {
+                    UnaryOp::Not => Val::value(quote!(!#v), ty),
+                    UnaryOp::Neg => Val::value(quote!(rt::expr::sub(0, #v)?), ty),
+                }
+            }
+            ExprKind::Binary { op, lhs, rhs } => self.binary(e, *op, lhs, rhs)?,
+            ExprKind::In { expr, list } => {
+                let x = self.expr(expr)?;
+                let consts: Option<Vec<TokenStream>> = list
+                    .iter()
+                    .map(|i| match &i.kind {
+                        ExprKind::Const(Const::Int(v)) => Some(int_lit(*v)),
+                        ExprKind::Const(Const::Str(s)) => Some(quote!(#s)),
+                        _ => None,
+                    })
+                    .collect();
+                let xs = x.scalar();
+                match consts {
+                    Some(c) if !c.is_empty() => Val::value(quote!(matches!(#xs, #(#c)|*)), ty),
+                    _ => {
+                        let items = list
+                            .iter()
+                            .map(|i| Ok(self.expr(i)?.scalar()))
+                            .collect::<R<Vec<_>>>()?;
+                        Val::value(quote!([#(#items),*].contains(&#xs)), ty)
+                    }
+                }
+            }
+            ExprKind::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = self.expr(cond)?.scalar();
+                let t = self.expr(then)?.scalar();
+                let o = self.expr(otherwise)?.scalar();
+                Val::value(quote!(if #c { #t } else { #o }), ty)
+            }
+            ExprKind::List(items) => {
+                let items = items
+                    .iter()
+                    .map(|i| Ok(self.expr(i)?.scalar()))
+                    .collect::<R<Vec<_>>>()?;
+                Val::place(quote!(vec![#(#items),*]), Type::List(Box::new(Type::INT)))
+            }
+            ExprKind::Source => {
+                return Err(no(
+                    e,
+                    "`source` alone (use `source.stem`, `.name` or `.path`)",
+                ))
+            }
+            _ => return Err(no(e, "this expression in this engine")),
+        })
+    }
+
+    fn constant(&self, e: &Expr, c: &Const) -> R<TokenStream> {
+        Ok(match c {
+            Const::Int(v) => int_lit(*v),
+            Const::Str(s) => quote!(#s),
+            Const::Bytes(b) => {
+                let l = Literal::byte_string(b);
+                quote!(#l.as_slice())
+            }
+            Const::Bool(b) => quote!(#b),
+            Const::None => return Err(no(e, "`none` outside `slice(..)`")),
+            Const::Dtype(d) => {
+                let d = dtype_path(*d);
+                quote!((#d, None))
+            }
+            Const::ByteOrder(b) => byte_order_path(*b),
+            Const::Order(ir::Order::C) => quote!(rt::Order::C),
+            Const::Order(ir::Order::Fortran) => quote!(rt::Order::Fortran),
+        })
+    }
+
+    fn member(&self, e: &Expr, base: &Expr, member: &Member) -> R<Val> {
+        let ty = e.ty.clone();
+        if let Member::SourceStem | Member::SourceName | Member::SourcePath = member {
+            let src = self
+                .env
+                .source()
+                .ok_or_else(|| no(e, "`source` where no file is in reach"))?;
+            return Ok(Val::value(
+                match member {
+                    Member::SourceStem => quote!(#src.stem().as_str()),
+                    Member::SourceName => quote!(#src.name().as_str()),
+                    _ => quote!(#src.path_text().as_str()),
+                },
+                ty,
+            ));
+        }
+        let b = self.expr(base)?;
+        let name = match member {
+            Member::Field(l, f) => rs_ident(&self.ir.field(*l, *f).name),
+            Member::DictKey(d, k) => {
+                let key = &self.ir.dict(*d).keys[k.index()];
+                let id = rs_ident(&key.key);
+                if key.optional {
+                    let p = b.deref();
+                    let text = &key.key;
+                    return Ok(Val::reference(
+                        quote!(rt::expr::present(&#p.#id, #text)?),
+                        ty,
+                    ));
+                }
+                id
+            }
+            Member::MapKey => {
+                let p = b.deref();
+                return Ok(Val::place(quote!(#p.0), ty));
+            }
+            Member::MapValue => {
+                let p = b.deref();
+                return Ok(Val::place(quote!(#p.1), ty));
+            }
+            _ => return Err(no(e, "this member outside its engine")),
+        };
+        if matches!(b.ty, Type::List(_) | Type::Tuple(_)) {
+            // A projection: that member of every item.
+            let list = b.by_ref();
+            return Ok(Val::place(
+                quote!(#list.iter().map(|x| x.#name.clone()).collect::<::std::vec::Vec<_>>()),
+                ty,
+            ));
+        }
+        let p = b.deref();
+        Ok(Val::place(quote!(#p.#name), ty))
+    }
+
+    fn call(&self, e: &Expr, func: Builtin, args: &[ir::Arg]) -> R<Val> {
+        if let Some(v) = self.env.builtin(func, args) {
+            return Ok(v);
+        }
+        let ty = e.ty.clone();
+        let arg = |i: usize| -> R<Val> {
+            let a = args
+                .get(i)
+                .ok_or_else(|| no(e, format!("`{}` without its arguments", func.name())))?;
+            self.expr(&a.value)
+        };
+        Ok(match func {
+            Builtin::Len => {
+                let a = arg(0)?;
+                match a.ty {
+                    Type::Str | Type::Bytes => {
+                        let s = a.scalar();
+                        Val::value(quote!((#s.len() as i128)), ty)
+                    }
+                    _ => {
+                        let l = a.by_ref();
+                        Val::value(quote!(rt::expr::len(#l)), ty)
+                    }
+                }
+            }
+            Builtin::Align => {
+                let (n, a) = (arg(0)?.scalar(), arg(1)?.scalar());
+                Val::value(quote!(rt::expr::align(#n, #a)?), ty)
+            }
+            Builtin::Itemsize => {
+                let d = arg(0)?.scalar();
+                Val::value(quote!(rt::expr::itemsize(#d.0)?), ty)
+            }
+            Builtin::Slice => {
+                let data = arg(0)?.scalar();
+                let start = arg(1)?.scalar();
+                let end = match args.get(2).map(|a| &a.value.kind) {
+                    None | Some(ExprKind::Const(Const::None)) => quote!(None),
+                    Some(_) => {
+                        let v = arg(2)?.scalar();
+                        quote!(Some(#v))
+                    }
+                };
+                Val::value(quote!(rt::expr::slice(#data, #start, #end)?), ty)
+            }
+            Builtin::Str => {
+                let v = arg(0)?.scalar();
+                Val::value(quote!(#v.to_string().as_str()), ty)
+            }
+            Builtin::Digits => {
+                let v = arg(0)?.scalar();
+                Val::value(quote!(rt::expr::digits(#v)?), ty)
+            }
+            Builtin::First | Builtin::Last => {
+                let l = arg(0)?;
+                let item_ty = l.ty.element().cloned().unwrap_or(Type::Error);
+                let l = l.by_ref();
+                let f = if func == Builtin::First {
+                    quote!(first)
+                } else {
+                    quote!(last)
+                };
+                Val::reference(quote!(rt::expr::#f(#l)?), item_ty)
+            }
+            Builtin::IndexOf => {
+                let l = arg(0)?.by_ref();
+                let x = arg(1)?;
+                let x = match x.form {
+                    Form::Value => {
+                        let t = &x.ts;
+                        quote!(&#t)
+                    }
+                    _ => x.by_ref(),
+                };
+                Val::value(quote!(rt::expr::index_of(#l, #x)?), ty)
+            }
+            other => return Err(no(e, format!("`{}(..)` in this engine", other.name()))),
+        })
+    }
+
+    fn binary(&self, e: &Expr, op: BinaryOp, lhs: &Expr, rhs: &Expr) -> R<Val> {
+        let ty = e.ty.clone();
+        let l = self.expr(lhs)?;
+        let r = self.expr(rhs)?;
+        let (a, b) = (l.scalar(), r.scalar());
+        let arith = |f: TokenStream| Val::value(quote!(rt::expr::#f(#a, #b)?), ty.clone());
+        Ok(match op {
+            BinaryOp::Add if l.ty == Type::Str => {
+                Val::value(quote!(format!("{}{}", #a, #b).as_str()), ty)
+            }
+            BinaryOp::Add => arith(quote!(add)),
+            BinaryOp::Sub => arith(quote!(sub)),
+            BinaryOp::Mul => arith(quote!(mul)),
+            BinaryOp::Div => arith(quote!(div)),
+            BinaryOp::Rem => arith(quote!(rem)),
+            BinaryOp::And => Val::value(quote!(#a && #b), ty),
+            BinaryOp::Or => Val::value(quote!(#a || #b), ty),
+            cmp => {
+                let o = match cmp {
+                    BinaryOp::Eq => quote!(==),
+                    BinaryOp::Ne => quote!(!=),
+                    BinaryOp::Lt => quote!(<),
+                    BinaryOp::Le => quote!(<=),
+                    BinaryOp::Gt => quote!(>),
+                    _ => quote!(>=),
+                };
+                if l.ty == Type::Dtype || r.ty == Type::Dtype {
+                    // Dtypes compare by dtype; byte orders are compared apart.
+                    return Ok(Val::value(quote!(#a.0 #o #b.0), ty));
+                }
+                Val::value(quote!(#a #o #b), ty)
+            }
+        })
+    }
+}

@@ -1,0 +1,397 @@
+//! Records and their readers, from the IR: a plain struct per dict (read from a decoded
+//! value through `rt::pydict::FromPy`) and per layout, and each layout's `read`, field by
+//! field, every construct of the language: numbers in either byte order, conditional
+//! widths, magic, sized bytes and text, codec fields (Python literal, JSON), nested
+//! layouts (sized or not), payloads, `repeat count(..)` and `repeat until_eof`, `at`,
+//! `align`, and the `check`s after each field.
+
+use proc_macro2::{Literal, TokenStream};
+use quote::{format_ident, quote};
+use tensorfmt_schema::ir::{self, ByteOrder, Codec, DictId, FieldKind, Ir, LayoutId, Repeat, Type};
+
+use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::model::{docs, rs_ident};
+
+/// The struct of a dict, with `FromPy` and `ToPy`, and `to_py` (its items in declared
+/// order, for the Python-literal encoder of npy headers).
+pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
+    let d = ir.dict(id);
+    let ident = rs_ident(&d.name);
+    let doc = docs(&d.docs);
+    let declared: Vec<&str> = d
+        .keys
+        .iter()
+        .filter(|k| !is_rest(k))
+        .map(|k| k.key.as_str())
+        .collect();
+    let mut fields = Vec::new();
+    let mut reads = Vec::new();
+    let mut items = Vec::new();
+    for k in &d.keys {
+        let t = storage_ty(ir, &k.ty).ok_or_else(|| Unlowered {
+            span: k.span,
+            what: "this dict value type".into(),
+        })?;
+        let id = rs_ident(&k.key);
+        let key = &k.key;
+        let fdoc = docs(&k.docs);
+        let list = matches!(k.ty, Type::List(_));
+        let to = |x: TokenStream| {
+            if list {
+                quote!(rt::pydict::to_list(&#x))
+            } else {
+                quote!(rt::pydict::ToPy::to_py(&#x))
+            }
+        };
+        if is_rest(k) {
+            fields.push(quote!(#fdoc pub #id: #t,));
+            reads.push(quote!(#id: rt::pydict::rest(value, &[#(#declared),*])?,));
+            items.push(quote! {
+                for (k, v) in self.#id.iter() {
+                    items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
+                }
+            });
+        } else if k.optional {
+            fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
+            reads.push(quote!(#id: rt::pydict::optional_key(value, #key)?,));
+            let v = to(quote!(*v));
+            items.push(quote! {
+                if let Some(v) = &self.#id {
+                    items.push((#key, #v));
+                }
+            });
+        } else {
+            fields.push(quote!(#fdoc pub #id: #t,));
+            reads.push(quote!(#id: rt::pydict::key(value, #key)?,));
+            let v = to(quote!(self.#id));
+            items.push(quote!(items.push((#key, #v));));
+        }
+    }
+    let name = &d.name;
+    let to_doc = format!(" The items of this `{name}`, in declared order, for encoding.");
+    Ok(quote! {
+        #doc
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct #ident {
+            #(#fields)*
+        }
+
+        impl #ident {
+            #[doc = #to_doc]
+            pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
+                let mut items = ::std::vec::Vec::new();
+                #(#items)*
+                items
+            }
+        }
+
+        impl rt::pydict::FromPy for #ident {
+            fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
+                Ok(#ident { #(#reads)* })
+            }
+        }
+
+        impl rt::pydict::ToPy for #ident {
+            fn to_py(&self) -> rt::pydict::PyValue {
+                rt::pydict::dict(#ident::to_py(self))
+            }
+        }
+    })
+}
+
+/// The `rest` key of a dict: every item whose key is not declared.
+pub(crate) fn is_rest(k: &ir::DictKey) -> bool {
+    k.rest
+}
+
+/// Names in reach while a layout is read: the fields read so far, as locals.
+struct ReadEnv<'a> {
+    ir: &'a Ir,
+    layout: LayoutId,
+    /// Fields `..reach` are in reach.
+    reach: usize,
+}
+
+impl Env for ReadEnv<'_> {
+    fn field(&self, l: LayoutId, f: ir::FieldId) -> Option<Val> {
+        if l != self.layout || f.index() >= self.reach {
+            return None;
+        }
+        let field = self.ir.field(l, f);
+        Some(Val::place(
+            {
+                let id = rs_ident(&field.name);
+                quote!(#id)
+            },
+            field.ty.clone(),
+        ))
+    }
+}
+
+/// The struct of a layout and its `read`.
+/// `src` is the text of the file that declares the layout (for the checks' messages).
+pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream, Unlowered> {
+    let l = ir.layout(id);
+    let ident = rs_ident(&l.name);
+    let doc = docs(&l.docs);
+    let mut fields = Vec::new();
+    let mut body = Vec::new();
+    let mut inits = Vec::new();
+    let positioned = l.fields.iter().any(|f| f.at.is_some() || f.align.is_some());
+    if positioned {
+        body.push(quote!(let start = c.pos();));
+    }
+    for (i, f) in l.fields.iter().enumerate() {
+        let fid = rs_ident(&f.name);
+        let name = f.name.as_str();
+        let env = ReadEnv {
+            ir,
+            layout: id,
+            reach: i + 1,
+        };
+        let before = ReadEnv {
+            ir,
+            layout: id,
+            reach: i,
+        };
+        let lower = Lower { ir, env: &before };
+        let int = |e: &ir::Expr, what: &str| -> Result<TokenStream, Unlowered> {
+            let v = lower.expr(e)?.scalar();
+            Ok(quote!(rt::expr::to_u64(#v, #what).map_err(|e| c.wrap(#name, e))?))
+        };
+        if let Some(at) = &f.at {
+            let at = int(at, "the offset")?;
+            body.push(quote!(c.seek(#name, start, #at)?;));
+        }
+        if let Some(a) = &f.align {
+            let a = int(a, "the alignment")?;
+            body.push(quote!(c.align_from(#name, start, #a)?;));
+        }
+        let endian = |e: Option<ByteOrder>| e.unwrap_or(l.endian);
+        let one = match &f.kind {
+            FieldKind::Magic(b) => {
+                let b = Literal::byte_string(b);
+                body.push(quote!(c.magic(#name, #b)?;));
+                continue;
+            }
+            FieldKind::Cond {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let c = lower.expr(cond)?.scalar();
+                let wide = storage_ty(ir, &f.ty).expect("integers have a storage type");
+                let t = num(name, &Type::Int(*then), endian(then.endian));
+                let o = num(name, &Type::Int(*otherwise), endian(otherwise.endian));
+                quote!(if #c { #wide::from(#t) } else { #wide::from(#o) })
+            }
+            FieldKind::Value => {
+                let size = match &f.size {
+                    Some(s) => Some(int(s, "the size")?),
+                    None => None,
+                };
+                value(ir, f, size, &lower, l.endian)?
+            }
+        };
+        let t = storage_ty(ir, &f.ty).ok_or_else(|| Unlowered {
+            span: f.span,
+            what: "this field type".into(),
+        })?;
+        let read = match &f.repeat {
+            None => quote!(let #fid: #t = #one;),
+            Some(Repeat::Count(n)) => {
+                let n = int(n, "the count")?;
+                let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty, f));
+                quote! {
+                    let count = c.count(#name, #n, #min, limits.max_entries)?;
+                    let mut #fid: #t = ::std::vec::Vec::with_capacity(count);
+                    for _ in 0..count {
+                        #fid.push(#one);
+                    }
+                }
+            }
+            Some(Repeat::UntilEof) => quote! {
+                let mut #fid: #t = ::std::vec::Vec::new();
+                while c.more(#name, #fid.len(), limits.max_entries)? {
+                    #fid.push(#one);
+                }
+            },
+        };
+        body.push(read);
+        let lower = Lower { ir, env: &env };
+        for check in &f.checks {
+            let ok = lower.expr(check)?.scalar();
+            let text = src.get(check.span.start..check.span.end).unwrap_or("");
+            body.push(quote! {
+                if !(#ok) {
+                    return Err(c.check_failed(#name, #text, format_args!("{:?}", #fid)));
+                }
+            });
+        }
+        let mut fdoc = f.docs.clone();
+        if f.ty == Type::Payload {
+            if !fdoc.is_empty() {
+                fdoc.push(String::new());
+            }
+            fdoc.push(
+                " `(offset, len)`: where the payload is in the layout's source (absolute offset)."
+                    .into(),
+            );
+        }
+        if let FieldKind::Cond {
+            then, otherwise, ..
+        } = &f.kind
+        {
+            if !fdoc.is_empty() {
+                fdoc.push(String::new());
+            }
+            fdoc.push(format!(
+                " Stored as `{}` or `{}`, held as the wider type.",
+                then.name(),
+                otherwise.name()
+            ));
+        }
+        let fdoc = docs(&fdoc);
+        fields.push(quote!(#fdoc pub #fid: #t,));
+        inits.push(fid);
+    }
+    let limits = if body.iter().any(|b| b.to_string().contains("limits")) {
+        quote!(limits)
+    } else {
+        quote!(_limits)
+    };
+    let rdoc = format!(
+        " Reads a `{}` at the cursor, field by field, checking each field as it is read.",
+        l.name
+    );
+    Ok(quote! {
+        #doc
+        #[derive(Debug, Clone, PartialEq)]
+        pub struct #ident {
+            #(#fields)*
+        }
+
+        impl #ident {
+            #[doc = #rdoc]
+            pub fn read(c: &mut rt::Cursor<'_>, #limits: &rt::Limits) -> rt::Result<Self> {
+                #(#body)*
+                Ok(#ident { #(#inits),* })
+            }
+        }
+    })
+}
+
+/// Reading one number: `c.u32_le("name")?`.
+fn num(name: &str, ty: &Type, e: ByteOrder) -> TokenStream {
+    let (prefix, bytes) = match ty {
+        Type::Int(i) => (if i.signed { "i" } else { "u" }, i.bytes.unwrap_or(8)),
+        Type::Float(f) => ("f", f.bytes),
+        _ => ("u", 1),
+    };
+    let m = if bytes == 1 {
+        format_ident!("{prefix}8")
+    } else {
+        let suffix = if e == ByteOrder::Big { "be" } else { "le" };
+        format_ident!("{prefix}{}_{suffix}", bytes as u32 * 8)
+    };
+    quote!(c.#m(#name)?)
+}
+
+/// The least bytes an item of `ty` takes (at least 1), bounding repetition counts.
+fn min_bytes(ir: &Ir, ty: &Type, f: &ir::Field) -> u64 {
+    let own = match ty {
+        Type::Int(i) => u64::from(i.bytes.unwrap_or(1)),
+        Type::Float(x) => u64::from(x.bytes),
+        Type::Bool => 1,
+        Type::Layout(l) => ir
+            .layout(*l)
+            .fields
+            .iter()
+            .filter(|g| g.repeat.is_none() && g.size.is_none())
+            .map(|g| match &g.kind {
+                FieldKind::Magic(b) => b.len() as u64,
+                FieldKind::Cond {
+                    then, otherwise, ..
+                } => u64::from(then.bytes.unwrap_or(1).min(otherwise.bytes.unwrap_or(1))),
+                FieldKind::Value => match &g.ty {
+                    Type::Int(i) => u64::from(i.bytes.unwrap_or(1)),
+                    Type::Float(x) => u64::from(x.bytes),
+                    Type::Bool => 1,
+                    _ => 0,
+                },
+            })
+            .sum(),
+        _ => 0,
+    };
+    let _ = f;
+    own.max(1)
+}
+
+/// Reading one value of a `Value` field (an item, when the field repeats).
+fn value(
+    ir: &Ir,
+    f: &ir::Field,
+    size: Option<TokenStream>,
+    lower: &Lower<'_>,
+    layout_endian: ByteOrder,
+) -> Result<TokenStream, Unlowered> {
+    let name = f.name.as_str();
+    let ty = &f.item_ty;
+    let sized = |what: &str| {
+        size.clone().ok_or_else(|| Unlowered {
+            span: f.span,
+            what: format!("{what} without `size`"),
+        })
+    };
+    Ok(match (ty, &f.codec) {
+        (Type::Int(i), None) => num(name, ty, i.endian.unwrap_or(layout_endian)),
+        (Type::Float(x), None) => num(name, ty, x.endian.unwrap_or(layout_endian)),
+        (Type::Bool, None) => quote!((c.u8(#name)? != 0)),
+        (Type::Payload, None) => match size {
+            Some(n) => quote!(c.span(#name, #n)?),
+            None => quote!(c.rest(#name)?),
+        },
+        (Type::Bytes, None) => {
+            let n = sized("a `bytes` field")?;
+            quote!(c.bytes(#name, #n, limits.max_header_bytes)?.into_owned())
+        }
+        (Type::Str, None) => {
+            let n = sized("a `str` field")?;
+            quote!(c.text(#name, #n, limits.max_header_bytes)?)
+        }
+        (Type::Layout(inner), None) => {
+            let t = rs_ident(&ir.layout(*inner).name);
+            match size {
+                Some(n) => quote!(#t::read(&mut c.window(#name, #n)?, limits)
+                    .map_err(|e| c.wrap(#name, e))?),
+                None => quote!(#t::read(c, limits).map_err(|e| c.wrap(#name, e))?),
+            }
+        }
+        (_, Some(Codec::PyDict { encoding, .. })) => {
+            let n = sized("a codec field")?;
+            let t = storage_ty(ir, ty).ok_or_else(|| Unlowered {
+                span: f.span,
+                what: "this field type".into(),
+            })?;
+            let enc = match encoding {
+                Some(e) => lower.expr(e)?.scalar(),
+                None => quote!("utf8"),
+            };
+            quote!(rt::pydict::read::<#t>(c, #name, #n, #enc, limits)?)
+        }
+        (_, Some(Codec::Json)) => {
+            let n = sized("a codec field")?;
+            let t = storage_ty(ir, ty).ok_or_else(|| Unlowered {
+                span: f.span,
+                what: "this field type".into(),
+            })?;
+            quote!(rt::pydict::read_json::<#t>(c, #name, #n, limits)?)
+        }
+        _ => {
+            return Err(Unlowered {
+                span: f.span,
+                what: "this field in a layout read on its own".into(),
+            })
+        }
+    })
+}

@@ -1,0 +1,247 @@
+//! The integer arithmetic of generated expressions.
+//!
+//! Every integer expression of a `.fmt` schema (a `size`, a `count`, an offset, a `write`
+//! rule, a `check`) is evaluated in `i128`, so that values read from `u64` and `i64`
+//! fields mix without casts. Operations are checked: a result that does not fit, a
+//! division by zero, a negative byte count or a value too wide for its field is an
+//! error that names the operation and its operands, never a wrap or a panic. Generated
+//! code calls these functions and adds the field (`Error::in_field`) and the file.
+
+use std::fmt::Display;
+
+use crate::dtype::DType;
+use crate::error::{Error, ErrorKind, Result};
+use crate::tensor::ByteOrder;
+
+fn overflow(what: String) -> Error {
+    Error::from(ErrorKind::Overflow(what))
+}
+
+/// `a + b`.
+pub fn add(a: i128, b: i128) -> Result<i128> {
+    a.checked_add(b)
+        .ok_or_else(|| overflow(format!("{a} + {b} overflows")))
+}
+
+/// `a - b`.
+pub fn sub(a: i128, b: i128) -> Result<i128> {
+    a.checked_sub(b)
+        .ok_or_else(|| overflow(format!("{a} - {b} overflows")))
+}
+
+/// `a * b`.
+pub fn mul(a: i128, b: i128) -> Result<i128> {
+    a.checked_mul(b)
+        .ok_or_else(|| overflow(format!("{a} * {b} overflows")))
+}
+
+/// `a / b`, rounded toward zero; an error when `b` is 0.
+pub fn div(a: i128, b: i128) -> Result<i128> {
+    a.checked_div(b)
+        .ok_or_else(|| overflow(format!("{a} / {b} is undefined")))
+}
+
+/// `a % b`; an error when `b` is 0.
+pub fn rem(a: i128, b: i128) -> Result<i128> {
+    a.checked_rem(b)
+        .ok_or_else(|| overflow(format!("{a} % {b} is undefined")))
+}
+
+/// `align(n, a)`: `n` rounded up to a multiple of `a` (`a` positive, `n` not negative).
+pub fn align(n: i128, a: i128) -> Result<i128> {
+    if a <= 0 || n < 0 {
+        return Err(overflow(format!("align({n}, {a}) is undefined")));
+    }
+    let r = n % a;
+    if r == 0 {
+        Ok(n)
+    } else {
+        add(n, a - r)
+    }
+}
+
+/// `digits(n)`: the number of decimal digits of `n` (not negative), Python's
+/// `len(repr(n))`; `digits(0)` is 1.
+pub fn digits(n: i128) -> Result<i128> {
+    if n < 0 {
+        return Err(overflow(format!("digits({n}) of a negative number")));
+    }
+    Ok(n.checked_ilog10().map_or(1, |d| i128::from(d) + 1))
+}
+
+/// A byte count, offset or repetition count: `v` as a `u64`, or an error saying what
+/// `what` is and that `v` is negative or too large.
+pub fn to_u64(v: i128, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| {
+        overflow(format!(
+            "{what} is {v}, which is not a byte count or a count (0..=2^64-1)"
+        ))
+    })
+}
+
+/// `v` narrowed to a field of type `T` named `ty` (`u16`): an error when it does not fit.
+pub fn narrow<T: TryFrom<i128>>(v: i128, ty: &str) -> Result<T> {
+    T::try_from(v).map_err(|_| overflow(format!("{v} does not fit in {ty}")))
+}
+
+/// `list[i]`: the item at position `i`, or an error naming the position and the length.
+pub fn item<T>(list: &[T], i: i128) -> Result<&T> {
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| list.get(i))
+        .ok_or_else(|| {
+            Error::from(ErrorKind::Invalid(format!(
+                "index {i} is out of range: the list has {} items",
+                list.len()
+            )))
+        })
+}
+
+/// `first(list)`: an error when the list is empty.
+pub fn first<T>(list: &[T]) -> Result<&T> {
+    list.first().ok_or_else(empty)
+}
+
+/// `last(list)`: an error when the list is empty.
+pub fn last<T>(list: &[T]) -> Result<&T> {
+    list.last().ok_or_else(empty)
+}
+
+fn empty() -> Error {
+    Error::from(ErrorKind::Invalid(
+        "the list is empty: it has no first or last item".into(),
+    ))
+}
+
+/// `len(list)` as an expression value.
+pub fn len<T>(list: &[T]) -> i128 {
+    list.len() as i128
+}
+
+/// `index_of(list, x)`: the position of the first item equal to `x`.
+pub fn index_of<T: PartialEq + Display>(list: &[T], x: &T) -> Result<i128> {
+    list.iter()
+        .position(|v| v == x)
+        .map(|p| p as i128)
+        .ok_or_else(|| Error::from(ErrorKind::Invalid(format!("{x} is not in the list"))))
+}
+
+/// `slice(data, start, end)`: bytes `start..end` (`end` of `None`: to the end) of the
+/// payload `data`, given as its absolute `(offset, len)`; offsets are relative to the
+/// payload's first byte. An error when the range is reversed or leaves the payload.
+pub fn slice(data: (u64, u64), start: i128, end: Option<i128>) -> Result<(u64, u64)> {
+    let (offset, len) = data;
+    let end = end.unwrap_or(i128::from(len));
+    if start < 0 || end < start || end > i128::from(len) {
+        return Err(Error::from(ErrorKind::Invalid(format!(
+            "the byte range {start}..{end} is not within the {len} bytes of the data"
+        ))));
+    }
+    // Both fit in u64: 0 <= start <= end <= len.
+    Ok((offset + start as u64, (end - start) as u64))
+}
+
+/// A table lookup's result: the dtype and byte order `found` for `key`, or an
+/// [`ErrorKind::UnknownDType`] error naming the key.
+pub fn dtype<K: Display>(
+    found: Option<(DType, Option<ByteOrder>)>,
+    key: K,
+) -> Result<(DType, Option<ByteOrder>)> {
+    found.ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
+}
+
+/// `itemsize(dtype)`: bytes per element; an error for a dtype without a fixed size.
+pub fn itemsize(d: DType) -> Result<i128> {
+    d.itemsize().map(|n| n as i128).ok_or_else(|| {
+        Error::from(ErrorKind::Unsupported(format!(
+            "{d} has no fixed item size"
+        )))
+    })
+}
+
+/// The value of an optional dict key used in an expression: an error naming the key
+/// when it is absent.
+pub fn present<'v, T>(v: &'v Option<T>, key: &str) -> Result<&'v T> {
+    v.as_ref().ok_or_else(|| {
+        Error::from(ErrorKind::Invalid(format!("the key '{key}' is missing"))).in_field(key)
+    })
+}
+
+/// A shape from a list of integers read from a file: each dimension as a `u64`, an
+/// error for a negative one.
+pub fn dims<T: Copy + TryInto<u64> + Display>(list: &[T]) -> Result<Vec<u64>> {
+    list.iter()
+        .map(|&d| {
+            d.try_into().map_err(|_| {
+                Error::from(ErrorKind::Invalid(format!("the dimension {d} is negative")))
+            })
+        })
+        .collect()
+}
+
+/// Checks that `n` items of `what` (tensors, records) are within `limit`.
+pub fn within(n: usize, limit: u64, what: &'static str) -> Result<()> {
+    if n as u64 > limit {
+        return Err(Error::from(ErrorKind::Limit {
+            what,
+            limit,
+            actual: n as u64,
+        }));
+    }
+    Ok(())
+}
+
+/// The error for a `check` that fails on write: `check `text` failed: field would be v`.
+pub fn check_failed_on_write(field: &str, text: &str, value: impl Display) -> Error {
+    Error::from(ErrorKind::Invalid(format!(
+        "check `{text}` failed: {field} would be {value}"
+    )))
+    .in_field(field)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arithmetic_is_checked() {
+        assert_eq!(add(2, 3).unwrap(), 5);
+        assert!(add(i128::MAX, 1).is_err());
+        assert!(mul(i128::from(u64::MAX), i128::from(u64::MAX)).is_err());
+        assert!(div(1, 0).is_err());
+        assert!(rem(1, 0).is_err());
+        assert_eq!(sub(1, 3).unwrap(), -2);
+        assert_eq!(align(13, 8).unwrap(), 16);
+        assert_eq!(align(16, 8).unwrap(), 16);
+        assert!(align(1, 0).is_err());
+        assert_eq!(digits(0).unwrap(), 1);
+        assert_eq!(digits(999).unwrap(), 3);
+        assert_eq!(digits(1000).unwrap(), 4);
+    }
+
+    #[test]
+    fn conversions_and_lists() {
+        assert!(to_u64(-1, "size").is_err());
+        assert_eq!(to_u64(7, "size").unwrap(), 7);
+        assert_eq!(narrow::<u16>(65535, "u16").unwrap(), 65535);
+        assert!(narrow::<u16>(65536, "u16").is_err());
+        let l = [3u64, 4, 5];
+        assert_eq!(*item(&l, 2).unwrap(), 5);
+        assert!(item(&l, 3).is_err());
+        assert!(item(&l, -1).is_err());
+        assert_eq!(*first(&l).unwrap(), 3);
+        assert_eq!(*last(&l).unwrap(), 5);
+        assert!(first::<u64>(&[]).is_err());
+        assert_eq!(index_of(&l, &4).unwrap(), 1);
+        assert!(index_of(&l, &9).is_err());
+    }
+
+    #[test]
+    fn slices_stay_within_the_data() {
+        assert_eq!(slice((100, 10), 2, Some(6)).unwrap(), (102, 4));
+        assert_eq!(slice((100, 10), 4, None).unwrap(), (104, 6));
+        assert!(slice((100, 10), 6, Some(4)).is_err());
+        assert!(slice((100, 10), 0, Some(11)).is_err());
+        assert!(slice((100, 10), -1, Some(2)).is_err());
+    }
+}

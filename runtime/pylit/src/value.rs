@@ -1,0 +1,307 @@
+//! Typed dict values: what generated dict structs are made of.
+//!
+//! A `dict` of a schema is a plain struct whose fields have types implementing
+//! [`FromPy`] and [`ToPy`]: strings, booleans, integers, floats, lists and tuples of
+//! those, [`Map`]s and other dicts. Decoding the text (Python literal or JSON) gives a
+//! [`PyValue`]; [`key`], [`optional_key`] and [`rest`] take a struct's fields out of it,
+//! and a wrong type or a missing key is an error naming the key, as the user wrote it.
+
+use tensorfmt_core::cursor::Cursor;
+use tensorfmt_core::error::{Error, ErrorKind, Result};
+use tensorfmt_core::limits::Limits;
+
+use crate::PyValue;
+
+/// A value that can be read from a decoded [`PyValue`].
+pub trait FromPy: Sized {
+    /// The value; an error saying what was expected and what was found when `v` has
+    /// another type or does not fit (errors inside a nested value name its key).
+    fn from_py(v: &PyValue) -> Result<Self>;
+}
+
+/// The error for a value of the wrong type: `expected a str, found a tuple`.
+pub fn expected(what: &str, found: &PyValue) -> Error {
+    Error::from(ErrorKind::Invalid(format!(
+        "expected a {what}, found a {}",
+        found.type_name()
+    )))
+}
+
+/// A value that can be written as a [`PyValue`].
+pub trait ToPy {
+    /// The value.
+    fn to_py(&self) -> PyValue;
+}
+
+/// A map with string keys, in the order of the text (`map<str, V>` of a schema). The
+/// decoders keep one item per key (the last value at the first position, as Python's
+/// readers do).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Map<V>(pub Vec<(String, V)>);
+
+impl<V> Map<V> {
+    /// The items, in order.
+    pub fn iter(&self) -> std::slice::Iter<'_, (String, V)> {
+        self.0.iter()
+    }
+
+    /// The number of items.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True when there is no item.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&V> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
+    }
+}
+
+impl<'m, V> IntoIterator for &'m Map<V> {
+    type Item = &'m (String, V);
+    type IntoIter = std::slice::Iter<'m, (String, V)>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl FromPy for String {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| expected("str", v))
+    }
+}
+
+impl ToPy for String {
+    fn to_py(&self) -> PyValue {
+        PyValue::Str(self.clone())
+    }
+}
+
+impl FromPy for bool {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        v.as_bool().ok_or_else(|| expected("bool", v))
+    }
+}
+
+impl ToPy for bool {
+    fn to_py(&self) -> PyValue {
+        PyValue::Bool(*self)
+    }
+}
+
+macro_rules! ints {
+    ($($t:ty: $what:literal),*) => {$(
+        impl FromPy for $t {
+            fn from_py(v: &PyValue) -> Result<Self> {
+                v.as_int()
+                    .and_then(|i| <$t>::try_from(i).ok())
+                    .ok_or_else(|| expected($what, v))
+            }
+        }
+        impl ToPy for $t {
+            fn to_py(&self) -> PyValue {
+                PyValue::Int(i128::from(*self))
+            }
+        }
+    )*};
+}
+
+ints!(u8: "int in 0..=255", u16: "int in 0..=65535", u32: "int in 0..=2^32-1",
+      u64: "non-negative int", i8: "8-bit int", i16: "16-bit int", i32: "32-bit int",
+      i64: "64-bit int");
+
+impl FromPy for f64 {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        match v {
+            PyValue::Float(f) => Ok(*f),
+            PyValue::Int(i) => Ok(*i as f64),
+            _ => Err(expected("float", v)),
+        }
+    }
+}
+
+impl ToPy for f64 {
+    fn to_py(&self) -> PyValue {
+        PyValue::Float(*self)
+    }
+}
+
+/// `tuple<T>` and `list<T>`: either kind of sequence is read; [`ToPy`] writes a tuple
+/// (a `list<T>` key is written with [`to_list`]).
+impl<T: FromPy> FromPy for Vec<T> {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        let items = v.as_seq().ok_or_else(|| expected("tuple or list", v))?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| T::from_py(x).map_err(|e| e.in_field(&i.to_string())))
+            .collect()
+    }
+}
+
+impl<T: ToPy> ToPy for Vec<T> {
+    fn to_py(&self) -> PyValue {
+        PyValue::Tuple(self.iter().map(ToPy::to_py).collect())
+    }
+}
+
+/// The items of `v` as a list (`list<T>` keys are written as lists, `tuple<T>` as tuples).
+pub fn to_list<T: ToPy>(v: &[T]) -> PyValue {
+    PyValue::List(v.iter().map(ToPy::to_py).collect())
+}
+
+impl<V: FromPy> FromPy for Map<V> {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        rest(v, &[])
+    }
+}
+
+impl<V: ToPy> ToPy for Map<V> {
+    fn to_py(&self) -> PyValue {
+        PyValue::Dict(
+            self.0
+                .iter()
+                .map(|(k, v)| (PyValue::Str(k.clone()), v.to_py()))
+                .collect(),
+        )
+    }
+}
+
+/// The value of `key` in the dict `value`: a missing key or a value of another type is an
+/// error naming the key. For a dict-typed value (a nested dict), errors inside it are
+/// placed under `key`.
+pub fn key<T: FromPy>(value: &PyValue, key: &str) -> Result<T> {
+    let v = crate::require(value, key)?;
+    T::from_py(v).map_err(|e| e.in_field(key))
+}
+
+/// The value of the optional `key`: `None` when it is missing or `None`/`null`.
+pub fn optional_key<T: FromPy>(value: &PyValue, key: &str) -> Result<Option<T>> {
+    match value.dict_get(key) {
+        None | Some(PyValue::None) => Ok(None),
+        Some(v) => T::from_py(v).map(Some).map_err(|e| e.in_field(key)),
+    }
+}
+
+/// Every item of the dict `value` whose key is not one of `declared`: the `rest` key of a
+/// dict (safetensors' tensor entries beside `__metadata__`). An item of another type is an
+/// error naming its key.
+pub fn rest<V: FromPy>(value: &PyValue, declared: &[&str]) -> Result<Map<V>> {
+    let PyValue::Dict(items) = value else {
+        return Err(expected("dict", value));
+    };
+    let mut out: Vec<(String, V)> = Vec::with_capacity(items.len());
+    for (k, v) in items {
+        let Some(k) = k.as_str() else {
+            return Err(expected("str key", k));
+        };
+        if declared.contains(&k) {
+            continue;
+        }
+        let v = V::from_py(v).map_err(|e| e.in_field(k))?;
+        out.push((k.to_string(), v));
+    }
+    Ok(Map(out))
+}
+
+/// Decodes a field's bytes as text in `encoding`: `"latin1"` (every byte a character) or
+/// `"utf8"` (checked).
+pub fn decode(bytes: &[u8], encoding: &str) -> Result<String> {
+    match encoding {
+        "latin1" => Ok(bytes.iter().map(|&b| char::from(b)).collect()),
+        "utf8" => std::str::from_utf8(bytes).map(str::to_string).map_err(|e| {
+            ErrorKind::Codec {
+                codec: "pydict",
+                message: format!("the text is not UTF-8: {e}"),
+            }
+            .into()
+        }),
+        other => Err(ErrorKind::Unsupported(format!(
+            "the text encoding \"{other}\" (known: \"latin1\", \"utf8\")"
+        ))
+        .into()),
+    }
+}
+
+/// Reads a `pydict`-coded field: `len` bytes at the cursor (at most
+/// `limits.max_header_bytes`), decoded as text in `encoding`, parsed as a Python literal
+/// and read as a `T`. Every error is placed at the field.
+pub fn read<T: FromPy>(
+    c: &mut Cursor<'_>,
+    field: &str,
+    len: u64,
+    encoding: &str,
+    limits: &Limits,
+) -> Result<T> {
+    let bytes = c.bytes(field, len, limits.max_header_bytes)?;
+    decode(&bytes, encoding)
+        .and_then(|text| crate::parse(&text, limits))
+        .and_then(|v| T::from_py(&v))
+        .map_err(|e| c.wrap(field, e))
+}
+
+/// Reads a `json`-coded field: `len` bytes at the cursor (at most
+/// `limits.max_header_bytes`), parsed as JSON and read as a `T`. Every error is placed at
+/// the field.
+pub fn read_json<T: FromPy>(
+    c: &mut Cursor<'_>,
+    field: &str,
+    len: u64,
+    limits: &Limits,
+) -> Result<T> {
+    let bytes = c.bytes(field, len, limits.max_header_bytes)?;
+    crate::json::parse(&bytes, limits)
+        .and_then(|v| T::from_py(&v))
+        .map_err(|e| c.wrap(field, e))
+}
+
+/// A dict of items, for encoding.
+pub fn dict(items: Vec<(&str, PyValue)>) -> PyValue {
+    PyValue::Dict(
+        items
+            .into_iter()
+            .map(|(k, v)| (PyValue::Str(k.to_string()), v))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> PyValue {
+        PyValue::Str(x.into())
+    }
+
+    #[test]
+    fn keys_and_rest() {
+        let v = PyValue::Dict(vec![
+            (s("__metadata__"), PyValue::Dict(vec![(s("a"), s("b"))])),
+            (
+                s("w"),
+                PyValue::Tuple(vec![PyValue::Int(2), PyValue::Int(3)]),
+            ),
+            (s("b"), PyValue::List(vec![PyValue::Int(1)])),
+        ]);
+        let m: Option<Map<String>> = optional_key(&v, "__metadata__").unwrap();
+        assert_eq!(m.unwrap().get("a").map(String::as_str), Some("b"));
+        let r: Map<Vec<u64>> = rest(&v, &["__metadata__"]).unwrap();
+        assert_eq!(r.0, vec![("w".into(), vec![2, 3]), ("b".into(), vec![1])]);
+        let e = key::<String>(&v, "w").unwrap_err();
+        assert_eq!(e.location.field.as_deref(), Some("w"));
+        assert!(
+            e.to_string().contains("expected a str, found a tuple"),
+            "{e}"
+        );
+        let e = rest::<String>(&v, &["__metadata__"]).unwrap_err();
+        assert_eq!(e.location.field.as_deref(), Some("w"));
+        assert!(key::<u64>(&v, "nope").is_err());
+        assert_eq!(optional_key::<u64>(&v, "nope").unwrap(), None);
+    }
+}
