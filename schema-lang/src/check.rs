@@ -320,7 +320,13 @@ impl<'a> Checker<'a> {
             ),
             [first, rest @ ..] => {
                 for e in rest {
-                    self.err(at.file, e.span, "a format has one `engine`");
+                    let first_at = self.where_is(at.file, first.span);
+                    self.err_help(
+                        at.file,
+                        e.span,
+                        format!("format '{}' has a second `engine`", fmt.name.name),
+                        format!("a format has one engine; the first is at {first_at}"),
+                    );
                 }
                 self.engine(at, first);
             }
@@ -401,13 +407,15 @@ impl<'a> Checker<'a> {
                         .path_name()
                         .is_some_and(|n| at.fmt.message(n).is_some());
                     if !ok {
-                        self.err(
+                        self.err_help(
                             at.file,
                             a.value.span,
                             format!(
                                 "the root of engine 'protobuf' must be a message of format '{}'",
                                 at.fmt.name.name
                             ),
+                            "`engine protobuf(root = M);` names a `message M { .. }` declared in \
+                             this format",
                         );
                     }
                 }
@@ -459,7 +467,12 @@ impl<'a> Checker<'a> {
         match d {
             Detect::Magic { bytes, .. } => {
                 if bytes.value.is_empty() {
-                    self.err(at.file, bytes.span, "a magic number cannot be empty");
+                    self.err_help(
+                        at.file,
+                        bytes.span,
+                        "a magic number cannot be empty",
+                        "give the bytes the file starts with: `detect magic b\"\\x93NUMPY\" at 0;`",
+                    );
                 }
             }
             Detect::Entries { pattern, span, .. } => {
@@ -479,21 +492,23 @@ impl<'a> Checker<'a> {
         let mut keys: Vec<(&TableKey, Span)> = Vec::new();
         for r in &t.rows {
             match (&r.key, t.key_kind) {
-                (TableKey::Int(_), KeyKind::Str) => self.err(
+                (TableKey::Int(_), KeyKind::Str) => self.err_help(
                     at.file,
                     r.span,
                     format!(
                         "table '{}' has string keys, but this key is an integer",
                         t.name.name
                     ),
+                    "keys of a `str -> dtype` table are strings: `\"<f4\" => f32`",
                 ),
-                (TableKey::Str(_), KeyKind::Int) => self.err(
+                (TableKey::Str(_), KeyKind::Int) => self.err_help(
                     at.file,
                     r.span,
                     format!(
                         "table '{}' has integer keys, but this key is a string",
                         t.name.name
                     ),
+                    "keys of an `int -> dtype` table are integers: `1 => f32`",
                 ),
                 _ => {}
             }
@@ -626,10 +641,11 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
-            Some(item) => self.err(
+            Some(item) => self.err_help(
                 at.file,
                 ty.span,
                 format!("'{}' is a {}, not a type", ty.name(), item.kind_word()),
+                format!("name {} of this format here", one_of(kinds)),
             ),
             None => self.err_help(
                 at.file,
@@ -715,7 +731,12 @@ impl<'a> Checker<'a> {
         match &f.ty {
             FieldType::Magic(b) => {
                 if b.value.is_empty() {
-                    self.err(at.file, b.span, "a magic field cannot be empty");
+                    self.err_help(
+                        at.file,
+                        b.span,
+                        "a magic field cannot be empty",
+                        "give the bytes the field holds: `magic: magic b\"\\x93NUMPY\";`",
+                    );
                 }
             }
             FieldType::Named(t) => self.data_type(at, t),
@@ -753,14 +774,17 @@ impl<'a> Checker<'a> {
             let kw = m.keyword();
             let sp = modifier_span(m);
             if kw != "check" {
-                if kinds.contains_key(kw) {
-                    self.err(
+                if let Some(&prev) = kinds.get(kw) {
+                    let first = self.where_is(at.file, prev);
+                    self.err_help(
                         at.file,
                         sp,
                         format!("duplicate `{kw}` modifier on field '{}'", f.name.name),
+                        format!("a field takes one `{kw}`; the first is at {first}"),
                     );
+                } else {
+                    kinds.insert(kw, sp);
                 }
-                kinds.insert(kw, sp);
             }
             match m {
                 Modifier::Check(e) => {
@@ -890,10 +914,11 @@ impl<'a> Checker<'a> {
                             let p = p.to_vec();
                             self.named_item(at, &p, kind, a.value.span);
                         }
-                        None => self.err(
+                        None => self.err_help(
                             at.file,
                             a.span,
                             format!("codec '{n}' takes the name of a {kind} declaration"),
+                            format!("`codec {n}(Name)`, without quotes"),
                         ),
                     },
                     _ => {
@@ -963,12 +988,18 @@ impl<'a> Checker<'a> {
             (_, Some(item))
                 if kind == "message"
                     && matches!(item, Item::Message(m) if nested_type(m, &rest[1..])) => {}
-            ([_], Some(item)) => self.err(
+            ([_], Some(item)) => self.err_help(
                 at.file,
                 span,
                 format!("'{shown}' is a {}, not a {kind}", item.kind_word()),
+                format!("name a `{kind}` declared in this format (or `other.Name` of a format named by `use`)"),
             ),
-            _ => self.err(at.file, span, format!("unknown {kind} '{shown}'")),
+            _ => self.err_help(
+                at.file,
+                span,
+                format!("unknown {kind} '{shown}'"),
+                format!("name a `{kind}` declared in this format (or `other.Name` of a format named by `use`)"),
+            ),
         }
     }
 
@@ -990,14 +1021,24 @@ impl<'a> Checker<'a> {
                     let ty = self.expr(at, scope, &a.value);
                     self.want(at, &a.value, ty, Ty::Int, "`pad` align");
                     if a.value.as_int().is_some_and(|v| v <= 0) {
-                        self.err(at.file, a.value.span, "`pad` align must be positive");
+                        self.err_help(
+                            at.file,
+                            a.value.span,
+                            "`pad` align must be positive",
+                            "the field ends at a multiple of `align` bytes: `pad(align = 64)`",
+                        );
                     }
                 }
                 "min" => {
                     let ty = self.expr(at, scope, &a.value);
                     self.want(at, &a.value, ty, Ty::Int, "`pad` min");
                     if a.value.as_int().is_some_and(|v| v < 0) {
-                        self.err(at.file, a.value.span, "`pad` min cannot be negative");
+                        self.err_help(
+                            at.file,
+                            a.value.span,
+                            "`pad` min cannot be negative",
+                            "`min` is the least count of pad bytes: `pad(align = 64, min = 2)`",
+                        );
                     }
                 }
                 "fill" | "last" => match &a.value.kind {
@@ -1017,7 +1058,12 @@ impl<'a> Checker<'a> {
             }
         }
         if !has_align {
-            self.err(at.file, span, "`pad` needs `align = N`");
+            self.err_help(
+                at.file,
+                span,
+                "`pad` needs `align = N`",
+                "`pad(align = 64, fill = b\" \")`",
+            );
         }
     }
 
@@ -1174,13 +1220,14 @@ impl<'a> Checker<'a> {
                 "defined",
             );
             if let Some(prev) = values.get(v) {
-                self.err(
+                self.err_help(
                     at.file,
                     n.span,
                     format!(
                         "'{}' has the number {v} of '{prev}' in enum '{}'",
                         n.name, e.name.name
                     ),
+                    format!("give '{}' a number no other value of the enum has", n.name),
                 );
             } else {
                 values.insert(*v, &n.name);
@@ -1248,7 +1295,9 @@ impl<'a> Checker<'a> {
             "name", "dtype", "shape", "data", "external", "location", "offset", "nbytes", "begin",
             "end",
         ];
-        let mut errors = Vec::new();
+        let mut errors: Vec<(Span, String, String)> = Vec::new();
+        let calls = "calls in a protobuf write rule: `M(field = value)` for a message M of this \
+                     format, `str(x)`, `key_of(TABLE, dtype)`";
         e.walk(&mut |x| match &x.kind {
             ExprKind::Call { callee, args } => {
                 let name: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
@@ -1262,10 +1311,18 @@ impl<'a> Checker<'a> {
                                     Some(n) => errors.push((
                                         n.span,
                                         format!("message '{m}' has no field '{}'", n.name),
+                                        format!(
+                                            "fields of '{m}': {}",
+                                            listed(decl.fields.iter().map(|f| f.name.name.as_str()))
+                                        ),
                                     )),
                                     None => errors.push((
                                         a.span,
                                         format!("fields of '{m}' are given by name: `{m}(field = value)`"),
+                                        format!(
+                                            "fields of '{m}': {}",
+                                            listed(decl.fields.iter().map(|f| f.name.name.as_str()))
+                                        ),
                                     )),
                                 }
                             }
@@ -1273,11 +1330,13 @@ impl<'a> Checker<'a> {
                         None => errors.push((
                             x.span,
                             format!("'{m}' is neither a message of this format nor a write-rule function"),
+                            calls.to_string(),
                         )),
                     },
                     _ => errors.push((
                         x.span,
                         format!("'{}' is not a write-rule function", name.join(".")),
+                        calls.to_string(),
                     )),
                 }
             }
@@ -1287,13 +1346,23 @@ impl<'a> Checker<'a> {
                     || at.fmt.tables().any(|t| t.name.name == n)
                     || DTYPES.contains(&n);
                 if !known {
-                    errors.push((x.span, format!("unknown name '{n}' in a write rule")));
+                    let help = if tensor {
+                        format!(
+                            "names in a mapping's write rule: {}, tables of this format and \
+                             dtype names",
+                            TENSOR.join(", ")
+                        )
+                    } else {
+                        "names in a field's write rule: tables of this format and dtype names"
+                            .to_string()
+                    };
+                    errors.push((x.span, format!("unknown name '{n}' in a write rule"), help));
                 }
             }
             _ => {}
         });
-        for (span, msg) in errors {
-            self.err(at.file, span, msg);
+        for (span, msg, help) in errors {
+            self.err_help(at.file, span, msg, help);
         }
     }
 
@@ -1366,7 +1435,7 @@ impl<'a> Checker<'a> {
                         e.span,
                         format!("'{text}' is not a declared pickle global"),
                         if tensor {
-                            "names here: declared globals, index, numel, nbytes, shape, strides, dtype"
+                            "names here: declared globals, index, numel, nbytes, offset, shape, strides, dtype"
                         } else {
                             "names here: declared globals"
                         },
@@ -1386,10 +1455,20 @@ impl<'a> Checker<'a> {
                     ("key_of", [t, d]) if t.name.is_none() && d.name.is_none() => {
                         match t.value.as_path() {
                             Some([n]) if at.fmt.table(&n.name).is_some() => {}
-                            _ => self.err(at.file, t.value.span, "`key_of` takes a table"),
+                            _ => self.err_help(
+                                at.file,
+                                t.value.span,
+                                "`key_of` takes a table",
+                                "`key_of(TABLE, dtype)` with TABLE a `table` of this format",
+                            ),
                         }
                         if d.value.path_name() != Some("dtype") || !tensor {
-                            self.err(at.file, d.value.span, "`key_of(TABLE, dtype)`");
+                            self.err_help(
+                                at.file,
+                                d.value.span,
+                                "`key_of` takes the tensor's `dtype` as its second argument",
+                                "`key_of(TABLE, dtype)`, in a tensor mapping's `write` rule",
+                            );
                         }
                     }
                     _ => {
@@ -1505,14 +1584,17 @@ impl<'a> Checker<'a> {
                 );
                 continue;
             }
-            if seen.contains_key(n) {
-                self.err(
+            if let Some(&prev) = seen.get(n) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
                     at.file,
                     p.name.span,
                     format!("duplicate entry property '{n}'"),
+                    format!("an entry takes one `{n}`; the first is at {first}"),
                 );
+            } else {
+                seen.insert(n, p.name.span);
             }
-            seen.insert(n, p.name.span);
             let Some(v) = &p.value else {
                 if !matches!(n, "repeated" | "optional" | "text" | "strict") {
                     self.err(
@@ -1724,11 +1806,7 @@ impl<'a> Checker<'a> {
         match at.fmt.item(root) {
             Some(Item::Layout(l)) => {
                 if path.len() > 1 && l.field(&path[1].name).is_none() {
-                    self.err(
-                        at.file,
-                        path[1].span,
-                        format!("layout '{}' has no field '{}'", l.name.name, path[1].name),
-                    );
+                    self.no_field(at, l, &path[1]);
                 }
                 (path.len() == 1).then_some(Source::Layout(l))
             }
@@ -1801,7 +1879,12 @@ impl<'a> Checker<'a> {
                         format!("add `use {name};` to this file"),
                     );
                 } else if !self.lenient {
-                    self.err(at.file, callee[0].span, format!("unknown format '{name}'"));
+                    self.err_help(
+                        at.file,
+                        callee[0].span,
+                        format!("unknown format '{name}'"),
+                        format!("`include {name}.tensor(..)` takes the mapping of format '{name}': load its schema and add `use {name};`"),
+                    );
                 }
                 return None;
             }
@@ -1848,7 +1931,10 @@ impl<'a> Checker<'a> {
                 format!("entry '{}' has no member '{}'", e.name.name, m.name),
                 format!(
                     "entry members: content, value, name{}",
-                    caps.iter().map(|c| format!(", {c}")).collect::<String>()
+                    caps.iter()
+                        .filter(|c| !ENTRY_MEMBERS.contains(c))
+                        .map(|c| format!(", {c}"))
+                        .collect::<String>()
                 ),
             );
         }
@@ -2134,14 +2220,7 @@ impl<'a> Checker<'a> {
                             return match l.field(&p[1].name) {
                                 Some(f) => self.field_ty(at, f, &p[2..]),
                                 None => {
-                                    self.err(
-                                        at.file,
-                                        p[1].span,
-                                        format!(
-                                            "layout '{}' has no field '{}'",
-                                            l.name.name, p[1].name
-                                        ),
-                                    );
+                                    self.no_field(at, l, &p[1]);
                                     Ty::Unknown
                                 }
                             };
@@ -2274,10 +2353,15 @@ impl<'a> Checker<'a> {
                     if let Some(d) = at.fmt.dict(&t.path[0].name) {
                         return match d.fields.iter().find(|k| k.key == rest[0].name) {
                             None => {
-                                self.err(
+                                self.err_help(
                                     at.file,
                                     rest[0].span,
                                     format!("dict '{}' has no key '{}'", d.name.name, rest[0].name),
+                                    format!(
+                                        "keys of '{}': {}",
+                                        d.name.name,
+                                        listed(d.fields.iter().map(|k| k.key.as_str()))
+                                    ),
                                 );
                                 Ty::Unknown
                             }
@@ -2308,13 +2392,7 @@ impl<'a> Checker<'a> {
             return;
         }
         match item {
-            Item::Layout(l) if l.field(&p[1].name).is_none() => {
-                self.err(
-                    at.file,
-                    p[1].span,
-                    format!("layout '{}' has no field '{}'", l.name.name, p[1].name),
-                );
-            }
+            Item::Layout(l) if l.field(&p[1].name).is_none() => self.no_field(at, l, &p[1]),
             Item::Entry(e) => self.entry_member(at, e, &p[1]),
             Item::Message(m) => {
                 // `TensorProto.DataLocation.EXTERNAL`
@@ -2328,32 +2406,32 @@ impl<'a> Checker<'a> {
                     }
                     if let Some(en) = m.enums.iter().find(|x| x.name.name == p[i].name) {
                         if i + 1 < p.len() && en.value(&p[i + 1].name).is_none() {
-                            self.err(
-                                at.file,
-                                p[i + 1].span,
-                                format!("enum '{}' has no value '{}'", en.name.name, p[i + 1].name),
-                            );
+                            self.no_value(at, en, &p[i + 1]);
                         }
                         return;
                     }
-                    self.err(
+                    let nested = m
+                        .messages
+                        .iter()
+                        .map(|x| x.name.name.as_str())
+                        .chain(m.enums.iter().map(|x| x.name.name.as_str()));
+                    self.err_help(
                         at.file,
                         p[i].span,
                         format!(
                             "message '{}' has no nested message or enum '{}'",
                             m.name.name, p[i].name
                         ),
+                        format!(
+                            "nested in '{}': {}; an enum value is `Message.Enum.VALUE`",
+                            m.name.name,
+                            listed(nested)
+                        ),
                     );
                     return;
                 }
             }
-            Item::Enum(en) if en.value(&p[1].name).is_none() => {
-                self.err(
-                    at.file,
-                    p[1].span,
-                    format!("enum '{}' has no value '{}'", en.name.name, p[1].name),
-                );
-            }
+            Item::Enum(en) if en.value(&p[1].name).is_none() => self.no_value(at, en, &p[1]),
             _ => {}
         }
     }
@@ -2481,12 +2559,61 @@ impl<'a> Checker<'a> {
             }
         }
         let shown: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
-        self.err(
+        self.err_help(
             at.file,
             e.span,
             format!("unknown function '{}'", shown.join(".")),
+            "a qualified call is another format's mapping, `F.tensor(x)`, with F a format of \
+             this file or named by `use`",
         );
         Ty::Unknown
+    }
+
+    /// Reports that layout `l` has no field `name`, listing the fields it has.
+    fn no_field(&mut self, at: At<'a>, l: &Layout, name: &Ident) {
+        self.err_help(
+            at.file,
+            name.span,
+            format!("layout '{}' has no field '{}'", l.name.name, name.name),
+            format!(
+                "fields of '{}': {}",
+                l.name.name,
+                listed(l.fields.iter().map(|f| f.name.name.as_str()))
+            ),
+        );
+    }
+
+    /// Reports that enum `en` has no value `name`, listing the values it has.
+    fn no_value(&mut self, at: At<'a>, en: &EnumDecl, name: &Ident) {
+        self.err_help(
+            at.file,
+            name.span,
+            format!("enum '{}' has no value '{}'", en.name.name, name.name),
+            format!(
+                "values of '{}': {}",
+                en.name.name,
+                listed(en.values.iter().map(|(v, _)| v.name.as_str()))
+            ),
+        );
+    }
+}
+
+/// `a dict, layout or message` for item kinds.
+fn one_of(kinds: &[&str]) -> String {
+    match kinds {
+        [] => String::new(),
+        [one] => format!("a {one}"),
+        [init @ .., last] => format!("a {} or {last}", init.join(", ")),
+    }
+}
+
+/// The names, quoted and comma separated, for help lines that list what exists.
+fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
+    let v: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
     }
 }
 

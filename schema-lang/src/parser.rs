@@ -73,6 +73,21 @@ fn syntax_error(path: &Path, source: &str, e: pest::error::Error<Rule>) -> Diagn
         }
         ErrorVariant::CustomError { message } => message.clone(),
     };
+    if unterminated_string(&source[pos..]) {
+        let end = source[pos..]
+            .find(['\n', '\r'])
+            .map_or(source.len(), |i| pos + i);
+        return Diagnostic::new(
+            path,
+            source,
+            Span { start: pos, end },
+            "unterminated string",
+        )
+        .with_help(
+            "a string ends with `\"` on the line it starts on; write a line break as `\\n` \
+                 and a quote as `\\\"`",
+        );
+    }
     let mut d = Diagnostic::new(path, source, Span { start: pos, end }, message);
     let word: String = source[pos..]
         .chars()
@@ -221,6 +236,27 @@ fn expected_punctuation(source: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// True when `rest` starts with a string or byte string that does not end on its line.
+fn unterminated_string(rest: &str) -> bool {
+    let Some(body) = rest.strip_prefix('"').or_else(|| rest.strip_prefix("b\"")) else {
+        return false;
+    };
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return false,
+            '\n' | '\r' => return true,
+            '\\' => {
+                if matches!(chars.next(), None | Some('\n' | '\r')) {
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    true
 }
 
 fn describe_found(rest: &str) -> String {
