@@ -299,8 +299,19 @@ impl Lower<'_> {
                     })
                     .collect();
                 let xs = x.scalar();
-                match consts {
-                    Some(c) if !c.is_empty() => Val::value(quote!(matches!(#xs, #(#c)|*)), ty),
+                let ints: Option<Vec<i128>> = list
+                    .iter()
+                    .map(|i| match &i.kind {
+                        ExprKind::Const(Const::Int(v)) => Some(*v),
+                        _ => None,
+                    })
+                    .collect();
+                match (consts, ints) {
+                    (_, Some(v)) if v.len() > 2 && v.windows(2).all(|w| w[1] == w[0] + 1) => {
+                        let (a, b) = (int_lit(v[0]), int_lit(v[v.len() - 1]));
+                        Val::value(quote!(matches!(#xs, #a..=#b)), ty)
+                    }
+                    (Some(c), _) if !c.is_empty() => Val::value(quote!(matches!(#xs, #(#c)|*)), ty),
                     _ => {
                         let items = list
                             .iter()
@@ -334,6 +345,52 @@ impl Lower<'_> {
                 ))
             }
             _ => return Err(no(e, "this expression in this engine")),
+        })
+    }
+
+    /// The negation of a boolean expression, written as a person would: comparisons
+    /// flipped, `!x` for the rest.
+    pub fn negated(&self, e: &Expr) -> R<TokenStream> {
+        if let ExprKind::Binary { op, lhs, rhs } = &e.kind {
+            let flipped = match op {
+                BinaryOp::Eq => Some(BinaryOp::Ne),
+                BinaryOp::Ne => Some(BinaryOp::Eq),
+                BinaryOp::Lt => Some(BinaryOp::Ge),
+                BinaryOp::Le => Some(BinaryOp::Gt),
+                BinaryOp::Gt => Some(BinaryOp::Le),
+                BinaryOp::Ge => Some(BinaryOp::Lt),
+                _ => None,
+            };
+            if let Some(op) = flipped {
+                return Ok(self.binary(e, op, lhs, rhs)?.ts);
+            }
+            // De Morgan: `!(a && b)` is `!a || !b`.
+            let part = |x: &Expr| -> R<TokenStream> {
+                let n = self.negated(x)?;
+                Ok(match &x.kind {
+                    ExprKind::Binary {
+                        op: BinaryOp::And | BinaryOp::Or,
+                        ..
+                    } => quote!((#n)),
+                    _ => n,
+                })
+            };
+            match op {
+                BinaryOp::And => {
+                    let (a, b) = (part(lhs)?, part(rhs)?);
+                    return Ok(quote!(#a || #b));
+                }
+                BinaryOp::Or => {
+                    let (a, b) = (part(lhs)?, part(rhs)?);
+                    return Ok(quote!(#a && #b));
+                }
+                _ => {}
+            }
+        }
+        let v = self.expr(e)?.scalar();
+        Ok(match &e.kind {
+            ExprKind::Binary { .. } | ExprKind::If { .. } => quote!(!(#v)),
+            _ => quote!(!#v),
         })
     }
 
@@ -380,7 +437,7 @@ impl Lower<'_> {
                 let key = &self.ir.dict(*d).keys[k.index()];
                 let id = rs_ident(&key.key);
                 if key.optional {
-                    let p = b.deref();
+                    let p = &b.ts;
                     let text = &key.key;
                     return Ok(Val::reference(
                         quote!(rt::expr::present(&#p.#id, #text)?),
@@ -390,11 +447,11 @@ impl Lower<'_> {
                 id
             }
             Member::MapKey => {
-                let p = b.deref();
+                let p = &b.ts;
                 return Ok(Val::place(quote!(#p.0), ty));
             }
             Member::MapValue => {
-                let p = b.deref();
+                let p = &b.ts;
                 return Ok(Val::place(quote!(#p.1), ty));
             }
             _ => return Err(no(e, "this member outside its engine")),
@@ -407,7 +464,7 @@ impl Lower<'_> {
                 ty,
             ));
         }
-        let p = b.deref();
+        let p = &b.ts;
         Ok(Val::place(quote!(#p.#name), ty))
     }
 

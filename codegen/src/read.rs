@@ -69,6 +69,26 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     }
     let name = &d.name;
     let to_doc = format!(" The items of this `{name}`, in declared order, for encoding.");
+    let plain = d.keys.iter().all(|k| !k.optional && !is_rest(k));
+    let to_body = if plain {
+        let pairs = d.keys.iter().map(|k| {
+            let id = rs_ident(&k.key);
+            let key = &k.key;
+            let v = if matches!(k.ty, Type::List(_)) {
+                quote!(rt::pydict::to_list(&self.#id))
+            } else {
+                quote!(rt::pydict::ToPy::to_py(&self.#id))
+            };
+            quote!((#key, #v))
+        });
+        quote!(vec![#(#pairs),*])
+    } else {
+        quote! {
+            let mut items = ::std::vec::Vec::new();
+            #(#items)*
+            items
+        }
+    };
     Ok(quote! {
         #doc
         #[derive(Debug, Clone, PartialEq)]
@@ -79,9 +99,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         impl #ident {
             #[doc = #to_doc]
             pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-                let mut items = ::std::vec::Vec::new();
-                #(#items)*
-                items
+                #to_body
             }
         }
 
@@ -181,9 +199,19 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             } => {
                 let c = lower.expr(cond)?.scalar();
                 let wide = storage_ty(ir, &f.ty).expect("integers have a storage type");
-                let t = num(name, &Type::Int(*then), endian(then.endian));
-                let o = num(name, &Type::Int(*otherwise), endian(otherwise.endian));
-                quote!(if #c { #wide::from(#t) } else { #wide::from(#o) })
+                let widen = |t: &ir::IntTy| {
+                    let r = num(name, &Type::Int(*t), endian(t.endian));
+                    if Type::Int(*t).same_kind(&f.ty)
+                        && storage_ty(ir, &Type::Int(*t)).map(|x| x.to_string())
+                            == Some(wide.to_string())
+                    {
+                        r
+                    } else {
+                        quote!(#wide::from(#r))
+                    }
+                };
+                let (t, o) = (widen(then), widen(otherwise));
+                quote!(if #c { #t } else { #o })
             }
             FieldKind::Value => {
                 let size = match &f.size {
@@ -220,10 +248,10 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
         body.push(read);
         let lower = Lower { ir, env: &env };
         for check in &f.checks {
-            let ok = lower.expr(check)?.scalar();
+            let failed = lower.negated(check)?;
             let text = src.get(check.span.start..check.span.end).unwrap_or("");
             body.push(quote! {
-                if !(#ok) {
+                if #failed {
                     return Err(c.check_failed(#name, #text, format_args!("{:?}", #fid)));
                 }
             });
