@@ -433,7 +433,13 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
                 .rposition(|t| matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == ';'))
                 .map_or(0, |i| i + 1);
             let (stmts, last) = tts.split_at(semi);
-            quote!(#(#stmts)* Ok(#(#last)*))
+            match last.split_last() {
+                // `Ok(x?)`: `x`.
+                Some((proc_macro2::TokenTree::Punct(p), x)) if p.as_char() == '?' => {
+                    quote!(#(#stmts)* #(#x)*)
+                }
+                _ => quote!(#(#stmts)* Ok(#(#last)*)),
+            }
         }
         _ => quote!(Ok(#value)),
     };

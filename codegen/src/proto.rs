@@ -614,6 +614,7 @@ impl Scope<'_, '_> {
         let (bts, kts) = (&b.ts, &k.ts);
         if let (T::Strs, T::Int) = (&b.t, &k.t) {
             let ts = match &index.kind {
+                ExprKind::Int(0) => quote!(#bts.first().copied()),
                 ExprKind::Int(i) if usize::try_from(*i).is_ok() => {
                     let i = Literal::usize_unsuffixed(*i as usize);
                     quote!(#bts.get(#i).copied())
