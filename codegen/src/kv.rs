@@ -2,11 +2,13 @@
 //! record's key matched against the format's entries in order (`entry blob
 //! "{name}#%{chunk}" { value BlobProto; }`), its value read in place as the entry's
 //! protobuf message, and the format's mappings run over the entries' values; parts of
-//! one tensor in several records (`segment = ...`) are joined by name
-//! (`rt::kv::join_chunks`). Backends: `records` (a file of records whose layout the
-//! format declares as `Record`: Caffe2's MiniDB), and `lmdb` and `leveldb` (the
-//! runtime's). A format may take another's entries and mappings: `engine kv(backend =
-//! lmdb, schema = caffe2_minidb);`.
+//! one tensor in several records (`segment = ...`) are joined by name. The generated
+//! code holds the entries' patterns (`ENTRIES`), a function per entry that reads one
+//! record and maps its items, and the write rule as `<entry>_value`; the runtime's
+//! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
+//! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
+//! and `lmdb` and `leveldb` (the runtime's). A format may take another's entries and
+//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -136,21 +138,21 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         items.push(proto::gen_message(cx, fmt, m)?);
     }
     items.push(proto::gen_prost(cx, fmt)?);
+    let (parts, parts_items) = proto::parts_fns(cx, fmt, "", &entries)?;
+    items.extend(parts_items);
 
-    // One struct per entry: its key's captures and its value.
-    let mut entry_structs = Vec::new();
+    // Per entry: a struct of its record (its key's captures and its value), the function
+    // that reads a record of it, and the item functions of the mappings over it.
     let mut arms = Vec::new();
     for (i, (en, bind)) in fmt.entries.iter().zip(&entries).enumerate() {
-        let pi = proc_macro2::Literal::usize_unsuffixed(i);
-        let st = rs_ident(&format!("{}_entry", bind.name));
-        let st = syn_camel(&st.to_string());
+        let st = proto::entry_struct(&bind.name);
         let msg = rs_ident(&bind.msg);
         let caps: Vec<_> = bind.captures.iter().map(|c| rs_ident(c)).collect();
         let doc = format!(
             " A record of entry `{}` (key pattern `{}`): its key's captures and its value.",
             bind.name, en.pattern.value
         );
-        entry_structs.push(quote! {
+        items.push(quote! {
             #[doc = #doc]
             pub struct #st<'k, 'v> {
                 #(
@@ -161,22 +163,23 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
                 pub value: &'v #msg<'v>,
             }
         });
-        let mut blocks = Vec::new();
+        let mut calls = Vec::new();
         for map in &fmt.tensors {
             let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, &entries)?;
             if origin == Origin::Entry(bind.name.clone()) {
-                blocks.push(proto::gen_mapping(
-                    cx,
-                    fmt,
-                    "",
-                    map,
-                    &entries,
-                    Output::Chunks,
-                )?);
+                let m = proto::gen_mapping(cx, fmt, "", map, &entries, &parts, Output::Chunks)?;
+                items.push(m.item_fn);
+                calls.push(m.call);
             }
         }
+        let calls = quote!(#(#calls)*);
         let id = rs_ident(&bind.name);
-        let idx: Vec<_> = (0..caps.len()).map(syn::Index::from).collect();
+        let idx = (0..caps.len()).map(proc_macro2::Literal::usize_unsuffixed);
+        let record = if proto::mentions(&calls, &bind.name) {
+            quote!(let #id = #st { #(#caps: &r.captures[#idx],)* value: &value };)
+        } else {
+            quote!()
+        };
         let strict = if en.has_flag("strict") {
             let nums: Vec<_> = fmt
                 .ast
@@ -189,25 +192,70 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
                 })
                 .unwrap_or_default();
             quote! {
-                .filter(|_| rt::protobuf::fields(value, base).all(|f| matches!(f, Ok(f) if matches!(f.number, #(#nums)|*))))
+                if !rt::protobuf::only_fields(r.value, r.base, &[#(#nums),*]) {
+                    return Ok(false);
+                }
             }
         } else {
             quote!()
         };
-        let what = format!("record {{key:?}} as {}", bind.msg);
-        arms.push(quote! {
-            if let Some(caps) = patterns[#pi].matches(key) #strict {
-                let read = #msg::read(value, base, 0, limits)
-                    .map_err(|e| in_file(e.in_entry(format!(#what))))?;
-                let #id = #st {
-                    #(#caps: &caps[#idx],)*
-                    value: &read,
-                };
-                #(#blocks)*
-                continue;
+        let what = &bind.msg;
+        let read = if calls.is_empty() {
+            quote!(r.read(#what, |b, at| rt::protobuf::read::<#msg>(b, at, 0, limits))?;)
+        } else {
+            quote!(let value: #msg<'_> = r.read(#what, |b, at| rt::protobuf::read(b, at, 0, limits))?;)
+        };
+        let (mut params, mut args) = (Vec::new(), Vec::new());
+        if proto::mentions(&calls, "src") {
+            params.push(quote!(src: &rt::Source));
+            args.push(quote!(src));
+        }
+        params.push(quote!(r: &rt::kv::Matched<'_>));
+        params.push(quote!(limits: &rt::Limits));
+        args.push(quote!(r));
+        args.push(quote!(limits));
+        if !calls.is_empty() {
+            params.push(quote!(out: &mut Vec<rt::kv::Chunk>));
+            args.push(quote!(out));
+        }
+        let f = rs_ident(&format!("read_{}", bind.name));
+        let doc = format!(
+            " A record of entry `{}` (`{}`), its value read as a `{}`: the parts of its tensors (`false`: the record is not of this entry).",
+            bind.name, en.pattern.value, bind.msg
+        );
+        items.push(quote! {
+            #[doc = #doc]
+            fn #f(#(#params),*) -> rt::Result<bool> {
+                #strict
+                #read
+                #record
+                #calls
+                Ok(true)
             }
         });
+        arms.push((i, quote!(#f(#(#args),*))));
     }
+    let out = if arms.iter().any(|(_, call)| proto::mentions(call, "out")) {
+        quote!(out)
+    } else {
+        quote!(_)
+    };
+    let dispatch = match arms.as_slice() {
+        [] => quote!(|_, _| Ok(true)),
+        [(_, call)] => quote!(|r, #out| #call),
+        _ => {
+            let last = arms.len() - 1;
+            let arms = arms.iter().map(|(i, call)| {
+                if *i == last {
+                    quote!(_ => #call,)
+                } else {
+                    let i = proc_macro2::Literal::usize_unsuffixed(*i);
+                    quote!(#i => #call,)
+                }
+            });
+            quote!(|r, #out| match r.entry { #(#arms)* })
+        }
+    };
     let patterns: Vec<_> = fmt
         .entries
         .iter()
@@ -215,37 +263,12 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         .collect();
     let map_doc = " Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
     items.push(quote! {
-        #(#entry_structs)*
+        /// The key patterns of the entries, in the order records are matched against them.
+        pub const ENTRIES: &[&str] = &[#(#patterns),*];
 
         #[doc = #map_doc]
-        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
-            };
-            let all: &[u8] = match src.bytes() {
-                Some(b) => b.as_bytes(),
-                None => return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(
-                    "a database that is not in memory".to_string())))),
-            };
-            let patterns = [#(rt::Pattern::new(#patterns)?),*];
-            let mut chunks: ::std::vec::Vec<rt::kv::Chunk> = ::std::vec::Vec::new();
-            for rec in records {
-                let key_text = ::std::string::String::from_utf8_lossy(&rec.key);
-                let key: &str = &key_text;
-                let base = rec.offset;
-                let value = usize::try_from(rec.offset).ok()
-                    .and_then(|o| all.get(o..o.checked_add(usize::try_from(rec.len).ok()?)?))
-                    .ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::Truncated {
-                        needed: rec.len,
-                        available: (all.len() as u64).saturating_sub(rec.offset),
-                    }).in_entry(key)))?;
-                #(#arms)*
-            }
-            if chunks.len() as u64 > limits.max_tensors {
-                return Err(in_file(rt::Error::from(rt::ErrorKind::Limit { what: "tensors", limit: limits.max_tensors, actual: chunks.len() as u64 })));
-            }
-            rt::kv::join_chunks(chunks).map_err(in_file)
+        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
+            rt::kv::map_records(src, records, limits, ENTRIES, #dispatch)
         }
     });
 
@@ -307,22 +330,6 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
     Ok(quote!(#(#items)*))
 }
 
-/// `blob_entry` → `BlobEntry`.
-fn syn_camel(s: &str) -> proc_macro2::Ident {
-    let c: String = s
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut ch = w.chars();
-            match ch.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + ch.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect();
-    rs_ident(&c)
-}
-
 /// The write rule of the mapping that has one: `encode_parts`, a tensor as records of
 /// its entry (keys from the entry's pattern: the capture the mapping names tensors by
 /// gets the name, the other the part's index), `SPLIT` elements at most per record by
@@ -381,17 +388,6 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
             "a written mapping whose `name` is not a capture of its entry",
         ));
     };
-    let values: Vec<TokenStream> = bind
-        .captures
-        .iter()
-        .map(|c| {
-            if *c == name_cap {
-                quote!(meta.name.as_str())
-            } else {
-                quote!(index.as_str())
-            }
-        })
-        .collect();
     let split = match en
         .prop("split")
         .and_then(|p| p.value.as_ref())
@@ -426,7 +422,40 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
     };
     let pattern = &en.pattern.value;
     let doc = format!(
-        " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by the mapping's write rule."
+        " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`{entry}_value`], keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
+    );
+    // The value's statements: a block's own, its last expression returned.
+    let body = match value.clone().into_iter().collect::<Vec<_>>().as_slice() {
+        [proc_macro2::TokenTree::Group(g)] if g.delimiter() == proc_macro2::Delimiter::Brace => {
+            let tts: Vec<_> = g.stream().into_iter().collect();
+            let semi = tts
+                .iter()
+                .rposition(|t| matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == ';'))
+                .map_or(0, |i| i + 1);
+            let (stmts, last) = tts.split_at(semi);
+            match last.split_last() {
+                // `Ok(x?)`: `x`.
+                Some((proc_macro2::TokenTree::Punct(p), x)) if p.as_char() == '?' => {
+                    quote!(#(#stmts)* #(#x)*)
+                }
+                _ => quote!(#(#stmts)* Ok(#(#last)*)),
+            }
+        }
+        _ => quote!(Ok(#value)),
+    };
+    let param = |n: &str| {
+        let id = rs_ident(n);
+        if proto::mentions(&body, n) {
+            quote!(#id)
+        } else {
+            let id = rs_ident(&format!("_{n}"));
+            quote!(#id)
+        }
+    };
+    let (begin, end) = (param("begin"), param("end"));
+    let value_fn = rs_ident(&format!("{entry}_value"));
+    let value_doc = format!(
+        " The value of one record of entry `{entry}`: the mapping's write rule for the elements `begin` to `end` of `meta`, whose bytes are `data`."
     );
     Ok(quote! {
         /// Elements per record when a tensor is split into several (the entry's `split`).
@@ -436,29 +465,15 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
         pub fn encode_parts(
             meta: &rt::TensorMeta,
             all: &[u8],
-            split: ::std::option::Option<u64>,
+            split: Option<u64>,
             put: &mut rt::kv::PutFn<'_>,
         ) -> rt::Result<()> {
-            let numel = rt::numel(&meta.shape)?;
-            let split = split.unwrap_or(SPLIT).max(1);
-            let pattern = rt::Pattern::new(#pattern)?;
-            let offsets = rt::kv::element_offsets(meta.dtype, all, numel)?;
-            let mut begin = 0u64;
-            let mut part = 0u64;
-            loop {
-                let end = begin.saturating_add(split).min(numel);
-                let data: &[u8] = &all[offsets(begin)..offsets(end)];
-                let value: ::std::vec::Vec<u8> = #value;
-                let index = part.to_string();
-                let key = pattern.format(&[#(#values),*])?;
-                put(key.as_bytes(), &value)?;
-                part += 1;
-                begin = end;
-                if begin >= numel {
-                    break;
-                }
-            }
-            Ok(())
+            rt::kv::encode_parts(meta, all, split.unwrap_or(SPLIT), #pattern, #name_cap, put, #value_fn)
+        }
+
+        #[doc = #value_doc]
+        fn #value_fn(meta: &rt::TensorMeta, data: &[u8], #begin: u64, #end: u64) -> rt::Result<Vec<u8>> {
+            #body
         }
     })
 }

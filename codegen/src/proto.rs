@@ -1,10 +1,17 @@
 //! The `protobuf` engine: the whole source is one protobuf message
 //! (`engine protobuf(root = ModelProto);`). Every declared message becomes a view type
-//! whose reader walks the message in place (the runtime's `protobuf::fields`): scalars
-//! are decoded, strings borrowed, `bytes` fields located (a slice and its absolute
-//! offset), embedded messages read recursively with the depth checked, repeated scalars
-//! left where they are for the mapping to read (`elements(f)`, `shape = t.dims`).
-//! Fields the schema does not declare are skipped.
+//! implementing `rt::protobuf::View`: one `match` arm per declared field that decodes it
+//! in place (scalars decoded, strings borrowed, `bytes` fields located, embedded
+//! messages read recursively with the depth checked by `rt::protobuf::read`); repeated
+//! scalars are left where they are for the mapping to read (`elements(f)`,
+//! `shape = t.dims`), fields the schema does not declare skipped.
+//!
+//! A mapping becomes small functions over the format's data: the first mapping over a
+//! message gets a parts function (its dtype, shape and data, which `include`s of it call),
+//! each mapping an item function (one item to its tensor), and `index` walks the path of
+//! messages to the items and hands them to `rt::protobuf::map_items`. The loops, the
+//! external data and element location rules, and the document writer and rewriter
+//! (`rt::protodoc`) are the runtime's.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
@@ -54,7 +61,9 @@ fn kind(cx: &Cx<'_>, fmt: &Fmt<'_>, msg: &Message, f: &MessageField) -> GResult<
     })
 }
 
-/// The view type and reader of one message.
+/// The view type of one message and its `rt::protobuf::View` impl: a field of the view
+/// per declared field (repeated scalars are left where they are, for the mapping to read),
+/// one `match` arm each that decodes it.
 pub(crate) fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<TokenStream> {
     if let Some(n) = m.messages.first() {
         return Err(cx.unsupported(n.span, "a nested message"));
@@ -62,8 +71,8 @@ pub(crate) fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<To
     let ty = rs_ident(&m.name.name);
     let doc = docs(&m.docs);
     let mut fields = Vec::new();
-    let mut inits = Vec::new();
-    let mut bodies: Vec<(Literal, TokenStream)> = Vec::new();
+    let mut arms = Vec::new();
+    let mut nested = false;
     for f in &m.fields {
         let k = kind(cx, fmt, m, f)?;
         let id = rs_ident(&f.name.name);
@@ -76,129 +85,51 @@ pub(crate) fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<To
         };
         let what = format!("{}.{}", m.name.name, f.name.name);
         let repeated = f.label == Label::Repeated;
-        let wrong = quote!(_ => return Err(rt::protobuf::wrong_wire_type(&f, #what)),);
-        match (&k, repeated) {
-            (Kind::Varint | Kind::Float | Kind::Double, true) => {
-                // Read where they are, by the mapping.
-                continue;
-            }
-            (Kind::Varint, false) => {
-                fields.push(quote!(#fdoc pub #id: ::std::option::Option<i64>,));
-                inits.push(quote!(#id: None,));
-                bodies.push((
-                    num.clone(),
-                    quote!(match f.value {
-                        rt::protobuf::Value::Varint(v) => m.#id = Some(v as i64),
-                        #wrong
-                    }),
-                ));
-            }
-            (Kind::Float, false) => {
-                fields.push(quote!(#fdoc pub #id: ::std::option::Option<f32>,));
-                inits.push(quote!(#id: None,));
-                bodies.push((
-                    num.clone(),
-                    quote!(match f.value {
-                        rt::protobuf::Value::I32(v) => m.#id = Some(f32::from_bits(v)),
-                        #wrong
-                    }),
-                ));
-            }
-            (Kind::Double, false) => {
-                fields.push(quote!(#fdoc pub #id: ::std::option::Option<f64>,));
-                inits.push(quote!(#id: None,));
-                bodies.push((
-                    num.clone(),
-                    quote!(match f.value {
-                        rt::protobuf::Value::I64(v) => m.#id = Some(f64::from_bits(v)),
-                        #wrong
-                    }),
-                ));
-            }
-            (Kind::Str, false) => {
-                fields.push(quote!(#fdoc pub #id: ::std::option::Option<&'a str>,));
-                inits.push(quote!(#id: None,));
-                bodies.push((num.clone(), quote!(match f.value {
-                    rt::protobuf::Value::Len(b, at) => m.#id = Some(rt::protobuf::utf8(b, at, #what)?),
-                    #wrong
-                })));
-            }
-            (Kind::Str, true) => {
-                fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<&'a str>,));
-                inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                bodies.push((num.clone(), quote!(match f.value {
-                    rt::protobuf::Value::Len(b, at) => m.#id.push(rt::protobuf::utf8(b, at, #what)?),
-                    #wrong
-                })));
-            }
-            (Kind::Bytes, false) => {
-                fields.push(quote!(#fdoc pub #id: ::std::option::Option<(&'a [u8], u64)>,));
-                inits.push(quote!(#id: None,));
-                bodies.push((
-                    num.clone(),
-                    quote!(match f.value {
-                        rt::protobuf::Value::Len(b, at) => m.#id = Some((b, at)),
-                        #wrong
-                    }),
-                ));
-            }
-            (Kind::Bytes, true) => {
-                fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<(&'a [u8], u64)>,));
-                inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                bodies.push((
-                    num.clone(),
-                    quote!(match f.value {
-                        rt::protobuf::Value::Len(b, at) => m.#id.push((b, at)),
-                        #wrong
-                    }),
-                ));
-            }
-            (Kind::Msg(name), rep) => {
+        let (held, value) = match &k {
+            // Read where they are, by the mapping.
+            Kind::Varint | Kind::Float | Kind::Double if repeated => continue,
+            Kind::Varint => (quote!(i64), quote!(f.varint(#what)?)),
+            Kind::Float => (quote!(f32), quote!(f.float(#what)?)),
+            Kind::Double => (quote!(f64), quote!(f.double(#what)?)),
+            Kind::Str => (quote!(&'a str), quote!(f.str(#what)?)),
+            Kind::Bytes => (quote!((&'a [u8], u64)), quote!(f.bytes(#what)?)),
+            Kind::Msg(name) => {
+                nested = true;
                 let sub = rs_ident(name);
-                if rep {
-                    fields.push(quote!(#fdoc pub #id: ::std::vec::Vec<#sub<'a>>,));
-                    inits.push(quote!(#id: ::std::vec::Vec::new(),));
-                    bodies.push((num.clone(), quote!(match f.value {
-                        rt::protobuf::Value::Len(b, at) => m.#id.push(#sub::read(b, at, depth + 1, limits)?),
-                        #wrong
-                    })));
-                } else {
-                    // A message given more than once: the last one (this reader does not
-                    // merge them).
-                    fields.push(
-                        quote!(#fdoc pub #id: ::std::option::Option<::std::boxed::Box<#sub<'a>>>,),
-                    );
-                    inits.push(quote!(#id: None,));
-                    bodies.push((num.clone(), quote!(match f.value {
-                        rt::protobuf::Value::Len(b, at) => m.#id = Some(::std::boxed::Box::new(#sub::read(b, at, depth + 1, limits)?)),
-                        #wrong
-                    })));
-                }
+                (quote!(#sub<'a>), quote!(f.message(#what, depth, limits)?))
             }
+        };
+        if repeated {
+            fields.push(quote!(#fdoc pub #id: Vec<#held>,));
+            arms.push((num, quote!(self.#id.push(#value))));
+        } else if matches!(k, Kind::Msg(_)) {
+            // A message given more than once: the last one (this reader does not merge
+            // them).
+            fields.push(quote!(#fdoc pub #id: Option<Box<#held>>,));
+            arms.push((num, quote!(self.#id = Some(Box::new(#value)))));
+        } else {
+            fields.push(quote!(#fdoc pub #id: Option<#held>,));
+            arms.push((num, quote!(self.#id = Some(#value))));
         }
     }
-    let arms: Vec<TokenStream> = bodies
-        .iter()
-        .map(|(num, body)| quote!(#num => #body,))
-        .collect();
     // One field: an `if` (a one-arm `match` reads as one).
-    let dispatch = if bodies.len() == 1 {
-        let (num, arm) = &bodies[0];
-        quote!(if f.number == #num { #arm })
-    } else {
-        quote!(match f.number {
-            #(#arms)*
-            _ => {}
-        })
+    let (f, dispatch) = match arms.as_slice() {
+        [] => (quote!(_f), quote!()),
+        [(num, set)] => (quote!(f), quote!(if f.number == #num { #set; })),
+        _ => {
+            let arms = arms.iter().map(|(num, set)| quote!(#num => #set,));
+            (quote!(f), quote!(match f.number { #(#arms)* _ => {} }))
+        }
     };
-    let read_doc = format!(
-        " Reads a `{}` from `bytes`, whose first byte is at absolute offset `base`, `depth` messages deep (at most `limits.max_depth`).",
-        m.name.name
-    );
-    let deep = format!("{} nesting depth", m.name.name);
+    let name = &m.name.name;
+    let (depth, limits) = if nested {
+        (quote!(depth), quote!(limits))
+    } else {
+        (quote!(_depth), quote!(_limits))
+    };
     Ok(quote! {
         #doc
-        #[derive(Debug, Clone)]
+        #[derive(Debug, Clone, Default)]
         pub struct #ty<'a> {
             /// The message's bytes.
             pub bytes: &'a [u8],
@@ -207,21 +138,16 @@ pub(crate) fn gen_message(cx: &Cx<'_>, fmt: &Fmt<'_>, m: &Message) -> GResult<To
             #(#fields)*
         }
 
-        impl<'a> #ty<'a> {
-            #[doc = #read_doc]
-            pub fn read(bytes: &'a [u8], base: u64, depth: u64, limits: &rt::Limits) -> rt::Result<Self> {
-                if depth > limits.max_depth {
-                    return Err(rt::Error::new(
-                        rt::ErrorKind::Limit { what: #deep, limit: limits.max_depth, actual: depth },
-                        rt::Location::default().with_offset(base),
-                    ));
-                }
-                let mut m = #ty { bytes, base, #(#inits)* };
-                for f in rt::protobuf::fields(bytes, base) {
-                    let f = f?;
-                    #dispatch
-                }
-                Ok(m)
+        impl<'a> rt::protobuf::View<'a> for #ty<'a> {
+            const NAME: &'static str = #name;
+
+            fn empty(bytes: &'a [u8], base: u64) -> Self {
+                #ty { bytes, base, ..Default::default() }
+            }
+
+            fn field(&mut self, #f: &rt::protobuf::Field<'a>, #depth: u64, #limits: &rt::Limits) -> rt::Result<()> {
+                #dispatch
+                Ok(())
             }
         }
     })
@@ -458,6 +384,8 @@ struct Scope<'f, 's> {
     dtype: bool,
     /// Entries of a `kv` format in scope: their name, value message and captures.
     entries: Vec<EntryBind>,
+    /// The parts functions `include`s call.
+    parts: Vec<PartsFn>,
 }
 
 /// An entry of a `kv` format as a mapping sees it: `blob.value` (its message),
@@ -494,6 +422,51 @@ fn dtype_variant(name: &str) -> Option<TokenStream> {
     Some(quote!(rt::DType::#v))
 }
 
+/// `ts`, the code of `e`, as an operand of `op` (`Eq` also stands for `!`): in parentheses
+/// when `e` is an operation that binds less tightly (text joined by `+` is a `format!`).
+fn operand(op: BinaryOp, e: &Expr, ts: TokenStream) -> TokenStream {
+    use BinaryOp as B;
+    let paren = match (&e.kind, op) {
+        (ExprKind::If { .. }, _) => true,
+        (ExprKind::Binary { op: B::Add, .. }, _) => false,
+        (ExprKind::Binary { op: B::And, .. }, B::And | B::Or) => false,
+        (ExprKind::Binary { op: B::Or, .. }, B::Or) => false,
+        (ExprKind::Binary { op: inner, .. }, B::And | B::Or) => {
+            !matches!(inner, B::Eq | B::Ne | B::Lt | B::Le | B::Gt | B::Ge)
+        }
+        (ExprKind::Binary { .. }, _) => true,
+        _ => false,
+    };
+    if paren {
+        quote!((#ts))
+    } else {
+        ts
+    }
+}
+
+/// `if cond { a } else { b }`, or `else if` when `b` (the code of `otherwise`) is an `if`.
+fn if_else(cond: &TokenStream, a: &TokenStream, otherwise: &Expr, b: &TokenStream) -> TokenStream {
+    if matches!(otherwise.kind, ExprKind::If { .. }) {
+        quote!(if #cond { #a } else #b)
+    } else {
+        quote!(if #cond { #a } else { #b })
+    }
+}
+
+/// Whether `ts` names `ident` (a variable: not a field after `.`).
+pub(crate) fn mentions(ts: &TokenStream, ident: &str) -> bool {
+    let mut after_dot = false;
+    for tt in ts.clone() {
+        match &tt {
+            proc_macro2::TokenTree::Ident(i) if !after_dot && i == ident => return true,
+            proc_macro2::TokenTree::Group(g) if mentions(&g.stream(), ident) => return true,
+            _ => {}
+        }
+        after_dot = matches!(&tt, proc_macro2::TokenTree::Punct(p) if p.as_char() == '.');
+    }
+    false
+}
+
 impl Scope<'_, '_> {
     /// The value of field `name` of `base`, a message (`&M`) or an optional message
     /// (`Option<&M>`, whose absent fields read as absent, or as the protobuf default for
@@ -514,64 +487,168 @@ impl Scope<'_, '_> {
         let b = &base.ts;
         let id = rs_ident(&f.name.name);
         let repeated = f.label == Label::Repeated;
+        let v = |ts: TokenStream, t: T| Ok(V { ts, t });
         if optional {
-            return Ok(match (k, repeated) {
-                (Kind::Msg(n), false) => V {
-                    ts: quote!((#b).and_then(|x| x.#id.as_deref())),
-                    t: T::OptMsg(n),
-                },
-                (Kind::Varint, false) => V {
-                    ts: quote!((#b).and_then(|x| x.#id).unwrap_or(0)),
-                    t: T::Int,
-                },
-                (Kind::Str, false) => V {
-                    ts: quote!((#b).and_then(|x| x.#id)),
-                    t: T::OptStr,
-                },
-                (Kind::Bytes, false) => V {
-                    ts: quote!((#b).and_then(|x| x.#id)),
-                    t: T::OptBytes,
-                },
-                _ => {
-                    return Err(cx.unsupported(
-                        name.span,
-                        "a repeated field of an optional message in a mapping",
-                    ))
-                }
+            return match (k, repeated) {
+                (Kind::Msg(n), false) => v(quote!(#b.and_then(|x| x.#id.as_deref())), T::OptMsg(n)),
+                (Kind::Varint, false) => v(quote!(#b.and_then(|x| x.#id).unwrap_or(0)), T::Int),
+                (Kind::Str, false) => v(quote!(#b.and_then(|x| x.#id)), T::OptStr),
+                (Kind::Bytes, false) => v(quote!(#b.and_then(|x| x.#id)), T::OptBytes),
+                _ => Err(cx.unsupported(
+                    name.span,
+                    "a repeated field of an optional message in a mapping",
+                )),
+            };
+        }
+        match (k, repeated) {
+            (Kind::Msg(n), false) => v(quote!(#b.#id.as_deref()), T::OptMsg(n)),
+            (Kind::Msg(n), true) => v(quote!(#b.#id), T::Msgs(n)),
+            // Absent: the protobuf default.
+            (Kind::Varint, false) => v(quote!(#b.#id.unwrap_or(0)), T::Int),
+            (Kind::Str, false) => v(quote!(#b.#id), T::OptStr),
+            (Kind::Str, true) => v(quote!(#b.#id), T::Strs),
+            (Kind::Bytes, false) => v(quote!(#b.#id), T::OptBytes),
+            (k @ (Kind::Varint | Kind::Float | Kind::Double | Kind::Bytes), true) => {
+                v(quote!(#b), T::Field(quote!(#b), f.tag, k))
+            }
+            _ => Err(cx.unsupported(name.span, "this field in a mapping")),
+        }
+    }
+
+    /// `base.a.b...`: the members `segs` of `base`.
+    fn members(&self, cx: &Cx<'_>, e: &Expr, mut v: V, segs: &[Ident]) -> GResult<V> {
+        for seg in segs {
+            v = self.member(cx, e, &v, seg)?;
+        }
+        Ok(v)
+    }
+
+    fn path(&self, cx: &Cx<'_>, e: &Expr, p: &[Ident]) -> GResult<V> {
+        let first = p[0].name.as_str();
+        if let Some(en) = self.entries.iter().find(|x| x.name == first) {
+            let b = rs_ident(first);
+            let Some(seg) = p.get(1) else {
+                return Err(cx.unsupported(e.span, "an entry as a value"));
+            };
+            if seg.name == "value" {
+                let v = V {
+                    ts: quote!(#b.value),
+                    t: T::Msg(en.msg.clone()),
+                };
+                return self.members(cx, e, v, &p[2..]);
+            }
+            if en.captures.contains(&seg.name) && p.len() == 2 {
+                let c = rs_ident(&seg.name);
+                return Ok(V {
+                    ts: quote!(#b.#c),
+                    t: T::Lit,
+                });
+            }
+            return Err(cx.err(
+                seg.span,
+                format!("entry `{first}` has no member `{}`", seg.name),
+            ));
+        }
+        if p.len() == 1 && first == "position" {
+            return Ok(V {
+                ts: quote!(position as i64),
+                t: T::Int,
             });
         }
-        Ok(match (k, repeated) {
-            (Kind::Msg(n), false) => V {
-                ts: quote!((#b).#id.as_deref()),
-                t: T::OptMsg(n),
-            },
-            (Kind::Msg(n), true) => V {
-                ts: quote!((#b).#id),
-                t: T::Msgs(n),
-            },
-            (Kind::Varint, false) => V {
-                // Absent: the protobuf default.
-                ts: quote!((#b).#id.unwrap_or(0)),
-                t: T::Int,
-            },
-            (Kind::Str, false) => V {
-                ts: quote!((#b).#id),
-                t: T::OptStr,
-            },
-            (Kind::Str, true) => V {
-                ts: quote!((#b).#id),
-                t: T::Strs,
-            },
-            (Kind::Bytes, false) => V {
-                ts: quote!((#b).#id),
-                t: T::OptBytes,
-            },
-            (k @ (Kind::Varint | Kind::Float | Kind::Double | Kind::Bytes), true) => V {
+        let bound = self
+            .outer
+            .iter()
+            .find(|(b, _)| b == first)
+            .map(|(_, m)| m.clone())
+            .or_else(|| (first == self.binding).then(|| self.binding_msg.clone()));
+        if let Some(msg) = bound {
+            let b = rs_ident(first);
+            let v = V {
                 ts: quote!(#b),
-                t: T::Field(quote!(#b), f.tag, k),
-            },
-            _ => return Err(cx.unsupported(name.span, "this field in a mapping")),
-        })
+                t: T::Msg(msg),
+            };
+            return self.members(cx, e, v, &p[1..]);
+        }
+        if p.len() == 1 && first == "dtype" {
+            if !self.dtype {
+                return Err(cx.err(e.span, "`dtype` is used before it is assigned"));
+            }
+            return Ok(V {
+                ts: quote!(dtype),
+                t: T::Dtype,
+            });
+        }
+        if p.len() == 1 {
+            if let Some(d) = dtype_variant(first) {
+                return Ok(V { ts: d, t: T::Dtype });
+            }
+        }
+        // `Message.Enum.VALUE`.
+        if let [m, en, val] = p {
+            let n = self
+                .fmt
+                .ast
+                .message(&m.name)
+                .and_then(|msg| msg.enums.iter().find(|x| x.name.name == en.name))
+                .and_then(|decl| decl.values.iter().find(|(i, _)| i.name == val.name));
+            if let Some((_, n)) = n {
+                let l = Literal::i64_unsuffixed(*n);
+                return Ok(V {
+                    ts: quote!(#l),
+                    t: T::Int,
+                });
+            }
+        }
+        Err(cx.unsupported(
+            e.span,
+            &format!("the name `{}` in this mapping", cx.text(e.span)),
+        ))
+    }
+
+    /// `repeated_kv["key"]` (the value of the last entry with that key, as a map keeps
+    /// it), `repeated_named["name"]` (the last message with that name) or
+    /// `repeated_strings[i]`.
+    fn index(&self, cx: &Cx<'_>, e: &Expr, base: &Expr, index: &Expr) -> GResult<V> {
+        let b = self.compile(cx, base)?;
+        let k = self.compile(cx, index)?;
+        let (bts, kts) = (&b.ts, &k.ts);
+        if let (T::Strs, T::Int) = (&b.t, &k.t) {
+            let ts = match &index.kind {
+                ExprKind::Int(0) => quote!(#bts.first().copied()),
+                ExprKind::Int(i) if usize::try_from(*i).is_ok() => {
+                    let i = Literal::usize_unsuffixed(*i as usize);
+                    quote!(#bts.get(#i).copied())
+                }
+                _ => quote!(usize::try_from(#kts).ok().and_then(|i| #bts.get(i).copied())),
+            };
+            return Ok(V { ts, t: T::OptStr });
+        }
+        let T::Msgs(m) = &b.t else {
+            return Err(cx.unsupported(e.span, "this lookup"));
+        };
+        let Some(decl) = self.fmt.ast.message(m) else {
+            return Err(cx.err(e.span, format!("unknown message `{m}`")));
+        };
+        if !k.t.is(&T::Lit) {
+            return Err(cx.unsupported(index.span, "a lookup key that is not a string"));
+        }
+        let has = |n: &str| decl.fields.iter().any(|f| f.name.name == n);
+        if has("key") && has("value") {
+            return Ok(V {
+                ts: quote!(rt::protobuf::lookup(&#bts, #kts, |x| (x.key, x.value))),
+                t: T::OptStr,
+            });
+        }
+        if has("name") {
+            return Ok(V {
+                ts: quote!(rt::protobuf::named(&#bts, #kts, |x| x.name)),
+                t: T::OptMsg(m.clone()),
+            });
+        }
+        Err(cx.unsupported(
+            e.span,
+            "a lookup in messages without `key` and `value` or `name`",
+        ))
     }
 
     fn compile(&self, cx: &Cx<'_>, e: &Expr) -> GResult<V> {
@@ -580,99 +657,7 @@ impl Scope<'_, '_> {
                 ts: quote!(#s),
                 t: T::Lit,
             }),
-
-            ExprKind::Path(p) => {
-                let first = p[0].name.as_str();
-                if let Some(en) = self.entries.iter().find(|x| x.name == first) {
-                    let b = rs_ident(first);
-                    let Some(seg) = p.get(1) else {
-                        return Err(cx.unsupported(e.span, "an entry as a value"));
-                    };
-                    if seg.name == "value" {
-                        let mut v = V {
-                            ts: quote!(#b.value),
-                            t: T::Msg(en.msg.clone()),
-                        };
-                        for seg in &p[2..] {
-                            v = self.member(cx, e, &v, seg)?;
-                        }
-                        return Ok(v);
-                    }
-                    if en.captures.contains(&seg.name) && p.len() == 2 {
-                        let c = rs_ident(&seg.name);
-                        return Ok(V {
-                            ts: quote!(#b.#c),
-                            t: T::Lit,
-                        });
-                    }
-                    return Err(cx.err(
-                        seg.span,
-                        format!("entry `{first}` has no member `{}`", seg.name),
-                    ));
-                }
-                if p.len() == 1 && first == "position" {
-                    return Ok(V {
-                        ts: quote!(position as i64),
-                        t: T::Int,
-                    });
-                }
-                if let Some((_, outer_msg)) = self.outer.iter().find(|(b, _)| b == first) {
-                    let b = rs_ident(first);
-                    let mut v = V {
-                        ts: quote!(#b),
-                        t: T::Msg(outer_msg.clone()),
-                    };
-                    for seg in &p[1..] {
-                        v = self.member(cx, e, &v, seg)?;
-                    }
-                    return Ok(v);
-                }
-                if first == self.binding {
-                    let b = rs_ident(&self.binding);
-                    let mut v = V {
-                        ts: quote!(#b),
-                        t: T::Msg(self.binding_msg.clone()),
-                    };
-                    for seg in &p[1..] {
-                        v = self.member(cx, e, &v, seg)?;
-                    }
-                    return Ok(v);
-                }
-                if p.len() == 1 && first == "dtype" {
-                    if !self.dtype {
-                        return Err(cx.err(e.span, "`dtype` is used before it is assigned"));
-                    }
-                    return Ok(V {
-                        ts: quote!(dtype.0),
-                        t: T::Dtype,
-                    });
-                }
-                if p.len() == 1 {
-                    if let Some(d) = dtype_variant(first) {
-                        return Ok(V { ts: d, t: T::Dtype });
-                    }
-                }
-                // `Message.Enum.VALUE`.
-                if let [m, en, val] = p.as_slice() {
-                    if let Some(msg) = self.fmt.ast.message(&m.name) {
-                        if let Some(decl) = msg.enums.iter().find(|x| x.name.name == en.name) {
-                            if let Some((_, n)) =
-                                decl.values.iter().find(|(i, _)| i.name == val.name)
-                            {
-                                let l = Literal::i64_unsuffixed(*n);
-                                return Ok(V {
-                                    ts: quote!(#l),
-                                    t: T::Int,
-                                });
-                            }
-                        }
-                    }
-                }
-                Err(cx.unsupported(
-                    e.span,
-                    &format!("the name `{}` in this mapping", cx.text(e.span)),
-                ))
-            }
+            ExprKind::Path(p) => self.path(cx, e, p),
             ExprKind::Member { base, field } => {
                 let b = self.compile(cx, base)?;
                 self.member(cx, e, &b, field)
@@ -694,53 +679,13 @@ impl Scope<'_, '_> {
                 if !v.t.is(&T::Bool) {
                     return Err(cx.err(expr.span, "`!` of a value that is not a boolean"));
                 }
-                let ts = v.ts;
+                let ts = operand(BinaryOp::Eq, expr, v.ts);
                 Ok(V {
-                    ts: quote!(!(#ts)),
+                    ts: quote!(!#ts),
                     t: T::Bool,
                 })
             }
-            ExprKind::Index { base, index } => {
-                // `table[int]` is the dtype statement's; here: `repeated_kv["key"]` (the
-                // value of the last entry with that key, as a map keeps it),
-                // `repeated_named["name"]` (the last message with that name) or
-                // `repeated_strings[i]`.
-                let b = self.compile(cx, base)?;
-                let k = self.compile(cx, index)?;
-                let (bts, kts) = (&b.ts, &k.ts);
-                if let (T::Strs, T::Int) = (&b.t, &k.t) {
-                    return Ok(V {
-                        ts: quote!(usize::try_from(#kts).ok().and_then(|i| #bts.get(i).copied())),
-                        t: T::OptStr,
-                    });
-                }
-                let T::Msgs(m) = &b.t else {
-                    return Err(cx.unsupported(e.span, "this lookup"));
-                };
-                let Some(decl) = self.fmt.ast.message(m) else {
-                    return Err(cx.err(e.span, format!("unknown message `{m}`")));
-                };
-                if !k.t.is(&T::Lit) {
-                    return Err(cx.unsupported(index.span, "a lookup key that is not a string"));
-                }
-                let has = |n: &str| decl.fields.iter().any(|f| f.name.name == n);
-                if has("key") && has("value") {
-                    return Ok(V {
-                        ts: quote!(#bts.iter().rev().find(|x| x.key == Some(#kts)).and_then(|x| x.value)),
-                        t: T::OptStr,
-                    });
-                }
-                if has("name") {
-                    return Ok(V {
-                        ts: quote!(#bts.iter().rev().find(|x| x.name == Some(#kts))),
-                        t: T::OptMsg(m.clone()),
-                    });
-                }
-                Err(cx.unsupported(
-                    e.span,
-                    "a lookup in messages without `key` and `value` or `name`",
-                ))
-            }
+            ExprKind::Index { base, index } => self.index(cx, e, base, index),
             ExprKind::Call { callee, args } if callee.len() == 1 => {
                 let name = callee[0].name.as_str();
                 match (name, args.as_slice()) {
@@ -749,7 +694,7 @@ impl Scope<'_, '_> {
                         let ts = &v.ts;
                         match v.t {
                             T::OptStr | T::OptBytes | T::OptMsg(_) => Ok(V {
-                                ts: quote!((#ts).is_some()),
+                                ts: quote!(#ts.is_some()),
                                 t: T::Bool,
                             }),
                             _ => {
@@ -763,9 +708,9 @@ impl Scope<'_, '_> {
                         if !v.t.is(&T::Int) {
                             return Err(cx.err(a.span, "`str` takes an integer"));
                         }
-                        let ts = v.ts;
+                        let ts = operand(BinaryOp::Eq, &a.value, v.ts);
                         Ok(V {
-                            ts: quote!(::std::string::ToString::to_string(&(#ts))),
+                            ts: quote!(#ts.to_string()),
                             t: T::Owned,
                         })
                     }
@@ -777,55 +722,38 @@ impl Scope<'_, '_> {
                 op: BinaryOp::Add, ..
             } => {
                 // Text joined, in one `format!`: absent text reads as "".
+                let mut text = String::new();
                 let mut parts = Vec::new();
-                self.text_parts(cx, e, &mut parts)?;
-                let fmt_str = "{}".repeat(parts.len());
+                self.text_parts(cx, e, &mut text, &mut parts)?;
                 Ok(V {
-                    ts: quote!(format!(#fmt_str, #(#parts),*)),
+                    ts: quote!(format!(#text, #(#parts),*)),
                     t: T::Owned,
                 })
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (l, r) = (self.compile(cx, lhs)?, self.compile(cx, rhs)?);
-                let (lt, rt_) = (&l.ts, &r.ts);
                 let same = matches!(
                     (&l.t, &r.t),
                     (T::Int, T::Int) | (T::Dtype, T::Dtype) | (T::Bool, T::Bool)
                 );
+                let bools = l.t.is(&T::Bool) && r.t.is(&T::Bool);
+                let (lt, rt_) = (operand(*op, lhs, l.ts), operand(*op, rhs, r.ts));
                 // Text against a literal: an absent field reads as its default, "".
                 let text = match (&l.t, &r.t) {
-                    (T::OptStr, T::Lit) => Some(quote!((#lt).unwrap_or("") == #rt_)),
-                    (T::Lit, T::OptStr) => Some(quote!(#lt == (#rt_).unwrap_or(""))),
+                    (T::OptStr, T::Lit) => Some(quote!(#lt.unwrap_or("") == #rt_)),
+                    (T::Lit, T::OptStr) => Some(quote!(#lt == #rt_.unwrap_or(""))),
                     _ => None,
                 };
-                match op {
-                    BinaryOp::Eq | BinaryOp::Ne if text.is_some() => {
-                        let ts = text.unwrap_or_default();
-                        let ts = if *op == BinaryOp::Eq {
-                            ts
-                        } else {
-                            quote!(!(#ts))
-                        };
-                        Ok(V { ts, t: T::Bool })
-                    }
-                    BinaryOp::Eq | BinaryOp::Ne if same => {
-                        let ts = if *op == BinaryOp::Eq {
-                            quote!((#lt) == (#rt_))
-                        } else {
-                            quote!((#lt) != (#rt_))
-                        };
-                        Ok(V { ts, t: T::Bool })
-                    }
-                    BinaryOp::And if l.t.is(&T::Bool) && r.t.is(&T::Bool) => Ok(V {
-                        ts: quote!((#lt) && (#rt_)),
-                        t: T::Bool,
-                    }),
-                    BinaryOp::Or if l.t.is(&T::Bool) && r.t.is(&T::Bool) => Ok(V {
-                        ts: quote!((#lt) || (#rt_)),
-                        t: T::Bool,
-                    }),
-                    _ => Err(cx.unsupported(e.span, "this operation in a mapping")),
-                }
+                let ts = match (op, text) {
+                    (BinaryOp::Eq, Some(ts)) => ts,
+                    (BinaryOp::Ne, Some(ts)) => quote!(!(#ts)),
+                    (BinaryOp::Eq, None) if same => quote!(#lt == #rt_),
+                    (BinaryOp::Ne, None) if same => quote!(#lt != #rt_),
+                    (BinaryOp::And, _) if bools => quote!(#lt && #rt_),
+                    (BinaryOp::Or, _) if bools => quote!(#lt || #rt_),
+                    _ => return Err(cx.unsupported(e.span, "this operation in a mapping")),
+                };
+                Ok(V { ts, t: T::Bool })
             }
             ExprKind::In { expr, list } => {
                 let mut v = self.compile(cx, expr)?;
@@ -833,7 +761,7 @@ impl Scope<'_, '_> {
                     // Text: an absent field reads as "".
                     let ts = v.ts;
                     v = V {
-                        ts: quote!((#ts).unwrap_or("")),
+                        ts: quote!(#ts.unwrap_or("")),
                         t: T::Lit,
                     };
                 }
@@ -873,7 +801,7 @@ impl Scope<'_, '_> {
                 }
                 let (cts, ats, bts) = (&c.ts, &a.ts, &b.ts);
                 Ok(V {
-                    ts: quote!(if #cts { #ats } else { #bts }),
+                    ts: if_else(cts, ats, otherwise, bts),
                     t: T::Data,
                 })
             }
@@ -881,22 +809,52 @@ impl Scope<'_, '_> {
         }
     }
 
-    /// The text pieces of `a + b + ...`, in order.
-    fn text_parts(&self, cx: &Cx<'_>, e: &Expr, out: &mut Vec<TokenStream>) -> GResult<()> {
-        if let ExprKind::Binary {
-            op: BinaryOp::Add,
-            lhs,
-            rhs,
-        } = &e.kind
-        {
-            self.text_parts(cx, lhs, out)?;
-            return self.text_parts(cx, rhs, out);
+    /// The pieces of `a + b + ...`, in order: literals into the format string `text`,
+    /// the other values as its arguments.
+    fn text_parts(
+        &self,
+        cx: &Cx<'_>,
+        e: &Expr,
+        text: &mut String,
+        args: &mut Vec<TokenStream>,
+    ) -> GResult<()> {
+        match &e.kind {
+            ExprKind::Binary {
+                op: BinaryOp::Add,
+                lhs,
+                rhs,
+            } => {
+                self.text_parts(cx, lhs, text, args)?;
+                return self.text_parts(cx, rhs, text, args);
+            }
+            ExprKind::Str(s) => {
+                text.push_str(&s.replace('{', "{{").replace('}', "}}"));
+                return Ok(());
+            }
+            // `str(i)`: the integer as it displays.
+            ExprKind::Call { callee, args: a } if callee.len() == 1 && callee[0].name == "str" => {
+                if let [a] = a.as_slice() {
+                    let v = self.compile(cx, &a.value)?;
+                    if v.t.is(&T::Int) {
+                        text.push_str("{}");
+                        args.push(match &a.value.kind {
+                            ExprKind::Path(p) if p.len() == 1 && p[0].name == "position" => {
+                                quote!(position)
+                            }
+                            _ => v.ts,
+                        });
+                        return Ok(());
+                    }
+                }
+            }
+            _ => {}
         }
         let v = self.compile(cx, e)?;
         let ts = v.ts;
-        out.push(match v.t {
+        text.push_str("{}");
+        args.push(match v.t {
             T::Lit | T::Owned => ts,
-            T::OptStr => quote!((#ts).unwrap_or("")),
+            T::OptStr => quote!(#ts.unwrap_or("")),
             _ => return Err(cx.unsupported(e.span, "`+` of a value that is not text")),
         });
         Ok(())
@@ -909,12 +867,9 @@ impl Scope<'_, '_> {
             return Ok(v);
         }
         let ts = v.ts;
-        let missing = format!("`{}` is missing", cx.text(e.span));
+        let what = cx.text(e.span);
         Ok(V {
-            ts: quote!(match #ts {
-                Some((b, at)) => (rt::DataLocation::Range { offset: at, len: b.len() as u64 }, u64::MAX),
-                None => return Err(rt::Error::from(rt::ErrorKind::Invalid(#missing.to_string()))),
-            }),
+            ts: quote!(rt::protobuf::located(#ts, #what)?),
             t: T::Data,
         })
     }
@@ -930,28 +885,10 @@ impl Scope<'_, '_> {
             Kind::Float => quote!(rt::protobuf::Elements::Fixed { width: 4 }),
             Kind::Double => quote!(rt::protobuf::Elements::Fixed { width: 8 }),
             Kind::Bytes => quote!(rt::protobuf::Elements::Bytes),
-            _ => quote!(rt::protobuf::Elements::Varint {
-                width: dtype.0.itemsize().unwrap_or(8).clamp(1, 8) as u8
-            }),
+            _ => quote!(rt::protobuf::Elements::varints(dtype)),
         };
         Ok(V {
-            ts: quote!({
-                let m = #msg;
-                let elements = #elements;
-                let span = rt::protobuf::element_span(m.bytes, m.base, #n, elements)?;
-                let location = match (elements, span.plain) {
-                    (rt::protobuf::Elements::Fixed { .. }, Some((offset, len))) => rt::DataLocation::Range { offset, len },
-                    _ => rt::protobuf::FieldValues {
-                        offset: m.base,
-                        message_len: m.bytes.len() as u64,
-                        number: #n,
-                        elements,
-                        len: span.bytes,
-                    }
-                    .location(),
-                };
-                (location, span.count)
-            }),
+            ts: quote!(rt::protobuf::elements(#msg.bytes, #msg.base, #n, #elements)?),
             t: T::Data,
         })
     }
@@ -959,8 +896,8 @@ impl Scope<'_, '_> {
     /// `external(location = , offset = , length = )`: bytes in a file beside the source.
     fn external(&self, cx: &Cx<'_>, e: &Expr, args: &[Arg]) -> GResult<V> {
         let mut loc = None;
-        let mut off = quote!(None::<&str>);
-        let mut len = quote!(None::<&str>);
+        let mut off = quote!(None);
+        let mut len = quote!(None);
         for a in args {
             let Some(n) = &a.name else {
                 return Err(cx.err(a.span, "`external` takes named arguments"));
@@ -983,29 +920,7 @@ impl Scope<'_, '_> {
             return Err(cx.err(e.span, "`external` needs a `location`"));
         };
         Ok(V {
-            ts: quote!({
-                let path = (#loc).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(
-                    "external data without a location".to_string())))?;
-                let number = |s: ::std::option::Option<&str>, what: &str| -> rt::Result<::std::option::Option<u64>> {
-                    s.map(|s| s.trim().parse::<u64>().map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(
-                        format!("external data {what} {s:?} is not a non-negative integer")))))
-                        .transpose()
-                };
-                let file = src.external(path)?;
-                let size = file.as_bytes().len() as u64;
-                let offset = number(#off, "offset")?.unwrap_or(0);
-                let len = match number(#len, "length")? {
-                    Some(n) => n,
-                    None => size.checked_sub(offset).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(
-                        format!("external data offset {offset} is past the end of '{path}' ({size} bytes)"))))?,
-                };
-                match offset.checked_add(len) {
-                    Some(end) if end <= size => {}
-                    _ => return Err(rt::Error::from(rt::ErrorKind::Truncated { needed: len, available: size.saturating_sub(offset) })
-                        .in_field(&format!("external file '{path}' at offset {offset}"))),
-                }
-                (rt::DataLocation::External { path: path.to_string(), offset, len }, u64::MAX)
-            }),
+            ts: quote!(rt::protobuf::external(src, #loc, #off, #len)?),
             t: T::Data,
         })
     }
@@ -1076,32 +991,37 @@ pub(crate) fn mapping_source(
 #[derive(Default)]
 struct Props {
     prelude: Vec<TokenStream>,
-    name: Option<TokenStream>,
+    /// The name, and whether it is a `String` made by the mapping (else a `&str`).
+    name: Option<(TokenStream, bool)>,
     dtype: Option<TokenStream>,
     shape: Option<TokenStream>,
     data: Option<TokenStream>,
     segment: Option<TokenStream>,
+    /// Everything but the name from the parts function of an included mapping (an
+    /// `rt::TensorParts`).
+    parts: Option<TokenStream>,
+}
+
+/// The function that reads the dtype, shape, data (and segment) of the items of the first
+/// mapping over a message, which `include`s of that mapping call.
+#[derive(Debug, Clone)]
+pub(crate) struct PartsFn {
+    msg: String,
+    /// The mapping's position in the format.
+    map: usize,
+    name: proc_macro2::Ident,
+    /// Whether it takes the source (external data).
+    src: bool,
 }
 
 /// Compiles the statements of `map` (whose item is bound as `scope.binding`) into
-/// `props`, later assignments overriding earlier ones; `include F.tensor(x)` compiles
-/// this format's mapping over `x`'s message type in place, `depth` includes deep.
-fn compile_stmts(
-    cx: &Cx<'_>,
-    fmt: &Fmt<'_>,
-    root: &str,
-    scope: &mut Scope<'_, '_>,
-    map: &TensorMap,
-    props: &mut Props,
-    depth: usize,
-) -> GResult<()> {
-    compile_stmts_skipping(cx, fmt, root, scope, map, props, depth, &[])
-}
-
-/// [`compile_stmts`], leaving out the assignments to `skip` (properties the including
-/// mapping assigns after: they need not compile here, where its names are not bound).
+/// `props`, later assignments overriding earlier ones, leaving out the assignments to
+/// `skip` (properties an including mapping assigns after: they need not compile here,
+/// where its names are not bound); `include F.tensor(x)` calls the parts function of
+/// this format's mapping over `x`'s message type, or compiles it in place, `depth`
+/// includes deep.
 #[allow(clippy::too_many_arguments)]
-fn compile_stmts_skipping(
+fn compile_stmts(
     cx: &Cx<'_>,
     fmt: &Fmt<'_>,
     root: &str,
@@ -1119,7 +1039,9 @@ fn compile_stmts_skipping(
                 let later: Vec<String> = map.stmts[i + 1..]
                     .iter()
                     .filter_map(|s| match s {
-                        TensorStmt::Assign { key, .. } => Some(key.name.clone()),
+                        TensorStmt::Assign { key, .. } if key.name != "write" => {
+                            Some(key.name.clone())
+                        }
                         _ => None,
                     })
                     .chain(skip.iter().cloned())
@@ -1135,13 +1057,11 @@ fn compile_stmts_skipping(
             "name" => {
                 let v = scope.compile(cx, value)?;
                 let ts = v.ts;
-                let what = format!("`{}` is missing", cx.text(value.span));
+                let what = cx.text(value.span);
                 props.name = Some(match v.t {
-                    T::OptStr => {
-                        quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#what.to_string())))?)
-                    }
-                    T::Owned => quote!(&#ts),
-                    T::Lit => quote!(#ts),
+                    T::OptStr => (quote!(rt::protobuf::present(#ts, #what)?), false),
+                    T::Owned => (ts, true),
+                    T::Lit => (ts, false),
                     _ => return Err(cx.err(value.span, "`name` is not text")),
                 });
             }
@@ -1163,37 +1083,12 @@ fn compile_stmts_skipping(
                 }
                 let ts = v.ts;
                 props.segment =
-                    Some(quote!((#ts).map(|s| (s.begin.unwrap_or(0), s.end.unwrap_or(0)))));
-            }
-            "dtype" if matches!(value.kind, ExprKind::If { .. }) => {
-                props.dtype = Some(dtype_choice(cx, fmt, scope, value)?);
-                scope.dtype = true;
+                    Some(quote!(#ts.map(|s| (s.begin.unwrap_or(0), s.end.unwrap_or(0)))));
+                props.parts = None;
             }
             "dtype" => {
-                let ExprKind::Index { base, index } = &value.kind else {
-                    return Err(cx.unsupported(value.span, "a `dtype` that is not a table lookup"));
-                };
-                let ExprKind::Path(tp) = &base.kind else {
-                    return Err(cx.unsupported(base.span, "this table"));
-                };
-                let Some(table) = fmt.table(&tp[0].name).filter(|_| tp.len() == 1) else {
-                    return Err(
-                        cx.err(base.span, format!("unknown table `{}`", cx.text(base.span)))
-                    );
-                };
-                if table.key_kind != KeyKind::Int {
-                    return Err(cx.unsupported(base.span, "a table with text keys here"));
-                }
-                let k = scope.compile(cx, index)?;
-                if !k.t.is(&T::Int) {
-                    return Err(cx.err(index.span, "the key is not an integer"));
-                }
-                let f = rs_ident(&table.name.name);
-                let kts = k.ts;
-                props.dtype = Some(quote!({
-                    let key: i64 = #kts;
-                    #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())))?
-                }));
+                props.dtype = Some(dtype_choice(cx, fmt, scope, value)?);
+                props.parts = None;
                 scope.dtype = true;
             }
             "shape" => {
@@ -1202,15 +1097,9 @@ fn compile_stmts_skipping(
                     return Err(cx.err(value.span, "`shape` is not a repeated integer field"));
                 };
                 let n = Literal::u32_unsuffixed(number);
-                let neg = format!("`{}` has a negative item", cx.text(value.span));
-                props.shape = Some(quote!({
-                    let m = #m;
-                    rt::protobuf::int_values(m.bytes, m.base, #n)?
-                        .into_iter()
-                        .map(u64::try_from)
-                        .collect::<::std::result::Result<::std::vec::Vec<u64>, _>>()
-                        .map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(#neg.to_string())))?
-                }));
+                let what = cx.text(value.span);
+                props.shape = Some(quote!(rt::protobuf::dims(#m.bytes, #m.base, #n, #what)?));
+                props.parts = None;
             }
             "data" => {
                 if !scope.dtype {
@@ -1221,6 +1110,7 @@ fn compile_stmts_skipping(
                     return Err(cx.err(value.span, "`data` is not tensor data"));
                 }
                 props.data = Some(v.ts);
+                props.parts = None;
             }
             "write" => {
                 // The write side (the protobuf writer).
@@ -1233,7 +1123,8 @@ fn compile_stmts_skipping(
     Ok(())
 }
 
-/// A `dtype` chosen by `if`: each branch a dtype name or a table lookup.
+/// A `dtype`: a dtype name, a table lookup, or an `if` of them; `(rt::DType,
+/// Option<rt::ByteOrder>)`.
 fn dtype_choice(
     cx: &Cx<'_>,
     fmt: &Fmt<'_>,
@@ -1255,11 +1146,11 @@ fn dtype_choice(
                 dtype_choice(cx, fmt, scope, then)?,
                 dtype_choice(cx, fmt, scope, otherwise)?,
             );
-            Ok(quote!(if #ct { #a } else { #b }))
+            Ok(if_else(&ct, &a, otherwise, &b))
         }
         ExprKind::Path(p) if p.len() == 1 && dtype_variant(&p[0].name).is_some() => {
             let d = dtype_variant(&p[0].name).expect("checked");
-            Ok(quote!((#d, ::std::option::Option::None)))
+            Ok(quote!((#d, None)))
         }
         ExprKind::Index { base, index } => {
             let ExprKind::Path(tp) = &base.kind else {
@@ -1277,10 +1168,7 @@ fn dtype_choice(
             }
             let f = rs_ident(&table.name.name);
             let kts = k.ts;
-            Ok(quote!({
-                let key: i64 = #kts;
-                #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())))?
-            }))
+            Ok(quote!(rt::protobuf::dtype(#f, #kts)?))
         }
         _ => Err(cx.unsupported(
             e.span,
@@ -1291,7 +1179,8 @@ fn dtype_choice(
 
 /// `include F.tensor(x)`, F this format: the mapping whose items are `x`'s message type,
 /// applied to `x` (which must be present), leaving out what the includer assigns after
-/// (`skip`).
+/// (`skip`): a call of its parts function when the includer assigns only the name after,
+/// else its statements compiled in place.
 #[allow(clippy::too_many_arguments)]
 fn include(
     cx: &Cx<'_>,
@@ -1322,11 +1211,8 @@ fn include(
         T::Msg(m) => (m.clone(), v.ts.clone()),
         T::OptMsg(m) => {
             let ts = &v.ts;
-            let missing = format!("`{}` is missing", cx.text(arg.value.span));
-            (
-                m.clone(),
-                quote!((#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#missing.to_string())))?),
-            )
+            let what = cx.text(arg.value.span);
+            (m.clone(), quote!(rt::protobuf::present(#ts, #what)?))
         }
         _ => return Err(cx.err(arg.value.span, "`include` takes a message")),
     };
@@ -1343,6 +1229,19 @@ fn include(
             format!("no mapping of `{}` maps `{msg}` items", fmt.ast.name.name),
         ));
     };
+    let name_only = skip.iter().any(|s| s == "name") && skip.iter().all(|s| s == "name");
+    if let Some(f) = scope
+        .parts
+        .iter()
+        .find(|f| f.msg == msg)
+        .filter(|_| name_only)
+    {
+        let (name, src) = (&f.name, f.src.then(|| quote!(src,)));
+        props.parts = Some(quote!(#name(#src #present)?));
+        (props.dtype, props.shape, props.data, props.segment) = (None, None, None, None);
+        scope.dtype = true;
+        return Ok(());
+    }
     let inner = target.binding.name.clone();
     if inner == scope.binding || scope.outer.iter().any(|(b, _)| *b == inner) {
         return Err(cx.unsupported(
@@ -1362,20 +1261,159 @@ fn include(
         binding_msg: msg,
         dtype: scope.dtype,
         entries: scope.entries.clone(),
+        parts: scope.parts.clone(),
     };
-    compile_stmts_skipping(cx, fmt, root, &mut sub, target, props, depth + 1, skip)?;
+    compile_stmts(cx, fmt, root, &mut sub, target, props, depth + 1, skip)?;
     scope.dtype |= sub.dtype;
     Ok(())
+}
+
+/// The statements that compute `parts` (an `rt::TensorParts`) from `props`.
+fn parts_stmts(cx: &Cx<'_>, map: &TensorMap, props: &Props) -> GResult<TokenStream> {
+    if let Some(call) = &props.parts {
+        return Ok(quote!(let parts = #call;));
+    }
+    let (Some(dtype), Some(shape), Some(data)) = (&props.dtype, &props.shape, &props.data) else {
+        return Err(cx.err(
+            map.span,
+            "a protobuf mapping assigns name, dtype, shape and data",
+        ));
+    };
+    let segment = props.segment.clone().unwrap_or_else(|| quote!(None));
+    Ok(quote! {
+        let (dtype, byte_order) = #dtype;
+        let shape = #shape;
+        let data = #data;
+        let parts = rt::TensorParts { dtype, byte_order, shape, data, segment: #segment };
+    })
+}
+
+/// The parts functions of `fmt`'s mappings: one for the first mapping over each message
+/// whose dtype, shape and data read the item alone (no `include`, no other binding), for
+/// its own item function and the `include`s of it to call.
+pub(crate) fn parts_fns(
+    cx: &Cx<'_>,
+    fmt: &Fmt<'_>,
+    root: &str,
+    entries: &[EntryBind],
+) -> GResult<(Vec<PartsFn>, Vec<TokenStream>)> {
+    let mut fns: Vec<PartsFn> = Vec::new();
+    let mut items = Vec::new();
+    let mut seen = Vec::new();
+    for (i, map) in fmt.tensors.iter().enumerate() {
+        let (msg, _, _) = mapping_source(cx, fmt, root, map, entries)?;
+        let includes = map
+            .stmts
+            .iter()
+            .any(|s| matches!(s, TensorStmt::Include(_)));
+        if seen.contains(&msg) {
+            continue;
+        }
+        seen.push(msg.clone());
+        if includes {
+            continue;
+        }
+        let mut scope = Scope {
+            fmt,
+            outer: Vec::new(),
+            binding: map.binding.name.clone(),
+            binding_msg: msg.clone(),
+            dtype: false,
+            entries: Vec::new(),
+            parts: Vec::new(),
+        };
+        let mut props = Props::default();
+        let skip = ["name".to_string()];
+        if compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0, &skip).is_err() {
+            continue;
+        }
+        let Ok(body) = parts_stmts(cx, map, &props) else {
+            continue;
+        };
+        let name = rs_ident(&snake(&msg));
+        let src = mentions(&body, "src");
+        let src_param = src.then(|| quote!(src: &rt::Source,));
+        let (binding, ty) = (rs_ident(&map.binding.name), rs_ident(&msg));
+        let doc = format!(
+            " The dtype, shape and data of a `{msg}` as the mapping `tensor from {} as {}` reads them (and every `include` of it).",
+            cx.text(map.source.span),
+            map.binding.name
+        );
+        items.push(quote! {
+            #[doc = #doc]
+            fn #name(#src_param #binding: &#ty<'_>) -> rt::Result<rt::TensorParts> {
+                #body
+                Ok(parts)
+            }
+        });
+        fns.push(PartsFn {
+            msg,
+            map: i,
+            name,
+            src,
+        });
+    }
+    Ok((fns, items))
 }
 
 /// What a mapping's generated block adds its items to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum Output {
-    /// `tensors: Vec<rt::TensorInfo>`, one per item.
+    /// `rt::TensorInfo`s, one per item.
     Tensors,
-    /// `chunks: Vec<rt::kv::Chunk>`, parts joined by name afterwards (`segment`); the
-    /// record's key is `key`.
+    /// `rt::kv::Chunk`s of the record `r`, parts joined by name afterwards (`segment`).
     Chunks,
+}
+
+/// The struct of a `kv` entry's record: `blob` → `BlobEntry`.
+pub(crate) fn entry_struct(name: &str) -> proc_macro2::Ident {
+    let camel: String = name
+        .split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut ch = w.chars();
+            match ch.next() {
+                Some(f) => f.to_ascii_uppercase().to_string() + ch.as_str(),
+                None => String::new(),
+            }
+        })
+        .collect();
+    rs_ident(&format!("{camel}Entry"))
+}
+
+/// The items a mapping walks to, from `start` (the root message or an entry's value):
+/// an iterator (or an option, or a list) of `&M`.
+fn items_expr(start: TokenStream, steps: &Steps) -> TokenStream {
+    // What `cur` is: 0 the start (a message), 1 an `Option<&M>`, 2 a `&Vec<M>`, 3 an
+    // iterator.
+    let (mut cur, mut what) = (start, 0);
+    for (seg, repeated) in steps {
+        let id = rs_ident(&seg.name);
+        (cur, what) = match (what, repeated) {
+            (0, true) => (quote!(&#cur.#id), 2),
+            (0, false) => (quote!(#cur.#id.as_deref()), 1),
+            (1, true) => (quote!(#cur.into_iter().flat_map(|x| &x.#id)), 3),
+            (1, false) => (quote!(#cur.and_then(|x| x.#id.as_deref())), 1),
+            (2, true) => (quote!(#cur.iter().flat_map(|x| &x.#id)), 3),
+            (2, false) => (quote!(#cur.iter().filter_map(|x| x.#id.as_deref())), 3),
+            (_, true) => (quote!(#cur.flat_map(|x| &x.#id)), 3),
+            (_, false) => (quote!(#cur.filter_map(|x| x.#id.as_deref())), 3),
+        };
+    }
+    if what == 0 {
+        quote!([&#cur])
+    } else {
+        cur
+    }
+}
+
+/// One mapping: its item function (`fn graph_initializer(..)`: an item to its tensor or
+/// chunk, `None` where `where` leaves it out), and the statement that maps the items
+/// with it (`rt::protobuf::map_items`), for the function that has the root message (or
+/// the entry's record) in scope.
+pub(crate) struct Mapping {
+    pub(crate) item_fn: TokenStream,
+    pub(crate) call: TokenStream,
 }
 
 /// The tensors of one mapping.
@@ -1385,31 +1423,23 @@ pub(crate) fn gen_mapping(
     root: &str,
     map: &TensorMap,
     entries: &[EntryBind],
+    parts: &[PartsFn],
     output: Output,
-) -> GResult<TokenStream> {
+) -> GResult<Mapping> {
     let (msg, steps, origin) = mapping_source(cx, fmt, root, map, entries)?;
-    // Nested loops down to the items.
-    let start = match &origin {
-        Origin::Root => quote!(root),
-        Origin::Entry(e) => {
-            let id = rs_ident(e);
-            quote!(#id.value)
-        }
+    let (start, mut fn_name) = match &origin {
+        Origin::Root => (quote!(root), String::new()),
+        Origin::Entry(e) => (quote!(value), e.clone()),
     };
-    let mut body = quote!(items.push(x););
-    for (i, (seg, repeated)) in steps.iter().enumerate().rev() {
-        let id = rs_ident(&seg.name);
-        let parent = if i == 0 { start.clone() } else { quote!(x) };
-        body = if *repeated {
-            quote!(for x in &(#parent).#id { #body })
-        } else {
-            quote!(if let Some(x) = (#parent).#id.as_deref() { #body })
-        };
+    for (seg, _) in &steps {
+        if !fn_name.is_empty() {
+            fn_name.push('_');
+        }
+        fn_name.push_str(&seg.name);
     }
-    if steps.is_empty() {
-        body = quote!(items.push(&#start););
+    if fn_name.is_empty() {
+        fn_name = format!("{}_item", snake(&msg));
     }
-    let item_ty = rs_ident(&msg);
     let mut scope = Scope {
         fmt,
         outer: Vec::new(),
@@ -1417,6 +1447,7 @@ pub(crate) fn gen_mapping(
         binding_msg: msg.clone(),
         dtype: false,
         entries: entries.to_vec(),
+        parts: parts.to_vec(),
     };
     let filter = match &map.filter {
         Some(f) => {
@@ -1424,111 +1455,126 @@ pub(crate) fn gen_mapping(
             if !v.t.is(&T::Bool) {
                 return Err(cx.err(f.span, "`where` is not a boolean"));
             }
-            let ts = v.ts;
-            quote!(if !(#ts) { continue; })
+            let ts = operand(BinaryOp::Eq, f, v.ts);
+            quote!(if !#ts { return Ok(None); })
         }
         None => quote!(),
     };
     let mut props = Props::default();
-    compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0)?;
-    let Props {
-        prelude,
-        name: Some(name),
-        dtype: Some(dtype),
-        shape: Some(shape),
-        data: Some(data),
-        segment,
-    } = props
-    else {
+    // The mapping's own parts function, when it has one.
+    match parts.iter().find(|f| std::ptr::eq(fmt.tensors[f.map], map)) {
+        Some(f) => {
+            let skip: Vec<String> = map
+                .stmts
+                .iter()
+                .filter_map(|s| match s {
+                    TensorStmt::Assign { key, .. } if key.name != "name" => Some(key.name.clone()),
+                    _ => None,
+                })
+                .collect();
+            compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0, &skip)?;
+            let (name, b) = (&f.name, rs_ident(&map.binding.name));
+            let src = f.src.then(|| quote!(src,));
+            props.parts = Some(quote!(#name(#src #b)?));
+        }
+        _ => compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0, &[])?,
+    }
+    let Some((name, owned)) = props.name.clone() else {
         return Err(cx.err(
             map.span,
             "a protobuf mapping assigns name, dtype, shape and data",
         ));
     };
+    let parts_stmts = parts_stmts(cx, map, &props)?;
+    let prelude = &props.prelude;
+    let finish = match output {
+        Output::Tensors => {
+            if props.segment.is_some() {
+                return Err(cx.unsupported(map.span, "`segment` outside a `kv` format"));
+            }
+            quote!(parts.info(name).map(Some))
+        }
+        Output::Chunks => {
+            let name = if owned { quote!(&name) } else { quote!(name) };
+            quote!(rt::kv::Chunk::new(#name, r.key, parts).map(Some))
+        }
+    };
+    let body = quote! {
+        #filter
+        #(#prelude)*
+        let name = #name;
+        #parts_stmts
+        #finish
+    };
+    // Parameters: what the body uses, then the item.
+    let mut params = Vec::new();
+    let mut args = Vec::new();
+    if mentions(&body, "src") {
+        params.push(quote!(src: &rt::Source));
+        args.push(quote!(src));
+    }
+    let out_ty = match output {
+        Output::Tensors => quote!(rt::TensorInfo),
+        Output::Chunks => {
+            params.push(quote!(r: &rt::kv::Matched<'_>));
+            args.push(quote!(r));
+            quote!(rt::kv::Chunk)
+        }
+    };
+    for en in entries {
+        if mentions(&body, &en.name) {
+            let (id, st) = (rs_ident(&en.name), entry_struct(&en.name));
+            params.push(quote!(#id: &#st<'_, '_>));
+            args.push(quote!(&#id));
+        }
+    }
+    let position = mentions(&body, "position");
+    if position {
+        params.push(quote!(position: usize));
+        args.push(quote!(position));
+    }
     let binding = rs_ident(&map.binding.name);
+    let item_ty = rs_ident(&msg);
+    params.push(quote!(#binding: &#item_ty<'_>));
+    args.push(quote!(#binding));
+    let fn_id = rs_ident(&fn_name);
+    let doc = format!(
+        " The mapping `tensor from {} as {}`: the tensor of one item{}.",
+        cx.text(map.source.span),
+        map.binding.name,
+        if map.filter.is_some() {
+            " (`None`: its `where` leaves it out)"
+        } else {
+            ""
+        }
+    );
+    let item_fn = quote! {
+        #[doc = #doc]
+        fn #fn_id(#(#params),*) -> rt::Result<Option<#out_ty>> {
+            #body
+        }
+    };
     // An item's name for errors: the `name` field where the message has one.
     let has_name = fmt.ast.message(&msg).is_some_and(|m| {
         m.fields
             .iter()
             .any(|f| f.name.name == "name" && f.label != Label::Repeated)
     });
-    let what = if has_name {
-        quote!(match #binding.name {
-            Some(n) if !n.is_empty() => n.to_string(),
-            _ => format!("#{position}"),
-        })
+    let (name_of, prefix) = if has_name {
+        (quote!(|x| x.name), String::new())
     } else {
-        let prefix = format!("{}#", cx.text(map.source.span));
-        quote!(format!("{}{position}", #prefix))
+        (quote!(|_| None), cx.text(map.source.span))
     };
-    let (result_ty, finish, push) = match output {
-        Output::Tensors => {
-            if segment.is_some() {
-                return Err(cx.unsupported(map.span, "`segment` outside a `kv` format"));
-            }
-            (
-                quote!(rt::TensorInfo),
-                quote! {
-                    if dtype.0 == rt::DType::String {
-                        if count == u64::MAX {
-                            return Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                                "string tensors outside the message".to_string())));
-                        }
-                        rt::TensorInfo::strings(name, shape, count, location)
-                    } else {
-                        rt::TensorInfo::dense(name, dtype.0, shape, rt::Order::C, dtype.1.unwrap_or(rt::ByteOrder::Little), location)
-                    }
-                },
-                quote!(tensors.push(info);),
-            )
-        }
-        Output::Chunks => {
-            let segment = segment.unwrap_or_else(|| quote!(::std::option::Option::None));
-            (
-                quote!(rt::kv::Chunk),
-                quote! {
-                    if dtype.0 == rt::DType::String && count == u64::MAX {
-                        return Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                            "string tensors outside the message".to_string())));
-                    }
-                    let segment: ::std::option::Option<(i64, i64)> = #segment;
-                    Ok(rt::kv::Chunk {
-                        name: name.to_string(),
-                        dtype: dtype.0,
-                        byte_order: dtype.1.unwrap_or(rt::ByteOrder::Little),
-                        shape,
-                        location,
-                        count,
-                        segment,
-                        key: key.to_string(),
-                    })
-                },
-                quote!(chunks.push(info);),
-            )
-        }
+    let items = items_expr(start, &steps);
+    let pos = if position {
+        quote!(position)
+    } else {
+        quote!(_)
     };
-    Ok(quote! {
-        {
-            let mut items: ::std::vec::Vec<&#item_ty<'_>> = ::std::vec::Vec::new();
-            #body
-            for (position, #binding) in items.into_iter().enumerate() {
-                #filter
-                let info = (|| -> rt::Result<#result_ty> {
-                    #(#prelude)*
-                    let name: &str = #name;
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype;
-                    let shape: ::std::vec::Vec<u64> = #shape;
-                    let (location, count): (rt::DataLocation, u64) = #data;
-                    #finish
-                })()
-                .map_err(|e| {
-                    let what = #what;
-                    in_file(e.in_entry(&what))
-                })?;
-                #push
-            }
-        }
-    })
+    let call = quote! {
+        rt::protobuf::map_items(#items, #name_of, #prefix, out, |#binding, #pos| #fn_id(#(#args),*))?;
+    };
+    Ok(Mapping { item_fn, call })
 }
 
 /// The `protobuf` engine: message views, `detect`, `index` and a read-only writer.
@@ -1546,9 +1592,13 @@ pub(crate) fn gen_protobuf(
         items.push(gen_message(cx, fmt, m)?);
     }
     items.push(gen_prost(cx, fmt)?);
-    let mut maps = Vec::new();
+    let (parts, parts_items) = parts_fns(cx, fmt, &root.name, &[])?;
+    let mut item_fns = Vec::new();
+    let mut calls = Vec::new();
     for map in &fmt.tensors {
-        maps.push(gen_mapping(cx, fmt, &root.name, map, &[], Output::Tensors)?);
+        let m = gen_mapping(cx, fmt, &root.name, map, &[], &parts, Output::Tensors)?;
+        item_fns.push(m.item_fn);
+        calls.push(m.call);
     }
     let root_ty = rs_ident(&root.name);
     // Detection: the whole source walks as a message whose declared fields have their
@@ -1559,12 +1609,12 @@ pub(crate) fn gen_protobuf(
         let k = kind(cx, fmt, root_msg, f)?;
         let n = Literal::u32_unsuffixed(f.tag);
         let wire = match (&k, f.label == Label::Repeated) {
-            (Kind::Varint, false) => quote!(rt::protobuf::WireType::Varint),
-            (Kind::Float, false) => quote!(rt::protobuf::WireType::I32),
-            (Kind::Double, false) => quote!(rt::protobuf::WireType::I64),
-            _ => quote!(rt::protobuf::WireType::Len),
+            (Kind::Varint, false) => quote!(Varint),
+            (Kind::Float, false) => quote!(I32),
+            (Kind::Double, false) => quote!(I64),
+            _ => quote!(Len),
         };
-        checks.push(quote!(#n => f.value.wire_type() == #wire,));
+        checks.push(quote!((#n, rt::protobuf::WireType::#wire)));
         root_tags.push(n);
     }
     let public = fmt.public_name().to_string();
@@ -1590,45 +1640,23 @@ pub(crate) fn gen_protobuf(
         #(#items)*
 
         #[doc = #detect_doc]
-        pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-            let _ = limits;
-            let Some(bytes) = src.bytes() else {
-                return false;
-            };
-            let mut known = false;
-            for f in rt::protobuf::fields(bytes.as_bytes(), 0) {
-                let Ok(f) = f else {
-                    return false;
-                };
-                let ok = match f.number {
-                    #(#checks)*
-                    _ => true,
-                };
-                if !ok {
-                    return false;
-                }
-                known |= matches!(f.number, #(#root_tags)|*);
-            }
-            known
+        pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+            src.bytes().is_some_and(|b| rt::protobuf::is_message(b.as_bytes(), &[#(#checks),*]))
         }
 
         /// Lists the tensors of `src` without reading their bytes: reads the root message in
         /// place, then maps its items.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
-            };
-            let whole = src.whole().map_err(in_file)?;
-            let bytes: &[u8] = &whole;
-            let root = #root_ty::read(bytes, 0, 0, limits).map_err(in_file)?;
-            let mut tensors = ::std::vec::Vec::new();
-            #(#maps)*
-            if tensors.len() as u64 > limits.max_tensors {
-                return Err(in_file(rt::Error::from(rt::ErrorKind::Limit { what: "tensors", limit: limits.max_tensors, actual: tensors.len() as u64 })));
-            }
-            Ok(tensors)
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
+            rt::protobuf::index(src, limits, |bytes, out| {
+                let root: #root_ty<'_> = rt::protobuf::read(bytes, 0, 0, limits)?;
+                #(#calls)*
+                Ok(())
+            })
         }
+
+        #(#parts_items)*
+
+        #(#item_fns)*
 
         #writer
 
@@ -1667,6 +1695,8 @@ pub(crate) enum W {
 pub(crate) struct WV {
     pub(crate) ts: TokenStream,
     pub(crate) t: W,
+    /// The values an integer can take, when they are known here (literals, table keys).
+    pub(crate) range: Option<(i64, i64)>,
 }
 
 /// Compiles write rules: the mapping's `write = ...` (with the tensor's `name`, `dtype`,
@@ -1683,13 +1713,17 @@ pub(crate) struct WriteCx<'f, 's> {
 
 impl WriteCx<'_, '_> {
     pub(crate) fn compile(&self, cx: &Cx<'_>, e: &Expr, top: bool) -> GResult<WV> {
-        let atom = |ts: TokenStream, t: W| Ok(WV { ts, t });
+        let atom = |ts: TokenStream, t: W| Ok(WV { ts, t, range: None });
         match &e.kind {
             ExprKind::Int(i) => {
                 let v = i64::try_from(*i)
                     .map_err(|_| cx.unsupported(e.span, "an integer outside the i64 range"))?;
-                let l = Literal::i64_suffixed(v);
-                atom(quote!(#l), W::Int)
+                let l = Literal::i64_unsuffixed(v);
+                Ok(WV {
+                    ts: quote!(#l),
+                    t: W::Int,
+                    range: Some((v, v)),
+                })
             }
             ExprKind::Str(s) => atom(quote!(#s), W::Str),
             ExprKind::Bool(b) => atom(quote!(#b), W::Bool),
@@ -1697,12 +1731,12 @@ impl WriteCx<'_, '_> {
                 let names: Vec<&str> = p.iter().map(|i| i.name.as_str()).collect();
                 if self.tensor {
                     match names.as_slice() {
-                        ["name"] => return atom(quote!(meta.name.as_str()), W::Str),
+                        ["name"] => return atom(quote!(meta.name), W::Str),
                         ["dtype"] => return atom(quote!(meta.dtype), W::Dtype),
                         ["shape"] => return atom(quote!(meta.shape), W::Shape),
                         ["data"] => return atom(quote!(()), W::Data),
                         ["external"] => return atom(quote!(place.external), W::Bool),
-                        ["location"] => return atom(quote!(place.location.as_str()), W::Str),
+                        ["location"] => return atom(quote!(place.location), W::Str),
                         ["offset"] => return atom(quote!(place.offset as i64), W::Int),
                         ["nbytes"] => return atom(quote!(place.nbytes as i64), W::Int),
                         ["begin"] if !self.stream => return atom(quote!(begin as i64), W::Int),
@@ -1721,8 +1755,12 @@ impl WriteCx<'_, '_> {
                             if let Some((_, n)) =
                                 decl.values.iter().find(|(i, _)| i.name == val.name)
                             {
-                                let l = Literal::i64_suffixed(*n);
-                                return atom(quote!(#l), W::Int);
+                                let l = Literal::i64_unsuffixed(*n);
+                                return Ok(WV {
+                                    ts: quote!(#l),
+                                    t: W::Int,
+                                    range: Some((*n, *n)),
+                                });
                             }
                         }
                     }
@@ -1744,8 +1782,9 @@ impl WriteCx<'_, '_> {
                     ts.push(v.ts);
                 }
                 Ok(WV {
-                    ts: quote!(::std::vec![#(#ts),*]),
+                    ts: quote!(Vec::from([#(#ts),*])),
                     t: W::List(Box::new(t.unwrap_or(W::Int))),
+                    range: None,
                 })
             }
             ExprKind::Unary {
@@ -1756,18 +1795,22 @@ impl WriteCx<'_, '_> {
                 if v.t != W::Bool {
                     return Err(cx.err(expr.span, "`!` of a value that is not a boolean"));
                 }
-                let ts = v.ts;
-                atom(quote!(!(#ts)), W::Bool)
+                let ts = operand(BinaryOp::Eq, expr, v.ts);
+                atom(quote!(!#ts), W::Bool)
             }
             ExprKind::Binary { op, lhs, rhs } => {
                 let (l, r) = (self.compile(cx, lhs, false)?, self.compile(cx, rhs, false)?);
                 let (lt, rt_) = (&l.ts, &r.ts);
                 let same = l.t == r.t && matches!(l.t, W::Int | W::Dtype | W::Bool | W::Str);
+                let (lt, rt_) = (
+                    operand(*op, lhs, lt.clone()),
+                    operand(*op, rhs, rt_.clone()),
+                );
                 let ts = match op {
-                    BinaryOp::Eq if same => quote!((#lt) == (#rt_)),
-                    BinaryOp::Ne if same => quote!((#lt) != (#rt_)),
-                    BinaryOp::And if l.t == W::Bool && r.t == W::Bool => quote!((#lt) && (#rt_)),
-                    BinaryOp::Or if l.t == W::Bool && r.t == W::Bool => quote!((#lt) || (#rt_)),
+                    BinaryOp::Eq if same => quote!(#lt == #rt_),
+                    BinaryOp::Ne if same => quote!(#lt != #rt_),
+                    BinaryOp::And if l.t == W::Bool && r.t == W::Bool => quote!(#lt && #rt_),
+                    BinaryOp::Or if l.t == W::Bool && r.t == W::Bool => quote!(#lt || #rt_),
                     _ => return Err(cx.unsupported(e.span, "this operation in a write rule")),
                 };
                 atom(ts, W::Bool)
@@ -1801,8 +1844,9 @@ impl WriteCx<'_, '_> {
                 }
                 let (cts, ats, bts) = (&c.ts, &a.ts, &b.ts);
                 Ok(WV {
-                    ts: quote!(if #cts { #ats } else { #bts }),
+                    ts: if_else(cts, ats, otherwise, bts),
                     t: a.t,
+                    range: None,
                 })
             }
             ExprKind::Call { callee, args } => {
@@ -1814,7 +1858,12 @@ impl WriteCx<'_, '_> {
                             return Err(cx.err(a.span, "`str` takes an integer"));
                         }
                         let ts = v.ts;
-                        atom(quote!(::std::string::ToString::to_string(&(#ts))), W::Str)
+                        let ts = if ts.to_string().contains(" as ") {
+                            quote!((#ts))
+                        } else {
+                            ts
+                        };
+                        atom(quote!(#ts.to_string()), W::Str)
                     }
                     ("key_of", [t, d]) => self.key_of(cx, e, &t.value, &d.value),
                     _ if callee.len() == 1 && self.fmt.ast.message(&name).is_some() => {
@@ -1827,7 +1876,8 @@ impl WriteCx<'_, '_> {
         }
     }
 
-    /// `key_of(T, dtype)`: the first key of table `T` whose row has the dtype.
+    /// `key_of(T, dtype)`: the key of the first row of table `T` with the dtype (stored
+    /// little-endian, as protobuf formats write elements), by the table's reverse lookup.
     fn key_of(&self, cx: &Cx<'_>, e: &Expr, t: &Expr, d: &Expr) -> GResult<WV> {
         let ExprKind::Path(tp) = &t.kind else {
             return Err(cx.err(t.span, "`key_of` takes a table"));
@@ -1842,30 +1892,18 @@ impl WriteCx<'_, '_> {
         if dv.t != W::Dtype {
             return Err(cx.err(d.span, "`key_of` takes a dtype"));
         }
-        let mut seen = Vec::new();
-        let mut arms = Vec::new();
-        for row in &table.rows {
-            let TableKey::Int(k) = &row.key else { continue };
-            if seen.contains(&row.dtype.name) {
-                continue;
-            }
-            seen.push(row.dtype.name.clone());
-            let Some(v) = dtype_variant(&row.dtype.name) else {
-                return Err(cx.err(row.dtype.span, "unknown dtype"));
-            };
-            let k = Literal::i64_suffixed(*k as i64);
-            arms.push(quote!(#v => #k,));
-        }
         let table_name = table.name.name.clone();
+        let rev = rs_ident(&format!("{table_name}_for"));
         let dts = dv.ts;
+        let keys = table.rows.iter().filter_map(|r| match r.key {
+            TableKey::Int(k) => i64::try_from(k).ok(),
+            _ => None,
+        });
+        let range = keys.clone().min().zip(keys.max());
         Ok(WV {
-            ts: quote!(match #dts {
-                #(#arms)*
-                #[allow(unreachable_patterns)]
-                other => return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
-                    "{other} has no `{}` key", #table_name)))),
-            }),
+            ts: quote!(rt::protobuf::key_of(#rev, #table_name, #dts)?),
             t: W::Int,
+            range,
         })
     }
 
@@ -1876,7 +1914,10 @@ impl WriteCx<'_, '_> {
         let m = self.fmt.ast.message(name).expect("checked");
         let ty = rs_ident(name);
         let mut sets = Vec::new();
-        let mut extras = Vec::new();
+        // What is added to the encoded message: elements, and messages encoded already
+        // (bound first).
+        let mut extras: Vec<(Literal, TokenStream)> = Vec::new();
+        let mut lets = Vec::new();
         let mut payload = None;
         for a in args {
             let Some(n) = &a.name else {
@@ -1914,7 +1955,10 @@ impl WriteCx<'_, '_> {
                             ))
                         }
                     };
-                    extras.push(quote!(rt::protobuf::put_elements(&mut b, #tag, #holder, meta.dtype, data)?;));
+                    extras.push((
+                        tag,
+                        quote!(rt::protobuf::Extra::Elements(#holder, meta.dtype, data)),
+                    ));
                 }
                 W::Encoded(inner) => {
                     if repeated || k != Kind::Msg(inner.clone()) {
@@ -1924,17 +1968,14 @@ impl WriteCx<'_, '_> {
                         ));
                     }
                     let vts = v.ts;
-                    extras.push(quote! {
-                        let inner: ::std::vec::Vec<u8> = #vts;
-                        rt::protobuf::put_len_header(&mut b, #tag, inner.len() as u64);
-                        b.extend_from_slice(&inner);
-                    });
+                    lets.push(quote!(let #id = #vts;));
+                    extras.push((tag, quote!(rt::protobuf::Extra::Message(&#id))));
                 }
                 _ => sets.push(self.assign(cx, m, f, &id, v, a.span)?),
             }
         }
         let rest = if sets.len() < m.fields.len() {
-            quote!(..::core::default::Default::default())
+            quote!(..Default::default())
         } else {
             quote!()
         };
@@ -1943,28 +1984,33 @@ impl WriteCx<'_, '_> {
             #rest
         });
         if !extras.is_empty() {
+            let encoded = quote!(::prost::Message::encode_to_vec(&#build));
+            let adds = extras.iter().map(|(tag, add)| quote!((#tag, #add)));
+            let mut ts = quote!(rt::protobuf::append(#encoded, [#(#adds),*])?);
+            if !lets.is_empty() {
+                ts = quote!({ #(#lets)* #ts });
+            }
             return Ok(WV {
-                ts: quote!({
-                    let mut b = ::prost::Message::encode_to_vec(&#build);
-                    #(#extras)*
-                    b
-                }),
+                ts,
                 t: W::Encoded(name.to_string()),
+                range: None,
             });
         }
         if top && self.stream {
             let p = match payload {
-                Some(n) => quote!(::std::option::Option::Some(#n)),
-                None => quote!(::std::option::Option::None),
+                Some(n) => quote!(Some(#n)),
+                None => quote!(None),
             };
             Ok(WV {
                 ts: quote!((#build, #p)),
                 t: W::Msg(name.to_string()),
+                range: None,
             })
         } else {
             Ok(WV {
                 ts: build,
                 t: W::Msg(name.to_string()),
+                range: None,
             })
         }
     }
@@ -1981,29 +2027,51 @@ impl WriteCx<'_, '_> {
     ) -> GResult<TokenStream> {
         let k = kind(cx, self.fmt, m, f)?;
         let last = f.ty.path.last().map(|i| i.name.as_str()).unwrap_or("");
-        let int_ty = match last {
-            "int64" => quote!(i64),
-            "uint32" => quote!(u32),
-            "uint64" => quote!(u64),
-            "bool" => quote!(bool),
-            _ => quote!(i32),
-        };
         let what = format!("{}.{}", m.name.name, f.name.name);
         let vts = v.ts;
+        // An integer literal, checked here against the field's type.
+        let literal = vts
+            .to_string()
+            .trim_end_matches("i64")
+            .trim()
+            .parse::<i64>()
+            .ok();
+        let fits = |n: i64| match last {
+            "int64" => true,
+            "uint32" => u32::try_from(n).is_ok(),
+            "uint64" => n >= 0,
+            _ => i32::try_from(n).is_ok(),
+        };
         let value = match (&k, f.label == Label::Repeated, &v.t) {
-            (Kind::Varint, false, W::Int) if last == "bool" => quote!((#vts) != 0),
+            (Kind::Varint, false, W::Int) if last == "bool" => quote!(#vts != 0),
             (Kind::Varint, false, W::Bool) if last == "bool" => quote!(#vts),
+            (Kind::Varint, false, W::Int) if literal.is_some_and(fits) => {
+                let l = Literal::i64_unsuffixed(literal.unwrap_or_default());
+                quote!(#l)
+            }
+            // A table's key: converted by `key_of` to the field's type.
+            (Kind::Varint, false, W::Int)
+                if vts.to_string().starts_with("rt :: protobuf :: key_of") =>
+            {
+                vts
+            }
+            // Every value it can take fits: converted as it is.
+            (Kind::Varint, false, W::Int)
+                if last != "int64" && v.range.is_some_and(|(a, b)| fits(a) && fits(b)) =>
+            {
+                let ty = match last {
+                    "uint32" => quote!(u32),
+                    "uint64" => quote!(u64),
+                    _ => quote!(i32),
+                };
+                quote!(#vts as #ty)
+            }
             (Kind::Varint, false, W::Int) if last == "int64" => quote!(#vts),
-            (Kind::Varint, false, W::Int) => quote!(
-                <#int_ty>::try_from(#vts).map_err(|_| rt::Error::from(rt::ErrorKind::Overflow(#what.to_string())))?
-            ),
-            (Kind::Str, false, W::Str) => quote!(::std::string::ToString::to_string(&#vts)),
-            (Kind::Bytes, false, W::Str) => quote!((#vts).as_bytes().to_vec()),
-            (Kind::Varint, true, W::Shape) => quote!(
-                (#vts).iter().map(|&d| <#int_ty>::try_from(d))
-                    .collect::<::std::result::Result<::std::vec::Vec<_>, _>>()
-                    .map_err(|_| rt::Error::from(rt::ErrorKind::Overflow(#what.to_string())))?
-            ),
+            (Kind::Varint, false, W::Int) => quote!(rt::protobuf::narrow(#vts, #what)?),
+            (Kind::Str, false, W::Str) if vts.to_string().ends_with("to_string ()") => vts,
+            (Kind::Str, false, W::Str) => quote!(#vts.to_string()),
+            (Kind::Bytes, false, W::Str) => quote!(#vts.as_bytes().to_vec()),
+            (Kind::Varint, true, W::Shape) => quote!(rt::protobuf::ints(&#vts, #what)?),
             (Kind::Msg(n), false, W::Msg(got)) if n == got => quote!(#vts),
             (Kind::Msg(n), true, W::List(t)) if matches!(&**t, W::Msg(got) if got == n) => {
                 quote!(#vts)
@@ -2012,7 +2080,7 @@ impl WriteCx<'_, '_> {
         };
         let optional = f.label == Label::Optional;
         Ok(if optional {
-            quote!(#id: ::std::option::Option::Some(#value),)
+            quote!(#id: Some(#value),)
         } else {
             quote!(#id: #value,)
         })
@@ -2094,7 +2162,7 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
             msg, seg.name
         );
         let rest = if sets.len() < m.fields.len() {
-            quote!(..::core::default::Default::default())
+            quote!(..Default::default())
         } else {
             quote!()
         };
@@ -2131,34 +2199,30 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
         " A streaming writer of `{public}` documents: the messages down to `{}` with their `write` values, then one item per tensor (its `write` rule), payloads streamed inline or to external files as `WriteOptions::external` says.",
         cx.text(map.source.span)
     );
+    let path = numbers.clone();
+    let tensors_doc = format!(
+        " Where `{public}` documents keep their tensors: the items of `{}`.",
+        cx.text(map.source.span)
+    );
     Ok(Some(quote! {
         #(#ctors)*
 
+        #[doc = #tensors_doc]
+        pub const TENSORS: rt::protodoc::TensorField = rt::protodoc::TensorField {
+            path: &[#(#path),*],
+            items: #items_n,
+            format: NAME,
+        };
+
         /// The item written for one tensor placed at `place` (the mapping's `write` rule),
-        /// and the field its bytes go to when they are inline.
-        pub fn tensor_message(
+        /// encoded without its payload, and the field its bytes go to when they are
+        /// inline.
+        pub fn tensor_item(
             meta: &rt::TensorMeta,
             place: &rt::protodoc::Placement,
-        ) -> rt::Result<(messages::#item_ty, ::std::option::Option<u32>)> {
-            Ok(#rule_ts)
-        }
-
-        /// What a tensor's item takes in the document besides its payload, at most (for
-        /// deciding where it goes before it is encoded).
-        fn item_overhead(meta: &rt::TensorMeta) -> u64 {
-            meta.name.len() as u64 + 11 * meta.shape.len() as u64 + 256
-        }
-
-        fn check_writable(meta: &rt::TensorMeta) -> rt::Result<()> {
-            if meta.dtype == rt::DType::String {
-                return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
-                    "writing string tensors to {}", NAME))));
-            }
-            if meta.shape.iter().filter(|&&d| d > 1).count() > 1 && meta.order != rt::Order::C {
-                return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(
-                    "{} stores C-order tensors only", NAME))));
-            }
-            Ok(())
+        ) -> rt::Result<(Vec<u8>, Option<u32>)> {
+            let (item, payload): (messages::#item_ty, Option<u32>) = #rule_ts;
+            Ok((::prost::Message::encode_to_vec(&item), payload))
         }
 
         #[doc = #writer_doc]
@@ -2169,42 +2233,22 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
         impl<'a> Writer<'a> {
             /// Starts a new document on `w`.
             pub fn new(
-                w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+                w: Box<dyn rt::WriteSeek + 'a>,
                 options: &rt::WriteOptions,
             ) -> rt::Result<Self> {
                 let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
                 #(#opens)*
                 Ok(Writer { doc })
             }
-
-            /// Appends one tensor.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                check_writable(meta)?;
-                let nbytes = meta.nbytes()?;
-                let place = self.doc.place(&meta.name, nbytes, None, item_overhead(meta))?;
-                let (m, payload) = tensor_message(meta, &place)?;
-                let unit = if meta.byte_order == rt::ByteOrder::Big {
-                    meta.dtype.swap_unit().unwrap_or(1)
-                } else {
-                    1
-                };
-                let header = ::prost::Message::encode_to_vec(&m);
-                self.doc.item(#items_n, &header, payload, &place, data, unit, &meta.name)
-            }
-
-            /// Closes the document and commits its external files.
-            pub fn finish(self) -> rt::Result<()> {
-                self.doc.finish()
-            }
         }
 
         impl rt::TensorWriter for Writer<'_> {
             fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                Writer::add(self, meta, data)
+                self.doc.add_tensor(&TENSORS, meta, data, &tensor_item)
             }
 
-            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                Writer::finish(*self)
+            fn finish(self: Box<Self>) -> rt::Result<()> {
+                self.doc.finish()
             }
         }
 
@@ -2214,45 +2258,16 @@ fn gen_writer(cx: &Cx<'_>, fmt: &Fmt<'_>, root: &str) -> GResult<Option<TokenStr
         /// written, synced, for the caller to commit before the document.
         pub fn rewrite<'a, 'b>(
             src: &rt::Source,
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+            w: Box<dyn rt::WriteSeek + 'a>,
             options: &rt::WriteOptions,
             limits: &rt::Limits,
-            replace: &mut dyn FnMut(&str) -> rt::Result<::std::option::Option<rt::protodoc::Replacement<'b>>>,
-        ) -> rt::Result<::std::vec::Vec<rt::AtomicFile>> {
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
+            replace: &mut dyn FnMut(&str) -> rt::Result<Option<rt::protodoc::Replacement<'b>>>,
+        ) -> rt::Result<Vec<rt::AtomicFile>> {
+            let name_of = |b: &[u8], at: u64| -> rt::Result<String> {
+                let item: #item_ty<'_> = rt::protobuf::read(b, at, #depth, limits)?;
+                Ok(item.name.unwrap_or("").to_string())
             };
-            let whole = src.whole().map_err(in_file)?;
-            let bytes: &[u8] = &whole;
-            let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
-            rt::protodoc::rewrite(&mut doc, bytes, &[#(#numbers),*], #items_n, &mut |doc, b, at| {
-                let item = #item_ty::read(b, at, #depth, limits)?;
-                let name = item.name.unwrap_or("");
-                let Some(r) = replace(name)? else {
-                    return Ok(rt::protodoc::ItemAction::Keep);
-                };
-                check_writable(&r.meta)?;
-                if r.meta.byte_order == rt::ByteOrder::Big && r.meta.dtype.swap_unit().unwrap_or(1) > 1 {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                        "big-endian replacement tensors".to_string())).in_entry(name));
-                }
-                let nbytes = r.meta.nbytes()?;
-                if (*r.data).as_ref().len() as u64 != nbytes {
-                    return Err(rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
-                        "{nbytes} bytes expected, {} given", (*r.data).as_ref().len()))).in_entry(name));
-                }
-                let place = doc.place(name, nbytes, r.keep_location.as_deref(), item_overhead(&r.meta))?;
-                let (m, payload) = tensor_message(&r.meta, &place)?;
-                Ok(rt::protodoc::ItemAction::Write {
-                    header: ::prost::Message::encode_to_vec(&m),
-                    payload_field: payload,
-                    placement: place,
-                    data: r.data,
-                })
-            })
-            .map_err(in_file)?;
-            doc.finish_pending().map_err(in_file)
+            rt::protodoc::rewrite_tensors(src, w, options, &TENSORS, replace, &name_of, &tensor_item)
         }
     }))
 }

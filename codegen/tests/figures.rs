@@ -48,17 +48,17 @@ const TARGET_RATIO: f64 = 4.0;
 
 // The ratchet: today's figures, never to be exceeded. Lower them when the code improves.
 /// The longest generated function, in lines.
-const MAX_LONGEST_FN: usize = 1020;
+const MAX_LONGEST_FN: usize = 680;
 /// Generated functions longer than [`TARGET_FN_LINES`].
-const MAX_FNS_OVER_TARGET: usize = 7;
+const MAX_FNS_OVER_TARGET: usize = 5;
 /// Generated lines per `.fmt` line, in total (rounded up to one decimal).
-const MAX_RATIO: f64 = 11.8;
+const MAX_RATIO: f64 = 7.8;
 /// Immediately-called closures.
-const MAX_CLOSURES: usize = 12;
+const MAX_CLOSURES: usize = 7;
 /// `#[allow(...)]` attributes.
-const MAX_ALLOWS: usize = 15;
+const MAX_ALLOWS: usize = 3;
 /// `(((` in the generated text.
-const MAX_TRIPLE_PARENS: usize = 13;
+const MAX_TRIPLE_PARENS: usize = 0;
 
 /// The targets, for the table and the assertion messages.
 fn targets() -> String {

@@ -6,7 +6,8 @@
 //! rest of the runtime may change without regenerating code:
 //!
 //! - metadata: [`DType`], [`ByteOrder`], [`Order`], [`TensorInfo`], [`DataLocation`],
-//!   [`TensorMeta`], [`WriteOptions`];
+//!   [`TensorMeta`], [`WriteOptions`], and what an engine finds of a tensor before it is
+//!   named and checked ([`TensorParts`], [`StoredData`]);
 //! - errors: [`Error`], [`ErrorKind`], [`Location`], [`Result`], and [`Limits`];
 //! - input: [`Source`], [`RandomAccess`], [`Window`], [`Bytes`], and [`Cursor`], which
 //!   reads a layout field by field with every length checked;
@@ -30,6 +31,7 @@ pub use tensorfmt_core::expr;
 pub use tensorfmt_core::layout_writer::{LayoutBuf, Patch};
 pub use tensorfmt_core::limits::Limits;
 pub use tensorfmt_core::output::AtomicFile;
+pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{
     no_structure, FormatDesc, Payload, Replacement, RewriteFn, StorageView, TensorWriter, WriteSeek,

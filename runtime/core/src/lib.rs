@@ -24,6 +24,7 @@ pub mod hash;
 pub mod layout_writer;
 pub mod limits;
 pub mod output;
+pub mod parts;
 pub mod pattern;
 pub mod read;
 pub mod registry;

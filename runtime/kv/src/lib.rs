@@ -18,6 +18,8 @@ pub use tensorfmt_core::db::{
     Cursor, Db, DbDesc, EncodeFn, Mode, PutFn, Record, Records, Transaction,
 };
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+use tensorfmt_core::parts::TensorParts;
+use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
 
 fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -653,25 +655,176 @@ pub mod leveldb {
 }
 
 /// One record's part of a tensor, as a mapping reads it: the whole tensor's dtype and
-/// shape, and the elements `[begin, end)` this part holds (`segment`; `None`: all).
+/// shape, and the elements `[begin, end)` this part holds (`parts.segment`; `None`: all).
 #[derive(Debug, Clone)]
 pub struct Chunk {
     /// The tensor's name.
     pub name: String,
-    /// The element type.
-    pub dtype: tensorfmt_core::DType,
-    /// The byte order of the stored elements.
-    pub byte_order: tensorfmt_core::ByteOrder,
-    /// The whole tensor's shape.
-    pub shape: Vec<u64>,
-    /// Where this part's bytes are.
-    pub location: tensorfmt_core::DataLocation,
-    /// The number of string elements (string tensors), else `u64::MAX`.
-    pub count: u64,
-    /// The elements of the whole tensor this part holds.
-    pub segment: Option<(i64, i64)>,
     /// The record's key, for errors.
     pub key: String,
+    /// What the record holds of the tensor.
+    pub parts: TensorParts,
+}
+
+impl Chunk {
+    /// The part `parts` of tensor `name`, read from the record `key`. Fails when the
+    /// parts are strings that were not counted ([`TensorParts::check_strings`]).
+    pub fn new(name: &str, key: &str, parts: TensorParts) -> Result<Chunk> {
+        parts.check_strings()?;
+        Ok(Chunk {
+            name: name.to_string(),
+            key: key.to_string(),
+            parts,
+        })
+    }
+}
+
+/// A record whose key matched one of a format's entries ([`map_records`]).
+#[derive(Debug)]
+pub struct Matched<'r> {
+    /// The entry's position in the format's list.
+    pub entry: usize,
+    /// The key, as text (bytes that are not UTF-8 replaced).
+    pub key: &'r str,
+    /// The values of the entry's key-pattern captures, in the pattern's order.
+    pub captures: Vec<String>,
+    /// The value's bytes.
+    pub value: &'r [u8],
+    /// The absolute offset of the value's first byte in the source.
+    pub base: u64,
+}
+
+impl Matched<'_> {
+    /// The value read by `read` (given its bytes and their offset) as the message
+    /// `message`; an error is given the record as its entry (`record "key" as
+    /// message`).
+    pub fn read<'v, T>(
+        &'v self,
+        message: &str,
+        read: impl FnOnce(&'v [u8], u64) -> Result<T>,
+    ) -> Result<T> {
+        read(self.value, self.base)
+            .map_err(|e| e.in_entry(format!("record {:?} as {message}", self.key)))
+    }
+}
+
+/// Maps the records of a database (their keys, and where their values are in `src`,
+/// which holds them in memory) to its tensors. Each record's key is matched against the
+/// key patterns `entries` in order; for the first that matches, `map` is given the
+/// matched record and the parts found so far, and adds the record's parts; it returns
+/// whether the record is of that entry (`false`: the next matching entry is tried; a
+/// record no entry takes is skipped). The parts of each tensor are then joined
+/// ([`join_chunks`]). Every error is given `src`'s path; a value outside the source is
+/// [`ErrorKind::Truncated`] naming its key; more parts than `limits.max_tensors` is an
+/// [`ErrorKind::Limit`].
+pub fn map_records(
+    src: &Source,
+    records: &[Record],
+    limits: &tensorfmt_core::Limits,
+    entries: &[&str],
+    mut map: impl FnMut(&Matched<'_>, &mut Vec<Chunk>) -> Result<bool>,
+) -> Result<Vec<tensorfmt_core::TensorInfo>> {
+    let in_file = |e: Error| match src.path() {
+        Some(p) => e.in_file(p),
+        None => e,
+    };
+    let Some(all) = src.bytes().map(|b| b.as_bytes()) else {
+        return Err(in_file(Error::from(ErrorKind::Unsupported(
+            "a database that is not in memory".to_string(),
+        ))));
+    };
+    let patterns = entries
+        .iter()
+        .map(|p| Pattern::new(p))
+        .collect::<Result<Vec<_>>>()?;
+    let mut chunks = Vec::new();
+    for rec in records {
+        let key = String::from_utf8_lossy(&rec.key);
+        let key: &str = &key;
+        let value = usize::try_from(rec.offset)
+            .ok()
+            .and_then(|o| all.get(o..o.checked_add(usize::try_from(rec.len).ok()?)?))
+            .ok_or_else(|| {
+                in_file(
+                    Error::from(ErrorKind::Truncated {
+                        needed: rec.len,
+                        available: (all.len() as u64).saturating_sub(rec.offset),
+                    })
+                    .in_entry(key),
+                )
+            })?;
+        for (entry, pattern) in patterns.iter().enumerate() {
+            let Some(captures) = pattern.matches(key) else {
+                continue;
+            };
+            let matched = Matched {
+                entry,
+                key,
+                captures,
+                value,
+                base: rec.offset,
+            };
+            if map(&matched, &mut chunks).map_err(in_file)? {
+                break;
+            }
+        }
+    }
+    if chunks.len() as u64 > limits.max_tensors {
+        return Err(in_file(Error::from(ErrorKind::Limit {
+            what: "tensors",
+            limit: limits.max_tensors,
+            actual: chunks.len() as u64,
+        })));
+    }
+    join_chunks(chunks).map_err(in_file)
+}
+
+/// Writes the tensor `meta`, whose bytes are `all`, as records of an entry whose key
+/// pattern is `pattern`: parts of at most `split` elements (at least one; an empty tensor
+/// is one part), each part's value made by `value` (given the tensor, the part's bytes
+/// and the elements `[begin, end)` it holds) and put under the key the pattern makes,
+/// the capture `name_capture` given the tensor's name and any other the part's index.
+/// Errors: bytes that do not hold the tensor's elements, a pattern that cannot make the
+/// key, and those of `value` and `put`.
+pub fn encode_parts(
+    meta: &tensorfmt_core::TensorMeta,
+    all: &[u8],
+    split: u64,
+    pattern: &str,
+    name_capture: &str,
+    put: &mut PutFn<'_>,
+    mut value: impl FnMut(&tensorfmt_core::TensorMeta, &[u8], u64, u64) -> Result<Vec<u8>>,
+) -> Result<()> {
+    let numel = tensorfmt_core::tensor::numel(&meta.shape)?;
+    let split = split.max(1);
+    let pattern = Pattern::new(pattern)?;
+    let offsets = element_offsets(meta.dtype, all, numel)?;
+    let mut begin = 0u64;
+    let mut part = 0u64;
+    loop {
+        let end = begin.saturating_add(split).min(numel);
+        let data = &all[offsets(begin)..offsets(end)];
+        let bytes = value(meta, data, begin, end)?;
+        let index = part.to_string();
+        let values: Vec<&str> = pattern
+            .captures()
+            .map(|c| {
+                if c == name_capture {
+                    meta.name.as_str()
+                } else {
+                    index.as_str()
+                }
+            })
+            .collect();
+        let key = pattern.format(&values)?;
+        put(key.as_bytes(), &bytes)?;
+        part += 1;
+        begin = end;
+        if begin >= numel {
+            break;
+        }
+    }
+    Ok(())
 }
 
 /// Joins the parts of each tensor (records of one name, in any order and interleaved
@@ -698,16 +851,17 @@ pub fn join_chunks(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInfo>
 }
 
 fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorInfo> {
-    let first = &parts[0];
+    let first = &parts[0].parts;
     let err = |key: &str, msg: String| {
         Error::new(ErrorKind::Invalid(msg), Location::default()).in_entry(key)
     };
     let total = tensorfmt_core::tensor::numel(&first.shape)?;
     let mut current: u64 = 0;
-    for (i, p) in parts.iter().enumerate() {
+    for (i, c) in parts.iter().enumerate() {
+        let p = &c.parts;
         if p.dtype != first.dtype || p.shape != first.shape {
             return Err(err(
-                &p.key,
+                &c.key,
                 format!(
                     "a part of tensor {name} is {} {:?}, an earlier part {} {:?}",
                     p.dtype, p.shape, first.dtype, first.shape
@@ -718,14 +872,14 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
             None if i == 0 => total,
             None => {
                 return Err(err(
-                    &p.key,
+                    &c.key,
                     format!("Partial tensor must have a segment: {name}"),
                 ))
             }
             Some((b, e)) => {
                 if b < 0 || e < b {
                     return Err(err(
-                        &p.key,
+                        &c.key,
                         format!("tensor {name} has the invalid segment [{b}, {e})"),
                     ));
                 }
@@ -734,7 +888,7 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
         };
         if i > 0 && current == total {
             return Err(err(
-                &p.key,
+                &c.key,
                 format!("Found an extra part for an already filled tensor: {name}"),
             ));
         }
@@ -743,7 +897,7 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
             .filter(|&c| c <= total)
             .ok_or_else(|| {
                 err(
-                    &p.key,
+                    &c.key,
                     format!("Tensor parts are bigger than target size for tensor: {name}"),
                 )
             })?;
@@ -755,13 +909,14 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
         ));
     }
     // The parts in element order, tiling [0, total) exactly.
-    parts.sort_by_key(|p| p.segment.map_or(0, |s| s.0));
+    parts.sort_by_key(|c| c.parts.segment.map_or(0, |s| s.0));
     let mut at = 0u64;
-    for p in &parts {
+    for c in &parts {
+        let p = &c.parts;
         let (b, e) = p.segment.map_or((0, total), |(b, e)| (b as u64, e as u64));
         if b != at {
             return Err(err(
-                &p.key,
+                &c.key,
                 format!("the parts of tensor {name} overlap or leave a gap at element {at}"),
             ));
         }
@@ -771,36 +926,41 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
             None => None,
         };
         if let Some(want) = want {
-            if p.location.len() != want {
+            if p.data.location.len() != want {
                 return Err(err(
-                    &p.key,
+                    &c.key,
                     format!(
                         "a part of tensor {name} holds {} bytes for elements [{b}, {e}), which need {want}",
-                        p.location.len()
+                        p.data.location.len()
                     ),
                 ));
             }
-        } else if p.count != e - b {
+        } else if p.data.strings != Some(e - b) {
             return Err(err(
-                &p.key,
+                &c.key,
                 format!(
                     "a part of string tensor {name} holds {} strings for elements [{b}, {e})",
-                    p.count
+                    p.data.strings.unwrap_or(0)
                 ),
             ));
         }
         at = e;
     }
-    let first = &parts[0];
+    let first = &parts[0].parts;
     let (dtype, byte_order, shape) = (first.dtype, first.byte_order, first.shape.clone());
     let count: u64 = parts
         .iter()
-        .map(|p| p.count)
+        .map(|c| c.parts.data.strings.unwrap_or(0))
         .fold(0u64, |a, c| a.saturating_add(c));
     let location = if parts.len() == 1 {
-        parts.pop().map(|p| p.location).expect("one part")
+        parts
+            .pop()
+            .map(|c| c.parts.data.location)
+            .expect("one part")
     } else {
-        tensorfmt_core::DataLocation::Pieces(parts.into_iter().map(|p| p.location).collect())
+        tensorfmt_core::DataLocation::Pieces(
+            parts.into_iter().map(|c| c.parts.data.location).collect(),
+        )
     };
     if dtype == tensorfmt_core::DType::String {
         tensorfmt_core::TensorInfo::strings(name, shape, count, location)
@@ -810,7 +970,7 @@ fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorI
             dtype,
             shape,
             tensorfmt_core::Order::C,
-            byte_order,
+            byte_order.unwrap_or(tensorfmt_core::ByteOrder::Little),
             location,
         )
     }

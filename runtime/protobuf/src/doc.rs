@@ -24,6 +24,9 @@ use crate::{self as protobuf, Value, WireType};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::output::AtomicFile;
 use tensorfmt_core::registry::{Payload, WriteSeek};
+use tensorfmt_core::source::Source;
+use tensorfmt_core::tensor::{ByteOrder, Order, TensorMeta, WriteOptions};
+use tensorfmt_core::DType;
 
 /// Largest protobuf message: 2 GiB - 1 bytes (protobuf's own limit; ONNX models beyond it
 /// must keep tensors in external data).
@@ -479,4 +482,138 @@ pub fn not_found(what: &str) -> Error {
         ErrorKind::Invalid(format!("{what} not found in the document")),
         Location::default(),
     )
+}
+
+/// Where a document format keeps its tensors: the message fields from the root down to
+/// the message that holds them (`path`), the repeated field of that message whose items
+/// they are (`items`), and the format's name (for errors).
+#[derive(Debug, Clone, Copy)]
+pub struct TensorField {
+    /// The field numbers from the root to the message holding the items.
+    pub path: &'static [u32],
+    /// The repeated field of the items.
+    pub items: u32,
+    /// The format's name.
+    pub format: &'static str,
+}
+
+/// What an item of the tensor `meta` takes in the document besides its payload, at most
+/// (for deciding where it goes before it is encoded): its name, a varint per dimension,
+/// and room for the other fields.
+pub fn item_overhead(meta: &TensorMeta) -> u64 {
+    meta.name.len() as u64 + 11 * meta.shape.len() as u64 + 256
+}
+
+/// Refuses the tensors a document of `format` cannot hold: strings, and tensors stored in
+/// another order than C (with more than one dimension longer than 1).
+pub fn check_writable(meta: &TensorMeta, format: &str) -> Result<()> {
+    if meta.dtype == DType::String {
+        return Err(Error::from(ErrorKind::Unsupported(format!(
+            "writing string tensors to {format}"
+        ))));
+    }
+    if meta.shape.iter().filter(|&&d| d > 1).count() > 1 && meta.order != Order::C {
+        return Err(Error::from(ErrorKind::Unsupported(format!(
+            "{format} stores C-order tensors only"
+        ))));
+    }
+    Ok(())
+}
+
+/// An item of a tensor: given the tensor and where its bytes go, the item's message
+/// encoded without the payload, and the field that holds the payload when it is inline.
+pub type ItemMaker<'f> = dyn Fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)> + 'f;
+
+impl DocWriter<'_> {
+    /// Appends the tensor `meta` (bytes `data`) as an item of `field`: refused when the
+    /// format cannot hold it ([`check_writable`]), placed ([`DocWriter::place`]), its
+    /// message made by `item`, and its bytes streamed inline or to its external file,
+    /// swapped to little-endian when they are big-endian.
+    pub fn add_tensor(
+        &mut self,
+        field: &TensorField,
+        meta: &TensorMeta,
+        data: Payload<'_>,
+        item: &ItemMaker<'_>,
+    ) -> Result<()> {
+        check_writable(meta, field.format)?;
+        let nbytes = meta.nbytes()?;
+        let place = self.place(&meta.name, nbytes, None, item_overhead(meta))?;
+        let (header, payload) = item(meta, &place)?;
+        let unit = if meta.byte_order == ByteOrder::Big {
+            meta.dtype.swap_unit().unwrap_or(1)
+        } else {
+            1
+        };
+        self.item(
+            field.items,
+            &header,
+            payload,
+            &place,
+            data,
+            unit,
+            &meta.name,
+        )
+    }
+}
+
+/// Rewrites the document `src` to `w` ([`rewrite`]): every field is copied as it is,
+/// except the items of `field` whose name (`name_of`, given an item's bytes and their
+/// absolute offset) `replace` returns a replacement for, written as `item` makes them,
+/// where `options.external` places them (a replacement may keep the external file its
+/// tensor came from). Returns the external files written, synced, for the caller to
+/// commit before the document. Errors: replacements the format cannot hold, big-endian
+/// ones, bytes that are not the replacement's size (naming the tensor), and those of the
+/// document and of writing; every error is given `src`'s path.
+pub fn rewrite_tensors<'a, 'b>(
+    src: &Source,
+    w: Box<dyn WriteSeek + 'a>,
+    options: &WriteOptions,
+    field: &TensorField,
+    replace: &mut dyn FnMut(&str) -> Result<Option<Replacement<'b>>>,
+    name_of: &dyn Fn(&[u8], u64) -> Result<String>,
+    item: &ItemMaker<'_>,
+) -> Result<Vec<AtomicFile>> {
+    let in_file = |e: Error| match src.path() {
+        Some(p) => e.in_file(p),
+        None => e,
+    };
+    let whole = src.whole().map_err(in_file)?;
+    let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone());
+    let mut each = |doc: &mut DocWriter<'_>, b: &[u8], at: u64| -> Result<ItemAction<'b>> {
+        let name = name_of(b, at)?;
+        let Some(r) = replace(&name)? else {
+            return Ok(ItemAction::Keep);
+        };
+        check_writable(&r.meta, field.format)?;
+        if r.meta.byte_order == ByteOrder::Big && r.meta.dtype.swap_unit().unwrap_or(1) > 1 {
+            return Err(Error::from(ErrorKind::Unsupported(
+                "big-endian replacement tensors".to_string(),
+            ))
+            .in_entry(&name));
+        }
+        let nbytes = r.meta.nbytes()?;
+        let given = (*r.data).as_ref().len();
+        if given as u64 != nbytes {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "{nbytes} bytes expected, {given} given"
+            )))
+            .in_entry(&name));
+        }
+        let place = doc.place(
+            &name,
+            nbytes,
+            r.keep_location.as_deref(),
+            item_overhead(&r.meta),
+        )?;
+        let (header, payload_field) = item(&r.meta, &place)?;
+        Ok(ItemAction::Write {
+            header,
+            payload_field,
+            placement: place,
+            data: r.data,
+        })
+    };
+    rewrite(&mut doc, &whole, field.path, field.items, &mut each).map_err(in_file)?;
+    doc.finish_pending().map_err(in_file)
 }

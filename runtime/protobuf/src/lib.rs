@@ -12,7 +12,14 @@
 
 pub mod doc;
 mod location;
+mod map;
+mod view;
 pub use location::FieldValues;
+pub use map::{
+    dims, dtype, elements, external, index, ints, key_of, located, lookup, map_items, named,
+    narrow, present,
+};
+pub use view::{is_message, only_fields, read, View};
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 
@@ -513,6 +520,13 @@ pub fn put_len_header(out: &mut Vec<u8>, number: u32, len: u64) {
     put_varint(out, len);
 }
 
+/// Appends the length-delimited field `number` holding `bytes` (an embedded message, a
+/// string, bytes).
+pub fn put_len_field(out: &mut Vec<u8>, number: u32, bytes: &[u8]) {
+    put_len_header(out, number, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
 /// The number of bytes a length-delimited field of `len` bytes takes, tag and length
 /// included.
 pub fn len_field_size(number: u32, len: u64) -> u64 {
@@ -802,4 +816,33 @@ pub fn put_elements(
         }
     }
     Ok(())
+}
+
+/// A field [`append`] adds to an encoded message.
+#[derive(Debug, Clone, Copy)]
+pub enum Extra<'a> {
+    /// A tensor's elements (`dtype`, little-endian bytes) held as [`put_elements`] writes
+    /// them.
+    Elements(Holder, tensorfmt_core::DType, &'a [u8]),
+    /// An embedded message, encoded already.
+    Message(&'a [u8]),
+}
+
+/// The encoded message `message` with the fields `extras` (numbers and values) appended,
+/// in order: what a writer adds to a message its fields were encoded into (the tensor's
+/// elements, written from its bytes without a copy per element). Errors: elements the
+/// holder cannot hold ([`put_elements`]).
+pub fn append<const N: usize>(
+    mut message: Vec<u8>,
+    extras: [(u32, Extra<'_>); N],
+) -> Result<Vec<u8>> {
+    for (number, extra) in extras {
+        match extra {
+            Extra::Elements(holder, dtype, data) => {
+                put_elements(&mut message, number, holder, dtype, data)?
+            }
+            Extra::Message(bytes) => put_len_field(&mut message, number, bytes),
+        }
+    }
+    Ok(message)
 }

@@ -1,0 +1,131 @@
+//! Message views read in place: the trait generated view types implement ([`View`]), the
+//! reader that walks a message into one ([`read`]), and the typed accessors of a field's
+//! value ([`Field::varint`], [`Field::str`], [`Field::message`], ...) that check its wire
+//! type and name the field in errors.
+
+use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+use tensorfmt_core::Limits;
+
+use crate::{fields, utf8, wrong_wire_type, Field, Value, WireType};
+
+/// A message read in place: a view type generated for a declared message, holding its
+/// declared fields (scalars decoded, strings and bytes borrowed from the input, embedded
+/// messages as views) and its own bytes.
+pub trait View<'a>: Sized {
+    /// The message's name, for errors.
+    const NAME: &'static str;
+
+    /// The view of a message with no field set, whose bytes are `bytes`, the first at
+    /// absolute offset `base`.
+    fn empty(bytes: &'a [u8], base: u64) -> Self;
+
+    /// Takes in one field of the message, which is `depth` messages deep: a declared
+    /// field is decoded into the view (a later occurrence of a singular field replaces
+    /// an earlier one; a repeated field adds to its list), others are ignored. Errors: a
+    /// wire type the field's declaration does not use, text that is not UTF-8, and the
+    /// errors of embedded messages.
+    fn field(&mut self, f: &Field<'a>, depth: u64, limits: &Limits) -> Result<()>;
+}
+
+/// Reads the message `bytes` (its first byte at absolute offset `base`, `depth` messages
+/// deep) as the view `M`: every field in wire order handed to [`View::field`]. Errors: a
+/// depth past `limits.max_depth` (an [`ErrorKind::Limit`] at `base`, naming the message),
+/// and those of the wire format and of the view's fields.
+pub fn read<'a, M: View<'a>>(bytes: &'a [u8], base: u64, depth: u64, limits: &Limits) -> Result<M> {
+    if depth > limits.max_depth {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "protobuf message nesting depth",
+                limit: limits.max_depth,
+                actual: depth,
+            },
+            Location::default()
+                .with_offset(base)
+                .with_field(M::NAME.to_string()),
+        ));
+    }
+    let mut m = M::empty(bytes, base);
+    for f in fields(bytes, base) {
+        m.field(&f?, depth, limits)?;
+    }
+    Ok(m)
+}
+
+impl<'a> Field<'a> {
+    /// The value of a varint field (integers, bools, enums) as `i64` (two's complement,
+    /// as `int64` stores it); an error naming `field` for another wire type.
+    pub fn varint(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::Varint(v) => Ok(v as i64),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `float` field; an error naming `field` for another wire type.
+    pub fn float(&self, field: &str) -> Result<f32> {
+        match self.value {
+            Value::I32(v) => Ok(f32::from_bits(v)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `double` field; an error naming `field` for another wire type.
+    pub fn double(&self, field: &str) -> Result<f64> {
+        match self.value {
+            Value::I64(v) => Ok(f64::from_bits(v)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The text of a `string` field, borrowed; an error naming `field` for another wire
+    /// type or text that is not UTF-8.
+    pub fn str(&self, field: &str) -> Result<&'a str> {
+        match self.value {
+            Value::Len(b, at) => utf8(b, at, field),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The bytes of a `bytes` field and the absolute offset of the first; an error
+    /// naming `field` for another wire type.
+    pub fn bytes(&self, field: &str) -> Result<(&'a [u8], u64)> {
+        match self.value {
+            Value::Len(b, at) => Ok((b, at)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The embedded message of a message field, read as `M` one level deeper than
+    /// `depth`, the depth of the message holding the field ([`read`]); an error naming
+    /// `field` for another wire type.
+    pub fn message<M: View<'a>>(&self, field: &str, depth: u64, limits: &Limits) -> Result<M> {
+        let (b, at) = self.bytes(field)?;
+        read(b, at, depth + 1, limits)
+    }
+}
+
+/// Whether every field of the message `bytes` (first byte at `base`) is well formed and
+/// has one of the `numbers` (a record value that holds nothing but the fields of the
+/// message it is read as).
+pub fn only_fields(bytes: &[u8], base: u64, numbers: &[u32]) -> bool {
+    fields(bytes, base).all(|f| matches!(f, Ok(f) if numbers.contains(&f.number)))
+}
+
+/// Whether `bytes` reads as a message whose fields `declared` (numbers and wire types)
+/// have their declared wire types, at least one of them present, every field well formed
+/// (the detector of a document format).
+pub fn is_message(bytes: &[u8], declared: &[(u32, WireType)]) -> bool {
+    let mut known = false;
+    for f in fields(bytes, 0) {
+        let Ok(f) = f else {
+            return false;
+        };
+        if let Some((_, wire)) = declared.iter().find(|(n, _)| *n == f.number) {
+            if f.value.wire_type() != *wire {
+                return false;
+            }
+            known = true;
+        }
+    }
+    known
+}
