@@ -28,6 +28,7 @@ pub mod read;
 pub mod registry;
 pub mod sink;
 pub mod source;
+pub mod storage;
 pub mod tensor;
 pub mod tree;
 
