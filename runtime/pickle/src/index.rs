@@ -90,12 +90,11 @@ impl Names {
 
 /// The tensors of the pickles in a container (an archive whose members are pickles and
 /// storages), read one pickle after another ([`Index::read`]); with `with_structure`, the
-/// object tree of the first pickle read too.
+/// object tree of the pickle in the container's first entry too.
 pub struct Index<'c, S: Storages> {
     storages: &'c S,
     limits: &'c Limits,
     with_structure: bool,
-    read_one: bool,
     tensors: Vec<TensorInfo>,
     structure: Option<Node>,
 }
@@ -107,7 +106,6 @@ impl<'c, S: Storages> Index<'c, S> {
             storages,
             limits,
             with_structure,
-            read_one: false,
             tensors: Vec::new(),
             structure: None,
         }
@@ -116,7 +114,8 @@ impl<'c, S: Storages> Index<'c, S> {
     /// Reads the pickle in the container's entry number `entry` (nothing when that entry is
     /// optional and absent) with `rules`, finds every call for which `is_target` is true,
     /// in the order of the unpickled object, and adds the tensor `map` makes of each
-    /// (given its path, see [`find_objects`]), its bytes located by the container.
+    /// (given its path, see [`find_objects`]), its bytes located by the container. The
+    /// object tree is that of entry 0.
     ///
     /// Errors name the file and the pickle member, or the storage member when a tensor
     /// does not fit in its storage, and the path of the call (`<root>` for the root
@@ -139,8 +138,7 @@ impl<'c, S: Storages> Index<'c, S> {
         let in_member = |e: Error| s.in_file(e.in_entry(member));
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
         let objects = find_objects(&value, &is_target, self.limits).map_err(in_member)?;
-        let tree = self.with_structure && !self.read_one;
-        self.read_one = true;
+        let tree = self.with_structure && entry == 0;
         let mut names = Names::default();
         self.tensors.reserve(objects.len());
         for (path, o) in objects {
@@ -201,6 +199,31 @@ pub struct Record<'a> {
     pub dtype: DType,
     /// The persistent id of (the last of) those tensors, when their calls have one.
     pub id: Option<&'a Value>,
+}
+
+impl Record<'_> {
+    /// Checks that the record's `value` of `field` (`numel`, read at the cursor as
+    /// `path`) is item `item` of the storage's persistent id, when the id has that item:
+    /// fails with [`ErrorKind::SizeMismatch`] at the cursor otherwise.
+    pub fn agrees(
+        &self,
+        c: &Cursor<'_>,
+        path: &str,
+        field: &str,
+        item: usize,
+        value: i128,
+    ) -> Result<()> {
+        match super::args::item(self.id, item).and_then(Value::as_i128) {
+            Some(d) if d != value => Err(c.error(
+                path,
+                ErrorKind::SizeMismatch(format!(
+                    "storage {:?} has wrong byte size: its record holds {field} {value}, its persistent id says {d}",
+                    self.key
+                )),
+            )),
+            _ => Ok(()),
+        }
+    }
 }
 
 /// A file of pickles read back to back, then one record per storage, in the order of a

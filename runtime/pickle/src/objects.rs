@@ -21,7 +21,7 @@ use tensorfmt_core::tree::Node;
 /// (`collections.OrderedDict`) takes none and is empty. Fails with
 /// [`ErrorKind::Invalid`] when `rules` do not allow the global, or it is a class, or a
 /// container is given arguments.
-pub fn call(rules: &Rules, path: &str, args: Vec<Value>) -> Result<Value> {
+pub fn call<const N: usize>(rules: &Rules, path: &str, args: [Value; N]) -> Result<Value> {
     let (module, name) = path.rsplit_once('.').unwrap_or(("", path));
     let refuse = |why: &str| Error::from(ErrorKind::Invalid(format!("`{path}` {why}")));
     let kind = rules
@@ -31,9 +31,9 @@ pub fn call(rules: &Rules, path: &str, args: Vec<Value>) -> Result<Value> {
     match kind {
         Kind::Class => Err(refuse("is a class: it cannot be called")),
         Kind::Call { .. } | Kind::Object => Ok(Value::object(
-            Object::new(Global::new(module, name), kind).with_args(args),
+            Object::new(Global::new(module, name), kind).with_args(Vec::from(args)),
         )),
-        _ if !args.is_empty() => Err(refuse("is a container: it takes no arguments here")),
+        _ if N > 0 => Err(refuse("is a container: it takes no arguments here")),
         _ => Ok(Value::object(Object::new(Global::new(module, name), kind))),
     }
 }

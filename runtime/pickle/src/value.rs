@@ -177,8 +177,8 @@ impl Value {
     }
 
     /// A persistent id whose content is the tuple of `items`.
-    pub fn persistent(items: Vec<Value>) -> Value {
-        Value::Persistent(Arc::new(Value::tuple(items)))
+    pub fn persistent<const N: usize>(items: [Value; N]) -> Value {
+        Value::Persistent(Arc::new(Value::tuple(Vec::from(items))))
     }
 
     /// A tuple of integers (a shape, strides).
