@@ -34,7 +34,7 @@ pub use tensorfmt_core::registry::{
     no_structure, FormatDesc, Payload, Replacement, RewriteFn, StorageView, TensorWriter, WriteSeek,
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
-pub use tensorfmt_core::storage::{Located, StorageRef, Storages};
+pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
 pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,

@@ -34,12 +34,21 @@ pub struct Located<'a> {
     pub entry: Option<&'a str>,
 }
 
+/// The content of a metadata entry ([`Storages::metadata`]).
+#[derive(Debug, Clone)]
+pub struct Metadata<'a> {
+    /// The entry's bytes, borrowed from the source when they can be.
+    pub bytes: Cow<'a, [u8]>,
+    /// The entry's name (errors about its content name it).
+    pub entry: &'a str,
+}
+
 /// A container of metadata entries and of the storages they name (see the module docs).
 pub trait Storages {
     /// The content of the format's entry number `entry` (a metadata entry, such as a
-    /// pickle member) and that entry's name; `None` when the entry is optional and
+    /// pickle member) with that entry's name; `None` when the entry is optional and
     /// absent. Errors name the entry; the file is added by [`Storages::in_file`].
-    fn metadata(&self, entry: usize) -> Result<Option<(Cow<'_, [u8]>, &str)>>;
+    fn metadata(&self, entry: usize) -> Result<Option<Metadata<'_>>>;
 
     /// Where the bytes of `storage` are, for the tensor named `tensor` (in messages).
     /// Fails with [`ErrorKind::NotFound`](crate::ErrorKind::NotFound) when the container

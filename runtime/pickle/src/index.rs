@@ -16,7 +16,7 @@ use tensorfmt_core::dtype::DType;
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::limits::Limits;
 use tensorfmt_core::source::Source;
-use tensorfmt_core::storage::{Located, StorageRef, Storages};
+use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
 use tensorfmt_core::tensor::{ByteOrder, DataLocation, TensorInfo};
 use tensorfmt_core::tree::Node;
 
@@ -132,7 +132,11 @@ impl<'c, S: Storages> Index<'c, S> {
         F: for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>>,
     {
         let s = self.storages;
-        let Some((bytes, member)) = s.metadata(entry).map_err(|e| s.in_file(e))? else {
+        let Some(Metadata {
+            bytes,
+            entry: member,
+        }) = s.metadata(entry).map_err(|e| s.in_file(e))?
+        else {
             return Ok(());
         };
         let in_member = |e: Error| s.in_file(e.in_entry(member));
@@ -162,13 +166,16 @@ impl<'c, S: Storages> Index<'c, S> {
     }
 }
 
+/// A check of a pickle's value, and its text in the format (the message when it fails).
+pub type Check = (fn(&Value) -> bool, &'static str);
+
 /// One of the pickles at the start of a file read by [`read_file`].
 #[derive(Debug, Clone, Copy)]
 pub struct Field {
     /// Its name in the format (errors name it).
     pub name: &'static str,
     /// A check its value must pass, and the check's text (the message when it fails).
-    pub check: Option<(fn(&Value) -> bool, &'static str)>,
+    pub check: Option<Check>,
 }
 
 impl Field {
@@ -259,7 +266,7 @@ struct Records<'k> {
 }
 
 impl Storages for Records<'_> {
-    fn metadata(&self, _: usize) -> Result<Option<(std::borrow::Cow<'_, [u8]>, &str)>> {
+    fn metadata(&self, _: usize) -> Result<Option<Metadata<'_>>> {
         Ok(None)
     }
 

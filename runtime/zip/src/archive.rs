@@ -4,7 +4,6 @@
 //! one for reading and locates its storages for the engine that reads the metadata
 //! ([`Storages`]); [`ArchiveWriter`] writes one.
 
-use std::borrow::Cow;
 use std::io::{Seek, Write};
 use std::sync::Arc;
 
@@ -13,7 +12,7 @@ use tensorfmt_core::limits::Limits;
 use tensorfmt_core::pattern::{Captures, Pattern};
 use tensorfmt_core::registry::Payload;
 use tensorfmt_core::source::Source;
-use tensorfmt_core::storage::{Located, StorageRef, Storages};
+use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
 use tensorfmt_core::tensor::{ByteOrder, Compression, TensorMeta, WriteOptions};
 
 use crate::{index, location, member_bytes, read_text, ZipIndex, ZipMember, ZipWriter};
@@ -327,13 +326,16 @@ impl<'s> Archive<'s> {
 }
 
 impl Storages for Archive<'_> {
-    fn metadata(&self, entry: usize) -> Result<Option<(Cow<'_, [u8]>, &str)>> {
+    fn metadata(&self, entry: usize) -> Result<Option<Metadata<'_>>> {
         let Some(m) = self.member(&self.entries[entry])? else {
             return Ok(None);
         };
         let bytes = member_bytes(self.src.data(), m, self.limits)
             .map_err(|e| e.in_entry(m.name.as_str()))?;
-        Ok(Some((bytes, m.name.as_str())))
+        Ok(Some(Metadata {
+            bytes,
+            entry: m.name.as_str(),
+        }))
     }
 
     fn locate(&self, storage: &StorageRef<'_>, tensor: &str) -> Result<Located<'_>> {
