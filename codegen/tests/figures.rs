@@ -50,13 +50,13 @@ const TARGET_RATIO: f64 = 4.0;
 /// The longest generated function, in lines.
 const MAX_LONGEST_FN: usize = 1020;
 /// Generated functions longer than [`TARGET_FN_LINES`].
-const MAX_FNS_OVER_TARGET: usize = 7;
+const MAX_FNS_OVER_TARGET: usize = 3;
 /// Generated lines per `.fmt` line, in total (rounded up to one decimal).
-const MAX_RATIO: f64 = 11.8;
+const MAX_RATIO: f64 = 9.5;
 /// Immediately-called closures.
-const MAX_CLOSURES: usize = 12;
+const MAX_CLOSURES: usize = 5;
 /// `#[allow(...)]` attributes.
-const MAX_ALLOWS: usize = 15;
+const MAX_ALLOWS: usize = 7;
 /// `(((` in the generated text.
 const MAX_TRIPLE_PARENS: usize = 13;
 
