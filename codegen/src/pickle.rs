@@ -1,10 +1,13 @@
 //! Pickle declarations and the zip engine around a pickled object: `pickle P { ... }`
 //! compiles into an `rt::pickle::Rules` constructor and one `is_<kind>` predicate per
-//! call kind; a `zip` format whose entry has `codec pickle(P)` gets an `index` that reads
-//! that member, finds every object of the mapped kind (`pickle.content.tensors`), and
-//! maps each with the tensor mapping, whose expressions are compiled here over pickle
-//! values (`t.size`, `t.storage.key`), text entries (`byteorder.content`), tables and
-//! entry lookups (`storage(key = ..)`).
+//! call kind; a `zip` format whose entry has `codec pickle(P)` gets its entries as data
+//! (`ENTRIES`, read by `rt::zip::Archive`), one mapping function per tensor mapping
+//! (`fn pickle_tensor(path, t, ..) -> rt::pickle::Mapped`: the mapping's expressions
+//! compiled over the call's arguments `t.size`, `t.storage.key`, text entries
+//! `byteorder.content`, tables and entry lookups `storage(key = ..)`), and an `index`
+//! that hands them to the runtime's loop (`rt::pickle::Index`). Its writer keeps the
+//! storages and the root object in `rt::pickle::Objects` and the members in
+//! `rt::zip::ArchiveWriter`; what is generated is the `write` rule (`tensor_object`).
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -64,16 +67,17 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
                                 vec![(module.to_string(), name.to_string())],
                             )),
                         }
-                        quote!(rt::pickle::Kind::Call {
-                            params: ::std::vec![#(#ps.to_string()),*].into()
-                        })
+                        let path = &path.value;
+                        allow.push(quote!(.allow_call(#path, &[#(#ps),*])));
+                        continue;
                     }
                 };
                 // `"module.*"`: every global of the module and its submodules.
+                let path = &path.value;
                 allow.push(if name == "*" {
                     quote!(.allow_module(#module, #k))
                 } else {
-                    quote!(.allow(#module, #name, #k))
+                    quote!(.allow_path(#path, #k))
                 });
             }
         }
@@ -165,6 +169,8 @@ enum T {
     OptStr,
     /// `&str`.
     Str,
+    /// `String`: text made by the mapping.
+    String,
     /// `u64`.
     Int,
     /// `bool`.
@@ -175,19 +181,38 @@ enum T {
     ByteOrder,
     /// `none`.
     None,
-    /// `(member, skip)`: a zip member from a byte offset to its end.
+    /// A storage from a byte offset to its end (`rt::StorageRef`, see [`Data`]).
     Data,
-    /// `(offset, len)`: a byte range of the file (a `payload` field of a record).
-    Range,
+}
+
+/// A storage reference: the position of its entry among the format's storages, its key
+/// (a `Cow<str>` expression) and the byte offset (a `u64` expression).
+#[derive(Clone)]
+struct Data {
+    entry: usize,
+    key: TokenStream,
+    skip: Option<TokenStream>,
+}
+
+impl Data {
+    fn tokens(&self) -> TokenStream {
+        let (entry, key) = (
+            proc_macro2::Literal::usize_unsuffixed(self.entry),
+            &self.key,
+        );
+        let skip = self.skip.clone().unwrap_or_else(|| quote!(0));
+        quote!(rt::StorageRef { entry: #entry, key: #key, skip: #skip })
+    }
 }
 
 struct V {
     ts: TokenStream,
     t: T,
+    data: Option<Data>,
 }
 
 fn v(ts: TokenStream, t: T) -> GResult<V> {
-    Ok(V { ts, t })
+    Ok(V { ts, t, data: None })
 }
 
 /// What the mapping's names refer to.
@@ -198,19 +223,27 @@ struct PScope<'a, 's> {
     params: Vec<String>,
     /// Persistent id items by name.
     persistent: Vec<String>,
-    /// Text entries (their content is `entry_<name>`).
-    texts: Vec<&'s Entry>,
-    /// Entries with captures besides the pickle's (looked up by `E(capture = v)`).
-    lookups: Vec<&'s Entry>,
+    /// Text entries with their positions among the format's entries (their contents are
+    /// `texts[position]`).
+    texts: Vec<(&'s Entry, usize)>,
+    /// Entries with captures besides the pickle's (looked up by `E(capture = v)`), with
+    /// their positions.
+    lookups: Vec<(&'s Entry, usize)>,
     /// Whether `dtype` is in reach (after the dtype is computed).
     dtype: bool,
     /// Tables of visible formats: `(format, table, module, key kind)`.
     ext_tables: Vec<(String, &'s Table, proc_macro2::Ident)>,
     /// Around a layout (`file` engine): `File.storages.bytes[index_of(File.keys, k)]`.
     records: Option<file::RecordsRef>,
+    /// Set when a compiled expression reads the text entries.
+    uses_texts: std::cell::Cell<bool>,
 }
 
 impl PScope<'_, '_> {
+    fn binding_ident(&self) -> proc_macro2::Ident {
+        rs_ident(self.binding)
+    }
+
     fn compile(&self, cx: &mut Cx<'_>, e: &Expr) -> GResult<V> {
         let text = cx.text(e.span);
         match &e.kind {
@@ -230,7 +263,7 @@ impl PScope<'_, '_> {
                 self.expect(cx, cond, &c, T::Bool)?;
                 let a = self.compile(cx, then)?;
                 let b = self.compile(cx, otherwise)?;
-                if a.t != b.t {
+                if a.t != b.t || a.t == T::Data {
                     return Err(cx.err(e.span, format!("the branches of `{text}` differ in type")));
                 }
                 let (c, a2, b2) = (&c.ts, &a.ts, &b.ts);
@@ -259,15 +292,16 @@ impl PScope<'_, '_> {
                 if let Some(r) = self.records.as_ref().and_then(|r| r.matches(base, index)) {
                     let k = self.compile(cx, r)?;
                     let key = self.name_text(cx, r, &k)?;
-                    return v(
-                        quote!({
-                            let key = #key;
-                            *records.get(key).ok_or_else(|| {
-                                rt::Error::from(rt::ErrorKind::NotFound(format!("storage {:?} is not in the key list", key)))
-                            })?
-                        }),
-                        T::Range,
-                    );
+                    let data = Data {
+                        entry: 0,
+                        key,
+                        skip: None,
+                    };
+                    return Ok(V {
+                        ts: quote!(),
+                        t: T::Data,
+                        data: Some(data),
+                    });
                 }
                 let (table, module) = match &base.kind {
                     ExprKind::Path(p) if p.len() == 1 => (self.fmt.table(&p[0].name), None),
@@ -288,20 +322,21 @@ impl PScope<'_, '_> {
                     return Err(cx.unsupported(e.span, "an integer-keyed table here"));
                 }
                 let k = self.compile(cx, index)?;
-                let key = self.name_text(cx, index, &k)?;
                 let f = rs_ident(&table.name.name);
                 let f = match module {
                     Some(m) => quote!(super::#m::#f),
                     None => quote!(#f),
                 };
                 let what = cx.text(index.span);
-                v(
-                    quote!({
-                        let key = #key;
-                        #f(key).ok_or_else(|| rt::Error::from(rt::ErrorKind::UnknownDType(key.to_string())).in_field(#what))?
-                    }),
-                    T::DType,
-                )
+                let ks = &k.ts;
+                let ts = match k.t {
+                    T::Obj => quote!(rt::pickle::lookup(#f, #ks, #what)?),
+                    T::Str => quote!(#f(#ks).ok_or_else(|| {
+                        rt::Error::from(rt::ErrorKind::UnknownDType(#ks.to_string())).in_field(#what)
+                    })?),
+                    _ => return Err(cx.err(index.span, format!("`{what}` is not text"))),
+                };
+                v(ts, T::DType)
             }
             ExprKind::Call { callee, args } => self.call(cx, e, callee, args),
             _ => Err(cx.unsupported(e.span, &format!("`{text}` in a mapping over a pickle"))),
@@ -319,22 +354,15 @@ impl PScope<'_, '_> {
         }
     }
 
-    /// A pickle value or string as text: a global's `module.name`, a string, an integer.
+    /// A pickle value or text as a storage key (a `Cow<str>`): a global's `module.name`,
+    /// a string, an integer.
     fn name_text(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
         let what = cx.text(e.span);
-        let msg = format!("`{what}` is not a name");
         let ts = &x.ts;
         match x.t {
-            T::Str => Ok(quote!(#ts)),
-            T::Obj => Ok(quote!(&{
-                let v: ::std::option::Option<&rt::pickle::Value> = #ts;
-                match v {
-                    Some(rt::pickle::Value::Global(g)) => ::std::borrow::Cow::Borrowed(&*g.path),
-                    Some(rt::pickle::Value::Str(s)) => ::std::borrow::Cow::Borrowed(&**s),
-                    Some(rt::pickle::Value::Int(i)) => ::std::borrow::Cow::Owned(i.to_string()),
-                    _ => return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what)),
-                }
-            }[..])),
+            T::Str => Ok(quote!(::std::borrow::Cow::Borrowed(#ts))),
+            T::String => Ok(quote!(::std::borrow::Cow::Owned(#ts))),
+            T::Obj => Ok(quote!(rt::pickle::name(#ts, #what)?)),
             _ => Err(cx.err(e.span, format!("`{what}` is not text"))),
         }
     }
@@ -342,14 +370,10 @@ impl PScope<'_, '_> {
     /// A pickle value as a non-negative integer.
     fn int(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
         let what = cx.text(e.span);
-        let msg = format!("`{what}` is not a non-negative integer");
         let ts = &x.ts;
         match x.t {
             T::Int => Ok(ts.clone()),
-            T::Obj => Ok(quote!(#ts
-                .and_then(rt::pickle::Value::as_i64)
-                .and_then(|i| u64::try_from(i).ok())
-                .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what))?)),
+            T::Obj => Ok(quote!(rt::pickle::uint(#ts, #what)?)),
             _ => Err(cx.err(e.span, format!("`{what}` is not an integer"))),
         }
     }
@@ -361,19 +385,10 @@ impl PScope<'_, '_> {
         if x.t != T::Obj {
             return Err(cx.err(e.span, format!("`{what}` is not a list of integers")));
         }
-        let msg = format!("`{what}` is not a tuple of integers");
-        let list = quote!(#ts
-            .and_then(rt::pickle::Value::as_int_list)
-            .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#what))?);
         Ok(if unsigned {
-            let neg = format!("`{what}` has a negative item");
-            quote!(#list
-                .into_iter()
-                .map(u64::try_from)
-                .collect::<::std::result::Result<::std::vec::Vec<u64>, _>>()
-                .map_err(|_| rt::Error::from(rt::ErrorKind::Invalid(#neg.to_string())).in_field(#what))?)
+            quote!(rt::pickle::dims(#ts, #what)?)
         } else {
-            list
+            quote!(rt::pickle::ints(#ts, #what)?)
         })
     }
 
@@ -381,10 +396,11 @@ impl PScope<'_, '_> {
         let first = p[0].name.as_str();
         let text = expr::join(p);
         if first == self.binding {
+            let b = self.binding_ident();
             match p.get(1).map(|i| i.name.as_str()) {
-                Some("path") if p.len() == 2 => return v(quote!(path.as_str()), T::Str),
+                Some("path") if p.len() == 2 => return v(quote!(path), T::Str),
                 Some(param) if self.params.iter().any(|x| x == param) => {
-                    let arg = quote!(o.arg(#param));
+                    let arg = quote!(#b.arg(#param));
                     return match p.get(2) {
                         None => v(arg, T::Obj),
                         Some(item) if p.len() == 3 => {
@@ -395,13 +411,8 @@ impl PScope<'_, '_> {
                                     format!("persistent ids have no item `{}`", item.name),
                                 ));
                             };
-                            v(
-                                quote!(match #arg {
-                                    Some(rt::pickle::Value::Persistent(id)) => id.as_seq().and_then(|s| s.get(#i)),
-                                    _ => None,
-                                }),
-                                T::Obj,
-                            )
+                            let i = proc_macro2::Literal::usize_unsuffixed(i);
+                            v(quote!(rt::pickle::item(#arg, #i)), T::Obj)
                         }
                         _ => Err(cx.unsupported(e.span, &format!("the path `{text}`"))),
                     };
@@ -415,12 +426,13 @@ impl PScope<'_, '_> {
             }
         }
         if p.len() == 2 && p[1].name == "content" {
-            if let Some(t) = self.texts.iter().find(|t| t.name.name == first) {
-                let var = format_ident!("entry_{}", t.name.name);
+            if let Some((t, i)) = self.texts.iter().find(|(t, _)| t.name.name == first) {
+                self.uses_texts.set(true);
+                let i = proc_macro2::Literal::usize_unsuffixed(*i);
                 return if t.is_optional() {
-                    v(quote!(#var.as_deref()), T::OptStr)
+                    v(quote!(texts[#i].as_deref()), T::OptStr)
                 } else {
-                    v(quote!(#var.as_str()), T::Str)
+                    v(quote!(texts[#i].as_deref().unwrap_or_default()), T::Str)
                 };
             }
         }
@@ -444,7 +456,7 @@ impl PScope<'_, '_> {
         let b = self.compile(cx, rhs)?;
         match op {
             BinaryOp::Eq | BinaryOp::Ne => {
-                let neg = op == BinaryOp::Ne;
+                let eq = op == BinaryOp::Eq;
                 let (x, y) = if a.t == T::None || a.t == T::Str {
                     (&b, &a)
                 } else {
@@ -452,24 +464,35 @@ impl PScope<'_, '_> {
                 };
                 let xs = &x.ts;
                 let ys = &y.ts;
+                let cmp = if eq { quote!(==) } else { quote!(!=) };
                 let test = match (x.t, y.t) {
-                    (T::Obj, T::None) => {
-                        quote!(matches!(#xs, None | Some(rt::pickle::Value::None)))
-                    }
-                    (T::OptStr, T::None) => quote!(#xs.is_none()),
-                    (T::OptStr, T::Str) => quote!(#xs == Some(#ys)),
-                    (T::Str, T::Str) => quote!(#xs == #ys),
+                    (T::Obj, T::None) if eq => quote!(rt::pickle::is_none(#xs)),
+                    (T::Obj, T::None) => quote!(!rt::pickle::is_none(#xs)),
+                    (T::OptStr, T::None) if eq => quote!(#xs.is_none()),
+                    (T::OptStr, T::None) => quote!(#xs.is_some()),
+                    (T::OptStr, T::Str) => quote!(#xs #cmp Some(#ys)),
+                    (T::Str | T::String, T::Str) | (T::Int, T::Int) => quote!(#xs #cmp #ys),
                     (T::Obj, T::Str) => {
-                        quote!(#xs.and_then(rt::pickle::Value::as_str) == Some(#ys))
+                        quote!(#xs.and_then(rt::pickle::Value::as_str) #cmp Some(#ys))
                     }
-                    (T::Int, T::Int) => quote!(#xs == #ys),
                     _ => return Err(cx.unsupported(e.span, "this comparison")),
                 };
-                v(if neg { quote!(!(#test)) } else { test }, T::Bool)
+                v(test, T::Bool)
             }
-            BinaryOp::Add if a.t == T::Str && b.t == T::Str => {
-                let (x, y) = (&a.ts, &b.ts);
-                v(quote!(&::std::format!("{}{}", #x, #y)), T::Str)
+            BinaryOp::Add
+                if matches!(a.t, T::Str | T::String) && matches!(b.t, T::Str | T::String) =>
+            {
+                let y = &b.ts;
+                match &lhs.kind {
+                    ExprKind::Str(s) => {
+                        let f = format!("{}{{}}", s.replace('{', "{{").replace('}', "}}"));
+                        v(quote!(::std::format!(#f, #y)), T::String)
+                    }
+                    _ => {
+                        let x = &a.ts;
+                        v(quote!(::std::format!("{}{}", #x, #y)), T::String)
+                    }
+                }
             }
             BinaryOp::Add | BinaryOp::Mul => {
                 cx.needs_overflow = true;
@@ -482,7 +505,7 @@ impl PScope<'_, '_> {
                     quote!(checked_mul)
                 };
                 v(
-                    quote!((#x).#m(#y).ok_or_else(|| overflow(#what, #what))?),
+                    quote!(#x.#m(#y).ok_or_else(|| overflow(#what, #what))?),
                     T::Int,
                 )
             }
@@ -497,30 +520,7 @@ impl PScope<'_, '_> {
                 let x = self.compile(cx, &a.value)?;
                 self.expect(cx, &a.value, &x, T::DType)?;
                 let xs = &x.ts;
-                v(quote!((#xs).0.itemsize().unwrap_or(0) as u64), T::Int)
-            }
-            ("slice", [d, start, end]) if self.records.is_some() => {
-                let dv = self.compile(cx, &d.value)?;
-                self.expect(cx, &d.value, &dv, T::Range)?;
-                if !matches!(end.value.kind, ExprKind::None) {
-                    return Err(cx.unsupported(end.value.span, "a slice end other than `none`"));
-                }
-                let s = self.compile(cx, &start.value)?;
-                let s = self.int(cx, &start.value, &s)?;
-                let ds = &dv.ts;
-                v(
-                    quote!({
-                        let (offset, len): (u64, u64) = #ds;
-                        let skip: u64 = #s;
-                        let rest = len.checked_sub(skip).ok_or_else(|| {
-                            rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
-                                "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, len
-                            )))
-                        })?;
-                        (offset + skip, rest)
-                    }),
-                    T::Range,
-                )
+                v(quote!(#xs.0.itemsize().unwrap_or(0) as u64), T::Int)
             }
             ("slice", [d, start, end]) => {
                 let dv = self.compile(cx, &d.value)?;
@@ -530,17 +530,25 @@ impl PScope<'_, '_> {
                 }
                 let s = self.compile(cx, &start.value)?;
                 let s = self.int(cx, &start.value, &s)?;
-                let ds = &dv.ts;
-                v(
-                    quote!({ let (m, skip) = #ds; (m, skip.checked_add(#s).ok_or_else(|| overflow("data", "slice start"))?) }),
-                    T::Data,
-                )
+                let mut data = dv.data.expect("a storage has its reference");
+                data.skip = Some(match data.skip {
+                    None => s,
+                    Some(skip) => {
+                        cx.needs_overflow = true;
+                        quote!(#skip.checked_add(#s).ok_or_else(|| overflow("data", "slice start"))?)
+                    }
+                });
+                Ok(V {
+                    ts: quote!(),
+                    t: T::Data,
+                    data: Some(data),
+                })
             }
             _ => {
-                let Some(entry) = self
+                let Some(&(entry, position)) = self
                     .lookups
                     .iter()
-                    .find(|x| callee.len() == 1 && x.name.name == callee[0].name)
+                    .find(|(x, _)| callee.len() == 1 && x.name.name == callee[0].name)
                 else {
                     return Err(
                         cx.unsupported(e.span, &format!("`{name}(..)` in a mapping over a pickle"))
@@ -552,11 +560,11 @@ impl PScope<'_, '_> {
                         cx.unsupported(e.span, "an entry lookup with other than one capture")
                     );
                 };
-                let Some(cap) = a
+                if !a
                     .name
                     .as_ref()
-                    .filter(|n| caps.iter().any(|c| *c == n.name))
-                else {
+                    .is_some_and(|n| caps.iter().any(|c| *c == n.name))
+                {
                     return Err(cx.err(
                         e.span,
                         format!(
@@ -564,28 +572,218 @@ impl PScope<'_, '_> {
                             entry.pattern.value
                         ),
                     ));
-                };
-                cx.needs_overflow = true;
+                }
                 let x = self.compile(cx, &a.value)?;
                 let key = self.name_text(cx, &a.value, &x)?;
-                let capname = &cap.name;
-                let pat = &entry.pattern.value;
-                let ename = &entry.name.name;
-                let missing = format!("the `{ename}` member {{}} (`{capname}` {{:?}}) is missing");
-                v(
-                    quote!({
-                        let key = #key;
-                        let member_name = captures.format(#pat, #capname, key)?;
-                        let m = zip.find(&member_name).ok_or_else(|| {
-                            rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, member_name, key)))
-                        })?;
-                        (m, 0u64)
-                    }),
-                    T::Data,
-                )
+                let data = Data {
+                    entry: position,
+                    key,
+                    skip: None,
+                };
+                Ok(V {
+                    ts: quote!(),
+                    t: T::Data,
+                    data: Some(data),
+                })
             }
         }
     }
+}
+
+/// The statements of a tensor mapping over a pickle's calls, by key.
+struct MapStmts<'e> {
+    name: &'e Expr,
+    dtype: &'e Expr,
+    shape: &'e Expr,
+    strides: Option<&'e Expr>,
+    byte_order: Option<&'e Expr>,
+    data: &'e Expr,
+    write: Option<&'e Expr>,
+}
+
+/// The statements of `map` (`write` only where `writable`).
+fn map_stmts<'e>(cx: &Cx<'_>, map: &'e TensorMap, writable: bool) -> GResult<MapStmts<'e>> {
+    const KEYS: [&str; 7] = [
+        "name",
+        "dtype",
+        "shape",
+        "strides",
+        "byte_order",
+        "data",
+        "write",
+    ];
+    let mut slots: [Option<&Expr>; 7] = Default::default();
+    for st in &map.stmts {
+        match st {
+            TensorStmt::Include(i) => {
+                return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
+            }
+            TensorStmt::Assign { key, value, span } => {
+                let Some(k) = KEYS
+                    .iter()
+                    .position(|k| *k == key.name)
+                    .filter(|&k| k < 6 || writable)
+                else {
+                    return Err(cx.unsupported(
+                        *span,
+                        &format!("`{}` in a mapping over a pickle", key.name),
+                    ));
+                };
+                if slots[k].is_some() {
+                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
+                }
+                slots[k] = Some(value);
+            }
+        }
+    }
+    let need = |k: usize| {
+        slots[k].ok_or_else(|| {
+            cx.err(
+                map.span,
+                format!("the tensor mapping needs `{} = ..;`", KEYS[k]),
+            )
+        })
+    };
+    Ok(MapStmts {
+        name: need(0)?,
+        dtype: need(1)?,
+        shape: need(2)?,
+        strides: slots[3],
+        byte_order: slots[4],
+        data: need(5)?,
+        write: slots[6],
+    })
+}
+
+/// A generated mapping function: `fn <name><'v>(path: &str, <binding>: &'v
+/// rt::pickle::Object[, texts]) -> rt::Result<rt::pickle::Mapped<'v>>`.
+struct MapFn {
+    ts: TokenStream,
+    /// Whether it takes the text entries' contents.
+    texts: bool,
+    /// The storage function, when one was asked for: `fn <name>_storage<'v>(<binding>,
+    /// dtype) -> rt::Result<rt::StorageRef<'v>>`.
+    storage: Option<proc_macro2::Ident>,
+    /// The position of the storages' entry the mapping's `data` names.
+    entry: usize,
+}
+
+/// The mapping function `name` of `map` (documented `doc`); with `storage_fn`, the
+/// mapping's `data` is a function of its own (the writer reads it back).
+fn gen_map_fn(
+    cx: &mut Cx<'_>,
+    scope: &mut PScope<'_, '_>,
+    s: &MapStmts<'_>,
+    name: &proc_macro2::Ident,
+    doc: &str,
+    storage_fn: bool,
+) -> GResult<MapFn> {
+    scope.dtype = false;
+    scope.uses_texts.set(false);
+    let name_v = scope.compile(cx, s.name)?;
+    let name_ts = match name_v.t {
+        T::Str => {
+            let n = &name_v.ts;
+            quote!(#n.to_string())
+        }
+        T::String => name_v.ts,
+        _ => return Err(cx.err(s.name.span, "a tensor name is text")),
+    };
+    let dtype_v = scope.compile(cx, s.dtype)?;
+    scope.expect(cx, s.dtype, &dtype_v, T::DType)?;
+    scope.dtype = true;
+    let shape_v = scope.compile(cx, s.shape)?;
+    let shape_ts = scope.int_list(cx, s.shape, &shape_v, true)?;
+    let bo_ts = match s.byte_order {
+        Some(b) => {
+            let bv = scope.compile(cx, b)?;
+            scope.expect(cx, b, &bv, T::ByteOrder)?;
+            bv.ts
+        }
+        None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
+    };
+    let texts_before_data = scope.uses_texts.get();
+    scope.uses_texts.set(false);
+    let data_v = scope.compile(cx, s.data)?;
+    scope.expect(cx, s.data, &data_v, T::Data)?;
+    let data_ref = data_v.data.expect("a storage has its reference");
+    let data = data_ref.tokens();
+    let data_texts = scope.uses_texts.get();
+    let (shape_field, strides_field) = match s.strides {
+        Some(st) => {
+            let sv = scope.compile(cx, st)?;
+            let ts = scope.int_list(cx, st, &sv, false)?;
+            (quote!(shape: #shape_ts,), quote!(strides: #ts,))
+        }
+        None => (
+            quote!(shape,),
+            quote!(strides: rt::contiguous_strides(&shape, rt::Order::C)?,),
+        ),
+    };
+    let shape_let = match s.strides {
+        Some(_) => quote!(),
+        None => quote!(let shape: ::std::vec::Vec<u64> = #shape_ts;),
+    };
+    let texts = texts_before_data || scope.uses_texts.get();
+    let b = scope.binding_ident();
+    let dtype_ts = &dtype_v.ts;
+    let (storage, storage_ts, storage_item) = if storage_fn {
+        if data_texts {
+            return Err(cx.unsupported(
+                s.data.span,
+                "writing a `data` that depends on the text entries",
+            ));
+        }
+        let f = format_ident!("{}_storage", name);
+        let uses_dtype = data.to_string().contains("dtype");
+        let dparam = if uses_dtype {
+            quote!(dtype)
+        } else {
+            quote!(_dtype)
+        };
+        let sdoc = " Where the bytes of the tensor that `t` builds start (the mapping's `data`), the tensor's dtype being `dtype`.".replace("`t`", &format!("`{}`", scope.binding));
+        let item = quote! {
+            #[doc = #sdoc]
+            fn #f<'v>(#b: &'v rt::pickle::Object, #dparam: (rt::DType, ::std::option::Option<rt::ByteOrder>)) -> rt::Result<rt::StorageRef<'v>> {
+                Ok(#data)
+            }
+        };
+        (Some(f.clone()), quote!(#f(#b, dtype)?), item)
+    } else {
+        (None, data, quote!())
+    };
+    let texts_param = if texts {
+        quote!(, texts: &[::std::option::Option<::std::string::String>])
+    } else {
+        quote!()
+    };
+    let path = if name_ts.to_string().contains("path") {
+        quote!(path)
+    } else {
+        quote!(_path)
+    };
+    Ok(MapFn {
+        ts: quote! {
+            #[doc = #doc]
+            fn #name<'v>(#path: &str, #b: &'v rt::pickle::Object #texts_param) -> rt::Result<rt::pickle::Mapped<'v>> {
+                let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
+                #shape_let
+                Ok(rt::pickle::Mapped {
+                    name: #name_ts,
+                    dtype: dtype.0,
+                    #strides_field
+                    #shape_field
+                    byte_order: #bo_ts,
+                    storage: #storage_ts,
+                })
+            }
+
+            #storage_item
+        },
+        texts,
+        storage,
+        entry: data_ref.entry,
+    })
 }
 
 /// The call kind that `name` (`tensor` or its plural `tensors`) names in `pdecl`.
@@ -660,18 +858,6 @@ pub(crate) fn index_and_structure(index_doc: &str, of: &str) -> TokenStream {
     }
 }
 
-/// The object tree of the pickle value `value`, naming each tensor object as the index
-/// did (`names_of`: object address → the names it was listed under, in walk order).
-pub(crate) fn tree_of(value: TokenStream) -> TokenStream {
-    quote! {
-        rt::pickle::to_tree(&#value, &mut |o| {
-            let q = names_of.get_mut(&(o as *const rt::pickle::Object as usize))?;
-            if q.len() > 1 { q.pop_front() } else { q.front().cloned() }
-        }, limits)
-    }
-}
-
-/// `index` and `Writer` of a zip format around a pickled object.
 /// The tables of the formats `fmt`'s file `use`s: `(format, table, module)`.
 fn visible_tables<'s>(
     model: &Model<'s>,
@@ -688,64 +874,142 @@ fn visible_tables<'s>(
     out
 }
 
+/// The `rt::zip::Entry` of a zip around a pickle: `kind` is its constructor call.
+fn entry_const(cx: &Cx<'_>, e: &Entry, kind: TokenStream) -> GResult<TokenStream> {
+    let mut ts = kind;
+    if e.has_flag("optional") {
+        ts = quote!(#ts.optional());
+    }
+    if prop(e, "compression").is_some() {
+        let ms = methods(cx, e)?;
+        ts = quote!(#ts.methods(&[#(#ms),*]));
+    }
+    let align = entry_align(cx, e)?;
+    if align.to_string() != "1" {
+        ts = quote!(#ts.align(#align));
+    }
+    Ok(ts)
+}
+
+/// The `rt::zip::Entry` of a text entry: its preferred name, the values its `check`
+/// allows (`check name in ["a", "b"];`) and its written content.
+fn text_const(cx: &Cx<'_>, e: &Entry) -> GResult<TokenStream> {
+    let (name, pat) = (&e.name.name, &e.pattern.value);
+    let mut ts = entry_const(cx, e, quote!(rt::zip::Entry::text(#name, #pat)))?;
+    if let Some(v) = e.prop_value("preferred") {
+        let ExprKind::Str(p) = &v.kind else {
+            return Err(cx.err(v.span, "`preferred` is a pattern"));
+        };
+        ts = quote!(#ts.preferred(#p));
+    }
+    for p in &e.props {
+        if let ("check", Some(c)) = (p.name.name.as_str(), &p.value) {
+            let values = match &c.kind {
+                ExprKind::In { expr: x, list } if matches!(&x.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == *name) => {
+                    list.iter()
+                        .map(|i| match &i.kind {
+                            ExprKind::Str(s) => Some(s.clone()),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()
+                }
+                _ => None,
+            };
+            let Some(values) = values else {
+                return Err(cx.unsupported(
+                    c.span,
+                    &format!("a text entry check other than `{name} in [\"..\", ..]`"),
+                ));
+            };
+            ts = quote!(#ts.one_of(&[#(#values),*]));
+        }
+    }
+    match prop(e, "write").map(|v| &v.kind) {
+        Some(ExprKind::Str(s)) => ts = quote!(#ts.written(#s)),
+        Some(_) => {
+            return Err(cx.unsupported(
+                prop(e, "write").unwrap().span,
+                "a text entry's `write` other than a string",
+            ))
+        }
+        None => {}
+    }
+    Ok(ts)
+}
+
 pub(crate) fn gen_zip_pickle(
     cx: &mut Cx<'_>,
     model: &Model<'_>,
     fmt: &Fmt<'_>,
 ) -> GResult<TokenStream> {
     let pickles = pickle_entries(fmt);
-    let (pentry, decl) = pickles[0];
-    let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
-        return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
-    };
+    let (pentry, _) = pickles[0];
     if fmt.tensors.is_empty() {
         return Err(cx.unsupported(fmt.ast.name.span, "a `zip` format without a tensor mapping"));
     }
-    // Entries: the pickle's captures are shared by all; text entries are read; others
-    // are looked up by their remaining captures.
+    // The entries, the first pickle first (its captures name the others), then the others
+    // in schema order: pickles read whole, text entries read and checked, storages looked
+    // up by their one capture beyond the pickle's.
     let pcaps: Vec<String> = pentry.captures().iter().map(|s| s.to_string()).collect();
+    let order: Vec<&Entry> = std::iter::once(pentry)
+        .chain(
+            fmt.entries
+                .iter()
+                .copied()
+                .filter(|e| !std::ptr::eq(*e, pentry)),
+        )
+        .collect();
     let mut texts = Vec::new();
     let mut lookups = Vec::new();
-    let mut entry_checks = Vec::new();
-    let mut methods_ok = Vec::new();
-    for e in &fmt.entries {
-        if pickles.iter().any(|(p, _)| std::ptr::eq(*e, *p)) {
-            if !e.captures().iter().all(|c| pcaps.iter().any(|p| p == c)) {
+    let mut consts = Vec::new();
+    for (i, e) in order.iter().copied().enumerate() {
+        let (name, pat) = (&e.name.name, &e.pattern.value);
+        let extra: Vec<&str> = e
+            .captures()
+            .into_iter()
+            .filter(|c| !pcaps.iter().any(|p| p == c))
+            .collect();
+        if pickles.iter().any(|(p, _)| std::ptr::eq(e, *p)) {
+            if !extra.is_empty() {
                 return Err(cx.unsupported(
                     e.pattern.span,
                     "a second pickle entry with captures beyond the first's",
                 ));
             }
+            consts.push(entry_const(
+                cx,
+                e,
+                quote!(rt::zip::Entry::member(#name, #pat)),
+            )?);
             continue;
         }
-        let mut text = false;
         for p in &e.props {
-            match (p.name.name.as_str(), &p.value) {
-                ("text", None) => text = true,
-                ("optional" | "repeated" | "compression" | "align" | "write" | "preferred", _) => {}
-                ("check", Some(_)) => {}
-                (other, _) => {
+            match p.name.name.as_str() {
+                "text" | "optional" | "repeated" | "compression" | "align" | "write"
+                | "preferred" | "check" => {}
+                other => {
                     return Err(
                         cx.unsupported(p.span, &format!("the entry property `{other}` here"))
                     )
                 }
             }
         }
-        let extra: Vec<&str> = e
-            .captures()
-            .into_iter()
-            .filter(|c| !pcaps.iter().any(|p| p == c))
-            .collect();
-        if text {
+        if e.has_flag("text") {
             if !extra.is_empty() {
                 return Err(cx.unsupported(
                     e.pattern.span,
                     "a text entry with captures beyond the pickle's",
                 ));
             }
-            texts.push(*e);
-        } else if extra.len() == 1 {
-            lookups.push(*e);
+            texts.push((e, i));
+            consts.push(text_const(cx, e)?);
+        } else if let [cap] = extra.as_slice() {
+            lookups.push((e, i));
+            consts.push(entry_const(
+                cx,
+                e,
+                quote!(rt::zip::Entry::storages(#name, #pat, #cap)),
+            )?);
         } else {
             return Err(cx.unsupported(
                 e.pattern.span,
@@ -763,131 +1027,33 @@ pub(crate) fn gen_zip_pickle(
         dtype: false,
         ext_tables: visible_tables(model, fmt),
         records: None,
+        uses_texts: Default::default(),
     };
-    // Text entries: read, then checked.
-    for t in &scope.texts {
-        let var = format_ident!("entry_{}", t.name.name);
-        let pat = &t.pattern.value;
-        let ename = &t.name.name;
-        let read = quote!(rt::zip::read_text(src.data(), m, limits)
-            .map_err(|e| in_file(e.in_entry(m.name.as_str())))?);
-        // The member, or why it is missing: under the `preferred` name when there is
-        // one, else the pattern's (`name`).
-        let find = match t.prop_value("preferred").map(|v| &v.kind) {
-            Some(ExprKind::Str(pref)) => {
-                let msg = format!("the `{ename}` member {{}} is missing (and so is {{}})");
-                quote! {{
-                    let preferred = captures.format_all(#pref)?;
-                    match zip.find(&preferred) {
-                        Some(m) => Ok(m),
-                        None => zip.find(&name).ok_or_else(|| format!(#msg, name, preferred)),
-                    }
-                }}
-            }
-            _ => {
-                let msg = format!("the `{ename}` member {{}} is missing");
-                quote!(zip.find(&name).ok_or_else(|| format!(#msg, name)))
-            }
-        };
-        if t.is_optional() {
-            entry_checks.push(quote! {
-                let #var: ::std::option::Option<::std::string::String> = {
-                    let name = captures.format_all(#pat)?;
-                    match #find {
-                        Ok(m) => Some(#read),
-                        Err(_) => None,
-                    }
-                };
-                let _ = &#var;
-            });
-        } else {
-            entry_checks.push(quote! {
-                let #var: ::std::string::String = {
-                    let name = captures.format_all(#pat)?;
-                    let m = #find.map_err(|why| in_file(rt::Error::from(rt::ErrorKind::NotFound(why))))?;
-                    #read
-                };
-                let _ = &#var;
-            });
-        }
-        for p in &t.props {
-            if let ("check", Some(c)) = (p.name.name.as_str(), &p.value) {
-                // In a check, the entry's own name is its content.
-                let c2 = rename(c, &t.name.name);
-                let cv = scope.compile(cx, &c2)?;
-                scope.expect(cx, c, &cv, T::Bool)?;
-                let cts = &cv.ts;
-                let msg = format!("check failed: {}", cx.text(c.span));
-                let pat = &t.pattern.value;
-                // The checks of an optional entry hold for its content when it is there.
-                let present = if t.is_optional() {
-                    quote!(#var.is_some() &&)
-                } else {
-                    quote!()
-                };
-                entry_checks.push(quote! {
-                    if #present !(#cts) {
-                        return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_entry(captures.format_all(#pat)?)));
-                    }
-                });
-            }
-        }
-    }
-    for e in &fmt.entries {
-        for p in &e.props {
-            if let ("compression", Some(v)) = (p.name.name.as_str(), &p.value) {
-                let ExprKind::List(items) = &v.kind else {
-                    return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
-                };
-                let mut ms = Vec::new();
-                for i in items {
-                    match &i.kind {
-                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
-                            ms.push(quote!(rt::Compression::Stored))
-                        }
-                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
-                            ms.push(quote!(rt::Compression::Deflate))
-                        }
-                        _ => return Err(cx.unsupported(i.span, "this compression")),
-                    }
-                }
-                let pat = &e.pattern.value;
-                methods_ok.push(quote!((#pat, &[#(#ms),*])));
-            }
-        }
-    }
 
     // The mappings, each over the objects of one pickle entry.
-    let mut blocks = Vec::new();
+    let mut fns = Vec::new();
+    let mut reads = Vec::new();
     let mut writer_spec = None;
-    for map in &fmt.tensors {
+    let mut any_texts = false;
+    for (j, map) in fmt.tensors.iter().enumerate() {
         // `tensor from <entry>.content.<kind>s as t`
-        let (mentry, mdecl) = match &map.source.kind {
-            ExprKind::Path(p) if p.len() == 3 && p[1].name == "content" => {
-                match pickles.iter().find(|(e, _)| e.name.name == p[0].name) {
-                    Some(&(e, d)) => (e, d),
-                    None => {
-                        return Err(cx.unsupported(
-                            map.source.span,
-                            "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
-                        ))
-                    }
-                }
-            }
-            _ => {
-                return Err(cx.unsupported(
-                    map.source.span,
-                    "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
-                ))
-            }
+        let found = match &map.source.kind {
+            ExprKind::Path(p) if p.len() == 3 && p[1].name == "content" => pickles
+                .iter()
+                .find(|(e, _)| e.name.name == p[0].name)
+                .map(|&(e, d)| (e, d, &p[2])),
+            _ => None,
+        };
+        let Some((mentry, mdecl, kinds)) = found else {
+            return Err(cx.unsupported(
+                map.source.span,
+                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
+            ));
         };
         let Some(mpdecl) = fmt.ast.pickles().find(|p| p.name.name == mdecl.name) else {
             return Err(cx.err(mdecl.span, format!("unknown pickle `{}`", mdecl.name)));
         };
-        let ExprKind::Path(src_path) = &map.source.kind else {
-            unreachable!("matched above")
-        };
-        let kind = resolve_kind(cx, mpdecl, &src_path[2])?;
+        let kind = resolve_kind(cx, mpdecl, kinds)?;
         if let Some(w) = &map.filter {
             return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
         }
@@ -895,266 +1061,99 @@ pub(crate) fn gen_zip_pickle(
         scope.binding = &map.binding.name;
         scope.params = params;
         scope.persistent = persistent;
-        scope.dtype = false;
-        let mut name = None;
-        let mut dtype = None;
-        let mut shape = None;
-        let mut strides = None;
-        let mut byte_order = None;
-        let mut data = None;
-        let mut write = None;
-        for st in &map.stmts {
-            match st {
-                TensorStmt::Include(i) => {
-                    return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
-                }
-                TensorStmt::Assign { key, value, span } => {
-                    let slot = match key.name.as_str() {
-                        "name" => &mut name,
-                        "dtype" => &mut dtype,
-                        "shape" => &mut shape,
-                        "strides" => &mut strides,
-                        "byte_order" => &mut byte_order,
-                        "data" => &mut data,
-                        "write" => &mut write,
-                        other => {
-                            return Err(cx.unsupported(
-                                *span,
-                                &format!("`{other}` in a mapping over a pickle"),
-                            ))
-                        }
-                    };
-                    if slot.is_some() {
-                        return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
-                    }
-                    *slot = Some(value);
-                }
-            }
-        }
-        fn need<'e>(
-            cx: &Cx<'_>,
-            map: &TensorMap,
-            x: Option<&'e Expr>,
-            what: &str,
-        ) -> GResult<&'e Expr> {
-            x.ok_or_else(|| cx.err(map.span, format!("the tensor mapping needs `{what} = ..;`")))
-        }
-        let (name, dtype, shape, data) = (
-            need(cx, map, name, "name")?,
-            need(cx, map, dtype, "dtype")?,
-            need(cx, map, shape, "shape")?,
-            need(cx, map, data, "data")?,
-        );
-        let name_v = scope.compile(cx, name)?;
-        scope.expect(cx, name, &name_v, T::Str)?;
-        let dtype_v = scope.compile(cx, dtype)?;
-        scope.expect(cx, dtype, &dtype_v, T::DType)?;
-        scope.dtype = true;
-        let shape_v = scope.compile(cx, shape)?;
-        let shape_ts = scope.int_list(cx, shape, &shape_v, true)?;
-        let strides_ts = match strides {
-            Some(s) => {
-                let sv = scope.compile(cx, s)?;
-                scope.int_list(cx, s, &sv, false)?
-            }
-            None => quote!(rt::contiguous_strides(&shape, rt::Order::C)?),
-        };
-        let bo_ts = match byte_order {
-            Some(b) => {
-                let bv = scope.compile(cx, b)?;
-                scope.expect(cx, b, &bv, T::ByteOrder)?;
-                bv.ts
-            }
-            None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
-        };
-        let data_v = scope.compile(cx, data)?;
-        scope.expect(cx, data, &data_v, T::Data)?;
-
-        let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
-        let rules = format_ident!("{}_rules", mpdecl.name.name.to_lowercase());
-        let is_kind = format_ident!("is_{}_{}", mpdecl.name.name.to_lowercase(), kind);
-        let primary = std::ptr::eq(mentry, pentry);
-        let member = if primary {
-            quote!()
-        } else {
-            let pat = &mentry.pattern.value;
-            let missing = format!("the `{}` member {{}} is missing", mentry.name.name);
-            let absent = if mentry.is_optional() {
-                quote!(None => ::std::option::Option::None,)
-            } else {
-                quote!(None => return Err(in_file(rt::Error::from(rt::ErrorKind::NotFound(format!(#missing, name))))),)
-            };
-            quote! {
-                let name = captures.format_all(#pat)?;
-                let pm: &rt::ZipMember = match zip.find(&name) {
-                    Some(m) => m,
-                    #absent
-                };
-            }
-        };
-        let tree = if primary {
-            let tree = tree_of(quote!(value));
-            quote! {
-                if with_structure {
-                    structure = Some(#tree.map_err(|e| in_file(e.in_entry(pm.name.as_str())))?);
-                }
-            }
-        } else {
-            quote!()
-        };
-        let body = quote! {
-            #member
-            let content = rt::zip::member_bytes(src.data(), pm, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let value = rt::pickle::read(&content, #rules(), limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let objects = rt::pickle::find_objects(&value, &#is_kind, limits).map_err(|e| in_file(e.in_entry(pm.name.as_str())))?;
-            let mut names_of: ::std::collections::HashMap<usize, ::std::collections::VecDeque<::std::string::String>> = ::std::collections::HashMap::new();
-            for (path, o) in objects {
-                let t = (|| -> rt::Result<rt::TensorInfo> {
-                    let name: &str = #name_ts;
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
-                    let shape: ::std::vec::Vec<u64> = #shape_ts;
-                    let strides: ::std::vec::Vec<i64> = #strides_ts;
-                    let byte_order: rt::ByteOrder = #bo_ts;
-                    let (m, skip): (&rt::ZipMember, u64) = #data_ts;
-                    let len = m.size.checked_sub(skip).ok_or_else(|| {
-                        rt::Error::from(rt::ErrorKind::SizeMismatch(format!(
-                            "tensor '{}' starts at byte {} of its storage, which holds {}", name, skip, m.size
-                        )))
-                    })?;
-                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::zip::location(&zip, m, skip, len))
-                        .map_err(|e| e.in_entry(m.name.as_str()))
-                })()
-                .map_err(|e| {
-                    let e = if e.location.entry.is_none() { e.in_entry(pm.name.as_str()) } else { e };
-                    in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() }))
-                })?;
-                if with_structure {
-                    names_of.entry(o as *const rt::pickle::Object as usize).or_default().push_back(t.name.clone());
-                }
-                tensors.push(t);
-            }
-            #tree
-        };
-        // A secondary, optional pickle that is absent maps nothing.
-        blocks.push(if !primary && mentry.is_optional() {
-            quote!(#[allow(clippy::redundant_closure_call)] (|| -> rt::Result<()> { #body Ok(()) })()?;)
-        } else {
-            quote!({ #body })
-        });
-        if fmt.tensors.len() == 1 {
-            writer_spec = Some((mpdecl, map, byte_order, data, write));
-        } else if let Some(w) = write {
+        let s = map_stmts(cx, map, true)?;
+        let writable = fmt.tensors.len() == 1 && s.write.is_some();
+        if let (Some(w), false) = (s.write, writable) {
             return Err(cx.unsupported(w.span, "writing a format with several tensor mappings"));
         }
+        let taken = fmt.tensors[..j]
+            .iter()
+            .any(|m| m.source.as_path().map(|p| &p[0].name) == Some(&mentry.name.name));
+        let f = match taken {
+            false => format_ident!("{}_tensor", mentry.name.name),
+            true => format_ident!("{}_tensor_{}", mentry.name.name, j),
+        };
+        let doc = format!(
+            " The tensor that a `{kind}` call of `{}` builds (`{}` at `path`): the mapping `tensor from {}`.",
+            mentry.name.name,
+            map.binding.name,
+            cx.text(map.source.span),
+        );
+        let mf = gen_map_fn(cx, &mut scope, &s, &f, &doc, writable)?;
+        let position = order
+            .iter()
+            .position(|e| std::ptr::eq(*e, mentry))
+            .expect("every entry is in the list");
+        let rules = format_ident!("{}_rules", mpdecl.name.name.to_lowercase());
+        let is_kind = format_ident!("is_{}_{}", mpdecl.name.name.to_lowercase(), kind);
+        let map_arg = if mf.texts {
+            any_texts = true;
+            quote!(|path, t| #f(path, t, texts))
+        } else {
+            quote!(#f)
+        };
+        let position = proc_macro2::Literal::usize_unsuffixed(position);
+        reads.push(quote!(index.read(#position, #rules(), #is_kind, #map_arg)?;));
+        fns.push(mf.ts);
+        if writable {
+            writer_spec = Some((mpdecl, s, mf.storage, rules, mf.entry));
+        }
     }
-    let ppat = &pentry.pattern.value;
     let public = fmt.public_name();
-    let esc = ppat.replace('{', "{{").replace('}', "}}");
-    let several = format!("{public}: several members match `{esc}`: {{}} and {{}}");
-    let none = format!("{public}: no member matches `{ppat}`");
-    let compressed = format!("{public} members may not be compressed with {{:?}}");
     let writer = match writer_spec {
-        Some((pdecl, map, byte_order, data, write)) => gen_writer(
+        Some((pdecl, s, storage, rules, storages)) => gen_writer(
             cx,
             fmt,
             &scope,
             Spec {
                 pentry,
                 pdecl,
-                map,
-                byte_order,
-                data,
-                write,
+                stmts: s,
+                storage: storage.expect("a writable mapping has a storage function"),
+                rules,
+                storages,
             },
         )?,
         None => refusing_writer(public, true),
     };
-    let _ = pdecl;
-    let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
+    let texts = any_texts.then(|| quote!(let texts = archive.texts();));
     let entry_points = index_and_structure(
         " Lists the tensors of `src` without reading their bytes: reads the pickle members\n (with the declared globals only), then maps every object of the mapped kinds.",
         "the first pickle member",
     );
+    let edoc = format!(
+        " The members of a `{public}` archive: `{}` first, whose captures name the others.",
+        pentry.name.name
+    );
     Ok(quote! {
-        #[doc = " The name pattern of the pickle member; its captures name every other member."]
-        pub const #pconst: &str = #ppat;
+        #[doc = #edoc]
+        pub const ENTRIES: &[rt::zip::Entry] = &[#(#consts),*];
 
         #entry_points {
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
-            };
-            let zip = rt::zip::index(src, limits).map_err(in_file)?;
-            let methods: &[(&str, &[rt::Compression])] = &[#(#methods_ok),*];
-            let methods = methods
-                .iter()
-                .map(|(pat, ok)| Ok((rt::Pattern::new(pat)?, *ok)))
-                .collect::<rt::Result<::std::vec::Vec<_>>>()?;
-            for m in zip.members().iter().filter(|m| m.compression != rt::Compression::Stored) {
-                for (pat, ok) in &methods {
-                    if !ok.contains(&m.compression) && pat.is_match(&m.name) {
-                        return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, m.compression))).in_entry(m.name.as_str())));
-                    }
-                }
-            }
-            let pattern = rt::Pattern::new(#pconst)?;
-            let mut found: ::std::option::Option<(&rt::ZipMember, rt::Captures)> = None;
-            for m in zip.members() {
-                if let Some(values) = pattern.matches(&m.name) {
-                    if let Some((prev, _)) = &found {
-                        if prev.name != m.name {
-                            return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(format!(#several, prev.name, m.name)))));
-                        }
-                    }
-                    found = Some((m, rt::Captures::new(&pattern, values)));
-                }
-            }
-            let Some((pm, captures)) = found else {
-                return Err(in_file(rt::Error::from(rt::ErrorKind::NotFound(#none.to_string()))));
-            };
-            #(#entry_checks)*
-            let mut tensors = ::std::vec::Vec::new();
-            let mut structure: ::std::option::Option<rt::Node> = None;
-            #(#blocks)*
-            let _ = &mut structure;
-            Ok((tensors, structure))
+            let archive = rt::zip::Archive::open(src, limits, NAME, ENTRIES)?;
+            #texts
+            let mut index = rt::pickle::Index::new(&archive, limits, with_structure);
+            #(#reads)*
+            Ok(index.finish())
         }
+
+        #(#fns)*
 
         #writer
     })
 }
 
-/// `e` with the bare name `entry` replaced by `entry.content`.
-fn rename(e: &Expr, entry: &str) -> Expr {
-    let mut e = e.clone();
-    fn go(e: &mut Expr, entry: &str) {
-        match &mut e.kind {
-            ExprKind::Path(p) if p.len() == 1 && p[0].name == entry => {
-                let mut c = p[0].clone();
-                c.name = "content".to_string();
-                p.push(c);
-            }
-            ExprKind::Binary { lhs, rhs, .. } => {
-                go(lhs, entry);
-                go(rhs, entry);
-            }
-            ExprKind::Unary { expr, .. } => go(expr, entry),
-            ExprKind::In { expr, .. } => go(expr, entry),
-            _ => {}
-        }
-    }
-    go(&mut e, entry);
-    e
-}
-
 /// What the writer is generated from.
-struct Spec<'s> {
+struct Spec<'s, 'e> {
     pentry: &'s Entry,
     pdecl: &'s Pickle,
-    map: &'s TensorMap,
-    byte_order: Option<&'s Expr>,
-    data: &'s Expr,
-    write: Option<&'s Expr>,
+    stmts: MapStmts<'e>,
+    /// The mapping's storage function (its `data`).
+    storage: proc_macro2::Ident,
+    /// The pickle's rules function.
+    rules: proc_macro2::Ident,
+    /// The position of the storages' entry.
+    storages: usize,
 }
 
 /// The value of an entry property.
@@ -1165,7 +1164,7 @@ fn prop<'e>(e: &'e Entry, name: &str) -> Option<&'e Expr> {
         .and_then(|p| p.value.as_ref())
 }
 
-/// The compression methods an entry lists (stored when none).
+/// The compression methods an entry lists.
 fn methods(cx: &Cx<'_>, e: &Entry) -> GResult<Vec<TokenStream>> {
     let mut out = Vec::new();
     if let Some(v) = prop(e, "compression") {
@@ -1183,9 +1182,6 @@ fn methods(cx: &Cx<'_>, e: &Entry) -> GResult<Vec<TokenStream>> {
                 _ => return Err(cx.unsupported(i.span, "this compression")),
             }
         }
-    }
-    if out.is_empty() {
-        out.push(quote!(rt::Compression::Stored));
     }
     Ok(out)
 }
@@ -1226,12 +1222,12 @@ enum W {
 /// What write rules may name: the pickle's globals and persistent id.
 struct WScope<'a> {
     fmt: &'a Fmt<'a>,
+    /// The pickle's rules function.
+    rules: &'a proc_macro2::Ident,
     /// `(module.name, kind, params)` of every declared global.
     globals: Vec<(String, String, Vec<String>)>,
     /// The persistent kind and its items.
     persistent: Option<(String, Vec<String>)>,
-    /// Whether per-tensor names (`index`, `shape`, ...) are in reach.
-    tensor: bool,
 }
 
 struct WV {
@@ -1243,11 +1239,6 @@ struct WV {
 
 fn wv(ts: TokenStream, t: W) -> GResult<WV> {
     Ok(WV { ts, t, table: None })
-}
-
-fn global_value(path: &str) -> TokenStream {
-    let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
-    quote!(rt::pickle::Value::Global(rt::pickle::Global::new(#m, #n)))
 }
 
 impl WScope<'_> {
@@ -1270,6 +1261,15 @@ impl WScope<'_> {
                 ))
             }
         })
+    }
+
+    fn vals(&self, cx: &Cx<'_>, args: &[Arg]) -> GResult<Vec<TokenStream>> {
+        let mut vals = Vec::new();
+        for a in args {
+            let x = self.compile(cx, &a.value)?;
+            vals.push(self.to_val(cx, &a.value, x)?);
+        }
+        Ok(vals)
     }
 
     fn compile(&self, cx: &Cx<'_>, e: &Expr) -> GResult<WV> {
@@ -1318,47 +1318,32 @@ impl WScope<'_> {
                     _ => return Err(cx.unsupported(e.span, "this comparison in a write rule")),
                 };
                 if *op == BinaryOp::Eq {
-                    wv(quote!((#x).is_none()), W::Bool)
+                    wv(quote!(#x.is_none()), W::Bool)
                 } else {
-                    wv(quote!((#x).is_some()), W::Bool)
+                    wv(quote!(#x.is_some()), W::Bool)
                 }
             }
             ExprKind::Path(p) => {
                 let path = expr::join(p);
-                if self.tensor && p.len() == 1 {
+                if p.len() == 1 {
+                    let int = |f: &str| {
+                        let f = format_ident!("{}", f);
+                        wv(quote!(i128::from(s.#f)), W::Int)
+                    };
                     match path.as_str() {
-                        "index" => return wv(quote!(i128::from(index)), W::Int),
-                        "offset" => return wv(quote!(i128::from(offset)), W::Int),
-                        "numel" => return wv(quote!(i128::from(numel)), W::Int),
-                        "nbytes" => return wv(quote!(i128::from(nbytes)), W::Int),
+                        "index" | "offset" | "numel" | "nbytes" => return int(&path),
                         "dtype" => return wv(quote!(meta.dtype), W::DType),
                         "shape" => {
-                            return wv(
-                                quote!(rt::pickle::Value::tuple(
-                                    meta.shape
-                                        .iter()
-                                        .map(|&d| rt::pickle::Value::int(i128::from(d)))
-                                        .collect()
-                                )),
-                                W::Val,
-                            )
+                            return wv(quote!(rt::pickle::Value::int_tuple(&meta.shape)), W::Val)
                         }
                         "strides" => {
-                            return wv(
-                                quote!(rt::pickle::Value::tuple(
-                                    strides
-                                        .iter()
-                                        .map(|&d| rt::pickle::Value::int(i128::from(d)))
-                                        .collect()
-                                )),
-                                W::Val,
-                            )
+                            return wv(quote!(rt::pickle::Value::int_tuple(&s.strides)), W::Val)
                         }
                         _ => {}
                     }
                 }
                 match self.global(&path) {
-                    Some(_) => wv(global_value(&path), W::Val),
+                    Some(_) => wv(quote!(rt::pickle::Value::global(#path)), W::Val),
                     None => {
                         Err(cx.err(e.span, format!("`{path}` is not a declared pickle global")))
                     }
@@ -1371,15 +1356,21 @@ impl WScope<'_> {
 
     fn call(&self, cx: &Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<WV> {
         let name = expr::join(callee);
-        let public = self.fmt.public_name();
         match (name.as_str(), args) {
             ("str", [a]) => {
+                // A number the writer keeps (`index`) is written as it is.
+                if let Some([n]) = a.value.as_path() {
+                    if matches!(n.name.as_str(), "index" | "offset" | "numel" | "nbytes") {
+                        let f = format_ident!("{}", n.name);
+                        return wv(quote!(rt::pickle::Value::str(&s.#f.to_string())), W::Val);
+                    }
+                }
                 let x = self.compile(cx, &a.value)?;
                 if x.t != W::Int {
                     return Err(cx.err(a.value.span, "`str` takes an integer"));
                 }
                 let ts = x.ts;
-                wv(quote!(rt::pickle::Value::str(&(#ts).to_string())), W::Val)
+                wv(quote!(rt::pickle::Value::str(&#ts.to_string())), W::Val)
             }
             ("key_of", [t, d]) => {
                 let table = match t.value.as_path() {
@@ -1419,7 +1410,7 @@ impl WScope<'_> {
                                 format!("\"{s}\" is not a declared pickle global"),
                             ));
                         }
-                        wv(global_value(s), W::Val)
+                        wv(quote!(rt::pickle::Value::global(#s)), W::Val)
                     }
                     W::OptStr => {
                         let tname = x.table.clone().unwrap_or_default();
@@ -1435,16 +1426,9 @@ impl WScope<'_> {
                                 }
                             }
                         }
-                        let msg = format!(
-                            "{public} has no `{tname}` key for dtype {{}} ({{:?}} byte order)"
-                        );
                         let ts = x.ts;
                         wv(
-                            quote!({
-                                let k: &str = (#ts).ok_or_else(|| rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, meta.dtype, byte_order))))?;
-                                let (m, n) = k.rsplit_once('.').unwrap_or(("", k));
-                                rt::pickle::Value::Global(rt::pickle::Global::new(m, n))
-                            }),
+                            quote!(rt::pickle::table_global(#ts, NAME, #tname, meta.dtype, byte_order)?),
                             W::Val,
                         )
                     }
@@ -1466,24 +1450,14 @@ impl WScope<'_> {
                             ),
                         ));
                     }
-                    let mut vals = Vec::new();
-                    for a in args {
-                        let x = self.compile(cx, &a.value)?;
-                        vals.push(self.to_val(cx, &a.value, x)?);
-                    }
-                    return wv(
-                        quote!(rt::pickle::Value::Persistent(::std::sync::Arc::new(
-                            rt::pickle::Value::tuple(vec![#(#vals),*])
-                        ))),
-                        W::Val,
-                    );
+                    let vals = self.vals(cx, args)?;
+                    return wv(quote!(rt::pickle::Value::persistent([#(#vals),*])), W::Val);
                 }
                 let Some((path, kind, params)) = self.global(&name) else {
                     return Err(cx.err(e.span, format!("`{name}` is not a declared pickle global")));
                 };
-                let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
-                let g = quote!(rt::pickle::Global::new(#m, #n));
-                if let Some(k) = builtin_kind(kind) {
+                let rules = self.rules;
+                if builtin_kind(kind).is_some() {
                     if kind == "class" {
                         return Err(cx.err(
                             e.span,
@@ -1493,10 +1467,7 @@ impl WScope<'_> {
                     if !args.is_empty() {
                         return Err(cx.unsupported(e.span, "a container call with arguments"));
                     }
-                    return wv(
-                        quote!(rt::pickle::Value::object(rt::pickle::Object::new(#g, #k))),
-                        W::Val,
-                    );
+                    return wv(quote!(rt::pickle::call(#rules(), #path, [])?), W::Val);
                 }
                 if args.len() != params.len() || args.iter().any(|a| a.name.is_some()) {
                     return Err(cx.err(
@@ -1508,16 +1479,9 @@ impl WScope<'_> {
                         ),
                     ));
                 }
-                let mut vals = Vec::new();
-                for a in args {
-                    let x = self.compile(cx, &a.value)?;
-                    vals.push(self.to_val(cx, &a.value, x)?);
-                }
+                let vals = self.vals(cx, args)?;
                 wv(
-                    quote!(rt::pickle::Value::object(
-                        rt::pickle::Object::new(#g, rt::pickle::Kind::Call { params: ::std::vec![#(#params.to_string()),*].into() })
-                            .with_args(vec![#(#vals),*])
-                    )),
+                    quote!(rt::pickle::call(#rules(), #path, [#(#vals),*])?),
                     W::Val,
                 )
             }
@@ -1550,19 +1514,19 @@ fn uses_binding(e: &Expr, binding: &str) -> bool {
     }
 }
 
-/// The streaming `Writer`: tensors go to storage members as they come (the mapping's
-/// `data` run backwards: the member its object's persistent id names), the pickled root
-/// object (the pickle entry's `write`, a dict-kind call getting `name -> object` items)
-/// and the text entries' `write` contents are written by `finish`.
+/// The streaming `Writer`: tensors go to storage members as they come (where the
+/// mapping's `data`, read back from the object the `write` rule builds, puts them), the
+/// pickled root object (the pickle entry's `write`, a dict-kind call getting
+/// `name -> object` items) and the text entries' `write` contents are written by `finish`.
 fn gen_writer(
     cx: &mut Cx<'_>,
     fmt: &Fmt<'_>,
     scope: &PScope<'_, '_>,
-    sp: Spec<'_>,
+    sp: Spec<'_, '_>,
 ) -> GResult<TokenStream> {
     let public = fmt.public_name();
     let pentry = sp.pentry;
-    let Some(write) = sp.write else {
+    let Some(write) = sp.stmts.write else {
         return Ok(refusing_writer(public, true));
     };
     let mut globals = Vec::new();
@@ -1585,17 +1549,16 @@ fn gen_writer(
             PickleItem::Protocol(..) => {}
         }
     }
-    let mut ws = WScope {
+    let ws = WScope {
         fmt,
+        rules: &sp.rules,
         globals,
         persistent,
-        tensor: true,
     };
     // The per-tensor object.
     let obj = ws.compile(cx, write)?;
     let obj_ts = ws.to_val(cx, write, obj)?;
     // The root: a call of a dict-kind global.
-    ws.tensor = false;
     let Some(root) = prop(pentry, "write") else {
         return Err(cx.err(
             pentry.span,
@@ -1607,8 +1570,8 @@ fn gen_writer(
             let name = expr::join(callee);
             match ws.global(&name) {
                 Some((path, kind, _)) if kind == "dict" => {
-                    let (m, n) = path.rsplit_once('.').unwrap_or(("", path));
-                    quote!(rt::pickle::Object::new(rt::pickle::Global::new(#m, #n), rt::pickle::Kind::Dict))
+                    let rules = &sp.rules;
+                    quote!(rt::pickle::call(#rules(), #path, [])?)
                 }
                 _ => return Err(cx.err(root.span, format!("`{name}` is not a `dict` global"))),
             }
@@ -1629,51 +1592,20 @@ fn gen_writer(
     let ExprKind::Str(wname) = &wname.kind else {
         return Err(cx.err(wname.span, "`write_name` is a string"));
     };
-    let pconst = format_ident!("{}_PATTERN", pentry.name.name.to_uppercase());
-    let pmethod = &methods(cx, pentry)?[0];
-    let palign = entry_align(cx, pentry)?;
-    // Text entries: their written content.
-    let mut text_bind = Vec::new();
-    let mut text_write = Vec::new();
-    for t in &scope.texts {
-        let var = format_ident!("entry_{}", t.name.name);
-        let content = match prop(t, "write").map(|v| &v.kind) {
-            Some(ExprKind::Str(s)) => Some(s.clone()),
-            Some(_) => {
-                return Err(cx.unsupported(
-                    prop(t, "write").unwrap().span,
-                    "a text entry's `write` other than a string",
-                ))
-            }
-            None if t.is_optional() => None,
-            None => {
-                return Err(cx.err(
-                    t.span,
-                    format!("the text entry `{}` needs `write = \"...\";`", t.name.name),
-                ))
-            }
-        };
-        match (&content, t.is_optional()) {
-            (Some(c), true) => text_bind.push(quote!(let #var: ::std::option::Option<::std::string::String> = Some(#c.to_string());)),
-            (None, _) => text_bind.push(quote!(let #var: ::std::option::Option<::std::string::String> = None;)),
-            (Some(c), false) => text_bind.push(quote!(let #var: ::std::string::String = #c.to_string();)),
-        }
-        text_bind.push(quote!(let _ = &#var;));
-        if let Some(c) = content {
-            let pat = &t.pattern.value;
-            let m = &methods(cx, t)?[0];
-            let a = entry_align(cx, t)?;
-            text_write.push(quote! {
-                let name = captures.format_all(#pat)?;
-                self.zip.start_member(&name, #m, #a)?;
-                ::std::io::Write::write_all(&mut self.zip, #c.as_bytes()).map_err(|e| rt::Error::from(e).in_entry(name.as_str()))?;
-            });
+    // Text entries: their written content (in `ENTRIES`).
+    for (t, _) in &scope.texts {
+        if prop(t, "write").is_none() && !t.is_optional() {
+            return Err(cx.err(
+                t.span,
+                format!("the text entry `{}` needs `write = \"...\";`", t.name.name),
+            ));
         }
     }
     // The byte order written: the mapping's, over the text entries as written.
-    let bo_ts = match sp.byte_order {
+    scope.uses_texts.set(false);
+    let bo_ts = match sp.stmts.byte_order {
         Some(b) => {
-            if uses_binding(b, &sp.map.binding.name) {
+            if uses_binding(b, scope.binding) {
                 return Err(cx.unsupported(
                     b.span,
                     "writing a byte order that depends on the pickled object",
@@ -1685,199 +1617,65 @@ fn gen_writer(
         }
         None => quote!(rt::ByteOrder::Little),
     };
-    // `data` backwards: `slice(E(capture = x), start, none)` or `E(capture = x)`.
-    let (lookup, start) = match &sp.data.kind {
-        ExprKind::Call { callee, args }
-            if callee.len() == 1 && callee[0].name == "slice" && args.len() == 3 =>
-        {
-            (&args[0].value, Some(&args[1].value))
-        }
-        _ => (sp.data, None),
+    let texts = scope
+        .uses_texts
+        .get()
+        .then(|| quote!(let texts = self.archive.texts();));
+    // The storages' entry: where the mapping's `data` puts the bytes.
+    let storages = proc_macro2::Literal::usize_unsuffixed(sp.storages);
+    let storage = &sp.storage;
+    let bo_param = if obj_ts.to_string().contains("byte_order") {
+        quote!(byte_order)
+    } else {
+        quote!(_byte_order)
     };
-    let (entry, cap, key_expr) = match &lookup.kind {
-        ExprKind::Call { callee, args } if callee.len() == 1 => {
-            match (
-                scope.lookups.iter().find(|l| l.name.name == callee[0].name),
-                args.as_slice(),
-            ) {
-                (Some(en), [a]) if a.name.is_some() => {
-                    (*en, a.name.as_ref().unwrap().name.clone(), &a.value)
-                }
-                _ => {
-                    return Err(
-                        cx.unsupported(lookup.span, "writing a `data` other than `E(capture = x)`")
-                    )
-                }
-            }
-        }
-        _ => {
-            return Err(cx.unsupported(lookup.span, "writing a `data` other than `E(capture = x)`"))
-        }
-    };
-    let kv = scope.compile(cx, key_expr)?;
-    let key_ts = scope.name_text(cx, key_expr, &kv)?;
-    let start_check = match start {
-        Some(s) => {
-            let sv = scope.compile(cx, s)?;
-            let sts = scope.int(cx, s, &sv)?;
-            let msg = format!(
-                "the written object's `{}` is not the view's byte offset",
-                cx.text(s.span)
-            );
-            quote! {
-                let start: u64 = #sts;
-                if ::std::option::Option::Some(start) != offset.checked_mul(meta.dtype.itemsize().unwrap_or(0) as u64) {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())));
-                }
-            }
-        }
-        None => quote!(),
-    };
-    let spat = &entry.pattern.value;
-    let smethods = methods(cx, entry)?;
-    let sdefault = &smethods[0];
-    let salign = entry_align(cx, entry)?;
-    let compressed = format!("{public} members may not be compressed with {{:?}}");
-    let dup = format!("{public}: the tensor name '{{}}' is given twice");
-    let no_match = format!("{public}: `write_name` \"{wname}\" does not match its entry's pattern");
-    let not_obj = format!("{public}: a tensor's write rule does not build an object");
-    let unplaced =
-        format!("{public}: the tensor '{{}}' was added but the structure given does not hold it");
-    let unknown =
-        format!("{public}: the structure given holds the tensor '{{}}', which was not added");
     let wdoc = format!(
-        " Streaming writer of `{public}` files: each tensor's bytes go to its own `{spat}` member as it is added; [`Writer::finish`] writes `{wname}` (the pickled object) and the fixed members."
+        " Streaming writer of `{public}` files: each storage's bytes go to its own member as they come; [`Writer::finish`] writes `{wname}` (the pickled object) and the fixed members."
     );
     let tr = crate::engine::tensor_writer_impl(true);
     let desc = crate::engine::desc(true);
-    let _ = cap;
     Ok(quote! {
         #[doc = " The member name the writer gives the pickle; its captures name every other member."]
         pub const WRITE_NAME: &str = #wname;
 
         #[doc = #wdoc]
         pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
-            zip: rt::ZipWriter<W>,
-            compression: rt::Compression,
-            tensors: ::std::vec::Vec<(rt::pickle::Value, rt::pickle::Value)>,
-            names: ::std::collections::HashSet<::std::string::String>,
-            structure: ::std::option::Option<rt::Node>,
-            /// Storages written: the caller's id → (member index, dtype, bytes).
-            storages: ::std::collections::HashMap<u64, (u64, rt::DType, u64)>,
-            /// Members written so far (one per storage).
-            members: u64,
+            archive: rt::zip::ArchiveWriter<W>,
+            objects: rt::pickle::Objects,
         }
 
         impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
             /// A writer into `w`; storage members are compressed as `options` asks, by default as the schema's first listed method.
             pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-                let compression = options.compression.unwrap_or(#sdefault);
-                if !matches!(compression, #(#smethods)|*) {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#compressed, compression))));
-                }
-                Ok(Writer { zip: rt::ZipWriter::new(w), compression, tensors: ::std::vec::Vec::new(), names: ::std::collections::HashSet::new(), structure: None, storages: ::std::collections::HashMap::new(), members: 0 })
-            }
-
-            fn captures() -> rt::Result<rt::Captures> {
-                let pattern = rt::Pattern::new(#pconst)?;
-                let values = pattern
-                    .matches(WRITE_NAME)
-                    .ok_or_else(|| rt::Error::from(rt::ErrorKind::Invalid(#no_match.to_string())))?;
-                Ok(rt::Captures::new(&pattern, values))
+                Ok(Writer {
+                    archive: rt::zip::ArchiveWriter::new(w, options, NAME, ENTRIES, WRITE_NAME, #storages)?,
+                    objects: rt::pickle::Objects::new(NAME),
+                })
             }
 
             /// Adds one tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order; they are byte-swapped when the format's byte order differs. The tensor gets a storage of its own.
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
-                let strides: ::std::vec::Vec<i64> = rt::contiguous_strides(&meta.shape, meta.order).map_err(in_tensor)?;
-                let nbytes: u64 = meta.nbytes().map_err(in_tensor)?;
-                let index = self.members;
-                self.put(meta, strides, 0, index, nbytes, Some(data))?;
-                self.members += 1;
-                Ok(())
+                let storage = self.objects.whole(meta)?;
+                self.put(meta, &storage, Some(data))
             }
 
             /// Adds one tensor that views a storage: `storage` holds the storage's bytes the first time `view.storage` is given (in `meta`'s byte order), `None` after; every view of one storage has one dtype. The storage is one member, shared by its views.
             pub fn add_view(&mut self, meta: &rt::TensorMeta, view: &rt::StorageView, storage: ::std::option::Option<rt::Payload<'_>>) -> rt::Result<()> {
-                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
-                let invalid = |m: ::std::string::String| in_tensor(rt::Error::from(rt::ErrorKind::Invalid(m)));
-                // The view must lie inside its storage.
-                rt::TensorInfo::strided(
-                    meta.name.as_str(),
-                    meta.dtype,
-                    meta.shape.clone(),
-                    view.strides.clone(),
-                    meta.byte_order,
-                    rt::DataLocation::Range {
-                        offset: 0,
-                        len: view
-                            .storage_nbytes
-                            .checked_sub(view.offset.saturating_mul(meta.dtype.itemsize().unwrap_or(0) as u64))
-                            .ok_or_else(|| invalid(format!("offset {} lies beyond its storage of {} bytes", view.offset, view.storage_nbytes)))?,
-                    },
-                )
-                .map_err(in_tensor)?;
-                let (index, fresh) = match (self.storages.get(&view.storage), &storage) {
-                    (Some(&(index, dtype, nbytes)), None) => {
-                        if dtype != meta.dtype || nbytes != view.storage_nbytes {
-                            return Err(invalid(format!(
-                                "storage {} is {} bytes of {}, viewed here as {} bytes of {}",
-                                view.storage, nbytes, dtype, view.storage_nbytes, meta.dtype
-                            )));
-                        }
-                        (index, false)
-                    }
-                    (Some(_), Some(_)) => return Err(invalid(format!("the bytes of storage {} are given twice", view.storage))),
-                    (None, None) => return Err(invalid(format!("storage {} is viewed before its bytes are given", view.storage))),
-                    (None, Some(_)) => (self.members, true),
-                };
-                self.put(meta, view.strides.clone(), view.offset, index, view.storage_nbytes, storage)?;
-                if fresh {
-                    self.storages.insert(view.storage, (index, meta.dtype, view.storage_nbytes));
-                    self.members += 1;
-                }
-                Ok(())
+                let s = self.objects.view(meta, view, storage.is_some())?;
+                self.put(meta, &s, storage)
             }
 
-            /// One tensor of storage member `index` (of `nbytes` bytes) at element `offset` with `strides`; writes the member when `data` is given.
-            fn put(&mut self, meta: &rt::TensorMeta, strides: ::std::vec::Vec<i64>, offset: u64, index: u64, nbytes: u64, data: ::std::option::Option<rt::Payload<'_>>) -> rt::Result<()> {
-                let in_tensor = |e: rt::Error| e.in_field(meta.name.as_str());
-                if self.names.contains(&meta.name) {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#dup, meta.name))));
+            /// The tensor `meta` in storage `s`, whose bytes are written when `data` is given.
+            fn put(&mut self, meta: &rt::TensorMeta, s: &rt::pickle::Storage, data: ::std::option::Option<rt::Payload<'_>>) -> rt::Result<()> {
+                #texts
+                let byte_order = #bo_ts;
+                let object = tensor_object(meta, s, byte_order).map_err(|e| e.in_field(&meta.name))?;
+                let dtype = (meta.dtype, Some(byte_order));
+                let (entry, key) = self.objects.add(meta, s, object, |t| #storage(t, dtype))?;
+                match data {
+                    Some(data) => self.archive.storage(entry, &key, meta, data, s.nbytes, byte_order),
+                    None => Ok(()),
                 }
-                let captures = Self::captures()?;
-                #(#text_bind)*
-                let byte_order: rt::ByteOrder = #bo_ts;
-                let item = meta.dtype.itemsize().ok_or_else(|| in_tensor(rt::Error::from(rt::ErrorKind::Unsupported("string tensors have no fixed byte size".to_string()))))? as u64;
-                if item == 0 || nbytes % item != 0 {
-                    return Err(in_tensor(rt::Error::from(rt::ErrorKind::SizeMismatch(format!("a storage of {} bytes is not a whole number of {}-byte elements", nbytes, item)))));
-                }
-                let numel: u64 = nbytes / item;
-                let obj: rt::pickle::Value = (|| -> rt::Result<rt::pickle::Value> { Ok(#obj_ts) })().map_err(in_tensor)?;
-                let name = (|| -> rt::Result<::std::string::String> {
-                    let o: &rt::pickle::Object = match &obj {
-                        rt::pickle::Value::Object(o) => o,
-                        _ => return Err(rt::Error::from(rt::ErrorKind::Invalid(#not_obj.to_string()))),
-                    };
-                    let dtype = (meta.dtype, Some(byte_order));
-                    let _ = &dtype;
-                    #start_check
-                    let key: &str = #key_ts;
-                    captures.format(#spat, #cap, key)
-                })()
-                .map_err(in_tensor)?;
-                if let Some(data) = data {
-                    self.zip.start_member(&name, self.compression, #salign)?;
-                    let written = if meta.byte_order == byte_order {
-                        data.write_to(&mut self.zip, nbytes, "data")
-                    } else {
-                        data.write_swapped_to(&mut self.zip, nbytes, meta.dtype.swap_unit().unwrap_or(1), "data")
-                    };
-                    written.map_err(|e| e.in_entry(name.as_str()))?;
-                }
-                self.names.insert(meta.name.clone());
-                self.tensors.push((rt::pickle::Value::str(&meta.name), obj));
-                Ok(())
             }
 
             /// Writes the tensors inside `tree` instead of a flat dict: its dicts, lists,
@@ -1886,41 +1684,21 @@ fn gen_writer(
             /// name. Every tensor added must be named in it, and every name added; checked
             /// by [`Writer::finish`].
             pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
-                self.structure = Some(tree.clone());
+                self.objects.set_structure(tree);
                 Ok(true)
             }
 
             /// Writes the pickled object and the fixed members, then the central directory; returns the output.
             pub fn finish(mut self) -> rt::Result<W> {
-                let captures = Self::captures()?;
-                let entries = ::std::mem::take(&mut self.tensors);
-                let root = match self.structure.take() {
-                    None => rt::pickle::Value::object(#root_ts.with_entries(entries)),
-                    Some(tree) => {
-                        let named: ::std::collections::HashSet<&str> = tree.tensor_names().into_iter().collect();
-                        let mut by_name = ::std::collections::HashMap::new();
-                        for (k, v) in entries {
-                            let k = k.as_str().unwrap_or_default().to_string();
-                            if !named.contains(k.as_str()) {
-                                return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#unplaced, k))));
-                            }
-                            by_name.insert(k, v);
-                        }
-                        let value = rt::pickle::from_tree(&tree, &mut |n| {
-                            by_name.get(n).cloned().ok_or_else(|| rt::Error::from(rt::ErrorKind::NotFound(format!(#unknown, n))))
-                        })?;
-                        match value {
-                            rt::pickle::Value::Dict(d) => rt::pickle::Value::object(#root_ts.with_entries(d.to_vec())),
-                            other => other,
-                        }
-                    }
-                };
-                let bytes = rt::pickle::write(&root)?;
-                self.zip.start_member(WRITE_NAME, #pmethod, #palign)?;
-                ::std::io::Write::write_all(&mut self.zip, &bytes).map_err(|e| rt::Error::from(e).in_entry(WRITE_NAME))?;
-                #(#text_write)*
-                self.zip.finish()
+                let root = #root_ts;
+                let content = self.objects.finish(root)?;
+                self.archive.finish(&content)
             }
+        }
+
+        /// The object that rebuilds the tensor `meta` in storage `s`, its bytes in `byte_order` (the mapping's `write` rule).
+        fn tensor_object(meta: &rt::TensorMeta, s: &rt::pickle::Storage, #bo_param: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
+            Ok(#obj_ts)
         }
 
         #tr

@@ -20,6 +20,8 @@
 //!   the restricted `pickle` codec, `protobuf` and `protodoc`, key-value databases
 //!   (`kv`, and the interface every backend implements: [`db`]); entry-name
 //!   [`Pattern`]s and the [`Captures`] shared by an archive's entries; [`Compression`];
+//! - storages named by key ([`StorageRef`], [`Storages`]), which a pickle's tensors
+//!   point into and a container (a zip archive) locates;
 //! - object trees: [`Node`], what a container holds besides its tensors
 //!   ([`FormatDesc::structure`], [`TensorWriter::set_structure`]).
 
@@ -37,6 +39,7 @@ pub use tensorfmt_core::registry::{
     no_structure, FormatDesc, Payload, Replacement, RewriteFn, StorageView, TensorWriter, WriteSeek,
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
+pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
 pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,

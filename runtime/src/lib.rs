@@ -20,7 +20,7 @@
 
 pub use tensorfmt_core::{
     convert, cursor, db, dtype, error, hash, layout_writer, limits, output, pattern, read,
-    registry, sink, source, tensor, tree,
+    registry, sink, source, storage, tensor, tree,
 };
 pub use tensorfmt_core::{
     ByteOrder, Bytes, Compression, DType, DataLocation, Encoded, Error, ErrorKind, ExternalData,

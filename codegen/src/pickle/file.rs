@@ -3,7 +3,10 @@
 //! records repeated once per item of one of them (`R repeat count(len(keys))`). The
 //! mapping is over the objects one pickle builds (`File.object.tensors`), like the zip
 //! engine's; its data is a record's `payload` field looked up by key
-//! (`File.storages.bytes[index_of(File.keys, t.storage.key)]`).
+//! (`File.storages.bytes[index_of(File.keys, t.storage.key)]`). What is generated is
+//! data and small functions: the file's pickles and their checks (`FILE`, an
+//! `rt::pickle::FileSpec`), the mapping of one call and the reader of one record; the
+//! runtime's `rt::pickle::read_file` reads the file with them.
 //!
 //! In a record layout, `dtype` is the dtype of the tensors whose data is that record (the
 //! mapping's `data` inverted): they must agree on the element size, and a record that no
@@ -14,7 +17,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use tensorfmt_schema::ast::*;
 
-use super::{PScope, T};
+use super::PScope;
 use crate::expr::{self, Cx};
 use crate::model::{Fmt, GResult, Model};
 
@@ -78,22 +81,26 @@ pub(crate) fn is_pickle_file(fmt: &Fmt<'_>) -> bool {
         .any(|l| l.fields.iter().any(|f| pickle_codec(f).is_some()))
 }
 
-/// A check over a pickle field's value: `name == 0x..`, `name != "x"`, `&&`, `||`.
-fn pickle_check(
-    cx: &Cx<'_>,
-    var: &proc_macro2::Ident,
-    field: &str,
-    e: &Expr,
-) -> GResult<TokenStream> {
+/// A check over a pickle field's value `v`: `name == 0x..`, `name != "x"`, `&&`, `||`.
+fn pickle_check(cx: &Cx<'_>, field: &str, e: &Expr) -> GResult<TokenStream> {
     match &e.kind {
         ExprKind::Binary { op, lhs, rhs } => match op {
             BinaryOp::And | BinaryOp::Or => {
-                let a = pickle_check(cx, var, field, lhs)?;
-                let b = pickle_check(cx, var, field, rhs)?;
+                let nested = |x: &Expr| -> GResult<TokenStream> {
+                    let t = pickle_check(cx, field, x)?;
+                    Ok(match &x.kind {
+                        ExprKind::Binary {
+                            op: BinaryOp::And | BinaryOp::Or,
+                            ..
+                        } => quote!((#t)),
+                        _ => t,
+                    })
+                };
+                let (a, b) = (nested(lhs)?, nested(rhs)?);
                 Ok(if *op == BinaryOp::And {
-                    quote!((#a && #b))
+                    quote!(#a && #b)
                 } else {
-                    quote!((#a || #b))
+                    quote!(#a || #b)
                 })
             }
             BinaryOp::Eq | BinaryOp::Ne => {
@@ -103,25 +110,31 @@ fn pickle_check(
                         "a pickle field check over other than the field itself",
                     ));
                 }
-                let test = match &rhs.kind {
-                    ExprKind::Int(i) => quote!((#var.as_i128() == Some(#i))),
-                    ExprKind::Str(s) => quote!((#var.as_str() == Some(#s))),
-                    _ => {
-                        return Err(cx.unsupported(
-                            rhs.span,
-                            "a pickle field compared with other than a literal",
-                        ))
-                    }
-                };
-                Ok(if *op == BinaryOp::Ne {
-                    quote!(!(#test))
+                let cmp = if *op == BinaryOp::Eq {
+                    quote!(==)
                 } else {
-                    test
-                })
+                    quote!(!=)
+                };
+                match &rhs.kind {
+                    ExprKind::Int(i) => Ok(quote!(v.as_i128() #cmp Some(#i))),
+                    ExprKind::Str(s) => Ok(quote!(v.as_str() #cmp Some(#s))),
+                    _ => Err(cx.unsupported(
+                        rhs.span,
+                        "a pickle field compared with other than a literal",
+                    )),
+                }
             }
             _ => Err(cx.unsupported(e.span, "this operator in a pickle field check")),
         },
         _ => Err(cx.unsupported(e.span, "this pickle field check")),
+    }
+}
+
+/// The local a record field is read into.
+fn rec_var(name: &str) -> proc_macro2::Ident {
+    match name {
+        "c" | "r" | "dtype" | "size" => format_ident!("f_{}", name),
+        _ => format_ident!("{}", name),
     }
 }
 
@@ -130,7 +143,7 @@ fn rec_int(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream>
     match &e.kind {
         ExprKind::Int(i) => Ok(quote!(#i)),
         ExprKind::Path(p) if p.len() == 1 && fields.contains(&p[0].name) => {
-            let v = format_ident!("f_{}", p[0].name);
+            let v = rec_var(&p[0].name);
             Ok(quote!(#v))
         }
         ExprKind::Call { callee, args } if expr::join(callee) == "itemsize" => {
@@ -158,33 +171,48 @@ fn rec_int(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream>
     }
 }
 
-/// A condition over a record's fields.
-fn rec_cond(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream> {
-    match &e.kind {
-        ExprKind::Binary { op, lhs, rhs } => {
-            if matches!(op, BinaryOp::And | BinaryOp::Or) {
-                let a = rec_cond(cx, fields, lhs)?;
-                let b = rec_cond(cx, fields, rhs)?;
-                return Ok(if *op == BinaryOp::And {
-                    quote!((#a && #b))
-                } else {
-                    quote!((#a || #b))
-                });
-            }
-            let a = rec_int(cx, fields, lhs)?;
-            let b = rec_int(cx, fields, rhs)?;
-            Ok(match op {
-                BinaryOp::Eq => quote!((#a == #b)),
-                BinaryOp::Ne => quote!((#a != #b)),
-                BinaryOp::Lt => quote!((#a < #b)),
-                BinaryOp::Le => quote!((#a <= #b)),
-                BinaryOp::Gt => quote!((#a > #b)),
-                BinaryOp::Ge => quote!((#a >= #b)),
-                _ => return Err(cx.unsupported(e.span, "this operator in a record check")),
-            })
-        }
-        _ => Err(cx.unsupported(e.span, "this record check")),
+/// The negation of a condition over a record's fields: true when the check fails.
+fn rec_fails(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream> {
+    let ExprKind::Binary { op, lhs, rhs } = &e.kind else {
+        return Err(cx.unsupported(e.span, "this record check"));
+    };
+    if matches!(op, BinaryOp::And | BinaryOp::Or) {
+        let a = rec_fails(cx, fields, lhs)?;
+        let b = rec_fails(cx, fields, rhs)?;
+        // Not (a and b) is (not a) or (not b), and the other way round.
+        return Ok(if *op == BinaryOp::And {
+            quote!((#a) || (#b))
+        } else {
+            quote!((#a) && (#b))
+        });
     }
+    let a = rec_int(cx, fields, lhs)?;
+    let b = rec_int(cx, fields, rhs)?;
+    Ok(match op {
+        BinaryOp::Eq => quote!(#a != #b),
+        BinaryOp::Ne => quote!(#a == #b),
+        BinaryOp::Lt => quote!(#a >= #b),
+        BinaryOp::Le => quote!(#a > #b),
+        BinaryOp::Gt => quote!(#a <= #b),
+        BinaryOp::Ge => quote!(#a < #b),
+        _ => return Err(cx.unsupported(e.span, "this operator in a record check")),
+    })
+}
+
+/// `snake_case` of a layout's `CamelCase` name.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in name.chars().enumerate() {
+        if ch.is_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.extend(ch.to_lowercase());
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }
 
 /// `index` and a refusing writer of a `file` format around pickles.
@@ -235,7 +263,7 @@ pub(crate) fn gen_file_pickle(
     let (params, persistent) = super::kind_params(pdecl, &kind);
 
     // The layout: pickle fields, then the repeated records (last).
-    let mut steps = Vec::new();
+    let mut fields = Vec::new();
     let mut pickle_fields: Vec<String> = Vec::new();
     let mut records: Option<(&Field, &Layout, String)> = None;
     for (i, f) in layout.fields.iter().enumerate() {
@@ -244,46 +272,20 @@ pub(crate) fn gen_file_pickle(
             if !matches!(&f.ty, FieldType::Named(t) if t.name() == "bytes") {
                 return Err(cx.unsupported(f.span, "a pickle field of other than `bytes`"));
             }
-            let Some(pd) = fmt.ast.pickles().find(|p| p.name.name == d.name) else {
-                return Err(cx.err(d.span, format!("unknown pickle `{}`", d.name)));
-            };
-            let rules = format_ident!("{}_rules", pd.name.name.to_lowercase());
-            let var = format_ident!("p_{}", name);
-            let mut checks = Vec::new();
-            for c in f.checks() {
-                let test = pickle_check(cx, &var, name, c)?;
-                let msg = format!("check failed: {}", cx.text(c.span));
-                checks.push(quote! {
-                    #[allow(unused_parens)]
-                    let ok: bool = #test;
-                    if !ok {
-                        return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())).in_field(#name)).with_offset_at(start));
-                    }
-                });
+            if d.name != decl.name {
+                return Err(cx.unsupported(d.span, "pickle fields of several declarations"));
             }
-            steps.push(quote! {
-                let start = pos;
-                let #var: rt::pickle::Value = {
-                    let n = (total - pos).min(limits.max_header_bytes);
-                    let owned;
-                    let window: &[u8] = match src.data().as_slice() {
-                        Some(all) => &all[pos as usize..(pos + n) as usize],
-                        None => {
-                            let mut v = vec![0u8; n as usize];
-                            src.data().read_exact_at(pos, &mut v).map_err(in_file)?;
-                            owned = v;
-                            &owned
-                        }
-                    };
-                    let (value, used) = rt::pickle::read_prefix(window, #rules(), limits).map_err(|mut e| {
-                        e.location.offset = Some(e.location.offset.unwrap_or(0) + start);
-                        in_file(e.in_field(#name))
-                    })?;
-                    pos += used as u64;
-                    value
-                };
-                let _ = &#var;
-                #(#checks)*
+            let mut tests = Vec::new();
+            let mut texts = Vec::new();
+            for c in f.checks() {
+                tests.push(pickle_check(cx, name, c)?);
+                texts.push(cx.text(c.span));
+            }
+            fields.push(if tests.is_empty() {
+                quote!(rt::pickle::Field::new(#name))
+            } else {
+                let text = texts.join(" && ");
+                quote!(rt::pickle::Field::checked(#name, |v| #(#tests)&&*, #text))
             });
             pickle_fields.push(name.clone());
             continue;
@@ -372,7 +374,6 @@ pub(crate) fn gen_file_pickle(
         _ => None,
     };
 
-    let ext_tables = super::visible_tables(model, fmt);
     let mut scope = PScope {
         fmt,
         binding: &map.binding.name,
@@ -381,70 +382,24 @@ pub(crate) fn gen_file_pickle(
         texts: Vec::new(),
         lookups: Vec::new(),
         dtype: false,
-        ext_tables,
+        ext_tables: super::visible_tables(model, fmt),
         records: Some(rref),
+        uses_texts: Default::default(),
     };
-
-    // The mapping's statements.
-    let mut slots: [Option<&Expr>; 6] = Default::default();
-    const KEYS: [&str; 6] = ["name", "dtype", "shape", "strides", "byte_order", "data"];
-    for st in &map.stmts {
-        match st {
-            TensorStmt::Include(i) => {
-                return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
-            }
-            TensorStmt::Assign { key, value, span } => {
-                let Some(k) = KEYS.iter().position(|k| *k == key.name) else {
-                    return Err(cx.unsupported(*span, &format!("`{}` in this mapping", key.name)));
-                };
-                if slots[k].is_some() {
-                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
-                }
-                slots[k] = Some(value);
-            }
-        }
-    }
-    let need = |k: usize| {
-        slots[k].ok_or_else(|| {
-            cx.err(
-                map.span,
-                format!("the tensor mapping needs `{} = ..;`", KEYS[k]),
-            )
-        })
-    };
-    let (name, dtype, shape, data) = (need(0)?, need(1)?, need(2)?, need(5)?);
-    let name_v = scope.compile(cx, name)?;
-    scope.expect(cx, name, &name_v, T::Str)?;
-    let dtype_v = scope.compile(cx, dtype)?;
-    scope.expect(cx, dtype, &dtype_v, T::DType)?;
-    let kv = scope.compile(cx, &key_expr)?;
-    let key_ts = scope.name_text(cx, &key_expr, &kv)?;
-    scope.dtype = true;
-    let shape_v = scope.compile(cx, shape)?;
-    let shape_ts = scope.int_list(cx, shape, &shape_v, true)?;
-    let strides_ts = match slots[3] {
-        Some(s) => {
-            let sv = scope.compile(cx, s)?;
-            scope.int_list(cx, s, &sv, false)?
-        }
-        None => quote!(rt::contiguous_strides(&shape, rt::Order::C)?),
-    };
-    let bo_ts = match slots[4] {
-        Some(b) => {
-            let bv = scope.compile(cx, b)?;
-            scope.expect(cx, b, &bv, T::ByteOrder)?;
-            bv.ts
-        }
-        None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
-    };
-    let data_v = scope.compile(cx, data)?;
-    scope.expect(cx, data, &data_v, T::Range)?;
-    let (name_ts, dtype_ts, data_ts) = (&name_v.ts, &dtype_v.ts, &data_v.ts);
+    let s = super::map_stmts(cx, map, false)?;
+    let mf = format_ident!("{}_tensor", snake(&lname.name));
+    let doc = format!(
+        " The tensor that a `{kind}` call builds (`{}` at `path`): the mapping `tensor from {}`.",
+        map.binding.name,
+        cx.text(map.source.span),
+    );
+    let mapping = super::gen_map_fn(cx, &mut scope, &s, &mf, &doc, false)?;
 
     // The record reader.
     let rname = &rfield.name.name;
     let mut int_fields: Vec<String> = Vec::new();
     let mut rsteps = Vec::new();
+    let mut range = None;
     let little = !matches!(rlayout.endian, Endian::Big);
     for f in &rlayout.fields {
         let fname = &f.name.name;
@@ -460,9 +415,12 @@ pub(crate) fn gen_file_pickle(
                 let size = u64::try_from(size).map_err(|_| {
                     c.error(#path, rt::ErrorKind::Invalid(format!(#neg, size)))
                 })?;
-                let range = c.span(#path, size).map_err(in_file)?;
             });
+            range = Some(quote!(c.span(#path, size)));
             continue;
+        }
+        if range.is_some() {
+            return Err(cx.unsupported(f.span, "a record field after its payload"));
         }
         let FieldType::Named(t) = &f.ty else {
             return Err(cx.unsupported(f.span, "this record field"));
@@ -479,69 +437,57 @@ pub(crate) fn gen_file_pickle(
             }
         };
         let m = format_ident!("{}", m);
-        let var = format_ident!("f_{}", fname);
-        rsteps.push(quote!(let #var: i128 = c.#m(#path).map_err(in_file)? as i128;));
+        let var = rec_var(fname);
+        rsteps.push(quote!(let #var = i128::from(c.#m(#path)?);));
+        let known: Vec<String> = int_fields.iter().cloned().chain([fname.clone()]).collect();
         for ch in f.checks() {
-            let t = rec_cond(
-                cx,
-                &int_fields
-                    .iter()
-                    .cloned()
-                    .chain([fname.clone()])
-                    .collect::<Vec<_>>(),
-                ch,
-            )?;
+            let fails = rec_fails(cx, &known, ch)?;
             let msg = format!("check failed: {}", cx.text(ch.span));
             rsteps.push(quote! {
-                #[allow(unused_parens)]
-                let ok: bool = #t;
-                if !ok {
-                    return Err(in_file(c.error(#path, rt::ErrorKind::Invalid(#msg.to_string()))));
+                if #fails {
+                    return Err(c.error(#path, rt::ErrorKind::Invalid(#msg.to_string())));
                 }
             });
         }
         // Agreement with the persistent ids' item of the same name.
         if let (Some(i), Some(_)) = (persistent.iter().position(|p| p == fname), &id_param) {
-            let msg = format!("storage {{:?}} has wrong byte size: its record holds {fname} {{}}, its persistent id says {{}}");
-            rsteps.push(quote! {
-                if let Some(&d) = declared.get(&(key.to_string(), #i)) {
-                    if d != #var {
-                        return Err(in_file(c.error(#path, rt::ErrorKind::SizeMismatch(format!(#msg, key, #var, d)))));
-                    }
-                }
-            });
+            let i = proc_macro2::Literal::usize_unsuffixed(i);
+            rsteps.push(quote!(r.agrees(c, #path, #fname, #i, #var)?;));
         }
         int_fields.push(fname.clone());
     }
-    // Items of the persistent ids collected for the agreement checks.
-    let collect_declared = match &id_param {
-        Some(param) => {
-            let idx: Vec<usize> = rlayout
-                .fields
-                .iter()
-                .filter_map(|f| persistent.iter().position(|p| *p == f.name.name))
-                .collect();
-            quote! {
-                if let Some(rt::pickle::Value::Persistent(id)) = o.arg(#param) {
-                    for i in [#(#idx),*] {
-                        if let Some(n) = id.as_seq().and_then(|s| s.get(i)).and_then(|v| v.as_i128()) {
-                            declared.insert((key.to_string(), i), n);
-                        }
-                    }
-                }
-            }
-        }
-        None => quote!(),
-    };
+    let range = range.expect("the record has a payload");
+    let uses_r = rsteps.iter().any(|t| t.to_string().contains("r ."));
+    let r = if uses_r { quote!(r) } else { quote!(_r) };
+    let dtype_let = rsteps
+        .iter()
+        .any(|t| t.to_string().contains("dtype"))
+        .then(|| quote!(let dtype = r.dtype;));
+    let r = if dtype_let.is_some() { quote!(r) } else { r };
 
-    let ovar = format_ident!("p_{}", objfield.name);
-    let kvar = format_ident!("p_{}", keys);
+    let position = |name: &str| {
+        layout
+            .fields
+            .iter()
+            .position(|f| f.name.name == name)
+            .expect("a field of the layout")
+    };
+    let (object, keys_at) = (
+        proc_macro2::Literal::usize_unsuffixed(position(&objfield.name)),
+        proc_macro2::Literal::usize_unsuffixed(position(&keys)),
+    );
+    let persistent_arg = id_param.unwrap_or_default();
+    let rules = format_ident!("{}_rules", pdecl.name.name.to_lowercase());
     let is_kind = format_ident!("is_{}_{}", pdecl.name.name.to_lowercase(), kind);
-    let not_list = format!("`{keys}` is not a list of storage keys");
-    let unused =
-        format!("{rname}: storage {{:?}} is used by no tensor, so its element size is unknown");
-    let mixed = "storage {:?} is viewed with element sizes {} and {}";
-    let trailing = format!("{{}} bytes follow the last record of `{rname}`");
+    let rf = format_ident!("{}", snake(&rlayout.name.name));
+    let rdoc = format!(
+        " One `{}` of `{rname}`: the byte range of its `{}`, `r.dtype` being the dtype of the tensors whose bytes it holds.",
+        rlayout.name.name, payload.name.name
+    );
+    let fdoc = format!(
+        " The `{}` layout: its pickles, read back to back, then the `{rname}` records, and the tensor mapping.",
+        lname.name
+    );
     let read_only = match model.files[fmt.file]
         .uses
         .first()
@@ -554,93 +500,33 @@ pub(crate) fn gen_file_pickle(
         " Lists the tensors of `src` without reading their bytes: reads the pickles, maps\n every object of the mapped kind, then sizes each record by the tensors using it.",
         "the pickled object",
     );
-    let tree = super::tree_of(quote!(#ovar));
     let desc = crate::engine::read_only_desc(&read_only, true);
+    let mapping = mapping.ts;
     Ok(quote! {
+        #[doc = #fdoc]
+        pub const FILE: rt::pickle::FileSpec = rt::pickle::FileSpec {
+            fields: &[#(#fields),*],
+            object: #object,
+            keys: #keys_at,
+            records: #rname,
+            persistent: #persistent_arg,
+            rules: #rules,
+            is_target: #is_kind,
+            map: #mf,
+            record: #rf,
+        };
+
         #entry_points {
-            trait At { fn with_offset_at(self, at: u64) -> Self; }
-            impl At for rt::Error {
-                fn with_offset_at(mut self, at: u64) -> Self {
-                    self.location.offset = Some(at);
-                    self
-                }
-            }
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
-            };
-            let total = src.data().len();
-            let mut pos: u64 = 0;
-            #(#steps)*
-            let keys: ::std::vec::Vec<::std::string::String> = #kvar
-                .as_seq()
-                .ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::Invalid(#not_list.to_string()))))?
-                .iter()
-                .map(|k| match k {
-                    rt::pickle::Value::Str(s) => Some(s.to_string()),
-                    rt::pickle::Value::Int(i) => Some(i.to_string()),
-                    _ => None,
-                })
-                .collect::<::std::option::Option<_>>()
-                .ok_or_else(|| in_file(rt::Error::from(rt::ErrorKind::Invalid(#not_list.to_string()))))?;
-            let objects = rt::pickle::find_objects(&#ovar, &#is_kind, limits).map_err(in_file)?;
-            // The records' dtypes: those of the tensors using them.
-            let mut rec_dtype: ::std::collections::HashMap<::std::string::String, rt::DType> = ::std::collections::HashMap::new();
-            let mut declared: ::std::collections::HashMap<(::std::string::String, usize), i128> = ::std::collections::HashMap::new();
-            for (path, o) in &objects {
-                (|| -> rt::Result<()> {
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
-                    let key: &str = #key_ts;
-                    if let Some(prev) = rec_dtype.get(key) {
-                        if prev.itemsize() != dtype.0.itemsize() {
-                            return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(#mixed, key, prev, dtype.0))));
-                        }
-                    } else {
-                        rec_dtype.insert(key.to_string(), dtype.0);
-                    }
-                    #collect_declared
-                    Ok(())
-                })()
-                .map_err(|e| in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() })))?;
-            }
-            // The records, one per key.
-            let mut records: ::std::collections::HashMap<&str, (u64, u64)> = ::std::collections::HashMap::new();
-            let mut c = rt::Cursor::new(src.data(), src.location()).starting_at(pos).map_err(in_file)?;
-            for key in &keys {
-                let key: &str = key.as_str();
-                let dtype = *rec_dtype.get(key).ok_or_else(|| {
-                    in_file(rt::Error::from(rt::ErrorKind::Invalid(format!(#unused, key))))
-                })?;
-                #(#rsteps)*
-                records.insert(key, range);
-            }
-            if c.remaining() != 0 {
-                return Err(in_file(c.error(#rname, rt::ErrorKind::Invalid(format!(#trailing, c.remaining())))));
-            }
-            let mut tensors = ::std::vec::Vec::with_capacity(objects.len());
-            let mut names_of: ::std::collections::HashMap<usize, ::std::collections::VecDeque<::std::string::String>> = ::std::collections::HashMap::new();
-            for (path, o) in objects {
-                let t = (|| -> rt::Result<rt::TensorInfo> {
-                    let name: &str = #name_ts;
-                    let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
-                    let shape: ::std::vec::Vec<u64> = #shape_ts;
-                    let strides: ::std::vec::Vec<i64> = #strides_ts;
-                    let byte_order: rt::ByteOrder = #bo_ts;
-                    let (offset, len): (u64, u64) = #data_ts;
-                    rt::TensorInfo::strided(name, dtype.0, shape, strides, byte_order, rt::DataLocation::Range { offset, len })
-                })()
-                .map_err(|e| in_file(e.in_field(if path.is_empty() { "<root>" } else { path.as_str() })))?;
-                if with_structure {
-                    names_of.entry(o as *const rt::pickle::Object as usize).or_default().push_back(t.name.clone());
-                }
-                tensors.push(t);
-            }
-            let structure = if with_structure {
-                Some(#tree.map_err(in_file)?)
-            } else {
-                None
-            };
-            Ok((tensors, structure))
+            rt::pickle::read_file(src, limits, &FILE, with_structure)
+        }
+
+        #mapping
+
+        #[doc = #rdoc]
+        fn #rf(c: &mut rt::Cursor<'_>, #r: &rt::pickle::Record<'_>) -> rt::Result<(u64, u64)> {
+            #dtype_let
+            #(#rsteps)*
+            #range
         }
 
         #desc

@@ -6,9 +6,10 @@
 //! into them ([`read`]), element conversions, tensor SHA-256, atomic output, the layout
 //! cursor and buffer that generated layouts use, entry-name patterns, object trees,
 //! limits, errors, and the contracts engines and generated code implement: the
-//! [`registry`] of formats, the key-value database interface ([`db`]) and
+//! [`registry`] of formats, the key-value database interface ([`db`]),
 //! [`Encoded`] bytes (a zip member's content, a protobuf field's values) that an
-//! engine crate knows how to read.
+//! engine crate knows how to read, and [`storage`] (a container that locates the
+//! storages a metadata engine's tensors name by key).
 //!
 //! Engine crates (zip, pickle, Python literals, protobuf, key-value databases, CUDA)
 //! depend on this crate and on nothing else of tensorfmt.
@@ -30,6 +31,7 @@ pub mod read;
 pub mod registry;
 pub mod sink;
 pub mod source;
+pub mod storage;
 pub mod tensor;
 pub mod tree;
 

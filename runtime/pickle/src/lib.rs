@@ -10,12 +10,22 @@
 //! always refused. Nothing is ever imported or run: the result is a [`Value`] tree that
 //! records calls as [`Object`]s.
 //!
+//! Around the codec, what formats that keep tensors in pickles share, generic over the
+//! format's data: the conversions of a matched call's arguments ([`name`], [`dims`],
+//! [`lookup`], ...); indexing the tensors a pickle's calls describe, their bytes located
+//! in storages by the container ([`Index`] over a zip archive's members, [`read_file`]
+//! for pickles read back to back followed by records); and the bookkeeping of a writer
+//! ([`Objects`]: storages shared by views, the root object, its pickle).
+//!
 //! Values that the pickle memoizes are shared (`Arc`), never copied, so a pickle that
 //! references one big object a million times costs memory in proportion to its
 //! references. The tree is therefore a DAG: code that walks it should not assume every
 //! node is visited once.
 #![warn(missing_docs)]
 
+mod args;
+mod index;
+mod objects;
 mod read;
 mod rules;
 mod tree;
@@ -23,6 +33,9 @@ mod value;
 mod walk;
 mod write;
 
+pub use args::{dims, ints, is_none, item, lookup, name, uint};
+pub use index::{read_file, Check, Field, FileSpec, Index, Mapped, Record};
+pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};

@@ -108,6 +108,13 @@ impl Rules {
         }
     }
 
+    /// Allows the function or class named by the dotted `path`, whose calls are recorded
+    /// with their positional arguments named `params` ([`Kind::Call`]).
+    pub fn allow_call(self, path: &str, params: &[&str]) -> Self {
+        let params = params.iter().map(|p| p.to_string()).collect();
+        self.allow_path(path, Kind::Call { params })
+    }
+
     /// Allows `_codecs.encode(str, 'latin1')`, which protocol-2 pickles use to store
     /// `bytes`; the reader turns such a call into [`Value::Bytes`](super::Value::Bytes).
     pub fn allow_codecs_encode(mut self) -> Self {

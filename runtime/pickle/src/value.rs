@@ -169,6 +169,23 @@ impl Value {
         Value::Object(Arc::new(o))
     }
 
+    /// The global named by the dotted `path` (`"torch.FloatStorage"`), as a value; the
+    /// module is everything before the last dot.
+    pub fn global(path: &str) -> Value {
+        let (module, name) = path.rsplit_once('.').unwrap_or(("", path));
+        Value::Global(Global::new(module, name))
+    }
+
+    /// A persistent id whose content is the tuple of `items`.
+    pub fn persistent<const N: usize>(items: [Value; N]) -> Value {
+        Value::Persistent(Arc::new(Value::tuple(Vec::from(items))))
+    }
+
+    /// A tuple of integers (a shape, strides).
+    pub fn int_tuple<T: Copy + Into<i128>>(items: &[T]) -> Value {
+        Value::tuple(items.iter().map(|&i| Value::int(i.into())).collect())
+    }
+
     /// An integer value of any size: [`Value::Int`] when it fits, else [`Value::BigInt`].
     pub fn int(v: i128) -> Value {
         match i64::try_from(v) {

@@ -5,6 +5,11 @@
 //! bounds-checking every count, size and offset against the archive before anything is
 //! allocated (ZIP64 included). Writing goes through the `zip` crate (flate2 deflate at the
 //! default level, ZIP64 extra fields always, optional alignment of member data).
+//!
+//! Formats whose members a pattern names ([`Entry`]) open an archive as an [`Archive`]
+//! (the member whose captures name the others, text members read and checked, storages
+//! located for the engine that reads the metadata) and write one with an
+//! [`ArchiveWriter`].
 #![warn(missing_docs)]
 
 // `Error` is large by design (it carries a full location); boxing it is a crate-wide
@@ -20,7 +25,9 @@ use tensorfmt_core::source::{check_range, RandomAccess, Window};
 
 pub use tensorfmt_core::Compression;
 
+mod archive;
 mod location;
+pub use archive::{Archive, ArchiveWriter, Entry, EntryKind};
 pub use location::{index, location, member_of};
 
 /// One member of a zip archive, as its central directory describes it.

@@ -1,0 +1,101 @@
+//! A call's arguments as tensor metadata: the conversions a format's mapping applies to
+//! the arguments of a matched call (`t.size`, `t.storage.key`), each failing with an error
+//! that names the argument as the schema does (`field`, such as `t.size`).
+
+use std::borrow::Cow;
+
+use super::value::Value;
+use tensorfmt_core::error::{Error, ErrorKind, Result};
+
+fn invalid(field: &str, why: &str) -> Error {
+    Error::from(ErrorKind::Invalid(format!("`{field}` {why}"))).in_field(field)
+}
+
+/// Item `i` of the persistent id `id` (a tuple such as `('storage', class, key, ...)`);
+/// `None` when `id` is absent, not a persistent id, or shorter.
+pub fn item(id: Option<&Value>, i: usize) -> Option<&Value> {
+    match id {
+        Some(Value::Persistent(id)) => id.as_seq().and_then(|s| s.get(i)),
+        _ => None,
+    }
+}
+
+/// True when the argument is absent or `None`.
+pub fn is_none(v: Option<&Value>) -> bool {
+    matches!(v, None | Some(Value::None))
+}
+
+/// The argument as a name: a global's `module.name`, a string, or an integer's digits.
+/// Fails with [`ErrorKind::Invalid`] (`` `field` is not a name``) otherwise.
+pub fn name<'v>(v: Option<&'v Value>, field: &str) -> Result<Cow<'v, str>> {
+    match v {
+        Some(Value::Global(g)) => Ok(Cow::Borrowed(&g.path)),
+        Some(Value::Str(s)) => Ok(Cow::Borrowed(s)),
+        Some(Value::Int(i)) => Ok(Cow::Owned(i.to_string())),
+        _ => Err(invalid(field, "is not a name")),
+    }
+}
+
+/// The argument as a non-negative integer that fits in an `i64`. Fails with
+/// [`ErrorKind::Invalid`] otherwise.
+pub fn uint(v: Option<&Value>, field: &str) -> Result<u64> {
+    v.and_then(Value::as_i64)
+        .and_then(|i| u64::try_from(i).ok())
+        .ok_or_else(|| invalid(field, "is not a non-negative integer"))
+}
+
+/// The argument as integers: a tuple, list or tuple-kind object of integers that fit in an
+/// `i64` (strides). Fails with [`ErrorKind::Invalid`] otherwise.
+pub fn ints(v: Option<&Value>, field: &str) -> Result<Vec<i64>> {
+    v.and_then(Value::as_int_list)
+        .ok_or_else(|| invalid(field, "is not a tuple of integers"))
+}
+
+/// The argument as non-negative integers (a shape): as [`ints`], and no item negative.
+pub fn dims(v: Option<&Value>, field: &str) -> Result<Vec<u64>> {
+    ints(v, field)?
+        .into_iter()
+        .map(u64::try_from)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|_| invalid(field, "has a negative item"))
+}
+
+/// The row of `table` that the argument names (see [`name`]). Fails with
+/// [`ErrorKind::UnknownDType`] when the table has no such key.
+pub fn lookup<T>(table: fn(&str) -> Option<T>, v: Option<&Value>, field: &str) -> Result<T> {
+    let key = name(v, field)?;
+    table(&key)
+        .ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.into_owned())).in_field(field))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Global;
+
+    #[test]
+    fn conversions_name_the_field() {
+        let id = Value::Persistent(std::sync::Arc::new(Value::tuple(vec![
+            Value::str("storage"),
+            Value::Global(Global::new("torch", "FloatStorage")),
+            Value::Int(3),
+        ])));
+        assert_eq!(name(item(Some(&id), 1), "c").unwrap(), "torch.FloatStorage");
+        assert_eq!(name(item(Some(&id), 2), "k").unwrap(), "3");
+        assert!(item(Some(&id), 3).is_none() && is_none(item(Some(&id), 3)));
+        let e = name(item(Some(&id), 3), "t.storage.key").unwrap_err();
+        assert_eq!(e.location.field.as_deref(), Some("t.storage.key"));
+        let shape = Value::tuple(vec![Value::Int(2), Value::Int(-1)]);
+        assert_eq!(ints(Some(&shape), "s").unwrap(), [2, -1]);
+        assert!(dims(Some(&shape), "t.size")
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
+        assert_eq!(uint(Some(&Value::Int(4)), "o").unwrap(), 4);
+        assert!(uint(Some(&Value::Int(-4)), "o").is_err());
+        let table = |k: &str| (k == "a").then_some(1);
+        assert_eq!(lookup(table, Some(&Value::str("a")), "d").unwrap(), 1);
+        let e = lookup(table, Some(&Value::str("b")), "d").unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::UnknownDType(_)), "{e}");
+    }
+}

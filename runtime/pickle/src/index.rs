@@ -1,0 +1,443 @@
+//! Indexing the tensors a pickle describes: the calls that build tensors are found in the
+//! pickle's value ([`find_objects`]), each is mapped by the format's function to tensor
+//! metadata and a storage reference ([`Mapped`]), and the storage is located by the
+//! container that holds it ([`Storages`]): the members of an archive ([`Index`]), or the
+//! records that follow pickles read back to back in one file ([`read_file`]).
+
+use std::collections::{HashMap, VecDeque};
+
+use super::read::{read, read_prefix};
+use super::rules::Rules;
+use super::tree::to_tree;
+use super::value::{Object, Value};
+use super::walk::find_objects;
+use tensorfmt_core::cursor::Cursor;
+use tensorfmt_core::dtype::DType;
+use tensorfmt_core::error::{Error, ErrorKind, Result};
+use tensorfmt_core::limits::Limits;
+use tensorfmt_core::source::Source;
+use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
+use tensorfmt_core::tensor::{ByteOrder, DataLocation, TensorInfo};
+use tensorfmt_core::tree::Node;
+
+/// What a format's mapping makes of one call that builds a tensor: the tensor's metadata,
+/// and where its bytes start (a storage named by the call's arguments).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mapped<'v> {
+    /// The tensor's name (usually the call's path in the pickled object).
+    pub name: String,
+    /// The element type.
+    pub dtype: DType,
+    /// The dimensions.
+    pub shape: Vec<u64>,
+    /// The strides, in elements.
+    pub strides: Vec<i64>,
+    /// The byte order of the elements.
+    pub byte_order: ByteOrder,
+    /// The storage that holds the bytes, and the offset of the first one in it.
+    pub storage: StorageRef<'v>,
+}
+
+/// The tensor `m` describes, its bytes located by `storages`; errors about its extent
+/// name the storage's entry.
+fn place<S: Storages + ?Sized>(storages: &S, m: Mapped<'_>) -> Result<TensorInfo> {
+    let Located { location, entry } = storages.locate(&m.storage, &m.name)?;
+    TensorInfo::strided(m.name, m.dtype, m.shape, m.strides, m.byte_order, location).map_err(|e| {
+        match entry {
+            Some(name) => e.in_entry(name),
+            None => e,
+        }
+    })
+}
+
+/// The field an error about the call at `path` is reported in.
+fn field_of(path: &str) -> &str {
+    if path.is_empty() {
+        "<root>"
+    } else {
+        path
+    }
+}
+
+/// The names each tensor object was listed under, in walk order, for [`to_tree`]: an
+/// object listed under several names (shared by the pickle's memo) gets each in turn.
+#[derive(Default)]
+struct Names(HashMap<usize, VecDeque<String>>);
+
+impl Names {
+    fn add(&mut self, o: &Object, name: &str) {
+        self.0
+            .entry(o as *const Object as usize)
+            .or_default()
+            .push_back(name.to_string());
+    }
+
+    fn tree(mut self, root: &Value, limits: &Limits) -> Result<Node> {
+        to_tree(
+            root,
+            &mut |o| {
+                let q = self.0.get_mut(&(o as *const Object as usize))?;
+                if q.len() > 1 {
+                    q.pop_front()
+                } else {
+                    q.front().cloned()
+                }
+            },
+            limits,
+        )
+    }
+}
+
+/// The tensors of the pickles in a container (an archive whose members are pickles and
+/// storages), read one pickle after another ([`Index::read`]); with `with_structure`, the
+/// object tree of the pickle in the container's first entry too.
+pub struct Index<'c, S: Storages> {
+    storages: &'c S,
+    limits: &'c Limits,
+    with_structure: bool,
+    tensors: Vec<TensorInfo>,
+    structure: Option<Node>,
+}
+
+impl<'c, S: Storages> Index<'c, S> {
+    /// An index of nothing yet, over `storages`.
+    pub fn new(storages: &'c S, limits: &'c Limits, with_structure: bool) -> Self {
+        Index {
+            storages,
+            limits,
+            with_structure,
+            tensors: Vec::new(),
+            structure: None,
+        }
+    }
+
+    /// Reads the pickle in the container's entry number `entry` (nothing when that entry is
+    /// optional and absent) with `rules`, finds every call for which `is_target` is true,
+    /// in the order of the unpickled object, and adds the tensor `map` makes of each
+    /// (given its path, see [`find_objects`]), its bytes located by the container. The
+    /// object tree is that of entry 0.
+    ///
+    /// Errors name the file and the pickle member, or the storage member when a tensor
+    /// does not fit in its storage, and the path of the call (`<root>` for the root
+    /// object) as the field, under the field `map` names (`state.0.exp_avg.t.size`).
+    /// The limits of [`read`] and [`find_objects`] apply.
+    pub fn read<F>(
+        &mut self,
+        entry: usize,
+        rules: &Rules,
+        is_target: fn(&Object) -> bool,
+        map: F,
+    ) -> Result<()>
+    where
+        F: for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>>,
+    {
+        let s = self.storages;
+        let Some(Metadata {
+            bytes,
+            entry: member,
+        }) = s.metadata(entry).map_err(|e| s.in_file(e))?
+        else {
+            return Ok(());
+        };
+        let in_member = |e: Error| s.in_file(e.in_entry(member));
+        let value = read(&bytes, rules, self.limits).map_err(in_member)?;
+        let objects = find_objects(&value, &is_target, self.limits).map_err(in_member)?;
+        let tree = self.with_structure && entry == 0;
+        let mut names = Names::default();
+        self.tensors.reserve(objects.len());
+        for (path, o) in objects {
+            let t = map(&path, o)
+                .and_then(|m| place(s, m))
+                .map_err(|e| in_member(e.in_field(field_of(&path))))?;
+            if tree {
+                names.add(o, &t.name);
+            }
+            self.tensors.push(t);
+        }
+        if tree {
+            self.structure = Some(names.tree(&value, self.limits).map_err(in_member)?);
+        }
+        Ok(())
+    }
+
+    /// The tensors, and the object tree when it was asked for.
+    pub fn finish(self) -> (Vec<TensorInfo>, Option<Node>) {
+        (self.tensors, self.structure)
+    }
+}
+
+/// A check of a pickle's value, and its text in the format (the message when it fails).
+pub type Check = (fn(&Value) -> bool, &'static str);
+
+/// One of the pickles at the start of a file read by [`read_file`].
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    /// Its name in the format (errors name it).
+    pub name: &'static str,
+    /// A check its value must pass, and the check's text (the message when it fails).
+    pub check: Option<Check>,
+}
+
+impl Field {
+    /// A pickle field without a check.
+    pub const fn new(name: &'static str) -> Field {
+        Field { name, check: None }
+    }
+
+    /// A pickle field whose value must pass `check` (written `text` in the format).
+    pub const fn checked(
+        name: &'static str,
+        check: fn(&Value) -> bool,
+        text: &'static str,
+    ) -> Field {
+        Field {
+            name,
+            check: Some((check, text)),
+        }
+    }
+}
+
+/// What a record reader is told about the storage whose record it reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// The storage's key.
+    pub key: &'a str,
+    /// The dtype of the tensors whose bytes the record holds.
+    pub dtype: DType,
+    /// The persistent id of (the last of) those tensors, when their calls have one.
+    pub id: Option<&'a Value>,
+}
+
+impl Record<'_> {
+    /// Checks that the record's `value` of `field` (`numel`, read at the cursor as
+    /// `path`) is item `item` of the storage's persistent id, when the id has that item:
+    /// fails with [`ErrorKind::SizeMismatch`] at the cursor otherwise.
+    pub fn agrees(
+        &self,
+        c: &Cursor<'_>,
+        path: &str,
+        field: &str,
+        item: usize,
+        value: i128,
+    ) -> Result<()> {
+        match super::args::item(self.id, item).and_then(Value::as_i128) {
+            Some(d) if d != value => Err(c.error(
+                path,
+                ErrorKind::SizeMismatch(format!(
+                    "storage {:?} has wrong byte size: its record holds {field} {value}, its persistent id says {d}",
+                    self.key
+                )),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A file of pickles read back to back, then one record per storage, in the order of a
+/// list of keys that one of the pickles holds (PyTorch's legacy format).
+#[derive(Clone, Copy)]
+pub struct FileSpec {
+    /// The pickles, in file order.
+    pub fields: &'static [Field],
+    /// The position in `fields` of the pickle whose calls are mapped to tensors.
+    pub object: usize,
+    /// The position in `fields` of the pickle listing the storage keys in record order
+    /// (strings or integers).
+    pub keys: usize,
+    /// The name of the records (errors name it).
+    pub records: &'static str,
+    /// The argument of the mapped calls that holds the persistent id naming the storage
+    /// (given to the record reader).
+    pub persistent: &'static str,
+    /// What the pickles may contain.
+    pub rules: fn() -> &'static Rules,
+    /// Which calls build tensors.
+    pub is_target: fn(&Object) -> bool,
+    /// The format's mapping of one call (given its path) to a tensor.
+    pub map: for<'v> fn(&str, &'v Object) -> Result<Mapped<'v>>,
+    /// Reads one record at the cursor and returns the range of the storage's bytes.
+    pub record: fn(&mut Cursor<'_>, &Record<'_>) -> Result<(u64, u64)>,
+}
+
+/// The records of [`read_file`]: storage key → byte range in the file.
+struct Records<'k> {
+    path: Option<&'k std::path::Path>,
+    ranges: HashMap<&'k str, (u64, u64)>,
+}
+
+impl Storages for Records<'_> {
+    fn metadata(&self, _: usize) -> Result<Option<Metadata<'_>>> {
+        Ok(None)
+    }
+
+    fn locate(&self, storage: &StorageRef<'_>, tensor: &str) -> Result<Located<'_>> {
+        let key = &*storage.key;
+        let &(offset, len) = self.ranges.get(key).ok_or_else(|| {
+            Error::from(ErrorKind::NotFound(format!(
+                "storage {key:?} is not in the key list"
+            )))
+        })?;
+        let skip = storage.skip;
+        let rest = len.checked_sub(skip).ok_or_else(|| {
+            Error::from(ErrorKind::SizeMismatch(format!(
+                "tensor '{tensor}' starts at byte {skip} of its storage, which holds {len}"
+            )))
+        })?;
+        Ok(Located {
+            location: DataLocation::Range {
+                offset: offset + skip,
+                len: rest,
+            },
+            entry: None,
+        })
+    }
+
+    fn in_file(&self, e: Error) -> Error {
+        match self.path {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+}
+
+/// Reads the pickles of `spec.fields` back to back from the start of `src` (each within
+/// `limits.max_header_bytes`, with the checks they declare), maps the calls of the object
+/// pickle with `spec.map`, then reads one record per key of the keys pickle with
+/// `spec.record` (told the dtype of the tensors using that storage: they must agree on
+/// the element size, and a storage no tensor uses cannot be read), which must end the
+/// file; each tensor's bytes are its storage's from its offset on. With
+/// `with_structure`, returns the object tree of the object pickle too.
+///
+/// Errors name the file, the pickle field (with the offset of the pickle's error), the
+/// record field (with its offset), or the path of a call (as [`Index::read`]).
+pub fn read_file(
+    src: &Source,
+    limits: &Limits,
+    spec: &FileSpec,
+    with_structure: bool,
+) -> Result<(Vec<TensorInfo>, Option<Node>)> {
+    let in_file = |e: Error| match src.path() {
+        Some(p) => e.in_file(p),
+        None => e,
+    };
+    let total = src.data().len();
+    let mut pos: u64 = 0;
+    let mut values = Vec::with_capacity(spec.fields.len());
+    for f in spec.fields {
+        let start = pos;
+        let n = (total - pos).min(limits.max_header_bytes);
+        let owned;
+        let window: &[u8] = match src.data().as_slice() {
+            Some(all) => &all[pos as usize..(pos + n) as usize],
+            None => {
+                let mut v = vec![0u8; n as usize];
+                src.data().read_exact_at(pos, &mut v).map_err(in_file)?;
+                owned = v;
+                &owned
+            }
+        };
+        let (value, used) = read_prefix(window, (spec.rules)(), limits).map_err(|mut e| {
+            e.location.offset = Some(e.location.offset.unwrap_or(0) + start);
+            in_file(e.in_field(f.name))
+        })?;
+        pos += used as u64;
+        if let Some((check, text)) = f.check {
+            if !check(&value) {
+                let mut e = in_file(
+                    Error::from(ErrorKind::Invalid(format!("check failed: {text}")))
+                        .in_field(f.name),
+                );
+                e.location.offset = Some(start);
+                return Err(e);
+            }
+        }
+        values.push(value);
+    }
+    let not_keys = || {
+        in_file(Error::from(ErrorKind::Invalid(format!(
+            "`{}` is not a list of storage keys",
+            spec.fields[spec.keys].name
+        ))))
+    };
+    let keys: Vec<String> = values[spec.keys]
+        .as_seq()
+        .ok_or_else(not_keys)?
+        .iter()
+        .map(|k| match k {
+            Value::Str(s) => Some(s.to_string()),
+            Value::Int(i) => Some(i.to_string()),
+            _ => None,
+        })
+        .collect::<Option<_>>()
+        .ok_or_else(not_keys)?;
+    let object = &values[spec.object];
+    let objects = find_objects(object, &spec.is_target, limits).map_err(in_file)?;
+
+    // Every call mapped; the storages' dtypes are those of the tensors using them.
+    let mut mapped = Vec::with_capacity(objects.len());
+    let mut used: HashMap<String, (DType, Option<&Value>)> = HashMap::new();
+    for (path, o) in &objects {
+        let m = (spec.map)(path, o).and_then(|m| {
+            let id = o.arg(spec.persistent);
+            match used.get_mut(&*m.storage.key) {
+                Some((prev, _)) if prev.itemsize() != m.dtype.itemsize() => {
+                    return Err(Error::from(ErrorKind::Invalid(format!(
+                        "storage {:?} is viewed with element sizes {} and {}",
+                        m.storage.key, prev, m.dtype
+                    ))));
+                }
+                Some((_, last)) => *last = id.or(*last),
+                None => {
+                    used.insert(m.storage.key.to_string(), (m.dtype, id));
+                }
+            }
+            Ok(m)
+        });
+        mapped.push(m.map_err(|e| in_file(e.in_field(field_of(path))))?);
+    }
+
+    // The records, one per key.
+    let mut records = Records {
+        path: src.path(),
+        ranges: HashMap::with_capacity(keys.len()),
+    };
+    let mut c = Cursor::new(src.data(), src.location())
+        .starting_at(pos)
+        .map_err(in_file)?;
+    for key in &keys {
+        let &(dtype, id) = used.get(key.as_str()).ok_or_else(|| {
+            in_file(Error::from(ErrorKind::Invalid(format!(
+                "{}: storage {key:?} is used by no tensor, so its element size is unknown",
+                spec.records
+            ))))
+        })?;
+        let record = Record { key, dtype, id };
+        let range = (spec.record)(&mut c, &record).map_err(in_file)?;
+        records.ranges.insert(key, range);
+    }
+    if c.remaining() != 0 {
+        return Err(in_file(c.error(
+            spec.records,
+            ErrorKind::Invalid(format!(
+                "{} bytes follow the last record of `{}`",
+                c.remaining(),
+                spec.records
+            )),
+        )));
+    }
+
+    let mut tensors = Vec::with_capacity(mapped.len());
+    let mut names = Names::default();
+    for ((path, o), m) in objects.iter().zip(mapped) {
+        let t = place(&records, m).map_err(|e| in_file(e.in_field(field_of(path))))?;
+        if with_structure {
+            names.add(o, &t.name);
+        }
+        tensors.push(t);
+    }
+    let structure = match with_structure {
+        true => Some(names.tree(object, limits).map_err(in_file)?),
+        false => None,
+    };
+    Ok((tensors, structure))
+}
