@@ -48,15 +48,15 @@ const TARGET_RATIO: f64 = 4.0;
 
 // The ratchet: today's figures, never to be exceeded. Lower them when the code improves.
 /// The longest generated function, in lines.
-const MAX_LONGEST_FN: usize = 680;
+const MAX_LONGEST_FN: usize = 204;
 /// Generated functions longer than [`TARGET_FN_LINES`].
-const MAX_FNS_OVER_TARGET: usize = 5;
+const MAX_FNS_OVER_TARGET: usize = 1;
 /// Generated lines per `.fmt` line, in total (rounded up to one decimal).
-const MAX_RATIO: f64 = 7.7;
+const MAX_RATIO: f64 = 5.5;
 /// Immediately-called closures.
-const MAX_CLOSURES: usize = 7;
+const MAX_CLOSURES: usize = 0;
 /// `#[allow(...)]` attributes.
-const MAX_ALLOWS: usize = 3;
+const MAX_ALLOWS: usize = 0;
 /// `(((` in the generated text.
 const MAX_TRIPLE_PARENS: usize = 0;
 
