@@ -227,26 +227,9 @@ fn in_file() -> TokenStream {
     }
 }
 
-/// `index` and `Writer` of the `file` engine.
-pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
-    let [map] = fmt.tensors.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
-            "a `file` format without exactly one tensor mapping",
-        ));
-    };
-    let layout = match &map.source.kind {
-        ExprKind::Path(p) if p.len() == 1 => fmt
-            .layout(&p[0].name)
-            .ok_or_else(|| cx.err(map.source.span, format!("unknown layout `{}`", p[0].name)))?,
-        _ => {
-            return Err(cx.unsupported(
-                map.source.span,
-                "a tensor mapping over something other than a layout",
-            ))
-        }
-    };
-    let _ = layout;
+/// The `Writer` of a `file` format of one tensor per file (the caller has checked that its
+/// one mapping is over a layout and inverts it: `write_tensor`).
+pub(crate) fn gen_file(fmt: &Fmt<'_>) -> TokenStream {
     let name = fmt.public_name();
     let one = format!("{name} holds exactly one tensor");
     let none = format!("{name} holds exactly one tensor; none was added");
@@ -255,7 +238,7 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
     );
     let tr = tensor_writer_impl(false);
     let desc = desc(false);
-    Ok(quote! {
+    quote! {
         #[doc = #wdoc]
         pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
             out: W,
@@ -291,7 +274,7 @@ pub(crate) fn gen_file(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
 
         #tr
         #desc
-    })
+    }
 }
 
 /// The layout an entry holds: `(format, layout)` of `layout other.Layout;`.

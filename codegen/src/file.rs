@@ -17,17 +17,16 @@ use crate::model::{docs, rs_ident};
 
 /// Names in reach in a mapping: the record (`f`), the binding (`t`), the item's
 /// position, the source, and the properties set so far.
-struct MapEnv<'a> {
+struct MapEnv {
     layout: LayoutId,
     binding: Val,
     position: bool,
     keys: Vec<TensorKey>,
     /// The tensor's name as a `&str`.
     name: TokenStream,
-    ir: &'a Ir,
 }
 
-impl Env for MapEnv<'_> {
+impl Env for MapEnv {
     fn field(&self, _l: LayoutId, _f: ir::FieldId) -> Option<Val> {
         None
     }
@@ -53,7 +52,6 @@ impl Env for MapEnv<'_> {
         })
     }
     fn source(&self) -> Option<TokenStream> {
-        let _ = self.ir;
         Some(quote!(src))
     }
 }
@@ -84,7 +82,7 @@ fn path_text(ir: &Ir, e: &Expr) -> Option<String> {
 
 /// The statements computing a tensor's properties (`name` already bound), ending with
 /// `(offset, len)` of its data bound.
-fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv<'_>) -> Result<TokenStream, Unlowered> {
+fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, Unlowered> {
     let missing = |what: &str| Unlowered {
         span: map.span,
         what: format!("a mapping without `{what}`"),
@@ -189,7 +187,6 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
             position: false,
             keys: Vec::new(),
             name: quote!(name.as_str()),
-            ir,
         };
         let props = properties(ir, map, &mut env)?;
         let name = map.key(TensorKey::Name).ok_or_else(|| Unlowered {
@@ -258,7 +255,6 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
         position: uses_position,
         keys: Vec::new(),
         name: quote!(name),
-        ir,
     };
     let source_env = MapEnv {
         layout,
@@ -266,7 +262,6 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
         position: false,
         keys: Vec::new(),
         name: quote!(name),
-        ir,
     };
     let items = Lower {
         ir,

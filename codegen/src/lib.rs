@@ -348,7 +348,7 @@ fn format_items(
             });
             let writer: Option<GResult<TokenStream>> = mapped.map(|(map, l)| {
                 let inverse = mapping::gen_layout_mapping(&mut cx, fmt, map, l)?;
-                let w = engine::gen_file(&cx, fmt)?;
+                let w = engine::gen_file(fmt);
                 Ok(quote!(#inverse #w))
             });
             match writer {

@@ -1,6 +1,7 @@
-//! The tensor mapping of a layout (`tensor from File as f { ... }`): `tensor` builds a
-//! tensor's metadata from a read layout, and its inverse, `<dict field>_for`, builds the
-//! dict that describes a tensor to write; `write_tensor` writes one tensor as the layout.
+//! The inverse of a tensor mapping over a layout (`tensor from File as f { ... }`):
+//! `<dict field>_for` builds the dict that describes a tensor to write, and
+//! `write_tensor` writes one tensor as the layout. (Reading, `tensor`, is generated from
+//! the IR: `crate::file`.)
 
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -121,7 +122,7 @@ fn field_path<'e>(binding: &str, e: &'e Expr) -> Option<Vec<&'e Ident>> {
     }
 }
 
-/// `tensor` and its inverse for a mapping over layout `l`.
+/// The inverse of a mapping over layout `l`: what the writer needs to write one tensor.
 pub(crate) fn gen_layout_mapping(
     cx: &mut Cx<'_>,
     fmt: &Fmt<'_>,
@@ -160,67 +161,30 @@ pub(crate) fn gen_layout_mapping(
             .ok_or_else(|| cx.err(base.span, format!("unknown table `{}`", p[0].name)))?,
         _ => return Err(cx.unsupported(base.span, "a table that is not a name")),
     };
-    let key = expr::compile(cx, &scope, index)?;
-    let key_ty = match table.key_kind {
-        KeyKind::Str => Ty::Str,
-        KeyKind::Int => Ty::Int,
-    };
     if table.key_kind == KeyKind::Int {
         return Err(cx.unsupported(
             index.span,
             "an integer-keyed table lookup in a mapping over a layout",
         ));
     }
-    cx.expect(index, &key, key_ty)?;
-    let key_field = field_path(binding, index)
-        .map(|p| {
-            p.iter()
-                .map(|i| i.name.as_str())
-                .collect::<Vec<_>>()
-                .join(".")
-        })
-        .unwrap_or_else(|| cx.text(index.span));
     let table_fn = rs_ident(&table.name.name);
-    let key_ts = &key.ts;
-    // shape
     let shape = s.shape.ok_or_else(|| missing(cx, "shape"))?;
-    let shape_v = expr::compile(cx, &scope, shape)?;
-    cx.expect(shape, &shape_v, Ty::IntList)?;
-    let shape_ts = &shape_v.ts;
-    // order
-    let order_ts = match s.order {
-        Some(o) => {
-            let v = expr::compile(cx, &scope, o)?;
-            cx.expect(o, &v, Ty::Order)?;
-            v.ts
-        }
-        None => quote!(rt::Order::C),
-    };
-    // byte order
-    let byte_order_ts = match s.byte_order {
-        Some(b) => {
-            let v = expr::compile(cx, &scope, b)?;
-            cx.expect(b, &v, Ty::ByteOrder)?;
-            v.ts
-        }
-        None => quote!(byte_order.unwrap_or(rt::ByteOrder::Little)),
-    };
-    // data
+    // The writer streams the tensor's bytes as the payload field: `data` must be that
+    // field, whole.
     let data = s.data.ok_or_else(|| missing(cx, "data"))?;
-    let data_v = expr::compile(cx, &scope, data)?;
-    cx.expect(data, &data_v, Ty::Span)?;
-    let data_ts = &data_v.ts;
-
+    let whole_payload = field_path(binding, data).is_some_and(|p| {
+        p.len() == 1
+            && l.fields
+                .iter()
+                .any(|f| f.ast.name.name == p[0].name && matches!(f.kind, Kind::Payload { .. }))
+    });
+    if !whole_payload {
+        return Err(cx.unsupported(
+            data.span,
+            "writing tensor data that is not a whole payload field of the layout",
+        ));
+    }
     let lname = &l.ident;
-    let _ = (
-        key_ts,
-        key_field,
-        table_fn.clone(),
-        byte_order_ts,
-        shape_ts,
-        order_ts,
-        data_ts,
-    );
     // The inverse: every dict key the mapping reads, from the tensor's metadata.
     let dict_fields = layout::dict_fields(l);
     let mut assigns: Vec<(String, String, TokenStream)> = Vec::new(); // (field, key, value)

@@ -21,7 +21,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let declared: Vec<&str> = d
         .keys
         .iter()
-        .filter(|k| !is_rest(k))
+        .filter(|k| !k.rest)
         .map(|k| k.key.as_str())
         .collect();
     let mut fields = Vec::new();
@@ -43,7 +43,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
                 quote!(rt::pydict::ToPy::to_py(&#x))
             }
         };
-        if is_rest(k) {
+        if k.rest {
             fields.push(quote!(#fdoc pub #id: #t,));
             reads.push(quote!(#id: rt::pydict::rest(value, &[#(#declared),*])?,));
             items.push(quote! {
@@ -69,7 +69,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     }
     let name = &d.name;
     let to_doc = format!(" The items of this `{name}`, in declared order, for encoding.");
-    let plain = d.keys.iter().all(|k| !k.optional && !is_rest(k));
+    let plain = d.keys.iter().all(|k| !k.optional && !k.rest);
     let to_body = if plain {
         let pairs = d.keys.iter().map(|k| {
             let id = rs_ident(&k.key);
@@ -115,11 +115,6 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             }
         }
     })
-}
-
-/// The `rest` key of a dict: every item whose key is not declared.
-pub(crate) fn is_rest(k: &ir::DictKey) -> bool {
-    k.rest
 }
 
 /// Names in reach while a layout is read: the fields read so far, as locals.
@@ -229,7 +224,7 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             None => quote!(let #fid: #t = #one;),
             Some(Repeat::Count(n)) => {
                 let n = int(n, "the count")?;
-                let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty, f));
+                let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty));
                 quote! {
                     let count = c.count(#name, #n, #min, limits.max_entries)?;
                     let mut #fid: #t = ::std::vec::Vec::with_capacity(count);
@@ -326,7 +321,7 @@ fn num(name: &str, ty: &Type, e: ByteOrder) -> TokenStream {
 }
 
 /// The least bytes an item of `ty` takes (at least 1), bounding repetition counts.
-fn min_bytes(ir: &Ir, ty: &Type, f: &ir::Field) -> u64 {
+fn min_bytes(ir: &Ir, ty: &Type) -> u64 {
     let own = match ty {
         Type::Int(i) => u64::from(i.bytes.unwrap_or(1)),
         Type::Float(x) => u64::from(x.bytes),
@@ -351,7 +346,6 @@ fn min_bytes(ir: &Ir, ty: &Type, f: &ir::Field) -> u64 {
             .sum(),
         _ => 0,
     };
-    let _ = f;
     own.max(1)
 }
 

@@ -525,6 +525,56 @@ mod tests {
     }
 
     #[test]
+    fn repetition_counts_are_bounded_before_allocating() {
+        let b = mem(&[0u8; 16]);
+        let c = Cursor::new(&b, loc());
+        // 16 bytes hold at most 4 items of 4 bytes.
+        assert_eq!(c.count("v", 4, 4, 100).unwrap(), 4);
+        let e = c.count("v", 5, 4, 100).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
+        assert_eq!(e.location.field.as_deref(), Some("v"));
+        // 2^60 items of "no fixed size" count as one byte each: refused, not allocated.
+        assert!(c.count("v", 1 << 60, 0, u64::MAX).is_err());
+        // The limit applies even when the bytes would hold them.
+        let e = c.count("v", 10, 1, 3).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+        // until_eof: stops at the end, and after `limit` items.
+        assert!(c.more("v", 0, 10).unwrap());
+        assert!(c.more("v", 10, 10).is_err());
+        let mut end = Cursor::new(&b, loc());
+        end.skip("x", 16).unwrap();
+        assert!(!end.more("v", 1_000_000, 10).unwrap());
+    }
+
+    #[test]
+    fn windows_seeks_and_relative_alignment_stay_within_the_layout() {
+        let b = mem(b"abcdefghij");
+        let mut c = Cursor::new(&b, loc());
+        c.skip("x", 1).unwrap();
+        let mut w = c.window("inner", 4).unwrap();
+        assert_eq!(&*w.bytes("i", 4, 100).unwrap(), b"bcde");
+        // The window ends where it was cut: nothing past it is read.
+        assert!(w.u8("j").is_err());
+        assert_eq!(c.pos(), 5);
+        assert!(c.window("big", 6).is_err());
+        // Alignment counts from the given start, not from the source's first byte.
+        c.align_from("a", 1, 3).unwrap();
+        assert_eq!(c.pos(), 7);
+        c.seek("at", 0, 2).unwrap();
+        assert_eq!(c.u8("c").unwrap(), b'c');
+        let e = c.seek("at", 0, 11).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Truncated { .. }), "{e}");
+        assert!(c.seek("at", u64::MAX, u64::MAX).is_err());
+        // Text must be UTF-8 and within the limit.
+        let bad = mem(&[0xff, 0xfe]);
+        let mut t = Cursor::new(&bad, loc());
+        assert!(t.text("name", 2, 100).is_err());
+        let mut t = Cursor::new(&b, loc());
+        assert!(t.text("name", 10, 4).is_err());
+        assert_eq!(t.text("name", 3, 100).unwrap(), "abc");
+    }
+
+    #[test]
     fn numbers_both_orders() {
         let mut data = vec![0xAB, 0xFF];
         data.extend_from_slice(&0x1234u16.to_le_bytes());
