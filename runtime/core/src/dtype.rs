@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// The element type of a tensor. Canonical names are those of DESIGN §4.
+/// The element type of a tensor. Canonical names are the `.fmt` language's and the CLI's (`f32`, `bf16`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     /// IEEE half precision.

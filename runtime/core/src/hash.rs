@@ -1,11 +1,11 @@
-//! Tensor SHA-256 as DESIGN §5 defines it: over the elements laid out contiguous,
-//! row-major (C order), little-endian; `bool` as one byte 0 or 1. Computed while the bytes
-//! stream through a [`HashSink`], copying only where the stored layout is not already C
-//! order.
+//! Tensor SHA-256 as README.md (*Tensor names and digests*) defines it: over the
+//! elements laid out contiguous, row-major (C order), little-endian; `bool` as one byte 0
+//! or 1. Computed while the bytes stream through a [`HashSink`], copying only where the
+//! stored layout is not already C order.
 //!
 //! `string` tensors are hashed over their bytes as delivered: readers of formats with
 //! string tensors deliver each element as its u64-LE length then its bytes, which is the
-//! canonical form of DESIGN §5.
+//! canonical form of that definition.
 
 use sha2::{Digest, Sha256};
 
@@ -30,8 +30,8 @@ pub fn hex(digest: &[u8; 32]) -> String {
     s
 }
 
-/// The DESIGN §5 SHA-256 of one tensor whose stored bytes (laid out as `info` says) are
-/// all in `bytes`.
+/// The SHA-256 of one tensor (README.md, *Tensor names and digests*) whose stored
+/// bytes (laid out as `info` says) are all in `bytes`.
 pub fn tensor_sha256(info: &TensorInfo, bytes: &[u8]) -> Result<[u8; 32]> {
     let mut sink = HashSink::default();
     sink.begin(info)?;
@@ -43,7 +43,8 @@ pub fn tensor_sha256(info: &TensorInfo, bytes: &[u8]) -> Result<[u8; 32]> {
         .ok_or_else(|| ErrorKind::Sink("no digest".into()).into())
 }
 
-/// A sink computing the DESIGN §5 SHA-256 of every tensor it receives.
+/// A sink computing the SHA-256 (README.md, *Tensor names and digests*) of every
+/// tensor it receives.
 #[derive(Debug, Default)]
 pub struct HashSink {
     /// `(tensor name, digest)` of every tensor that ended, in order.

@@ -223,7 +223,7 @@ impl DataLocation {
 /// Everything known about one tensor without reading its payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorInfo {
-    /// The tensor's name (DESIGN §5 naming rules).
+    /// The tensor's name (README.md, *Tensor names and digests*).
     pub name: String,
     /// Element type.
     pub dtype: DType,

@@ -4,8 +4,8 @@
 //! tensor of the file's index; everything else (numbers, strings, hyperparameters) is
 //! kept as a value, so that it can be shown and written back.
 //!
-//! Paths follow DESIGN §5: dict keys and list or tuple indices joined with `.`
-//! (`optimizer.param_groups.0.lr`), the same names the tensors of the index carry.
+//! Paths follow the naming of README.md (*Tensor names and digests*): dict keys and list
+//! or tuple indices joined with `.` (`optimizer.param_groups.0.lr`), the same names the tensors of the index carry.
 
 use std::fmt::{self, Write as _};
 

@@ -11,9 +11,9 @@ use tensorfmt_core::limits::Limits;
 /// Every object reachable from `root` for which `is_target` is true, with its path, in
 /// the order a depth-first walk meets them (the order of the unpickled object).
 ///
-/// Paths follow the DESIGN §5 naming: dict keys (strings; integers, booleans and `None`
-/// as Python prints them) and list, tuple and set indices, joined with `.`
-/// (`optimizer.state.0.exp_avg`). Dict-kind objects (`OrderedDict`) are walked like
+/// Paths follow the naming of README.md (*Tensor names and digests*): dict keys
+/// (strings; integers, booleans and `None` as Python prints them) and list, tuple and
+/// set indices, joined with `.` (`optimizer.state.0.exp_avg`). Dict-kind objects (`OrderedDict`) are walked like
 /// dicts (their `BUILD` state is not), list-, set- and tuple-kind objects like lists.
 /// Any other object that is not a target is transparent: its arguments are walked under
 /// the object's own path, so a target wrapped in a call (a parameter wrapping a tensor)
