@@ -300,6 +300,41 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
     let Content::Layout(lid) = entry.content else {
         return Err(no(entry.span, "an entry without a `layout`"));
     };
+    if !entry.repeated && !entry.optional {
+        return Err(no(
+            entry.span,
+            "a zip entry that is neither `repeated` nor `optional`",
+        ));
+    }
+    if entry.pattern.captures.len() != 1 {
+        return Err(no(
+            entry.span,
+            "writing an entry pattern with other than one capture",
+        ));
+    }
+    for st in &map.stmts {
+        match st {
+            ir::MappingStmt::Include { arg, .. } => {
+                if !matches!(&arg.kind, ExprKind::Member { base, member: ir::Member::EntryContent(_) } if matches!(base.kind, ExprKind::Binding))
+                {
+                    return Err(no(arg.span, "an `include` of other than the member's content"));
+                }
+            }
+            ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => {
+                return Err(no(
+                    value.span,
+                    &format!("overriding `{}` of an included mapping", key.name()),
+                ));
+            }
+            ir::MappingStmt::Set { .. } => {}
+        }
+    }
+    if map.filter.is_some() || !matches!(map.source.kind, ExprKind::Entry(_)) {
+        return Err(no(
+            map.source.span,
+            "a zip tensor mapping over other than the entry, or filtered",
+        ));
+    }
     let layout = ir.layout(lid);
     let other_mod = rs_ident(&ir.format(layout.format).name);
     let l = rs_ident(&layout.name);
