@@ -317,7 +317,10 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
             ir::MappingStmt::Include { arg, .. } => {
                 if !matches!(&arg.kind, ExprKind::Member { base, member: ir::Member::EntryContent(_) } if matches!(base.kind, ExprKind::Binding))
                 {
-                    return Err(no(arg.span, "an `include` of other than the member's content"));
+                    return Err(no(
+                        arg.span,
+                        "an `include` of other than the member's content",
+                    ));
                 }
             }
             ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => {

@@ -17,8 +17,8 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ast::{BinaryOp, Span, UnaryOp};
 use tensorfmt_schema::ir::{
-    self, Builtin, Const, EntryId, Expr, ExprKind, FieldId, FormatId, IndexKind, Ir,
-    LayoutId, Member, PickleId, TensorKey, Type, WriteVar,
+    self, Builtin, Const, EntryId, Expr, ExprKind, FieldId, FormatId, IndexKind, Ir, LayoutId,
+    Member, PickleId, TensorKey, Type, WriteVar,
 };
 
 use crate::model::rs_ident;
@@ -329,10 +329,7 @@ impl Lower<'_> {
                 let k = self.expr(key)?;
                 if let Type::Pickled(_) = k.ty {
                     let (k, what) = (&k.ts, self.text(key));
-                    return Ok(Val::value(
-                        quote!(rt::pickle::lookup(#f, #k, #what)?),
-                        ty,
-                    ));
+                    return Ok(Val::value(quote!(rt::pickle::lookup(#f, #k, #what)?), ty));
                 }
                 let key_ts = match t.key {
                     ir::KeyKind::Str => k.scalar(),
@@ -377,10 +374,7 @@ impl Lower<'_> {
                     .iter()
                     .map(|a| self.pickle_value(a))
                     .collect::<R<Vec<_>>>()?;
-                Val::value(
-                    quote!(rt::pickle::call(#rules(), #path, [#(#args),*])?),
-                    ty,
-                )
+                Val::value(quote!(rt::pickle::call(#rules(), #path, [#(#args),*])?), ty)
             }
             ExprKind::PersistentId { items, .. } => {
                 let items = items
@@ -405,7 +399,10 @@ impl Lower<'_> {
                         .map(|i| match &i.kind {
                             ExprKind::Const(Const::Str(s)) => Ok(quote!(#s)),
                             ExprKind::Const(Const::Int(v)) => Ok(int_lit(*v)),
-                            _ => Err(no(i, "an item other than a literal, tested on an optional value")),
+                            _ => Err(no(
+                                i,
+                                "an item other than a literal, tested on an optional value",
+                            )),
                         })
                         .collect::<R<Vec<_>>>()?;
                     let xs = self.optional(&x, list.first().map(|i| &i.ty));
@@ -557,9 +554,12 @@ impl Lower<'_> {
             Member::PickleAttr(a) => {
                 let b = self.expr(base)?.ts;
                 let item = match &base.ty {
-                    Type::Pickled(p) => self.ir.pickle(*p).persistent.as_ref().and_then(|(_, items)| {
-                        items.iter().position(|i| i == a)
-                    }),
+                    Type::Pickled(p) => self
+                        .ir
+                        .pickle(*p)
+                        .persistent
+                        .as_ref()
+                        .and_then(|(_, items)| items.iter().position(|i| i == a)),
                     _ => None,
                 };
                 return Ok(Val::value(
@@ -885,5 +885,4 @@ impl Lower<'_> {
             _ => return Err(no(e, "a value a pickle cannot hold")),
         })
     }
-
 }

@@ -619,15 +619,7 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             ir.text(fid, map.source.span),
         );
         let write = map.write.as_ref().filter(|_| writable);
-        let mf = gen_map_fn(
-            ir,
-            fid,
-            map,
-            &texts,
-            (&f, &doc),
-            write.is_some(),
-            &locate,
-        )?;
+        let mf = gen_map_fn(ir, fid, map, &texts, (&f, &doc), write.is_some(), &locate)?;
         let position = order
             .iter()
             .position(|&e| e == mentry)
@@ -835,7 +827,8 @@ fn gen_writer(
         Some(b) => lower.expr(b)?.scalar(),
         None => quote!(rt::ByteOrder::Little),
     };
-    let texts = env.uses_texts
+    let texts = env
+        .uses_texts
         .get()
         .then(|| quote!(let texts = self.archive.texts();));
     // The storages' entry: where the mapping's `data` puts the bytes.

@@ -126,22 +126,14 @@ impl Rules<'_> {
             );
         }
         for s in &map.stmts {
-            match s {
-                MappingStmt::Include { arg, .. } => self.err(
-                    arg.span,
-                    "`include` in a mapping over pickled objects",
-                    "set name, dtype, shape, strides, byte_order and data from the call's arguments",
-                ),
-                MappingStmt::Set { key, value }
-                    if matches!(key, TensorKey::Order | TensorKey::Segment) =>
-                {
+            if let MappingStmt::Set { key, value } = s {
+                if matches!(key, TensorKey::Order | TensorKey::Segment) {
                     self.err(
                         value.span,
                         format!("`{}` in a mapping over pickled objects", key.name()),
                         "a pickled tensor's layout is its `strides`",
                     )
                 }
-                _ => {}
             }
         }
         if let Some(d) = map.key(TensorKey::Data) {
@@ -162,7 +154,12 @@ impl Rules<'_> {
         for &id in &f.entries {
             let e = ir.entry(id);
             self.entry_align(id);
-            let extra = e.pattern.captures.iter().filter(|c| !caps.contains(c)).count();
+            let extra = e
+                .pattern
+                .captures
+                .iter()
+                .filter(|c| !caps.contains(c))
+                .count();
             match &e.content {
                 Content::Codec(Codec::Pickle(_)) | Content::Text if extra > 0 => self.err(
                     e.span,
@@ -332,13 +329,19 @@ impl Rules<'_> {
                         _ => false,
                     };
                     if !ok {
-                        bad.push((x.span, "`global(..)` names a string or `key_of(TABLE, dtype)`"));
+                        bad.push((
+                            x.span,
+                            "`global(..)` names a string or `key_of(TABLE, dtype)`",
+                        ));
                     }
                 }
                 Builtin::KeyOf => {
                     if let Some(ExprKind::Table(t)) = args.first().map(|a| &a.value.kind) {
                         if ir.table(*t).key != crate::ast::KeyKind::Str {
-                            bad.push((x.span, "`key_of` in a pickle write rule names a table of string keys"));
+                            bad.push((
+                                x.span,
+                                "`key_of` in a pickle write rule names a table of string keys",
+                            ));
                         }
                     }
                 }
@@ -380,8 +383,8 @@ impl Rules<'_> {
         let source = |m: &Mapping| match &m.source.kind {
             ExprKind::Member {
                 base,
-                member: Member::PickleObjects(..),
-            } => field_of(base).filter(|(l, _)| *l == lid),
+                member: Member::PickleObjects(p, _),
+            } => field_of(base).filter(|(l, _)| *l == lid).map(|_| *p),
             _ => None,
         };
         let [m] = f.mappings.as_slice() else {
@@ -393,7 +396,8 @@ impl Rules<'_> {
             return;
         };
         let map = ir.mapping(*m);
-        if source(map).is_none() || pickled.len() > 1 {
+        let mapped = source(map);
+        if mapped.is_none() || pickled.len() > 1 {
             self.err(
                 map.source.span,
                 "a mapping of a file of pickles iterates the objects of one of its layout's pickles",
@@ -402,12 +406,12 @@ impl Rules<'_> {
             return;
         }
         let layout = ir.layout(lid);
-        let mut decl = None;
+        let decl = mapped;
         let mut records = None;
         let n = layout.fields.len();
         for (i, x) in layout.fields.iter().enumerate() {
             if let Some(Codec::Pickle(p)) = x.codec {
-                if *decl.get_or_insert(p) != p {
+                if decl != Some(p) {
                     self.err(
                         x.span,
                         "the pickles of a file are decoded by one declaration",
@@ -427,10 +431,7 @@ impl Rules<'_> {
                         .and_then(|a| field_of(&a.value))
                         .filter(|&(l, k)| {
                             l == lid
-                                && matches!(
-                                    layout.fields[k.index()].codec,
-                                    Some(Codec::Pickle(_))
-                                )
+                                && matches!(layout.fields[k.index()].codec, Some(Codec::Pickle(_)))
                         })
                         .map(|(_, k)| (*rl, FieldId(i as u32), k)),
                     _ => None,
@@ -515,7 +516,8 @@ impl Rules<'_> {
                     lhs,
                     rhs,
                 } => {
-                    let lit = |x: &Expr| matches!(x.kind, ExprKind::Const(Const::Int(_) | Const::Str(_)));
+                    let lit =
+                        |x: &Expr| matches!(x.kind, ExprKind::Const(Const::Int(_) | Const::Str(_)));
                     let is_me = |x: &Expr| field_of(x) == Some(me);
                     is_me(lhs) && lit(rhs) || lit(lhs) && is_me(rhs)
                 }

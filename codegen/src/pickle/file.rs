@@ -131,7 +131,10 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let public = &fmt.public_name;
     let [m] = fmt.mappings.as_slice() else {
-        return Err(no(fmt.name_span, "a format without exactly one tensor mapping"));
+        return Err(no(
+            fmt.name_span,
+            "a format without exactly one tensor mapping",
+        ));
     };
     let map = ir.mapping(*m);
     // `tensor from L.object.<kind>s as t`
@@ -207,7 +210,10 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     };
     let rlayout = ir.layout(rlid);
     let Some(payload) = rlayout.fields.iter().position(|f| f.ty == Type::Payload) else {
-        return Err(no(rlayout.span, "a record layout without a `payload` field"));
+        return Err(no(
+            rlayout.span,
+            "a record layout without a `payload` field",
+        ));
     };
     let payload = FieldId(payload as u32);
 
@@ -311,7 +317,8 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             }
         };
         rsteps.push(quote!(let #var = c.#m(#path)?;));
-        env.known.push((FieldId(i as u32), var.clone(), f.ty.clone()));
+        env.known
+            .push((FieldId(i as u32), var.clone(), f.ty.clone()));
         for ch in &f.checks {
             let fails = Lower { ir, env: &env }.negated(ch)?;
             let msg = format!("check failed: {}", ir.text(fid, ch.span));
@@ -332,7 +339,10 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         }
     }
     let Some(range) = range else {
-        return Err(no(rlayout.span, "a record layout without a `payload` field"));
+        return Err(no(
+            rlayout.span,
+            "a record layout without a `payload` field",
+        ));
     };
     let uses_r = dtype_used.get() || rsteps.iter().any(|t| t.to_string().contains("r . agrees"));
     let r = if uses_r { quote!(r) } else { quote!(_r) };
