@@ -239,14 +239,15 @@ fn int_list(lower: &Lower<'_>, e: &Expr, unsigned: bool) -> R<TokenStream> {
     })
 }
 
+/// A storage a mapping's `data` names: the position of its entry, its key (a
+/// `Cow<str>` expression) and the offset of the tensor's first byte in it (an `i128`
+/// expression and its text, `None` for 0).
+type StorageRef = (usize, TokenStream, Option<(TokenStream, String)>);
+
 /// The storage `e` names and the offset of the tensor's first byte in it (an `i128`
 /// expression and its text, `None` for 0): a storage (`storage(key = k)`), or
 /// `slice(x, start, none)` of one.
-fn storage_ref(
-    lower: &Lower<'_>,
-    e: &Expr,
-    locate: &Locate<'_>,
-) -> R<(usize, TokenStream, Option<(TokenStream, String)>)> {
+fn storage_ref(lower: &Lower<'_>, e: &Expr, locate: &Locate<'_>) -> R<StorageRef> {
     if let ExprKind::Call {
         func: Builtin::Slice,
         args,

@@ -320,14 +320,16 @@ impl Rules<'_> {
             };
             match func {
                 Builtin::Global => {
-                    let ok = match args.first().map(|a| &a.value.kind) {
-                        Some(ExprKind::Const(Const::Str(_))) => true,
-                        Some(ExprKind::Call {
-                            func: Builtin::KeyOf,
-                            ..
-                        }) => true,
-                        _ => false,
-                    };
+                    let ok = matches!(
+                        args.first().map(|a| &a.value.kind),
+                        Some(
+                            ExprKind::Const(Const::Str(_))
+                                | ExprKind::Call {
+                                    func: Builtin::KeyOf,
+                                    ..
+                                }
+                        )
+                    );
                     if !ok {
                         bad.push((
                             x.span,
