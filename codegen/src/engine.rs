@@ -6,9 +6,11 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ast::*;
 
-use crate::expr::{self, Cx};
-use crate::mapping;
-use crate::model::{docs, rs_ident, Fmt, GResult, Model};
+use tensorfmt_schema::ir::{self, FormatId, Ir};
+
+use crate::expr::Cx;
+use crate::lower::Unlowered;
+use crate::model::{docs, rs_ident, Fmt, GResult};
 
 /// `detect` from the format's rules.
 pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<TokenStream> {
@@ -277,227 +279,123 @@ pub(crate) fn gen_file(fmt: &Fmt<'_>) -> TokenStream {
     }
 }
 
-/// The layout an entry holds: `(format, layout)` of `layout other.Layout;`.
-fn entry_layout<'s>(cx: &Cx<'_>, model: &Model<'s>, e: &Entry) -> GResult<(String, String)> {
-    let mut layout = None;
-    for p in &e.props {
-        match (p.name.name.as_str(), &p.value) {
-            ("layout", Some(v)) => match &v.kind {
-                ExprKind::Path(path) if path.len() == 2 => {
-                    let f = model.format(&path[0].name).ok_or_else(|| {
-                        cx.err(v.span, format!("unknown format `{}`", path[0].name))
-                    })?;
-                    if f.layout(&path[1].name).is_none() {
-                        return Err(cx.err(
-                            v.span,
-                            format!("`{}` has no layout `{}`", path[0].name, path[1].name),
-                        ));
-                    }
-                    layout = Some((path[0].name.clone(), path[1].name.clone()));
-                }
-                _ => {
-                    return Err(cx.unsupported(
-                        v.span,
-                        "an entry layout that is not another format's layout (`other.Layout`)",
-                    ))
-                }
-            },
-            ("repeated" | "optional" | "compression" | "align", _) => {}
-            (other, _) => {
-                return Err(cx.unsupported(p.span, &format!("the entry property `{other}`")));
-            }
-        }
-    }
-    layout.ok_or_else(|| cx.unsupported(e.span, "an entry without a `layout`"))
-}
-
-/// `index` and `Writer` of the `zip` engine.
-pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
-    let [entry] = fmt.entries.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
-            "a `zip` format without exactly one entry",
+/// `index` and `Writer` of the `zip` engine whose one entry is laid out by another
+/// format's layout (npz): each member matching the entry's pattern is read by that
+/// layout and mapped by that format's mapping, named by the pattern's capture.
+pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
+    use tensorfmt_schema::ir::{Content, ExprKind};
+    let fmt = ir.format(fid);
+    let no = |span, what: &str| Unlowered {
+        span,
+        what: what.to_string(),
+    };
+    let ([eid], [mid]) = (fmt.entries.as_slice(), fmt.mappings.as_slice()) else {
+        return Err(no(
+            fmt.name_span,
+            "a `zip` format without exactly one entry and one tensor mapping",
         ));
     };
-    let [map] = fmt.tensors.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
-            "a `zip` format without exactly one tensor mapping",
-        ));
+    let entry = ir.entry(*eid);
+    let map = ir.mapping(*mid);
+    let Content::Layout(lid) = entry.content else {
+        return Err(no(entry.span, "an entry without a `layout`"));
     };
-    let (other, layout) = entry_layout(cx, model, entry)?;
-    let other_fmt = model.format(&other).expect("checked by entry_layout");
-    let other_mod = &other_fmt.module;
-    let l = rs_ident(&layout);
-    // The mapping: `tensor from <entry> as m { include other.tensor(m.content); name = m.<capture>; }`.
-    match &map.source.kind {
-        ExprKind::Path(p) if p.len() == 1 && p[0].name == entry.name.name => {}
-        _ => {
-            return Err(cx.unsupported(
-                map.source.span,
-                "a zip tensor mapping over something other than the entry",
-            ))
-        }
-    }
-    let binding = map.binding.name.as_str();
-    let s = mapping::stmts(cx, map)?;
-    let [include] = s.includes.as_slice() else {
-        return Err(cx.unsupported(
-            map.span,
-            "a zip tensor mapping without exactly one `include`",
-        ));
-    };
-    match &include.kind {
-        ExprKind::Call { callee, args }
-            if callee.len() == 2
-                && callee[0].name == other
-                && callee[1].name == "tensor"
-                && matches!(args.as_slice(), [a] if a.name.is_none()
-                    && matches!(&a.value.kind, ExprKind::Path(p) if expr::join(p) == format!("{binding}.content"))) =>
-            {}
-        _ => {
-            return Err(cx.unsupported(
-                include.span,
-                &format!("an `include` other than `{other}.tensor({binding}.content)`"),
-            ))
-        }
-    }
-    // The other format's mapping must be over the entry's layout.
-    match other_fmt.tensors.as_slice() {
-        [m] if matches!(&m.source.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == layout) =>
-            {}
-        _ => {
-            return Err(cx.err(
-                include.span,
-                format!("`{other}` has no tensor mapping over its layout `{layout}`"),
-            ))
-        }
-    }
-    for (what, e) in [
-        ("dtype", s.dtype),
-        ("shape", s.shape),
-        ("order", s.order),
-        ("byte_order", s.byte_order),
-        ("data", s.data),
-    ] {
-        if let Some(e) = e {
-            return Err(cx.unsupported(
-                e.span,
-                &format!("overriding `{what}` of an included mapping"),
-            ));
-        }
-    }
-    let pattern = &entry.pattern.value;
-    let captures = captures(pattern);
-    let name = s
-        .name
-        .ok_or_else(|| cx.err(map.span, "the tensor mapping needs `name = ..;`"))?;
-    let cap = match &name.kind {
-        ExprKind::Path(p) if p.len() == 2 && p[0].name == binding => {
-            captures.iter().position(|c| *c == p[1].name)
-        }
-        _ => None,
-    };
-    let Some(cap) = cap else {
-        return Err(cx.unsupported(
-            name.span,
-            &format!("a tensor name other than a capture of `{pattern}` (`{binding}.<capture>`)"),
-        ));
-    };
-    if captures.len() != 1 {
-        return Err(cx.unsupported(
-            entry.pattern.span,
-            "writing an entry pattern with more than one capture",
-        ));
-    }
-    // Properties.
-    let mut methods = Vec::new();
-    let mut align: u16 = 1;
-    let mut required = true;
-    for p in &entry.props {
-        match (p.name.name.as_str(), &p.value) {
-            ("repeated" | "optional", None) => required = false,
-            ("compression", Some(v)) => {
-                let ExprKind::List(items) = &v.kind else {
-                    return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
-                };
-                for i in items {
-                    match &i.kind {
-                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
-                            methods.push(quote!(rt::Compression::Stored))
-                        }
-                        ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
-                            methods.push(quote!(rt::Compression::Deflate))
-                        }
-                        _ => {
-                            return Err(cx.unsupported(
-                                i.span,
-                                &format!("the compression `{}`", cx.text(i.span)),
-                            ))
-                        }
-                    }
-                }
-            }
-            ("align", Some(v)) => match &v.kind {
-                ExprKind::Int(n) if *n >= 1 && *n <= i128::from(u16::MAX) => align = *n as u16,
-                _ => {
-                    return Err(cx.unsupported(
-                        v.span,
-                        "an entry alignment other than a literal in 1..=65535",
-                    ))
-                }
-            },
-            ("layout", _) => {}
-            (other, _) => {
-                return Err(cx.unsupported(p.span, &format!("the entry property `{other}`")))
-            }
-        }
-    }
-    if required {
-        return Err(cx.unsupported(
+    if !entry.repeated && !entry.optional {
+        return Err(no(
             entry.span,
             "a zip entry that is neither `repeated` nor `optional`",
         ));
     }
+    if entry.pattern.captures.len() != 1 {
+        return Err(no(
+            entry.span,
+            "writing an entry pattern with other than one capture",
+        ));
+    }
+    for st in &map.stmts {
+        match st {
+            ir::MappingStmt::Include { arg, .. } => {
+                if !matches!(&arg.kind, ExprKind::Member { base, member: ir::Member::EntryContent(_) } if matches!(base.kind, ExprKind::Binding))
+                {
+                    return Err(no(
+                        arg.span,
+                        "an `include` of other than the member's content",
+                    ));
+                }
+            }
+            ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => {
+                return Err(no(
+                    value.span,
+                    &format!("overriding `{}` of an included mapping", key.name()),
+                ));
+            }
+            ir::MappingStmt::Set { .. } => {}
+        }
+    }
+    if map.filter.is_some() || !matches!(map.source.kind, ExprKind::Entry(_)) {
+        return Err(no(
+            map.source.span,
+            "a zip tensor mapping over other than the entry, or filtered",
+        ));
+    }
+    let layout = ir.layout(lid);
+    let other_mod = rs_ident(&ir.format(layout.format).name);
+    let l = rs_ident(&layout.name);
+    // The mapping: `tensor from <entry> as m { include other.tensor(m.content); name = m.<capture>; }`.
+    let name = map.key(ir::TensorKey::Name);
+    let cap = match name.map(|n| &n.kind) {
+        Some(ExprKind::Member {
+            member: ir::Member::Capture(_, c),
+            ..
+        }) => entry.pattern.captures.iter().position(|x| x == c),
+        _ => None,
+    };
+    let Some(cap) = cap else {
+        return Err(no(
+            name.map_or(map.span, |n| n.span),
+            "a tensor name other than a capture of the entry's pattern",
+        ));
+    };
+    let pattern = &entry.pattern.text;
+    let mut methods: Vec<TokenStream> = entry
+        .compression
+        .iter()
+        .map(|c| crate::pickle::compression(*c))
+        .collect();
     if methods.is_empty() {
         methods.push(quote!(rt::Compression::Stored));
     }
+    let align = crate::pickle::entry_align(entry)?.unwrap_or_else(|| Literal::u16_unsuffixed(1));
     let default = methods[0].clone();
-    let all_methods = methods.len() >= 2 && {
-        let s: Vec<String> = methods.iter().map(|m| m.to_string()).collect();
-        s.iter().any(|m| m.contains("Stored")) && s.iter().any(|m| m.contains("Deflate"))
-    };
-    let public = fmt.public_name();
+    let all_methods = entry.compression.contains(&ir::Compression::Stored)
+        && entry.compression.contains(&ir::Compression::Deflate);
+    let public = &fmt.public_name;
     let (read_check, write_check) = if all_methods {
         (quote!(), quote!())
     } else {
-        let msg_r = format!("{public} members may not be compressed with {{:?}}");
-        let msg_w = format!("{public} members may not be compressed with {{:?}}");
+        let msg = format!("{public} members may not be compressed with {{:?}}");
         (
             quote! {
                 if !matches!(m.compression, #(#methods)|*) {
-                    return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg_r, m.compression))).in_entry(m.name.as_str())));
+                    return Err(in_file(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, m.compression))).in_entry(m.name.as_str())));
                 }
             },
             quote! {
                 if !matches!(compression, #(#methods)|*) {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg_w, compression))));
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, compression))));
                 }
             },
         )
     };
-    let pconst = format_ident!("{}_PATTERN", entry.name.name.to_uppercase());
+    let pconst = format_ident!("{}_PATTERN", entry.name.to_uppercase());
     let mut pdoc = entry.docs.clone();
-    for p in &entry.props {
-        if !p.docs.is_empty() {
-            pdoc.push(String::new());
-            pdoc.extend(p.docs.iter().cloned());
-        }
+    for (_, d) in &entry.prop_docs {
+        pdoc.push(String::new());
+        pdoc.extend(d.iter().cloned());
     }
-    let pdoc_head = format!(" The name pattern of `{}` members.", entry.name.name);
+    let pdoc_head = format!(" The name pattern of `{}` members.", entry.name);
     let pdoc = docs(&pdoc);
     let in_file = in_file();
-    let align = Literal::u16_unsuffixed(align);
     let cap = Literal::usize_unsuffixed(cap);
     let wdoc =
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
@@ -571,20 +469,6 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
         #tr
         #desc
     })
-}
-
-/// The capture names of a pattern, in order.
-fn captures(pattern: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = pattern;
-    while let Some(start) = rest.find('{') {
-        let Some(end) = rest[start..].find('}') else {
-            break;
-        };
-        out.push(rest[start + 1..start + end].to_string());
-        rest = &rest[start + end + 1..];
-    }
-    out
 }
 
 /// The writer constructor of a format that is only read, which refuses with `message`,

@@ -11,10 +11,10 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Dicts, layouts (their structs and readers) and the `file` engine's tensor mapping are
-//! generated from the typed IR (`tensorfmt_schema::ir`) through one lowering of
-//! expressions ([`lower`](crate::lower)); the write side of layouts and the `zip`,
-//! `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
+//! Dicts, layouts (their structs and readers), the `file` engine's tensor mapping, the
+//! `zip` engine and the engines around pickles are generated from the typed IR
+//! (`tensorfmt_schema::ir`) through one lowering of expressions ([`lower`](crate::lower));
+//! the write side of layouts and the `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
 //! generator does not support, and a `file` format of several tensors, are generated
 //! read-only; other constructs it cannot generate are diagnostics at their span, never
 //! panics.
@@ -246,15 +246,8 @@ fn format_items(
             Err(e) => errors.push(e),
         }
     }
-    for p in &fmt.pickles {
-        if kind == Some("file") && !pickle::is_pickle_file(fmt) {
-            errors.push(cx.unsupported(p.span, "a `pickle` declaration in a `file` format"));
-            continue;
-        }
-        match pickle::gen_pickle(&cx, p) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+    for &p in &ir.format(fid).pickles {
+        items.push(pickle::gen_pickle(ir, p));
     }
     let unlowered = |cx: &expr::Cx<'_>, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
     for &d in &ir.format(fid).dicts {
@@ -264,7 +257,7 @@ fn format_items(
         }
     }
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
-    let pickle_file = kind == Some("file") && pickle::is_pickle_file(fmt);
+    let pickle_file = kind == Some("file") && pickle::is_pickle_file(ir, fid);
     let mut layouts = Vec::new();
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
@@ -286,19 +279,6 @@ fn format_items(
                 }
                 Err(e) if e.is_unsupported() => {}
                 Err(e) => errors.push(e),
-            }
-        }
-    }
-    // `preferred` names: only the text entries of a zip around a pickle are looked up
-    // by name, so only they can have one.
-    let texts_by_name = kind == Some("zip") && pickle::is_pickle_zip(fmt);
-    for e in &fmt.entries {
-        if let Some(p) = e.prop("preferred") {
-            if !(texts_by_name && e.has_flag("text")) {
-                errors.push(cx.unsupported(
-                    p.span,
-                    "`preferred` outside the `text` entries of a zip around a pickle",
-                ));
             }
         }
     }
@@ -329,9 +309,9 @@ fn format_items(
             Ok(ts) => items.push(ts),
             Err(e) => errors.push(e),
         },
-        Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
+        Some("file") if pickle_file => match pickle::gen_file_pickle(ir, fid) {
             Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
+            Err(u) => errors.push(unlowered(&cx, u)),
         },
         Some("file") => {
             match file::gen_file(ir, fid) {
@@ -364,26 +344,14 @@ fn format_items(
                 }
             }
         }
-        Some("zip") if pickle::is_pickle_zip(fmt) => {
-            match pickle::gen_zip_pickle(&mut cx, model, fmt) {
-                Ok(ts) => items.push(ts),
-                Err(e) => errors.push(e),
-            }
-        }
-        Some("zip") => {
-            if let Some(map) = fmt.tensors.iter().find(|m| {
-                matches!(&m.source.kind, tensorfmt_schema::ast::ExprKind::Path(p)
-                    if p.len() == 1 && fmt.layout(&p[0].name).is_some())
-            }) {
-                errors.push(
-                    cx.unsupported(map.span, "a tensor mapping over a layout in a zip format"),
-                );
-            }
-            match engine::gen_zip(&cx, model, fmt) {
-                Ok(ts) => items.push(ts),
-                Err(e) => errors.push(e),
-            }
-        }
+        Some("zip") if pickle::is_pickle_zip(ir, fid) => match pickle::gen_zip_pickle(ir, fid) {
+            Ok(ts) => items.push(ts),
+            Err(u) => errors.push(unlowered(&cx, u)),
+        },
+        Some("zip") => match engine::gen_zip(ir, fid) {
+            Ok(ts) => items.push(ts),
+            Err(u) => errors.push(unlowered(&cx, u)),
+        },
         _ => {}
     }
 

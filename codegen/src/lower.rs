@@ -6,12 +6,19 @@
 //! runtime's checked arithmetic (`rt::expr`); strings are `&str`, byte strings `&[u8]`,
 //! payloads `(offset, len)`, dtypes `(rt::DType, Option<rt::ByteOrder>)`. Compound
 //! values (records, lists, maps) are places or references, passed by reference.
+//!
+//! Values decoded from a pickle ([`Type::Pickled`]) are `Option<&rt::pickle::Value>`
+//! (absent when a call was not given that argument); they become integers, names and
+//! dtypes where an expression needs one, through the runtime's conversions that name
+//! the argument (`rt::pickle::uint(t.arg("offset"), "t.offset")`). Objects a pickle
+//! write rule builds are `rt::pickle::Value`s ([`Lower::pickle_value`]).
 
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ast::{BinaryOp, Span, UnaryOp};
 use tensorfmt_schema::ir::{
-    self, Builtin, Const, Expr, ExprKind, FieldId, IndexKind, Ir, LayoutId, Member, TensorKey, Type,
+    self, Builtin, Const, EntryId, Expr, ExprKind, FieldId, FormatId, IndexKind, Ir, LayoutId,
+    Member, PickleId, TensorKey, Type, WriteVar,
 };
 
 use crate::model::rs_ident;
@@ -25,6 +32,12 @@ pub(crate) enum Form {
     Place,
     /// A reference to the storage type (`t: &(String, TensorEntry)`).
     Ref,
+    /// A temporary of the storage type (`format!(..)`: a `String`), owned by the
+    /// expression.
+    Owned,
+    /// An `Option` of the value form: absent (an optional entry's content, a reverse
+    /// table lookup). `== none` tests it; compared with a value, absent is unequal.
+    Opt,
 }
 
 /// A lowered expression.
@@ -66,12 +79,30 @@ impl Val {
         }
     }
 
+    /// A temporary of the storage type (see [`Form::Owned`]).
+    pub fn owned(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Owned,
+        }
+    }
+
+    /// An optional value (see [`Form::Opt`]).
+    pub fn opt(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Opt,
+        }
+    }
+
     /// A reference to the value (`&place`, or the reference itself).
     pub fn by_ref(&self) -> TokenStream {
         let ts = &self.ts;
         match self.form {
-            Form::Place => quote!(&#ts),
-            Form::Ref | Form::Value => ts.clone(),
+            Form::Place | Form::Owned => quote!(&#ts),
+            Form::Ref | Form::Value | Form::Opt => ts.clone(),
         }
     }
 
@@ -84,10 +115,25 @@ impl Val {
         }
     }
 
+    /// Text as an owned `String`: the temporary itself, or a copy.
+    pub fn owned_string(&self) -> TokenStream {
+        match self.form {
+            Form::Owned => self.ts.clone(),
+            _ => {
+                let s = self.scalar();
+                quote!(#s.to_string())
+            }
+        }
+    }
+
     /// The value form of a scalar: `i128::from(x)`, `x.as_str()`, `x`.
     pub fn scalar(&self) -> TokenStream {
         if self.form == Form::Value {
             return self.ts.clone();
+        }
+        if self.form == Form::Opt {
+            let ts = &self.ts;
+            return quote!(#ts.unwrap_or_default());
         }
         let p = self.deref();
         match &self.ty {
@@ -127,6 +173,27 @@ pub(crate) trait Env {
     /// An engine's own reading of a builtin (`len(header)` of an encoded text, `size(x)`
     /// on write); `None` for the generic lowering.
     fn builtin(&self, _func: Builtin, _args: &[ir::Arg]) -> Option<Val> {
+        None
+    }
+    /// The format whose module the code is generated in: items of other formats (tables,
+    /// pickle rules) are reached through `super::<format>::`.
+    fn format(&self) -> Option<FormatId> {
+        None
+    }
+    /// The content of an entry (`byteorder.content`).
+    fn entry_content(&self, _e: EntryId) -> Option<Val> {
+        None
+    }
+    /// The path of the pickled object being mapped (`t.path`).
+    fn pickle_path(&self) -> Option<Val> {
+        None
+    }
+    /// A value of the tensor being written, in a write rule.
+    fn write_var(&self, _v: WriteVar) -> Option<Val> {
+        None
+    }
+    /// In a record layout: the dtype of the tensors whose bytes the record holds.
+    fn record_dtype(&self) -> Option<Val> {
         None
     }
 }
@@ -234,7 +301,7 @@ impl Lower<'_> {
     pub fn expr(&self, e: &Expr) -> R<Val> {
         let ty = e.ty.clone();
         Ok(match &e.kind {
-            ExprKind::Const(c) => Val::value(self.constant(e, c)?, ty),
+            ExprKind::Const(c) => Val::value(self.constant(c)?, ty),
             ExprKind::Field(l, f) => self
                 .env
                 .field(*l, *f)
@@ -258,8 +325,12 @@ impl Lower<'_> {
             ExprKind::Member { base, member } => self.member(e, base, member)?,
             ExprKind::Lookup { table, key } => {
                 let t = self.ir.table(*table);
-                let f = rs_ident(&t.name);
+                let f = self.item_path(t.format, &t.name);
                 let k = self.expr(key)?;
+                if let Type::Pickled(_) = k.ty {
+                    let (k, what) = (&k.ts, self.text(key));
+                    return Ok(Val::value(quote!(rt::pickle::lookup(#f, #k, #what)?), ty));
+                }
                 let key_ts = match t.key {
                     ir::KeyKind::Str => k.scalar(),
                     ir::KeyKind::Int => {
@@ -280,6 +351,38 @@ impl Lower<'_> {
                 Val::reference(quote!(rt::expr::item(#list, #i)?), item_ty)
             }
             ExprKind::Call { func, args } => self.call(e, *func, args)?,
+            ExprKind::WriteVar(v) => self
+                .env
+                .write_var(*v)
+                .ok_or_else(|| no(e, format!("`{}` outside a write rule", v.name())))?,
+            ExprKind::RecordDtype => self
+                .env
+                .record_dtype()
+                .ok_or_else(|| no(e, "`dtype` outside a record layout"))?,
+            ExprKind::PickleGlobal { pickle, global } => {
+                let path = &self.ir.pickle(*pickle).globals[*global].path;
+                Val::value(quote!(rt::pickle::Value::global(#path)), ty)
+            }
+            ExprKind::PickleCall {
+                pickle,
+                global,
+                args,
+            } => {
+                let rules = self.rules(*pickle);
+                let path = &self.ir.pickle(*pickle).globals[*global].path;
+                let args = args
+                    .iter()
+                    .map(|a| self.pickle_value(a))
+                    .collect::<R<Vec<_>>>()?;
+                Val::value(quote!(rt::pickle::call(#rules(), #path, [#(#args),*])?), ty)
+            }
+            ExprKind::PersistentId { items, .. } => {
+                let items = items
+                    .iter()
+                    .map(|a| self.pickle_value(a))
+                    .collect::<R<Vec<_>>>()?;
+                Val::value(quote!(rt::pickle::Value::persistent([#(#items),*])), ty)
+            }
             ExprKind::Unary { op, expr } => {
                 let v = self.expr(expr)?.scalar();
                 match op {
@@ -290,6 +393,21 @@ impl Lower<'_> {
             ExprKind::Binary { op, lhs, rhs } => self.binary(e, *op, lhs, rhs)?,
             ExprKind::In { expr, list } => {
                 let x = self.expr(expr)?;
+                if x.form == Form::Opt || matches!(x.ty, Type::Pickled(_)) {
+                    let consts = list
+                        .iter()
+                        .map(|i| match &i.kind {
+                            ExprKind::Const(Const::Str(s)) => Ok(quote!(#s)),
+                            ExprKind::Const(Const::Int(v)) => Ok(int_lit(*v)),
+                            _ => Err(no(
+                                i,
+                                "an item other than a literal, tested on an optional value",
+                            )),
+                        })
+                        .collect::<R<Vec<_>>>()?;
+                    let xs = self.optional(&x, list.first().map(|i| &i.ty));
+                    return Ok(Val::value(quote!(matches!(#xs, Some(#(#consts)|*))), ty));
+                }
                 let consts: Option<Vec<TokenStream>> = list
                     .iter()
                     .map(|i| match &i.kind {
@@ -394,7 +512,7 @@ impl Lower<'_> {
         })
     }
 
-    fn constant(&self, e: &Expr, c: &Const) -> R<TokenStream> {
+    fn constant(&self, c: &Const) -> R<TokenStream> {
         Ok(match c {
             Const::Int(v) => int_lit(*v),
             Const::Str(s) => quote!(#s),
@@ -403,7 +521,7 @@ impl Lower<'_> {
                 quote!(#l.as_slice())
             }
             Const::Bool(b) => quote!(#b),
-            Const::None => return Err(no(e, "`none` outside `slice(..)`")),
+            Const::None => quote!(None),
             Const::Dtype(d) => {
                 let d = dtype_path(*d);
                 quote!((#d, None))
@@ -416,6 +534,47 @@ impl Lower<'_> {
 
     fn member(&self, e: &Expr, base: &Expr, member: &Member) -> R<Val> {
         let ty = e.ty.clone();
+        match member {
+            Member::EntryContent(x) if matches!(base.kind, ExprKind::Entry(_)) => {
+                return self
+                    .env
+                    .entry_content(*x)
+                    .ok_or_else(|| no(e, "an entry's content where it is not read"));
+            }
+            Member::PicklePath => {
+                return self
+                    .env
+                    .pickle_path()
+                    .ok_or_else(|| no(e, "`.path` outside a mapping over pickled objects"));
+            }
+            Member::PickleParam(p) => {
+                let b = self.expr(base)?.ts;
+                return Ok(Val::value(quote!(#b.arg(#p)), ty));
+            }
+            Member::PickleAttr(a) => {
+                let b = self.expr(base)?.ts;
+                let item = match &base.ty {
+                    Type::Pickled(p) => self
+                        .ir
+                        .pickle(*p)
+                        .persistent
+                        .as_ref()
+                        .and_then(|(_, items)| items.iter().position(|i| i == a)),
+                    _ => None,
+                };
+                return Ok(Val::value(
+                    match item {
+                        Some(i) => {
+                            let i = Literal::usize_unsuffixed(i);
+                            quote!(rt::pickle::item(#b, #i))
+                        }
+                        None => quote!(rt::pickle::attr(#b, #a)),
+                    },
+                    ty,
+                ));
+            }
+            _ => {}
+        }
         if let Member::SourceStem | Member::SourceName | Member::SourcePath = member {
             let src = self
                 .env
@@ -514,8 +673,13 @@ impl Lower<'_> {
                 Val::value(quote!(rt::expr::slice(#data, #start, #end)?), ty)
             }
             Builtin::Str => {
-                let v = arg(0)?.scalar();
-                Val::value(quote!(#v.to_string().as_str()), ty)
+                let a = arg(0)?;
+                // The decimal text of a number is the same in any integer type.
+                let v = match (a.form, &a.ty) {
+                    (Form::Place, Type::Int(_)) => a.ts,
+                    _ => self.int_of(&a, &args[0].value),
+                };
+                Val::owned(quote!(#v.to_string()), ty)
             }
             Builtin::Digits => {
                 let v = arg(0)?.scalar();
@@ -552,11 +716,26 @@ impl Lower<'_> {
         let ty = e.ty.clone();
         let l = self.expr(lhs)?;
         let r = self.expr(rhs)?;
-        let (a, b) = (l.scalar(), r.scalar());
+        if matches!(op, BinaryOp::Eq | BinaryOp::Ne) {
+            if let Some(test) = self.optional_eq(op, (lhs, &l), (rhs, &r)) {
+                return Ok(Val::value(test, ty));
+            }
+        }
+        let (a, b) = (self.int_of(&l, lhs), self.int_of(&r, rhs));
         let arith = |f: TokenStream| Val::value(quote!(rt::expr::#f(#a, #b)?), ty.clone());
         Ok(match op {
             BinaryOp::Add if l.ty == Type::Str => {
-                Val::value(quote!(format!("{}{}", #a, #b).as_str()), ty)
+                let b = r.scalar();
+                let f = match &lhs.kind {
+                    ExprKind::Const(Const::Str(s)) => {
+                        format!("{}{{}}", s.replace('{', "{{").replace('}', "}}"))
+                    }
+                    _ => {
+                        let a = l.scalar();
+                        return Ok(Val::owned(quote!(::std::format!("{}{}", #a, #b)), ty));
+                    }
+                };
+                Val::owned(quote!(::std::format!(#f, #b)), ty)
             }
             BinaryOp::Add => arith(quote!(add)),
             BinaryOp::Sub => arith(quote!(sub)),
@@ -580,6 +759,130 @@ impl Lower<'_> {
                 }
                 Val::value(quote!(#a #o #b), ty)
             }
+        })
+    }
+
+    /// An equality test where one side may be absent: a pickled value, an optional
+    /// value, `none`. `None` when neither side is.
+    fn optional_eq(&self, op: BinaryOp, l: (&Expr, &Val), r: (&Expr, &Val)) -> Option<TokenStream> {
+        let is_none = |e: &Expr| matches!(e.kind, ExprKind::Const(Const::None));
+        let maybe = |v: &Val| v.form == Form::Opt || matches!(v.ty, Type::Pickled(_));
+        let eq = op == BinaryOp::Eq;
+        // The side that may be absent first.
+        let (x, (ye, y)) = if is_none(r.0) || maybe(l.1) && !is_none(l.0) {
+            (l.1, r)
+        } else if is_none(l.0) || maybe(r.1) {
+            (r.1, l)
+        } else {
+            return None;
+        };
+        if is_none(ye) && x.ty == Type::None {
+            return Some(quote!(#eq));
+        }
+        if is_none(ye) {
+            let xs = &x.ts;
+            return Some(match (&x.ty, eq) {
+                (Type::Pickled(_), true) => quote!(rt::pickle::is_none(#xs)),
+                (Type::Pickled(_), false) => quote!(!rt::pickle::is_none(#xs)),
+                _ if x.form == Form::Opt && eq => quote!(#xs.is_none()),
+                _ if x.form == Form::Opt => quote!(#xs.is_some()),
+                // A value that is always there is never `none`.
+                _ => {
+                    let v = !eq;
+                    quote!(#v)
+                }
+            });
+        }
+        if !maybe(x) {
+            return None;
+        }
+        let xs = self.optional(x, Some(&y.ty));
+        let ys = y.scalar();
+        let cmp = if eq { quote!(==) } else { quote!(!=) };
+        Some(quote!(#xs #cmp Some(#ys)))
+    }
+
+    /// A value that may be absent as an `Option` of the value form of `like` (a pickled
+    /// value read as text or an integer).
+    fn optional(&self, x: &Val, like: Option<&Type>) -> TokenStream {
+        let xs = &x.ts;
+        match (&x.ty, like) {
+            (Type::Pickled(_), Some(Type::Int(_))) => {
+                quote!(#xs.and_then(rt::pickle::Value::as_i128))
+            }
+            (Type::Pickled(_), _) => quote!(#xs.and_then(rt::pickle::Value::as_str)),
+            _ => xs.clone(),
+        }
+    }
+
+    /// An integer operand: a pickled value must be a non-negative integer (the error names
+    /// it as written, `t.offset`).
+    pub fn int_of(&self, v: &Val, e: &Expr) -> TokenStream {
+        match v.ty {
+            Type::Pickled(_) => {
+                let (ts, what) = (&v.ts, self.text(e));
+                quote!(i128::from(rt::pickle::uint(#ts, #what)?))
+            }
+            _ => v.scalar(),
+        }
+    }
+
+    /// `e` as written in the schema (`t.storage.key`), for messages.
+    pub fn text(&self, e: &Expr) -> String {
+        self.env
+            .format()
+            .map(|f| self.ir.text(f, e.span).to_string())
+            .unwrap_or_default()
+    }
+
+    /// The path of item `name` of format `fmt`: `name` in its own module, `super::fmt::name`
+    /// from another format's.
+    pub fn item_path(&self, fmt: FormatId, name: &str) -> TokenStream {
+        let id = rs_ident(name);
+        match self.env.format() {
+            Some(cur) if cur != fmt => {
+                let m = rs_ident(&self.ir.format(fmt).name);
+                quote!(super::#m::#id)
+            }
+            _ => quote!(#id),
+        }
+    }
+
+    /// The rules function of pickle declaration `p` (`checkpoint_rules`).
+    pub fn rules(&self, p: PickleId) -> TokenStream {
+        let pk = self.ir.pickle(p);
+        self.item_path(pk.format, &format!("{}_rules", pk.name.to_lowercase()))
+    }
+
+    /// A write rule's value as an `rt::pickle::Value`: objects as built, numbers, text,
+    /// booleans and lists of integers converted.
+    pub fn pickle_value(&self, e: &Expr) -> R<TokenStream> {
+        if let ExprKind::Const(Const::None) = e.kind {
+            return Ok(quote!(rt::pickle::Value::None));
+        }
+        let v = self.expr(e)?;
+        Ok(match &v.ty {
+            Type::PickleObject(_) | Type::PickleGlobal(_) => v.ts,
+            Type::Int(_) => {
+                let x = v.scalar();
+                quote!(rt::pickle::Value::int(#x))
+            }
+            Type::Str => {
+                let x = match v.form {
+                    Form::Owned => v.by_ref(),
+                    _ => v.scalar(),
+                };
+                quote!(rt::pickle::Value::str(#x))
+            }
+            Type::Bool => {
+                let x = v.scalar();
+                quote!(rt::pickle::Value::Bool(#x))
+            }
+            Type::List(t) | Type::Tuple(t) if t.is_int() => {
+                let x = v.by_ref();
+                quote!(rt::pickle::Value::int_tuple(#x))
+            }
+            _ => return Err(no(e, "a value a pickle cannot hold")),
         })
     }
 }

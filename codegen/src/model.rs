@@ -141,11 +141,6 @@ impl<'s> Model<'s> {
             .collect();
         Model { files, formats }
     }
-
-    /// The format called `name`.
-    pub fn format(&self, name: &str) -> Option<&Fmt<'s>> {
-        self.formats.iter().find(|f| f.ast.name.name == name)
-    }
 }
 
 /// A Rust identifier for a schema name, raw when it is a keyword.

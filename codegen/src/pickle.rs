@@ -1,102 +1,85 @@
-//! Pickle declarations and the zip engine around a pickled object: `pickle P { ... }`
-//! compiles into an `rt::pickle::Rules` constructor and one `is_<kind>` predicate per
-//! call kind; a `zip` format whose entry has `codec pickle(P)` gets its entries as data
-//! (`ENTRIES`, read by `rt::zip::Archive`), one mapping function per tensor mapping
-//! (`fn pickle_tensor(path, t, ..) -> rt::pickle::Mapped`: the mapping's expressions
-//! compiled over the call's arguments `t.size`, `t.storage.key`, text entries
-//! `byteorder.content`, tables and entry lookups `storage(key = ..)`), and an `index`
-//! that hands them to the runtime's loop (`rt::pickle::Index`). Its writer keeps the
-//! storages and the root object in `rt::pickle::Objects` and the members in
-//! `rt::zip::ArchiveWriter`; what is generated is the `write` rule (`tensor_object`).
+//! Pickle declarations and the `zip` engine around pickled objects, from the IR.
+//!
+//! `pickle P { ... }` compiles into an `rt::pickle::Rules` constructor and one
+//! `is_<p>_<kind>` predicate per call kind. A `zip` format with an entry of `codec
+//! pickle(P)` gets its entries as data (`ENTRIES`, read by `rt::zip::Archive`), one
+//! mapping function per tensor mapping (`fn pickle_tensor(path, t, ..) ->
+//! rt::pickle::Mapped`: the mapping's expressions lowered by [`crate::lower`] over the
+//! call's arguments `t.size`, `t.storage.key`, the text entries' contents
+//! `byteorder.content`, tables and the storage lookup `storage(key = ..)`), and an
+//! `index` that hands them to the runtime's loop (`rt::pickle::Index`). Its writer keeps
+//! the storages and the root object in `rt::pickle::Objects` and the members in
+//! `rt::zip::ArchiveWriter`; what is generated is the `write` rule (`tensor_object`),
+//! lowered as a pickled value.
 
-use proc_macro2::TokenStream;
+use std::cell::Cell;
+
+use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
-use tensorfmt_schema::ast::*;
+use tensorfmt_schema::ir::{
+    self, Builtin, Codec, Compression, Const, Content, EntryId, Expr, ExprKind, FormatId,
+    GlobalKind, IntTy, Ir, Mapping, Member, PickleId, TensorKey, Type, WriteVar,
+};
 
-use crate::expr::{self, Cx};
-use crate::model::{rs_ident, Fmt, GResult, Model};
+use crate::lower::{Env, Lower, Unlowered, Val};
 
 mod file;
 pub(crate) use file::{gen_file_pickle, is_pickle_file};
 
-/// The runtime kind of a declared kind name; `None` for a call.
-fn builtin_kind(name: &str) -> Option<TokenStream> {
-    Some(match name {
-        "dict" => quote!(rt::pickle::Kind::Dict),
-        "list" => quote!(rt::pickle::Kind::List),
-        "set" => quote!(rt::pickle::Kind::Set),
-        "tuple" => quote!(rt::pickle::Kind::Tuple),
-        "class" => quote!(rt::pickle::Kind::Class),
-        "object" => quote!(rt::pickle::Kind::Object),
-        _ => return None,
-    })
+type R<T> = Result<T, Unlowered>;
+
+fn no(span: tensorfmt_schema::ast::Span, what: impl Into<String>) -> Unlowered {
+    Unlowered {
+        span,
+        what: what.into(),
+    }
 }
 
-/// `<name>_rules()` and `is_<name>_<kind>(o)` for every call kind.
-pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
+/// `<name>_rules()` and `is_<name>_<kind>(o)` for every call kind of pickle `p`.
+pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
+    let pk = ir.pickle(p);
     let mut allow = Vec::new();
-    let mut kinds: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    let mut protocol = None;
-    let mut persistent = false;
-    for item in &p.items {
-        match item {
-            PickleItem::Protocol(v, _) => protocol = Some(*v as u8),
-            PickleItem::Persistent { .. } => persistent = true,
-            PickleItem::Global {
-                path, kind, params, ..
-            } => {
-                let Some((module, name)) = path.value.rsplit_once('.') else {
-                    return Err(cx.err(path.span, "a global is written \"module.name\""));
-                };
-                let k = match builtin_kind(&kind.name) {
-                    Some(k) => {
-                        if !params.is_empty() {
-                            return Err(cx.err(
-                                kind.span,
-                                format!("the kind `{}` takes no parameters", kind.name),
-                            ));
-                        }
-                        k
-                    }
-                    None => {
-                        let ps = params.iter().map(|i| &i.name);
-                        match kinds.iter_mut().find(|(k, _)| *k == kind.name) {
-                            Some((_, g)) => g.push((module.to_string(), name.to_string())),
-                            None => kinds.push((
-                                kind.name.clone(),
-                                vec![(module.to_string(), name.to_string())],
-                            )),
-                        }
-                        let path = &path.value;
-                        allow.push(quote!(.allow_call(#path, &[#(#ps),*])));
-                        continue;
-                    }
-                };
-                // `"module.*"`: every global of the module and its submodules.
-                let path = &path.value;
-                allow.push(if name == "*" {
-                    quote!(.allow_module(#module, #k))
-                } else {
-                    quote!(.allow_path(#path, #k))
-                });
+    let mut kinds: Vec<(&str, Vec<(&str, &str)>)> = Vec::new();
+    for g in &pk.globals {
+        let path = &g.path;
+        let (module, name) = path.rsplit_once('.').unwrap_or(("", path));
+        let k = match &g.kind {
+            GlobalKind::Dict => quote!(rt::pickle::Kind::Dict),
+            GlobalKind::List => quote!(rt::pickle::Kind::List),
+            GlobalKind::Set => quote!(rt::pickle::Kind::Set),
+            GlobalKind::Tuple => quote!(rt::pickle::Kind::Tuple),
+            GlobalKind::Class => quote!(rt::pickle::Kind::Class),
+            GlobalKind::Object => quote!(rt::pickle::Kind::Object),
+            GlobalKind::Call { kind, params } => {
+                match kinds.iter_mut().find(|(k, _)| k == kind) {
+                    Some((_, gs)) => gs.push((module, name)),
+                    None => kinds.push((kind, vec![(module, name)])),
+                }
+                allow.push(quote!(.allow_call(#path, &[#(#params),*])));
+                continue;
             }
-        }
+        };
+        // `"module.*"`: every global of the module and its submodules.
+        allow.push(if g.wildcard {
+            quote!(.allow_module(#module, #k))
+        } else {
+            quote!(.allow_path(#path, #k))
+        });
     }
-    let protocols = match protocol {
-        Some(v) => quote!(.protocols(0..=#v)),
-        None => quote!(),
-    };
-    let f = format_ident!("{}_rules", p.name.name.to_lowercase());
+    let persistent = pk.persistent.is_some();
+    let protocols = pk.protocol.map(|v| quote!(.protocols(0..=#v)));
+    let lower = pk.name.to_lowercase();
+    let f = format_ident!("{}_rules", lower);
     let doc = format!(
         " What a `{}` pickle may contain: the declared globals, {}persistent ids{} (built once).",
-        p.name.name,
+        pk.name,
         if persistent { "" } else { "no " },
-        protocol
+        pk.protocol
             .map(|v| format!(", protocols 0 to {v}"))
             .unwrap_or_default()
     );
     let preds = kinds.iter().map(|(k, globals)| {
-        let f = format_ident!("is_{}_{}", p.name.name.to_lowercase(), k);
+        let f = format_ident!("is_{}_{}", lower, k);
         let pats = globals.iter().map(|(m, n)| quote!((#m, #n)));
         let doc = format!(" True when `o` is a call that builds a `{k}`.");
         quote! {
@@ -106,7 +89,7 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
             }
         }
     });
-    Ok(quote! {
+    quote! {
         #[doc = #doc]
         pub fn #f() -> &'static rt::pickle::Rules {
             static RULES: ::std::sync::OnceLock<rt::pickle::Rules> = ::std::sync::OnceLock::new();
@@ -118,541 +101,85 @@ pub(crate) fn gen_pickle(cx: &Cx<'_>, p: &Pickle) -> GResult<TokenStream> {
             })
         }
         #(#preds)*
+    }
+}
+
+/// The pickle declaration an entry's content is decoded with.
+fn entry_pickle(ir: &Ir, e: EntryId) -> Option<PickleId> {
+    match ir.entry(e).content {
+        Content::Codec(Codec::Pickle(p)) => Some(p),
+        _ => None,
+    }
+}
+
+/// True when format `fid` is a zip archive with an entry decoded by the pickle codec.
+pub(crate) fn is_pickle_zip(ir: &Ir, fid: FormatId) -> bool {
+    let f = ir.format(fid);
+    f.engine == ir::Engine::Zip && f.entries.iter().any(|&e| entry_pickle(ir, e).is_some())
+}
+
+/// A text entry whose content expressions read: its position in `ENTRIES` (its content
+/// is `texts[position]`) and whether it may be absent.
+#[derive(Clone, Copy)]
+struct Text {
+    id: EntryId,
+    position: usize,
+    optional: bool,
+}
+
+/// The content of a text entry, from the archive's `texts`.
+fn text_content(texts: &[Text], e: EntryId, used: &Cell<bool>) -> Option<Val> {
+    let t = texts.iter().find(|t| t.id == e)?;
+    used.set(true);
+    let i = Literal::usize_unsuffixed(t.position);
+    Some(if t.optional {
+        Val::opt(quote!(texts[#i].as_deref()), Type::Str)
+    } else {
+        Val::value(quote!(texts[#i].as_deref().unwrap_or_default()), Type::Str)
     })
 }
 
-/// Every entry whose content is a pickle, with the declaration it names, in schema order.
-fn pickle_entries<'s>(fmt: &Fmt<'s>) -> Vec<(&'s Entry, &'s Ident)> {
-    fmt.entries
-        .iter()
-        .copied()
-        .filter_map(|e| {
-            e.props
-                .iter()
-                .find_map(|p| match (&*p.name.name, &p.value) {
-                    ("codec", Some(v)) => match &v.kind {
-                        ExprKind::Call { callee, args }
-                            if callee.len() == 1 && callee[0].name == "pickle" =>
-                        {
-                            match args.as_slice() {
-                                [a] => match &a.value.kind {
-                                    ExprKind::Path(p) if p.len() == 1 => Some((e, &p[0])),
-                                    _ => None,
-                                },
-                                _ => None,
-                            }
-                        }
-                        _ => None,
-                    },
-                    _ => None,
-                })
-        })
-        .collect()
+/// Names in reach in a mapping over the calls of a pickle: the call (`t`), its path,
+/// the text entries, and `dtype` once it is computed.
+struct MapEnv<'a> {
+    fid: FormatId,
+    binding: &'a Mapping,
+    texts: &'a [Text],
+    uses_texts: Cell<bool>,
+    uses_path: Cell<bool>,
+    dtype: Cell<bool>,
 }
 
-/// The entry whose content is a pickle (the first), with the declaration it names.
-fn pickle_entry<'s>(fmt: &Fmt<'s>) -> Option<(&'s Entry, &'s Ident)> {
-    pickle_entries(fmt).into_iter().next()
-}
-
-/// True when a zip format has an entry decoded by the pickle codec.
-pub(crate) fn is_pickle_zip(fmt: &Fmt<'_>) -> bool {
-    pickle_entry(fmt).is_some()
-}
-
-/// The type of a compiled mapping expression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum T {
-    /// `Option<&rt::pickle::Value>`: a pickle value, absent when not given.
-    Obj,
-    /// `Option<&str>`: an optional text entry's content.
-    OptStr,
-    /// `&str`.
-    Str,
-    /// `String`: text made by the mapping.
-    String,
-    /// `u64`.
-    Int,
-    /// `bool`.
-    Bool,
-    /// `(rt::DType, Option<rt::ByteOrder>)`.
-    DType,
-    /// `rt::ByteOrder`.
-    ByteOrder,
-    /// `none`.
-    None,
-    /// A storage from a byte offset to its end (`rt::StorageRef`, see [`Data`]).
-    Data,
-}
-
-/// A storage reference: the position of its entry among the format's storages, its key
-/// (a `Cow<str>` expression) and the byte offset (a `u64` expression).
-#[derive(Clone)]
-struct Data {
-    entry: usize,
-    key: TokenStream,
-    skip: Option<TokenStream>,
-}
-
-impl Data {
-    fn tokens(&self) -> TokenStream {
-        let (entry, key) = (
-            proc_macro2::Literal::usize_unsuffixed(self.entry),
-            &self.key,
-        );
-        let skip = self.skip.clone().unwrap_or_else(|| quote!(0));
-        quote!(rt::StorageRef { entry: #entry, key: #key, skip: #skip })
+impl Env for MapEnv<'_> {
+    fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+    fn binding(&self) -> Option<Val> {
+        let b = crate::model::rs_ident(&self.binding.binding);
+        Some(Val::value(quote!(#b), self.binding.binding_ty.clone()))
+    }
+    fn tensor_key(&self, k: TensorKey) -> Option<Val> {
+        (k == TensorKey::Dtype && self.dtype.get()).then(|| Val::value(quote!(dtype), Type::Dtype))
+    }
+    fn format(&self) -> Option<FormatId> {
+        Some(self.fid)
+    }
+    fn entry_content(&self, e: EntryId) -> Option<Val> {
+        text_content(self.texts, e, &self.uses_texts)
+    }
+    fn pickle_path(&self) -> Option<Val> {
+        self.uses_path.set(true);
+        Some(Val::value(quote!(path), Type::Str))
     }
 }
 
-struct V {
-    ts: TokenStream,
-    t: T,
-    data: Option<Data>,
-}
+/// Where a mapping's `data` names a storage: the position of the storages' entry among
+/// the container's, and the expression of the storage's key.
+type Locate<'a> = dyn for<'e> Fn(&'e Expr) -> Option<(usize, &'e Expr)> + 'a;
 
-fn v(ts: TokenStream, t: T) -> GResult<V> {
-    Ok(V { ts, t, data: None })
-}
-
-/// What the mapping's names refer to.
-struct PScope<'a, 's> {
-    fmt: &'a Fmt<'s>,
-    binding: &'a str,
-    /// Parameters of the mapped call kind.
-    params: Vec<String>,
-    /// Persistent id items by name.
-    persistent: Vec<String>,
-    /// Text entries with their positions among the format's entries (their contents are
-    /// `texts[position]`).
-    texts: Vec<(&'s Entry, usize)>,
-    /// Entries with captures besides the pickle's (looked up by `E(capture = v)`), with
-    /// their positions.
-    lookups: Vec<(&'s Entry, usize)>,
-    /// Whether `dtype` is in reach (after the dtype is computed).
-    dtype: bool,
-    /// Tables of visible formats: `(format, table, module, key kind)`.
-    ext_tables: Vec<(String, &'s Table, proc_macro2::Ident)>,
-    /// Around a layout (`file` engine): `File.storages.bytes[index_of(File.keys, k)]`.
-    records: Option<file::RecordsRef>,
-    /// Set when a compiled expression reads the text entries.
-    uses_texts: std::cell::Cell<bool>,
-}
-
-impl PScope<'_, '_> {
-    fn binding_ident(&self) -> proc_macro2::Ident {
-        rs_ident(self.binding)
-    }
-
-    fn compile(&self, cx: &mut Cx<'_>, e: &Expr) -> GResult<V> {
-        let text = cx.text(e.span);
-        match &e.kind {
-            ExprKind::None => v(quote!(()), T::None),
-            ExprKind::Str(s) => v(quote!(#s), T::Str),
-            ExprKind::Int(i) => {
-                let i = u64::try_from(*i).map_err(|_| cx.err(e.span, "an integer out of range"))?;
-                v(quote!(#i), T::Int)
-            }
-            ExprKind::Path(p) => self.path(cx, e, p),
-            ExprKind::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let c = self.compile(cx, cond)?;
-                self.expect(cx, cond, &c, T::Bool)?;
-                let a = self.compile(cx, then)?;
-                let b = self.compile(cx, otherwise)?;
-                if a.t != b.t || a.t == T::Data {
-                    return Err(cx.err(e.span, format!("the branches of `{text}` differ in type")));
-                }
-                let (c, a2, b2) = (&c.ts, &a.ts, &b.ts);
-                v(quote!(if #c { #a2 } else { #b2 }), a.t)
-            }
-            ExprKind::Binary { op, lhs, rhs } => self.binary(cx, e, *op, lhs, rhs),
-            ExprKind::In { expr: x, list } => {
-                let a = self.compile(cx, x)?;
-                let mut lits = Vec::new();
-                for i in list {
-                    match &i.kind {
-                        ExprKind::Str(s) => lits.push(s.clone()),
-                        _ => {
-                            return Err(cx.unsupported(i.span, "an `in` list of other than strings"))
-                        }
-                    }
-                }
-                let a2 = &a.ts;
-                match a.t {
-                    T::Str => v(quote!(matches!(#a2, #(#lits)|*)), T::Bool),
-                    T::OptStr => v(quote!(matches!(#a2, Some(#(#lits)|*))), T::Bool),
-                    _ => Err(cx.unsupported(e.span, "`in` over something other than text")),
-                }
-            }
-            ExprKind::Index { base, index } => {
-                if let Some(r) = self.records.as_ref().and_then(|r| r.matches(base, index)) {
-                    let k = self.compile(cx, r)?;
-                    let key = self.name_text(cx, r, &k)?;
-                    let data = Data {
-                        entry: 0,
-                        key,
-                        skip: None,
-                    };
-                    return Ok(V {
-                        ts: quote!(),
-                        t: T::Data,
-                        data: Some(data),
-                    });
-                }
-                let (table, module) = match &base.kind {
-                    ExprKind::Path(p) if p.len() == 1 => (self.fmt.table(&p[0].name), None),
-                    ExprKind::Path(p) if p.len() == 2 => match self
-                        .ext_tables
-                        .iter()
-                        .find(|(f, t, _)| *f == p[0].name && t.name.name == p[1].name)
-                    {
-                        Some((_, t, m)) => (Some(*t), Some(m)),
-                        None => (None, None),
-                    },
-                    _ => (None, None),
-                };
-                let Some(table) = table else {
-                    return Err(cx.unsupported(e.span, "indexing other than a table lookup"));
-                };
-                if table.key_kind != KeyKind::Str {
-                    return Err(cx.unsupported(e.span, "an integer-keyed table here"));
-                }
-                let k = self.compile(cx, index)?;
-                let f = rs_ident(&table.name.name);
-                let f = match module {
-                    Some(m) => quote!(super::#m::#f),
-                    None => quote!(#f),
-                };
-                let what = cx.text(index.span);
-                let ks = &k.ts;
-                let ts = match k.t {
-                    T::Obj => quote!(rt::pickle::lookup(#f, #ks, #what)?),
-                    T::Str => quote!(#f(#ks).ok_or_else(|| {
-                        rt::Error::from(rt::ErrorKind::UnknownDType(#ks.to_string())).in_field(#what)
-                    })?),
-                    _ => return Err(cx.err(index.span, format!("`{what}` is not text"))),
-                };
-                v(ts, T::DType)
-            }
-            ExprKind::Call { callee, args } => self.call(cx, e, callee, args),
-            _ => Err(cx.unsupported(e.span, &format!("`{text}` in a mapping over a pickle"))),
-        }
-    }
-
-    fn expect(&self, cx: &Cx<'_>, e: &Expr, got: &V, t: T) -> GResult<()> {
-        if got.t == t {
-            Ok(())
-        } else {
-            Err(cx.err(
-                e.span,
-                format!("`{}` is {:?}, expected {:?}", cx.text(e.span), got.t, t),
-            ))
-        }
-    }
-
-    /// A pickle value or text as a storage key (a `Cow<str>`): a global's `module.name`,
-    /// a string, an integer.
-    fn name_text(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
-        let what = cx.text(e.span);
-        let ts = &x.ts;
-        match x.t {
-            T::Str => Ok(quote!(::std::borrow::Cow::Borrowed(#ts))),
-            T::String => Ok(quote!(::std::borrow::Cow::Owned(#ts))),
-            T::Obj => Ok(quote!(rt::pickle::name(#ts, #what)?)),
-            _ => Err(cx.err(e.span, format!("`{what}` is not text"))),
-        }
-    }
-
-    /// A pickle value as a non-negative integer.
-    fn int(&self, cx: &Cx<'_>, e: &Expr, x: &V) -> GResult<TokenStream> {
-        let what = cx.text(e.span);
-        let ts = &x.ts;
-        match x.t {
-            T::Int => Ok(ts.clone()),
-            T::Obj => Ok(quote!(rt::pickle::uint(#ts, #what)?)),
-            _ => Err(cx.err(e.span, format!("`{what}` is not an integer"))),
-        }
-    }
-
-    /// A pickle value as a list of integers (`shape`, `strides`).
-    fn int_list(&self, cx: &Cx<'_>, e: &Expr, x: &V, unsigned: bool) -> GResult<TokenStream> {
-        let what = cx.text(e.span);
-        let ts = &x.ts;
-        if x.t != T::Obj {
-            return Err(cx.err(e.span, format!("`{what}` is not a list of integers")));
-        }
-        Ok(if unsigned {
-            quote!(rt::pickle::dims(#ts, #what)?)
-        } else {
-            quote!(rt::pickle::ints(#ts, #what)?)
-        })
-    }
-
-    fn path(&self, cx: &mut Cx<'_>, e: &Expr, p: &[Ident]) -> GResult<V> {
-        let first = p[0].name.as_str();
-        let text = expr::join(p);
-        if first == self.binding {
-            let b = self.binding_ident();
-            match p.get(1).map(|i| i.name.as_str()) {
-                Some("path") if p.len() == 2 => return v(quote!(path), T::Str),
-                Some(param) if self.params.iter().any(|x| x == param) => {
-                    let arg = quote!(#b.arg(#param));
-                    return match p.get(2) {
-                        None => v(arg, T::Obj),
-                        Some(item) if p.len() == 3 => {
-                            let Some(i) = self.persistent.iter().position(|x| *x == item.name)
-                            else {
-                                return Err(cx.err(
-                                    item.span,
-                                    format!("persistent ids have no item `{}`", item.name),
-                                ));
-                            };
-                            let i = proc_macro2::Literal::usize_unsuffixed(i);
-                            v(quote!(rt::pickle::item(#arg, #i)), T::Obj)
-                        }
-                        _ => Err(cx.unsupported(e.span, &format!("the path `{text}`"))),
-                    };
-                }
-                _ => {
-                    return Err(cx.err(
-                        e.span,
-                        format!("`{text}`: the mapped objects have no such argument"),
-                    ))
-                }
-            }
-        }
-        if p.len() == 2 && p[1].name == "content" {
-            if let Some((t, i)) = self.texts.iter().find(|(t, _)| t.name.name == first) {
-                self.uses_texts.set(true);
-                let i = proc_macro2::Literal::usize_unsuffixed(*i);
-                return if t.is_optional() {
-                    v(quote!(texts[#i].as_deref()), T::OptStr)
-                } else {
-                    v(quote!(texts[#i].as_deref().unwrap_or_default()), T::Str)
-                };
-            }
-        }
-        match (first, p.len()) {
-            ("le" | "little", 1) => v(quote!(rt::ByteOrder::Little), T::ByteOrder),
-            ("be" | "big", 1) => v(quote!(rt::ByteOrder::Big), T::ByteOrder),
-            ("dtype", 1) if self.dtype => v(quote!(dtype), T::DType),
-            _ => Err(cx.err(e.span, format!("unknown name `{text}`"))),
-        }
-    }
-
-    fn binary(
-        &self,
-        cx: &mut Cx<'_>,
-        e: &Expr,
-        op: BinaryOp,
-        lhs: &Expr,
-        rhs: &Expr,
-    ) -> GResult<V> {
-        let a = self.compile(cx, lhs)?;
-        let b = self.compile(cx, rhs)?;
-        match op {
-            BinaryOp::Eq | BinaryOp::Ne => {
-                let eq = op == BinaryOp::Eq;
-                let (x, y) = if a.t == T::None || a.t == T::Str {
-                    (&b, &a)
-                } else {
-                    (&a, &b)
-                };
-                let xs = &x.ts;
-                let ys = &y.ts;
-                let cmp = if eq { quote!(==) } else { quote!(!=) };
-                let test = match (x.t, y.t) {
-                    (T::Obj, T::None) if eq => quote!(rt::pickle::is_none(#xs)),
-                    (T::Obj, T::None) => quote!(!rt::pickle::is_none(#xs)),
-                    (T::OptStr, T::None) if eq => quote!(#xs.is_none()),
-                    (T::OptStr, T::None) => quote!(#xs.is_some()),
-                    (T::OptStr, T::Str) => quote!(#xs #cmp Some(#ys)),
-                    (T::Str | T::String, T::Str) | (T::Int, T::Int) => quote!(#xs #cmp #ys),
-                    (T::Obj, T::Str) => {
-                        quote!(#xs.and_then(rt::pickle::Value::as_str) #cmp Some(#ys))
-                    }
-                    _ => return Err(cx.unsupported(e.span, "this comparison")),
-                };
-                v(test, T::Bool)
-            }
-            BinaryOp::Add
-                if matches!(a.t, T::Str | T::String) && matches!(b.t, T::Str | T::String) =>
-            {
-                let y = &b.ts;
-                match &lhs.kind {
-                    ExprKind::Str(s) => {
-                        let f = format!("{}{{}}", s.replace('{', "{{").replace('}', "}}"));
-                        v(quote!(::std::format!(#f, #y)), T::String)
-                    }
-                    _ => {
-                        let x = &a.ts;
-                        v(quote!(::std::format!("{}{}", #x, #y)), T::String)
-                    }
-                }
-            }
-            BinaryOp::Add | BinaryOp::Mul => {
-                cx.needs_overflow = true;
-                let x = self.int(cx, lhs, &a)?;
-                let y = self.int(cx, rhs, &b)?;
-                let what = cx.text(e.span);
-                let m = if op == BinaryOp::Add {
-                    quote!(checked_add)
-                } else {
-                    quote!(checked_mul)
-                };
-                v(
-                    quote!(#x.#m(#y).ok_or_else(|| overflow(#what, #what))?),
-                    T::Int,
-                )
-            }
-            _ => Err(cx.unsupported(e.span, "this operator in a mapping over a pickle")),
-        }
-    }
-
-    fn call(&self, cx: &mut Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<V> {
-        let name = expr::join(callee);
-        match (name.as_str(), args) {
-            ("itemsize", [a]) if a.name.is_none() => {
-                let x = self.compile(cx, &a.value)?;
-                self.expect(cx, &a.value, &x, T::DType)?;
-                let xs = &x.ts;
-                v(quote!(#xs.0.itemsize().unwrap_or(0) as u64), T::Int)
-            }
-            ("slice", [d, start, end]) => {
-                let dv = self.compile(cx, &d.value)?;
-                self.expect(cx, &d.value, &dv, T::Data)?;
-                if !matches!(end.value.kind, ExprKind::None) {
-                    return Err(cx.unsupported(end.value.span, "a slice end other than `none`"));
-                }
-                let s = self.compile(cx, &start.value)?;
-                let s = self.int(cx, &start.value, &s)?;
-                let mut data = dv.data.expect("a storage has its reference");
-                data.skip = Some(match data.skip {
-                    None => s,
-                    Some(skip) => {
-                        cx.needs_overflow = true;
-                        quote!(#skip.checked_add(#s).ok_or_else(|| overflow("data", "slice start"))?)
-                    }
-                });
-                Ok(V {
-                    ts: quote!(),
-                    t: T::Data,
-                    data: Some(data),
-                })
-            }
-            _ => {
-                let Some(&(entry, position)) = self
-                    .lookups
-                    .iter()
-                    .find(|(x, _)| callee.len() == 1 && x.name.name == callee[0].name)
-                else {
-                    return Err(
-                        cx.unsupported(e.span, &format!("`{name}(..)` in a mapping over a pickle"))
-                    );
-                };
-                let caps = entry.captures();
-                let [a] = args else {
-                    return Err(
-                        cx.unsupported(e.span, "an entry lookup with other than one capture")
-                    );
-                };
-                if !a
-                    .name
-                    .as_ref()
-                    .is_some_and(|n| caps.iter().any(|c| *c == n.name))
-                {
-                    return Err(cx.err(
-                        e.span,
-                        format!(
-                            "`{name}(capture = value)` names a capture of `{}`",
-                            entry.pattern.value
-                        ),
-                    ));
-                }
-                let x = self.compile(cx, &a.value)?;
-                let key = self.name_text(cx, &a.value, &x)?;
-                let data = Data {
-                    entry: position,
-                    key,
-                    skip: None,
-                };
-                Ok(V {
-                    ts: quote!(),
-                    t: T::Data,
-                    data: Some(data),
-                })
-            }
-        }
-    }
-}
-
-/// The statements of a tensor mapping over a pickle's calls, by key.
-struct MapStmts<'e> {
-    name: &'e Expr,
-    dtype: &'e Expr,
-    shape: &'e Expr,
-    strides: Option<&'e Expr>,
-    byte_order: Option<&'e Expr>,
-    data: &'e Expr,
-    write: Option<&'e Expr>,
-}
-
-/// The statements of `map` (`write` only where `writable`).
-fn map_stmts<'e>(cx: &Cx<'_>, map: &'e TensorMap, writable: bool) -> GResult<MapStmts<'e>> {
-    const KEYS: [&str; 7] = [
-        "name",
-        "dtype",
-        "shape",
-        "strides",
-        "byte_order",
-        "data",
-        "write",
-    ];
-    let mut slots: [Option<&Expr>; 7] = Default::default();
-    for st in &map.stmts {
-        match st {
-            TensorStmt::Include(i) => {
-                return Err(cx.unsupported(i.span, "`include` in a mapping over a pickle"))
-            }
-            TensorStmt::Assign { key, value, span } => {
-                let Some(k) = KEYS
-                    .iter()
-                    .position(|k| *k == key.name)
-                    .filter(|&k| k < 6 || writable)
-                else {
-                    return Err(cx.unsupported(
-                        *span,
-                        &format!("`{}` in a mapping over a pickle", key.name),
-                    ));
-                };
-                if slots[k].is_some() {
-                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
-                }
-                slots[k] = Some(value);
-            }
-        }
-    }
-    let need = |k: usize| {
-        slots[k].ok_or_else(|| {
-            cx.err(
-                map.span,
-                format!("the tensor mapping needs `{} = ..;`", KEYS[k]),
-            )
-        })
-    };
-    Ok(MapStmts {
-        name: need(0)?,
-        dtype: need(1)?,
-        shape: need(2)?,
-        strides: slots[3],
-        byte_order: slots[4],
-        data: need(5)?,
-        write: slots[6],
-    })
+/// `f` as a [`Locate`] (a closure's signature, for the borrow checker).
+fn locator<F: for<'e> Fn(&'e Expr) -> Option<(usize, &'e Expr)>>(f: F) -> F {
+    f
 }
 
 /// A generated mapping function: `fn <name><'v>(path: &str, <binding>: &'v
@@ -664,100 +191,198 @@ struct MapFn {
     /// The storage function, when one was asked for: `fn <name>_storage<'v>(<binding>,
     /// dtype) -> rt::Result<rt::StorageRef<'v>>`.
     storage: Option<proc_macro2::Ident>,
+    /// Whether the mapping's `data` reads the text entries.
+    data_texts: bool,
     /// The position of the storages' entry the mapping's `data` names.
     entry: usize,
+}
+
+/// A list of integers of a mapping (`shape`, `strides`) as a `Vec<u64>` (`unsigned`) or
+/// `Vec<i64>`.
+fn int_list(lower: &Lower<'_>, e: &Expr, unsigned: bool) -> R<TokenStream> {
+    let v = lower.expr(e)?;
+    let what = lower.text(e);
+    Ok(match (&v.ty, &e.kind) {
+        (Type::Pickled(_), _) => {
+            let x = &v.ts;
+            if unsigned {
+                quote!(rt::pickle::dims(#x, #what)?)
+            } else {
+                quote!(rt::pickle::ints(#x, #what)?)
+            }
+        }
+        (_, ExprKind::List(items)) => {
+            let items = items
+                .iter()
+                .map(|i| {
+                    let x = lower.expr(i)?.scalar();
+                    Ok(if unsigned {
+                        quote!(rt::expr::to_u64(#x, "a dimension")?)
+                    } else {
+                        quote!(rt::expr::narrow::<i64>(#x, "i64")?)
+                    })
+                })
+                .collect::<R<Vec<_>>>()?;
+            quote!(vec![#(#items),*])
+        }
+        (Type::List(_) | Type::Tuple(_), _) if unsigned => {
+            let l = v.by_ref();
+            quote!(rt::expr::dims(#l)?)
+        }
+        (Type::List(_) | Type::Tuple(_), _) => {
+            let l = v.by_ref();
+            quote! {
+                #l.iter().map(|&d| rt::expr::narrow::<i64>(i128::from(d), "i64")).collect::<rt::Result<_>>()?
+            }
+        }
+        _ => return Err(no(e.span, format!("`{what}` is not a list of integers"))),
+    })
+}
+
+/// A storage a mapping's `data` names: the position of its entry, its key (a
+/// `Cow<str>` expression) and the offset of the tensor's first byte in it (an `i128`
+/// expression and its text, `None` for 0).
+type StorageRef = (usize, TokenStream, Option<(TokenStream, String)>);
+
+/// The storage `e` names and the offset of the tensor's first byte in it (an `i128`
+/// expression and its text, `None` for 0): a storage (`storage(key = k)`), or
+/// `slice(x, start, none)` of one.
+fn storage_ref(lower: &Lower<'_>, e: &Expr, locate: &Locate<'_>) -> R<StorageRef> {
+    if let ExprKind::Call {
+        func: Builtin::Slice,
+        args,
+    } = &e.kind
+    {
+        if let [d, start, rest @ ..] = args.as_slice() {
+            if rest
+                .iter()
+                .all(|a| matches!(a.value.kind, ExprKind::Const(Const::None)))
+            {
+                let (entry, key, skip) = storage_ref(lower, &d.value, locate)?;
+                let s = lower.expr(&start.value)?;
+                let s = lower.int_of(&s, &start.value);
+                let skip = match skip {
+                    None => s,
+                    Some((k, _)) => quote!(rt::expr::add(#k, #s)?),
+                };
+                return Ok((entry, key, Some((skip, lower.text(&start.value)))));
+            }
+        }
+    }
+    let Some((entry, key)) = locate(e) else {
+        return Err(no(
+            e.span,
+            "a `data` other than a storage, or a slice of one from an offset to its end",
+        ));
+    };
+    let k = lower.expr(key)?;
+    let ts = &k.ts;
+    let key = match (&k.ty, k.form) {
+        (Type::Pickled(_), _) => {
+            let what = lower.text(key);
+            quote!(rt::pickle::name(#ts, #what)?)
+        }
+        (_, crate::lower::Form::Owned) => quote!(::std::borrow::Cow::Owned(#ts)),
+        (Type::Int(_), _) => {
+            let s = k.scalar();
+            quote!(::std::borrow::Cow::Owned(#s.to_string()))
+        }
+        _ => {
+            let s = k.scalar();
+            quote!(::std::borrow::Cow::Borrowed(#s))
+        }
+    };
+    Ok((entry, key, None))
 }
 
 /// The mapping function `name` of `map` (documented `doc`); with `storage_fn`, the
 /// mapping's `data` is a function of its own (the writer reads it back).
 fn gen_map_fn(
-    cx: &mut Cx<'_>,
-    scope: &mut PScope<'_, '_>,
-    s: &MapStmts<'_>,
-    name: &proc_macro2::Ident,
-    doc: &str,
+    ir: &Ir,
+    fid: FormatId,
+    map: &Mapping,
+    texts: &[Text],
+    (name, doc): (&proc_macro2::Ident, &str),
     storage_fn: bool,
-) -> GResult<MapFn> {
-    scope.dtype = false;
-    scope.uses_texts.set(false);
-    let name_v = scope.compile(cx, s.name)?;
-    let name_ts = match name_v.t {
-        T::Str => {
-            let n = &name_v.ts;
-            quote!(#n.to_string())
-        }
-        T::String => name_v.ts,
-        _ => return Err(cx.err(s.name.span, "a tensor name is text")),
+    locate: &Locate<'_>,
+) -> R<MapFn> {
+    let env = MapEnv {
+        fid,
+        binding: map,
+        texts,
+        uses_texts: Cell::new(false),
+        uses_path: Cell::new(false),
+        dtype: Cell::new(false),
     };
-    let dtype_v = scope.compile(cx, s.dtype)?;
-    scope.expect(cx, s.dtype, &dtype_v, T::DType)?;
-    scope.dtype = true;
-    let shape_v = scope.compile(cx, s.shape)?;
-    let shape_ts = scope.int_list(cx, s.shape, &shape_v, true)?;
-    let bo_ts = match s.byte_order {
-        Some(b) => {
-            let bv = scope.compile(cx, b)?;
-            scope.expect(cx, b, &bv, T::ByteOrder)?;
-            bv.ts
+    let lower = Lower { ir, env: &env };
+    let need = |k: TensorKey| {
+        map.key(k)
+            .ok_or_else(|| no(map.span, format!("a mapping without `{}`", k.name())))
+    };
+    let name_e = need(TensorKey::Name)?;
+    let name_v = lower.expr(name_e)?;
+    let name_ts = match name_v.ty {
+        Type::Pickled(_) => {
+            let (x, what) = (&name_v.ts, lower.text(name_e));
+            quote!(rt::pickle::name(#x, #what)?.into_owned())
         }
+        _ => name_v.owned_string(),
+    };
+    let dtype_ts = lower.expr(need(TensorKey::Dtype)?)?.scalar();
+    env.dtype.set(true);
+    let shape_ts = int_list(&lower, need(TensorKey::Shape)?, true)?;
+    let strides = map
+        .key(TensorKey::Strides)
+        .map(|s| int_list(&lower, s, false))
+        .transpose()?;
+    let bo_ts = match map.key(TensorKey::ByteOrder) {
+        Some(b) => lower.expr(b)?.scalar(),
         None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
     };
-    let texts_before_data = scope.uses_texts.get();
-    scope.uses_texts.set(false);
-    let data_v = scope.compile(cx, s.data)?;
-    scope.expect(cx, s.data, &data_v, T::Data)?;
-    let data_ref = data_v.data.expect("a storage has its reference");
-    let data = data_ref.tokens();
-    let data_texts = scope.uses_texts.get();
-    let (shape_field, strides_field) = match s.strides {
-        Some(st) => {
-            let sv = scope.compile(cx, st)?;
-            let ts = scope.int_list(cx, st, &sv, false)?;
-            (quote!(shape: #shape_ts,), quote!(strides: #ts,))
-        }
+    let texts_before_data = env.uses_texts.replace(false);
+    let data = need(TensorKey::Data)?;
+    let (entry, key, skip) = storage_ref(&lower, data, locate)?;
+    let data_texts = env.uses_texts.get();
+    let skip = match skip {
+        Some((s, what)) => quote!(rt::expr::to_u64(#s, #what)?),
+        None => quote!(0),
+    };
+    let e = Literal::usize_unsuffixed(entry);
+    let data_ts = quote!(rt::StorageRef { entry: #e, key: #key, skip: #skip });
+    let (shape_field, strides_field, shape_let) = match strides {
+        Some(ts) => (quote!(shape: #shape_ts,), quote!(strides: #ts,), quote!()),
         None => (
             quote!(shape,),
             quote!(strides: rt::contiguous_strides(&shape, rt::Order::C)?,),
+            quote!(let shape: ::std::vec::Vec<u64> = #shape_ts;),
         ),
     };
-    let shape_let = match s.strides {
-        Some(_) => quote!(),
-        None => quote!(let shape: ::std::vec::Vec<u64> = #shape_ts;),
-    };
-    let texts = texts_before_data || scope.uses_texts.get();
-    let b = scope.binding_ident();
-    let dtype_ts = &dtype_v.ts;
+    let b = crate::model::rs_ident(&map.binding);
     let (storage, storage_ts, storage_item) = if storage_fn {
-        if data_texts {
-            return Err(cx.unsupported(
-                s.data.span,
-                "writing a `data` that depends on the text entries",
-            ));
-        }
         let f = format_ident!("{}_storage", name);
-        let uses_dtype = data.to_string().contains("dtype");
-        let dparam = if uses_dtype {
+        let dparam = if data_ts.to_string().contains("dtype") {
             quote!(dtype)
         } else {
             quote!(_dtype)
         };
-        let sdoc = " Where the bytes of the tensor that `t` builds start (the mapping's `data`), the tensor's dtype being `dtype`.".replace("`t`", &format!("`{}`", scope.binding));
+        let sdoc = format!(
+            " Where the bytes of the tensor that `{}` builds start (the mapping's `data`), the tensor's dtype being `dtype`.",
+            map.binding
+        );
         let item = quote! {
             #[doc = #sdoc]
             fn #f<'v>(#b: &'v rt::pickle::Object, #dparam: (rt::DType, ::std::option::Option<rt::ByteOrder>)) -> rt::Result<rt::StorageRef<'v>> {
-                Ok(#data)
+                Ok(#data_ts)
             }
         };
         (Some(f.clone()), quote!(#f(#b, dtype)?), item)
     } else {
-        (None, data, quote!())
+        (None, data_ts, quote!())
     };
-    let texts_param = if texts {
-        quote!(, texts: &[::std::option::Option<::std::string::String>])
-    } else {
-        quote!()
-    };
-    let path = if name_ts.to_string().contains("path") {
+    let texts_used = texts_before_data || data_texts;
+    let texts_param =
+        texts_used.then(|| quote!(, texts: &[::std::option::Option<::std::string::String>]));
+    let path = if env.uses_path.get() {
         quote!(path)
     } else {
         quote!(_path)
@@ -780,57 +405,29 @@ fn gen_map_fn(
 
             #storage_item
         },
-        texts,
+        texts: texts_used,
         storage,
-        entry: data_ref.entry,
+        data_texts,
+        entry,
     })
 }
 
-/// The call kind that `name` (`tensor` or its plural `tensors`) names in `pdecl`.
-pub(crate) fn resolve_kind(cx: &Cx<'_>, pdecl: &Pickle, name: &Ident) -> GResult<String> {
-    let known = |n: &str| {
-        pdecl
-            .items
-            .iter()
-            .any(|i| matches!(i, PickleItem::Global { kind, .. } if kind.name == n))
+/// The pickle entry and call kind a mapping iterates (`pickle.content.tensors`).
+fn mapped_objects(source: &Expr) -> Option<(EntryId, PickleId, &str)> {
+    let ExprKind::Member {
+        base,
+        member: Member::PickleObjects(p, kind),
+    } = &source.kind
+    else {
+        return None;
     };
-    if known(&name.name) {
-        Ok(name.name.clone())
-    } else if let Some(s) = name.name.strip_suffix('s').filter(|s| known(s)) {
-        Ok(s.to_string())
-    } else {
-        Err(cx.err(
-            name.span,
-            format!("`{}` declares no kind `{}`", pdecl.name.name, name.name),
-        ))
+    match &base.kind {
+        ExprKind::Member {
+            member: Member::EntryContent(e),
+            ..
+        } => Some((*e, *p, kind)),
+        _ => None,
     }
-}
-
-/// The parameter names of every global of call kind `kind` (in first-seen order), and the
-/// item names of the declaration's persistent ids.
-pub(crate) fn kind_params(pdecl: &Pickle, kind: &str) -> (Vec<String>, Vec<String>) {
-    let mut params = Vec::new();
-    let mut persistent = Vec::new();
-    for i in &pdecl.items {
-        match i {
-            PickleItem::Global {
-                kind: k,
-                params: ps,
-                ..
-            } if k.name == kind => {
-                for p in ps {
-                    if !params.contains(&p.name) {
-                        params.push(p.name.clone());
-                    }
-                }
-            }
-            PickleItem::Persistent { params: ps, .. } => {
-                persistent = ps.iter().map(|p| p.name.clone()).collect()
-            }
-            _ => {}
-        }
-    }
-    (params, persistent)
 }
 
 /// `index` and `structure`, both over the generated `read_index(src, limits,
@@ -858,34 +455,41 @@ pub(crate) fn index_and_structure(index_doc: &str, of: &str) -> TokenStream {
     }
 }
 
-/// The tables of the formats `fmt`'s file `use`s: `(format, table, module)`.
-fn visible_tables<'s>(
-    model: &Model<'s>,
-    fmt: &Fmt<'s>,
-) -> Vec<(String, &'s Table, proc_macro2::Ident)> {
-    let mut out = Vec::new();
-    for u in &model.files[fmt.file].uses {
-        if let Some(of) = model.format(&u.name) {
-            for t in &of.tables {
-                out.push((u.name.clone(), *t, of.module.clone()));
-            }
+/// An entry's `align` on write, when it is not 1.
+pub(crate) fn entry_align(e: &ir::Entry) -> R<Option<Literal>> {
+    match e.align.as_ref().map(|a| (a, &a.kind)) {
+        None => Ok(None),
+        Some((_, ExprKind::Const(Const::Int(1)))) => Ok(None),
+        Some((_, ExprKind::Const(Const::Int(n)))) if (1..=i128::from(u16::MAX)).contains(n) => {
+            Ok(Some(Literal::u16_unsuffixed(*n as u16)))
         }
+        Some((a, _)) => Err(no(
+            a.span,
+            "an entry alignment other than a literal in 1..=65535",
+        )),
     }
-    out
 }
 
-/// The `rt::zip::Entry` of a zip around a pickle: `kind` is its constructor call.
-fn entry_const(cx: &Cx<'_>, e: &Entry, kind: TokenStream) -> GResult<TokenStream> {
+/// `rt::Compression::Stored`, ...
+pub(crate) fn compression(c: Compression) -> TokenStream {
+    match c {
+        Compression::Stored => quote!(rt::Compression::Stored),
+        Compression::Deflate => quote!(rt::Compression::Deflate),
+    }
+}
+
+/// The `rt::zip::Entry` of an entry of a zip around a pickle: `kind` is its constructor
+/// call.
+fn entry_const(e: &ir::Entry, kind: TokenStream) -> R<TokenStream> {
     let mut ts = kind;
-    if e.has_flag("optional") {
+    if e.optional {
         ts = quote!(#ts.optional());
     }
-    if prop(e, "compression").is_some() {
-        let ms = methods(cx, e)?;
+    if !e.compression.is_empty() {
+        let ms = e.compression.iter().map(|c| compression(*c));
         ts = quote!(#ts.methods(&[#(#ms),*]));
     }
-    let align = entry_align(cx, e)?;
-    if align.to_string() != "1" {
+    if let Some(align) = entry_align(e)? {
         ts = quote!(#ts.align(#align));
     }
     Ok(ts)
@@ -893,228 +497,161 @@ fn entry_const(cx: &Cx<'_>, e: &Entry, kind: TokenStream) -> GResult<TokenStream
 
 /// The `rt::zip::Entry` of a text entry: its preferred name, the values its `check`
 /// allows (`check name in ["a", "b"];`) and its written content.
-fn text_const(cx: &Cx<'_>, e: &Entry) -> GResult<TokenStream> {
-    let (name, pat) = (&e.name.name, &e.pattern.value);
-    let mut ts = entry_const(cx, e, quote!(rt::zip::Entry::text(#name, #pat)))?;
-    if let Some(v) = e.prop_value("preferred") {
-        let ExprKind::Str(p) = &v.kind else {
-            return Err(cx.err(v.span, "`preferred` is a pattern"));
-        };
+fn text_const(e: &ir::Entry) -> R<TokenStream> {
+    let (name, pat) = (&e.name, &e.pattern.text);
+    let mut ts = entry_const(e, quote!(rt::zip::Entry::text(#name, #pat)))?;
+    if let Some(p) = &e.preferred {
+        let p = &p.text;
         ts = quote!(#ts.preferred(#p));
     }
-    for p in &e.props {
-        if let ("check", Some(c)) = (p.name.name.as_str(), &p.value) {
-            let values = match &c.kind {
-                ExprKind::In { expr: x, list } if matches!(&x.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == *name) => {
-                    list.iter()
-                        .map(|i| match &i.kind {
-                            ExprKind::Str(s) => Some(s.clone()),
-                            _ => None,
-                        })
-                        .collect::<Option<Vec<_>>>()
-                }
-                _ => None,
-            };
-            let Some(values) = values else {
-                return Err(cx.unsupported(
-                    c.span,
-                    &format!("a text entry check other than `{name} in [\"..\", ..]`"),
-                ));
-            };
-            ts = quote!(#ts.one_of(&[#(#values),*]));
-        }
+    if let Some(c) = &e.check {
+        let values = match &c.kind {
+            ExprKind::In { list, .. } => list
+                .iter()
+                .map(|i| match &i.kind {
+                    ExprKind::Const(Const::Str(s)) => Some(s.clone()),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>(),
+            _ => None,
+        };
+        let Some(values) = values else {
+            return Err(no(
+                c.span,
+                format!("a text entry check other than `{name} in [\"..\", ..]`"),
+            ));
+        };
+        ts = quote!(#ts.one_of(&[#(#values),*]));
     }
-    match prop(e, "write").map(|v| &v.kind) {
-        Some(ExprKind::Str(s)) => ts = quote!(#ts.written(#s)),
-        Some(_) => {
-            return Err(cx.unsupported(
-                prop(e, "write").unwrap().span,
-                "a text entry's `write` other than a string",
-            ))
-        }
+    match e.write.as_ref().map(|w| (w, &w.kind)) {
+        Some((_, ExprKind::Const(Const::Str(s)))) => ts = quote!(#ts.written(#s)),
+        Some((w, _)) => return Err(no(w.span, "a text entry's `write` other than a string")),
         None => {}
     }
     Ok(ts)
 }
 
-pub(crate) fn gen_zip_pickle(
-    cx: &mut Cx<'_>,
-    model: &Model<'_>,
-    fmt: &Fmt<'_>,
-) -> GResult<TokenStream> {
-    let pickles = pickle_entries(fmt);
-    let (pentry, _) = pickles[0];
-    if fmt.tensors.is_empty() {
-        return Err(cx.unsupported(fmt.ast.name.span, "a `zip` format without a tensor mapping"));
-    }
-    // The entries, the first pickle first (its captures name the others), then the others
-    // in schema order: pickles read whole, text entries read and checked, storages looked
-    // up by their one capture beyond the pickle's.
-    let pcaps: Vec<String> = pentry.captures().iter().map(|s| s.to_string()).collect();
-    let order: Vec<&Entry> = std::iter::once(pentry)
-        .chain(
-            fmt.entries
-                .iter()
-                .copied()
-                .filter(|e| !std::ptr::eq(*e, pentry)),
-        )
-        .collect();
+/// The entries of a zip around pickles in `ENTRIES` order: the first pickle entry (whose
+/// captures name the others), then the others in schema order.
+fn entry_order(ir: &Ir, fid: FormatId) -> Vec<EntryId> {
+    let all = &ir.format(fid).entries;
+    let first = all.iter().copied().find(|&e| entry_pickle(ir, e).is_some());
+    first
+        .into_iter()
+        .chain(all.iter().copied().filter(|&e| Some(e) != first))
+        .collect()
+}
+
+/// `ENTRIES`, `index`, the mapping functions and the writer of a zip format around pickles.
+pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let order = entry_order(ir, fid);
+    let pentry = ir.entry(order[0]);
     let mut texts = Vec::new();
-    let mut lookups = Vec::new();
     let mut consts = Vec::new();
-    for (i, e) in order.iter().copied().enumerate() {
-        let (name, pat) = (&e.name.name, &e.pattern.value);
-        let extra: Vec<&str> = e
-            .captures()
-            .into_iter()
-            .filter(|c| !pcaps.iter().any(|p| p == c))
-            .collect();
-        if pickles.iter().any(|(p, _)| std::ptr::eq(e, *p)) {
-            if !extra.is_empty() {
-                return Err(cx.unsupported(
-                    e.pattern.span,
-                    "a second pickle entry with captures beyond the first's",
-                ));
+    for (i, &id) in order.iter().enumerate() {
+        let e = ir.entry(id);
+        let (name, pat) = (&e.name, &e.pattern.text);
+        match &e.content {
+            Content::Codec(Codec::Pickle(_)) => {
+                consts.push(entry_const(e, quote!(rt::zip::Entry::member(#name, #pat)))?)
             }
-            consts.push(entry_const(
-                cx,
-                e,
-                quote!(rt::zip::Entry::member(#name, #pat)),
-            )?);
-            continue;
-        }
-        for p in &e.props {
-            match p.name.name.as_str() {
-                "text" | "optional" | "repeated" | "compression" | "align" | "write"
-                | "preferred" | "check" => {}
-                other => {
-                    return Err(
-                        cx.unsupported(p.span, &format!("the entry property `{other}` here"))
-                    )
-                }
+            Content::Text => {
+                texts.push(Text {
+                    id,
+                    position: i,
+                    optional: e.optional,
+                });
+                consts.push(text_const(e)?);
             }
-        }
-        if e.has_flag("text") {
-            if !extra.is_empty() {
-                return Err(cx.unsupported(
-                    e.pattern.span,
-                    "a text entry with captures beyond the pickle's",
-                ));
+            _ => {
+                let extra: Vec<&String> = e
+                    .pattern
+                    .captures
+                    .iter()
+                    .filter(|c| !pentry.pattern.captures.contains(c))
+                    .collect();
+                let [cap] = extra.as_slice() else {
+                    return Err(no(
+                        e.span,
+                        "an entry with other than one capture beyond the pickle's",
+                    ));
+                };
+                consts.push(entry_const(
+                    e,
+                    quote!(rt::zip::Entry::storages(#name, #pat, #cap)),
+                )?);
             }
-            texts.push((e, i));
-            consts.push(text_const(cx, e)?);
-        } else if let [cap] = extra.as_slice() {
-            lookups.push((e, i));
-            consts.push(entry_const(
-                cx,
-                e,
-                quote!(rt::zip::Entry::storages(#name, #pat, #cap)),
-            )?);
-        } else {
-            return Err(cx.unsupported(
-                e.pattern.span,
-                "an entry with other than one capture beyond the pickle's",
-            ));
         }
     }
-    let mut scope = PScope {
-        fmt,
-        binding: &fmt.tensors[0].binding.name,
-        params: Vec::new(),
-        persistent: Vec::new(),
-        texts,
-        lookups,
-        dtype: false,
-        ext_tables: visible_tables(model, fmt),
-        records: None,
-        uses_texts: Default::default(),
-    };
+    let locate = locator(|e: &Expr| match &e.kind {
+        ExprKind::EntryLookup { entry, captures } => match captures.as_slice() {
+            [(_, key)] => order.iter().position(|x| x == entry).map(|i| (i, key)),
+            _ => None,
+        },
+        _ => None,
+    });
 
     // The mappings, each over the objects of one pickle entry.
     let mut fns = Vec::new();
     let mut reads = Vec::new();
     let mut writer_spec = None;
     let mut any_texts = false;
-    for (j, map) in fmt.tensors.iter().enumerate() {
-        // `tensor from <entry>.content.<kind>s as t`
-        let found = match &map.source.kind {
-            ExprKind::Path(p) if p.len() == 3 && p[1].name == "content" => pickles
-                .iter()
-                .find(|(e, _)| e.name.name == p[0].name)
-                .map(|&(e, d)| (e, d, &p[2])),
-            _ => None,
-        };
-        let Some((mentry, mdecl, kinds)) = found else {
-            return Err(cx.unsupported(
+    let writable = fmt.mappings.len() == 1;
+    for (j, &m) in fmt.mappings.iter().enumerate() {
+        let map = ir.mapping(m);
+        let Some((mentry, pid, kind)) = mapped_objects(&map.source) else {
+            return Err(no(
                 map.source.span,
                 "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
             ));
         };
-        let Some(mpdecl) = fmt.ast.pickles().find(|p| p.name.name == mdecl.name) else {
-            return Err(cx.err(mdecl.span, format!("unknown pickle `{}`", mdecl.name)));
-        };
-        let kind = resolve_kind(cx, mpdecl, kinds)?;
-        if let Some(w) = &map.filter {
-            return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
-        }
-        let (params, persistent) = kind_params(mpdecl, &kind);
-        scope.binding = &map.binding.name;
-        scope.params = params;
-        scope.persistent = persistent;
-        let s = map_stmts(cx, map, true)?;
-        let writable = fmt.tensors.len() == 1 && s.write.is_some();
-        if let (Some(w), false) = (s.write, writable) {
-            return Err(cx.unsupported(w.span, "writing a format with several tensor mappings"));
-        }
-        let taken = fmt.tensors[..j]
+        let ename = &ir.entry(mentry).name;
+        let taken = fmt.mappings[..j]
             .iter()
-            .any(|m| m.source.as_path().map(|p| &p[0].name) == Some(&mentry.name.name));
+            .any(|&o| mapped_objects(&ir.mapping(o).source).map(|x| x.0) == Some(mentry));
         let f = match taken {
-            false => format_ident!("{}_tensor", mentry.name.name),
-            true => format_ident!("{}_tensor_{}", mentry.name.name, j),
+            false => format_ident!("{}_tensor", ename),
+            true => format_ident!("{}_tensor_{}", ename, j),
         };
         let doc = format!(
-            " The tensor that a `{kind}` call of `{}` builds (`{}` at `path`): the mapping `tensor from {}`.",
-            mentry.name.name,
-            map.binding.name,
-            cx.text(map.source.span),
+            " The tensor that a `{kind}` call of `{ename}` builds (`{}` at `path`): the mapping `tensor from {}`.",
+            map.binding,
+            ir.text(fid, map.source.span),
         );
-        let mf = gen_map_fn(cx, &mut scope, &s, &f, &doc, writable)?;
+        let write = map.write.as_ref().filter(|_| writable);
+        let mf = gen_map_fn(ir, fid, map, &texts, (&f, &doc), write.is_some(), &locate)?;
         let position = order
             .iter()
-            .position(|e| std::ptr::eq(*e, mentry))
+            .position(|&e| e == mentry)
             .expect("every entry is in the list");
-        let rules = format_ident!("{}_rules", mpdecl.name.name.to_lowercase());
-        let is_kind = format_ident!("is_{}_{}", mpdecl.name.name.to_lowercase(), kind);
+        let pk = ir.pickle(pid);
+        let rules = format_ident!("{}_rules", pk.name.to_lowercase());
+        let is_kind = format_ident!("is_{}_{}", pk.name.to_lowercase(), kind);
         let map_arg = if mf.texts {
             any_texts = true;
             quote!(|path, t| #f(path, t, texts))
         } else {
             quote!(#f)
         };
-        let position = proc_macro2::Literal::usize_unsuffixed(position);
+        let position = Literal::usize_unsuffixed(position);
         reads.push(quote!(index.read(#position, #rules(), #is_kind, #map_arg)?;));
         fns.push(mf.ts);
-        if writable {
-            writer_spec = Some((mpdecl, s, mf.storage, rules, mf.entry));
+        if let (Some(w), Some(storage)) = (write, mf.storage) {
+            writer_spec = Some(Spec {
+                pickle: pid,
+                map,
+                write: w,
+                storage,
+                storages: mf.entry,
+                data_texts: mf.data_texts,
+            });
         }
     }
-    let public = fmt.public_name();
+    let public = &fmt.public_name;
     let writer = match writer_spec {
-        Some((pdecl, s, storage, rules, storages)) => gen_writer(
-            cx,
-            fmt,
-            &scope,
-            Spec {
-                pentry,
-                pdecl,
-                stmts: s,
-                storage: storage.expect("a writable mapping has a storage function"),
-                rules,
-                storages,
-            },
-        )?,
-        None => refusing_writer(public, true),
+        Some(spec) => gen_writer(ir, fid, order[0], &texts, spec)?,
+        None => refusing_writer(public),
     };
     let texts = any_texts.then(|| quote!(let texts = archive.texts();));
     let entry_points = index_and_structure(
@@ -1123,7 +660,7 @@ pub(crate) fn gen_zip_pickle(
     );
     let edoc = format!(
         " The members of a `{public}` archive: `{}` first, whose captures name the others.",
-        pentry.name.name
+        pentry.name
     );
     Ok(quote! {
         #[doc = #edoc]
@@ -1144,373 +681,99 @@ pub(crate) fn gen_zip_pickle(
 }
 
 /// What the writer is generated from.
-struct Spec<'s, 'e> {
-    pentry: &'s Entry,
-    pdecl: &'s Pickle,
-    stmts: MapStmts<'e>,
+struct Spec<'a> {
+    /// The declaration of the objects written.
+    pickle: PickleId,
+    /// The mapping inverted.
+    map: &'a Mapping,
+    /// Its `write` rule.
+    write: &'a Expr,
     /// The mapping's storage function (its `data`).
     storage: proc_macro2::Ident,
-    /// The pickle's rules function.
-    rules: proc_macro2::Ident,
     /// The position of the storages' entry.
     storages: usize,
+    /// Whether the mapping's `data` reads the text entries.
+    data_texts: bool,
 }
 
-/// The value of an entry property.
-fn prop<'e>(e: &'e Entry, name: &str) -> Option<&'e Expr> {
-    e.props
-        .iter()
-        .find(|p| p.name.name == name)
-        .and_then(|p| p.value.as_ref())
+/// Names in reach in a pickle write rule: the tensor written (`meta`), its storage (`s`),
+/// the byte order written, the text entries as written; `key_of(T, dtype)` and
+/// `global(..)` read the dtype and byte order written.
+struct WriteEnv<'a> {
+    ir: &'a Ir,
+    fid: FormatId,
+    pickle: PickleId,
+    texts: &'a [Text],
+    uses_texts: Cell<bool>,
+    uses_byte_order: Cell<bool>,
 }
 
-/// The compression methods an entry lists.
-fn methods(cx: &Cx<'_>, e: &Entry) -> GResult<Vec<TokenStream>> {
-    let mut out = Vec::new();
-    if let Some(v) = prop(e, "compression") {
-        let ExprKind::List(items) = &v.kind else {
-            return Err(cx.err(v.span, "`compression` takes a list: `[stored, deflate]`"));
-        };
-        for i in items {
-            match &i.kind {
-                ExprKind::Path(p) if p.len() == 1 && p[0].name == "stored" => {
-                    out.push(quote!(rt::Compression::Stored))
-                }
-                ExprKind::Path(p) if p.len() == 1 && p[0].name == "deflate" => {
-                    out.push(quote!(rt::Compression::Deflate))
-                }
-                _ => return Err(cx.unsupported(i.span, "this compression")),
+impl Env for WriteEnv<'_> {
+    fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+    fn format(&self) -> Option<FormatId> {
+        Some(self.fid)
+    }
+    fn entry_content(&self, e: EntryId) -> Option<Val> {
+        text_content(self.texts, e, &self.uses_texts)
+    }
+    fn write_var(&self, v: WriteVar) -> Option<Val> {
+        let u64_ = Type::Int(IntTy::sized(8, false));
+        Some(match v {
+            WriteVar::Index => Val::place(quote!(s.index), u64_),
+            WriteVar::Offset => Val::place(quote!(s.offset), u64_),
+            WriteVar::Numel => Val::place(quote!(s.numel), u64_),
+            WriteVar::Nbytes => Val::place(quote!(s.nbytes), u64_),
+            WriteVar::Shape => Val::place(quote!(meta.shape), v.ty()),
+            WriteVar::Strides => Val::place(quote!(s.strides), v.ty()),
+            WriteVar::Dtype => {
+                self.uses_byte_order.set(true);
+                Val::value(quote!((meta.dtype, Some(byte_order))), Type::Dtype)
             }
-        }
-    }
-    Ok(out)
-}
-
-/// An entry's `align` on write (1 when not given).
-fn entry_align(cx: &Cx<'_>, e: &Entry) -> GResult<proc_macro2::Literal> {
-    match prop(e, "align").map(|v| &v.kind) {
-        None => Ok(proc_macro2::Literal::u16_unsuffixed(1)),
-        Some(ExprKind::Int(n)) if *n >= 1 && *n <= i128::from(u16::MAX) => {
-            Ok(proc_macro2::Literal::u16_unsuffixed(*n as u16))
-        }
-        Some(_) => Err(cx.unsupported(
-            prop(e, "align").unwrap().span,
-            "an entry alignment other than a literal in 1..=65535",
-        )),
-    }
-}
-
-/// Types of write-rule values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum W {
-    /// `rt::pickle::Value`.
-    Val,
-    /// `&str`.
-    Str,
-    /// `Option<&'static str>`: a reverse table lookup.
-    OptStr,
-    /// `i128`.
-    Int,
-    /// `bool`.
-    Bool,
-    /// `none`.
-    None,
-    /// `rt::DType`.
-    DType,
-}
-
-/// What write rules may name: the pickle's globals and persistent id.
-struct WScope<'a> {
-    fmt: &'a Fmt<'a>,
-    /// The pickle's rules function.
-    rules: &'a proc_macro2::Ident,
-    /// `(module.name, kind, params)` of every declared global.
-    globals: Vec<(String, String, Vec<String>)>,
-    /// The persistent kind and its items.
-    persistent: Option<(String, Vec<String>)>,
-}
-
-struct WV {
-    ts: TokenStream,
-    t: W,
-    /// The table of a `key_of` lookup.
-    table: Option<String>,
-}
-
-fn wv(ts: TokenStream, t: W) -> GResult<WV> {
-    Ok(WV { ts, t, table: None })
-}
-
-impl WScope<'_> {
-    fn global(&self, path: &str) -> Option<&(String, String, Vec<String>)> {
-        self.globals.iter().find(|g| g.0 == path)
-    }
-
-    fn to_val(&self, cx: &Cx<'_>, e: &Expr, x: WV) -> GResult<TokenStream> {
-        let ts = x.ts;
-        Ok(match x.t {
-            W::Val => ts,
-            W::Str => quote!(rt::pickle::Value::str(#ts)),
-            W::Int => quote!(rt::pickle::Value::int(#ts)),
-            W::Bool => quote!(rt::pickle::Value::Bool(#ts)),
-            W::None => quote!(rt::pickle::Value::None),
-            W::OptStr | W::DType => {
-                return Err(cx.err(
-                    e.span,
-                    format!("`{}` is not a pickle value", cx.text(e.span)),
-                ))
-            }
+            _ => return None,
         })
     }
-
-    fn vals(&self, cx: &Cx<'_>, args: &[Arg]) -> GResult<Vec<TokenStream>> {
-        let mut vals = Vec::new();
-        for a in args {
-            let x = self.compile(cx, &a.value)?;
-            vals.push(self.to_val(cx, &a.value, x)?);
-        }
-        Ok(vals)
-    }
-
-    fn compile(&self, cx: &Cx<'_>, e: &Expr) -> GResult<WV> {
-        let text = cx.text(e.span);
-        match &e.kind {
-            ExprKind::None => wv(quote!(()), W::None),
-            ExprKind::Bool(b) => wv(quote!(#b), W::Bool),
-            ExprKind::Str(s) => wv(quote!(#s), W::Str),
-            ExprKind::Int(i) => {
-                let l = proc_macro2::Literal::i128_suffixed(*i);
-                wv(quote!(#l), W::Int)
-            }
-            ExprKind::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let c = self.compile(cx, cond)?;
-                if c.t != W::Bool {
-                    return Err(cx.err(cond.span, "a condition must be boolean"));
-                }
-                let a = self.compile(cx, then)?;
-                let b = self.compile(cx, otherwise)?;
-                let (a, b, t) = if a.t == b.t {
-                    (a.ts, b.ts, a.t)
-                } else {
-                    (
-                        self.to_val(cx, then, a)?,
-                        self.to_val(cx, otherwise, b)?,
-                        W::Val,
-                    )
+    fn builtin(&self, func: Builtin, args: &[ir::Arg]) -> Option<Val> {
+        let lower = Lower {
+            ir: self.ir,
+            env: self,
+        };
+        match (func, args) {
+            // The table's key for the dtype written, when there is one.
+            (Builtin::KeyOf, [t, _]) => {
+                let ExprKind::Table(t) = t.value.kind else {
+                    return None;
                 };
-                let c = c.ts;
-                wv(quote!(if #c { #a } else { #b }), t)
+                let table = self.ir.table(t);
+                let f = lower.item_path(table.format, &format!("{}_for", table.name));
+                self.uses_byte_order.set(true);
+                Some(Val::opt(quote!(#f(meta.dtype, byte_order)), Type::Str))
             }
-            ExprKind::Binary {
-                op: op @ (BinaryOp::Eq | BinaryOp::Ne),
-                lhs,
-                rhs,
-            } => {
-                let a = self.compile(cx, lhs)?;
-                let b = self.compile(cx, rhs)?;
-                let x = match (a.t, b.t) {
-                    (W::OptStr, W::None) => a.ts,
-                    (W::None, W::OptStr) => b.ts,
-                    _ => return Err(cx.unsupported(e.span, "this comparison in a write rule")),
+            (Builtin::Global, [a]) => {
+                let ty = Type::PickleGlobal(self.pickle);
+                let table = match &a.value.kind {
+                    ExprKind::Const(Const::Str(s)) => {
+                        return Some(Val::value(quote!(rt::pickle::Value::global(#s)), ty))
+                    }
+                    ExprKind::Call {
+                        func: Builtin::KeyOf,
+                        args,
+                    } => match args.first().map(|t| &t.value.kind) {
+                        Some(ExprKind::Table(t)) => *t,
+                        _ => return None,
+                    },
+                    _ => return None,
                 };
-                if *op == BinaryOp::Eq {
-                    wv(quote!(#x.is_none()), W::Bool)
-                } else {
-                    wv(quote!(#x.is_some()), W::Bool)
-                }
+                let key = lower.expr(&a.value).ok()?.ts;
+                let tname = &self.ir.table(table).name;
+                Some(Val::value(
+                    quote!(rt::pickle::table_global(#key, NAME, #tname, meta.dtype, byte_order)?),
+                    ty,
+                ))
             }
-            ExprKind::Path(p) => {
-                let path = expr::join(p);
-                if p.len() == 1 {
-                    let int = |f: &str| {
-                        let f = format_ident!("{}", f);
-                        wv(quote!(i128::from(s.#f)), W::Int)
-                    };
-                    match path.as_str() {
-                        "index" | "offset" | "numel" | "nbytes" => return int(&path),
-                        "dtype" => return wv(quote!(meta.dtype), W::DType),
-                        "shape" => {
-                            return wv(quote!(rt::pickle::Value::int_tuple(&meta.shape)), W::Val)
-                        }
-                        "strides" => {
-                            return wv(quote!(rt::pickle::Value::int_tuple(&s.strides)), W::Val)
-                        }
-                        _ => {}
-                    }
-                }
-                match self.global(&path) {
-                    Some(_) => wv(quote!(rt::pickle::Value::global(#path)), W::Val),
-                    None => {
-                        Err(cx.err(e.span, format!("`{path}` is not a declared pickle global")))
-                    }
-                }
-            }
-            ExprKind::Call { callee, args } => self.call(cx, e, callee, args),
-            _ => Err(cx.unsupported(e.span, &format!("`{text}` in a pickle write rule"))),
+            _ => None,
         }
-    }
-
-    fn call(&self, cx: &Cx<'_>, e: &Expr, callee: &[Ident], args: &[Arg]) -> GResult<WV> {
-        let name = expr::join(callee);
-        match (name.as_str(), args) {
-            ("str", [a]) => {
-                // A number the writer keeps (`index`) is written as it is.
-                if let Some([n]) = a.value.as_path() {
-                    if matches!(n.name.as_str(), "index" | "offset" | "numel" | "nbytes") {
-                        let f = format_ident!("{}", n.name);
-                        return wv(quote!(rt::pickle::Value::str(&s.#f.to_string())), W::Val);
-                    }
-                }
-                let x = self.compile(cx, &a.value)?;
-                if x.t != W::Int {
-                    return Err(cx.err(a.value.span, "`str` takes an integer"));
-                }
-                let ts = x.ts;
-                wv(quote!(rt::pickle::Value::str(&#ts.to_string())), W::Val)
-            }
-            ("key_of", [t, d]) => {
-                let table = match t.value.as_path() {
-                    Some([n]) => self.fmt.table(&n.name),
-                    _ => None,
-                };
-                let Some(table) = table else {
-                    return Err(cx.err(t.value.span, "`key_of` takes a table of this format"));
-                };
-                if table.key_kind != KeyKind::Str {
-                    return Err(
-                        cx.unsupported(t.value.span, "`key_of` over an integer-keyed table")
-                    );
-                }
-                let dv = self.compile(cx, &d.value)?;
-                if dv.t != W::DType {
-                    return Err(cx.err(d.value.span, "`key_of(TABLE, dtype)`"));
-                }
-                let rev = format_ident!("{}_for", table.name.name);
-                let dts = dv.ts;
-                Ok(WV {
-                    ts: quote!(#rev(#dts, byte_order)),
-                    t: W::OptStr,
-                    table: Some(table.name.name.clone()),
-                })
-            }
-            ("global", [a]) => {
-                let x = self.compile(cx, &a.value)?;
-                match x.t {
-                    W::Str => {
-                        let ExprKind::Str(s) = &a.value.kind else {
-                            return Err(cx.unsupported(a.value.span, "a computed global name"));
-                        };
-                        if self.global(s).is_none() {
-                            return Err(cx.err(
-                                a.value.span,
-                                format!("\"{s}\" is not a declared pickle global"),
-                            ));
-                        }
-                        wv(quote!(rt::pickle::Value::global(#s)), W::Val)
-                    }
-                    W::OptStr => {
-                        let tname = x.table.clone().unwrap_or_default();
-                        if let Some(t) = self.fmt.table(&tname) {
-                            for row in &t.rows {
-                                if let TableKey::Str(k) = &row.key {
-                                    if self.global(k).is_none() {
-                                        return Err(cx.err(
-                                            row.span,
-                                            format!("`global(key_of({tname}, ..))`: \"{k}\" is not a declared pickle global"),
-                                        ));
-                                    }
-                                }
-                            }
-                        }
-                        let ts = x.ts;
-                        wv(
-                            quote!(rt::pickle::table_global(#ts, NAME, #tname, meta.dtype, byte_order)?),
-                            W::Val,
-                        )
-                    }
-                    _ => Err(cx.err(a.value.span, "`global` takes a name")),
-                }
-            }
-            _ => {
-                if let Some((kind, items)) = self.persistent.as_ref().filter(|p| p.0 == name) {
-                    let names: Vec<&str> = args
-                        .iter()
-                        .map(|a| a.name.as_ref().map_or("", |n| n.name.as_str()))
-                        .collect();
-                    if names != items.iter().map(|s| s.as_str()).collect::<Vec<_>>() {
-                        return Err(cx.err(
-                            e.span,
-                            format!(
-                                "a `{kind}` persistent id names its items in order: {}",
-                                items.join(", ")
-                            ),
-                        ));
-                    }
-                    let vals = self.vals(cx, args)?;
-                    return wv(quote!(rt::pickle::Value::persistent([#(#vals),*])), W::Val);
-                }
-                let Some((path, kind, params)) = self.global(&name) else {
-                    return Err(cx.err(e.span, format!("`{name}` is not a declared pickle global")));
-                };
-                let rules = self.rules;
-                if builtin_kind(kind).is_some() {
-                    if kind == "class" {
-                        return Err(cx.err(
-                            e.span,
-                            format!("`{name}` is declared `class`: it cannot be called"),
-                        ));
-                    }
-                    if !args.is_empty() {
-                        return Err(cx.unsupported(e.span, "a container call with arguments"));
-                    }
-                    return wv(quote!(rt::pickle::call(#rules(), #path, [])?), W::Val);
-                }
-                if args.len() != params.len() || args.iter().any(|a| a.name.is_some()) {
-                    return Err(cx.err(
-                        e.span,
-                        format!(
-                            "`{name}` takes {} positional arguments ({})",
-                            params.len(),
-                            params.join(", ")
-                        ),
-                    ));
-                }
-                let vals = self.vals(cx, args)?;
-                wv(
-                    quote!(rt::pickle::call(#rules(), #path, [#(#vals),*])?),
-                    W::Val,
-                )
-            }
-        }
-    }
-}
-
-/// True when `e` names the mapping's binding anywhere.
-fn uses_binding(e: &Expr, binding: &str) -> bool {
-    match &e.kind {
-        ExprKind::Path(p) => p[0].name == binding,
-        ExprKind::If {
-            cond,
-            then,
-            otherwise,
-        } => {
-            uses_binding(cond, binding)
-                || uses_binding(then, binding)
-                || uses_binding(otherwise, binding)
-        }
-        ExprKind::Binary { lhs, rhs, .. } => {
-            uses_binding(lhs, binding) || uses_binding(rhs, binding)
-        }
-        ExprKind::Unary { expr, .. } | ExprKind::In { expr, .. } => uses_binding(expr, binding),
-        ExprKind::Call { args, .. } => args.iter().any(|a| uses_binding(&a.value, binding)),
-        ExprKind::Index { base, index } => {
-            uses_binding(base, binding) || uses_binding(index, binding)
-        }
-        _ => false,
     }
 }
 
@@ -1519,112 +782,60 @@ fn uses_binding(e: &Expr, binding: &str) -> bool {
 /// pickled root object (the pickle entry's `write`, a dict-kind call getting
 /// `name -> object` items) and the text entries' `write` contents are written by `finish`.
 fn gen_writer(
-    cx: &mut Cx<'_>,
-    fmt: &Fmt<'_>,
-    scope: &PScope<'_, '_>,
-    sp: Spec<'_, '_>,
-) -> GResult<TokenStream> {
-    let public = fmt.public_name();
-    let pentry = sp.pentry;
-    let Some(write) = sp.stmts.write else {
-        return Ok(refusing_writer(public, true));
+    ir: &Ir,
+    fid: FormatId,
+    pentry: EntryId,
+    texts: &[Text],
+    sp: Spec<'_>,
+) -> R<TokenStream> {
+    let public = &ir.format(fid).public_name;
+    let pentry = ir.entry(pentry);
+    let env = WriteEnv {
+        ir,
+        fid,
+        pickle: sp.pickle,
+        texts,
+        uses_texts: Cell::new(false),
+        uses_byte_order: Cell::new(false),
     };
-    let mut globals = Vec::new();
-    let mut persistent = None;
-    for i in &sp.pdecl.items {
-        match i {
-            PickleItem::Global {
-                path, kind, params, ..
-            } => globals.push((
-                path.value.clone(),
-                kind.name.clone(),
-                params.iter().map(|p| p.name.clone()).collect(),
-            )),
-            PickleItem::Persistent { kind, params, .. } => {
-                persistent = Some((
-                    kind.name.clone(),
-                    params.iter().map(|p| p.name.clone()).collect(),
-                ))
-            }
-            PickleItem::Protocol(..) => {}
-        }
-    }
-    let ws = WScope {
-        fmt,
-        rules: &sp.rules,
-        globals,
-        persistent,
-    };
+    let lower = Lower { ir, env: &env };
     // The per-tensor object.
-    let obj = ws.compile(cx, write)?;
-    let obj_ts = ws.to_val(cx, write, obj)?;
+    let obj_ts = lower.pickle_value(sp.write)?;
+    let uses_bo = env.uses_byte_order.get();
     // The root: a call of a dict-kind global.
-    let Some(root) = prop(pentry, "write") else {
-        return Err(cx.err(
+    let Some(root) = &pentry.write else {
+        return Err(no(
             pentry.span,
             "the pickle entry needs `write = <dict-kind global>();` (the root object)",
         ));
     };
-    let root_ts = match &root.kind {
-        ExprKind::Call { callee, args } if args.is_empty() => {
-            let name = expr::join(callee);
-            match ws.global(&name) {
-                Some((path, kind, _)) if kind == "dict" => {
-                    let rules = &sp.rules;
-                    quote!(rt::pickle::call(#rules(), #path, [])?)
-                }
-                _ => return Err(cx.err(root.span, format!("`{name}` is not a `dict` global"))),
-            }
-        }
-        _ => {
-            return Err(cx.unsupported(
-                root.span,
-                "a root object other than a call of a `dict` global with no arguments",
-            ))
-        }
-    };
-    let Some(wname) = prop(pentry, "write_name") else {
-        return Err(cx.err(
+    let root_ts = lower.pickle_value(root)?;
+    let Some(wname) = &pentry.write_name else {
+        return Err(no(
             pentry.span,
             "the pickle entry needs `write_name = \"...\";`",
         ));
     };
-    let ExprKind::Str(wname) = &wname.kind else {
-        return Err(cx.err(wname.span, "`write_name` is a string"));
-    };
-    // Text entries: their written content (in `ENTRIES`).
-    for (t, _) in &scope.texts {
-        if prop(t, "write").is_none() && !t.is_optional() {
-            return Err(cx.err(
-                t.span,
-                format!("the text entry `{}` needs `write = \"...\";`", t.name.name),
-            ));
-        }
+    if sp.data_texts {
+        return Err(no(
+            sp.map.span,
+            "writing a `data` that depends on the text entries",
+        ));
     }
     // The byte order written: the mapping's, over the text entries as written.
-    scope.uses_texts.set(false);
-    let bo_ts = match sp.stmts.byte_order {
-        Some(b) => {
-            if uses_binding(b, scope.binding) {
-                return Err(cx.unsupported(
-                    b.span,
-                    "writing a byte order that depends on the pickled object",
-                ));
-            }
-            let bv = scope.compile(cx, b)?;
-            scope.expect(cx, b, &bv, T::ByteOrder)?;
-            bv.ts
-        }
+    env.uses_texts.set(false);
+    let bo_ts = match sp.map.key(TensorKey::ByteOrder) {
+        Some(b) => lower.expr(b)?.scalar(),
         None => quote!(rt::ByteOrder::Little),
     };
-    let texts = scope
+    let texts = env
         .uses_texts
         .get()
         .then(|| quote!(let texts = self.archive.texts();));
     // The storages' entry: where the mapping's `data` puts the bytes.
-    let storages = proc_macro2::Literal::usize_unsuffixed(sp.storages);
+    let storages = Literal::usize_unsuffixed(sp.storages);
     let storage = &sp.storage;
-    let bo_param = if obj_ts.to_string().contains("byte_order") {
+    let bo_param = if uses_bo {
         quote!(byte_order)
     } else {
         quote!(_byte_order)
@@ -1707,8 +918,8 @@ fn gen_writer(
 }
 
 /// A writer constructor that refuses (a mapping without a `write` rule).
-fn refusing_writer(public: &str, structure: bool) -> TokenStream {
+fn refusing_writer(public: &str) -> TokenStream {
     let no_write =
         format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
-    crate::engine::read_only_desc(&no_write, structure)
+    crate::engine::read_only_desc(&no_write, true)
 }

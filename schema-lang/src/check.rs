@@ -25,7 +25,12 @@ pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
     // Lowering to the IR is the last check: what it cannot resolve in a schema that
     // passed every other check is reported here.
     if c.errors.is_empty() && !lenient {
-        c.errors.extend(crate::ir::lower(files).1);
+        let (ir, errors) = crate::ir::lower(files);
+        c.errors.extend(errors);
+        // Then what the engines can mean, over the IR.
+        if c.errors.is_empty() {
+            c.errors.extend(crate::check_engines::check(files, &ir));
+        }
     }
     // By file, then by position.
     let index = |d: &Diagnostic| files.iter().position(|f| f.path == d.path);

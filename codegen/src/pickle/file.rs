@@ -1,10 +1,10 @@
-//! The `file` engine around pickles: a layout whose fields are self-delimiting pickles
-//! (`bytes codec pickle(P)`, read back to back with `rt::pickle::read_prefix`), then
-//! records repeated once per item of one of them (`R repeat count(len(keys))`). The
-//! mapping is over the objects one pickle builds (`File.object.tensors`), like the zip
-//! engine's; its data is a record's `payload` field looked up by key
-//! (`File.storages.bytes[index_of(File.keys, t.storage.key)]`). What is generated is
-//! data and small functions: the file's pickles and their checks (`FILE`, an
+//! The `file` engine around pickles, from the IR: a layout whose fields are
+//! self-delimiting pickles (`bytes codec pickle(P)`, read back to back with
+//! `rt::pickle::read_prefix`), then records repeated once per item of one of them
+//! (`R repeat count(len(keys))`). The mapping is over the objects one pickle builds
+//! (`File.object.tensors`), like the zip engine's; its data is a record's `payload` field
+//! looked up by key (`File.storages.bytes[index_of(File.keys, t.storage.key)]`). What is
+//! generated is data and small functions: the file's pickles and their checks (`FILE`, an
 //! `rt::pickle::FileSpec`), the mapping of one call and the reader of one record; the
 //! runtime's `rt::pickle::read_file` reads the file with them.
 //!
@@ -13,120 +13,79 @@
 //! tensor uses cannot be sized. A record field named like an item of the persistent ids
 //! (`numel`) must equal that item of every persistent id naming the record.
 
-use proc_macro2::TokenStream;
+use std::cell::Cell;
+
+use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
-use tensorfmt_schema::ast::*;
+use tensorfmt_schema::ir::{
+    self, Builtin, Codec, Expr, ExprKind, FieldId, FormatId, Ir, LayoutId, Member, Repeat, Type,
+};
 
-use super::PScope;
-use crate::expr::{self, Cx};
-use crate::model::{Fmt, GResult, Model};
-
-/// `L.records.payload[index_of(L.keys, k)]`.
-pub(crate) struct RecordsRef {
-    layout: String,
-    records: String,
-    payload: String,
-    keys: String,
-}
-
-impl RecordsRef {
-    /// The key expression `k` when `base[index]` is this lookup.
-    pub(crate) fn matches<'e>(&self, base: &Expr, index: &'e Expr) -> Option<&'e Expr> {
-        let ExprKind::Path(b) = &base.kind else {
-            return None;
-        };
-        let names: Vec<&str> = b.iter().map(|i| i.name.as_str()).collect();
-        if names != [&*self.layout, &*self.records, &*self.payload] {
-            return None;
-        }
-        let ExprKind::Call { callee, args } = &index.kind else {
-            return None;
-        };
-        if expr::join(callee) != "index_of" {
-            return None;
-        }
-        match args.as_slice() {
-            [l, k] if l.name.is_none() && k.name.is_none() => match &l.value.kind {
-                ExprKind::Path(p)
-                    if p.len() == 2 && p[0].name == self.layout && p[1].name == self.keys =>
-                {
-                    Some(&k.value)
-                }
-                _ => None,
-            },
-            _ => None,
-        }
-    }
-}
-
-/// The pickle declaration a field decodes with (`codec pickle(P)`).
-fn pickle_codec(f: &Field) -> Option<&Ident> {
-    let (name, args) = f.codec()?;
-    if name.name != "pickle" {
-        return None;
-    }
-    match args {
-        [a] if a.name.is_none() => match &a.value.kind {
-            ExprKind::Path(p) if p.len() == 1 => Some(&p[0]),
-            _ => None,
-        },
-        _ => None,
-    }
-}
+use super::{gen_map_fn, no, Locate, R};
+use crate::lower::{Env, Lower, Val};
 
 /// True when a `file` format has a layout field decoded by the pickle codec.
-pub(crate) fn is_pickle_file(fmt: &Fmt<'_>) -> bool {
-    fmt.layouts
-        .iter()
-        .any(|l| l.fields.iter().any(|f| pickle_codec(f).is_some()))
+pub(crate) fn is_pickle_file(ir: &Ir, fid: FormatId) -> bool {
+    let f = ir.format(fid);
+    f.engine == ir::Engine::File
+        && f.layouts.iter().any(|&l| {
+            ir.layout(l)
+                .fields
+                .iter()
+                .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
+        })
 }
 
-/// A check over a pickle field's value `v`: `name == 0x..`, `name != "x"`, `&&`, `||`.
-fn pickle_check(cx: &Cx<'_>, field: &str, e: &Expr) -> GResult<TokenStream> {
-    match &e.kind {
-        ExprKind::Binary { op, lhs, rhs } => match op {
-            BinaryOp::And | BinaryOp::Or => {
-                let nested = |x: &Expr| -> GResult<TokenStream> {
-                    let t = pickle_check(cx, field, x)?;
-                    Ok(match &x.kind {
-                        ExprKind::Binary {
-                            op: BinaryOp::And | BinaryOp::Or,
-                            ..
-                        } => quote!((#t)),
-                        _ => t,
-                    })
-                };
-                let (a, b) = (nested(lhs)?, nested(rhs)?);
-                Ok(if *op == BinaryOp::And {
-                    quote!(#a && #b)
-                } else {
-                    quote!(#a || #b)
-                })
+/// The value of a pickle field in its checks: `v`, the pickle's value.
+struct CheckEnv {
+    layout: LayoutId,
+    field: FieldId,
+    fid: FormatId,
+    ty: Type,
+}
+
+impl Env for CheckEnv {
+    fn field(&self, l: LayoutId, f: FieldId) -> Option<Val> {
+        (l == self.layout && f == self.field).then(|| Val::value(quote!(v), self.ty.clone()))
+    }
+    fn format(&self) -> Option<FormatId> {
+        Some(self.fid)
+    }
+}
+
+/// Names in reach in a record layout: its integer fields read so far (locals) and the
+/// dtype of the tensors whose bytes it holds (`r.dtype`).
+struct RecordEnv<'a> {
+    layout: LayoutId,
+    fid: FormatId,
+    /// The fields read so far: position, local, type.
+    known: Vec<(FieldId, proc_macro2::Ident, Type)>,
+    dtype: &'a Cell<bool>,
+}
+
+impl Env for RecordEnv<'_> {
+    fn field(&self, l: LayoutId, f: FieldId) -> Option<Val> {
+        if l != self.layout {
+            return None;
+        }
+        let (_, var, ty) = self.known.iter().find(|k| k.0 == f)?;
+        Some(Val::place(quote!(#var), ty.clone()))
+    }
+    fn format(&self) -> Option<FormatId> {
+        Some(self.fid)
+    }
+    fn record_dtype(&self) -> Option<Val> {
+        self.dtype.set(true);
+        Some(Val::value(quote!((r.dtype, None)), Type::Dtype))
+    }
+    fn builtin(&self, func: Builtin, args: &[ir::Arg]) -> Option<Val> {
+        match (func, args) {
+            (Builtin::Itemsize, [a]) if matches!(a.value.kind, ExprKind::RecordDtype) => {
+                self.dtype.set(true);
+                Some(Val::value(quote!(rt::expr::itemsize(r.dtype)?), Type::INT))
             }
-            BinaryOp::Eq | BinaryOp::Ne => {
-                if !matches!(&lhs.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == field) {
-                    return Err(cx.unsupported(
-                        lhs.span,
-                        "a pickle field check over other than the field itself",
-                    ));
-                }
-                let cmp = if *op == BinaryOp::Eq {
-                    quote!(==)
-                } else {
-                    quote!(!=)
-                };
-                match &rhs.kind {
-                    ExprKind::Int(i) => Ok(quote!(v.as_i128() #cmp Some(#i))),
-                    ExprKind::Str(s) => Ok(quote!(v.as_str() #cmp Some(#s))),
-                    _ => Err(cx.unsupported(
-                        rhs.span,
-                        "a pickle field compared with other than a literal",
-                    )),
-                }
-            }
-            _ => Err(cx.unsupported(e.span, "this operator in a pickle field check")),
-        },
-        _ => Err(cx.unsupported(e.span, "this pickle field check")),
+            _ => None,
+        }
     }
 }
 
@@ -134,69 +93,8 @@ fn pickle_check(cx: &Cx<'_>, field: &str, e: &Expr) -> GResult<TokenStream> {
 fn rec_var(name: &str) -> proc_macro2::Ident {
     match name {
         "c" | "r" | "dtype" | "size" => format_ident!("f_{}", name),
-        _ => format_ident!("{}", name),
+        _ => crate::model::rs_ident(name),
     }
-}
-
-/// An integer expression over a record's fields (`i128` locals) and `dtype`.
-fn rec_int(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream> {
-    match &e.kind {
-        ExprKind::Int(i) => Ok(quote!(#i)),
-        ExprKind::Path(p) if p.len() == 1 && fields.contains(&p[0].name) => {
-            let v = rec_var(&p[0].name);
-            Ok(quote!(#v))
-        }
-        ExprKind::Call { callee, args } if expr::join(callee) == "itemsize" => {
-            match args.as_slice() {
-                [a] if matches!(&a.value.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == "dtype") => {
-                    Ok(quote!(i128::from(dtype.itemsize().unwrap_or(0) as u32)))
-                }
-                _ => Err(cx.unsupported(e.span, "`itemsize` of other than `dtype` in a record")),
-            }
-        }
-        ExprKind::Binary { op, lhs, rhs } => {
-            let a = rec_int(cx, fields, lhs)?;
-            let b = rec_int(cx, fields, rhs)?;
-            let m = match op {
-                BinaryOp::Add => quote!(checked_add),
-                BinaryOp::Sub => quote!(checked_sub),
-                BinaryOp::Mul => quote!(checked_mul),
-                _ => return Err(cx.unsupported(e.span, "this operator in a record expression")),
-            };
-            cx.needs_overflow = true;
-            let what = cx.text(e.span);
-            Ok(quote!(#a.#m(#b).ok_or_else(|| overflow(#what, #what))?))
-        }
-        _ => Err(cx.unsupported(e.span, "this expression in a record")),
-    }
-}
-
-/// The negation of a condition over a record's fields: true when the check fails.
-fn rec_fails(cx: &mut Cx<'_>, fields: &[String], e: &Expr) -> GResult<TokenStream> {
-    let ExprKind::Binary { op, lhs, rhs } = &e.kind else {
-        return Err(cx.unsupported(e.span, "this record check"));
-    };
-    if matches!(op, BinaryOp::And | BinaryOp::Or) {
-        let a = rec_fails(cx, fields, lhs)?;
-        let b = rec_fails(cx, fields, rhs)?;
-        // Not (a and b) is (not a) or (not b), and the other way round.
-        return Ok(if *op == BinaryOp::And {
-            quote!((#a) || (#b))
-        } else {
-            quote!((#a) && (#b))
-        });
-    }
-    let a = rec_int(cx, fields, lhs)?;
-    let b = rec_int(cx, fields, rhs)?;
-    Ok(match op {
-        BinaryOp::Eq => quote!(#a != #b),
-        BinaryOp::Ne => quote!(#a == #b),
-        BinaryOp::Lt => quote!(#a >= #b),
-        BinaryOp::Le => quote!(#a > #b),
-        BinaryOp::Gt => quote!(#a <= #b),
-        BinaryOp::Ge => quote!(#a < #b),
-        _ => return Err(cx.unsupported(e.span, "this operator in a record check")),
-    })
 }
 
 /// `snake_case` of a layout's `CamelCase` name.
@@ -215,234 +113,215 @@ fn snake(name: &str) -> String {
     out
 }
 
-/// `index` and a refusing writer of a `file` format around pickles.
-pub(crate) fn gen_file_pickle(
-    cx: &mut Cx<'_>,
-    model: &Model<'_>,
-    fmt: &Fmt<'_>,
-) -> GResult<TokenStream> {
-    let public = fmt.public_name();
-    let [map] = fmt.tensors.as_slice() else {
-        return Err(cx.unsupported(
-            fmt.ast.name.span,
+/// The layout field a member chain ends with (`File.keys`: `(File, keys)`).
+fn field_of(e: &Expr) -> Option<(LayoutId, FieldId)> {
+    match &e.kind {
+        ExprKind::Member {
+            member: Member::Field(l, f),
+            ..
+        }
+        | ExprKind::Field(l, f) => Some((*l, *f)),
+        _ => None,
+    }
+}
+
+/// `FILE`, `index`, the mapping of one call and the record reader of a `file` format
+/// around pickles.
+pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let public = &fmt.public_name;
+    let [m] = fmt.mappings.as_slice() else {
+        return Err(no(
+            fmt.name_span,
             "a format without exactly one tensor mapping",
         ));
     };
+    let map = ir.mapping(*m);
     // `tensor from L.object.<kind>s as t`
-    let ExprKind::Path(src) = &map.source.kind else {
-        return Err(cx.unsupported(map.source.span, "this mapping source"));
+    let objects = match &map.source.kind {
+        ExprKind::Member {
+            base,
+            member: Member::PickleObjects(p, kind),
+        } => field_of(base).map(|(l, f)| (l, f, *p, kind.as_str())),
+        _ => None,
     };
-    let [lname, objfield, kinds] = src.as_slice() else {
-        return Err(cx.unsupported(
+    let Some((lid, object, pid, kind)) = objects else {
+        return Err(no(
             map.source.span,
             "a mapping over other than `<layout>.<pickle field>.<kind>s`",
         ));
     };
-    let Some(layout) = fmt.layout(&lname.name) else {
-        return Err(cx.err(lname.span, format!("unknown layout `{}`", lname.name)));
-    };
-    let Some(ofield) = layout.field(&objfield.name) else {
-        return Err(cx.err(
-            objfield.span,
-            format!("`{}` has no field `{}`", lname.name, objfield.name),
-        ));
-    };
-    let Some(decl) = pickle_codec(ofield) else {
-        return Err(cx.err(
-            objfield.span,
-            format!("`{}` is not a pickle field", objfield.name),
-        ));
-    };
-    let Some(pdecl) = fmt.ast.pickles().find(|p| p.name.name == decl.name) else {
-        return Err(cx.err(decl.span, format!("unknown pickle `{}`", decl.name)));
-    };
-    let kind = super::resolve_kind(cx, pdecl, kinds)?;
-    if let Some(w) = &map.filter {
-        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
-    }
-    let (params, persistent) = super::kind_params(pdecl, &kind);
+    let layout = ir.layout(lid);
+    let pk = ir.pickle(pid);
 
     // The layout: pickle fields, then the repeated records (last).
     let mut fields = Vec::new();
-    let mut pickle_fields: Vec<String> = Vec::new();
-    let mut records: Option<(&Field, &Layout, String)> = None;
+    let mut records = None;
     for (i, f) in layout.fields.iter().enumerate() {
-        let name = &f.name.name;
-        if let Some(d) = pickle_codec(f) {
-            if !matches!(&f.ty, FieldType::Named(t) if t.name() == "bytes") {
-                return Err(cx.unsupported(f.span, "a pickle field of other than `bytes`"));
-            }
-            if d.name != decl.name {
-                return Err(cx.unsupported(d.span, "pickle fields of several declarations"));
-            }
-            let mut tests = Vec::new();
-            let mut texts = Vec::new();
-            for c in f.checks() {
-                tests.push(pickle_check(cx, name, c)?);
-                texts.push(cx.text(c.span));
-            }
+        let name = &f.name;
+        if let Some(Codec::Pickle(_)) = f.codec {
+            let env = CheckEnv {
+                layout: lid,
+                field: FieldId(i as u32),
+                fid,
+                ty: f.ty.clone(),
+            };
+            let lower = Lower { ir, env: &env };
+            let tests = f
+                .checks
+                .iter()
+                .map(|c| Ok(lower.expr(c)?.scalar()))
+                .collect::<R<Vec<_>>>()?;
+            let texts: Vec<&str> = f.checks.iter().map(|c| ir.text(fid, c.span)).collect();
             fields.push(if tests.is_empty() {
                 quote!(rt::pickle::Field::new(#name))
             } else {
                 let text = texts.join(" && ");
                 quote!(rt::pickle::Field::checked(#name, |v| #(#tests)&&*, #text))
             });
-            pickle_fields.push(name.clone());
             continue;
         }
-        let (FieldType::Named(t), Some(Repeat::Count(count))) = (&f.ty, f.repeat()) else {
-            return Err(cx.unsupported(
+        let (Type::Layout(rl), Some(Repeat::Count(count))) = (&f.item_ty, &f.repeat) else {
+            return Err(no(
                 f.span,
                 "a field of this layout other than a pickle or counted records",
             ));
         };
-        if i + 1 != layout.fields.len() {
-            return Err(cx.unsupported(f.span, "records other than the last field"));
-        }
-        let Some(rl) = fmt.layout(&t.name()) else {
-            return Err(cx.unsupported(t.span, "records of other than a layout of this format"));
-        };
         let keys = match &count.kind {
-            ExprKind::Call { callee, args } if expr::join(callee) == "len" => match args.as_slice()
-            {
-                [a] => match &a.value.kind {
-                    ExprKind::Path(p) if p.len() == 1 && pickle_fields.contains(&p[0].name) => {
-                        p[0].name.clone()
-                    }
-                    _ => String::new(),
-                },
-                _ => String::new(),
-            },
-            _ => String::new(),
+            ExprKind::Call {
+                func: Builtin::Len,
+                args,
+            } => args.first().and_then(|a| field_of(&a.value)),
+            _ => None,
         };
-        if keys.is_empty() {
-            return Err(cx.unsupported(
+        let Some((_, keys)) = keys else {
+            return Err(no(
                 count.span,
                 "a record count other than `len(<earlier pickle field>)`",
             ));
-        }
-        records = Some((f, rl, keys));
+        };
+        records = Some((FieldId(i as u32), *rl, keys));
     }
-    let Some((rfield, rlayout, keys)) = records else {
-        return Err(cx.unsupported(layout.span, "a layout of pickles without counted records"));
-    };
-    let payloads: Vec<&Field> = rlayout
-        .fields
-        .iter()
-        .filter(|f| matches!(&f.ty, FieldType::Named(t) if t.name() == "payload"))
-        .collect();
-    let [payload] = payloads.as_slice() else {
-        return Err(cx.unsupported(
-            rlayout.span,
-            "a record layout without exactly one `payload` field",
+    let Some((rfield, rlid, keys)) = records else {
+        return Err(no(
+            layout.span,
+            "a layout of pickles without counted records",
         ));
     };
-    let rref = RecordsRef {
-        layout: lname.name.clone(),
-        records: rfield.name.name.clone(),
-        payload: payload.name.name.clone(),
-        keys: keys.clone(),
+    let rlayout = ir.layout(rlid);
+    let Some(payload) = rlayout.fields.iter().position(|f| f.ty == Type::Payload) else {
+        return Err(no(
+            rlayout.span,
+            "a record layout without a `payload` field",
+        ));
     };
-    // The key expression and the persistent-id argument it reads.
-    let mut key_expr = None;
-    for st in &map.stmts {
-        if let TensorStmt::Assign { key, value, .. } = st {
-            if key.name == "data" {
-                value.walk(&mut |e| {
-                    if let ExprKind::Index { base, index } = &e.kind {
-                        if let Some(k) = rref.matches(base, index) {
-                            key_expr = Some(k.clone());
-                        }
-                    }
-                });
+    let payload = FieldId(payload as u32);
+
+    // The key of the storage `data` names, and the call's argument holding the persistent
+    // id it is an item of (`t.storage.key`: `storage`).
+    let persistent_arg = Cell::new(String::new());
+    let locate = super::locator(|e: &Expr| {
+        let ExprKind::Index { base, index, .. } = &e.kind else {
+            return None;
+        };
+        let ExprKind::Member {
+            base: records_of,
+            member: Member::Field(_, p),
+        } = &base.kind
+        else {
+            return None;
+        };
+        if *p != payload || field_of(records_of) != Some((lid, rfield)) {
+            return None;
+        }
+        let ExprKind::Call {
+            func: Builtin::IndexOf,
+            args,
+        } = &index.kind
+        else {
+            return None;
+        };
+        let [list, key] = args.as_slice() else {
+            return None;
+        };
+        if field_of(&list.value) != Some((lid, keys)) {
+            return None;
+        }
+        if let ExprKind::Member {
+            base,
+            member: Member::PickleAttr(_),
+        } = &key.value.kind
+        {
+            if let ExprKind::Member {
+                member: Member::PickleParam(p),
+                ..
+            } = &base.kind
+            {
+                persistent_arg.set(p.clone());
             }
         }
-    }
-    let Some(key_expr) = key_expr else {
-        return Err(cx.unsupported(
-            map.span,
-            &format!(
-                "a mapping whose `data` is not `{0}.{1}.{2}[index_of({0}.{3}, key)]`",
-                rref.layout, rref.records, rref.payload, rref.keys
-            ),
-        ));
-    };
-    let id_param = match &key_expr.kind {
-        ExprKind::Path(p) if p.len() == 3 && p[0].name == map.binding.name => {
-            Some(p[1].name.clone())
-        }
-        _ => None,
-    };
-
-    let mut scope = PScope {
-        fmt,
-        binding: &map.binding.name,
-        params,
-        persistent: persistent.clone(),
-        texts: Vec::new(),
-        lookups: Vec::new(),
-        dtype: false,
-        ext_tables: super::visible_tables(model, fmt),
-        records: Some(rref),
-        uses_texts: Default::default(),
-    };
-    let s = super::map_stmts(cx, map, false)?;
-    let mf = format_ident!("{}_tensor", snake(&lname.name));
+        Some((0, &key.value))
+    });
+    let locate: &Locate<'_> = &locate;
+    let mf = format_ident!("{}_tensor", snake(&layout.name));
     let doc = format!(
         " The tensor that a `{kind}` call builds (`{}` at `path`): the mapping `tensor from {}`.",
-        map.binding.name,
-        cx.text(map.source.span),
+        map.binding,
+        ir.text(fid, map.source.span),
     );
-    let mapping = super::gen_map_fn(cx, &mut scope, &s, &mf, &doc, false)?;
+    let mapping = gen_map_fn(ir, fid, map, &[], (&mf, &doc), false, locate)?;
+    let persistent_arg = persistent_arg.take();
 
     // The record reader.
-    let rname = &rfield.name.name;
-    let mut int_fields: Vec<String> = Vec::new();
+    let rname = &layout.fields[rfield.index()].name;
+    let dtype_used = Cell::new(false);
+    let mut env = RecordEnv {
+        layout: rlid,
+        fid,
+        known: Vec::new(),
+        dtype: &dtype_used,
+    };
     let mut rsteps = Vec::new();
     let mut range = None;
-    let little = !matches!(rlayout.endian, Endian::Big);
-    for f in &rlayout.fields {
-        let fname = &f.name.name;
+    for (i, f) in rlayout.fields.iter().enumerate() {
+        let fname = &f.name;
         let path = format!("{rname}.{fname}");
-        if std::ptr::eq(f, *payload) {
-            let Some(size) = f.size() else {
-                return Err(cx.unsupported(f.span, "a payload without `size`"));
+        if FieldId(i as u32) == payload {
+            let Some(size) = &f.size else {
+                return Err(no(f.span, "a payload without `size`"));
             };
-            let s = rec_int(cx, &int_fields, size)?;
-            let neg = format!("the size of `{path}` is negative: {{}}");
-            rsteps.push(quote! {
-                let size: i128 = #s;
-                let size = u64::try_from(size).map_err(|_| {
-                    c.error(#path, rt::ErrorKind::Invalid(format!(#neg, size)))
-                })?;
-            });
+            let s = Lower { ir, env: &env }.expr(size)?.scalar();
+            let what = format!("the size of `{path}`");
+            rsteps.push(quote!(let size = rt::expr::to_u64(#s, #what)?;));
             range = Some(quote!(c.span(#path, size)));
             continue;
         }
         if range.is_some() {
-            return Err(cx.unsupported(f.span, "a record field after its payload"));
+            return Err(no(f.span, "a record field after its payload"));
         }
-        let FieldType::Named(t) = &f.ty else {
-            return Err(cx.unsupported(f.span, "this record field"));
+        let Type::Int(it) = &f.ty else {
+            return Err(no(
+                f.span,
+                "a record field of other than an integer type or `payload`",
+            ));
         };
-        let m = match (t.name().as_str(), little) {
-            (n @ ("u8" | "i8"), _) => n.to_string(),
-            (n @ ("u16" | "u32" | "u64" | "i16" | "i32" | "i64"), true) => format!("{n}_le"),
-            (n @ ("u16" | "u32" | "u64" | "i16" | "i32" | "i64"), false) => format!("{n}_be"),
-            _ => {
-                return Err(cx.unsupported(
-                    f.span,
-                    "a record field of other than an integer type or `payload`",
-                ))
+        let var = rec_var(fname);
+        let m = match (it.bytes.unwrap_or(8), it.signed) {
+            (1, s) => format_ident!("{}8", if s { "i" } else { "u" }),
+            (b, s) => {
+                let e = match it.endian.unwrap_or(rlayout.endian) {
+                    ir::ByteOrder::Big => "be",
+                    ir::ByteOrder::Little => "le",
+                };
+                format_ident!("{}{}_{}", if s { "i" } else { "u" }, b as u32 * 8, e)
             }
         };
-        let m = format_ident!("{}", m);
-        let var = rec_var(fname);
-        rsteps.push(quote!(let #var = i128::from(c.#m(#path)?);));
-        let known: Vec<String> = int_fields.iter().cloned().chain([fname.clone()]).collect();
-        for ch in f.checks() {
-            let fails = rec_fails(cx, &known, ch)?;
-            let msg = format!("check failed: {}", cx.text(ch.span));
+        rsteps.push(quote!(let #var = c.#m(#path)?;));
+        env.known
+            .push((FieldId(i as u32), var.clone(), f.ty.clone()));
+        for ch in &f.checks {
+            let fails = Lower { ir, env: &env }.negated(ch)?;
+            let msg = format!("check failed: {}", ir.text(fid, ch.span));
             rsteps.push(quote! {
                 if #fails {
                     return Err(c.error(#path, rt::ErrorKind::Invalid(#msg.to_string())));
@@ -450,50 +329,43 @@ pub(crate) fn gen_file_pickle(
             });
         }
         // Agreement with the persistent ids' item of the same name.
-        if let (Some(i), Some(_)) = (persistent.iter().position(|p| p == fname), &id_param) {
-            let i = proc_macro2::Literal::usize_unsuffixed(i);
-            rsteps.push(quote!(r.agrees(c, #path, #fname, #i, #var)?;));
+        let item = pk
+            .persistent
+            .as_ref()
+            .and_then(|(_, items)| items.iter().position(|p| p == fname));
+        if let (Some(i), false) = (item, persistent_arg.is_empty()) {
+            let i = Literal::usize_unsuffixed(i);
+            rsteps.push(quote!(r.agrees(c, #path, #fname, #i, i128::from(#var))?;));
         }
-        int_fields.push(fname.clone());
     }
-    let range = range.expect("the record has a payload");
-    let uses_r = rsteps.iter().any(|t| t.to_string().contains("r ."));
-    let r = if uses_r { quote!(r) } else { quote!(_r) };
-    let dtype_let = rsteps
-        .iter()
-        .any(|t| t.to_string().contains("dtype"))
-        .then(|| quote!(let dtype = r.dtype;));
-    let r = if dtype_let.is_some() { quote!(r) } else { r };
-
-    let position = |name: &str| {
-        layout
-            .fields
-            .iter()
-            .position(|f| f.name.name == name)
-            .expect("a field of the layout")
+    let Some(range) = range else {
+        return Err(no(
+            rlayout.span,
+            "a record layout without a `payload` field",
+        ));
     };
-    let (object, keys_at) = (
-        proc_macro2::Literal::usize_unsuffixed(position(&objfield.name)),
-        proc_macro2::Literal::usize_unsuffixed(position(&keys)),
-    );
-    let persistent_arg = id_param.unwrap_or_default();
-    let rules = format_ident!("{}_rules", pdecl.name.name.to_lowercase());
-    let is_kind = format_ident!("is_{}_{}", pdecl.name.name.to_lowercase(), kind);
-    let rf = format_ident!("{}", snake(&rlayout.name.name));
+    let uses_r = dtype_used.get() || rsteps.iter().any(|t| t.to_string().contains("r . agrees"));
+    let r = if uses_r { quote!(r) } else { quote!(_r) };
+
+    let position = |f: FieldId| Literal::usize_unsuffixed(f.index());
+    let (object_at, keys_at) = (position(object), position(keys));
+    let rules = format_ident!("{}_rules", pk.name.to_lowercase());
+    let is_kind = format_ident!("is_{}_{}", pk.name.to_lowercase(), kind);
+    let rf = format_ident!("{}", snake(&rlayout.name));
     let rdoc = format!(
         " One `{}` of `{rname}`: the byte range of its `{}`, `r.dtype` being the dtype of the tensors whose bytes it holds.",
-        rlayout.name.name, payload.name.name
+        rlayout.name,
+        rlayout.fields[payload.index()].name
     );
     let fdoc = format!(
         " The `{}` layout: its pickles, read back to back, then the `{rname}` records, and the tensor mapping.",
-        lname.name
+        layout.name
     );
-    let read_only = match model.files[fmt.file]
-        .uses
-        .first()
-        .and_then(|u| model.format(&u.name))
-    {
-        Some(o) => format!("{public} is read-only; write {} instead", o.public_name()),
+    let read_only = match fmt.uses.first() {
+        Some(&o) => format!(
+            "{public} is read-only; write {} instead",
+            ir.format(o).public_name
+        ),
         None => format!("{public} is read-only"),
     };
     let entry_points = super::index_and_structure(
@@ -506,7 +378,7 @@ pub(crate) fn gen_file_pickle(
         #[doc = #fdoc]
         pub const FILE: rt::pickle::FileSpec = rt::pickle::FileSpec {
             fields: &[#(#fields),*],
-            object: #object,
+            object: #object_at,
             keys: #keys_at,
             records: #rname,
             persistent: #persistent_arg,
@@ -524,7 +396,6 @@ pub(crate) fn gen_file_pickle(
 
         #[doc = #rdoc]
         fn #rf(c: &mut rt::Cursor<'_>, #r: &rt::pickle::Record<'_>) -> rt::Result<(u64, u64)> {
-            #dtype_let
             #(#rsteps)*
             #range
         }

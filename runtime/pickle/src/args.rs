@@ -20,6 +20,15 @@ pub fn item(id: Option<&Value>, i: usize) -> Option<&Value> {
     }
 }
 
+/// The attribute `name` of an object (its `BUILD` state's entry, or a dict-kind
+/// object's), or the entry `name` of a dict; `None` when there is no such value.
+pub fn attr<'v>(v: Option<&'v Value>, name: &str) -> Option<&'v Value> {
+    match v? {
+        Value::Object(o) if o.kind != crate::Kind::Dict => o.state.as_ref()?.get(name),
+        other => other.get(name),
+    }
+}
+
 /// True when the argument is absent or `None`.
 pub fn is_none(v: Option<&Value>) -> bool {
     matches!(v, None | Some(Value::None))

@@ -166,8 +166,9 @@ impl<'c, S: Storages> Index<'c, S> {
     }
 }
 
-/// A check of a pickle's value, and its text in the format (the message when it fails).
-pub type Check = (fn(&Value) -> bool, &'static str);
+/// A check of a pickle's value (given as an argument is, `Some`), and its text in the
+/// format (the message when it fails).
+pub type Check = (fn(Option<&Value>) -> bool, &'static str);
 
 /// One of the pickles at the start of a file read by [`read_file`].
 #[derive(Debug, Clone, Copy)]
@@ -187,7 +188,7 @@ impl Field {
     /// A pickle field whose value must pass `check` (written `text` in the format).
     pub const fn checked(
         name: &'static str,
-        check: fn(&Value) -> bool,
+        check: fn(Option<&Value>) -> bool,
         text: &'static str,
     ) -> Field {
         Field {
@@ -342,7 +343,7 @@ pub fn read_file(
         })?;
         pos += used as u64;
         if let Some((check, text)) = f.check {
-            if !check(&value) {
+            if !check(Some(&value)) {
                 let mut e = in_file(
                     Error::from(ErrorKind::Invalid(format!("check failed: {text}")))
                         .in_field(f.name),

@@ -178,6 +178,7 @@ impl<'a> Lower<'a> {
     // Pass 1: ids for every item
 
     fn declare(&mut self) {
+        self.ir.sources = self.files.iter().map(|f| f.source.clone()).collect();
         for (fi, file) in self.files.iter().enumerate() {
             for fmt in &file.formats {
                 let id = FormatId(self.fmts.len() as u32);

@@ -97,6 +97,9 @@ pub struct Ir {
     pub entries: Vec<Entry>,
     /// Every tensor mapping.
     pub mappings: Vec<Mapping>,
+    /// The text of each schema file, by index (what spans point into): messages and
+    /// documentation quote expressions as written.
+    pub sources: Vec<String>,
 }
 
 macro_rules! getters {
@@ -145,6 +148,14 @@ impl Ir {
             .iter()
             .copied()
             .find(|&l| self.layout(l).name == name)
+    }
+
+    /// The text of `span` in the file of format `fmt`, as written (`numel >= 0`).
+    pub fn text(&self, fmt: FormatId, span: Span) -> &str {
+        self.sources
+            .get(self.format(fmt).file)
+            .and_then(|s| s.get(span.start..span.end))
+            .unwrap_or_default()
     }
 
     /// Field `f` of layout `l`.

@@ -1,0 +1,540 @@
+//! Engine rules over the typed IR: what the `zip` engine (around pickles, or over another
+//! format's layout) and the `file` engine around pickles can mean. They run after
+//! lowering, on a schema that passed every other check, so that every construct the
+//! code generator receives is one it generates.
+
+use crate::ast::{SchemaFile, Span};
+use crate::diag::Diagnostic;
+use crate::ir::{
+    Builtin, Codec, Const, Content, Engine, EntryId, Expr, ExprKind, FieldId, FormatId, Ir,
+    LayoutId, Mapping, MappingStmt, Member, Repeat, TensorKey, Type,
+};
+
+/// Every engine rule broken in `ir`.
+pub(crate) fn check(files: &[SchemaFile], ir: &Ir) -> Vec<Diagnostic> {
+    let mut c = Rules {
+        files,
+        ir,
+        out: Vec::new(),
+        fid: FormatId(0),
+    };
+    for i in 0..ir.formats.len() {
+        c.fid = FormatId(i as u32);
+        c.format();
+    }
+    c.out
+}
+
+struct Rules<'a> {
+    files: &'a [SchemaFile],
+    ir: &'a Ir,
+    out: Vec<Diagnostic>,
+    fid: FormatId,
+}
+
+/// The layout field a member chain ends with (`File.keys`).
+fn field_of(e: &Expr) -> Option<(LayoutId, FieldId)> {
+    match &e.kind {
+        ExprKind::Member {
+            member: Member::Field(l, f),
+            ..
+        }
+        | ExprKind::Field(l, f) => Some((*l, *f)),
+        _ => None,
+    }
+}
+
+/// True when `e` reads something `pred` holds for.
+fn reads(e: &Expr, pred: &dyn Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    e.walk(&mut |x| found |= pred(x));
+    found
+}
+
+/// `slice(x, start, none)` unwrapped down to `x`, as far as it goes.
+fn unsliced(e: &Expr) -> &Expr {
+    match &e.kind {
+        ExprKind::Call {
+            func: Builtin::Slice,
+            args,
+        } if args.len() >= 2
+            && args[2..]
+                .iter()
+                .all(|a| matches!(a.value.kind, ExprKind::Const(Const::None))) =>
+        {
+            unsliced(&args[0].value)
+        }
+        _ => e,
+    }
+}
+
+impl Rules<'_> {
+    fn err(&mut self, span: Span, msg: impl Into<String>, help: impl Into<String>) {
+        let f = &self.files[self.ir.format(self.fid).file];
+        self.out
+            .push(Diagnostic::new(&f.path, &f.source, span, msg).with_help(help));
+    }
+
+    fn format(&mut self) {
+        let f = self.ir.format(self.fid);
+        let pickled = f.entries.iter().find(|&&e| self.pickle_of(e).is_some());
+        match (&f.engine, pickled) {
+            (Engine::Zip, Some(&p)) => self.zip_pickle(p),
+            (Engine::Zip, None) => self.zip_layout(),
+            (Engine::File, _) => self.file_pickle(),
+            _ => {}
+        }
+        for &e in &f.entries {
+            let e = self.ir.entry(e);
+            if e.preferred.is_some() && e.content != Content::Text {
+                self.err(
+                    e.span,
+                    "`preferred` on an entry that is not `text`",
+                    "only text entries are looked up by name: `text; preferred \"{prefix}/.data/version\";`",
+                );
+            }
+        }
+    }
+
+    fn pickle_of(&self, e: EntryId) -> Option<crate::ir::PickleId> {
+        match self.ir.entry(e).content {
+            Content::Codec(Codec::Pickle(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// `align` of a zip entry: a literal in 1..=65535.
+    fn entry_align(&mut self, e: EntryId) {
+        if let Some(a) = &self.ir.entry(e).align {
+            if !matches!(a.kind, ExprKind::Const(Const::Int(n)) if (1..=65535).contains(&n)) {
+                self.err(
+                    a.span,
+                    "a zip entry's `align` is a number from 1 to 65535",
+                    "members are aligned when written: `align 64;`",
+                );
+            }
+        }
+    }
+
+    /// The statements a mapping over pickled objects may have, and its `data`.
+    fn pickle_mapping(&mut self, map: &Mapping, data_ok: &dyn Fn(&Expr) -> bool, what: &str) {
+        if let Some(w) = &map.filter {
+            self.err(
+                w.span,
+                "a `where` filter on a mapping over pickled objects",
+                "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
+            );
+        }
+        for s in &map.stmts {
+            if let MappingStmt::Set { key, value } = s {
+                if matches!(key, TensorKey::Order | TensorKey::Segment) {
+                    self.err(
+                        value.span,
+                        format!("`{}` in a mapping over pickled objects", key.name()),
+                        "a pickled tensor's layout is its `strides`",
+                    )
+                }
+            }
+        }
+        if let Some(d) = map.key(TensorKey::Data) {
+            if !data_ok(unsliced(d)) {
+                self.err(
+                    d.span,
+                    "the `data` of a pickled tensor is a storage, or a slice of one to its end",
+                    what.to_string(),
+                );
+            }
+        }
+    }
+
+    fn zip_pickle(&mut self, first: EntryId) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let caps = &ir.entry(first).pattern.captures;
+        for &id in &f.entries {
+            let e = ir.entry(id);
+            self.entry_align(id);
+            let extra = e
+                .pattern
+                .captures
+                .iter()
+                .filter(|c| !caps.contains(c))
+                .count();
+            match &e.content {
+                Content::Codec(Codec::Pickle(_)) | Content::Text if extra > 0 => self.err(
+                    e.span,
+                    "a pickle or `text` entry with captures the first pickle entry does not have",
+                    "the first pickle entry's member names the others: they use its captures",
+                ),
+                Content::Codec(Codec::Pickle(_)) => {}
+                Content::Text => self.text_entry(id),
+                Content::Bytes if extra == 1 => {}
+                Content::Bytes => self.err(
+                    e.span,
+                    "a storage entry names one storage by one capture beyond the pickle's",
+                    "`entry storage \"{prefix}/data/{key}\"`, looked up as `storage(key = ..)`",
+                ),
+                _ => self.err(
+                    e.span,
+                    "an entry of a zip around a pickle holds a pickle, `text` or raw bytes",
+                    "members laid out by a layout belong to a zip of another format's files (npz)",
+                ),
+            }
+        }
+        let data_ok = |d: &Expr| match &d.kind {
+            ExprKind::EntryLookup { entry, captures } => {
+                captures.len() == 1 && ir.entry(*entry).content == Content::Bytes
+            }
+            _ => false,
+        };
+        let several = f.mappings.len() > 1;
+        for &m in &f.mappings {
+            let map = ir.mapping(m);
+            let over = match &map.source.kind {
+                ExprKind::Member {
+                    base,
+                    member: Member::PickleObjects(..),
+                } => matches!(
+                    base.kind,
+                    ExprKind::Member {
+                        member: Member::EntryContent(_),
+                        ..
+                    }
+                ),
+                _ => false,
+            };
+            if !over {
+                self.err(
+                    map.source.span,
+                    "a mapping of a zip around a pickle iterates the objects of a pickle entry",
+                    "`tensor from pickle.content.tensors as t`",
+                );
+                continue;
+            }
+            self.pickle_mapping(
+                map,
+                &data_ok,
+                "`data = slice(storage(key = t.storage.key), offset, none);` with `storage` a raw entry",
+            );
+            if let Some(w) = &map.write {
+                if several {
+                    self.err(
+                        w.span,
+                        "a `write` rule in a format of several tensor mappings",
+                        "the writer inverts one mapping; remove `write` or the other mappings",
+                    );
+                } else {
+                    self.pickle_writer(first, map);
+                }
+            }
+        }
+        for &id in &f.entries {
+            if let Some(w) = &ir.entry(id).write {
+                self.global_texts(w);
+            }
+        }
+    }
+
+    /// A text entry: its check lists the values allowed, its `write` is a string.
+    fn text_entry(&mut self, id: EntryId) {
+        let e = self.ir.entry(id);
+        if let Some(c) = &e.check {
+            let ok = matches!(&c.kind, ExprKind::In { list, .. }
+                if list.iter().all(|i| matches!(i.kind, ExprKind::Const(Const::Str(_)))));
+            if !ok {
+                self.err(
+                    c.span,
+                    "a text entry's `check` lists the values it allows",
+                    format!("`check {} in [\"a\", \"b\"];`", e.name),
+                );
+            }
+        }
+        if let Some(w) = &e.write {
+            if !matches!(w.kind, ExprKind::Const(Const::Str(_))) {
+                self.err(
+                    w.span,
+                    "a text entry's `write` is a string",
+                    "the content written, as it is: `write = \"3\\n\";`",
+                );
+            }
+        }
+    }
+
+    /// What writing needs: the root object, its member's name, the text entries' contents,
+    /// a byte order and a `data` that do not depend on what is read.
+    fn pickle_writer(&mut self, first: EntryId, map: &Mapping) {
+        let ir = self.ir;
+        let p = ir.entry(first);
+        if p.write.is_none() || p.write_name.is_none() {
+            self.err(
+                p.span,
+                "the pickle entry of a writable format needs `write` and `write_name`",
+                "`write_name = \"archive/data.pkl\"; write = collections.OrderedDict();`",
+            );
+        }
+        for &id in &ir.format(self.fid).entries {
+            let e = ir.entry(id);
+            if e.content == Content::Text && !e.optional && e.write.is_none() {
+                self.err(
+                    e.span,
+                    "a text entry of a writable format needs `write`",
+                    "the content written: `write = \"...\";` (or make the entry `optional`)",
+                );
+            }
+        }
+        if let Some(b) = map.key(TensorKey::ByteOrder) {
+            if reads(b, &|x| matches!(x.kind, ExprKind::Binding)) {
+                self.err(
+                    b.span,
+                    "a written byte order that depends on the pickled object",
+                    "the writer chooses the byte order before the object: read it from text entries",
+                );
+            }
+        }
+        if let Some(d) = map.key(TensorKey::Data) {
+            let text = |x: &Expr| {
+                matches!(&x.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
+                    if matches!(base.kind, ExprKind::Entry(_)))
+            };
+            if reads(d, &text) {
+                self.err(
+                    d.span,
+                    "a written `data` that depends on the text entries",
+                    "the writer places storages from the object alone",
+                );
+            }
+        }
+        if let Some(w) = &map.write {
+            self.global_texts(w);
+        }
+    }
+
+    /// `global(..)` in a write rule names a string or `key_of(TABLE, dtype)` of a
+    /// str-keyed table.
+    fn global_texts(&mut self, w: &Expr) {
+        let ir = self.ir;
+        let mut bad = Vec::new();
+        w.walk(&mut |x| {
+            let ExprKind::Call { func, args } = &x.kind else {
+                return;
+            };
+            match func {
+                Builtin::Global => {
+                    let ok = matches!(
+                        args.first().map(|a| &a.value.kind),
+                        Some(
+                            ExprKind::Const(Const::Str(_))
+                                | ExprKind::Call {
+                                    func: Builtin::KeyOf,
+                                    ..
+                                }
+                        )
+                    );
+                    if !ok {
+                        bad.push((
+                            x.span,
+                            "`global(..)` names a string or `key_of(TABLE, dtype)`",
+                        ));
+                    }
+                }
+                Builtin::KeyOf => {
+                    if let Some(ExprKind::Table(t)) = args.first().map(|a| &a.value.kind) {
+                        if ir.table(*t).key != crate::ast::KeyKind::Str {
+                            bad.push((
+                                x.span,
+                                "`key_of` in a pickle write rule names a table of string keys",
+                            ));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        });
+        for (span, msg) in bad {
+            self.err(
+                span,
+                msg,
+                "the globals a pickle names are text: `global(\"torch.FloatStorage\")`",
+            );
+        }
+    }
+
+    fn zip_layout(&mut self) {
+        for &e in &self.ir.format(self.fid).entries {
+            self.entry_align(e);
+        }
+    }
+
+    fn file_pickle(&mut self) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let pickled: Vec<LayoutId> = f
+            .layouts
+            .iter()
+            .copied()
+            .filter(|&l| {
+                ir.layout(l)
+                    .fields
+                    .iter()
+                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
+            })
+            .collect();
+        let Some(&lid) = pickled.first() else {
+            return;
+        };
+        let source = |m: &Mapping| match &m.source.kind {
+            ExprKind::Member {
+                base,
+                member: Member::PickleObjects(p, _),
+            } => field_of(base).filter(|(l, _)| *l == lid).map(|_| *p),
+            _ => None,
+        };
+        let [m] = f.mappings.as_slice() else {
+            self.err(
+                f.name_span,
+                "a file of pickles has one tensor mapping",
+                "`tensor from File.object.tensors as t`",
+            );
+            return;
+        };
+        let map = ir.mapping(*m);
+        let mapped = source(map);
+        if mapped.is_none() || pickled.len() > 1 {
+            self.err(
+                map.source.span,
+                "a mapping of a file of pickles iterates the objects of one of its layout's pickles",
+                "`tensor from File.object.tensors as t`, `object` a field of `codec pickle(P)`",
+            );
+            return;
+        }
+        let layout = ir.layout(lid);
+        let decl = mapped;
+        let mut records = None;
+        let n = layout.fields.len();
+        for (i, x) in layout.fields.iter().enumerate() {
+            if let Some(Codec::Pickle(p)) = x.codec {
+                if decl != Some(p) {
+                    self.err(
+                        x.span,
+                        "the pickles of a file are decoded by one declaration",
+                        "give every pickle field the same `codec pickle(P)`",
+                    );
+                }
+                self.pickle_checks(lid, FieldId(i as u32));
+                continue;
+            }
+            let counted = match (&x.item_ty, &x.repeat) {
+                (Type::Layout(rl), Some(Repeat::Count(c))) if i + 1 == n => match &c.kind {
+                    ExprKind::Call {
+                        func: Builtin::Len,
+                        args,
+                    } => args
+                        .first()
+                        .and_then(|a| field_of(&a.value))
+                        .filter(|&(l, k)| {
+                            l == lid
+                                && matches!(layout.fields[k.index()].codec, Some(Codec::Pickle(_)))
+                        })
+                        .map(|(_, k)| (*rl, FieldId(i as u32), k)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            match counted {
+                Some(r) => records = Some(r),
+                None => self.err(
+                    x.span,
+                    "a file of pickles is its pickles, then records counted by one of them, last",
+                    "`storages: Record repeat count(len(keys));` after `keys: bytes codec pickle(P);`",
+                ),
+            }
+        }
+        let Some((rl, rfield, keys)) = records else {
+            if layout.fields.iter().all(|x| x.codec.is_some()) {
+                self.err(
+                    layout.span,
+                    "a file of pickles ends with records counted by one of them",
+                    "`storages: Record repeat count(len(keys));`",
+                );
+            }
+            return;
+        };
+        let payload = self.record_layout(rl);
+        let data_ok = |d: &Expr| {
+            let ExprKind::Index { base, index, .. } = &d.kind else {
+                return false;
+            };
+            let base_ok = matches!(&base.kind,
+                ExprKind::Member { base: r, member: Member::Field(_, p) }
+                    if Some(*p) == payload && field_of(r) == Some((lid, rfield)));
+            let index_ok = matches!(&index.kind,
+                ExprKind::Call { func: Builtin::IndexOf, args }
+                    if args.len() == 2 && field_of(&args[0].value) == Some((lid, keys)));
+            base_ok && index_ok
+        };
+        self.pickle_mapping(
+            map,
+            &data_ok,
+            "`data = slice(File.storages.bytes[index_of(File.keys, t.storage.key)], offset, none);`",
+        );
+    }
+
+    /// A record layout: integers, then a sized `payload`, last. Its payload field.
+    fn record_layout(&mut self, rl: LayoutId) -> Option<FieldId> {
+        let l = self.ir.layout(rl);
+        let payload = l.fields.iter().position(|x| x.ty == Type::Payload);
+        let ok = match payload {
+            Some(p) => {
+                p + 1 == l.fields.len()
+                    && l.fields[p].size.is_some()
+                    && l.fields[..p]
+                        .iter()
+                        .all(|x| x.ty.is_int() && x.repeat.is_none() && x.size.is_none())
+            }
+            None => false,
+        };
+        if !ok {
+            self.err(
+                l.span,
+                "a record of a file of pickles is integers, then its sized `payload`",
+                "`layout StorageRecord little { numel: i64; bytes: payload size numel * itemsize(dtype); }`",
+            );
+        }
+        payload.map(|p| FieldId(p as u32))
+    }
+
+    /// A pickle field's checks compare the field with literals (`==`, `!=`, `&&`, `||`).
+    fn pickle_checks(&mut self, l: LayoutId, f: FieldId) {
+        fn ok(e: &Expr, me: (LayoutId, FieldId)) -> bool {
+            use crate::ast::BinaryOp::*;
+            match &e.kind {
+                ExprKind::Binary {
+                    op: And | Or,
+                    lhs,
+                    rhs,
+                } => ok(lhs, me) && ok(rhs, me),
+                ExprKind::Binary {
+                    op: Eq | Ne,
+                    lhs,
+                    rhs,
+                } => {
+                    let lit =
+                        |x: &Expr| matches!(x.kind, ExprKind::Const(Const::Int(_) | Const::Str(_)));
+                    let is_me = |x: &Expr| field_of(x) == Some(me);
+                    is_me(lhs) && lit(rhs) || lit(lhs) && is_me(rhs)
+                }
+                _ => false,
+            }
+        }
+        let checks = self.ir.field(l, f).checks.clone();
+        for c in checks {
+            if !ok(&c, (l, f)) {
+                self.err(
+                    c.span,
+                    "a pickle field's check compares the field with literals",
+                    "`check magic == 0x1950a86a20f9469cfc6c;` (`==`, `!=`, `&&`, `||`)",
+                );
+            }
+        }
+    }
+}
