@@ -77,12 +77,15 @@ pub mod pkls {
         fields: &[
             rt::pickle::Field::checked(
                 "magic",
-                |v| v.as_i128() == Some(119547037146038801333356i128),
+                |v| {
+                    v.and_then(rt::pickle::Value::as_i128)
+                        == Some(119547037146038801333356)
+                },
                 "magic == 0x1950a86a20f9469cfc6c",
             ),
             rt::pickle::Field::checked(
                 "protocol",
-                |v| v.as_i128() == Some(1001i128),
+                |v| v.and_then(rt::pickle::Value::as_i128) == Some(1001),
                 "protocol == 1001",
             ),
             rt::pickle::Field::new("sys_info"),
@@ -143,12 +146,13 @@ pub mod pkls {
                     rt::pickle::item(t.arg("storage"), 2),
                     "t.storage.key",
                 )?,
-                skip: rt::pickle::uint(t.arg("offset"), "t.offset")?
-                    .checked_mul(dtype.0.itemsize().unwrap_or(0) as u64)
-                    .ok_or_else(|| overflow(
-                        "t.offset * itemsize(dtype)",
-                        "t.offset * itemsize(dtype)",
-                    ))?,
+                skip: rt::expr::to_u64(
+                    rt::expr::mul(
+                        i128::from(rt::pickle::uint(t.arg("offset"), "t.offset")?),
+                        rt::expr::itemsize(dtype.0)?,
+                    )?,
+                    "t.offset * itemsize(dtype)",
+                )?,
             },
         })
     }
@@ -157,9 +161,8 @@ pub mod pkls {
         c: &mut rt::Cursor<'_>,
         r: &rt::pickle::Record<'_>,
     ) -> rt::Result<(u64, u64)> {
-        let dtype = r.dtype;
-        let numel = i128::from(c.i64_le("storages.numel")?);
-        if numel < 0i128 {
+        let numel = c.i64_le("storages.numel")?;
+        if i128::from(numel) < 0 {
             return Err(
                 c
                     .error(
@@ -168,22 +171,11 @@ pub mod pkls {
                     ),
             );
         }
-        r.agrees(c, "storages.numel", "numel", 4, numel)?;
-        let size: i128 = numel
-            .checked_mul(i128::from(dtype.itemsize().unwrap_or(0) as u32))
-            .ok_or_else(|| overflow(
-                "numel * itemsize(dtype)",
-                "numel * itemsize(dtype)",
-            ))?;
-        let size = u64::try_from(size)
-            .map_err(|_| {
-                c.error(
-                    "storages.bytes",
-                    rt::ErrorKind::Invalid(
-                        format!("the size of `storages.bytes` is negative: {}", size),
-                    ),
-                )
-            })?;
+        r.agrees(c, "storages.numel", "numel", 4, i128::from(numel))?;
+        let size = rt::expr::to_u64(
+            rt::expr::mul(i128::from(numel), rt::expr::itemsize(r.dtype)?)?,
+            "the size of `storages.bytes`",
+        )?;
         c.span("storages.bytes", size)
     }
     fn new_writer<'a>(
@@ -205,10 +197,6 @@ pub mod pkls {
         db: ::std::option::Option::None,
         rewrite: ::std::option::Option::None,
     };
-    /// The error for a computed value that overflows or does not fit its field.
-    fn overflow(field: &str, what: &str) -> rt::Error {
-        rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
-    }
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[pkls::DESC];

@@ -143,12 +143,13 @@ pub mod ckpt {
                 rt::pickle::item(t.arg("storage"), 2),
                 "t.storage.key",
             )?,
-            skip: rt::pickle::uint(t.arg("offset"), "t.offset")?
-                .checked_mul(dtype.0.itemsize().unwrap_or(0) as u64)
-                .ok_or_else(|| overflow(
-                    "t.offset * itemsize(dtype)",
-                    "t.offset * itemsize(dtype)",
-                ))?,
+            skip: rt::expr::to_u64(
+                rt::expr::mul(
+                    i128::from(rt::pickle::uint(t.arg("offset"), "t.offset")?),
+                    rt::expr::itemsize(dtype.0)?,
+                )?,
+                "t.offset * itemsize(dtype)",
+            )?,
         })
     }
     /// The member name the writer gives the pickle; its captures name every other member.
@@ -305,10 +306,6 @@ pub mod ckpt {
         db: ::std::option::Option::None,
         rewrite: ::std::option::Option::None,
     };
-    /// The error for a computed value that overflows or does not fit its field.
-    fn overflow(field: &str, what: &str) -> rt::Error {
-        rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
-    }
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[ckpt::DESC];
