@@ -303,31 +303,13 @@ fn format_items(
         }
     }
     match kind {
-        Some("protobuf") => {
-            let root = engine.and_then(|e| {
-                e.args.iter().find_map(|a| match (&a.name, &a.value.kind) {
-                    (Some(n), tensorfmt_schema::ast::ExprKind::Path(p))
-                        if n.name == "root" && p.len() == 1 =>
-                    {
-                        Some(p[0].clone())
-                    }
-                    _ => None,
-                })
-            });
-            match root {
-                Some(root) => match proto::gen_protobuf(&cx, model, fmt, &root) {
-                    Ok(ts) => items.push(ts),
-                    Err(e) => errors.push(e),
-                },
-                None => errors.push(cx.err(
-                    fmt.ast.name.span,
-                    "the `protobuf` engine names its root message: `engine protobuf(root = M);`",
-                )),
-            }
-        }
-        Some("kv") => match kv::gen_kv(&cx, model, fmt) {
+        Some("protobuf") => match proto::gen_protobuf(ir, fid) {
             Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
+            Err(u) => errors.push(unlowered(&cx, u)),
+        },
+        Some("kv") => match kv::gen_kv(ir, fid) {
+            Ok(ts) => items.push(ts),
+            Err(u) => errors.push(unlowered(&cx, u)),
         },
         Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
             Ok(ts) => items.push(ts),
