@@ -1801,8 +1801,11 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             opens.push(quote!(doc.open(#n)?;));
         }
     }
-    let Some(items_n) = numbers.pop() else {
-        return Err(no(map.source.span, "writing tensors at the root"));
+    let (Some(items_n), Some((_, _, true))) = (numbers.pop(), src.steps.last()) else {
+        return Err(no(
+            map.source.span,
+            "writing tensors other than as the items of a repeated field",
+        ));
     };
     let depth = Literal::u64_unsuffixed(src.steps.len() as u64);
     let public = &fmt.public_name;
