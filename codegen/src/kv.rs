@@ -12,60 +12,54 @@
 
 use proc_macro2::TokenStream;
 use quote::quote;
+use tensorfmt_schema::ir::{
+    self, Content, EntryId, Expr, ExprKind, FormatId, Ir, KvBackend, Member, MessageId, TensorKey,
+    Type,
+};
 
-use crate::expr::Cx;
-use crate::model::{rs_ident, Fmt, GResult, Model};
-use crate::proto::{self, EntryBind, Origin, Output};
+use crate::lower::{Unlowered, R};
+use crate::model::rs_ident;
+use crate::proto::{self, Built, Origin, Output, WriteCx};
 
-/// The arguments of `engine kv(...)`: the backend and the schema format, if any.
-fn engine_args(fmt: &Fmt<'_>) -> (String, Option<String>) {
-    let mut backend = String::new();
-    let mut schema = None;
-    if let Some(e) = fmt.engines.first() {
-        for a in &e.args {
-            let v = a.value.path_name().map(str::to_string);
-            match a.name.as_ref().map(|n| n.name.as_str()) {
-                Some("backend") => backend = v.unwrap_or_default(),
-                Some("schema") => schema = v,
-                _ => {}
-            }
-        }
+fn no(span: tensorfmt_schema::ast::Span, what: impl Into<String>) -> Unlowered {
+    Unlowered {
+        span,
+        what: what.into(),
     }
-    (backend, schema)
 }
 
-/// The entries of a `kv` format as mappings see them.
-fn entry_binds(cx: &Cx<'_>, fmt: &Fmt<'_>) -> GResult<Vec<EntryBind>> {
-    let mut out = Vec::new();
-    for e in &fmt.entries {
-        let Some(v) = e.prop("value").and_then(|p| p.value.as_ref()) else {
-            return Err(cx.unsupported(e.span, "a `kv` entry without a `value` message"));
-        };
-        let Some(msg) = v.path_name().filter(|n| fmt.ast.message(n).is_some()) else {
-            return Err(cx.unsupported(
-                v.span,
-                "a `kv` entry value that is not a message of this format",
-            ));
-        };
-        out.push(EntryBind {
-            name: e.name.name.clone(),
-            msg: msg.to_string(),
-            captures: e.captures().into_iter().map(str::to_string).collect(),
-        });
+/// The backend's name, as `rt::kv` and the registry name it.
+fn backend_name(b: KvBackend) -> &'static str {
+    match b {
+        KvBackend::Records => "records",
+        KvBackend::Lmdb => "lmdb",
+        KvBackend::Leveldb => "leveldb",
     }
-    Ok(out)
+}
+
+/// The message of an entry's value.
+fn entry_msg(ir: &Ir, en: EntryId) -> R<MessageId> {
+    let e = ir.entry(en);
+    match &e.content {
+        Content::Value(Type::Message(m)) => Ok(*m),
+        _ => Err(no(e.span, "a `kv` entry whose value is not a message")),
+    }
 }
 
 /// The items of a `kv` format's module.
-pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<TokenStream> {
-    let (backend, schema) = engine_args(fmt);
+pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let ir::Engine::Kv { backend, schema } = fmt.engine else {
+        return Err(no(
+            fmt.name_span,
+            "a format that is not a key-value database",
+        ));
+    };
+    let backend = backend_name(backend);
     if let Some(schema) = schema {
         // Another format's entries and mappings over this backend's records.
-        let other = rs_ident(&schema);
-        let Some(target) = model.formats.iter().find(|f| f.ast.name.name == schema) else {
-            return Err(cx.err(fmt.ast.name.span, format!("unknown format `{schema}`")));
-        };
-        let _ = target;
+        let schema = &ir.format(schema).name;
+        let other = rs_ident(schema);
         let detect_doc =
             format!(" True when the source is a database folder read by the `{backend}` backend.");
         let index_doc = format!(
@@ -74,7 +68,7 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         if backend == "records" {
             // A file of this format's records, mapped and written as `schema` does.
             let prefix = quote!(super::#other::);
-            let body = gen_records_backend(cx, fmt, &prefix)?;
+            let body = gen_records_backend(ir, fid, &prefix)?;
             let desc = crate::engine::desc_full(
                 quote!(Ok(::std::boxed::Box::new(Writer { w, split: options.chunk_elements }))),
                 " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
@@ -92,10 +86,9 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
                 #desc
             });
         }
-        let open = match backend.as_str() {
+        let open = match backend {
             "lmdb" => quote!(rt::kv::open_lmdb),
-            "leveldb" => quote!(rt::kv::open_leveldb),
-            b => return Err(cx.unsupported(fmt.ast.name.span, &format!("the `{b}` backend"))),
+            _ => quote!(rt::kv::open_leveldb),
         };
         let desc = crate::engine::desc_full(
             quote! {
@@ -132,25 +125,22 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         });
     }
 
-    let entries = entry_binds(cx, fmt)?;
-    let mut items = Vec::new();
-    for m in fmt.ast.messages() {
-        items.push(proto::gen_message(cx, fmt, m)?);
-    }
-    items.push(proto::gen_prost(cx, fmt)?);
-    let (parts, parts_items) = proto::parts_fns(cx, fmt, "", &entries)?;
+    let mut items = vec![proto::gen_messages(ir, fid)];
+    let (parts, parts_items) = proto::parts_fns(ir, fid)?;
     items.extend(parts_items);
 
     // Per entry: a struct of its record (its key's captures and its value), the function
     // that reads a record of it, and the item functions of the mappings over it.
     let mut arms = Vec::new();
-    for (i, (en, bind)) in fmt.entries.iter().zip(&entries).enumerate() {
-        let st = proto::entry_struct(&bind.name);
-        let msg = rs_ident(&bind.msg);
-        let caps: Vec<_> = bind.captures.iter().map(|c| rs_ident(c)).collect();
+    for (i, &eid) in fmt.entries.iter().enumerate() {
+        let en = ir.entry(eid);
+        let mid = entry_msg(ir, eid)?;
+        let st = proto::entry_struct(&en.name);
+        let msg = rs_ident(&proto::view_name(ir, mid));
+        let caps: Vec<_> = en.pattern.captures.iter().map(|c| rs_ident(c)).collect();
         let doc = format!(
             " A record of entry `{}` (key pattern `{}`): its key's captures and its value.",
-            bind.name, en.pattern.value
+            en.name, en.pattern.text
         );
         items.push(quote! {
             #[doc = #doc]
@@ -164,33 +154,27 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
             }
         });
         let mut calls = Vec::new();
-        for map in &fmt.tensors {
-            let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, &entries)?;
-            if origin == Origin::Entry(bind.name.clone()) {
-                let m = proto::gen_mapping(cx, fmt, "", map, &entries, &parts, Output::Chunks)?;
+        for &map in &fmt.mappings {
+            if proto::mapping_source(ir, map)?.origin == Origin::Entry(eid) {
+                let m = proto::gen_mapping(ir, map, &parts, Output::Chunks)?;
                 items.push(m.item_fn);
                 calls.push(m.call);
             }
         }
         let calls = quote!(#(#calls)*);
-        let id = rs_ident(&bind.name);
+        let id = rs_ident(&en.name);
         let idx = (0..caps.len()).map(proc_macro2::Literal::usize_unsuffixed);
-        let record = if proto::mentions(&calls, &bind.name) {
+        let record = if proto::mentions(&calls, &en.name) {
             quote!(let #id = #st { #(#caps: &r.captures[#idx],)* value: &value };)
         } else {
             quote!()
         };
-        let strict = if en.has_flag("strict") {
-            let nums: Vec<_> = fmt
-                .ast
-                .message(&bind.msg)
-                .map(|m| {
-                    m.fields
-                        .iter()
-                        .map(|f| proc_macro2::Literal::u32_unsuffixed(f.tag))
-                        .collect()
-                })
-                .unwrap_or_default();
+        let strict = if en.strict {
+            let nums = ir
+                .message(mid)
+                .fields
+                .iter()
+                .map(|f| proc_macro2::Literal::u32_unsuffixed(f.tag));
             quote! {
                 if !rt::protobuf::only_fields(r.value, r.base, &[#(#nums),*]) {
                     return Ok(false);
@@ -199,7 +183,7 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         } else {
             quote!()
         };
-        let what = &bind.msg;
+        let what = &ir.message(mid).name;
         let read = if calls.is_empty() {
             quote!(r.read(#what, |b, at| rt::protobuf::read::<#msg>(b, at, 0, limits))?;)
         } else {
@@ -218,10 +202,10 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
             params.push(quote!(out: &mut Vec<rt::kv::Chunk>));
             args.push(quote!(out));
         }
-        let f = rs_ident(&format!("read_{}", bind.name));
+        let f = rs_ident(&format!("read_{}", en.name));
         let doc = format!(
             " A record of entry `{}` (`{}`), its value read as a `{}`: the parts of its tensors (`false`: the record is not of this entry).",
-            bind.name, en.pattern.value, bind.msg
+            en.name, en.pattern.text, what
         );
         items.push(quote! {
             #[doc = #doc]
@@ -259,7 +243,7 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
     let patterns: Vec<_> = fmt
         .entries
         .iter()
-        .map(|e| e.pattern.value.clone())
+        .map(|&e| ir.entry(e).pattern.text.clone())
         .collect();
     let map_doc = " Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
     items.push(quote! {
@@ -272,12 +256,11 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         }
     });
 
-    items.push(gen_encode(cx, fmt, &entries)?);
-    let open = match backend.as_str() {
+    items.push(gen_encode(ir, fid)?);
+    let open = match backend {
         "records" => quote!(open_db),
         "lmdb" => quote!(rt::kv::open_lmdb),
-        "leveldb" => quote!(rt::kv::open_leveldb),
-        b => return Err(cx.unsupported(fmt.ast.name.span, &format!("the `{b}` backend"))),
+        _ => quote!(rt::kv::open_leveldb),
     };
     let db = quote!(rt::kv::DbDesc {
         backend: #backend,
@@ -304,8 +287,8 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
         false,
         Some(db),
     );
-    match backend.as_str() {
-        "records" => items.push(gen_records_backend(cx, fmt, &quote!())?),
+    match backend {
+        "records" => items.push(gen_records_backend(ir, fid, &quote!())?),
         b => {
             let detect_doc =
                 format!(" True when the source is a database folder read by the `{b}` backend.");
@@ -334,19 +317,17 @@ pub(crate) fn gen_kv(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<T
 /// its entry (keys from the entry's pattern: the capture the mapping names tensors by
 /// gets the name, the other the part's index), `SPLIT` elements at most per record by
 /// default (the entry's `split`).
-fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<TokenStream> {
-    use tensorfmt_schema::ast::{ExprKind, TensorStmt};
-    let found = fmt.tensors.iter().find_map(|m| {
-        m.stmts.iter().find_map(|s| match s {
-            TensorStmt::Assign { key, value, .. } if key.name == "write" => Some((m, value)),
-            _ => None,
-        })
-    });
-    let Some((map, rule)) = found else {
+fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let found = fmt
+        .mappings
+        .iter()
+        .find_map(|&m| ir.mapping(m).write.as_ref().map(|w| (m, w)));
+    let Some((mid, rule)) = found else {
         // No write rule: the database is read-only.
         let msg = format!(
             "{} has no write rule: its databases are read-only",
-            fmt.public_name()
+            fmt.public_name
         );
         return Ok(quote! {
             /// No part size: the format's databases are read-only.
@@ -364,63 +345,41 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
             }
         });
     };
-    let (_, _, origin) = proto::mapping_source(cx, fmt, "", map, entries)?;
-    let Origin::Entry(entry) = origin else {
-        return Err(cx.unsupported(map.source.span, "a write rule outside an entry"));
+    let map = ir.mapping(mid);
+    let Origin::Entry(eid) = proto::mapping_source(ir, mid)?.origin else {
+        return Err(no(map.source.span, "a write rule outside an entry"));
     };
-    let bind = entries.iter().find(|e| e.name == entry).expect("an entry");
-    let en = fmt
-        .entries
-        .iter()
-        .find(|e| e.name.name == entry)
-        .expect("an entry");
+    let en = ir.entry(eid);
+    let entry = &en.name;
     // The capture the tensor's name goes to: `name = entry.capture`.
-    let name_cap = map.stmts.iter().find_map(|s| match s {
-        TensorStmt::Assign { key, value, .. } if key.name == "name" => match &value.kind {
-            ExprKind::Path(p) if p.len() == 2 && p[0].name == entry => Some(p[1].name.clone()),
-            _ => None,
-        },
-        _ => None,
-    });
-    let Some(name_cap) = name_cap.filter(|c| bind.captures.contains(c)) else {
-        return Err(cx.unsupported(
-            map.span,
-            "a written mapping whose `name` is not a capture of its entry",
-        ));
-    };
-    let split = match en
-        .prop("split")
-        .and_then(|p| p.value.as_ref())
-        .and_then(|v| v.as_int())
-    {
-        Some(n) if n > 0 => proc_macro2::Literal::u64_unsuffixed(n as u64),
+    let name_cap = match map.key(TensorKey::Name).map(|e| &e.kind) {
+        Some(ExprKind::Member {
+            member: Member::Capture(e, c),
+            ..
+        }) if *e == eid => c.clone(),
         _ => {
-            return Err(cx.err(
+            return Err(no(
+                map.span,
+                "a written mapping whose `name` is not a capture of its entry",
+            ))
+        }
+    };
+    let split = match en.split.as_ref().map(|e: &Expr| &e.kind) {
+        Some(ExprKind::Const(ir::Const::Int(n))) if *n > 0 && u64::try_from(*n).is_ok() => {
+            proc_macro2::Literal::u64_unsuffixed(*n as u64)
+        }
+        _ => {
+            return Err(no(
                 en.span,
                 "the written entry needs `split = N;` (elements per record)",
             ))
         }
     };
-    let wcx = proto::WriteCx {
-        fmt,
-        tensor: true,
-        stream: false,
+    let value = match WriteCx::new(ir, false, true).build(rule, true)? {
+        Built::Encoded(ts) => ts,
+        Built::Msg(ts) => quote!(::prost::Message::encode_to_vec(&#ts)),
     };
-    let v = wcx.compile(cx, rule, true)?;
-    let value = match v.t {
-        proto::W::Encoded(m) if m == bind.msg => v.ts,
-        proto::W::Msg(m) if m == bind.msg => {
-            let ts = v.ts;
-            quote!(::prost::Message::encode_to_vec(&#ts))
-        }
-        _ => {
-            return Err(cx.err(
-                rule.span,
-                format!("the write rule does not make a `{}`", bind.msg),
-            ))
-        }
-    };
-    let pattern = &en.pattern.value;
+    let pattern = &en.pattern.text;
     let doc = format!(
         " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`{entry}_value`], keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
     );
@@ -480,17 +439,19 @@ fn gen_encode(cx: &Cx<'_>, fmt: &Fmt<'_>, entries: &[EntryBind]) -> GResult<Toke
 
 /// A file of records whose layout the format declares as `Record` (key and value
 /// fields): `records` lists them, `detect` requires the whole file to be records.
-fn gen_records_backend(cx: &Cx<'_>, fmt: &Fmt<'_>, schema: &TokenStream) -> GResult<TokenStream> {
-    let Some(layout) = fmt.layout("Record") else {
-        return Err(cx.err(
-            fmt.ast.name.span,
+fn gen_records_backend(ir: &Ir, fid: FormatId, schema: &TokenStream) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let Some(layout) = ir.layout_named(fid, "Record") else {
+        return Err(no(
+            fmt.name_span,
             "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
         ));
     };
-    let has = |n: &str| layout.fields.iter().any(|f| f.name.name == n);
+    let layout = ir.layout(layout);
+    let has = |n: &str| layout.fields.iter().any(|f| f.name == n);
     if !(has("key") && has("value")) {
-        return Err(cx.err(
-            layout.name.span,
+        return Err(no(
+            layout.span,
             "`layout Record` needs fields `key` and `value`",
         ));
     }

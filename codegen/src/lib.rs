@@ -11,10 +11,10 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Dicts, layouts (their structs and readers), the `file` engine's tensor mapping, the
-//! `zip` engine and the engines around pickles are generated from the typed IR
-//! (`tensorfmt_schema::ir`) through one lowering of expressions ([`lower`](crate::lower));
-//! the write side of layouts and the `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
+//! Dicts, layouts (their structs and readers), the `file` engine's tensor mapping and the
+//! `zip`, `protobuf` and `kv` engines (with the engines around pickles) are generated from
+//! the typed IR (`tensorfmt_schema::ir`) through one lowering of expressions
+//! ([`lower`](crate::lower)); the write side of layouts still reads the AST. A layout whose writer the AST-reading
 //! generator does not support, and a `file` format of several tensors, are generated
 //! read-only; other constructs it cannot generate are diagnostics at their span, never
 //! panics.
@@ -283,31 +283,13 @@ fn format_items(
         }
     }
     match kind {
-        Some("protobuf") => {
-            let root = engine.and_then(|e| {
-                e.args.iter().find_map(|a| match (&a.name, &a.value.kind) {
-                    (Some(n), tensorfmt_schema::ast::ExprKind::Path(p))
-                        if n.name == "root" && p.len() == 1 =>
-                    {
-                        Some(p[0].clone())
-                    }
-                    _ => None,
-                })
-            });
-            match root {
-                Some(root) => match proto::gen_protobuf(&cx, model, fmt, &root) {
-                    Ok(ts) => items.push(ts),
-                    Err(e) => errors.push(e),
-                },
-                None => errors.push(cx.err(
-                    fmt.ast.name.span,
-                    "the `protobuf` engine names its root message: `engine protobuf(root = M);`",
-                )),
-            }
-        }
-        Some("kv") => match kv::gen_kv(&cx, model, fmt) {
+        Some("protobuf") => match proto::gen_protobuf(ir, fid) {
             Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
+            Err(u) => errors.push(unlowered(&cx, u)),
+        },
+        Some("kv") => match kv::gen_kv(ir, fid) {
+            Ok(ts) => items.push(ts),
+            Err(u) => errors.push(unlowered(&cx, u)),
         },
         Some("file") if pickle_file => match pickle::gen_file_pickle(ir, fid) {
             Ok(ts) => items.push(ts),

@@ -38,6 +38,9 @@ pub(crate) enum Form {
     /// An `Option` of the value form: absent (an optional entry's content, a reverse
     /// table lookup). `== none` tests it; compared with a value, absent is unequal.
     Opt,
+    /// An `Option` of the storage type, absent reading as the type's default (a
+    /// protobuf field that may be absent: `t.name: Option<&str>`).
+    Optional,
 }
 
 /// A lowered expression.
@@ -97,12 +100,44 @@ impl Val {
         }
     }
 
+    /// An `Option` of the storage type, absent reading as the type's default.
+    pub fn optional(ts: TokenStream, ty: Type) -> Val {
+        Val {
+            ts,
+            ty,
+            form: Form::Optional,
+        }
+    }
+
     /// A reference to the value (`&place`, or the reference itself).
     pub fn by_ref(&self) -> TokenStream {
         let ts = &self.ts;
         match self.form {
             Form::Place | Form::Owned => quote!(&#ts),
-            Form::Ref | Form::Value | Form::Opt => ts.clone(),
+            Form::Ref | Form::Value | Form::Opt | Form::Optional => ts.clone(),
+        }
+    }
+
+    /// The value in its storage type (`t.data_type.unwrap_or(0)`, `header_len`).
+    pub fn scalar_stored(&self) -> TokenStream {
+        self.stored()
+    }
+
+    /// The value in its storage type (`t.data_type.unwrap_or(0)`, `header_len`), for
+    /// comparisons with literals and displays that need no `i128`.
+    fn stored(&self) -> TokenStream {
+        match self.form {
+            Form::Optional => {
+                let ts = &self.ts;
+                match &self.ty {
+                    Type::Str => quote!(#ts.unwrap_or("")),
+                    Type::Float(_) => quote!(#ts.unwrap_or(0.0)),
+                    Type::Bool => quote!(#ts.unwrap_or(false)),
+                    Type::Bytes => quote!(#ts.unwrap_or_default().0),
+                    _ => quote!(#ts.unwrap_or(0)),
+                }
+            }
+            _ => self.deref(),
         }
     }
 
@@ -126,6 +161,29 @@ impl Val {
         }
     }
 
+    /// A value to display (`{}`): integers as stored (`(position as i128)` as
+    /// `position`).
+    pub fn display(&self) -> TokenStream {
+        match (&self.ty, self.form) {
+            (Type::Int(_), Form::Place | Form::Ref | Form::Optional) => self.stored(),
+            (Type::Int(_), Form::Value) => {
+                let mut it = self.ts.clone().into_iter();
+                if let (Some(proc_macro2::TokenTree::Group(g)), None) = (it.next(), it.next()) {
+                    let inner: Vec<_> = g.stream().into_iter().collect();
+                    if let [x @ .., proc_macro2::TokenTree::Ident(a), proc_macro2::TokenTree::Ident(t)] =
+                        inner.as_slice()
+                    {
+                        if a == "as" && t == "i128" && !x.is_empty() {
+                            return x.iter().cloned().collect();
+                        }
+                    }
+                }
+                self.ts.clone()
+            }
+            _ => self.scalar(),
+        }
+    }
+
     /// The value form of a scalar: `i128::from(x)`, `x.as_str()`, `x`.
     pub fn scalar(&self) -> TokenStream {
         if self.form == Form::Value {
@@ -135,7 +193,14 @@ impl Val {
             let ts = &self.ts;
             return quote!(#ts.unwrap_or_default());
         }
-        let p = self.deref();
+        let p = self.stored();
+        if self.form == Form::Optional {
+            return match &self.ty {
+                Type::Int(_) => quote!(i128::from(#p)),
+                Type::Float(_) => quote!(f64::from(#p)),
+                _ => p,
+            };
+        }
         match &self.ty {
             Type::Int(_) => quote!(i128::from(#p)),
             Type::Float(_) => quote!(f64::from(#p)),
@@ -168,6 +233,12 @@ pub(crate) trait Env {
     }
     /// The source (`source.stem`).
     fn source(&self) -> Option<TokenStream> {
+        None
+    }
+    /// An engine's own lowering of `e` (its names and constructs: message fields,
+    /// entries, keyed lookups, its builtins, the values of a write rule), given the
+    /// lowering to lower its operands with; `None` for the generic lowering.
+    fn lower(&self, _l: &Lower<'_>, _e: &Expr) -> Option<R<Val>> {
         None
     }
     /// An engine's own reading of a builtin (`len(header)` of an encoded text, `size(x)`
@@ -207,7 +278,8 @@ pub(crate) struct Unlowered {
     pub what: String,
 }
 
-type R<T> = Result<T, Unlowered>;
+/// A lowering's result.
+pub(crate) type R<T> = Result<T, Unlowered>;
 
 fn no(e: &Expr, what: impl Into<String>) -> Unlowered {
     Unlowered {
@@ -272,7 +344,8 @@ pub(crate) fn dtype_path(d: ir::Dtype) -> TokenStream {
 
 fn dtype_variant(name: &str) -> String {
     match name {
-        "f8e4m3fn" => "F8E4M3Fn".to_string(),
+        "f8e4m3fn" => "F8E4M3FN".to_string(),
+        "bool" => "Bool".to_string(),
         "f8e5m2" => "F8E5M2".to_string(),
         "bf16" => "BF16".to_string(),
         "string" => "String".to_string(),
@@ -299,9 +372,16 @@ pub(crate) struct Lower<'a> {
 impl Lower<'_> {
     /// An expression of any type.
     pub fn expr(&self, e: &Expr) -> R<Val> {
+        if let Some(v) = self.env.lower(self, e) {
+            return v;
+        }
         let ty = e.ty.clone();
         Ok(match &e.kind {
             ExprKind::Const(c) => Val::value(self.constant(c)?, ty),
+            ExprKind::EnumValue(en, i) => {
+                let (_, v) = &self.ir.enum_(*en).values[*i];
+                Val::value(int_lit(i128::from(*v)), ty)
+            }
             ExprKind::Field(l, f) => self
                 .env
                 .field(*l, *f)
@@ -331,9 +411,16 @@ impl Lower<'_> {
                     let (k, what) = (&k.ts, self.text(key));
                     return Ok(Val::value(quote!(rt::pickle::lookup(#f, #k, #what)?), ty));
                 }
-                let key_ts = match t.key {
-                    ir::KeyKind::Str => k.scalar(),
-                    ir::KeyKind::Int => {
+                let key_ts = match (t.key, &k.ty) {
+                    (ir::KeyKind::Str, _) => k.scalar(),
+                    // Enums and `i64`s as they are stored.
+                    (ir::KeyKind::Int, Type::Enum(_)) => k.scalar(),
+                    (ir::KeyKind::Int, Type::Int(i))
+                        if k.form != Form::Value && i.bytes == Some(8) && i.signed =>
+                    {
+                        k.stored()
+                    }
+                    (ir::KeyKind::Int, _) => {
                         let k = k.scalar();
                         quote!(rt::expr::narrow::<i64>(#k, "i64")?)
                     }
@@ -385,12 +472,24 @@ impl Lower<'_> {
             }
             ExprKind::Unary { op, expr } => {
                 let v = self.expr(expr)?.scalar();
+                let v = match &expr.kind {
+                    ExprKind::Binary { .. } | ExprKind::If { .. } => quote!((#v)),
+                    _ => v,
+                };
                 match op {
                     UnaryOp::Not => Val::value(quote!(!#v), ty),
                     UnaryOp::Neg => Val::value(quote!(rt::expr::sub(0, #v)?), ty),
                 }
             }
             ExprKind::Binary { op, lhs, rhs } => self.binary(e, *op, lhs, rhs)?,
+            ExprKind::In { expr, list } if expr.ty == Type::Dtype => {
+                let x = dtype_of(&self.expr(expr)?);
+                let items = list
+                    .iter()
+                    .map(|i| Ok(dtype_of(&self.expr(i)?)))
+                    .collect::<R<Vec<_>>>()?;
+                Val::value(quote!(matches!(#x, #(#items)|*)), ty)
+            }
             ExprKind::In { expr, list } => {
                 let x = self.expr(expr)?;
                 if x.form == Form::Opt || matches!(x.ty, Type::Pickled(_)) {
@@ -416,7 +515,10 @@ impl Lower<'_> {
                         _ => None,
                     })
                     .collect();
-                let xs = x.scalar();
+                let xs = match &x.ty {
+                    Type::Str => x.stored(),
+                    _ => x.scalar(),
+                };
                 let ints: Option<Vec<i128>> = list
                     .iter()
                     .map(|i| match &i.kind {
@@ -447,7 +549,11 @@ impl Lower<'_> {
                 let c = self.expr(cond)?.scalar();
                 let t = self.expr(then)?.scalar();
                 let o = self.expr(otherwise)?.scalar();
-                Val::value(quote!(if #c { #t } else { #o }), ty)
+                if matches!(otherwise.kind, ExprKind::If { .. }) {
+                    Val::value(quote!(if #c { #t } else #o), ty)
+                } else {
+                    Val::value(quote!(if #c { #t } else { #o }), ty)
+                }
             }
             ExprKind::List(items) => {
                 let items = items
@@ -675,11 +781,23 @@ impl Lower<'_> {
             Builtin::Str => {
                 let a = arg(0)?;
                 // The decimal text of a number is the same in any integer type.
-                let v = match (a.form, &a.ty) {
-                    (Form::Place, Type::Int(_)) => a.ts,
-                    _ => self.int_of(&a, &args[0].value),
+                let v = match &a.ty {
+                    Type::Pickled(_) => self.int_of(&a, &args[0].value),
+                    _ => a.display(),
                 };
                 Val::owned(quote!(#v.to_string()), ty)
+            }
+            Builtin::Has => {
+                let v = arg(0)?;
+                let ts = &v.ts;
+                match (v.form, &v.ty) {
+                    (Form::Optional, _) => Val::value(quote!(#ts.is_some()), ty),
+                    (_, Type::List(_)) => {
+                        let l = v.by_ref();
+                        Val::value(quote!(!#l.is_empty()), ty)
+                    }
+                    _ => Val::value(quote!(true), ty),
+                }
             }
             Builtin::Digits => {
                 let v = arg(0)?.scalar();
@@ -714,6 +832,12 @@ impl Lower<'_> {
 
     fn binary(&self, e: &Expr, op: BinaryOp, lhs: &Expr, rhs: &Expr) -> R<Val> {
         let ty = e.ty.clone();
+        if op == BinaryOp::Add && lhs.ty == Type::Str {
+            // Text joined, in one `format!`.
+            let (mut text, mut args) = (String::new(), Vec::new());
+            self.join_text(e, &mut text, &mut args)?;
+            return Ok(Val::owned(quote!(format!(#text, #(#args),*)), ty));
+        }
         let l = self.expr(lhs)?;
         let r = self.expr(rhs)?;
         if matches!(op, BinaryOp::Eq | BinaryOp::Ne) {
@@ -724,26 +848,19 @@ impl Lower<'_> {
         let (a, b) = (self.int_of(&l, lhs), self.int_of(&r, rhs));
         let arith = |f: TokenStream| Val::value(quote!(rt::expr::#f(#a, #b)?), ty.clone());
         Ok(match op {
-            BinaryOp::Add if l.ty == Type::Str => {
-                let b = r.scalar();
-                let f = match &lhs.kind {
-                    ExprKind::Const(Const::Str(s)) => {
-                        format!("{}{{}}", s.replace('{', "{{").replace('}', "}}"))
-                    }
-                    _ => {
-                        let a = l.scalar();
-                        return Ok(Val::owned(quote!(::std::format!("{}{}", #a, #b)), ty));
-                    }
-                };
-                Val::owned(quote!(::std::format!(#f, #b)), ty)
-            }
             BinaryOp::Add => arith(quote!(add)),
             BinaryOp::Sub => arith(quote!(sub)),
             BinaryOp::Mul => arith(quote!(mul)),
             BinaryOp::Div => arith(quote!(div)),
             BinaryOp::Rem => arith(quote!(rem)),
-            BinaryOp::And => Val::value(quote!(#a && #b), ty),
-            BinaryOp::Or => Val::value(quote!(#a || #b), ty),
+            BinaryOp::And | BinaryOp::Or => {
+                let (a, b) = (paren(op, lhs, a), paren(op, rhs, b));
+                if op == BinaryOp::And {
+                    Val::value(quote!(#a && #b), ty)
+                } else {
+                    Val::value(quote!(#a || #b), ty)
+                }
+            }
             cmp => {
                 let o = match cmp {
                     BinaryOp::Eq => quote!(==),
@@ -755,8 +872,14 @@ impl Lower<'_> {
                 };
                 if l.ty == Type::Dtype || r.ty == Type::Dtype {
                     // Dtypes compare by dtype; byte orders are compared apart.
-                    return Ok(Val::value(quote!(#a.0 #o #b.0), ty));
+                    let (a, b) = (dtype_of(&l), dtype_of(&r));
+                    return Ok(Val::value(quote!(#a #o #b), ty));
                 }
+                // A stored integer against a literal that fits its type: as stored.
+                if let Some((a, b)) = literal_operands(self.ir, &l, lhs, &r, rhs) {
+                    return Ok(Val::value(quote!(#a #o #b), ty));
+                }
+                let (a, b) = (paren(op, lhs, a), paren(op, rhs, b));
                 Val::value(quote!(#a #o #b), ty)
             }
         })
@@ -885,4 +1008,127 @@ impl Lower<'_> {
             _ => return Err(no(e, "a value a pickle cannot hold")),
         })
     }
+
+    /// The pieces of text joined by `+`: literals into the format string `text`, the
+    /// other values as its arguments (`str(n)` as the integer itself).
+    fn join_text(&self, e: &Expr, text: &mut String, args: &mut Vec<TokenStream>) -> R<()> {
+        match &e.kind {
+            ExprKind::Binary {
+                op: BinaryOp::Add,
+                lhs,
+                rhs,
+            } => {
+                self.join_text(lhs, text, args)?;
+                return self.join_text(rhs, text, args);
+            }
+            ExprKind::Const(Const::Str(s)) => {
+                text.push_str(&s.replace('{', "{{").replace('}', "}}"));
+                return Ok(());
+            }
+            ExprKind::Call {
+                func: Builtin::Str,
+                args: a,
+            } if a.len() == 1 => {
+                let v = self.expr(&a[0].value)?;
+                text.push_str("{}");
+                args.push(v.display());
+                return Ok(());
+            }
+            _ => {}
+        }
+        let v = self.expr(e)?;
+        text.push_str("{}");
+        args.push(v.scalar());
+        Ok(())
+    }
+}
+
+/// An operand of `op` in parentheses where it binds less tightly.
+fn paren(op: BinaryOp, e: &Expr, ts: TokenStream) -> TokenStream {
+    let inner = match &e.kind {
+        ExprKind::Binary { op, .. } => *op,
+        ExprKind::If { .. } => return quote!((#ts)),
+        _ => return ts,
+    };
+    let loose = match op {
+        BinaryOp::And => inner == BinaryOp::Or,
+        BinaryOp::Or => false,
+        _ => matches!(
+            inner,
+            BinaryOp::And
+                | BinaryOp::Or
+                | BinaryOp::Eq
+                | BinaryOp::Ne
+                | BinaryOp::Lt
+                | BinaryOp::Le
+                | BinaryOp::Gt
+                | BinaryOp::Ge
+        ),
+    };
+    if loose {
+        quote!((#ts))
+    } else {
+        ts
+    }
+}
+
+/// The integer a literal operand is (a constant or an enum value).
+pub(crate) fn literal(ir: &Ir, e: &Expr) -> Option<i128> {
+    match &e.kind {
+        ExprKind::Const(Const::Int(v)) => Some(*v),
+        ExprKind::EnumValue(en, i) => Some(i128::from(ir.enum_(*en).values[*i].1)),
+        _ => None,
+    }
+}
+
+/// `(stored, literal)` operands of a comparison of a stored integer with a literal that
+/// fits its storage type, in their order.
+fn literal_operands(
+    ir: &Ir,
+    l: &Val,
+    lhs: &Expr,
+    r: &Val,
+    rhs: &Expr,
+) -> Option<(TokenStream, TokenStream)> {
+    let fits = |v: &Val, n: i128| match (&v.ty, v.form) {
+        (_, Form::Value) => false,
+        (Type::Int(i), _) => match i.bytes {
+            Some(b) if i.signed => {
+                let half = 1i128 << (b as u32 * 8 - 1);
+                (-half..half).contains(&n)
+            }
+            Some(b) => (0..(1i128 << (b as u32 * 8))).contains(&n),
+            None => false,
+        },
+        _ => false,
+    };
+    match (literal(ir, lhs), literal(ir, rhs)) {
+        (None, Some(n)) if fits(l, n) => Some((l.stored(), int_lit(n))),
+        (Some(n), None) if fits(r, n) => Some((int_lit(n), r.stored())),
+        _ => None,
+    }
+}
+
+/// The `rt::DType` of a dtype value `(dtype, byte_order)`: its first element when it is
+/// written as a pair, else `.0`.
+pub(crate) fn dtype_of(v: &Val) -> TokenStream {
+    let ts = v.scalar();
+    let mut it = ts.clone().into_iter();
+    if let (Some(proc_macro2::TokenTree::Group(g)), None) = (it.next(), it.next()) {
+        if g.delimiter() == proc_macro2::Delimiter::Parenthesis {
+            let mut first = Vec::new();
+            let mut commas = 0;
+            for t in g.stream() {
+                match &t {
+                    proc_macro2::TokenTree::Punct(p) if p.as_char() == ',' => commas += 1,
+                    _ if commas == 0 => first.push(t),
+                    _ => {}
+                }
+            }
+            if commas == 1 {
+                return first.into_iter().collect();
+            }
+        }
+    }
+    quote!(#ts.0)
 }

@@ -1371,6 +1371,108 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// Where a protobuf write rule puts the tensor's bytes (`data`). A document streams
+    /// them after the item it writes, so `data` is the value of a `bytes` field of the
+    /// message the rule builds (not of a message inside it); a database record encodes
+    /// them into the field, so `data` is the value of a repeated number, string or bytes
+    /// field, or of a `string` or `bytes` field.
+    fn proto_data(&mut self, at: At<'a>, rule: &Expr) {
+        let document = at.fmt.engine_kind() == "protobuf";
+        // The messages the rule builds at its top (through `if`s).
+        fn tops<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+            match &e.kind {
+                ExprKind::If {
+                    then, otherwise, ..
+                } => {
+                    tops(then, out);
+                    tops(otherwise, out);
+                }
+                _ => out.push(e),
+            }
+        }
+        let mut top = Vec::new();
+        tops(rule, &mut top);
+        let is_data =
+            |e: &Expr| matches!(&e.kind, ExprKind::Path(p) if p.len() == 1 && p[0].name == "data");
+        let mut placed: Vec<Span> = Vec::new();
+        let mut wrong: Vec<(Span, String)> = Vec::new();
+        rule.walk(&mut |x| {
+            let ExprKind::Call { callee, args } = &x.kind else {
+                return;
+            };
+            let decl = match callee.as_slice() {
+                [m] => at.fmt.messages().find(|d| d.name.name == m.name),
+                _ => None,
+            };
+            let (Some(decl), [m]) = (decl, callee.as_slice()) else {
+                // Reported as a call that builds no message.
+                placed.extend(
+                    args.iter()
+                        .filter(|a| is_data(&a.value))
+                        .map(|a| a.value.span),
+                );
+                return;
+            };
+            let at_top = top.iter().any(|t| std::ptr::eq(*t, x));
+            for a in args.iter().filter(|a| is_data(&a.value)) {
+                let Some(f) = a
+                    .name
+                    .as_ref()
+                    .and_then(|n| decl.fields.iter().find(|f| f.name.name == n.name))
+                else {
+                    continue;
+                };
+                let ty = f.ty.path.last().map_or("", |i| i.name.as_str());
+                let repeated = f.label == Label::Repeated;
+                let holds = if document {
+                    at_top && !repeated && ty == "bytes"
+                } else {
+                    let number = matches!(
+                        ty,
+                        "float" | "double" | "int32" | "int64" | "uint32" | "uint64" | "bool"
+                    ) || at.fmt.enums().any(|e| e.name.name == ty)
+                        || decl.enums.iter().any(|e| e.name.name == ty);
+                    matches!(ty, "string" | "bytes") || (repeated && number)
+                };
+                if holds {
+                    placed.push(a.value.span);
+                } else {
+                    wrong.push((a.value.span, format!("{}.{}", m.name, f.name.name)));
+                }
+            }
+        });
+        let help = if document {
+            "a document streams the tensor's bytes after the item: `data` is the value of a \
+             `bytes` field of the message the rule builds (`TensorProto(..., raw_data = data)`)"
+        } else {
+            "a record encodes the elements into one field: a repeated number, string or bytes \
+             field, or a `string` or `bytes` field (`TensorProto(..., float_data = data)`)"
+        };
+        placed.extend(wrong.iter().map(|(s, _)| *s));
+        for (span, field) in wrong {
+            self.err_help(
+                at.file,
+                span,
+                format!("`data` cannot go to field '{field}'"),
+                help,
+            );
+        }
+        let mut stray = Vec::new();
+        rule.walk(&mut |x| {
+            if is_data(x) && !placed.contains(&x.span) {
+                stray.push(x.span);
+            }
+        });
+        for span in stray {
+            self.err_help(
+                at.file,
+                span,
+                "`data` is the value of a message field in a protobuf write rule",
+                help,
+            );
+        }
+    }
+
     fn pickle_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
         let pickles: Vec<&Pickle> = at.fmt.pickles().collect();
         if pickles.is_empty() {
@@ -1757,6 +1859,7 @@ impl<'a> Checker<'a> {
                     }
                     if k == "write" && matches!(at.fmt.engine_kind(), "protobuf" | "kv") {
                         self.proto_write(at, value, true);
+                        self.proto_data(at, value);
                     } else if k == "write" {
                         self.pickle_write(at, value, true);
                     } else {

@@ -162,7 +162,7 @@ pub mod pkls {
         r: &rt::pickle::Record<'_>,
     ) -> rt::Result<(u64, u64)> {
         let numel = c.i64_le("storages.numel")?;
-        if i128::from(numel) < 0 {
+        if numel < 0 {
             return Err(
                 c
                     .error(

@@ -244,14 +244,14 @@ pub mod kvl {
             rt::protobuf::append(
                 ::prost::Message::encode_to_vec(
                     &messages::Blob {
-                        name: Some(meta.name.to_string()),
+                        name: Some(meta.name.clone()),
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
                         dtype: Some(
                             rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?,
                         ),
                         segment: Some(messages::Segment {
-                            begin: begin as i64,
-                            end: end as i64,
+                            begin: rt::protobuf::narrow(begin, "Segment.begin")?,
+                            end: rt::protobuf::narrow(end, "Segment.end")?,
                         }),
                         ..Default::default()
                     },

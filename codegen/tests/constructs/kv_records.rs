@@ -42,7 +42,7 @@ pub mod kvrec {
         /// Reads a `Record` at the cursor, field by field, checking each field as it is read.
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let key_len: u32 = c.u32_le("key_len")?;
-            if i128::from(key_len) == 0 {
+            if key_len == 0 {
                 return Err(
                     c
                         .check_failed(

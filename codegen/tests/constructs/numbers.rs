@@ -64,12 +64,12 @@ pub mod numbers {
                 );
             }
             let kind: u8 = c.u8("kind")?;
-            if i128::from(kind) != 1 {
+            if kind != 1 {
                 return Err(
                     c.check_failed("kind", "kind == 1", format_args!("{:?}", kind)),
                 );
             }
-            let count: u32 = if i128::from(version) == 1 {
+            let count: u32 = if version == 1 {
                 u32::from(c.u16_be("count")?)
             } else {
                 c.u32_be("count")?

@@ -253,7 +253,7 @@ pub mod pbt {
     ) -> rt::Result<(Vec<u8>, Option<u32>)> {
         let (item, payload): (messages::Tensor, Option<u32>) = (
             messages::Tensor {
-                name: Some(meta.name.to_string()),
+                name: Some(meta.name.clone()),
                 dims: rt::protobuf::ints(&meta.shape, "Tensor.dims")?,
                 dtype: Some(rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?),
                 ..Default::default()

@@ -51,7 +51,7 @@ pub mod vec1 {
         pub fn read(c: &mut rt::Cursor<'_>, _limits: &rt::Limits) -> rt::Result<Self> {
             c.magic("magic", b"VEC")?;
             let kind: u8 = c.u8("kind")?;
-            if i128::from(kind) != 0 {
+            if kind != 0 {
                 return Err(
                     c.check_failed("kind", "kind == 0", format_args!("{:?}", kind)),
                 );

@@ -325,9 +325,20 @@ pub enum Elements {
         /// Bytes per element, 1 to 8.
         width: u8,
     },
+    /// Zigzag varints (`sint32`, `sint64`), each decoded and truncated to its low
+    /// `width` bytes, little-endian.
+    Zigzag {
+        /// Bytes per element, 1 to 8.
+        width: u8,
+    },
     /// Length-delimited values (strings): each element as its length (u64,
     /// little-endian) then its bytes.
     Bytes,
+}
+
+/// The value of a zigzag varint (`sint32`, `sint64`).
+pub fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
 }
 
 /// What the occurrences of field `number` of a message hold as elements.
@@ -394,12 +405,12 @@ pub fn element_span(
                 };
                 plain = None;
             }
-            (Elements::Varint { width }, Value::Len(b, at)) => {
+            (Elements::Varint { width } | Elements::Zigzag { width }, Value::Len(b, at)) => {
                 let n = count_varints(b, at)?;
                 count += n;
                 out += n * width as u64;
             }
-            (Elements::Varint { width }, Value::Varint(_)) => {
+            (Elements::Varint { width } | Elements::Zigzag { width }, Value::Varint(_)) => {
                 count += 1;
                 out += width as u64;
             }
@@ -471,6 +482,17 @@ pub fn decode_elements(
             }
             (Elements::Varint { width }, Value::Varint(v)) => {
                 buf.extend_from_slice(&v.to_le_bytes()[..width as usize])
+            }
+            (Elements::Zigzag { width }, Value::Len(b, at)) => {
+                for v in packed_varints(b, at) {
+                    buf.extend_from_slice(&unzigzag(v?).to_le_bytes()[..width as usize]);
+                    if buf.len() + 8 > chunk {
+                        flush(&mut buf, &mut produced, out)?;
+                    }
+                }
+            }
+            (Elements::Zigzag { width }, Value::Varint(v)) => {
+                buf.extend_from_slice(&unzigzag(v).to_le_bytes()[..width as usize])
             }
             (Elements::Bytes, Value::Len(b, _)) => {
                 buf.extend_from_slice(&(b.len() as u64).to_le_bytes());

@@ -223,7 +223,7 @@ pub fn key_of<T: TryFrom<i64>>(
 
 /// `value` as the integer type of the field `field`; an [`ErrorKind::Overflow`] naming
 /// the field when it does not fit.
-pub fn narrow<T: TryFrom<i64>>(value: i64, field: &str) -> Result<T> {
+pub fn narrow<T: TryFrom<V>, V>(value: V, field: &str) -> Result<T> {
     T::try_from(value).map_err(|_| Error::from(ErrorKind::Overflow(field.to_string())))
 }
 
@@ -242,6 +242,14 @@ impl Elements {
     /// a fixed size).
     pub fn varints(dtype: DType) -> Elements {
         Elements::Varint {
+            width: dtype.itemsize().unwrap_or(8).clamp(1, 8) as u8,
+        }
+    }
+
+    /// Zigzag varints (`sint32`, `sint64` fields) truncated to the size of `dtype`'s
+    /// elements (8 bytes for those without a fixed size).
+    pub fn zigzags(dtype: DType) -> Elements {
+        Elements::Zigzag {
             width: dtype.itemsize().unwrap_or(8).clamp(1, 8) as u8,
         }
     }

@@ -61,6 +61,40 @@ impl<'a> Field<'a> {
         }
     }
 
+    /// The value of a `sint32`/`sint64` field (a zigzag varint); an error naming `field`
+    /// for another wire type.
+    pub fn zigzag(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::Varint(v) => Ok(crate::unzigzag(v)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `fixed32` field; an error naming `field` for another wire type.
+    pub fn fixed32(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::I32(v) => Ok(i64::from(v)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of an `sfixed32` field; an error naming `field` for another wire type.
+    pub fn sfixed32(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::I32(v) => Ok(i64::from(v as i32)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `fixed64`/`sfixed64` field as `i64` (two's complement); an error
+    /// naming `field` for another wire type.
+    pub fn fixed64(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::I64(v) => Ok(v as i64),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
     /// The value of a `float` field; an error naming `field` for another wire type.
     pub fn float(&self, field: &str) -> Result<f32> {
         match self.value {

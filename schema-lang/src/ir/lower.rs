@@ -1822,9 +1822,34 @@ impl<'a> Lower<'a> {
             Builtin::Latin1 | Builtin::Has => Type::Bool,
             Builtin::Str => Type::Str,
             Builtin::Slice => Type::Payload,
-            Builtin::Typed | Builtin::Elements | Builtin::External | Builtin::Join => {
+            Builtin::Elements => {
+                // The values of a repeated field that is not of messages.
+                let field = match args.first().map(|a| &a.value.kind) {
+                    Some(ExprKind::Member {
+                        member: Member::MessageField(m, i),
+                        ..
+                    }) => self
+                        .ir
+                        .messages
+                        .get(m.index())
+                        .and_then(|m| m.fields.get(*i)),
+                    _ => None,
+                };
+                let ok = field.is_some_and(|f| {
+                    f.label == crate::ast::Label::Repeated
+                        && !matches!(f.proto, super::ProtoType::Message(_))
+                });
+                if !ok && arg_ty(0) != Type::Error {
+                    self.gap(
+                        span,
+                        "`elements` takes a repeated field of numbers, strings or bytes",
+                        "`elements(t.float_data)`: the field's values are the tensor's elements; \
+             a `bytes` field holding them is the data itself (`data = t.raw_data`)",
+                    );
+                }
                 Type::TensorData
             }
+            Builtin::Typed | Builtin::External | Builtin::Join => Type::TensorData,
             Builtin::First | Builtin::Last => match arg_ty(0) {
                 Type::List(t) | Type::Tuple(t) => *t,
                 Type::Pickled(p) => Type::Pickled(p),
