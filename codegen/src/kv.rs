@@ -377,7 +377,7 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     };
     let value = match WriteCx::new(ir, false, true).build(rule, true)? {
         Built::Encoded(ts) => ts,
-        Built::Msg(ts) => quote!(::prost::Message::encode_to_vec(&#ts)),
+        Built::Msg(ts) => quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts)),
     };
     let pattern = &en.pattern.text;
     let doc = format!(

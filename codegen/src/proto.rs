@@ -341,7 +341,8 @@ fn gen_prost_enum(ir: &Ir, e: ir::EnumId) -> TokenStream {
     });
     quote! {
         #doc
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::tensorfmt_runtime::gen::protobuf::prost::Enumeration)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         #[repr(i32)]
         pub enum #ty {
             #(#variants)*
@@ -376,8 +377,8 @@ fn prost_ty(ir: &Ir, f: &MessageField) -> (TokenStream, TokenStream) {
             S::Bool => (quote!(bool), quote!(bool)),
             S::Float => (quote!(f32), quote!(float)),
             S::Double => (quote!(f64), quote!(double)),
-            S::String => (quote!(::prost::alloc::string::String), quote!(string)),
-            S::Bytes => (quote!(::prost::alloc::vec::Vec<u8>), quote!(bytes = "vec")),
+            S::String => (quote!(::std::string::String), quote!(string)),
+            S::Bytes => (quote!(::std::vec::Vec<u8>), quote!(bytes = "vec")),
         },
     }
 }
@@ -410,10 +411,10 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
                     let p = if f.packed { "true" } else { "false" };
                     (
                         quote!(repeated, packed = #p),
-                        quote!(::prost::alloc::vec::Vec<#rust_ty>),
+                        quote!(::std::vec::Vec<#rust_ty>),
                     )
                 }
-                Label::Repeated => (quote!(repeated), quote!(::prost::alloc::vec::Vec<#rust_ty>)),
+                Label::Repeated => (quote!(repeated), quote!(::std::vec::Vec<#rust_ty>)),
             };
             fields.push(quote! {
                 #fdoc
@@ -436,7 +437,8 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
         };
         items.push(quote! {
             #doc
-            #[derive(Clone, PartialEq, ::prost::Message)]
+            #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+            #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
             pub struct #ty {
                 #(#fields)*
             }
@@ -1511,7 +1513,7 @@ impl<'a> WriteCx<'a> {
                 let (a, b) = (self.build(then, top)?, self.build(otherwise, top)?);
                 let enc = |b: Built| match b {
                     Built::Encoded(ts) => ts,
-                    Built::Msg(ts) => quote!(::prost::Message::encode_to_vec(&#ts)),
+                    Built::Msg(ts) => quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts)),
                 };
                 let choose = |a: TokenStream, b: TokenStream| {
                     if matches!(otherwise.kind, ExprKind::If { .. }) {
@@ -1588,7 +1590,7 @@ impl<'a> WriteCx<'a> {
             #rest
         });
         if !extras.is_empty() {
-            let encoded = quote!(::prost::Message::encode_to_vec(&#build));
+            let encoded = quote!(rt::protobuf::prost::Message::encode_to_vec(&#build));
             let adds = extras.iter().map(|(tag, add)| quote!((#tag, #add)));
             let mut ts = quote!(rt::protobuf::append(#encoded, [#(#adds),*])?);
             if !lets.is_empty() {
@@ -1795,7 +1797,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         let n = Literal::u32_unsuffixed(*tag);
         numbers.push(n.clone());
         opens.push(quote! {
-            doc.raw(&::prost::Message::encode_to_vec(&#fn_name()?))?;
+            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&#fn_name()?))?;
         });
         if i + 1 < src.steps.len() {
             opens.push(quote!(doc.open(#n)?;));
@@ -1844,7 +1846,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             place: &rt::protodoc::Placement,
         ) -> rt::Result<(Vec<u8>, Option<u32>)> {
             let (item, payload): (messages::#item_ty, Option<u32>) = #rule_ts;
-            Ok((::prost::Message::encode_to_vec(&item), payload))
+            Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
         }
 
         #[doc = #writer_doc]

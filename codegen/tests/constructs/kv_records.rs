@@ -147,17 +147,18 @@ pub mod kvrec {
     }
     /// The messages of `kvrec` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Blob {
             /// Field 1 (`dims`).
             #[prost(int64, repeated, packed = "false", tag = "1")]
-            pub dims: ::prost::alloc::vec::Vec<i64>,
+            pub dims: ::std::vec::Vec<i64>,
             /// Field 2 (`dtype`).
             #[prost(int32, optional, tag = "2")]
             pub dtype: ::core::option::Option<i32>,
             /// Field 3 (`data`).
             #[prost(bytes = "vec", optional, tag = "3")]
-            pub data: ::core::option::Option<::prost::alloc::vec::Vec<u8>>,
+            pub data: ::core::option::Option<::std::vec::Vec<u8>>,
         }
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from blob.value as b` reads them (and every `include` of it).
@@ -256,7 +257,7 @@ pub mod kvrec {
     ) -> rt::Result<Vec<u8>> {
         Ok(
             rt::protobuf::append(
-                ::prost::Message::encode_to_vec(
+                rt::protobuf::prost::Message::encode_to_vec(
                     &messages::Blob {
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
                         dtype: Some(
