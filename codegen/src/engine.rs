@@ -1,13 +1,13 @@
 //! Engines: what `detect`, `index` and the `Writer` of a format do with its layouts and
-//! entries. `file`: the whole source is one layout holding one tensor. `zip`: members
-//! matching an entry pattern each hold one layout of another format.
+//! entries: the detector of `file` and `zip` formats, the registry descriptor every
+//! engine shares, and the `zip` engine whose members each hold one layout of another
+//! format.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ast::*;
 
 use crate::expr::{self, Cx};
-use crate::mapping;
 use crate::model::{docs, rs_ident, Fmt, GResult, Model};
 
 /// `detect` from the format's rules.
@@ -227,56 +227,6 @@ fn in_file() -> TokenStream {
     }
 }
 
-/// The `Writer` of a `file` format of one tensor per file (the caller has checked that its
-/// one mapping is over a layout and inverts it: `write_tensor`).
-pub(crate) fn gen_file(fmt: &Fmt<'_>) -> TokenStream {
-    let name = fmt.public_name();
-    let one = format!("{name} holds exactly one tensor");
-    let none = format!("{name} holds exactly one tensor; none was added");
-    let wdoc = format!(
-        " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
-    );
-    let tr = tensor_writer_impl(false);
-    let desc = desc(false);
-    quote! {
-        #[doc = #wdoc]
-        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
-            out: W,
-            written: bool,
-        }
-
-        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
-            /// A writer into `w` (written from its current position).
-            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-                let _ = options;
-                Ok(Writer { out: w, written: false })
-            }
-
-            /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                if self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
-                }
-                write_tensor(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
-                self.written = true;
-                Ok(())
-            }
-
-            /// Flushes and returns the output; an error when no tensor was added.
-            pub fn finish(mut self) -> rt::Result<W> {
-                if !self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
-                }
-                self.out.flush()?;
-                Ok(self.out)
-            }
-        }
-
-        #tr
-        #desc
-    }
-}
-
 /// The layout an entry holds: `(format, layout)` of `layout other.Layout;`.
 fn entry_layout<'s>(cx: &Cx<'_>, model: &Model<'s>, e: &Entry) -> GResult<(String, String)> {
     let mut layout = None;
@@ -340,7 +290,7 @@ pub(crate) fn gen_zip(cx: &Cx<'_>, model: &Model<'_>, fmt: &Fmt<'_>) -> GResult<
         }
     }
     let binding = map.binding.name.as_str();
-    let s = mapping::stmts(cx, map)?;
+    let s = stmts(cx, map)?;
     let [include] = s.includes.as_slice() else {
         return Err(cx.unsupported(
             map.span,
@@ -598,4 +548,55 @@ pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
         " This format for the registry: name, extensions, detector and indexer (read-only).",
         structure,
     )
+}
+
+/// The statements of a mapping, by key.
+pub(crate) struct Stmts<'s> {
+    pub name: Option<&'s Expr>,
+    pub dtype: Option<&'s Expr>,
+    pub shape: Option<&'s Expr>,
+    pub order: Option<&'s Expr>,
+    pub byte_order: Option<&'s Expr>,
+    pub data: Option<&'s Expr>,
+    pub includes: Vec<&'s Expr>,
+}
+
+/// Sorts a mapping's statements, rejecting duplicates and unsupported keys.
+pub(crate) fn stmts<'s>(cx: &Cx<'_>, map: &'s TensorMap) -> GResult<Stmts<'s>> {
+    let mut s = Stmts {
+        name: None,
+        dtype: None,
+        shape: None,
+        order: None,
+        byte_order: None,
+        data: None,
+        includes: Vec::new(),
+    };
+    if let Some(w) = &map.filter {
+        return Err(cx.unsupported(w.span, "a `where` filter on a tensor mapping"));
+    }
+    for st in &map.stmts {
+        match st {
+            TensorStmt::Include(e) => s.includes.push(e),
+            TensorStmt::Assign { key, value, span } => {
+                let slot = match key.name.as_str() {
+                    "name" => &mut s.name,
+                    "dtype" => &mut s.dtype,
+                    "shape" => &mut s.shape,
+                    "order" => &mut s.order,
+                    "byte_order" => &mut s.byte_order,
+                    "data" => &mut s.data,
+                    "strides" => return Err(cx.unsupported(*span, "`strides` in a tensor mapping")),
+                    other => {
+                        return Err(cx.err(key.span, format!("unknown tensor property `{other}`")))
+                    }
+                };
+                if slot.is_some() {
+                    return Err(cx.err(*span, format!("`{}` is assigned twice", key.name)));
+                }
+                *slot = Some(value);
+            }
+        }
+    }
+    Ok(s)
 }

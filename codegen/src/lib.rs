@@ -27,21 +27,20 @@ use quote::quote;
 use tensorfmt_schema::{Diagnostic, Diagnostics, Schema};
 
 pub mod derive;
-mod dict;
 mod engine;
 mod expr;
 mod file;
+mod inverse;
 mod kv;
-mod layout;
 mod lower;
-mod mapping;
 mod model;
 mod pickle;
 mod proto;
 mod read;
 mod table;
+mod write;
 
-use model::{docs, GResult, GenError, Model};
+use model::{docs, GenError, Model};
 
 /// Generates the code of every format of `schema`: `pub mod <format>` each, then
 /// `pub static REGISTRY` listing every format's descriptor in file-load order.
@@ -265,27 +264,13 @@ fn format_items(
     }
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
     let pickle_file = kind == Some("file") && pickle::is_pickle_file(fmt);
-    let mut layouts = Vec::new();
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
-            match read::gen_layout(ir, l, &file.source) {
-                Ok(ts) => items.push(ts),
+            match read::gen_layout(ir, l, &file.source)
+                .and_then(|r| Ok((r, write::gen_writer(ir, l, &file.source)?)))
+            {
+                Ok((r, w)) => items.push(quote!(#r #w)),
                 Err(u) => errors.push(unlowered(&cx, u)),
-            }
-        }
-        // The write side of layouts the writer generator supports; a format whose
-        // layout it does not is read-only.
-        for l in &fmt.layouts {
-            match layout::classify(&cx, fmt, l).and_then(|lm| {
-                let ts = layout::gen_layout(&mut cx, fmt, &lm)?;
-                Ok((lm, ts))
-            }) {
-                Ok((lm, ts)) => {
-                    items.push(ts);
-                    layouts.push(lm);
-                }
-                Err(e) if e.is_unsupported() => {}
-                Err(e) => errors.push(e),
             }
         }
     }
@@ -338,30 +323,9 @@ fn format_items(
                 Ok(ts) => items.push(ts),
                 Err(u) => errors.push(unlowered(&cx, u)),
             }
-            // The writer: the mapping inverted over a layout the writer generator supports.
-            let mapped = fmt.tensors.first().and_then(|map| match &map.source.kind {
-                tensorfmt_schema::ast::ExprKind::Path(p) if p.len() == 1 => layouts
-                    .iter()
-                    .find(|l| l.ast.name.name == p[0].name)
-                    .map(|l| (map, l)),
-                _ => None,
-            });
-            let writer: Option<GResult<TokenStream>> = mapped.map(|(map, l)| {
-                let inverse = mapping::gen_layout_mapping(&mut cx, fmt, map, l)?;
-                let w = engine::gen_file(fmt);
-                Ok(quote!(#inverse #w))
-            });
-            match writer {
-                Some(Ok(ts)) => items.push(ts),
-                Some(Err(e)) if !e.is_unsupported() => errors.push(e),
-                _ => {
-                    let msg = format!(
-                        "{}: writing is not generated for this format yet (its layout or tensor \
-                         mapping is read-only); convert to another format",
-                        fmt.public_name()
-                    );
-                    items.push(engine::read_only_desc(&msg, false));
-                }
+            match inverse::gen_file_writer(ir, fid) {
+                Ok(ts) => items.push(ts),
+                Err(u) => errors.push(unlowered(&cx, u)),
             }
         }
         Some("zip") if pickle::is_pickle_zip(fmt) => {

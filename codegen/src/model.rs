@@ -15,15 +15,6 @@ pub(crate) struct GenError {
     pub message: String,
 }
 
-impl GenError {
-    /// True for a construct the AST-reading writer generator does not support (the
-    /// format is then generated read-only), false for an error in the schema.
-    pub fn is_unsupported(&self) -> bool {
-        self.message
-            .ends_with("is not supported by the code generator")
-    }
-}
-
 /// Result of a generation step.
 pub(crate) type GResult<T> = Result<T, GenError>;
 
@@ -110,11 +101,6 @@ impl<'s> Fmt<'s> {
     /// The layout called `name`.
     pub fn layout(&self, name: &str) -> Option<&'s Layout> {
         self.layouts.iter().copied().find(|l| l.name.name == name)
-    }
-
-    /// The dict called `name`.
-    pub fn dict(&self, name: &str) -> Option<&'s Dict> {
-        self.dicts.iter().copied().find(|d| d.name.name == name)
     }
 
     /// The table called `name`.

@@ -178,8 +178,15 @@ impl Planner<'_> {
         deps(e, self.l, &mut ds);
         ds.into_iter().fold(None, |acc, d| match d {
             Dep::Value(g) => later(acc, self.field_ready(g)),
-            Dep::Placed(g) => later(acc, Some(g)),
+            Dep::Placed(g) => later(acc, self.placed(g)),
         })
+    }
+
+    /// When the size of field `g` is known: once it is laid out, but for a payload, whose
+    /// length is given.
+    fn placed(&self, g: usize) -> Ready {
+        let f = &self.ir.layout(self.l).fields[g];
+        (f.ty != Type::Payload).then_some(g)
     }
 
     /// `e`, needed to lay out field `i`, must be known before it.
@@ -189,7 +196,7 @@ impl Planner<'_> {
         for d in ds {
             let (ready, name) = match d {
                 Dep::Value(g) => (self.field_ready(g), self.name(g).to_string()),
-                Dep::Placed(g) => (Some(g), format!("size({})", self.name(g))),
+                Dep::Placed(g) => (self.placed(g), format!("size({})", self.name(g))),
             };
             if let Some(k) = ready.filter(|&k| k >= i) {
                 let (field, at) = (self.name(i).to_string(), self.name(k).to_string());
@@ -290,11 +297,11 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
                         p.gaps.push(gap(
                             s.span,
                             format!(
-                                "`spare` uses '{used}', which is known only once the codec \
-                                 texts are encoded"
+                                "using `{used}`, computed once the codec texts are encoded, in \
+                                 `spare` is not possible: `spare` lengthens the text it is \
+                                 computed from"
                             ),
-                            "`spare` lengthens the text it is computed from: compute it from \
-                             the field's own value and other given fields",
+                            "compute `spare` from the field's own value and other given fields",
                         ));
                     }
                 }
@@ -603,6 +610,29 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         )),
         None => {}
     }
+    if let Some(items) = &inv.items {
+        if !matches!(items.last(), Some(Step::Key(..))) || items.len() < 2 {
+            gaps.push(gap(
+                m.source.span,
+                "the writer fills in the items of a list or map key of a dict field, not this source",
+                "map the items of a `list<..>` or `map<str, ..>` key of a codec field",
+            ));
+        }
+    }
+    let computed_place = inv.sets.iter().find_map(|(p, _)| match p.first() {
+        Some(Step::Field(f)) if inv.items.is_none() && is_computed(ir.field(layout, *f)) => Some(*f),
+        _ => None,
+    });
+    if let Some(f) = computed_place {
+        gaps.push(gap(
+            m.span,
+            format!(
+                "'{}' is computed by its write rule: the tensor mapping cannot give it",
+                ir.field(layout, f).name
+            ),
+            "map the tensor property to a field without a `write` rule",
+        ));
+    }
     if gaps.is_empty() {
         unset(ir, &inv, m, &mut gaps);
     }
@@ -648,7 +678,7 @@ fn unset(ir: &Ir, inv: &Inverse, m: &Mapping, gaps: &mut Vec<Gap>) {
                     }
                 }
             }
-            _ if record_sets(&steps) => {}
+            _ if inv.sets.iter().any(|(p, _)| p == &steps) => {}
             _ => need(gaps, format!("the field '{}'", f.name)),
         }
     }
