@@ -166,6 +166,28 @@ impl Gen<'_> {
                 let (k, v) = (self.build(&pk, k)?, self.build(&pv, v)?);
                 quote!((#k, #v))
             }
+            Type::Layout(inner) => {
+                let lay = self.ir.layout(*inner);
+                let p = plan_of(self.ir, *inner)?;
+                let name = rs_ident(&lay.name);
+                let mut inits = Vec::new();
+                for (i, f) in lay.fields.iter().enumerate() {
+                    if matches!(f.kind, ir::FieldKind::Magic(_)) {
+                        continue;
+                    }
+                    let id = rs_ident(&f.name);
+                    let v = if p.computed[i] || f.ty == Type::Payload {
+                        // Computed again by the writer.
+                        quote!(::std::default::Default::default())
+                    } else {
+                        let mut at = place.to_vec();
+                        at.push(Step::Field(ir::FieldId(i as u32)));
+                        self.build(&at, &f.ty)?
+                    };
+                    inits.push(quote!(#id: #v));
+                }
+                quote!(#name { #(#inits),* })
+            }
             _ => quote!(::std::default::Default::default()),
         })
     }

@@ -611,11 +611,18 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         None => {}
     }
     if let Some(items) = &inv.items {
-        if !matches!(items.last(), Some(Step::Key(..))) || items.len() < 2 {
+        let repeated_record = match items.as_slice() {
+            [Step::Field(f)] => {
+                let f = ir.field(layout, *f);
+                f.repeat.is_some() && matches!(f.item_ty, Type::Layout(_))
+            }
+            _ => false,
+        };
+        if !repeated_record && (!matches!(items.last(), Some(Step::Key(..))) || items.len() < 2) {
             gaps.push(gap(
                 m.source.span,
-                "the writer fills in the items of a list or map key of a dict field, not this source",
-                "map the items of a `list<..>` or `map<str, ..>` key of a codec field",
+                "the writer fills in the items of a list or map key of a dict field, or of a repeated layout field, not this source",
+                "map the items of a `list<..>` or `map<str, ..>` key of a codec field, or of a repeated record",
             ));
         }
     }
@@ -645,65 +652,89 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
 
 /// Reports what the writer needs that neither a rule nor the mapping gives.
 fn unset(ir: &Ir, inv: &Inverse, m: &Mapping, gaps: &mut Vec<Gap>) {
-    let l = ir.layout(inv.layout);
-    let plan_computed = |f: &super::Field| is_computed(f) || matches!(f.kind, FieldKind::Magic(_));
-    let set = |prefix: &[Step]| -> bool { inv.sets.iter().any(|(p, _)| p.starts_with(prefix)) };
-    let record_sets = |steps: &[Step]| -> bool {
-        match &inv.items {
-            None => set(steps),
-            Some(items) => items.starts_with(steps) || steps.starts_with(items),
-        }
+    let mut missing = Vec::new();
+    // The record: in a mapping over items, only the list or map of the items is filled.
+    let record_set = |p: &[Step]| match &inv.items {
+        None => inv.sets.iter().any(|(s, _)| s.starts_with(p)),
+        Some(items) => items.starts_with(p) || p.starts_with(items),
     };
-    let need = |gaps: &mut Vec<Gap>, what: String| {
+    let whole = |p: &[Step]| match &inv.items {
+        None => inv.sets.iter().any(|(s, _)| s == p),
+        Some(items) => items == p,
+    };
+    uncovered(ir, &Type::Layout(inv.layout), &[], &record_set, &whole, Some(inv.payload), "", &mut missing);
+    if inv.items.is_some() {
+        let item_set = |p: &[Step]| inv.sets.iter().any(|(s, _)| s.starts_with(p));
+        let item_whole = |p: &[Step]| inv.sets.iter().any(|(s, _)| s == p);
+        uncovered(ir, &m.binding_ty, &[], &item_set, &item_whole, None, "each item's ", &mut missing);
+    }
+    for what in missing {
         gaps.push(gap(
             m.span,
             format!("writing needs {what}, which neither a `write` rule nor the tensor mapping gives"),
             "map a tensor property to it, give it a `write` rule, or make the dict key `optional`",
-        ))
-    };
-    for (i, f) in l.fields.iter().enumerate() {
-        let fid = FieldId(i as u32);
-        if plan_computed(f) || fid == inv.payload {
-            continue;
-        }
-        let steps = vec![Step::Field(fid)];
-        match &f.ty {
-            Type::Dict(d) if f.repeat.is_none() => {
-                for (k, key) in ir.dict(*d).keys.iter().enumerate() {
-                    let mut s = steps.clone();
-                    s.push(Step::Key(*d, KeyId(k as u32)));
-                    // Optional keys are absent and a `rest` map empty unless filled in.
-                    if !key.optional && !key.rest && !record_sets(&s) {
-                        need(gaps, format!("'{}.{}'", f.name, key.key));
-                    }
-                }
-            }
-            _ if inv.sets.iter().any(|(p, _)| p == &steps) => {}
-            _ => need(gaps, format!("the field '{}'", f.name)),
-        }
+        ));
     }
-    // The items' dict keys.
-    if inv.items.is_some() {
-        let (prefix, d) = match &m.binding_ty {
-            Type::MapItem(_, v) => {
-                if !inv.sets.iter().any(|(p, _)| p == &[Step::MapKey]) {
-                    need(gaps, "each item's key".to_string());
+}
+
+/// The parts of a value of type `ty` at `place` that the writer needs and nothing sets
+/// (`set`: something is set at or under a place; `whole`: the place itself is set).
+#[allow(clippy::too_many_arguments)]
+fn uncovered(
+    ir: &Ir,
+    ty: &Type,
+    place: &[Step],
+    set: &dyn Fn(&[Step]) -> bool,
+    whole: &dyn Fn(&[Step]) -> bool,
+    payload: Option<FieldId>,
+    what: &str,
+    out: &mut Vec<String>,
+) {
+    if whole(place) {
+        return;
+    }
+    let at = |s: Step| {
+        let mut p = place.to_vec();
+        p.push(s);
+        p
+    };
+    match ty {
+        Type::Layout(l) => {
+            for (i, f) in ir.layout(*l).fields.iter().enumerate() {
+                let fid = FieldId(i as u32);
+                if is_computed(f) || matches!(f.kind, FieldKind::Magic(_)) || Some(fid) == payload {
+                    continue;
                 }
-                (vec![Step::MapValue], v.as_ref())
-            }
-            t => (Vec::new(), t),
-        };
-        if let Type::Dict(d) = d {
-            for (k, key) in ir.dict(*d).keys.iter().enumerate() {
-                let mut s = prefix.clone();
-                s.push(Step::Key(*d, KeyId(k as u32)));
-                if !key.optional && !key.rest && !set(&s) {
-                    need(gaps, format!("each item's '{}'", key.key));
+                let p = at(Step::Field(fid));
+                let name = format!("{what}'{}'", f.name);
+                match &f.ty {
+                    Type::Dict(_) | Type::Layout(_) => uncovered(ir, &f.ty, &p, set, whole, None, &format!("{name}."), out),
+                    _ if set(&p) => {}
+                    _ => out.push(name),
                 }
             }
-        } else {
-            need(gaps, "items that are not dicts".to_string());
         }
+        Type::Dict(d) => {
+            for (k, key) in ir.dict(*d).keys.iter().enumerate() {
+                let p = at(Step::Key(*d, KeyId(k as u32)));
+                // Optional keys are absent and a `rest` map empty unless filled in.
+                if key.optional || key.rest || set(&p) {
+                    continue;
+                }
+                match &key.ty {
+                    Type::Dict(_) => uncovered(ir, &key.ty, &p, set, whole, None, &format!("{what}'{}'.", key.key), out),
+                    _ => out.push(format!("{what}'{}'", key.key)),
+                }
+            }
+        }
+        Type::MapItem(_, v) => {
+            if !set(&at(Step::MapKey)) {
+                out.push(format!("{what}key"));
+            }
+            uncovered(ir, v, &at(Step::MapValue), set, whole, None, what, out);
+        }
+        _ if set(place) => {}
+        _ => out.push(format!("{what}value")),
     }
 }
 
