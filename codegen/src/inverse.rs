@@ -327,6 +327,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     let t = if f.ty == Type::Str { quote!(as_str) } else { quote!(as_slice) };
                     args.push(quote!({ #(#pre)* #v }.#t()));
                 }
+                Type::Layout(_) => args.push(quote!(&{ #(#pre)* #v })),
                 _ => args.push(quote!({ #(#pre)* #v })),
             }
         }

@@ -253,7 +253,7 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
                     Ok(())
                 }
             },
-            quote!(#ident::put(&mut buf, #(#args),*)?;),
+            quote!(#ident::put(buf, #(#args),*)?;),
         )
     } else {
         (quote!(), body)
@@ -263,9 +263,10 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
             #put
             #[doc = #wdoc]
             pub fn write<W: ::std::io::Write + ?Sized>(#(#wparams),*) -> rt::Result<u64> {
-                let mut buf = rt::LayoutBuf::new(0);
+                let mut out = rt::LayoutBuf::new(0);
+                let buf = &mut out;
                 #fill
-                let prefix = buf.into_vec();
+                let prefix = out.into_vec();
                 w.write_all(&prefix)?;
                 #finish
             }

@@ -147,3 +147,4 @@ format sp {
         "{text}"
     );
 }
+

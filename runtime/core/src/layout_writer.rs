@@ -268,10 +268,8 @@ impl LayoutBuf {
     /// [`pad_to_min`](Self::pad_to_min) counting from `start` (a position of this buffer:
     /// where the padded field's layout starts) rather than from the output's start.
     pub fn pad_from(&mut self, start: u64, align: u64, fill: impl PadByte, last: Option<u8>, min: u64) {
-        let base = self.base;
-        self.base = base.wrapping_sub(start);
-        self.pad_to_min(align, fill, last, min);
-        self.base = base;
+        let rel = self.pos().saturating_sub(start);
+        self.pad_at(rel, align, fill.pad_byte(), last, min);
     }
 
     /// Fills a reserved slot with a computed value, little-endian, in the slot's width: an
@@ -355,10 +353,14 @@ impl LayoutBuf {
     /// NumPy's header padding is `pad_to_min(64, b' ', Some(b'\n'), 2)`: between 2 and 65
     /// bytes. A count over `u32::MAX` writes nothing.
     pub fn pad_to_min(&mut self, align: u64, fill: impl PadByte, last: Option<u8>, min: u64) {
-        let fill = fill.pad_byte();
+        self.pad_at(self.abs_pos(), align, fill.pad_byte(), last, min);
+    }
+
+    /// Pads as [`pad_to_min`](Self::pad_to_min) does, the next byte being at `at`.
+    fn pad_at(&mut self, at: u64, align: u64, fill: u8, last: Option<u8>, min: u64) {
         let align = align.max(1);
         let min = if last.is_some() { min.max(1) } else { min };
-        let rem = self.abs_pos().wrapping_add(min) % align;
+        let rem = at.wrapping_add(min) % align;
         let n = if rem == 0 {
             Some(min)
         } else {
