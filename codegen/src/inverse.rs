@@ -205,7 +205,10 @@ impl Gen<'_> {
             .scalar();
             let (test, what) = match key {
                 TensorKey::Dtype => (
-                    quote!(meta.dtype != required.0 || required.1.is_some_and(|b| b != meta.byte_order)),
+                    quote!(
+                        meta.dtype != required.0
+                            || required.1.is_some_and(|b| b != meta.byte_order)
+                    ),
                     "dtype",
                 ),
                 TensorKey::Order => (quote!(meta.order != required), "order"),
@@ -261,11 +264,13 @@ fn swaps(ir: &Ir, m: &ir::Mapping, inv: &Inverse) -> bool {
         return false;
     }
     inv.sets.iter().any(|(_, i)| match i {
-        Inv::Dtype(t) => ir
-            .table(*t)
-            .rows
-            .iter()
-            .any(|r| r.endian.is_none() && !matches!(r.dtype.name(), "u8" | "i8" | "bool" | "f8e4m3fn" | "f8e5m2" | "string")),
+        Inv::Dtype(t) => ir.table(*t).rows.iter().any(|r| {
+            r.endian.is_none()
+                && !matches!(
+                    r.dtype.name(),
+                    "u8" | "i8" | "bool" | "f8e4m3fn" | "f8e5m2" | "string"
+                )
+        }),
         _ => false,
     }) || inv.requires.iter().any(|(k, _)| *k == TensorKey::Dtype)
 }
@@ -324,7 +329,11 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     args.push(quote!(&#fname(meta)?));
                 }
                 Type::Bytes | Type::Str => {
-                    let t = if f.ty == Type::Str { quote!(as_str) } else { quote!(as_slice) };
+                    let t = if f.ty == Type::Str {
+                        quote!(as_str)
+                    } else {
+                        quote!(as_slice)
+                    };
                     args.push(quote!({ #(#pre)* #v }.#t()));
                 }
                 Type::Layout(_) => args.push(quote!(&{ #(#pre)* #v })),
@@ -375,7 +384,8 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             args.push(quote!(len));
             continue;
         }
-        let t = storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
+        let t =
+            storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
         let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
         fields.push(quote!(#id: #t,));
         inits.push(quote!(#id: #v,));
@@ -414,7 +424,11 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let item = g.build(&[], &m.binding_ty)?;
     let pre = std::mem::take(&mut g.pre);
     let unit = if swap {
-        quote!(if meta.byte_order == rt::ByteOrder::Big { meta.dtype.swap_unit().unwrap_or(1) } else { 1 })
+        quote!(if meta.byte_order == rt::ByteOrder::Big {
+            meta.dtype.swap_unit().unwrap_or(1)
+        } else {
+            1
+        })
     } else {
         quote!(1)
     };

@@ -60,7 +60,9 @@ impl Env for WriteEnv<'_> {
                     let len = local(self.ir.layout(self.layout), field, "len");
                     Val::value(quote!((0, #len)), Type::Payload)
                 }
-                (_, Type::Bytes | Type::Str | Type::Bool) => Val::value(quote!(#id), field.ty.clone()),
+                (_, Type::Bytes | Type::Str | Type::Bool) => {
+                    Val::value(quote!(#id), field.ty.clone())
+                }
                 (_, ty) => Val::reference(quote!(#id), ty.clone()),
             });
         }
@@ -82,7 +84,8 @@ impl Env for WriteEnv<'_> {
             return None;
         };
         let f = self.ir.field(l, g);
-        let coded = matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json)) && f.repeat.is_none();
+        let coded =
+            matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json)) && f.repeat.is_none();
         Some(match func {
             Builtin::Len | Builtin::Size if f.ty == Type::Payload => {
                 let len = local(self.ir.layout(l), f, "len");
@@ -96,7 +99,10 @@ impl Env for WriteEnv<'_> {
                 let t = local(self.ir.layout(l), f, "text");
                 Val::value(quote!(rt::expr::latin1(&#t)), Type::Bool)
             }
-            Builtin::Size => Val::value(local(self.ir.layout(l), f, "size").into_token_stream(), Type::INT),
+            Builtin::Size => Val::value(
+                local(self.ir.layout(l), f, "size").into_token_stream(),
+                Type::INT,
+            ),
             _ => return None,
         })
     }
@@ -389,7 +395,11 @@ fn compute(env: &mut WriteEnv<'_>, i: usize, out: &mut Vec<TokenStream>, late: b
         return Ok(());
     };
     let id = rs_ident(&f.name);
-    let v = Lower { ir: env.ir, env: &*env }.expr(w)?;
+    let v = Lower {
+        ir: env.ir,
+        env: &*env,
+    }
+    .expr(w)?;
     let v = match w.ty {
         Type::List(_) | Type::Tuple(_) => v.by_ref(),
         _ => v.scalar(),
@@ -398,7 +408,11 @@ fn compute(env: &mut WriteEnv<'_>, i: usize, out: &mut Vec<TokenStream>, late: b
     if late && env.plan.ready[i].is_some_and(|k| k >= i) {
         let slot = local(l, f, "slot");
         let big = endian_of(f, l.endian) == ByteOrder::Big;
-        let m = if big { quote!(patch_be) } else { quote!(patch_le) };
+        let m = if big {
+            quote!(patch_be)
+        } else {
+            quote!(patch_le)
+        };
         out.push(quote!(buf.#m(#slot, #id)?;));
     }
     Ok(())
@@ -413,7 +427,12 @@ fn endian_of(f: &ir::Field, layout: ByteOrder) -> ByteOrder {
 }
 
 /// The checks that can run once `ready` is reached.
-fn checks_at(env: &WriteEnv<'_>, ready: Option<usize>, src: &str, out: &mut Vec<TokenStream>) -> R<()> {
+fn checks_at(
+    env: &WriteEnv<'_>,
+    ready: Option<usize>,
+    src: &str,
+    out: &mut Vec<TokenStream>,
+) -> R<()> {
     let l = env.ir.layout(env.layout);
     for (i, f) in l.fields.iter().enumerate() {
         for &(c, r) in &env.plan.checks[i] {
@@ -475,7 +494,8 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
             _ => {
                 // Known only later: a slot, patched then.
                 let slot = local(env.ir.layout(env.layout), f, "slot");
-                let width = |t: &ir::IntTy| Literal::usize_unsuffixed(usize::from(t.bytes.unwrap_or(8)));
+                let width =
+                    |t: &ir::IntTy| Literal::usize_unsuffixed(usize::from(t.bytes.unwrap_or(8)));
                 return Ok(match &f.kind {
                     FieldKind::Cond {
                         cond,
@@ -504,16 +524,23 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
             }
         };
         return Ok(match (&f.kind, &f.item_ty) {
-            (FieldKind::Cond {
-                cond,
-                then,
-                otherwise,
-            }, _) => {
+            (
+                FieldKind::Cond {
+                    cond,
+                    then,
+                    otherwise,
+                },
+                _,
+            ) => {
                 let c = lower.expr(cond)?.scalar();
                 let v = value.scalar();
                 let (a, b) = (
                     num_method("int_", &Type::Int(*then), then.endian.unwrap_or(endian)),
-                    num_method("int_", &Type::Int(*otherwise), otherwise.endian.unwrap_or(endian)),
+                    num_method(
+                        "int_",
+                        &Type::Int(*otherwise),
+                        otherwise.endian.unwrap_or(endian),
+                    ),
                 );
                 quote! {
                     if #c {

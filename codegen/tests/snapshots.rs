@@ -86,7 +86,10 @@ format records {
 }
 "#,
     );
-    assert!(text.contains("the writer cannot run `data = ...` backwards"), "{text}");
+    assert!(
+        text.contains("the writer cannot run `data = ...` backwards"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -147,4 +150,3 @@ format sp {
         "{text}"
     );
 }
-

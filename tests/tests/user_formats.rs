@@ -216,14 +216,34 @@ fn safetensors_design_writes_what_its_specification_lays_out() {
 fn safetensors_design_writer_refuses_what_it_cannot_store() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("m.safetensors");
-    let mut w = safetensors::Writer::new(std::fs::File::create(&p).unwrap(), &Default::default()).unwrap();
-    w.add(&meta("a", rt::DType::F32, &[1]), rt::Payload::Bytes(&[0; 4])).unwrap();
+    let mut w =
+        safetensors::Writer::new(std::fs::File::create(&p).unwrap(), &Default::default()).unwrap();
+    w.add(
+        &meta("a", rt::DType::F32, &[1]),
+        rt::Payload::Bytes(&[0; 4]),
+    )
+    .unwrap();
     // A name given twice, a dtype without a code, bytes of the wrong size.
-    let e = w.add(&meta("a", rt::DType::F32, &[1]), rt::Payload::Bytes(&[0; 4])).unwrap_err();
+    let e = w
+        .add(
+            &meta("a", rt::DType::F32, &[1]),
+            rt::Payload::Bytes(&[0; 4]),
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("one tensor per name"), "{e}");
-    let e = w.add(&meta("s", rt::DType::C128, &[1]), rt::Payload::Bytes(&[0; 16])).unwrap_err();
+    let e = w
+        .add(
+            &meta("s", rt::DType::C128, &[1]),
+            rt::Payload::Bytes(&[0; 16]),
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("no `st_dtype` code"), "{e}");
-    let e = w.add(&meta("c", rt::DType::F32, &[2]), rt::Payload::Bytes(&[0; 4])).unwrap_err();
+    let e = w
+        .add(
+            &meta("c", rt::DType::F32, &[2]),
+            rt::Payload::Bytes(&[0; 4]),
+        )
+        .unwrap_err();
     assert!(e.to_string().contains("8 bytes expected"), "{e}");
 }
 
@@ -286,7 +306,11 @@ fn conditional_widths_nested_constants_and_offsets_round_trip() {
     for (name, dims, order) in [
         ("small", vec![2u64, 3], rt::Order::C),
         ("fortran", vec![3u64, 2], rt::Order::Fortran),
-        ("long", (1..=60).map(|_| 1).collect::<Vec<u64>>(), rt::Order::C),
+        (
+            "long",
+            (1..=60).map(|_| 1).collect::<Vec<u64>>(),
+            rt::Order::C,
+        ),
     ] {
         let p = dir.path().join(format!("{name}.onearr"));
         let m = rt::TensorMeta {

@@ -249,7 +249,11 @@ impl LayoutBuf {
             ));
         }
         let n = usize::try_from(want - pos).map_err(|_| {
-            self.overflow_at(field, self.buf.len(), format!("the offset {at} is too large"))
+            self.overflow_at(
+                field,
+                self.buf.len(),
+                format!("the offset {at} is too large"),
+            )
         })?;
         self.buf.resize(self.buf.len() + n, 0);
         Ok(())
@@ -258,16 +262,30 @@ impl LayoutBuf {
     /// Appends zero bytes up to the next multiple of `align` from `start` (a field's
     /// `align`); an error naming `field` for an alignment below 1.
     pub fn align_from(&mut self, field: &str, start: u64, align: i128) -> Result<()> {
-        let a = u64::try_from(align).ok().filter(|&a| a > 0).ok_or_else(|| {
-            self.overflow_at(field, self.buf.len(), format!("the alignment {align} is not positive"))
-        })?;
+        let a = u64::try_from(align)
+            .ok()
+            .filter(|&a| a > 0)
+            .ok_or_else(|| {
+                self.overflow_at(
+                    field,
+                    self.buf.len(),
+                    format!("the alignment {align} is not positive"),
+                )
+            })?;
         let rel = self.pos() - start;
         self.fill_to(field, start, i128::from(rel.next_multiple_of(a)))
     }
 
     /// [`pad_to_min`](Self::pad_to_min) counting from `start` (a position of this buffer:
     /// where the padded field's layout starts) rather than from the output's start.
-    pub fn pad_from(&mut self, start: u64, align: u64, fill: impl PadByte, last: Option<u8>, min: u64) {
+    pub fn pad_from(
+        &mut self,
+        start: u64,
+        align: u64,
+        fill: impl PadByte,
+        last: Option<u8>,
+        min: u64,
+    ) {
         let rel = self.pos().saturating_sub(start);
         self.pad_at(rel, align, fill.pad_byte(), last, min);
     }
@@ -289,13 +307,15 @@ impl LayoutBuf {
 
     fn slot_bytes(&self, p: &Patch, v: i128) -> Result<[u8; 16]> {
         let bits = 8 * p.width.min(16) as u32;
-        let fits = bits >= 128
-            || (v >= -(1i128 << (bits - 1)) && v < (1i128 << bits));
+        let fits = bits >= 128 || (v >= -(1i128 << (bits - 1)) && v < (1i128 << bits));
         if !fits {
             return Err(self.overflow_at(
                 &p.field,
                 p.at,
-                format!("{} is {v}, which does not fit in {} bytes", p.field, p.width),
+                format!(
+                    "{} is {v}, which does not fit in {} bytes",
+                    p.field, p.width
+                ),
             ));
         }
         Ok(v.to_le_bytes())

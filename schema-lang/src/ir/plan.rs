@@ -320,14 +320,19 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
                 "compute it from given fields and sizes of fields before it",
             ));
         }
-        if f.repeat.is_some() && p.computed[i] {
-            if let Some(w) = f.write.as_ref().filter(|w| !matches!(w.ty, Type::List(_) | Type::Tuple(_))) {
-                p.gaps.push(gap(
-                    w.span,
-                    format!("the write rule of the repeated field '{}' gives one value", f.name),
-                    "give the list of its values (a list key of a dict field, or `[a, b]`)",
-                ));
-            }
+        let one_value = f
+            .write
+            .as_ref()
+            .filter(|w| f.repeat.is_some() && !matches!(w.ty, Type::List(_) | Type::Tuple(_)));
+        if let Some(w) = one_value {
+            p.gaps.push(gap(
+                w.span,
+                format!(
+                    "the write rule of the repeated field '{}' gives one value",
+                    f.name
+                ),
+                "give the list of its values (a list key of a dict field, or `[a, b]`)",
+            ));
         }
     }
     let mut checks = vec![Vec::new(); n];
@@ -465,7 +470,11 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         match place(&m.source) {
             Some((Root::Layout, steps)) => Some(steps),
             _ => {
-                gaps.push(gap(m.source.span, "the writer cannot fill in this source", INVERTIBLE));
+                gaps.push(gap(
+                    m.source.span,
+                    "the writer cannot fill in this source",
+                    INVERTIBLE,
+                ));
                 None
             }
         }
@@ -513,7 +522,10 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         let bad = |what: &str| {
             gap(
                 e.span,
-                format!("the writer cannot run `{} = ...` backwards: {what}", key.name()),
+                format!(
+                    "the writer cannot run `{} = ...` backwards: {what}",
+                    key.name()
+                ),
                 INVERTIBLE,
             )
         };
@@ -524,7 +536,13 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
             continue;
         }
         match (key, &e.kind) {
-            (TensorKey::Name, ExprKind::Member { member: Member::SourceStem | Member::SourceName | Member::SourcePath, .. }) => {}
+            (
+                TensorKey::Name,
+                ExprKind::Member {
+                    member: Member::SourceStem | Member::SourceName | Member::SourcePath,
+                    ..
+                },
+            ) => {}
             (TensorKey::Name, _) => match target(e) {
                 Some(p) => inv.sets.push((p, Inv::Name)),
                 None => gaps.push(bad("the name is not a place of the record")),
@@ -539,7 +557,9 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                     match (target(d), &d.kind) {
                         (Some(p), _) => inv.sets.push((p, Inv::Dim(i))),
                         (None, ExprKind::Const(Const::Int(v))) => fixed.push((i, *v)),
-                        _ => gaps.push(bad("a dimension is neither a place of the record nor a constant")),
+                        _ => gaps.push(bad(
+                            "a dimension is neither a place of the record nor a constant",
+                        )),
                     }
                 }
                 inv.rank = Some((dims.len(), fixed));
@@ -597,7 +617,9 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                     )),
                 }
             }
-            (TensorKey::Data, _) => gaps.push(bad("each item's data is not a slice of the payload")),
+            (TensorKey::Data, _) => {
+                gaps.push(bad("each item's data is not a slice of the payload"))
+            }
             _ => gaps.push(bad("this form")),
         }
     }
@@ -627,7 +649,9 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         }
     }
     let computed_place = inv.sets.iter().find_map(|(p, _)| match p.first() {
-        Some(Step::Field(f)) if inv.items.is_none() && is_computed(ir.field(layout, *f)) => Some(*f),
+        Some(Step::Field(f)) if inv.items.is_none() && is_computed(ir.field(layout, *f)) => {
+            Some(*f)
+        }
         _ => None,
     });
     if let Some(f) = computed_place {
@@ -662,16 +686,36 @@ fn unset(ir: &Ir, inv: &Inverse, m: &Mapping, gaps: &mut Vec<Gap>) {
         None => inv.sets.iter().any(|(s, _)| s == p),
         Some(items) => items == p,
     };
-    uncovered(ir, &Type::Layout(inv.layout), &[], &record_set, &whole, Some(inv.payload), "", &mut missing);
+    uncovered(
+        ir,
+        &Type::Layout(inv.layout),
+        &[],
+        &record_set,
+        &whole,
+        Some(inv.payload),
+        "",
+        &mut missing,
+    );
     if inv.items.is_some() {
         let item_set = |p: &[Step]| inv.sets.iter().any(|(s, _)| s.starts_with(p));
         let item_whole = |p: &[Step]| inv.sets.iter().any(|(s, _)| s == p);
-        uncovered(ir, &m.binding_ty, &[], &item_set, &item_whole, None, "each item's ", &mut missing);
+        uncovered(
+            ir,
+            &m.binding_ty,
+            &[],
+            &item_set,
+            &item_whole,
+            None,
+            "<item>.",
+            &mut missing,
+        );
     }
     for what in missing {
         gaps.push(gap(
             m.span,
-            format!("writing needs {what}, which neither a `write` rule nor the tensor mapping gives"),
+            format!(
+                "writing needs '{what}', which neither a `write` rule nor the tensor mapping gives"
+            ),
             "map a tensor property to it, give it a `write` rule, or make the dict key `optional`",
         ));
     }
@@ -706,9 +750,11 @@ fn uncovered(
                     continue;
                 }
                 let p = at(Step::Field(fid));
-                let name = format!("{what}'{}'", f.name);
+                let name = format!("{what}{}", f.name);
                 match &f.ty {
-                    Type::Dict(_) | Type::Layout(_) => uncovered(ir, &f.ty, &p, set, whole, None, &format!("{name}."), out),
+                    Type::Dict(_) | Type::Layout(_) => {
+                        uncovered(ir, &f.ty, &p, set, whole, None, &format!("{name}."), out)
+                    }
                     _ if set(&p) => {}
                     _ => out.push(name),
                 }
@@ -722,8 +768,17 @@ fn uncovered(
                     continue;
                 }
                 match &key.ty {
-                    Type::Dict(_) => uncovered(ir, &key.ty, &p, set, whole, None, &format!("{what}'{}'.", key.key), out),
-                    _ => out.push(format!("{what}'{}'", key.key)),
+                    Type::Dict(_) => uncovered(
+                        ir,
+                        &key.ty,
+                        &p,
+                        set,
+                        whole,
+                        None,
+                        &format!("{what}{}.", key.key),
+                        out,
+                    ),
+                    _ => out.push(format!("{what}{}", key.key)),
                 }
             }
         }
