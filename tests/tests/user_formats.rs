@@ -351,3 +351,76 @@ fn conditional_widths_nested_constants_and_offsets_round_trip() {
     let e = onearr::write_tensor(&mut Vec::new(), &big, rt::Payload::Bytes(&[0])).unwrap_err();
     assert!(e.to_string().contains("data"), "{e}");
 }
+
+#[test]
+fn safetensors_design_files_interoperate_with_the_safetensors_library() {
+    let dir = tempfile::tempdir().unwrap();
+    // Ours, read by safetensors.numpy (NumPy has no bfloat16: the empty tensor is u8).
+    let ours = dir.path().join("ours.safetensors");
+    let mut tensors = three();
+    tensors[2].0.dtype = rt::DType::U8;
+    write_safetensors(
+        &ours,
+        &tensors,
+        Some(vec![("format".to_string(), "np".to_string())]),
+    );
+    let (ok, out) = tensorfmt_tests::python_snippet(
+        "import sys, json\n\
+         from safetensors import safe_open\n\
+         from safetensors.numpy import load_file\n\
+         t = load_file(sys.argv[1])\n\
+         meta = safe_open(sys.argv[1], 'np').metadata()\n\
+         print(json.dumps({'meta': meta, 'w': t['w'].tobytes().hex(), 'b': t['b'].tobytes().hex(),\n\
+                           'shapes': {k: list(v.shape) for k, v in t.items()},\n\
+                           'dtypes': {k: str(v.dtype) for k, v in t.items()}}))",
+        &[ours.to_str().unwrap()],
+    );
+    assert!(ok, "{out}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let hex = |r: std::ops::Range<u8>| r.map(|x| format!("{x:02x}")).collect::<String>();
+    assert_eq!(v["meta"], serde_json::json!({"format": "np"}));
+    assert_eq!(v["w"], serde_json::json!(hex(0..16)));
+    assert_eq!(v["b"], serde_json::json!(hex(100..124)));
+    assert_eq!(
+        v["shapes"],
+        serde_json::json!({"w": [2, 2], "b": [3], "e": [0]})
+    );
+    assert_eq!(
+        v["dtypes"],
+        serde_json::json!({"w": "float32", "b": "int64", "e": "uint8"})
+    );
+    // Theirs, read by the generated reader.
+    let theirs = dir.path().join("theirs.safetensors");
+    let (ok, out) = tensorfmt_tests::python_snippet(
+        "import sys, numpy as np\n\
+         from safetensors.numpy import save_file\n\
+         save_file({'a': np.arange(6, dtype='<f8').reshape(2, 3), 'z': np.array([1, 2], dtype='<u2')},\n\
+                   sys.argv[1], metadata={'k': 'v'})",
+        &[theirs.to_str().unwrap()],
+    );
+    assert!(ok, "{out}");
+    let bytes = std::fs::read(&theirs).unwrap();
+    let src = rt::Source::open(&theirs).unwrap();
+    let ts = safetensors::index(&src, &rt::Limits::default()).unwrap();
+    let mut got: Vec<_> = ts
+        .iter()
+        .map(|t| {
+            let (off, len) = range(t);
+            (
+                t.name.clone(),
+                t.dtype,
+                t.shape.clone(),
+                bytes[off as usize..(off + len) as usize].to_vec(),
+            )
+        })
+        .collect();
+    got.sort();
+    let a: Vec<u8> = (0..6).flat_map(|i| (i as f64).to_le_bytes()).collect();
+    assert_eq!(
+        got,
+        vec![
+            ("a".to_string(), rt::DType::F64, vec![2, 3], a),
+            ("z".to_string(), rt::DType::U16, vec![2], vec![1, 0, 2, 0]),
+        ]
+    );
+}
