@@ -11,13 +11,12 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Dicts, layouts (their structs and readers) and the `file` engine's tensor mapping are
-//! generated from the typed IR (`tensorfmt_schema::ir`) through one lowering of
-//! expressions ([`lower`](crate::lower)); the write side of layouts and the `zip`,
-//! `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
-//! generator does not support, and a `file` format of several tensors, are generated
-//! read-only; other constructs it cannot generate are diagnostics at their span, never
-//! panics.
+//! Dicts, layouts (their structs, readers and writers) and the `file` engine (its tensor
+//! mapping and the mapping's inverse, its writer) are generated from the typed IR
+//! (`tensorfmt_schema::ir`, with its write plans `ir::plan`) through one lowering of
+//! expressions ([`lower`](crate::lower)); the `zip`, `protobuf` and `kv` engines still
+//! read the AST. What a writer cannot do is reported by the checker; other constructs the
+//! generator cannot generate are diagnostics at their span, never panics.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
