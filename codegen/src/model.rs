@@ -15,15 +15,6 @@ pub(crate) struct GenError {
     pub message: String,
 }
 
-impl GenError {
-    /// True for a construct the AST-reading writer generator does not support (the
-    /// format is then generated read-only), false for an error in the schema.
-    pub fn is_unsupported(&self) -> bool {
-        self.message
-            .ends_with("is not supported by the code generator")
-    }
-}
-
 /// Result of a generation step.
 pub(crate) type GResult<T> = Result<T, GenError>;
 
@@ -105,21 +96,6 @@ impl<'s> Fmt<'s> {
             .as_ref()
             .map(|s| s.value.as_str())
             .unwrap_or(&self.ast.name.name)
-    }
-
-    /// The layout called `name`.
-    pub fn layout(&self, name: &str) -> Option<&'s Layout> {
-        self.layouts.iter().copied().find(|l| l.name.name == name)
-    }
-
-    /// The dict called `name`.
-    pub fn dict(&self, name: &str) -> Option<&'s Dict> {
-        self.dicts.iter().copied().find(|d| d.name.name == name)
-    }
-
-    /// The table called `name`.
-    pub fn table(&self, name: &str) -> Option<&'s Table> {
-        self.tables.iter().copied().find(|t| t.name.name == name)
     }
 }
 
