@@ -567,7 +567,19 @@ impl MapEnv<'_> {
                 (true, Wire::Msg(_)) => quote!(#b.and_then(|x| x.#id.as_deref())),
                 (true, _) => quote!(#b.and_then(|x| x.#id)),
             };
-            return Ok(Val::optional(ts, item_ty));
+            // An absent field with a `[default = ..]` reads as its default.
+            let default = f.default.as_ref().and_then(|d| match &d.kind {
+                ExprKind::Const(ir::Const::Str(s)) => Some(quote!(#s)),
+                ExprKind::Const(ir::Const::Bool(v)) => Some(quote!(#v)),
+                _ => crate::lower::literal(self.ir, d).map(|n| {
+                    let n = Literal::i64_unsuffixed(n as i64);
+                    quote!(#n)
+                }),
+            });
+            return Ok(match default {
+                Some(d) => Val::place(quote!(#ts.unwrap_or(#d)), item_ty),
+                None => Val::optional(ts, item_ty),
+            });
         }
         let list_ty = Type::List(Box::new(item_ty));
         if held(f) {

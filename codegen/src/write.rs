@@ -63,6 +63,8 @@ impl Env for WriteEnv<'_> {
                 (_, Type::Bytes | Type::Str | Type::Bool) => {
                     Val::value(quote!(#id), field.ty.clone())
                 }
+                // Numbers are given by value (in their storage type).
+                (_, ty @ (Type::Int(_) | Type::Float(_))) => Val::place(quote!(#id), ty.clone()),
                 (_, ty) => Val::reference(quote!(#id), ty.clone()),
             });
         }
@@ -141,6 +143,8 @@ fn param_ty(ir: &Ir, f: &ir::Field) -> Option<TokenStream> {
         Type::Str if f.repeat.is_none() => return Some(quote!(&str)),
         Type::Bool if f.repeat.is_none() => return Some(quote!(bool)),
         Type::Payload => return Some(quote!(u64)),
+        // Numbers by value, as the mapping's inverse computes them.
+        t @ (Type::Int(_) | Type::Float(_)) if f.repeat.is_none() => return storage_ty(ir, t),
         t => storage_ty(ir, t)?,
     };
     Some(if f.repeat.is_some() {
@@ -662,7 +666,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
             // A number the tensor mapping gives (a dtype code, a dimension).
             (t @ (Type::Int(_) | Type::Float(_)), None) => {
                 let m = num_method("put_", t, e);
-                quote!(buf.#m(*#item);)
+                quote!(buf.#m(#item);)
             }
             _ => {
                 return Err(Unlowered {
@@ -674,7 +678,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
     };
     Ok(if f.repeat.is_some() {
         let item = match &f.item_ty {
-            Type::Bool => quote!(*item),
+            Type::Bool | Type::Int(_) | Type::Float(_) => quote!(*item),
             _ => quote!(item),
         };
         let body = one(item)?;

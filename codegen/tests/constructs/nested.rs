@@ -166,9 +166,9 @@ pub mod nested {
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
             info: &Info,
-            kind: &u16,
-            rows: &u32,
-            cols: &u32,
+            kind: u16,
+            rows: u32,
+            cols: u32,
             data: rt::Payload<'_>,
             data_len: u64,
         ) -> rt::Result<u64> {
@@ -180,9 +180,9 @@ pub mod nested {
             let info_size = i128::from(buf.pos() - info_start);
             let info_len = info_size;
             buf.patch_le(info_len_slot, info_len)?;
-            buf.put_u16_le(*kind);
-            buf.put_u32_le(*rows);
-            buf.put_u32_le(*cols);
+            buf.put_u16_le(kind);
+            buf.put_u32_le(rows);
+            buf.put_u32_le(cols);
             let prefix = out.into_vec();
             w.write_all(&prefix)?;
             data.write_to(w, data_len, "data")?;

@@ -111,8 +111,8 @@ pub mod numbers {
         /// Writes a `File` of `kind`, `count`, `data_len` bytes of payload, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
-            kind: &u8,
-            count: &u32,
+            kind: u8,
+            count: u32,
             data: rt::Payload<'_>,
             data_len: u64,
         ) -> rt::Result<u64> {
@@ -129,19 +129,19 @@ pub mod numbers {
                     ),
                 );
             }
-            if !matches!(i128::from(* kind), 1 | 2) {
+            if !matches!(i128::from(kind), 1 | 2) {
                 return Err(
                     rt::expr::check_failed_on_write(
                         "kind",
                         "kind in [1, 2]",
-                        i128::from(*kind),
+                        i128::from(kind),
                     ),
                 );
             }
             buf.put_bytes(b"NUM");
             buf.int_u8("version", version)?;
             buf.put_u8(0);
-            buf.put_u8(*kind);
+            buf.put_u8(kind);
             let note_len_slot = if version == 1 {
                 buf.reserve("note_len", 2)
             } else {
@@ -152,7 +152,7 @@ pub mod numbers {
             let note_size = i128::from(buf.pos() - note_start);
             let note_len = note_size;
             buf.patch_be(note_len_slot, note_len)?;
-            buf.put_u32_be(*count);
+            buf.put_u32_be(count);
             let prefix = out.into_vec();
             w.write_all(&prefix)?;
             data.write_to(w, data_len, "data")?;

@@ -204,7 +204,10 @@ pub mod pbt {
     }
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
     fn tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = rt::protobuf::dtype(dtypes, t.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = rt::protobuf::dtype(
+            dtypes,
+            rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?,
+        )?;
         let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
             rt::protobuf::elements(

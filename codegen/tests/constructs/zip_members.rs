@@ -67,25 +67,25 @@ pub mod vec1 {
         /// Writes a `File` of `kind`, `count`, `data_len` bytes of payload, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
-            kind: &u8,
-            count: &u32,
+            kind: u8,
+            count: u32,
             data: rt::Payload<'_>,
             data_len: u64,
         ) -> rt::Result<u64> {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
-            if !matches!(i128::from(* kind), 0 | 1) {
+            if !matches!(i128::from(kind), 0 | 1) {
                 return Err(
                     rt::expr::check_failed_on_write(
                         "kind",
                         "kind in [0, 1]",
-                        i128::from(*kind),
+                        i128::from(kind),
                     ),
                 );
             }
             buf.put_bytes(b"VEC");
-            buf.put_u8(*kind);
-            buf.put_u32_le(*count);
+            buf.put_u8(kind);
+            buf.put_u32_le(count);
             let prefix = out.into_vec();
             w.write_all(&prefix)?;
             data.write_to(w, data_len, "data")?;

@@ -716,7 +716,8 @@ fn unset(ir: &Ir, inv: &Inverse, m: &Mapping, gaps: &mut Vec<Gap>) {
             format!(
                 "writing needs '{what}', which neither a `write` rule nor the tensor mapping gives"
             ),
-            "map a tensor property to it, give it a `write` rule, or make the dict key `optional`",
+            "map a tensor property to it (`shape = [f.count]`), give the field a `write` rule or \
+             an implied constant (`check version == 1`), or, for a dict key, make it `optional`",
         ));
     }
 }
