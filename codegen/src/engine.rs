@@ -100,11 +100,15 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
             described.join(", ")
         )
     };
-    let body = if steps.is_empty() {
-        quote!(false)
-    } else {
-        quote!(#(#steps)* true)
-    };
+    let body = quote!(#(#steps)* true);
+    if steps.is_empty() {
+        return Ok(quote! {
+            #[doc = #doc]
+            pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
+                false
+            }
+        });
+    }
     Ok(quote! {
         #[doc = #doc]
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
