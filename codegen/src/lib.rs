@@ -38,6 +38,7 @@ mod mapping;
 mod model;
 mod pickle;
 mod proto;
+mod proto_ir;
 mod read;
 mod table;
 
@@ -235,16 +236,10 @@ fn format_items(
 
     // The protobuf and kv engines generate their own detectors.
     if !matches!(kind, Some("protobuf" | "kv")) {
-        match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+        items.push(engine::gen_detect(ir, fid, kind == Some("zip")));
     }
-    for t in &fmt.tables {
-        match table::gen_table(&cx, t) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+    for &t in &ir.format(fid).tables {
+        items.push(table::gen_table(ir, t));
     }
     for p in &fmt.pickles {
         if kind == Some("file") && !pickle::is_pickle_file(fmt) {
@@ -325,10 +320,16 @@ fn format_items(
                 )),
             }
         }
-        Some("kv") => match kv::gen_kv(&cx, model, fmt) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        },
+        Some("kv") => {
+            let src = proto_ir::Src {
+                ir,
+                files: &model.files,
+            };
+            match kv::gen_kv(src, fid) {
+                Ok(ts) => items.push(ts),
+                Err(u) => errors.push(unlowered(&cx, u)),
+            }
+        }
         Some("file") if pickle_file => match pickle::gen_file_pickle(&mut cx, model, fmt) {
             Ok(ts) => items.push(ts),
             Err(e) => errors.push(e),

@@ -11,7 +11,8 @@ use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ast::{BinaryOp, Span, UnaryOp};
 use tensorfmt_schema::ir::{
-    self, Builtin, Const, Expr, ExprKind, FieldId, IndexKind, Ir, LayoutId, Member, TensorKey, Type,
+    self, Builtin, Const, EntryId, Expr, ExprKind, FieldId, IndexKind, Ir, LayoutId, Member,
+    TensorKey, Type, WriteVar,
 };
 
 use crate::model::rs_ident;
@@ -76,7 +77,7 @@ impl Val {
     }
 
     /// The place itself (`*r` for a reference).
-    fn deref(&self) -> TokenStream {
+    pub fn deref(&self) -> TokenStream {
         let ts = &self.ts;
         match self.form {
             Form::Ref => quote!((*#ts)),
@@ -127,6 +128,19 @@ pub(crate) trait Env {
     /// An engine's own reading of a builtin (`len(header)` of an encoded text, `size(x)`
     /// on write); `None` for the generic lowering.
     fn builtin(&self, _func: Builtin, _args: &[ir::Arg]) -> Option<Val> {
+        None
+    }
+    /// An entry as a value (a kv record in reach).
+    fn entry(&self, _e: EntryId) -> Option<Val> {
+        None
+    }
+    /// A member the engine reads itself (a protobuf message's field, a kv record's value
+    /// or capture), given its base lowered; `None` for the generic lowering.
+    fn member(&self, _base: &Val, _member: &Member, _ty: &Type) -> Option<Val> {
+        None
+    }
+    /// A value of the tensor being written, in a write rule.
+    fn write_var(&self, _v: WriteVar) -> Option<Val> {
         None
     }
 }
@@ -205,9 +219,7 @@ pub(crate) fn dtype_path(d: ir::Dtype) -> TokenStream {
 
 fn dtype_variant(name: &str) -> String {
     match name {
-        "f8e4m3fn" => "F8E4M3Fn".to_string(),
-        "f8e5m2" => "F8E5M2".to_string(),
-        "bf16" => "BF16".to_string(),
+        "bool" => "Bool".to_string(),
         "string" => "String".to_string(),
         other => other.to_uppercase(),
     }
@@ -255,6 +267,17 @@ impl Lower<'_> {
                 .env
                 .layout(*l)
                 .ok_or_else(|| no(e, "a layout as a value outside a mapping over it"))?,
+            ExprKind::Entry(en) => self
+                .env
+                .entry(*en)
+                .ok_or_else(|| no(e, "an entry that is not in reach here"))?,
+            ExprKind::WriteVar(v) => self
+                .env
+                .write_var(*v)
+                .ok_or_else(|| no(e, format!("`{}` outside a write rule", v.name())))?,
+            ExprKind::EnumValue(en, i) => {
+                Val::value(int_lit(i128::from(self.ir.enum_(*en).values[*i].1)), ty)
+            }
             ExprKind::Member { base, member } => self.member(e, base, member)?,
             ExprKind::Lookup { table, key } => {
                 let t = self.ir.table(*table);
@@ -262,6 +285,8 @@ impl Lower<'_> {
                 let k = self.expr(key)?;
                 let key_ts = match t.key {
                     ir::KeyKind::Str => k.scalar(),
+                    // A place of a type that converts to `i64` without loss, as it is.
+                    ir::KeyKind::Int if k.form == Form::Place && k.ty == Type::Int(ir::IntTy::sized(8, true)) => k.ts.clone(),
                     ir::KeyKind::Int => {
                         let k = k.scalar();
                         quote!(rt::expr::narrow::<i64>(#k, "i64")?)
@@ -288,6 +313,15 @@ impl Lower<'_> {
                 }
             }
             ExprKind::Binary { op, lhs, rhs } => self.binary(e, *op, lhs, rhs)?,
+            ExprKind::In { expr, list } if expr.ty == Type::Dtype => {
+                // Dtypes compare by dtype, byte orders apart.
+                let x = dtype_part(&self.expr(expr)?);
+                let items = list
+                    .iter()
+                    .map(|i| Ok(dtype_part(&self.expr(i)?)))
+                    .collect::<R<Vec<_>>>()?;
+                Val::value(quote!(matches!(#x, #(#items)|*)), ty)
+            }
             ExprKind::In { expr, list } => {
                 let x = self.expr(expr)?;
                 let consts: Option<Vec<TokenStream>> = list
@@ -329,7 +363,7 @@ impl Lower<'_> {
                 let c = self.expr(cond)?.scalar();
                 let t = self.expr(then)?.scalar();
                 let o = self.expr(otherwise)?.scalar();
-                Val::value(quote!(if #c { #t } else { #o }), ty)
+                Val::value(if_else(&c, &t, otherwise, &o), ty)
             }
             ExprKind::List(items) => {
                 let items = items
@@ -431,6 +465,9 @@ impl Lower<'_> {
             ));
         }
         let b = self.expr(base)?;
+        if let Some(v) = self.env.member(&b, member, &ty) {
+            return Ok(v);
+        }
         let name = match member {
             Member::Field(l, f) => rs_ident(&self.ir.field(*l, *f).name),
             Member::DictKey(d, k) => {
@@ -548,8 +585,64 @@ impl Lower<'_> {
         })
     }
 
+    /// The pieces of `a + b + ...` (text), in order: literals into the format string
+    /// `text`, the other values as its arguments.
+    fn text_parts(&self, e: &Expr, text: &mut String, args: &mut Vec<TokenStream>) -> R<()> {
+        match &e.kind {
+            ExprKind::Binary {
+                op: BinaryOp::Add,
+                lhs,
+                rhs,
+            } if e.ty == Type::Str => {
+                self.text_parts(lhs, text, args)?;
+                self.text_parts(rhs, text, args)
+            }
+            ExprKind::Const(Const::Str(s)) => {
+                text.push_str(&s.replace('{', "{{").replace('}', "}}"));
+                Ok(())
+            }
+            // `str(i)`: the integer as it displays.
+            ExprKind::Call {
+                func: Builtin::Str,
+                args: a,
+            } if a.len() == 1 && self.env.builtin(Builtin::Str, a).is_none() => {
+                let v = self.expr(&a[0].value)?;
+                text.push_str("{}");
+                args.push(match v.form {
+                    Form::Value => unwidened(&v.ts),
+                    _ => v.deref(),
+                });
+                Ok(())
+            }
+            _ => {
+                let v = self.expr(e)?;
+                text.push_str("{}");
+                args.push(match v.form {
+                    Form::Value => v.ts,
+                    _ => v.deref(),
+                });
+                Ok(())
+            }
+        }
+    }
+
+    /// The value of an integer constant (a literal, an enum value).
+    fn const_int(&self, e: &Expr) -> Option<i128> {
+        match &e.kind {
+            ExprKind::Const(Const::Int(v)) => Some(*v),
+            ExprKind::EnumValue(en, i) => Some(i128::from(self.ir.enum_(*en).values[*i].1)),
+            _ => None,
+        }
+    }
+
     fn binary(&self, e: &Expr, op: BinaryOp, lhs: &Expr, rhs: &Expr) -> R<Val> {
         let ty = e.ty.clone();
+        if op == BinaryOp::Add && lhs.ty == Type::Str {
+            // Text joined in one `format!`.
+            let (mut text, mut args) = (String::new(), Vec::new());
+            self.text_parts(e, &mut text, &mut args)?;
+            return Ok(Val::place(quote!(format!(#text, #(#args),*)), ty));
+        }
         let l = self.expr(lhs)?;
         let r = self.expr(rhs)?;
         let (a, b) = (l.scalar(), r.scalar());
@@ -576,10 +669,92 @@ impl Lower<'_> {
                 };
                 if l.ty == Type::Dtype || r.ty == Type::Dtype {
                     // Dtypes compare by dtype; byte orders are compared apart.
-                    return Ok(Val::value(quote!(#a.0 #o #b.0), ty));
+                    let (a, b) = (dtype_part(&l), dtype_part(&r));
+                    return Ok(Val::value(quote!(#a #o #b), ty));
                 }
+                // An integer place against a literal: the place as it is stored.
+                let (a, b) = match (self.const_int(lhs), self.const_int(rhs)) {
+                    (_, Some(v)) if fits(&l, v) => (l.ts.clone(), b),
+                    (Some(v), _) if fits(&r, v) => (a, r.ts.clone()),
+                    _ => (a, b),
+                };
                 Val::value(quote!(#a #o #b), ty)
             }
         })
+    }
+}
+
+/// `if cond { a } else { b }`, or `else if` when `otherwise` (whose code is `b`) is an
+/// `if`.
+pub(crate) fn if_else(
+    cond: &TokenStream,
+    a: &TokenStream,
+    otherwise: &Expr,
+    b: &TokenStream,
+) -> TokenStream {
+    if matches!(otherwise.kind, ExprKind::If { .. }) {
+        quote!(if #cond { #a } else #b)
+    } else {
+        quote!(if #cond { #a } else { #b })
+    }
+}
+
+/// The dtype of a dtype value (`(rt::DType, Option<rt::ByteOrder>)`): the first item of a
+/// tuple written out, else `.0`.
+fn dtype_part(v: &Val) -> TokenStream {
+    if let Some(first) = tuple_first(&v.ts) {
+        return first;
+    }
+    let ts = &v.ts;
+    quote!(#ts.0)
+}
+
+/// `a` of the tuple expression `(a, b)`.
+fn tuple_first(ts: &TokenStream) -> Option<TokenStream> {
+    let mut it = ts.clone().into_iter();
+    let (Some(proc_macro2::TokenTree::Group(g)), None) = (it.next(), it.next()) else {
+        return None;
+    };
+    if g.delimiter() != proc_macro2::Delimiter::Parenthesis {
+        return None;
+    }
+    let inner: Vec<_> = g.stream().into_iter().collect();
+    let comma = inner
+        .iter()
+        .position(|t| matches!(t, proc_macro2::TokenTree::Punct(p) if p.as_char() == ','))?;
+    Some(inner[..comma].iter().cloned().collect())
+}
+
+/// `x` of `(x as i128)`, an integer widened for arithmetic (it displays the same).
+fn unwidened(ts: &TokenStream) -> TokenStream {
+    let mut it = ts.clone().into_iter();
+    if let (Some(proc_macro2::TokenTree::Group(g)), None) = (it.next(), it.next()) {
+        let inner: Vec<_> = g.stream().into_iter().collect();
+        if let [x, proc_macro2::TokenTree::Ident(a), proc_macro2::TokenTree::Ident(t)] =
+            inner.as_slice()
+        {
+            if g.delimiter() == proc_macro2::Delimiter::Parenthesis && a == "as" && t == "i128" {
+                return quote!(#x);
+            }
+        }
+    }
+    ts.clone()
+}
+
+/// Whether the integer literal `v` may be compared with the place `p` as it is stored.
+fn fits(p: &Val, v: i128) -> bool {
+    let Type::Int(t) = &p.ty else {
+        return false;
+    };
+    if p.form != Form::Place {
+        return false;
+    }
+    match (t.bytes, t.signed) {
+        (Some(b), true) => {
+            let half = 1i128 << (b as u32 * 8 - 1);
+            (-half..half).contains(&v)
+        }
+        (Some(b), false) => (0..(1i128 << (b as u32 * 8))).contains(&v),
+        (None, _) => false,
     }
 }

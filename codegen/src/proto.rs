@@ -1361,8 +1361,6 @@ pub(crate) fn parts_fns(
 pub(crate) enum Output {
     /// `rt::TensorInfo`s, one per item.
     Tensors,
-    /// `rt::kv::Chunk`s of the record `r`, parts joined by name afterwards (`segment`).
-    Chunks,
 }
 
 /// The struct of a `kv` entry's record: `blob` → `BlobEntry`.
@@ -1479,7 +1477,7 @@ pub(crate) fn gen_mapping(
         }
         _ => compile_stmts(cx, fmt, root, &mut scope, map, &mut props, 0, &[])?,
     }
-    let Some((name, owned)) = props.name.clone() else {
+    let Some((name, _)) = props.name.clone() else {
         return Err(cx.err(
             map.span,
             "a protobuf mapping assigns name, dtype, shape and data",
@@ -1493,10 +1491,6 @@ pub(crate) fn gen_mapping(
                 return Err(cx.unsupported(map.span, "`segment` outside a `kv` format"));
             }
             quote!(parts.info(name).map(Some))
-        }
-        Output::Chunks => {
-            let name = if owned { quote!(&name) } else { quote!(name) };
-            quote!(rt::kv::Chunk::new(#name, r.key, parts).map(Some))
         }
     };
     let body = quote! {
@@ -1515,11 +1509,6 @@ pub(crate) fn gen_mapping(
     }
     let out_ty = match output {
         Output::Tensors => quote!(rt::TensorInfo),
-        Output::Chunks => {
-            params.push(quote!(r: &rt::kv::Matched<'_>));
-            args.push(quote!(r));
-            quote!(rt::kv::Chunk)
-        }
     };
     for en in entries {
         if mentions(&body, &en.name) {

@@ -25,7 +25,12 @@ pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
     // Lowering to the IR is the last check: what it cannot resolve in a schema that
     // passed every other check is reported here.
     if c.errors.is_empty() && !lenient {
-        c.errors.extend(crate::ir::lower(files).1);
+        let (ir, diags) = crate::ir::lower(files);
+        if diags.is_empty() {
+            // The rules over the typed IR.
+            c.errors.extend(crate::check_ir::check(files, &ir));
+        }
+        c.errors.extend(diags);
     }
     // By file, then by position.
     let index = |d: &Diagnostic| files.iter().position(|f| f.path == d.path);

@@ -11,6 +11,7 @@
 pub mod ast;
 mod ast_impl;
 mod check;
+mod check_ir;
 pub mod diag;
 pub mod ir;
 mod parser;

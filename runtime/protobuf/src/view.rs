@@ -61,6 +61,34 @@ impl<'a> Field<'a> {
         }
     }
 
+    /// The value of a `sint32`/`sint64` field (a zigzag varint) as `i64`; an error naming
+    /// `field` for another wire type.
+    pub fn sint(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::Varint(v) => Ok((v >> 1) as i64 ^ -((v & 1) as i64)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `fixed32` (`signed`: `sfixed32`) field as `i64`; an error naming
+    /// `field` for another wire type.
+    pub fn fixed32(&self, field: &str, signed: bool) -> Result<i64> {
+        match self.value {
+            Value::I32(v) if signed => Ok(i64::from(v as i32)),
+            Value::I32(v) => Ok(i64::from(v)),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
+    /// The value of a `fixed64` or `sfixed64` field as `i64` (two's complement, as
+    /// `sfixed64` stores it); an error naming `field` for another wire type.
+    pub fn fixed64(&self, field: &str) -> Result<i64> {
+        match self.value {
+            Value::I64(v) => Ok(v as i64),
+            _ => Err(wrong_wire_type(self, field)),
+        }
+    }
+
     /// The value of a `float` field; an error naming `field` for another wire type.
     pub fn float(&self, field: &str) -> Result<f32> {
         match self.value {
