@@ -85,7 +85,8 @@ fn db_desc(backend: KvBackend, schema: &TokenStream) -> TokenStream {
 /// whose records module `schema` maps.
 fn folder_backend(backend: KvBackend, schema: &TokenStream, mapped_as: &str) -> TokenStream {
     let b = backend_name(backend);
-    let detect_doc = format!(" True when the source is a database folder read by the `{b}` backend.");
+    let detect_doc =
+        format!(" True when the source is a database folder read by the `{b}` backend.");
     let index_doc = format!(" Lists the tensors of the database{mapped_as}.");
     quote! {
         #[doc = #detect_doc]
@@ -120,7 +121,10 @@ pub(crate) fn gen_kv(src: Src<'_>, fid: FormatId) -> R<TokenStream> {
         let name = &ir.format(other).name;
         let module = rs_ident(name);
         let prefix = quote!(super::#module::);
-        let body = backend_items(&prefix, &format!(": its records mapped as `{name}` maps its own"));
+        let body = backend_items(
+            &prefix,
+            &format!(": its records mapped as `{name}` maps its own"),
+        );
         let desc = db_desc(backend, &prefix);
         return Ok(quote!(#body #desc));
     }
@@ -322,7 +326,10 @@ fn gen_encode(src: Src<'_>, fid: FormatId) -> R<TokenStream> {
     };
     let map = ir.mapping(mid);
     let Some(source) = proto_ir::source(ir, &map.source) else {
-        return Err(no(map.source.span, "a mapping source outside an entry's value"));
+        return Err(no(
+            map.source.span,
+            "a mapping source outside an entry's value",
+        ));
     };
     let entry_id = source.entry;
     let entry = ir.entry(entry_id);
@@ -332,7 +339,12 @@ fn gen_encode(src: Src<'_>, fid: FormatId) -> R<TokenStream> {
             member: Member::Capture(_, c),
             ..
         }) => c.clone(),
-        _ => return Err(no(map.span, "a written mapping whose `name` is not a capture")),
+        _ => {
+            return Err(no(
+                map.span,
+                "a written mapping whose `name` is not a capture",
+            ))
+        }
     };
     let split = match entry.split.as_ref().map(|e| &e.kind) {
         Some(ExprKind::Const(Const::Int(n))) if *n > 0 => {

@@ -11,10 +11,10 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Dicts, layouts (their structs and readers) and the `file` engine's tensor mapping are
-//! generated from the typed IR (`tensorfmt_schema::ir`) through one lowering of
-//! expressions ([`lower`](crate::lower)); the write side of layouts and the `zip`,
-//! `protobuf` and `kv` engines still read the AST. A layout whose writer the AST-reading
+//! Dicts, layouts (their structs and readers), the `file` engine's tensor mapping,
+//! detectors, dtype tables and the `kv` engine are generated from the typed IR
+//! (`tensorfmt_schema::ir`) through one lowering of expressions ([`lower`](crate::lower));
+//! the write side of layouts and the `zip` and `protobuf` engines still read the AST. A layout whose writer the AST-reading
 //! generator does not support, and a `file` format of several tensors, are generated
 //! read-only; other constructs it cannot generate are diagnostics at their span, never
 //! panics.
@@ -323,7 +323,7 @@ fn format_items(
         Some("kv") => {
             let src = proto_ir::Src {
                 ir,
-                files: &model.files,
+                files: model.files,
             };
             match kv::gen_kv(src, fid) {
                 Ok(ts) => items.push(ts),

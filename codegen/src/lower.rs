@@ -286,7 +286,12 @@ impl Lower<'_> {
                 let key_ts = match t.key {
                     ir::KeyKind::Str => k.scalar(),
                     // A place of a type that converts to `i64` without loss, as it is.
-                    ir::KeyKind::Int if k.form == Form::Place && k.ty == Type::Int(ir::IntTy::sized(8, true)) => k.ts.clone(),
+                    ir::KeyKind::Int
+                        if k.form == Form::Place
+                            && k.ty == Type::Int(ir::IntTy::sized(8, true)) =>
+                    {
+                        k.ts.clone()
+                    }
                     ir::KeyKind::Int => {
                         let k = k.scalar();
                         quote!(rt::expr::narrow::<i64>(#k, "i64")?)

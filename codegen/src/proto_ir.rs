@@ -307,7 +307,10 @@ fn prost_enum_path(ir: &Ir, here: FormatId, e: ir::EnumId) -> String {
     if en.format == here {
         local
     } else {
-        format!("super::super::{}::messages::{local}", ir.format(en.format).name)
+        format!(
+            "super::super::{}::messages::{local}",
+            ir.format(en.format).name
+        )
     }
 }
 
@@ -667,9 +670,7 @@ impl MapEnv<'_> {
                 Val::value(quote!(f64::from(#raw.unwrap_or_default())), f.ty.clone())
             }
             (Kind::Str, false) => Val::value(quote!(#raw.unwrap_or("")), Type::Str),
-            (Kind::Bytes, false) => {
-                Val::value(quote!(#raw.map_or(&[][..], |v| v.0)), Type::Bytes)
-            }
+            (Kind::Bytes, false) => Val::value(quote!(#raw.map_or(&[][..], |v| v.0)), Type::Bytes),
             (Kind::Varint, true) if !opt => {
                 let n = Literal::u32_unsuffixed(f.tag);
                 Val::place(
@@ -820,8 +821,7 @@ impl<'a> Mappings<'a> {
                 dtype: false,
             };
             let mut props = Props::default();
-            if g
-                .stmts(&mut env, mid, &mut props, &[TensorKey::Name], 0)
+            if g.stmts(&mut env, mid, &mut props, &[TensorKey::Name], 0)
                 .is_err()
             {
                 continue;
@@ -928,7 +928,10 @@ impl<'a> Mappings<'a> {
         }
         let v = env.lower().expr(arg)?;
         let Type::Message(msg) = v.ty else {
-            return Err(no(arg.span, "an `include` of a value that is not a message"));
+            return Err(no(
+                arg.span,
+                "an `include` of a value that is not a message",
+            ));
         };
         let ts = &v.ts;
         let present = if v.form == Form::Value {
@@ -972,7 +975,10 @@ impl<'a> Mappings<'a> {
         let ir = self.src.ir;
         let map = ir.mapping(mid);
         let Some(source) = source(ir, &map.source) else {
-            return Err(no(map.source.span, "a mapping source outside an entry's value"));
+            return Err(no(
+                map.source.span,
+                "a mapping source outside an entry's value",
+            ));
         };
         let entry = ir.entry(source.entry);
         let mut fn_name = entry.name.clone();
@@ -1397,11 +1403,7 @@ impl<'a> Writer<'a> {
         Ok(WVal {
             pre,
             ts,
-            w: if encoded {
-                W::Encoded(false)
-            } else {
-                W::Msg
-            },
+            w: if encoded { W::Encoded(false) } else { W::Msg },
         })
     }
 

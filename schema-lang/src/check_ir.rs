@@ -16,8 +16,8 @@
 use crate::ast::{KeyKind, Label, SchemaFile, Span, TableKey};
 use crate::diag::Diagnostic;
 use crate::ir::{
-    Builtin, Const, Content, Engine, Expr, ExprKind, FormatId, Ir, KvBackend, Mapping,
-    MappingStmt, Member, TensorKey, Type,
+    Builtin, Const, Content, Engine, Expr, ExprKind, FormatId, Ir, KvBackend, Mapping, MappingStmt,
+    Member, TensorKey, Type,
 };
 
 struct Checker<'a> {
@@ -40,7 +40,10 @@ pub(crate) fn check(files: &[SchemaFile], ir: &Ir) -> Vec<Diagnostic> {
                     c.err(
                         t.format,
                         t.span,
-                        format!("table '{}' has the key {k}, outside the range of i64", t.name),
+                        format!(
+                            "table '{}' has the key {k}, outside the range of i64",
+                            t.name
+                        ),
                         "integer table keys are 64-bit signed integers",
                     );
                 }
@@ -85,11 +88,9 @@ impl Checker<'_> {
         let fmt = ir.format(fid);
         if backend == KvBackend::Records {
             let record = ir.layout_named(fid, "Record").map(|l| ir.layout(l));
-            let field_ty = |n: &str| {
-                record.and_then(|l| l.fields.iter().find(|f| f.name == n).map(|f| &f.ty))
-            };
-            if field_ty("key") != Some(&Type::Bytes) || field_ty("value") != Some(&Type::Payload)
-            {
+            let field_ty =
+                |n: &str| record.and_then(|l| l.fields.iter().find(|f| f.name == n).map(|f| &f.ty));
+            if field_ty("key") != Some(&Type::Bytes) || field_ty("value") != Some(&Type::Payload) {
                 self.err(
                     fid,
                     fmt.name_span,
@@ -113,16 +114,22 @@ impl Checker<'_> {
                 self.err(
                     fid,
                     en.span,
-                    format!("the records of kv entry '{}' do not hold a message of this format", en.name),
-                    format!("give the entry `value M;`, M a message of format '{}'", fmt.name),
+                    format!(
+                        "the records of kv entry '{}' do not hold a message of this format",
+                        en.name
+                    ),
+                    format!(
+                        "give the entry `value M;`, M a message of format '{}'",
+                        fmt.name
+                    ),
                 );
             }
         }
         let mut written = false;
         for &m in &fmt.mappings {
             let map = ir.mapping(m);
-            let entry = source_entry(&map.source)
-                .filter(|_| matches!(map.binding_ty, Type::Message(_)));
+            let entry =
+                source_entry(&map.source).filter(|_| matches!(map.binding_ty, Type::Message(_)));
             let Some(entry) = entry else {
                 self.err(
                     fid,
@@ -243,7 +250,10 @@ impl Checker<'_> {
                 self.err(
                     fid,
                     rule.span,
-                    format!("the write rule does not make the value of entry '{}'", en.name),
+                    format!(
+                        "the write rule does not make the value of entry '{}'",
+                        en.name
+                    ),
                     "the rule builds the entry's message: `write = M(field = .., ...);`",
                 );
             }
@@ -258,9 +268,7 @@ fn source_entry(e: &Expr) -> Option<crate::ir::EntryId> {
     };
     match member {
         Member::MessageField(..) => source_entry(base),
-        Member::EntryValue(en) if matches!(base.kind, ExprKind::Entry(x) if x == *en) => {
-            Some(*en)
-        }
+        Member::EntryValue(en) if matches!(base.kind, ExprKind::Entry(x) if x == *en) => Some(*en),
         _ => None,
     }
 }
