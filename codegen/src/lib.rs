@@ -235,16 +235,10 @@ fn format_items(
 
     // The protobuf and kv engines generate their own detectors.
     if !matches!(kind, Some("protobuf" | "kv")) {
-        match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+        items.push(engine::gen_detect(ir, fid, kind == Some("zip")));
     }
-    for t in &fmt.tables {
-        match table::gen_table(&cx, t) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+    for &t in &ir.format(fid).tables {
+        items.push(table::gen_table(ir, t));
     }
     for &p in &ir.format(fid).pickles {
         items.push(pickle::gen_pickle(ir, p));

@@ -39,8 +39,6 @@ pub(crate) struct Fmt<'s> {
     pub engines: Vec<&'s Engine>,
     /// `extensions [...]`.
     pub extensions: Vec<&'s StrLit>,
-    /// `detect ...;` rules.
-    pub detects: Vec<&'s Detect>,
     /// Tables.
     pub tables: Vec<&'s Table>,
     /// Dicts.
@@ -65,7 +63,6 @@ impl<'s> Fmt<'s> {
             module: rs_ident(&ast.name.name),
             engines: Vec::new(),
             extensions: Vec::new(),
-            detects: Vec::new(),
             tables: Vec::new(),
             dicts: Vec::new(),
             layouts: Vec::new(),
@@ -78,7 +75,8 @@ impl<'s> Fmt<'s> {
             match item {
                 Item::Engine(e) => f.engines.push(e),
                 Item::Extensions(x) => f.extensions.extend(x.iter()),
-                Item::Detect(d) => f.detects.push(d),
+                // Generated from the IR (`engine::gen_detect`).
+                Item::Detect(_) => {}
                 Item::Table(t) => f.tables.push(t),
                 Item::Dict(d) => f.dicts.push(d),
                 Item::Layout(l) => f.layouts.push(l),
