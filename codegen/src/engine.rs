@@ -1,13 +1,14 @@
 //! Engines: what `detect`, `index` and the `Writer` of a format do with its layouts and
-//! entries. `file`: the whole source is one layout holding one tensor. `zip`: members
-//! matching an entry pattern each hold one layout of another format.
+//! entries: the detector of `file` and `zip` formats, the registry descriptor every
+//! engine shares, and the `zip` engine whose members each hold one layout of another
+//! format.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, Detect, EntriesMode, FormatId, Ir};
 
 use crate::lower::Unlowered;
-use crate::model::{docs, rs_ident, Fmt};
+use crate::model::{docs, rs_ident};
 
 /// `detect`: the format's detection rules over the first bytes or, for zip archives,
 /// over the member names (the archive indexed once, and kept by the source).
@@ -216,56 +217,6 @@ fn in_file() -> TokenStream {
             Some(p) => e.in_file(p),
             None => e,
         };
-    }
-}
-
-/// The `Writer` of a `file` format of one tensor per file (the caller has checked that its
-/// one mapping is over a layout and inverts it: `write_tensor`).
-pub(crate) fn gen_file(fmt: &Fmt<'_>) -> TokenStream {
-    let name = fmt.public_name();
-    let one = format!("{name} holds exactly one tensor");
-    let none = format!("{name} holds exactly one tensor; none was added");
-    let wdoc = format!(
-        " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
-    );
-    let tr = tensor_writer_impl(false);
-    let desc = desc(false);
-    quote! {
-        #[doc = #wdoc]
-        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
-            out: W,
-            written: bool,
-        }
-
-        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
-            /// A writer into `w` (written from its current position).
-            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-                let _ = options;
-                Ok(Writer { out: w, written: false })
-            }
-
-            /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                if self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
-                }
-                write_tensor(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
-                self.written = true;
-                Ok(())
-            }
-
-            /// Flushes and returns the output; an error when no tensor was added.
-            pub fn finish(mut self) -> rt::Result<W> {
-                if !self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
-                }
-                self.out.flush()?;
-                Ok(self.out)
-            }
-        }
-
-        #tr
-        #desc
     }
 }
 

@@ -344,7 +344,7 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let split = proc_macro2::Literal::u64_unsuffixed(split);
     let value = match WriteCx::new(ir, false, true).build(rule, true)? {
         Built::Encoded(ts) => ts,
-        Built::Msg(ts) => quote!(::prost::Message::encode_to_vec(&#ts)),
+        Built::Msg(ts) => quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts)),
     };
     let pattern = &en.pattern.text;
     let doc = format!(

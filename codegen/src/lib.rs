@@ -11,13 +11,13 @@
 //! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
-//! Dicts, layouts (their structs and readers), the `file` engine's tensor mapping and the
-//! `zip`, `protobuf` and `kv` engines (with the engines around pickles) are generated from
-//! the typed IR (`tensorfmt_schema::ir`) through one lowering of expressions
-//! ([`lower`](crate::lower)); the write side of layouts still reads the AST. A layout whose writer the AST-reading
-//! generator does not support, and a `file` format of several tensors, are generated
-//! read-only; other constructs it cannot generate are diagnostics at their span, never
-//! panics.
+//! Every engine is generated from the typed IR (`tensorfmt_schema::ir`, with its write
+//! plans `ir::plan`) through one lowering of expressions ([`lower`](crate::lower)): dicts,
+//! layouts (their structs, readers and writers), the `file` engine (its tensor mapping, the
+//! mapping's inverse and its writer, or pickles read back to back), the `zip` engine (around
+//! pickles, or over another format's layout), `protobuf` and `kv`. What a writer cannot do
+//! and what an engine cannot mean are reported by the checker; other constructs the
+//! generator cannot generate are diagnostics at their span, never panics.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -27,21 +27,20 @@ use quote::quote;
 use tensorfmt_schema::{Diagnostic, Diagnostics, Schema};
 
 pub mod derive;
-mod dict;
 mod engine;
 mod expr;
 mod file;
+mod inverse;
 mod kv;
-mod layout;
 mod lower;
-mod mapping;
 mod model;
 mod pickle;
 mod proto;
 mod read;
 mod table;
+mod write;
 
-use model::{docs, GResult, GenError, Model};
+use model::{docs, GenError, Model};
 
 /// Generates the code of every format of `schema`: `pub mod <format>` each, then
 /// `pub static REGISTRY` listing every format's descriptor in file-load order.
@@ -181,11 +180,7 @@ fn format_items(
     fid: tensorfmt_schema::ir::FormatId,
 ) -> Result<TokenStream, Vec<GenError>> {
     let file = &model.files[fmt.file];
-    let mut cx = expr::Cx {
-        file: fmt.file,
-        src: &file.source,
-        needs_overflow: false,
-    };
+    let cx = expr::Cx { file: fmt.file };
     let mut errors: Vec<GenError> = fmt
         .unsupported
         .iter()
@@ -243,7 +238,7 @@ fn format_items(
     for &p in &ir.format(fid).pickles {
         items.push(pickle::gen_pickle(ir, p));
     }
-    let unlowered = |cx: &expr::Cx<'_>, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
+    let unlowered = |cx: &expr::Cx, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
     for &d in &ir.format(fid).dicts {
         match read::gen_dict(ir, d) {
             Ok(ts) => items.push(ts),
@@ -252,27 +247,13 @@ fn format_items(
     }
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
     let pickle_file = kind == Some("file") && pickle::is_pickle_file(ir, fid);
-    let mut layouts = Vec::new();
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
-            match read::gen_layout(ir, l, &file.source) {
-                Ok(ts) => items.push(ts),
+            match read::gen_layout(ir, l, &file.source)
+                .and_then(|r| Ok((r, write::gen_writer(ir, l, &file.source)?)))
+            {
+                Ok((r, w)) => items.push(quote!(#r #w)),
                 Err(u) => errors.push(unlowered(&cx, u)),
-            }
-        }
-        // The write side of layouts the writer generator supports; a format whose
-        // layout it does not is read-only.
-        for l in &fmt.layouts {
-            match layout::classify(&cx, fmt, l).and_then(|lm| {
-                let ts = layout::gen_layout(&mut cx, fmt, &lm)?;
-                Ok((lm, ts))
-            }) {
-                Ok((lm, ts)) => {
-                    items.push(ts);
-                    layouts.push(lm);
-                }
-                Err(e) if e.is_unsupported() => {}
-                Err(e) => errors.push(e),
             }
         }
     }
@@ -294,30 +275,9 @@ fn format_items(
                 Ok(ts) => items.push(ts),
                 Err(u) => errors.push(unlowered(&cx, u)),
             }
-            // The writer: the mapping inverted over a layout the writer generator supports.
-            let mapped = fmt.tensors.first().and_then(|map| match &map.source.kind {
-                tensorfmt_schema::ast::ExprKind::Path(p) if p.len() == 1 => layouts
-                    .iter()
-                    .find(|l| l.ast.name.name == p[0].name)
-                    .map(|l| (map, l)),
-                _ => None,
-            });
-            let writer: Option<GResult<TokenStream>> = mapped.map(|(map, l)| {
-                let inverse = mapping::gen_layout_mapping(&mut cx, fmt, map, l)?;
-                let w = engine::gen_file(fmt);
-                Ok(quote!(#inverse #w))
-            });
-            match writer {
-                Some(Ok(ts)) => items.push(ts),
-                Some(Err(e)) if !e.is_unsupported() => errors.push(e),
-                _ => {
-                    let msg = format!(
-                        "{}: writing is not generated for this format yet (its layout or tensor \
-                         mapping is read-only); convert to another format",
-                        fmt.public_name()
-                    );
-                    items.push(engine::read_only_desc(&msg, false));
-                }
+            match inverse::gen_file_writer(ir, fid) {
+                Ok(ts) => items.push(ts),
+                Err(u) => errors.push(unlowered(&cx, u)),
             }
         }
         Some("zip") if pickle::is_pickle_zip(ir, fid) => match pickle::gen_zip_pickle(ir, fid) {
@@ -331,14 +291,6 @@ fn format_items(
         _ => {}
     }
 
-    if cx.needs_overflow {
-        items.push(quote! {
-            /// The error for a computed value that overflows or does not fit its field.
-            fn overflow(field: &str, what: &str) -> rt::Error {
-                rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
-            }
-        });
-    }
     if errors.is_empty() {
         Ok(quote!(#(#items)*))
     } else {

@@ -201,9 +201,14 @@ impl Val {
                 _ => p,
             };
         }
+        let ts = &self.ts;
+        let arg = match self.form {
+            Form::Ref => quote!(*#ts),
+            _ => ts.clone(),
+        };
         match &self.ty {
-            Type::Int(_) => quote!(i128::from(#p)),
-            Type::Float(_) => quote!(f64::from(#p)),
+            Type::Int(_) => quote!(i128::from(#arg)),
+            Type::Float(_) => quote!(f64::from(#arg)),
             Type::Str => quote!(#p.as_str()),
             Type::Bytes => quote!(#p.as_slice()),
             _ => p,
@@ -549,11 +554,12 @@ impl Lower<'_> {
                 let c = self.expr(cond)?.scalar();
                 let t = self.expr(then)?.scalar();
                 let o = self.expr(otherwise)?.scalar();
-                if matches!(otherwise.kind, ExprKind::If { .. }) {
-                    Val::value(quote!(if #c { #t } else #o), ty)
-                } else {
-                    Val::value(quote!(if #c { #t } else { #o }), ty)
-                }
+                // `else if`, not `else { if .. }`.
+                let o = match otherwise.kind {
+                    ExprKind::If { .. } => o,
+                    _ => quote!({ #o }),
+                };
+                Val::value(quote!(if #c { #t } else #o), ty)
             }
             ExprKind::List(items) => {
                 let items = items
@@ -748,9 +754,13 @@ impl Lower<'_> {
             Builtin::Len => {
                 let a = arg(0)?;
                 match a.ty {
-                    Type::Str | Type::Bytes => {
+                    Type::Str => {
                         let s = a.scalar();
-                        Val::value(quote!((#s.len() as i128)), ty)
+                        Val::value(quote!(rt::expr::len(#s.as_bytes())), ty)
+                    }
+                    Type::Bytes => {
+                        let s = a.scalar();
+                        Val::value(quote!(rt::expr::len(#s)), ty)
                     }
                     _ => {
                         let l = a.by_ref();

@@ -343,7 +343,8 @@ fn gen_prost_enum(ir: &Ir, e: ir::EnumId) -> TokenStream {
     });
     quote! {
         #doc
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::tensorfmt_runtime::gen::protobuf::prost::Enumeration)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         #[repr(i32)]
         pub enum #ty {
             #(#variants)*
@@ -378,8 +379,8 @@ fn prost_ty(ir: &Ir, f: &MessageField) -> (TokenStream, TokenStream) {
             S::Bool => (quote!(bool), quote!(bool)),
             S::Float => (quote!(f32), quote!(float)),
             S::Double => (quote!(f64), quote!(double)),
-            S::String => (quote!(::prost::alloc::string::String), quote!(string)),
-            S::Bytes => (quote!(::prost::alloc::vec::Vec<u8>), quote!(bytes = "vec")),
+            S::String => (quote!(::std::string::String), quote!(string)),
+            S::Bytes => (quote!(::std::vec::Vec<u8>), quote!(bytes = "vec")),
         },
     }
 }
@@ -412,10 +413,10 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
                     let p = if f.packed { "true" } else { "false" };
                     (
                         quote!(repeated, packed = #p),
-                        quote!(::prost::alloc::vec::Vec<#rust_ty>),
+                        quote!(::std::vec::Vec<#rust_ty>),
                     )
                 }
-                Label::Repeated => (quote!(repeated), quote!(::prost::alloc::vec::Vec<#rust_ty>)),
+                Label::Repeated => (quote!(repeated), quote!(::std::vec::Vec<#rust_ty>)),
             };
             fields.push(quote! {
                 #fdoc
@@ -438,7 +439,8 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
         };
         items.push(quote! {
             #doc
-            #[derive(Clone, PartialEq, ::prost::Message)]
+            #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+            #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
             pub struct #ty {
                 #(#fields)*
             }
@@ -567,7 +569,19 @@ impl MapEnv<'_> {
                 (true, Wire::Msg(_)) => quote!(#b.and_then(|x| x.#id.as_deref())),
                 (true, _) => quote!(#b.and_then(|x| x.#id)),
             };
-            return Ok(Val::optional(ts, item_ty));
+            // An absent field with a `[default = ..]` reads as its default.
+            let default = f.default.as_ref().and_then(|d| match &d.kind {
+                ExprKind::Const(ir::Const::Str(s)) => Some(quote!(#s)),
+                ExprKind::Const(ir::Const::Bool(v)) => Some(quote!(#v)),
+                _ => crate::lower::literal(self.ir, d).map(|n| {
+                    let n = Literal::i64_unsuffixed(n as i64);
+                    quote!(#n)
+                }),
+            });
+            return Ok(match default {
+                Some(d) => Val::place(quote!(#ts.unwrap_or(#d)), item_ty),
+                None => Val::optional(ts, item_ty),
+            });
         }
         let list_ty = Type::List(Box::new(item_ty));
         if held(f) {
@@ -1581,7 +1595,9 @@ impl<'a> WriteCx<'a> {
             .into_iter()
             .map(|(own, v)| {
                 let ts = match v {
-                    Built::Msg(ts) if encoded => quote!(::prost::Message::encode_to_vec(&#ts)),
+                    Built::Msg(ts) if encoded => {
+                        quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts))
+                    }
                     Built::Msg(ts) | Built::Encoded(ts) => ts,
                 };
                 if own.is_empty() {
@@ -1752,7 +1768,7 @@ impl<'a> WriteCx<'a> {
             None => quote!(messages::#ty { #(#sets)* }),
         };
         if !extras.is_empty() {
-            let encoded = quote!(::prost::Message::encode_to_vec(&#build));
+            let encoded = quote!(rt::protobuf::prost::Message::encode_to_vec(&#build));
             let adds = extras.iter().map(|(tag, add)| quote!((#tag, #add)));
             return Ok(Built::Encoded(
                 quote!(rt::protobuf::append(#encoded, [#(#adds),*])?),
@@ -1959,7 +1975,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         let n = Literal::u32_unsuffixed(*tag);
         numbers.push(n.clone());
         opens.push(quote! {
-            doc.raw(&::prost::Message::encode_to_vec(&#fn_name()?))?;
+            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&#fn_name()?))?;
         });
         if i + 1 < src.steps.len() {
             opens.push(quote!(doc.open(#n)?;));
@@ -2009,7 +2025,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         ) -> rt::Result<(Vec<u8>, Option<u32>)> {
             #(#rule_pre)*
             let (item, payload): (messages::#item_ty, Option<u32>) = #rule_ts;
-            Ok((::prost::Message::encode_to_vec(&item), payload))
+            Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
         }
 
         #[doc = #writer_doc]

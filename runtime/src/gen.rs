@@ -13,7 +13,8 @@
 //!   reads a layout field by field with every length checked;
 //! - [`expr`]: the checked `i128` arithmetic, list access and conversions of generated
 //!   expressions;
-//! - output: [`LayoutBuf`] and [`Patch`], which build the bytes preceding a payload, and
+//! - output: [`LayoutBuf`] and [`Patch`], which build the bytes preceding a payload,
+//!   [`Spool`], which holds tensor bytes while a header that precedes them is built, and
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs, each behind the runtime feature of its engine: the `zip`
 //!   engine (`ZipIndex`, `ZipWriter`, `ZipMember`), the `pydict` (Python literal) codec,
@@ -32,7 +33,7 @@ pub use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 pub use tensorfmt_core::expr;
 pub use tensorfmt_core::layout_writer::{LayoutBuf, Patch};
 pub use tensorfmt_core::limits::Limits;
-pub use tensorfmt_core::output::AtomicFile;
+pub use tensorfmt_core::output::{AtomicFile, Spool};
 pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{

@@ -879,8 +879,12 @@ impl<'a> Checker<'a> {
                     None
                 }
             });
-            match user {
-                Some((what, g, kw)) => self.err_help(
+            // A length, count or offset is computed when writing; any other number
+            // may come from the tensor mapping's inverse, which the write plan checks
+            // ("writing needs 'x', which neither a `write` rule nor the tensor mapping
+            // gives").
+            if let Some((what, g, kw)) = user {
+                self.err_help(
                     at.file,
                     f.name.span,
                     format!(
@@ -894,13 +898,7 @@ impl<'a> Checker<'a> {
                     } else {
                         "add `write = ...` computing the offset".to_string()
                     },
-                ),
-                None => self.err_help(
-                    at.file,
-                    f.name.span,
-                    format!("numeric field '{name}' has no write rule"),
-                    format!("add `write = ...`, or `check {name} == CONSTANT` for a constant"),
-                ),
+                );
             }
         }
     }

@@ -120,6 +120,32 @@ pub mod jsonhdr {
             Ok(File { header_len, header, data })
         }
     }
+    impl File {
+        /// Writes a `File` of `header`, `data_len` bytes of payload, computing every other field; returns the number of bytes written.
+        pub fn write<W: ::std::io::Write + ?Sized>(
+            w: &mut W,
+            header: &Header,
+            data: rt::Payload<'_>,
+            data_len: u64,
+        ) -> rt::Result<u64> {
+            let mut out = rt::LayoutBuf::new(0);
+            let buf = &mut out;
+            let start = buf.pos();
+            let header_text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(header))
+                .map_err(|e| e.in_field("header"))?;
+            let header_len_slot = buf.reserve("header_len", 4);
+            let header_start = buf.pos();
+            buf.put_text("header", &header_text, "utf8")?;
+            buf.pad_from(start, 8, b' ', None, 0);
+            let header_size = i128::from(buf.pos() - header_start);
+            let header_len = header_size;
+            buf.patch_le(header_len_slot, header_len)?;
+            let prefix = out.into_vec();
+            w.write_all(&prefix)?;
+            data.write_to(w, data_len, "data")?;
+            Ok(prefix.len() as u64 + data_len)
+        }
+    }
     ///
     /// The tensors a `File` holds, in order: one per item, data as byte ranges of the file.
     pub fn tensors(
@@ -152,8 +178,8 @@ pub mod jsonhdr {
         let byte_order = byte_order.unwrap_or(rt::ByteOrder::Little);
         let (offset, len) = rt::expr::slice(
             f.data,
-            i128::from((*rt::expr::item(&t.1.offsets, 0)?)),
-            Some(i128::from((*rt::expr::item(&t.1.offsets, 1)?))),
+            i128::from(*rt::expr::item(&t.1.offsets, 0)?),
+            Some(i128::from(*rt::expr::item(&t.1.offsets, 1)?)),
         )?;
         rt::TensorInfo::dense(
             name,
@@ -180,21 +206,111 @@ pub mod jsonhdr {
         let f = File::read(&mut c, limits).map_err(in_file)?;
         tensors(&f, src, limits).map_err(in_file)
     }
+    /// Streaming writer of `jsonhdr` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
+    pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+        out: W,
+        header: Header,
+        names: ::std::collections::HashSet<::std::string::String>,
+        data: rt::Spool,
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+        /// A writer into `w` (written from its current position when finished).
+        pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+            Ok(Writer {
+                out: w,
+                header: Header {
+                    version: None,
+                    rest: rt::pydict::Map(::std::vec::Vec::new()),
+                },
+                names: ::std::collections::HashSet::new(),
+                data: rt::Spool::new(options.destination.as_deref())?,
+            })
+        }
+        /// The `header` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.
+        pub fn header(&mut self) -> &mut Header {
+            &mut self.header
+        }
+        /// Adds a tensor: its item, and its bytes after the previous tensor's.
+        pub fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            if !self.names.insert(meta.name.clone()) {
+                return Err(
+                    rt::Error::from(
+                        rt::ErrorKind::Invalid(
+                            "jsonhdr holds one tensor per name".to_string(),
+                        ),
+                    ),
+                );
+            }
+            let begin = self.data.len();
+            let len = meta.nbytes()?;
+            let end = begin
+                .checked_add(len)
+                .ok_or_else(|| {
+                    rt::Error::from(
+                        rt::ErrorKind::Overflow("the tensors' bytes".to_string()),
+                    )
+                })?;
+            let dtypes = dtypes_for(meta.dtype, meta.byte_order)
+                .ok_or_else(|| {
+                    rt::Error::from(
+                        rt::ErrorKind::Unsupported(
+                            format!(
+                                "jsonhdr has no `dtypes` code for dtype {} in {:?} byte order",
+                                meta.dtype, meta.byte_order
+                            ),
+                        ),
+                    )
+                })?;
+            let item = (
+                meta.name.clone(),
+                Entry {
+                    dtype: dtypes.to_string(),
+                    shape: meta.shape.clone(),
+                    offsets: vec![begin, end],
+                },
+            );
+            self.data.add(data, len, 1, "data")?;
+            self.header.rest.0.push(item);
+            Ok(())
+        }
+        /// Writes the layout, then the tensors' bytes; returns the output.
+        pub fn finish(mut self) -> rt::Result<W> {
+            let len = self.data.len();
+            let mut data = self.data.into_reader()?;
+            File::write(
+                &mut self.out,
+                &self.header,
+                rt::Payload::Reader(&mut data),
+                len,
+            )?;
+            self.out.flush()?;
+            Ok(self.out)
+        }
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+        fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            Writer::add(self, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))
+        }
+        fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+            Writer::finish(*self)?;
+            Ok(())
+        }
+    }
     fn new_writer<'a>(
         w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
         options: &rt::WriteOptions,
     ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "jsonhdr: writing is not generated for this format yet (its layout or tensor mapping is read-only); convert to another format"
-                        .to_string(),
-                ),
-            ),
-        )
+        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
     }
-    /// This format for the registry: name, extensions, detector and indexer (read-only).
+    /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
         name: NAME,
         extensions: EXTENSIONS,

@@ -105,7 +105,8 @@ pub mod kvl {
     }
     /// The messages of `kvl` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Segment {
             /// Field 1 (`begin`).
             #[prost(int64, required, tag = "1")]
@@ -114,20 +115,21 @@ pub mod kvl {
             #[prost(int64, required, tag = "2")]
             pub end: i64,
         }
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Blob {
             /// Field 1 (`name`).
             #[prost(string, optional, tag = "1")]
-            pub name: ::core::option::Option<::prost::alloc::string::String>,
+            pub name: ::core::option::Option<::std::string::String>,
             /// Field 2 (`dims`).
             #[prost(int64, repeated, packed = "false", tag = "2")]
-            pub dims: ::prost::alloc::vec::Vec<i64>,
+            pub dims: ::std::vec::Vec<i64>,
             /// Field 3 (`dtype`).
             #[prost(int32, optional, tag = "3")]
             pub dtype: ::core::option::Option<i32>,
             /// Field 4 (`floats`).
             #[prost(float, repeated, packed = "true", tag = "4")]
-            pub floats: ::prost::alloc::vec::Vec<f32>,
+            pub floats: ::std::vec::Vec<f32>,
             /// Field 5 (`segment`).
             #[prost(message, optional, tag = "5")]
             pub segment: ::core::option::Option<Segment>,
@@ -242,7 +244,7 @@ pub mod kvl {
     ) -> rt::Result<Vec<u8>> {
         Ok(
             rt::protobuf::append(
-                ::prost::Message::encode_to_vec(
+                rt::protobuf::prost::Message::encode_to_vec(
                     &messages::Blob {
                         name: Some(meta.name.clone()),
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,

@@ -76,39 +76,29 @@ pub mod kvrec {
         }
     }
     impl Record {
-        /// Writes a `Record` of `key`, `value_len` bytes of `value`, computing every other field; returns the number of bytes written.
+        /// Writes a `Record` of `key`, `__value_len` bytes of payload, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
             key: &[u8],
             value: rt::Payload<'_>,
-            value_len: u64,
+            __value_len: u64,
         ) -> rt::Result<u64> {
-            let key_len: u64 = key.len() as u64;
+            let mut out = rt::LayoutBuf::new(0);
+            let buf = &mut out;
+            let key_len = rt::expr::len(key);
+            let value_len = i128::from(__value_len);
             if key_len == 0 {
                 return Err(
-                    rt::Error::from(
-                            rt::ErrorKind::Invalid(
-                                format!(
-                                    "check `key_len != 0` failed: key_len would be {}", key_len
-                                ),
-                            ),
-                        )
-                        .in_field("key_len"),
+                    rt::expr::check_failed_on_write("key_len", "key_len != 0", key_len),
                 );
             }
-            let mut buf = rt::LayoutBuf::new(0);
-            buf.put_u32_le(
-                u32::try_from(key_len)
-                    .map_err(|_| overflow("key_len", "key_len does not fit in u32"))?,
-            );
-            let __value_len_at = buf.reserve("value_len", 4);
+            buf.int_u32_le("key_len", key_len)?;
+            buf.int_u32_le("value_len", value_len)?;
             buf.put_bytes(key);
-            let value_len: u64 = value_len;
-            buf.patch_u32_le(__value_len_at, value_len)?;
-            let __prefix = buf.into_vec();
-            w.write_all(&__prefix)?;
-            value.write_to(w, value_len, "value")?;
-            Ok(__prefix.len() as u64 + value_len)
+            let prefix = out.into_vec();
+            w.write_all(&prefix)?;
+            value.write_to(w, __value_len, "value")?;
+            Ok(prefix.len() as u64 + __value_len)
         }
     }
     #[derive(Debug, Clone, Default)]
@@ -147,17 +137,18 @@ pub mod kvrec {
     }
     /// The messages of `kvrec` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Blob {
             /// Field 1 (`dims`).
             #[prost(int64, repeated, packed = "false", tag = "1")]
-            pub dims: ::prost::alloc::vec::Vec<i64>,
+            pub dims: ::std::vec::Vec<i64>,
             /// Field 2 (`dtype`).
             #[prost(int32, optional, tag = "2")]
             pub dtype: ::core::option::Option<i32>,
             /// Field 3 (`data`).
             #[prost(bytes = "vec", optional, tag = "3")]
-            pub data: ::core::option::Option<::prost::alloc::vec::Vec<u8>>,
+            pub data: ::core::option::Option<::std::vec::Vec<u8>>,
         }
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from blob.value as b` reads them (and every `include` of it).
@@ -256,7 +247,7 @@ pub mod kvrec {
     ) -> rt::Result<Vec<u8>> {
         Ok(
             rt::protobuf::append(
-                ::prost::Message::encode_to_vec(
+                rt::protobuf::prost::Message::encode_to_vec(
                     &messages::Blob {
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
                         dtype: Some(
@@ -417,10 +408,6 @@ pub mod kvrec {
         }),
         rewrite: ::std::option::Option::None,
     };
-    /// The error for a computed value that overflows or does not fit its field.
-    fn overflow(field: &str, what: &str) -> rt::Error {
-        rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
-    }
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[kvrec::DESC];

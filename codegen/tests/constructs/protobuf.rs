@@ -109,14 +109,15 @@ pub mod pbt {
     }
     /// The messages of `pbt` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Tensor {
             /// Field 1 (`name`).
             #[prost(string, optional, tag = "1")]
-            pub name: ::core::option::Option<::prost::alloc::string::String>,
+            pub name: ::core::option::Option<::std::string::String>,
             /// Field 2 (`dims`).
             #[prost(int64, repeated, packed = "true", tag = "2")]
-            pub dims: ::prost::alloc::vec::Vec<i64>,
+            pub dims: ::std::vec::Vec<i64>,
             /// Field 3 (`dtype`).
             #[prost(int32, optional, tag = "3")]
             pub dtype: ::core::option::Option<i32>,
@@ -125,10 +126,10 @@ pub mod pbt {
             pub kind: ::core::option::Option<i32>,
             /// Field 5 (`raw`).
             #[prost(bytes = "vec", optional, tag = "5")]
-            pub raw: ::core::option::Option<::prost::alloc::vec::Vec<u8>>,
+            pub raw: ::core::option::Option<::std::vec::Vec<u8>>,
             /// Field 6 (`floats`).
             #[prost(float, repeated, packed = "true", tag = "6")]
-            pub floats: ::prost::alloc::vec::Vec<f32>,
+            pub floats: ::std::vec::Vec<f32>,
         }
         /// Enums nested in `Tensor`.
         pub mod tensor {
@@ -142,8 +143,9 @@ pub mod pbt {
                 Hash,
                 PartialOrd,
                 Ord,
-                ::prost::Enumeration
+                ::tensorfmt_runtime::gen::protobuf::prost::Enumeration
             )]
+            #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
             #[repr(i32)]
             pub enum Kind {
                 /// `PLAIN` (0).
@@ -152,17 +154,18 @@ pub mod pbt {
                 Packed = 1,
             }
         }
-        #[derive(Clone, PartialEq, ::prost::Message)]
+        #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
+        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
         pub struct Bundle {
             /// Field 1 (`version`).
             #[prost(int64, optional, tag = "1")]
             pub version: ::core::option::Option<i64>,
             /// Field 2 (`producer`).
             #[prost(string, optional, tag = "2")]
-            pub producer: ::core::option::Option<::prost::alloc::string::String>,
+            pub producer: ::core::option::Option<::std::string::String>,
             /// Field 3 (`tensors`).
             #[prost(message, repeated, tag = "3")]
-            pub tensors: ::prost::alloc::vec::Vec<Tensor>,
+            pub tensors: ::std::vec::Vec<Tensor>,
         }
     }
     /// True when the whole source reads as a `Bundle` message: every field it declares with its declared wire type, at least one of them present.
@@ -201,7 +204,10 @@ pub mod pbt {
     }
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
     fn tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = rt::protobuf::dtype(dtypes, t.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = rt::protobuf::dtype(
+            dtypes,
+            rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?,
+        )?;
         let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
             rt::protobuf::elements(
@@ -260,7 +266,7 @@ pub mod pbt {
             },
             Some(5),
         );
-        Ok((::prost::Message::encode_to_vec(&item), payload))
+        Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
     }
     /// A streaming writer of `pbt` documents: the messages down to `root.tensors` with their `write` values, then one item per tensor (its `write` rule), payloads streamed inline or to external files as `WriteOptions::external` says.
     pub struct Writer<'a> {
@@ -277,7 +283,7 @@ pub mod pbt {
                 options.external.clone(),
                 options.destination.clone(),
             );
-            doc.raw(&::prost::Message::encode_to_vec(&new_bundle()?))?;
+            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&new_bundle()?))?;
             Ok(Writer { doc })
         }
     }

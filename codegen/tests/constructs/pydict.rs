@@ -97,37 +97,28 @@ pub mod pyhdr {
         }
     }
     impl File {
-        /// Writes a `File` of `header`, `data_len` bytes of `data`, computing every other field; returns the number of bytes written.
+        /// Writes a `File` of `header`, `data_len` bytes of payload, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
             header: &Header,
             data: rt::Payload<'_>,
             data_len: u64,
         ) -> rt::Result<u64> {
-            let __header_text = rt::pydict::encode_numpy_dict(&header.to_py());
-            let mut buf = rt::LayoutBuf::new(0);
-            let __header_len_at = buf.reserve("header_len", 2);
-            let __header_start = buf.pos();
-            for ch in __header_text.chars() {
-                let b = u8::try_from(u32::from(ch))
-                    .map_err(|_| {
-                        rt::Error::from(
-                                rt::ErrorKind::Invalid(
-                                    format!("{ch:?} cannot be written in Latin-1"),
-                                ),
-                            )
-                            .in_field("header")
-                    })?;
-                buf.put_u8(b);
-            }
-            buf.pad_to(16, b' ', Some(b'\n'));
-            let __header_size = buf.pos() - __header_start;
-            let header_len: u64 = __header_size;
-            buf.patch_u16_le(__header_len_at, header_len)?;
-            let __prefix = buf.into_vec();
-            w.write_all(&__prefix)?;
+            let mut out = rt::LayoutBuf::new(0);
+            let buf = &mut out;
+            let start = buf.pos();
+            let header_text = rt::pydict::encode_numpy_dict(&header.to_py());
+            let header_len_slot = buf.reserve("header_len", 2);
+            let header_start = buf.pos();
+            buf.put_text("header", &header_text, "latin1")?;
+            buf.pad_from(start, 16, b' ', Some(b'\n'), 0);
+            let header_size = i128::from(buf.pos() - header_start);
+            let header_len = header_size;
+            buf.patch_le(header_len_slot, header_len)?;
+            let prefix = out.into_vec();
+            w.write_all(&prefix)?;
             data.write_to(w, data_len, "data")?;
-            Ok(__prefix.len() as u64 + data_len)
+            Ok(prefix.len() as u64 + data_len)
         }
     }
     ///
@@ -174,7 +165,7 @@ pub mod pyhdr {
             .map_err(in_file)?;
         Ok(vec![t])
     }
-    /// The `Header` describing a tensor to write: the inverse of [`tensor`]. A dtype without a code in `descr` is an [`rt::ErrorKind::Unsupported`] error.
+    /// The `Header` describing a tensor to write: the inverse of [`tensor`].
     pub fn header_for(meta: &rt::TensorMeta) -> rt::Result<Header> {
         let descr = descr_for(meta.dtype, meta.byte_order)
             .ok_or_else(|| {

@@ -26,6 +26,7 @@ pub mod vec1 {
     ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
         match key {
             0 => Some((rt::DType::F32, Some(rt::ByteOrder::Little))),
+            1 => Some((rt::DType::I32, Some(rt::ByteOrder::Little))),
             _ => None,
         }
     }
@@ -36,6 +37,7 @@ pub mod vec1 {
     ) -> ::std::option::Option<i64> {
         match (dtype, order) {
             (rt::DType::F32, rt::ByteOrder::Little) => Some(0),
+            (rt::DType::I32, rt::ByteOrder::Little) => Some(1),
             _ => None,
         }
     }
@@ -51,42 +53,43 @@ pub mod vec1 {
         pub fn read(c: &mut rt::Cursor<'_>, _limits: &rt::Limits) -> rt::Result<Self> {
             c.magic("magic", b"VEC")?;
             let kind: u8 = c.u8("kind")?;
-            if kind != 0 {
+            if !matches!(i128::from(kind), 0 | 1) {
                 return Err(
-                    c.check_failed("kind", "kind == 0", format_args!("{:?}", kind)),
+                    c.check_failed("kind", "kind in [0, 1]", format_args!("{:?}", kind)),
                 );
             }
             let count: u32 = c.u32_le("count")?;
-            let data: (u64, u64) = c
-                .span(
-                    "data",
-                    rt::expr::to_u64(rt::expr::mul(i128::from(count), 4)?, "the size")
-                        .map_err(|e| c.wrap("data", e))?,
-                )?;
+            let data: (u64, u64) = c.rest("data")?;
             Ok(File { kind, count, data })
         }
     }
     impl File {
-        /// Writes a `File` of `data_len` bytes of `data`, computing every other field; returns the number of bytes written.
+        /// Writes a `File` of `kind`, `count`, `data_len` bytes of payload, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
+            kind: u8,
+            count: u32,
             data: rt::Payload<'_>,
             data_len: u64,
         ) -> rt::Result<u64> {
-            let count: u64 = data_len
-                .checked_div(4)
-                .ok_or_else(|| overflow("count", "len(data) / 4"))?;
-            let mut buf = rt::LayoutBuf::new(0);
+            let mut out = rt::LayoutBuf::new(0);
+            let buf = &mut out;
+            if !matches!(i128::from(kind), 0 | 1) {
+                return Err(
+                    rt::expr::check_failed_on_write(
+                        "kind",
+                        "kind in [0, 1]",
+                        i128::from(kind),
+                    ),
+                );
+            }
             buf.put_bytes(b"VEC");
-            buf.put_u8(0);
-            buf.put_u32_le(
-                u32::try_from(count)
-                    .map_err(|_| overflow("count", "count does not fit in u32"))?,
-            );
-            let __prefix = buf.into_vec();
-            w.write_all(&__prefix)?;
+            buf.put_u8(kind);
+            buf.put_u32_le(count);
+            let prefix = out.into_vec();
+            w.write_all(&prefix)?;
             data.write_to(w, data_len, "data")?;
-            Ok(__prefix.len() as u64 + data_len)
+            Ok(prefix.len() as u64 + data_len)
         }
     }
     ///
@@ -131,21 +134,108 @@ pub mod vec1 {
             .map_err(in_file)?;
         Ok(vec![t])
     }
+    /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
+    pub fn write_tensor<W: ::std::io::Write + ?Sized>(
+        w: &mut W,
+        meta: &rt::TensorMeta,
+        data: rt::Payload<'_>,
+    ) -> rt::Result<u64> {
+        if meta.shape.len() != 1usize {
+            return Err(
+                rt::Error::from(
+                    rt::ErrorKind::Unsupported(
+                        "vec1 stores only tensors of 1 dimensions".to_string(),
+                    ),
+                ),
+            );
+        }
+        File::write(
+            w,
+            {
+                let kinds = kinds_for(meta.dtype, meta.byte_order)
+                    .ok_or_else(|| {
+                        rt::Error::from(
+                            rt::ErrorKind::Unsupported(
+                                format!(
+                                    "vec1 has no `kinds` code for dtype {} in {:?} byte order",
+                                    meta.dtype, meta.byte_order
+                                ),
+                            ),
+                        )
+                    })?;
+                rt::expr::narrow::<u8>(i128::from(kinds), "u8")?
+            },
+            { rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")? },
+            data,
+            meta.nbytes()?,
+        )
+    }
+    /// Streaming writer of `vec1` files: exactly one tensor, then [`Writer::finish`].
+    pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+        out: W,
+        written: bool,
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+        /// A writer into `w` (written from its current position).
+        pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+            let _ = options;
+            Ok(Writer { out: w, written: false })
+        }
+        /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+        pub fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            if self.written {
+                return Err(
+                    rt::Error::from(
+                        rt::ErrorKind::Unsupported(
+                            "vec1 holds exactly one tensor".to_string(),
+                        ),
+                    ),
+                );
+            }
+            write_tensor(&mut self.out, meta, data)
+                .map_err(|e| e.in_entry(meta.name.as_str()))?;
+            self.written = true;
+            Ok(())
+        }
+        /// Flushes and returns the output; an error when no tensor was added.
+        pub fn finish(mut self) -> rt::Result<W> {
+            if !self.written {
+                return Err(
+                    rt::Error::from(
+                        rt::ErrorKind::Invalid(
+                            "vec1 holds exactly one tensor; none was added".to_string(),
+                        ),
+                    ),
+                );
+            }
+            self.out.flush()?;
+            Ok(self.out)
+        }
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+        fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            Writer::add(self, meta, data)
+        }
+        fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+            Writer::finish(*self)?;
+            Ok(())
+        }
+    }
     fn new_writer<'a>(
         w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
         options: &rt::WriteOptions,
     ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "vec1: writing is not generated for this format yet (its layout or tensor mapping is read-only); convert to another format"
-                        .to_string(),
-                ),
-            ),
-        )
+        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
     }
-    /// This format for the registry: name, extensions, detector and indexer (read-only).
+    /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
         name: NAME,
         extensions: EXTENSIONS,
@@ -157,10 +247,6 @@ pub mod vec1 {
         db: ::std::option::Option::None,
         rewrite: ::std::option::Option::None,
     };
-    /// The error for a computed value that overflows or does not fit its field.
-    fn overflow(field: &str, what: &str) -> rt::Error {
-        rt::Error::from(rt::ErrorKind::Overflow(what.to_string())).in_field(field)
-    }
 }
 /// A zip of `.vec` members.
 ///

@@ -191,6 +191,28 @@ pub fn within(n: usize, limit: u64, what: &'static str) -> Result<()> {
     Ok(())
 }
 
+/// `latin1(text)`: true when every character of `text` is below U+0100.
+pub fn latin1(text: &str) -> bool {
+    text.chars().all(|ch| u32::from(ch) < 0x100)
+}
+
+/// Appends a codec's `spare`: `n` spaces (an error when `n` is negative or over
+/// `u32::MAX`).
+pub fn push_spaces(text: &mut String, n: i128) -> Result<()> {
+    let n = u32::try_from(n)
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| overflow(format!("a spare of {n} spaces")))?;
+    text.extend(std::iter::repeat_n(' ', n));
+    Ok(())
+}
+
+/// A tensor's dimensions as the items of a list field of type `T` named `ty`: an error
+/// for a dimension that does not fit.
+pub fn ints<T: TryFrom<i128>>(dims: &[u64], ty: &str) -> Result<Vec<T>> {
+    dims.iter().map(|&d| narrow(i128::from(d), ty)).collect()
+}
+
 /// The error for a `check` that fails on write: `check `text` failed: field would be v`.
 pub fn check_failed_on_write(field: &str, text: &str, value: impl Display) -> Error {
     Error::from(ErrorKind::Invalid(format!(

@@ -84,6 +84,24 @@ macro_rules! checked {
     };
 }
 
+macro_rules! put_int {
+    ($($(#[$doc:meta])* $name:ident: $ty:ty, $conv:ident;)*) => {
+        $(
+            $(#[$doc])*
+            pub fn $name(&mut self, field: &str, v: i128) -> Result<()> {
+                let x = <$ty>::try_from(v).map_err(|_| {
+                    self.overflow_at(field, self.buf.len(), format!(
+                        "{field} is {v}, which does not fit in {}",
+                        stringify!($ty)
+                    ))
+                })?;
+                self.buf.extend_from_slice(&x.$conv());
+                Ok(())
+            }
+        )*
+    };
+}
+
 impl LayoutBuf {
     /// An empty buffer whose first byte will be at `base_offset` of the output.
     pub fn new(base_offset: u64) -> Self {
@@ -157,6 +175,152 @@ impl LayoutBuf {
         put_f64_be: f64, to_be_bytes;
     }
 
+    put_int! {
+        /// Appends a computed value as a byte ([`ErrorKind::Overflow`] naming `field`
+        /// when it does not fit).
+        int_u8: u8, to_le_bytes;
+        /// Appends a computed value as a signed byte.
+        int_i8: i8, to_le_bytes;
+        /// Appends a computed value as a little-endian `u16`.
+        int_u16_le: u16, to_le_bytes;
+        /// Appends a computed value as a big-endian `u16`.
+        int_u16_be: u16, to_be_bytes;
+        /// Appends a computed value as a little-endian `u32`.
+        int_u32_le: u32, to_le_bytes;
+        /// Appends a computed value as a big-endian `u32`.
+        int_u32_be: u32, to_be_bytes;
+        /// Appends a computed value as a little-endian `u64`.
+        int_u64_le: u64, to_le_bytes;
+        /// Appends a computed value as a big-endian `u64`.
+        int_u64_be: u64, to_be_bytes;
+        /// Appends a computed value as a little-endian `i16`.
+        int_i16_le: i16, to_le_bytes;
+        /// Appends a computed value as a big-endian `i16`.
+        int_i16_be: i16, to_be_bytes;
+        /// Appends a computed value as a little-endian `i32`.
+        int_i32_le: i32, to_le_bytes;
+        /// Appends a computed value as a big-endian `i32`.
+        int_i32_be: i32, to_be_bytes;
+        /// Appends a computed value as a little-endian `i64`.
+        int_i64_le: i64, to_le_bytes;
+        /// Appends a computed value as a big-endian `i64`.
+        int_i64_be: i64, to_be_bytes;
+    }
+
+    /// Appends text encoded as `encoding`: `"utf8"`, or `"latin1"` (every character
+    /// below U+0100, one byte each; another is an error naming `field`).
+    pub fn put_text(&mut self, field: &str, text: &str, encoding: &str) -> Result<()> {
+        match encoding {
+            "latin1" => {
+                for ch in text.chars() {
+                    let b = u8::try_from(u32::from(ch)).map_err(|_| {
+                        Error::from(ErrorKind::Invalid(format!(
+                            "{ch:?} cannot be written in Latin-1"
+                        )))
+                        .in_field(field)
+                    })?;
+                    self.buf.push(b);
+                }
+            }
+            "utf8" => self.buf.extend_from_slice(text.as_bytes()),
+            other => {
+                return Err(Error::from(ErrorKind::Unsupported(format!(
+                    "the text encoding \"{other}\" (known: \"latin1\", \"utf8\")"
+                )))
+                .in_field(field))
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends zero bytes up to `at` bytes after `start` (a field's `at`, from its
+    /// layout's start); an error naming `field` when the bytes already written reach
+    /// past it.
+    pub fn fill_to(&mut self, field: &str, start: u64, at: i128) -> Result<()> {
+        let want = i128::from(start) + at;
+        let pos = i128::from(self.pos());
+        if at < 0 || want < pos {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "{field} is to start at offset {at}, but {} bytes of its layout precede it",
+                    pos - i128::from(start)
+                )),
+                self.loc(field, self.buf.len()),
+            ));
+        }
+        let n = usize::try_from(want - pos).map_err(|_| {
+            self.overflow_at(
+                field,
+                self.buf.len(),
+                format!("the offset {at} is too large"),
+            )
+        })?;
+        self.buf.resize(self.buf.len() + n, 0);
+        Ok(())
+    }
+
+    /// Appends zero bytes up to the next multiple of `align` from `start` (a field's
+    /// `align`); an error naming `field` for an alignment below 1.
+    pub fn align_from(&mut self, field: &str, start: u64, align: i128) -> Result<()> {
+        let a = u64::try_from(align)
+            .ok()
+            .filter(|&a| a > 0)
+            .ok_or_else(|| {
+                self.overflow_at(
+                    field,
+                    self.buf.len(),
+                    format!("the alignment {align} is not positive"),
+                )
+            })?;
+        let rel = self.pos() - start;
+        self.fill_to(field, start, i128::from(rel.next_multiple_of(a)))
+    }
+
+    /// [`pad_to_min`](Self::pad_to_min) counting from `start` (a position of this buffer:
+    /// where the padded field's layout starts) rather than from the output's start.
+    pub fn pad_from(
+        &mut self,
+        start: u64,
+        align: u64,
+        fill: impl PadByte,
+        last: Option<u8>,
+        min: u64,
+    ) {
+        let rel = self.pos().saturating_sub(start);
+        self.pad_at(rel, align, fill.pad_byte(), last, min);
+    }
+
+    /// Fills a reserved slot with a computed value, little-endian, in the slot's width: an
+    /// [`ErrorKind::Overflow`] naming the field when it fits neither the unsigned nor the
+    /// signed integers of that width.
+    pub fn patch_le(&mut self, p: Patch, v: i128) -> Result<()> {
+        let bytes = self.slot_bytes(&p, v)?;
+        self.patch_bytes(&p, &bytes[..p.width])
+    }
+
+    /// [`patch_le`](Self::patch_le), big-endian.
+    pub fn patch_be(&mut self, p: Patch, v: i128) -> Result<()> {
+        let mut bytes = self.slot_bytes(&p, v)?[..p.width].to_vec();
+        bytes.reverse();
+        self.patch_bytes(&p, &bytes)
+    }
+
+    fn slot_bytes(&self, p: &Patch, v: i128) -> Result<[u8; 16]> {
+        let bits = 8 * p.width.min(16) as u32;
+        let fits = bits >= 128 || (v >= -(1i128 << (bits - 1)) && v < (1i128 << bits));
+        if !fits {
+            return Err(self.overflow_at(
+                &p.field,
+                p.at,
+                format!(
+                    "{} is {v}, which does not fit in {} bytes",
+                    p.field, p.width
+                ),
+            ));
+        }
+        Ok(v.to_le_bytes())
+    }
+
     /// Reserves `width_bytes` zero bytes for `field`, to be patched later.
     pub fn reserve(&mut self, field: &str, width_bytes: usize) -> Patch {
         let at = self.buf.len();
@@ -209,10 +373,14 @@ impl LayoutBuf {
     /// NumPy's header padding is `pad_to_min(64, b' ', Some(b'\n'), 2)`: between 2 and 65
     /// bytes. A count over `u32::MAX` writes nothing.
     pub fn pad_to_min(&mut self, align: u64, fill: impl PadByte, last: Option<u8>, min: u64) {
-        let fill = fill.pad_byte();
+        self.pad_at(self.abs_pos(), align, fill.pad_byte(), last, min);
+    }
+
+    /// Pads as [`pad_to_min`](Self::pad_to_min) does, the next byte being at `at`.
+    fn pad_at(&mut self, at: u64, align: u64, fill: u8, last: Option<u8>, min: u64) {
         let align = align.max(1);
         let min = if last.is_some() { min.max(1) } else { min };
-        let rem = self.abs_pos().wrapping_add(min) % align;
+        let rem = at.wrapping_add(min) % align;
         let n = if rem == 0 {
             Some(min)
         } else {

@@ -1,5 +1,6 @@
 //! Atomic output: files ([`AtomicFile`]) and folders ([`AtomicDir`]) written under a
-//! temporary name next to the destination and renamed into place only when complete.
+//! temporary name next to the destination and renamed into place only when complete;
+//! and [`Spool`], tensor bytes held on disk while the header before them is built.
 
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
@@ -679,5 +680,73 @@ mod tests {
         drop(AtomicDir::new(dir.path().join("never")).unwrap());
         assert_eq!(names(dir.path()), ["db"]);
         assert_eq!(std::fs::read(dest.join("data")).unwrap(), b"old");
+    }
+}
+
+/// Tensor bytes held in an anonymous temporary file while the header that precedes them
+/// in the output is built (a layout whose header depends on every tensor's metadata,
+/// written by a streaming writer that learns the tensors one at a time): memory stays
+/// bounded by the copy buffer, at the cost of writing the bytes twice. The file is in
+/// the destination's folder when one is given (the same file system as the output),
+/// else in the system's temporary folder, and disappears with the spool.
+#[derive(Debug)]
+pub struct Spool {
+    file: io::BufWriter<File>,
+    len: u64,
+}
+
+impl Spool {
+    /// An empty spool beside `destination` (or in the temporary folder).
+    pub fn new(destination: Option<&Path>) -> Result<Spool> {
+        let dir = destination
+            .and_then(Path::parent)
+            .filter(|d| !d.as_os_str().is_empty());
+        let file = match dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        }?;
+        Ok(Spool {
+            file: io::BufWriter::with_capacity(1 << 20, file),
+            len: 0,
+        })
+    }
+
+    /// Appends the `len` bytes of `data` (an error naming `field` when it holds another
+    /// count), the bytes of each `swap`-sized group reversed when `swap` is over 1 (a
+    /// byte-order swap).
+    pub fn add(
+        &mut self,
+        data: crate::registry::Payload<'_>,
+        len: u64,
+        swap: usize,
+        field: &str,
+    ) -> Result<()> {
+        if swap > 1 {
+            data.write_swapped_to(&mut self.file, len, swap, field)?;
+        } else {
+            data.write_to(&mut self.file, len, field)?;
+        }
+        self.len += len;
+        Ok(())
+    }
+
+    /// The bytes held.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True when nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The bytes, to be read from the start.
+    pub fn into_reader(self) -> Result<File> {
+        let mut f = self
+            .file
+            .into_inner()
+            .map_err(|e| Error::from(e.into_error()))?;
+        f.seek(SeekFrom::Start(0))?;
+        Ok(f)
     }
 }

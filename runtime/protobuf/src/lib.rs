@@ -11,6 +11,10 @@
 #![warn(missing_docs)]
 
 pub mod doc;
+/// The `prost` crate that generated message types derive from (through
+/// `#[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]`), so that a crate
+/// holding generated code needs no `prost` dependency of its own.
+pub use prost;
 mod location;
 mod map;
 mod view;

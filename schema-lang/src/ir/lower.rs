@@ -32,6 +32,7 @@ pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
     l.types();
     l.sources();
     l.bodies();
+    l.write_plans();
     (l.ir, l.diags)
 }
 
@@ -859,6 +860,43 @@ impl<'a> Lower<'a> {
             let maps: Vec<&'a ast::TensorMap> = fmt.tensors().collect();
             for (t, id) in maps.into_iter().zip(self.ir.formats[i].mappings.clone()) {
                 self.mapping(id, t);
+            }
+        }
+    }
+
+    /// Reports what the writers cannot do: every layout's write plan (but those read around
+    /// pickles, which are not written) and every `file` format's mapping run backwards.
+    fn write_plans(&mut self) {
+        if !self.diags.is_empty() {
+            return;
+        }
+        for i in 0..self.ir.layouts.len() {
+            let l = LayoutId(i as u32);
+            if super::plan::around_pickles(&self.ir, l) {
+                continue;
+            }
+            if let Err(gaps) = super::plan::write_plan(&self.ir, l) {
+                self.cur = self.ir.layout(l).format;
+                for g in gaps {
+                    self.gap(g.span, g.message, g.help);
+                }
+            }
+        }
+        for i in 0..self.ir.formats.len() {
+            let f = &self.ir.formats[i];
+            let [m] = f.mappings.as_slice() else { continue };
+            let m = self.ir.mapping(*m);
+            if f.engine != Engine::File
+                || super::plan::root_layout(&m.source)
+                    .is_none_or(|l| super::plan::around_pickles(&self.ir, l))
+            {
+                continue;
+            }
+            if let Err(gaps) = super::plan::inverse(&self.ir, m) {
+                self.cur = FormatId(i as u32);
+                for g in gaps {
+                    self.gap(g.span, g.message, g.help);
+                }
             }
         }
     }

@@ -25,6 +25,7 @@
 mod dump;
 mod expr;
 mod lower;
+pub mod plan;
 mod ty;
 
 pub use dump::{dump, dump_format};

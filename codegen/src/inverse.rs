@@ -1,0 +1,570 @@
+//! The writing side of the `file` engine, from the IR: the tensor mapping run backwards
+//! (`ir::plan::inverse`) into the layout's given fields, and the streaming `Writer`.
+//!
+//! One tensor per file (`tensor from File as f`, npy): `<field>_for(meta)` builds each
+//! dict field from the tensor's metadata, `write_tensor` writes the layout with the
+//! tensor's bytes as its payload (a container includes it for each member: npz), and
+//! the `Writer` takes exactly one tensor. Several tensors (`tensor from File.header.rest
+//! as t`, safetensors): the `Writer` adds an item per tensor to the record's list or map
+//! (names as map keys, dtypes by reverse table lookup, `slice` bounds as running offsets
+//! in the payload) and holds the tensors' bytes in a `rt::Spool` (a temporary file:
+//! memory holds the header alone), and `finish` writes the layout, whose header precedes
+//! the bytes and describes every tensor, then streams the spool as the payload.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use tensorfmt_schema::ir::plan::{self, Inv, Inverse, Step};
+use tensorfmt_schema::ir::{self, Const, FormatId, Ir, KeyKind, TensorKey, Type};
+
+use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::model::rs_ident;
+use crate::write::plan_of;
+
+type R<T> = Result<T, Unlowered>;
+
+/// No names in reach: the mapping's constants.
+struct NoEnv;
+
+impl Env for NoEnv {
+    fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+}
+
+fn unlowered(span: tensorfmt_schema::ast::Span, what: &str) -> Unlowered {
+    Unlowered {
+        span,
+        what: what.into(),
+    }
+}
+
+struct Gen<'a> {
+    ir: &'a Ir,
+    inv: &'a Inverse,
+    public: &'a str,
+    /// Statements before the values: reverse lookups, the rank.
+    pre: Vec<TokenStream>,
+}
+
+impl Gen<'_> {
+    /// The value a place receives, of the place's storage type.
+    fn value(&mut self, inv: &Inv, ty: &Type) -> R<TokenStream> {
+        let t = storage_ty(self.ir, ty).unwrap_or_else(|| quote!(i128));
+        let int = |v: TokenStream, ty: &Type| match ty {
+            Type::Int(i) if i.bytes == Some(8) && !i.signed => quote!(#v),
+            _ => {
+                let name = ty_name(ty);
+                quote!(rt::expr::narrow::<#t>(i128::from(#v), #name)?)
+            }
+        };
+        Ok(match inv {
+            Inv::Name => match ty {
+                Type::Bytes => quote!(meta.name.as_bytes().to_vec()),
+                _ => quote!(meta.name.clone()),
+            },
+            Inv::Dtype(table) => {
+                let tb = self.ir.table(*table);
+                let f = format_ident!("{}_for", tb.name);
+                let code = format_ident!("{}", tb.name);
+                let msg = format!(
+                    "{} has no `{}` code for dtype {{}} in {{:?}} byte order",
+                    self.public, tb.name
+                );
+                self.pre.push(quote! {
+                    let #code = #f(meta.dtype, meta.byte_order).ok_or_else(|| {
+                        rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, meta.dtype, meta.byte_order)))
+                    })?;
+                });
+                match tb.key {
+                    KeyKind::Str => quote!(#code.to_string()),
+                    KeyKind::Int => int(quote!(#code), ty),
+                }
+            }
+            Inv::Shape => match ty.element() {
+                Some(Type::Int(i)) if i.bytes == Some(8) && !i.signed => quote!(meta.shape.clone()),
+                Some(e) => {
+                    let et = storage_ty(self.ir, e).unwrap_or_else(|| quote!(i128));
+                    let name = ty_name(e);
+                    quote!(rt::expr::ints::<#et>(&meta.shape, #name)?)
+                }
+                None => quote!(meta.shape.clone()),
+            },
+            Inv::Dim(i) => int(quote!(meta.shape[#i]), ty),
+            Inv::Is(key, c) => {
+                let prop = match key {
+                    TensorKey::Order => quote!(meta.order),
+                    _ => quote!(meta.byte_order),
+                };
+                let c = const_of(c);
+                quote!(#prop == #c)
+            }
+            Inv::Begin => int(quote!(begin), ty),
+            Inv::End => int(quote!(end), ty),
+        })
+    }
+
+    /// A value of type `ty` for `place`, from what the mapping sets in or under it.
+    fn build(&mut self, place: &[Step], ty: &Type) -> R<TokenStream> {
+        let sets: Vec<(Vec<Step>, Inv)> = self
+            .inv
+            .sets
+            .iter()
+            .filter(|(p, _)| p.starts_with(place))
+            .cloned()
+            .collect();
+        if let Some((_, inv)) = sets.iter().find(|(p, _)| p.len() == place.len()) {
+            return self.value(inv, ty);
+        }
+        Ok(match ty {
+            Type::Dict(d) => {
+                let dict = self.ir.dict(*d);
+                let name = rs_ident(&dict.name);
+                let mut inits = Vec::new();
+                for (k, key) in dict.keys.iter().enumerate() {
+                    let mut p = place.to_vec();
+                    p.push(Step::Key(*d, ir::KeyId(k as u32)));
+                    let id = rs_ident(&key.key);
+                    let set = sets.iter().any(|(s, _)| s.starts_with(&p));
+                    let v = if !set && key.rest {
+                        quote!(rt::pydict::Map(::std::vec::Vec::new()))
+                    } else if !set && self.inv.items.as_deref() == Some(&p[..]) {
+                        quote!(::std::vec::Vec::new())
+                    } else if !set && key.optional {
+                        quote!(None)
+                    } else if key.optional {
+                        let v = self.build(&p, &key.ty)?;
+                        quote!(Some(#v))
+                    } else {
+                        self.build(&p, &key.ty)?
+                    };
+                    inits.push(quote!(#id: #v));
+                }
+                quote!(#name { #(#inits),* })
+            }
+            Type::List(e) | Type::Tuple(e) => {
+                let n = sets
+                    .iter()
+                    .filter_map(|(p, _)| match p.get(place.len()) {
+                        Some(Step::Item(i)) => Some(*i + 1),
+                        _ => None,
+                    })
+                    .max()
+                    .unwrap_or(0);
+                let mut items = Vec::new();
+                for i in 0..n {
+                    let mut p = place.to_vec();
+                    p.push(Step::Item(i));
+                    items.push(self.build(&p, e)?);
+                }
+                quote!(vec![#(#items),*])
+            }
+            Type::MapItem(k, v) => {
+                let mut pk = place.to_vec();
+                pk.push(Step::MapKey);
+                let mut pv = place.to_vec();
+                pv.push(Step::MapValue);
+                let (k, v) = (self.build(&pk, k)?, self.build(&pv, v)?);
+                quote!((#k, #v))
+            }
+            Type::Layout(inner) => {
+                let lay = self.ir.layout(*inner);
+                let p = plan_of(self.ir, *inner)?;
+                let name = rs_ident(&lay.name);
+                let mut inits = Vec::new();
+                for (i, f) in lay.fields.iter().enumerate() {
+                    if matches!(f.kind, ir::FieldKind::Magic(_)) {
+                        continue;
+                    }
+                    let id = rs_ident(&f.name);
+                    let v = if p.computed[i] || f.ty == Type::Payload {
+                        // Computed again by the writer.
+                        quote!(::std::default::Default::default())
+                    } else {
+                        let mut at = place.to_vec();
+                        at.push(Step::Field(ir::FieldId(i as u32)));
+                        self.build(&at, &f.ty)?
+                    };
+                    inits.push(quote!(#id: #v));
+                }
+                quote!(#name { #(#inits),* })
+            }
+            _ => quote!(::std::default::Default::default()),
+        })
+    }
+
+    /// The checks of what the mapping gives as constants.
+    fn requires(&self) -> R<Vec<TokenStream>> {
+        let mut out = Vec::new();
+        let public = self.public;
+        for (key, e) in &self.inv.requires {
+            let v = Lower {
+                ir: self.ir,
+                env: &NoEnv,
+            }
+            .expr(e)?
+            .scalar();
+            let (test, what) = match key {
+                TensorKey::Dtype => (
+                    quote!(
+                        meta.dtype != required.0
+                            || required.1.is_some_and(|b| b != meta.byte_order)
+                    ),
+                    "dtype",
+                ),
+                TensorKey::Order => (quote!(meta.order != required), "order"),
+                TensorKey::ByteOrder => (quote!(meta.byte_order != required), "byte order"),
+                _ => continue,
+            };
+            let msg = format!("{public} stores only tensors of the {what} {{:?}}");
+            out.push(quote! {
+                let required = #v;
+                if #test {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, required))));
+                }
+            });
+        }
+        if let Some((rank, fixed)) = &self.inv.rank {
+            let msg = format!("{public} stores only tensors of {rank} dimensions");
+            let dims = fixed.iter().map(|(i, v)| {
+                let v = *v as u64;
+                quote!(|| meta.shape[#i] != #v)
+            });
+            out.push(quote! {
+                if meta.shape.len() != #rank #(#dims)* {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#msg.to_string())));
+                }
+            });
+        }
+        Ok(out)
+    }
+}
+
+fn ty_name(t: &Type) -> String {
+    match t {
+        Type::Int(i) => i.name(),
+        _ => "the field".into(),
+    }
+}
+
+fn const_of(c: &Const) -> TokenStream {
+    match c {
+        Const::Order(ir::Order::C) => quote!(rt::Order::C),
+        Const::Order(ir::Order::Fortran) => quote!(rt::Order::Fortran),
+        Const::ByteOrder(b) => crate::lower::byte_order_path(*b),
+        Const::Bool(b) => quote!(#b),
+        _ => quote!(()),
+    }
+}
+
+/// The byte order the bytes of a tensor are stored in, when the format fixes none (no
+/// `byte_order` in the mapping, a table row without one for a multi-byte dtype): little,
+/// as the reading side takes them. `None` when the tensor's own is stored.
+fn swaps(ir: &Ir, m: &ir::Mapping, inv: &Inverse) -> bool {
+    if m.key(TensorKey::ByteOrder).is_some() {
+        return false;
+    }
+    inv.sets.iter().any(|(_, i)| match i {
+        Inv::Dtype(t) => ir.table(*t).rows.iter().any(|r| {
+            r.endian.is_none()
+                && !matches!(
+                    r.dtype.name(),
+                    "u8" | "i8" | "bool" | "f8e4m3fn" | "f8e5m2" | "string"
+                )
+        }),
+        _ => false,
+    }) || inv.requires.iter().any(|(k, _)| *k == TensorKey::Dtype)
+}
+
+/// The inverse functions and the `Writer` of a `file` format.
+pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let m = ir.mapping(fmt.mappings[0]);
+    let inv = plan::inverse(ir, m).map_err(|g| unlowered(g[0].span, &g[0].message))?;
+    let l = ir.layout(inv.layout);
+    let lname = rs_ident(&l.name);
+    let p = plan_of(ir, inv.layout)?;
+    let mut g = Gen {
+        ir,
+        inv: &inv,
+        public: &fmt.public_name,
+        pre: Vec::new(),
+    };
+    let requires = g.requires()?;
+    let swap = swaps(ir, m, &inv);
+    let payload = &l.fields[inv.payload.index()];
+    let pname = &payload.name;
+    // The given fields: built from the tensor (one per file) or held by the writer.
+    let given: Vec<usize> = (0..l.fields.len())
+        .filter(|&i| !p.computed[i] && !matches!(l.fields[i].kind, ir::FieldKind::Magic(_)))
+        .collect();
+    if inv.items.is_none() {
+        let mut fns = Vec::new();
+        let mut args = Vec::new();
+        for &i in &given {
+            let f = &l.fields[i];
+            let place = [Step::Field(ir::FieldId(i as u32))];
+            if i == inv.payload.index() {
+                args.push(quote!(data));
+                args.push(quote!(meta.nbytes()?));
+                continue;
+            }
+            g.pre.clear();
+            let v = g.build(&place, &f.ty)?;
+            let pre = std::mem::take(&mut g.pre);
+            match &f.ty {
+                Type::Dict(d) => {
+                    let dname = rs_ident(&ir.dict(*d).name);
+                    let fname = format_ident!("{}_for", f.name);
+                    let doc = format!(
+                        " The `{}` describing a tensor to write: the inverse of [`tensor`].",
+                        ir.dict(*d).name
+                    );
+                    fns.push(quote! {
+                        #[doc = #doc]
+                        pub fn #fname(meta: &rt::TensorMeta) -> rt::Result<#dname> {
+                            #(#pre)*
+                            Ok(#v)
+                        }
+                    });
+                    args.push(quote!(&#fname(meta)?));
+                }
+                Type::Bytes | Type::Str => {
+                    let t = if f.ty == Type::Str {
+                        quote!(as_str)
+                    } else {
+                        quote!(as_slice)
+                    };
+                    args.push(quote!({ #(#pre)* #v }.#t()));
+                }
+                Type::Layout(_) => args.push(quote!(&{ #(#pre)* #v })),
+                _ => args.push(quote!({ #(#pre)* #v })),
+            }
+        }
+        let refuse_big = swap.then(|| {
+            let msg = format!("{} stores little-endian tensors", fmt.public_name);
+            quote! {
+                if meta.byte_order == rt::ByteOrder::Big && meta.dtype.swap_unit().unwrap_or(1) > 1 {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#msg.to_string())));
+                }
+            }
+        });
+        let wdoc = format!(
+            " Writes one tensor as a `{}`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.",
+            l.name
+        );
+        let writer = single_writer(&fmt.public_name);
+        let desc = crate::engine::desc(false);
+        return Ok(quote! {
+            #(#fns)*
+            #[doc = #wdoc]
+            pub fn write_tensor<W: ::std::io::Write + ?Sized>(
+                w: &mut W,
+                meta: &rt::TensorMeta,
+                data: rt::Payload<'_>,
+            ) -> rt::Result<u64> {
+                #(#requires)*
+                #refuse_big
+                #lname::write(w, #(#args),*)
+            }
+            #writer
+            #desc
+        });
+    }
+    // Several tensors: the writer holds the given fields and fills in the items.
+    let items = inv.items.clone().unwrap_or_default();
+    let mut fields = Vec::new();
+    let mut inits = Vec::new();
+    let mut args = Vec::new();
+    let mut access = Vec::new();
+    for &i in &given {
+        let f = &l.fields[i];
+        let id = rs_ident(&f.name);
+        if i == inv.payload.index() {
+            args.push(quote!(rt::Payload::Reader(&mut data)));
+            args.push(quote!(len));
+            continue;
+        }
+        let t =
+            storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
+        let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
+        fields.push(quote!(#id: #t,));
+        inits.push(quote!(#id: #v,));
+        args.push(quote!(&self.#id));
+        let doc = format!(
+            " The `{}` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.",
+            f.name
+        );
+        access.push(quote! {
+            #[doc = #doc]
+            pub fn #id(&mut self) -> &mut #t {
+                &mut self.#id
+            }
+        });
+    }
+    // The place of the items, from the writer.
+    let mut path = quote!(self);
+    let mut map = false;
+    for s in &items {
+        match s {
+            Step::Field(f) => {
+                let id = rs_ident(&l.fields[f.index()].name);
+                path = quote!(#path.#id);
+            }
+            Step::Key(d, k) => {
+                let key = &ir.dict(*d).keys[k.index()];
+                let id = rs_ident(&key.key);
+                path = quote!(#path.#id);
+                map = matches!(key.ty, Type::Map(..));
+            }
+            _ => {}
+        }
+    }
+    let push_to = if map { quote!(#path.0) } else { path };
+    g.pre.clear();
+    let item = g.build(&[], &m.binding_ty)?;
+    let pre = std::mem::take(&mut g.pre);
+    let unit = if swap {
+        quote!(if meta.byte_order == rt::ByteOrder::Big {
+            meta.dtype.swap_unit().unwrap_or(1)
+        } else {
+            1
+        })
+    } else {
+        quote!(1)
+    };
+    let public = &fmt.public_name;
+    let dup = format!("{public} holds one tensor per name");
+    let (names_field, names_init, dup_check) = if map {
+        (
+            quote!(names: ::std::collections::HashSet<::std::string::String>,),
+            quote!(names: ::std::collections::HashSet::new(),),
+            quote! {
+                if !self.names.insert(meta.name.clone()) {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#dup.to_string())));
+                }
+            },
+        )
+    } else {
+        (quote!(), quote!(), quote!())
+    };
+    let wdoc = format!(
+        " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.",
+        l.name
+    );
+    let desc = crate::engine::desc(false);
+    Ok(quote! {
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            out: W,
+            #(#fields)*
+            #names_field
+            data: rt::Spool,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w` (written from its current position when finished).
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                Ok(Writer {
+                    out: w,
+                    #(#inits)*
+                    #names_init
+                    data: rt::Spool::new(options.destination.as_deref())?,
+                })
+            }
+
+            #(#access)*
+
+            /// Adds a tensor: its item, and its bytes after the previous tensor's.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                #(#requires)*
+                #dup_check
+                let begin = self.data.len();
+                let len = meta.nbytes()?;
+                let end = begin.checked_add(len).ok_or_else(|| {
+                    rt::Error::from(rt::ErrorKind::Overflow("the tensors' bytes".to_string()))
+                })?;
+                #(#pre)*
+                let item = #item;
+                self.data.add(data, len, #unit, #pname)?;
+                #push_to.push(item);
+                Ok(())
+            }
+
+            /// Writes the layout, then the tensors' bytes; returns the output.
+            pub fn finish(mut self) -> rt::Result<W> {
+                let len = self.data.len();
+                let mut data = self.data.into_reader()?;
+                #lname::write(&mut self.out, #(#args),*)?;
+                self.out.flush()?;
+                Ok(self.out)
+            }
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))
+            }
+
+            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                Writer::finish(*self)?;
+                Ok(())
+            }
+        }
+
+        #desc
+    })
+}
+
+/// The `Writer` of a format of one tensor per file.
+fn single_writer(name: &str) -> TokenStream {
+    let one = format!("{name} holds exactly one tensor");
+    let none = format!("{name} holds exactly one tensor; none was added");
+    let wdoc = format!(
+        " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
+    );
+    quote! {
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            out: W,
+            written: bool,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w` (written from its current position).
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                let _ = options;
+                Ok(Writer { out: w, written: false })
+            }
+
+            /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                if self.written {
+                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
+                }
+                write_tensor(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
+                self.written = true;
+                Ok(())
+            }
+
+            /// Flushes and returns the output; an error when no tensor was added.
+            pub fn finish(mut self) -> rt::Result<W> {
+                if !self.written {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
+                }
+                self.out.flush()?;
+                Ok(self.out)
+            }
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, meta, data)
+            }
+
+            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                Writer::finish(*self)?;
+                Ok(())
+            }
+        }
+    }
+}
