@@ -90,11 +90,15 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
             described.join(", ")
         )
     };
-    let body = if steps.is_empty() {
-        quote!(false)
-    } else {
-        quote!(#(#steps)* true)
-    };
+    let body = quote!(#(#steps)* true);
+    if steps.is_empty() {
+        return quote! {
+            #[doc = #doc]
+            pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
+                false
+            }
+        };
+    }
     quote! {
         #[doc = #doc]
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {

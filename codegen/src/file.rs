@@ -309,7 +309,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
         #doc
         #[doc = ""]
         #[doc = #tdoc]
-        pub fn tensors(f: &#lname, src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+        pub fn tensors(f: &#lname, #src_param limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
             let items = #items;
             rt::expr::within(items.len(), limits.max_tensors, "tensors")?;
             let mut out = ::std::vec::Vec::with_capacity(items.len());
@@ -332,7 +332,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
             #in_file
             let mut c = rt::Cursor::new(src.data(), src.location());
             let f = #lname::read(&mut c, limits).map_err(in_file)?;
-            tensors(&f, src, limits).map_err(in_file)
+            tensors(&f, #src_arg limits).map_err(in_file)
         }
     })
 }

@@ -337,6 +337,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     args.push(quote!({ #(#pre)* #v }.#t()));
                 }
                 Type::Layout(_) => args.push(quote!(&{ #(#pre)* #v })),
+                _ if pre.is_empty() => args.push(v),
                 _ => args.push(quote!({ #(#pre)* #v })),
             }
         }

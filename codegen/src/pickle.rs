@@ -801,6 +801,15 @@ fn gen_writer(
     let lower = Lower { ir, env: &env };
     // The per-tensor object.
     let obj_ts = lower.pickle_value(sp.write)?;
+    // `call(..)?` is returned as it is, anything else in `Ok(..)`.
+    let mut toks: Vec<proc_macro2::TokenTree> = obj_ts.clone().into_iter().collect();
+    let obj_body = match toks.last() {
+        Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '?' => {
+            toks.pop();
+            toks.into_iter().collect()
+        }
+        _ => quote!(Ok(#obj_ts)),
+    };
     let uses_bo = env.uses_byte_order.get();
     // The root: a call of a dict-kind global.
     let Some(root) = &pentry.write else {
@@ -909,7 +918,7 @@ fn gen_writer(
 
         /// The object that rebuilds the tensor `meta` in storage `s`, its bytes in `byte_order` (the mapping's `write` rule).
         fn tensor_object(meta: &rt::TensorMeta, s: &rt::pickle::Storage, #bo_param: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
-            Ok(#obj_ts)
+            #obj_body
         }
 
         #tr

@@ -1934,6 +1934,12 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             return Err(no(rule.span, "tensor elements in a document's item"))
         }
     };
+    // Where the tensor is placed matters only to a rule that says so (external data).
+    let place = if mentions(&rule_ts, "place") {
+        quote!(place)
+    } else {
+        quote!(_)
+    };
     let item_ty = view_ident(ir, src.msg);
 
     // The messages on the path: a constructor each, with the `[write = ...]` fields.
@@ -2021,7 +2027,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         /// inline.
         pub fn tensor_item(
             meta: &rt::TensorMeta,
-            place: &rt::protodoc::Placement,
+            #place: &rt::protodoc::Placement,
         ) -> rt::Result<(Vec<u8>, Option<u32>)> {
             #(#rule_pre)*
             let (item, payload): (messages::#item_ty, Option<u32>) = #rule_ts;

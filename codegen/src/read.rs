@@ -54,7 +54,11 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
             reads.push(quote!(#id: rt::pydict::optional_key(value, #key)?,));
-            let v = to(quote!(*v));
+            let v = if list {
+                quote!(rt::pydict::to_list(v))
+            } else {
+                quote!(rt::pydict::ToPy::to_py(v))
+            };
             items.push(quote! {
                 if let Some(v) = &self.#id {
                     items.push((#key, #v));

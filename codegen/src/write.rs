@@ -215,7 +215,17 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
             args.push(quote!(#len));
             payload = Some((data, len, f.name.clone()));
         } else {
-            let id = rs_ident(&f.name);
+            // A nested record of constants is passed for symmetry with its readers, and
+            // not looked at.
+            let constants = match &f.ty {
+                Type::Layout(inner) => given(ir, *inner, &plan_of(ir, *inner)?).is_empty(),
+                _ => false,
+            };
+            let id = if constants {
+                format_ident!("_{}", f.name)
+            } else {
+                rs_ident(&f.name)
+            };
             params.push(quote!(#id: #t));
             args.push(quote!(#id));
         }

@@ -7,26 +7,22 @@ use std::io::Cursor as IoCursor;
 
 use tensorfmt_runtime::gen as rt;
 
+/// `construct!(module, "fixture")`: the code generated for `constructs/fixture.fmt`.
 macro_rules! construct {
-    ($m:ident) => {
+    ($m:ident, $fixture:literal) => {
         pub mod $m {
-            include!(concat!(
-                env!("OUT_DIR"),
-                "/constructs/",
-                stringify!($m),
-                ".rs"
-            ));
+            include!(concat!(env!("OUT_DIR"), "/constructs/", $fixture, ".rs"));
         }
     };
 }
-construct!(numbers);
-construct!(pydict);
-construct!(json);
-construct!(nested);
-construct!(zip_members);
-construct!(zip_pickle);
-construct!(file_pickles);
-construct!(protobuf);
+construct!(numbers_fmt, "numbers");
+construct!(pydict_fmt, "pydict");
+construct!(json_fmt, "json");
+construct!(nested_fmt, "nested");
+construct!(zip_members_fmt, "zip_members");
+construct!(zip_pickle_fmt, "zip_pickle");
+construct!(file_pickles_fmt, "file_pickles");
+construct!(protobuf_fmt, "protobuf");
 // `kv_records` and `kv_lmdb` are generated too, but their code does not compile yet: an
 // entry named like a generated function (`blob`, `part`) collides with it.
 
@@ -102,7 +98,7 @@ fn numbers_file(version: u8, flags: u8, kind: u8, count: u32, data: &[u8]) -> Ve
 #[test]
 fn numbers_read_either_width_and_check_their_constants() {
     let data = f32s(&[1.5, -2.0]);
-    let desc = &numbers::numbers::DESC;
+    let desc = &numbers_fmt::numbers::DESC;
     assert_eq!(
         read(desc, "a.num", &numbers_file(1, 0, 1, 2, &data)).unwrap(),
         vec![t("a", rt::DType::F32, &[2], data.clone())]
@@ -149,7 +145,7 @@ fn a_python_literal_header_gives_dtype_shape_and_order() {
         &data,
     );
     let src = rt::Source::from_bytes(bytes.clone()).with_path("p.pyh");
-    let infos = pydict::pyhdr::index(&src, &Default::default()).unwrap();
+    let infos = pydict_fmt::pyhdr::index(&src, &Default::default()).unwrap();
     assert_eq!(infos[0].name, "p");
     assert_eq!(infos[0].dtype, rt::DType::F32);
     assert_eq!(infos[0].byte_order, rt::ByteOrder::Big);
@@ -161,11 +157,11 @@ fn a_python_literal_header_gives_dtype_shape_and_order() {
         b"abc",
     );
     assert_eq!(
-        read(&pydict::pyhdr::DESC, "q.pyh", &plain).unwrap(),
+        read(&pydict_fmt::pyhdr::DESC, "q.pyh", &plain).unwrap(),
         vec![t("q", rt::DType::U8, &[3], b"abc".to_vec())]
     );
     let missing = refused(
-        &pydict::pyhdr::DESC,
+        &pydict_fmt::pyhdr::DESC,
         &pyhdr("{'descr': '|u1', 'shape': (3,)}", b"abc"),
     );
     assert!(missing.contains("fortran_order"), "{missing}");
@@ -174,11 +170,11 @@ fn a_python_literal_header_gives_dtype_shape_and_order() {
 #[test]
 fn pydict_writes_what_it_reads() {
     let tensors = vec![t("x", rt::DType::F32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0]))];
-    let bytes = write(&pydict::pyhdr::DESC, &tensors).unwrap();
+    let bytes = write(&pydict_fmt::pyhdr::DESC, &tensors).unwrap();
     let header_len = u16::from_le_bytes([bytes[0], bytes[1]]) as usize;
     assert_eq!((2 + header_len) % 16, 0, "the data starts 16-byte aligned");
     assert_eq!(bytes[1 + header_len], b'\n');
-    let mut back = read(&pydict::pyhdr::DESC, "x.pyh", &bytes).unwrap();
+    let mut back = read(&pydict_fmt::pyhdr::DESC, "x.pyh", &bytes).unwrap();
     back[0].0 = "x".into();
     assert_eq!(back, tensors);
 }
@@ -200,7 +196,7 @@ fn a_json_header_maps_one_tensor_per_entry() {
     let header = r#"{"version":2,"a":{"dtype":"F32","shape":[2],"offsets":[0,8]},"b":{"dtype":"I64","shape":[],"offsets":[8,16]}}"#;
     let mut data = f32s(&[1.0, 2.0]);
     data.extend_from_slice(&7i64.to_le_bytes());
-    let got = read(&json::jsonhdr::DESC, "m.jh", &jsonhdr(header, &data)).unwrap();
+    let got = read(&json_fmt::jsonhdr::DESC, "m.jh", &jsonhdr(header, &data)).unwrap();
     assert_eq!(
         got,
         vec![
@@ -209,7 +205,7 @@ fn a_json_header_maps_one_tensor_per_entry() {
         ]
     );
     let past_end = refused(
-        &json::jsonhdr::DESC,
+        &json_fmt::jsonhdr::DESC,
         &jsonhdr(
             r#"{"a":{"dtype":"F32","shape":[4],"offsets":[0,16]}}"#,
             &data[..8],
@@ -217,7 +213,7 @@ fn a_json_header_maps_one_tensor_per_entry() {
     );
     assert!(past_end.contains("a"), "{past_end}");
     let bad_dtype = refused(
-        &json::jsonhdr::DESC,
+        &json_fmt::jsonhdr::DESC,
         &jsonhdr(
             r#"{"a":{"dtype":"F99","shape":[2],"offsets":[0,8]}}"#,
             &data,
@@ -250,7 +246,7 @@ fn nested_file(
 
 #[test]
 fn nested_layouts_read_inside_their_window() {
-    let desc = &nested::nested::DESC;
+    let desc = &nested_fmt::nested::DESC;
     let data: Vec<u8> = [1.0f64, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
     assert_eq!(
         read(desc, "n.nst", &nested_file(1, b"v1", 3, 1, [2, 1], &data)).unwrap(),
@@ -308,7 +304,7 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
     field_varint(1, 3, &mut doc);
     field_bytes(3, &t1, &mut doc);
     field_bytes(3, &t2, &mut doc);
-    let got = read(&protobuf::pbt::DESC, "d.pbt", &doc).unwrap();
+    let got = read(&protobuf_fmt::pbt::DESC, "d.pbt", &doc).unwrap();
     assert_eq!(
         got,
         vec![
@@ -320,9 +316,9 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
         t("raw", rt::DType::I64, &[2], raw),
         t("f", rt::DType::F32, &[3], floats),
     ];
-    let written = write(&protobuf::pbt::DESC, &tensors).unwrap();
+    let written = write(&protobuf_fmt::pbt::DESC, &tensors).unwrap();
     assert_eq!(
-        read(&protobuf::pbt::DESC, "w.pbt", &written).unwrap(),
+        read(&protobuf_fmt::pbt::DESC, "w.pbt", &written).unwrap(),
         tensors
     );
 }
@@ -335,11 +331,11 @@ fn every_writable_construct_reads_back_what_it_wrote() {
         t("b", rt::DType::F32, &[2], f32s(&[3.0, 4.0])),
     ];
     let cases: [(&rt::FormatDesc, &[Read]); 5] = [
-        (&zip_members::vecs::DESC, &two),
-        (&zip_members::vec1::DESC, &one),
-        (&json::jsonhdr::DESC, &two),
-        (&numbers::numbers::DESC, &one),
-        (&protobuf::pbt::DESC, &one),
+        (&zip_members_fmt::vecs::DESC, &two),
+        (&zip_members_fmt::vec1::DESC, &one),
+        (&json_fmt::jsonhdr::DESC, &two),
+        (&numbers_fmt::numbers::DESC, &one),
+        (&protobuf_fmt::pbt::DESC, &one),
     ];
     for (desc, tensors) in cases {
         let bytes = write(desc, tensors).unwrap_or_else(|e| panic!("{}: {e}", desc.name));

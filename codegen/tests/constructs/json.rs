@@ -9,8 +9,7 @@ pub mod jsonhdr {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["jh"];
     /// Never true: this format is recognized by extension only.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
+    pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
     ///
@@ -75,7 +74,7 @@ pub mod jsonhdr {
         pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
             let mut items = ::std::vec::Vec::new();
             if let Some(v) = &self.version {
-                items.push(("version", rt::pydict::ToPy::to_py(&*v)));
+                items.push(("version", rt::pydict::ToPy::to_py(v)));
             }
             for (k, v) in self.rest.iter() {
                 items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
@@ -150,7 +149,6 @@ pub mod jsonhdr {
     /// The tensors a `File` holds, in order: one per item, data as byte ranges of the file.
     pub fn tensors(
         f: &File,
-        src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
         let items = &f.header.rest;
@@ -204,7 +202,7 @@ pub mod jsonhdr {
         };
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        tensors(&f, src, limits).map_err(in_file)
+        tensors(&f, limits).map_err(in_file)
     }
     /// Streaming writer of `jsonhdr` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
     pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {

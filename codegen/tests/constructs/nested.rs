@@ -8,8 +8,7 @@ pub mod nested {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["nst"];
     /// Never true: this format is recognized by extension only.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
+    pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
     ///
@@ -99,7 +98,7 @@ pub mod nested {
     }
     impl Info {
         /// Lays out a `Info` of `version` into `buf`, computing every other field (the payload's bytes excepted).
-        pub fn put(buf: &mut rt::LayoutBuf, version: &Version) -> rt::Result<()> {
+        pub fn put(buf: &mut rt::LayoutBuf, _version: &Version) -> rt::Result<()> {
             let tag = b"v1".as_slice();
             Version::put(buf).map_err(|e| e.in_field("version"))?;
             let tag_len_slot = buf.reserve("tag_len", 1);
@@ -113,11 +112,11 @@ pub mod nested {
         /// Writes a `Info` of `version`, computing every other field; returns the number of bytes written.
         pub fn write<W: ::std::io::Write + ?Sized>(
             w: &mut W,
-            version: &Version,
+            _version: &Version,
         ) -> rt::Result<u64> {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
-            Info::put(buf, version)?;
+            Info::put(buf, _version)?;
             let prefix = out.into_vec();
             w.write_all(&prefix)?;
             Ok(prefix.len() as u64)
@@ -273,8 +272,8 @@ pub mod nested {
                     })?;
                 rt::expr::narrow::<u16>(i128::from(kinds), "u16")?
             },
-            { rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")? },
-            { rt::expr::narrow::<u32>(i128::from(meta.shape[1usize]), "u32")? },
+            rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,
+            rt::expr::narrow::<u32>(i128::from(meta.shape[1usize]), "u32")?,
             data,
             meta.nbytes()?,
         )

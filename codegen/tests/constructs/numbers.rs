@@ -232,7 +232,7 @@ pub mod numbers {
                     })?;
                 rt::expr::narrow::<u8>(i128::from(kinds), "u8")?
             },
-            { rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")? },
+            rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,
             data,
             meta.nbytes()?,
         )

@@ -255,7 +255,7 @@ pub mod pbt {
     /// inline.
     pub fn tensor_item(
         meta: &rt::TensorMeta,
-        place: &rt::protodoc::Placement,
+        _: &rt::protodoc::Placement,
     ) -> rt::Result<(Vec<u8>, Option<u32>)> {
         let (item, payload): (messages::Tensor, Option<u32>) = (
             messages::Tensor {

@@ -8,8 +8,7 @@ pub mod pyhdr {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["pyh"];
     /// Never true: this format is recognized by extension only.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
+    pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
     ///
@@ -51,7 +50,7 @@ pub mod pyhdr {
             items.push(("fortran_order", rt::pydict::ToPy::to_py(&self.fortran_order)));
             items.push(("shape", rt::pydict::ToPy::to_py(&self.shape)));
             if let Some(v) = &self.comment {
-                items.push(("comment", rt::pydict::ToPy::to_py(&*v)));
+                items.push(("comment", rt::pydict::ToPy::to_py(v)));
             }
             items
         }

@@ -165,7 +165,7 @@ pub mod vec1 {
                     })?;
                 rt::expr::narrow::<u8>(i128::from(kinds), "u8")?
             },
-            { rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")? },
+            rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,
             data,
             meta.nbytes()?,
         )

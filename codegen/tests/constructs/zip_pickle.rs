@@ -236,31 +236,29 @@ pub mod ckpt {
         s: &rt::pickle::Storage,
         byte_order: rt::ByteOrder,
     ) -> rt::Result<rt::pickle::Value> {
-        Ok(
-            rt::pickle::call(
-                state_rules(),
-                "torch._utils._rebuild_tensor_v2",
-                [
-                    rt::pickle::Value::persistent([
-                        rt::pickle::Value::str("storage"),
-                        rt::pickle::table_global(
-                            storage_class_for(meta.dtype, byte_order),
-                            NAME,
-                            "storage_class",
-                            meta.dtype,
-                            byte_order,
-                        )?,
-                        rt::pickle::Value::str(&s.index.to_string()),
-                        rt::pickle::Value::str("cpu"),
-                        rt::pickle::Value::int(i128::from(s.numel)),
-                    ]),
-                    rt::pickle::Value::int(i128::from(s.offset)),
-                    rt::pickle::Value::int_tuple(&meta.shape),
-                    rt::pickle::Value::int_tuple(&s.strides),
-                    rt::pickle::Value::Bool(false),
-                    rt::pickle::call(state_rules(), "collections.OrderedDict", [])?,
-                ],
-            )?,
+        rt::pickle::call(
+            state_rules(),
+            "torch._utils._rebuild_tensor_v2",
+            [
+                rt::pickle::Value::persistent([
+                    rt::pickle::Value::str("storage"),
+                    rt::pickle::table_global(
+                        storage_class_for(meta.dtype, byte_order),
+                        NAME,
+                        "storage_class",
+                        meta.dtype,
+                        byte_order,
+                    )?,
+                    rt::pickle::Value::str(&s.index.to_string()),
+                    rt::pickle::Value::str("cpu"),
+                    rt::pickle::Value::int(i128::from(s.numel)),
+                ]),
+                rt::pickle::Value::int(i128::from(s.offset)),
+                rt::pickle::Value::int_tuple(&meta.shape),
+                rt::pickle::Value::int_tuple(&s.strides),
+                rt::pickle::Value::Bool(false),
+                rt::pickle::call(state_rules(), "collections.OrderedDict", [])?,
+            ],
         )
     }
     impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
