@@ -5,16 +5,14 @@
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
-use tensorfmt_schema::ast::*;
+use tensorfmt_schema::ir::{self, Detect, EntriesMode, FormatId, Ir};
 
-use tensorfmt_schema::ir::{self, FormatId, Ir};
-
-use crate::expr::Cx;
 use crate::lower::Unlowered;
-use crate::model::{docs, rs_ident, Fmt, GResult};
+use crate::model::{docs, rs_ident};
 
-/// `detect` from the format's rules.
-pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<TokenStream> {
+/// `detect`: the format's detection rules over the first bytes or, for zip archives,
+/// over the member names (the archive indexed once, and kept by the source).
+pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
     let mut steps = Vec::new();
     let mut uses_limits = false;
     let mut described = Vec::new();
@@ -27,37 +25,34 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
         });
         described.push("a zip archive".to_string());
     }
-    for d in &fmt.detects {
+    for d in &ir.format(fid).detects {
         match d {
-            Detect::Magic { bytes, at, .. } => {
-                let n = Literal::usize_unsuffixed(bytes.value.len());
-                let b = Literal::byte_string(&bytes.value);
+            Detect::Magic { bytes, at, span } => {
+                let n = Literal::usize_unsuffixed(bytes.len());
+                let b = Literal::byte_string(bytes);
                 let at = Literal::u64_unsuffixed(*at);
+                described.push(format!("the magic `{}`", ir.text(fid, *span)));
                 steps.push(quote! {
                     let mut magic = [0u8; #n];
                     if src.data().read_exact_at(#at, &mut magic).is_err() || magic != *#b {
                         return false;
                     }
                 });
-                described.push(format!("the magic `{}`", cx.text(bytes.span)));
             }
-            Detect::Entries {
-                all,
-                none,
-                pattern,
-                span,
-            } => {
-                if !zip {
-                    return Err(cx.unsupported(*span, "`detect entries` outside the zip engine"));
-                }
-                let p = &pattern.value;
-                let test = if *none {
+            // The checker keeps member rules to zip formats.
+            Detect::Entries { mode, pattern } => {
+                let p = &pattern.text;
+                let test = match mode {
                     // `if !#test` below: no member may match.
-                    quote!(zip.members().iter().all(|m| !pattern.is_match(&m.name)))
-                } else if *all {
-                    quote!(zip.members().iter().all(|m| pattern.is_match(&m.name)))
-                } else {
-                    quote!(zip.members().iter().any(|m| pattern.is_match(&m.name)))
+                    EntriesMode::None => {
+                        quote!(zip.members().iter().all(|m| !pattern.is_match(&m.name)))
+                    }
+                    EntriesMode::All => {
+                        quote!(zip.members().iter().all(|m| pattern.is_match(&m.name)))
+                    }
+                    EntriesMode::Any => {
+                        quote!(zip.members().iter().any(|m| pattern.is_match(&m.name)))
+                    }
                 };
                 if !uses_limits {
                     // The archive is indexed once (and kept by the source), for every
@@ -77,17 +72,12 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
                     }
                 });
                 uses_limits = true;
-                described.push(format!(
-                    "{} member names matching `{}`",
-                    if *none {
-                        "no"
-                    } else if *all {
-                        "all"
-                    } else {
-                        "some"
-                    },
-                    p
-                ));
+                let how = match mode {
+                    EntriesMode::None => "no",
+                    EntriesMode::All => "all",
+                    EntriesMode::Any => "some",
+                };
+                described.push(format!("{how} member names matching `{p}`"));
             }
         }
     }
@@ -102,20 +92,20 @@ pub(crate) fn gen_detect(cx: &Cx<'_>, fmt: &Fmt<'_>, zip: bool) -> GResult<Token
     };
     let body = quote!(#(#steps)* true);
     if steps.is_empty() {
-        return Ok(quote! {
+        return quote! {
             #[doc = #doc]
             pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
                 false
             }
-        });
+        };
     }
-    Ok(quote! {
+    quote! {
         #[doc = #doc]
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
             #limits_use
             #body
         }
-    })
+    }
 }
 
 /// The `DESC` constant and the writer constructor behind it; `structure`: the format's

@@ -6,24 +6,12 @@ use tensorfmt_schema::ast::*;
 use crate::model::GenError;
 
 /// Generation context: which file the constructs come from.
-pub(crate) struct Cx<'a> {
+pub(crate) struct Cx {
     /// Index of the file.
     pub file: usize,
-    /// The file's text.
-    pub src: &'a str,
 }
 
-impl Cx<'_> {
-    /// The source text of `span`, whitespace collapsed.
-    pub fn text(&self, span: Span) -> String {
-        self.src
-            .get(span.start..span.end)
-            .unwrap_or("")
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-    }
-
+impl Cx {
     /// An error at `span`.
     pub fn err(&self, span: Span, message: impl Into<String>) -> GenError {
         GenError {

@@ -13,8 +13,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 use tensorfmt_schema::ir::{
-    self, Content, EntryId, Expr, ExprKind, FormatId, Ir, KvBackend, Member, MessageId, TensorKey,
-    Type,
+    self, Content, Expr, ExprKind, FormatId, Ir, KvBackend, MappingId, Member, TensorKey, Type,
 };
 
 use crate::lower::{Unlowered, R};
@@ -34,15 +33,6 @@ fn backend_name(b: KvBackend) -> &'static str {
         KvBackend::Records => "records",
         KvBackend::Lmdb => "lmdb",
         KvBackend::Leveldb => "leveldb",
-    }
-}
-
-/// The message of an entry's value.
-fn entry_msg(ir: &Ir, en: EntryId) -> R<MessageId> {
-    let e = ir.entry(en);
-    match &e.content {
-        Content::Value(Type::Message(m)) => Ok(*m),
-        _ => Err(no(e.span, "a `kv` entry whose value is not a message")),
     }
 }
 
@@ -68,7 +58,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         if backend == "records" {
             // A file of this format's records, mapped and written as `schema` does.
             let prefix = quote!(super::#other::);
-            let body = gen_records_backend(ir, fid, &prefix)?;
+            let body = gen_records_backend(&prefix);
             let desc = crate::engine::desc_full(
                 quote!(Ok(::std::boxed::Box::new(Writer { w, split: options.chunk_elements }))),
                 " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
@@ -134,7 +124,10 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let mut arms = Vec::new();
     for (i, &eid) in fmt.entries.iter().enumerate() {
         let en = ir.entry(eid);
-        let mid = entry_msg(ir, eid)?;
+        // The checker gives every entry of a kv format a message of it.
+        let Content::Value(Type::Message(mid)) = en.content else {
+            continue;
+        };
         let st = proto::entry_struct(&en.name);
         let msg = rs_ident(&proto::view_name(ir, mid));
         let caps: Vec<_> = en.pattern.captures.iter().map(|c| rs_ident(c)).collect();
@@ -288,7 +281,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         Some(db),
     );
     match backend {
-        "records" => items.push(gen_records_backend(ir, fid, &quote!())?),
+        "records" => items.push(gen_records_backend(&quote!())),
         b => {
             let detect_doc =
                 format!(" True when the source is a database folder read by the `{b}` backend.");
@@ -319,11 +312,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 /// default (the entry's `split`).
 fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let found = fmt
-        .mappings
-        .iter()
-        .find_map(|&m| ir.mapping(m).write.as_ref().map(|w| (m, w)));
-    let Some((mid, rule)) = found else {
+    let Some(written) = fmt.mappings.iter().find_map(|&m| written(ir, m)) else {
         // No write rule: the database is read-only.
         let msg = format!(
             "{} has no write rule: its databases are read-only",
@@ -345,36 +334,14 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             }
         });
     };
-    let map = ir.mapping(mid);
-    let Origin::Entry(eid) = proto::mapping_source(ir, mid)?.origin else {
-        return Err(no(map.source.span, "a write rule outside an entry"));
-    };
-    let en = ir.entry(eid);
+    let Written {
+        rule,
+        entry: en,
+        name_cap,
+        split,
+    } = written;
     let entry = &en.name;
-    // The capture the tensor's name goes to: `name = entry.capture`.
-    let name_cap = match map.key(TensorKey::Name).map(|e| &e.kind) {
-        Some(ExprKind::Member {
-            member: Member::Capture(e, c),
-            ..
-        }) if *e == eid => c.clone(),
-        _ => {
-            return Err(no(
-                map.span,
-                "a written mapping whose `name` is not a capture of its entry",
-            ))
-        }
-    };
-    let split = match en.split.as_ref().map(|e: &Expr| &e.kind) {
-        Some(ExprKind::Const(ir::Const::Int(n))) if *n > 0 && u64::try_from(*n).is_ok() => {
-            proc_macro2::Literal::u64_unsuffixed(*n as u64)
-        }
-        _ => {
-            return Err(no(
-                en.span,
-                "the written entry needs `split = N;` (elements per record)",
-            ))
-        }
-    };
+    let split = proc_macro2::Literal::u64_unsuffixed(split);
     let value = match WriteCx::new(ir, false, true).build(rule, true)? {
         Built::Encoded(ts) => ts,
         Built::Msg(ts) => quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts)),
@@ -437,25 +404,49 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     })
 }
 
-/// A file of records whose layout the format declares as `Record` (key and value
-/// fields): `records` lists them, `detect` requires the whole file to be records.
-fn gen_records_backend(ir: &Ir, fid: FormatId, schema: &TokenStream) -> R<TokenStream> {
-    let fmt = ir.format(fid);
-    let Some(layout) = ir.layout_named(fid, "Record") else {
-        return Err(no(
-            fmt.name_span,
-            "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
-        ));
+/// What the mapping with a write rule gives `encode_parts`.
+struct Written<'a> {
+    /// The write rule: the entry's message.
+    rule: &'a Expr,
+    /// The entry the mapping iterates.
+    entry: &'a ir::Entry,
+    /// The capture the tensor's name goes to (`name = entry.capture`).
+    name_cap: String,
+    /// Elements per record (the entry's `split`).
+    split: u64,
+}
+
+/// Mapping `m`'s write rule with what it writes, when it has one. The checker sees that
+/// a written mapping of a kv format iterates an entry's value, names its tensors by a
+/// capture of that entry, and that the entry has a positive constant `split`.
+fn written(ir: &Ir, m: MappingId) -> Option<Written<'_>> {
+    let map = ir.mapping(m);
+    let rule = map.write.as_ref()?;
+    let Some(ExprKind::Member {
+        member: Member::Capture(eid, name_cap),
+        ..
+    }) = map.key(TensorKey::Name).map(|e| &e.kind)
+    else {
+        return None;
     };
-    let layout = ir.layout(layout);
-    let has = |n: &str| layout.fields.iter().any(|f| f.name == n);
-    if !(has("key") && has("value")) {
-        return Err(no(
-            layout.span,
-            "`layout Record` needs fields `key` and `value`",
-        ));
-    }
-    Ok(quote! {
+    let entry = ir.entry(*eid);
+    let split = match entry.split.as_ref().map(|e| &e.kind) {
+        Some(ExprKind::Const(ir::Const::Int(n))) => u64::try_from(*n).ok()?,
+        _ => return None,
+    };
+    Some(Written {
+        rule,
+        entry,
+        name_cap: name_cap.clone(),
+        split,
+    })
+}
+
+/// A file of records whose layout the format declares as `Record` (the checker sees to
+/// its `key` and `value` fields): `records` lists them, `detect` requires the whole file
+/// to be records; mapped and written by module `schema` (`quote!()`: this one).
+fn gen_records_backend(schema: &TokenStream) -> TokenStream {
+    quote! {
         /// Every record of the file, in file order: its key and where its value is.
         pub fn records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
             let data = src.data();
@@ -534,5 +525,5 @@ fn gen_records_backend(ir: &Ir, fid: FormatId, schema: &TokenStream) -> R<TokenS
             let records = records(src, limits).map_err(in_file)?;
             #schema map_records(src, &records, limits)
         }
-    })
+    }
 }

@@ -180,10 +180,7 @@ fn format_items(
     fid: tensorfmt_schema::ir::FormatId,
 ) -> Result<TokenStream, Vec<GenError>> {
     let file = &model.files[fmt.file];
-    let cx = expr::Cx {
-        file: fmt.file,
-        src: &file.source,
-    };
+    let cx = expr::Cx { file: fmt.file };
     let mut errors: Vec<GenError> = fmt
         .unsupported
         .iter()
@@ -233,21 +230,15 @@ fn format_items(
 
     // The protobuf and kv engines generate their own detectors.
     if !matches!(kind, Some("protobuf" | "kv")) {
-        match engine::gen_detect(&cx, fmt, kind == Some("zip")) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+        items.push(engine::gen_detect(ir, fid, kind == Some("zip")));
     }
-    for t in &fmt.tables {
-        match table::gen_table(&cx, t) {
-            Ok(ts) => items.push(ts),
-            Err(e) => errors.push(e),
-        }
+    for &t in &ir.format(fid).tables {
+        items.push(table::gen_table(ir, t));
     }
     for &p in &ir.format(fid).pickles {
         items.push(pickle::gen_pickle(ir, p));
     }
-    let unlowered = |cx: &expr::Cx<'_>, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
+    let unlowered = |cx: &expr::Cx, u: lower::Unlowered| cx.unsupported(u.span, &u.what);
     for &d in &ir.format(fid).dicts {
         match read::gen_dict(ir, d) {
             Ok(ts) => items.push(ts),

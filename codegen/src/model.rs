@@ -1,5 +1,5 @@
-//! The schema as the generator sees it: each format's items sorted by kind, cross-format
-//! references resolved, and errors carrying the file they belong to.
+//! The schema as the generator sees it: each format's declaration with its engine and
+//! extensions, and errors carrying the file they belong to.
 
 use proc_macro2::Ident as RsIdent;
 use tensorfmt_schema::ast::*;
@@ -15,10 +15,7 @@ pub(crate) struct GenError {
     pub message: String,
 }
 
-/// Result of a generation step.
-pub(crate) type GResult<T> = Result<T, GenError>;
-
-/// One format with its items sorted by kind.
+/// One format: its declaration, engine and extensions.
 pub(crate) struct Fmt<'s> {
     /// Index of the file defining it.
     pub file: usize,
@@ -30,20 +27,6 @@ pub(crate) struct Fmt<'s> {
     pub engines: Vec<&'s Engine>,
     /// `extensions [...]`.
     pub extensions: Vec<&'s StrLit>,
-    /// `detect ...;` rules.
-    pub detects: Vec<&'s Detect>,
-    /// Tables.
-    pub tables: Vec<&'s Table>,
-    /// Dicts.
-    pub dicts: Vec<&'s Dict>,
-    /// Layouts.
-    pub layouts: Vec<&'s Layout>,
-    /// Entries.
-    pub entries: Vec<&'s Entry>,
-    /// Tensor mappings.
-    pub tensors: Vec<&'s TensorMap>,
-    /// Pickle declarations.
-    pub pickles: Vec<&'s Pickle>,
     /// Constructs the generator does not support, found while sorting.
     pub unsupported: Vec<(Span, &'static str)>,
 }
@@ -56,25 +39,20 @@ impl<'s> Fmt<'s> {
             module: rs_ident(&ast.name.name),
             engines: Vec::new(),
             extensions: Vec::new(),
-            detects: Vec::new(),
-            tables: Vec::new(),
-            dicts: Vec::new(),
-            layouts: Vec::new(),
-            entries: Vec::new(),
-            tensors: Vec::new(),
-            pickles: Vec::new(),
             unsupported: Vec::new(),
         };
         for item in &ast.items {
             match item {
                 Item::Engine(e) => f.engines.push(e),
                 Item::Extensions(x) => f.extensions.extend(x.iter()),
-                Item::Detect(d) => f.detects.push(d),
-                Item::Table(t) => f.tables.push(t),
-                Item::Dict(d) => f.dicts.push(d),
-                Item::Layout(l) => f.layouts.push(l),
-                Item::Entry(e) => f.entries.push(e),
-                Item::Tensor(t) => f.tensors.push(t),
+                // Generated from the IR.
+                Item::Detect(_)
+                | Item::Table(_)
+                | Item::Dict(_)
+                | Item::Layout(_)
+                | Item::Entry(_)
+                | Item::Tensor(_)
+                | Item::Pickle(_) => {}
                 // Read by the `protobuf` engine (`proto.rs`); elsewhere unsupported.
                 Item::Message(m) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f
                     .unsupported
@@ -83,7 +61,6 @@ impl<'s> Fmt<'s> {
                     .unsupported
                     .push((e.span, "a protobuf `enum` outside the protobuf engine")),
                 Item::Message(_) | Item::Enum(_) => {}
-                Item::Pickle(p) => f.pickles.push(p),
             }
         }
         f

@@ -19,6 +19,8 @@
 //! (`rt::protodoc`) are the runtime's. The `kv` engine reuses the views, the mappings
 //! and the write rules.
 
+use std::cell::RefCell;
+
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ast::{BinaryOp, Label, Span};
@@ -934,9 +936,11 @@ fn compile_stmts(
                     Form::Optional => ts.clone(),
                     _ => quote!(Some(#ts)),
                 };
-                let fields = match v.ty {
+                // The checker keeps `segment` to kv formats, a message with integer
+                // `begin` and `end`.
+                let fields: &[MessageField] = match v.ty {
                     Type::Message(m) => &ir.message(m).fields,
-                    _ => return Err(no(value.span, "a `segment` that is not a message")),
+                    _ => &[],
                 };
                 let bound = |n: &str| -> TokenStream {
                     let id = rs_ident(n);
@@ -1494,6 +1498,9 @@ pub(crate) struct WriteCx<'a> {
     /// a `&[u8]` in scope, and `begin`, `end` the elements it holds).
     pub(crate) stream: bool,
     env: WriteEnv,
+    /// The names bound so far for the fields that the branches of a conditional message
+    /// share.
+    bases: RefCell<Vec<String>>,
 }
 
 impl<'a> WriteCx<'a> {
@@ -1503,6 +1510,7 @@ impl<'a> WriteCx<'a> {
             ir,
             stream,
             env: WriteEnv { tensor },
+            bases: RefCell::default(),
         }
     }
 
@@ -1513,48 +1521,207 @@ impl<'a> WriteCx<'a> {
         }
     }
 
-    /// A message-valued rule: `M(..)`, or an `if` of them.
+    /// A message-valued rule: `M(..)`, or an `if` of them; what it binds first (encoded
+    /// messages, the fields the branches of an `if` share) in a block before it.
     pub(crate) fn build(&self, e: &Expr, top: bool) -> R<Built> {
-        match &e.kind {
-            ExprKind::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let c = self.lower().expr(cond)?.scalar();
-                let (a, b) = (self.build(then, top)?, self.build(otherwise, top)?);
-                let enc = |b: Built| match b {
-                    Built::Encoded(ts) => ts,
-                    Built::Msg(ts) => quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts)),
-                };
-                let choose = |a: TokenStream, b: TokenStream| {
-                    if matches!(otherwise.kind, ExprKind::If { .. }) {
-                        quote!(if #c { #a } else #b)
-                    } else {
-                        quote!(if #c { #a } else { #b })
-                    }
-                };
-                Ok(match (a, b) {
-                    (Built::Msg(a), Built::Msg(b)) => Built::Msg(choose(a, b)),
-                    (a, b) => Built::Encoded(choose(enc(a), enc(b))),
-                })
+        let (pre, built) = self.build_apart(e, top)?;
+        Ok(if pre.is_empty() {
+            built
+        } else {
+            match built {
+                Built::Msg(ts) => Built::Msg(quote!({ #(#pre)* #ts })),
+                Built::Encoded(ts) => Built::Encoded(quote!({ #(#pre)* #ts })),
             }
-            ExprKind::NewMessage { message, fields } => self.message(*message, fields, top),
+        })
+    }
+
+    /// [`build`](Self::build) apart: the statements that bind what the value needs
+    /// first, and the value.
+    pub(crate) fn build_apart(&self, e: &Expr, top: bool) -> R<(Vec<TokenStream>, Built)> {
+        let mut pre = Vec::new();
+        let built = self.build_in(e, top, &mut pre)?;
+        Ok((pre, built))
+    }
+
+    /// [`build`](Self::build), adding the statements the value needs first to `pre`.
+    fn build_in(&self, e: &Expr, top: bool, pre: &mut Vec<TokenStream>) -> R<Built> {
+        match &e.kind {
+            ExprKind::If { .. } => self.choice(e, top, pre),
+            ExprKind::NewMessage { message, fields } => {
+                self.message(*message, fields, top, None, pre)
+            }
             _ => Err(no(e.span, "a write rule that does not build a message")),
         }
     }
 
-    /// `M(field = value, ...)`: the prost message with those fields set; with the
-    /// tensor's elements in one of its fields (or in a message in one), the message
-    /// encoded.
-    fn message(&self, mid: MessageId, args: &[(usize, Expr)], top: bool) -> R<Built> {
+    /// `if a { M(..) } else if b { .. } else { .. }`. When every branch builds the same
+    /// message, the fields every branch sets alike are set once, before the `if` (in
+    /// `pre`), and each branch gives only its own (`..tensor_proto`).
+    fn choice(&self, e: &Expr, top: bool, pre: &mut Vec<TokenStream>) -> R<Built> {
+        let mut conds = Vec::new();
+        let mut branches = Vec::new();
+        let mut cur = e;
+        while let ExprKind::If {
+            cond,
+            then,
+            otherwise,
+        } = &cur.kind
+        {
+            conds.push(self.lower().expr(cond)?.scalar());
+            branches.push(&**then);
+            cur = otherwise;
+        }
+        branches.push(cur);
+        let base = self.common(&branches, pre)?;
+        let mut built = Vec::new();
+        for b in &branches {
+            let mut own = Vec::new();
+            let v = match (&b.kind, &base) {
+                (ExprKind::NewMessage { message, fields }, Some((id, common))) => {
+                    let rest: Vec<(usize, Expr)> = fields
+                        .iter()
+                        .filter(|(i, _)| !common.contains(i))
+                        .cloned()
+                        .collect();
+                    self.message(*message, &rest, top, Some(id), &mut own)?
+                }
+                _ => self.build_in(b, top, &mut own)?,
+            };
+            built.push((own, v));
+        }
+        // Every branch of one kind: encoded when one is.
+        let encoded = built.iter().any(|(_, v)| matches!(v, Built::Encoded(_)));
+        let code: Vec<TokenStream> = built
+            .into_iter()
+            .map(|(own, v)| {
+                let ts = match v {
+                    Built::Msg(ts) if encoded => {
+                        quote!(rt::protobuf::prost::Message::encode_to_vec(&#ts))
+                    }
+                    Built::Msg(ts) | Built::Encoded(ts) => ts,
+                };
+                if own.is_empty() {
+                    ts
+                } else {
+                    quote!({ #(#own)* #ts })
+                }
+            })
+            .collect();
+        let (last, firsts) = code.split_last().expect("an `if` has an else branch");
+        let mut ts = quote!({ #last });
+        for (c, b) in conds.iter().zip(firsts).rev() {
+            ts = quote!(if #c { #b } else #ts);
+        }
+        Ok(if encoded {
+            Built::Encoded(ts)
+        } else {
+            Built::Msg(ts)
+        })
+    }
+
+    /// The fields that every branch sets alike, when every branch builds the same
+    /// message: bound in `pre` as a message of those fields, its name and the fields.
+    fn common(
+        &self,
+        branches: &[&Expr],
+        pre: &mut Vec<TokenStream>,
+    ) -> R<Option<(Ident, Vec<usize>)>> {
+        let mut msgs = Vec::new();
+        for b in branches {
+            match &b.kind {
+                ExprKind::NewMessage { message, fields }
+                    if msgs.first().is_none_or(|(m, _)| m == message) =>
+                {
+                    msgs.push((*message, fields));
+                }
+                _ => return Ok(None),
+            }
+        }
+        let mid = msgs[0].0;
+        // Each branch's plain fields, by their code.
+        let mut sets = Vec::new();
+        for (_, fields) in &msgs {
+            let mut set = Vec::new();
+            for (i, v) in fields.iter() {
+                if let Some(code) = self.plain_set(mid, *i, v)? {
+                    set.push((*i, code.to_string()));
+                }
+            }
+            sets.push(set);
+        }
+        let common: Vec<usize> = sets[0]
+            .iter()
+            .filter(|f| sets[1..].iter().all(|s| s.contains(f)))
+            .map(|(i, _)| *i)
+            .collect();
+        if common.is_empty() {
+            return Ok(None);
+        }
+        let fields: Vec<(usize, Expr)> = msgs[0]
+            .1
+            .iter()
+            .filter(|(i, _)| common.contains(i))
+            .cloned()
+            .collect();
+        let Built::Msg(shared) = self.message(mid, &fields, false, None, pre)? else {
+            return Ok(None);
+        };
+        let id = self.fresh(&snake(&view_name(self.ir, mid)));
+        pre.push(quote!(let #id = #shared;));
+        Ok(Some((id, common)))
+    }
+
+    /// A name for a binding from `base`, unlike the rule's other names.
+    fn fresh(&self, base: &str) -> Ident {
+        const TAKEN: &[&str] = &["meta", "data", "begin", "end", "place", "name", "doc"];
+        let mut bases = self.bases.borrow_mut();
+        let mut name = base.to_string();
+        let mut i = 1;
+        while TAKEN.contains(&name.as_str()) || bases.contains(&name) {
+            i += 1;
+            name = format!("{base}_{i}");
+        }
+        bases.push(name.clone());
+        rs_ident(&name)
+    }
+
+    /// The code of `field = value` of message `mid` when it is plain (no tensor
+    /// elements, no message encoded or bound first), to compare branches by.
+    fn plain_set(&self, mid: MessageId, i: usize, value: &Expr) -> R<Option<TokenStream>> {
+        let f = &self.ir.message(mid).fields[i];
+        let id = rs_ident(&f.name);
+        if matches!(value.kind, ExprKind::WriteVar(WriteVar::Data)) {
+            return Ok(None);
+        }
+        if let (ProtoType::Message(_), false) = (f.proto, f.label == Label::Repeated) {
+            let mut pre = Vec::new();
+            return Ok(match self.build_in(value, false, &mut pre)? {
+                Built::Msg(ts) if pre.is_empty() => Some(quote!(#id: Some(#ts),)),
+                _ => None,
+            });
+        }
+        let v = self.assign(mid, i, value)?;
+        Ok(Some(quote!(#id: #v,)))
+    }
+
+    /// `M(field = value, ...)`: the prost message with those fields set (the others from
+    /// `base`, or their defaults); with the tensor's elements in one of its fields (or in
+    /// a message in one), the message encoded, the messages encoded already that it
+    /// holds bound first (in `pre`).
+    fn message(
+        &self,
+        mid: MessageId,
+        args: &[(usize, Expr)],
+        top: bool,
+        base: Option<&Ident>,
+        pre: &mut Vec<TokenStream>,
+    ) -> R<Built> {
         let m = self.ir.message(mid);
         let ty = view_ident(self.ir, mid);
         let mut sets = Vec::new();
         // What is added to the encoded message: elements, and messages encoded already
         // (bound first).
         let mut extras: Vec<(Literal, TokenStream)> = Vec::new();
-        let mut lets = Vec::new();
         let mut payload = None;
         for (i, value) in args {
             let f = &m.fields[*i];
@@ -1567,22 +1734,22 @@ impl<'a> WriteCx<'a> {
                     continue;
                 }
                 let holder = match (wire(f), repeated) {
-                    (Wire::Float, true) => quote!(rt::protobuf::Holder::Float),
-                    (Wire::Double, true) => quote!(rt::protobuf::Holder::Double),
-                    (Wire::Bytes | Wire::Str, false) => quote!(rt::protobuf::Holder::Bytes),
-                    (Wire::Bytes | Wire::Str, true) => quote!(rt::protobuf::Holder::Strings),
-                    _ => quote!(rt::protobuf::Holder::Varint),
+                    (Wire::Float, true) => quote!(Float),
+                    (Wire::Double, true) => quote!(Double),
+                    (Wire::Bytes | Wire::Str, false) => quote!(Bytes),
+                    (Wire::Bytes | Wire::Str, true) => quote!(Strings),
+                    _ => quote!(Varint),
                 };
                 extras.push((
                     tag,
-                    quote!(rt::protobuf::Extra::Elements(#holder, meta.dtype, data)),
+                    quote!(rt::protobuf::Holder::#holder.elements(meta.dtype, data)),
                 ));
                 continue;
             }
             if let (ProtoType::Message(_), false) = (f.proto, repeated) {
-                match self.build(value, false)? {
+                match self.build_in(value, false, pre)? {
                     Built::Encoded(ts) => {
-                        lets.push(quote!(let #id = #ts;));
+                        pre.push(quote!(let #id = #ts;));
                         extras.push((tag, quote!(rt::protobuf::Extra::Message(&#id))));
                     }
                     Built::Msg(ts) => sets.push(quote!(#id: Some(#ts),)),
@@ -1592,23 +1759,20 @@ impl<'a> WriteCx<'a> {
             let v = self.assign(mid, *i, value)?;
             sets.push(quote!(#id: #v,));
         }
-        let rest = if sets.len() < m.fields.len() {
-            quote!(..Default::default())
-        } else {
-            quote!()
+        let build = match base {
+            Some(b) if sets.is_empty() => quote!(#b),
+            Some(b) => quote!(messages::#ty { #(#sets)* ..#b }),
+            None if sets.len() < m.fields.len() => {
+                quote!(messages::#ty { #(#sets)* ..Default::default() })
+            }
+            None => quote!(messages::#ty { #(#sets)* }),
         };
-        let build = quote!(messages::#ty {
-            #(#sets)*
-            #rest
-        });
         if !extras.is_empty() {
             let encoded = quote!(rt::protobuf::prost::Message::encode_to_vec(&#build));
             let adds = extras.iter().map(|(tag, add)| quote!((#tag, #add)));
-            let mut ts = quote!(rt::protobuf::append(#encoded, [#(#adds),*])?);
-            if !lets.is_empty() {
-                ts = quote!({ #(#lets)* #ts });
-            }
-            return Ok(Built::Encoded(ts));
+            return Ok(Built::Encoded(
+                quote!(rt::protobuf::append(#encoded, [#(#adds),*])?),
+            ));
         }
         if top && self.stream {
             let p = match payload {
@@ -1764,9 +1928,11 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     };
     let src = mapping_source(ir, mid)?;
     let wcx = WriteCx::new(ir, true, true);
-    let rule_ts = match wcx.build(rule, true)? {
-        Built::Msg(ts) => ts,
-        Built::Encoded(_) => return Err(no(rule.span, "tensor elements in a document's item")),
+    let (rule_pre, rule_ts) = match wcx.build_apart(rule, true)? {
+        (pre, Built::Msg(ts)) => (pre, ts),
+        (_, Built::Encoded(_)) => {
+            return Err(no(rule.span, "tensor elements in a document's item"))
+        }
     };
     // Where the tensor is placed matters only to a rule that says so (external data).
     let place = if mentions(&rule_ts, "place") {
@@ -1863,6 +2029,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             meta: &rt::TensorMeta,
             #place: &rt::protodoc::Placement,
         ) -> rt::Result<(Vec<u8>, Option<u32>)> {
+            #(#rule_pre)*
             let (item, payload): (messages::#item_ty, Option<u32>) = #rule_ts;
             Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
         }

@@ -120,7 +120,7 @@ pub enum Detect {
         /// The whole item.
         span: Span,
     },
-    /// `detect entries all|any|none "pattern";` (container engines)
+    /// `detect entries all|any|none "pattern";` (the zip engine)
     Entries {
         /// True for `all`, false for `any` and `none`.
         all: bool,

@@ -481,12 +481,9 @@ impl<'a> Checker<'a> {
                 }
             }
             Detect::Entries { pattern, span, .. } => {
+                // A kv format has no `detect` rules at all (an engine rule over the IR).
                 if !matches!(at.fmt.engine_kind(), "zip" | "kv") {
-                    self.err(
-                        at.file,
-                        *span,
-                        "`detect entries` needs a container engine (zip or kv)",
-                    );
+                    self.err(at.file, *span, "`detect entries` needs the zip engine");
                 }
                 self.pattern(at, pattern);
             }
@@ -514,6 +511,15 @@ impl<'a> Checker<'a> {
                         t.name.name
                     ),
                     "keys of an `int -> dtype` table are integers: `1 => f32`",
+                ),
+                (TableKey::Int(k), KeyKind::Int) if i64::try_from(*k).is_err() => self.err_help(
+                    at.file,
+                    r.span,
+                    format!(
+                        "table '{}' has the key {k}, outside the range of i64",
+                        t.name.name
+                    ),
+                    "integer table keys are 64-bit signed integers",
                 ),
                 _ => {}
             }

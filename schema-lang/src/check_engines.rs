@@ -1,13 +1,22 @@
 //! Engine rules over the typed IR: what the `zip` engine (around pickles, or over another
-//! format's layout) and the `file` engine around pickles can mean. They run after
-//! lowering, on a schema that passed every other check, so that every construct the
-//! code generator receives is one it generates.
+//! format's layout), the `file` engine around pickles and the `kv` engine can mean. They
+//! run after lowering, on a schema that passed every other check, so that every construct
+//! the code generator receives is one it generates.
+//!
+//! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
+//! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
+//! rules; each entry holds a message of the format (`value M;`); a mapping iterates an
+//! entry's value or messages in it, and sets only what a database record gives (`name`,
+//! `dtype`, `shape`, `data`, `segment`); a `segment` is a message with integer `begin` and
+//! `end`, and only kv formats join parts of a tensor by it; one mapping at most writes,
+//! naming its tensors by a capture of its entry (`name = blob.name`), which has a
+//! positive constant `split`, and its `write` rule makes the entry's message.
 
-use crate::ast::{SchemaFile, Span};
+use crate::ast::{Label, SchemaFile, Span};
 use crate::diag::Diagnostic;
 use crate::ir::{
     Builtin, Codec, Const, Content, Engine, EntryId, Expr, ExprKind, FieldId, FormatId, Ir,
-    LayoutId, Mapping, MappingStmt, Member, Repeat, TensorKey, Type,
+    KvBackend, LayoutId, Mapping, MappingStmt, Member, Repeat, TensorKey, Type,
 };
 
 /// Every engine rule broken in `ir`.
@@ -68,6 +77,18 @@ fn unsliced(e: &Expr) -> &Expr {
     }
 }
 
+/// The entry a kv mapping's source starts at: `E.value`, then message fields.
+fn source_entry(e: &Expr) -> Option<EntryId> {
+    let ExprKind::Member { base, member } = &e.kind else {
+        return None;
+    };
+    match member {
+        Member::MessageField(..) => source_entry(base),
+        Member::EntryValue(en) if matches!(base.kind, ExprKind::Entry(x) if x == *en) => Some(*en),
+        _ => None,
+    }
+}
+
 impl Rules<'_> {
     fn err(&mut self, span: Span, msg: impl Into<String>, help: impl Into<String>) {
         let f = &self.files[self.ir.format(self.fid).file];
@@ -82,7 +103,11 @@ impl Rules<'_> {
             (Engine::Zip, Some(&p)) => self.zip_pickle(p),
             (Engine::Zip, None) => self.zip_layout(),
             (Engine::File, _) => self.file_pickle(),
+            (Engine::Kv { backend, .. }, _) => self.kv(*backend),
             _ => {}
+        }
+        if !matches!(f.engine, Engine::Kv { .. }) {
+            self.segments();
         }
         for &e in &f.entries {
             let e = self.ir.entry(e);
@@ -533,6 +558,168 @@ impl Rules<'_> {
                     c.span,
                     "a pickle field's check compares the field with literals",
                     "`check magic == 0x1950a86a20f9469cfc6c;` (`==`, `!=`, `&&`, `||`)",
+                );
+            }
+        }
+    }
+
+    /// `segment` outside a kv format.
+    fn segments(&mut self) {
+        let ir = self.ir;
+        for &m in &ir.format(self.fid).mappings {
+            if let Some(s) = ir.mapping(m).key(TensorKey::Segment) {
+                self.err(
+                    s.span,
+                    "only kv formats join the parts of a tensor by `segment`",
+                    "a tensor of this engine is whole where it is: remove `segment`",
+                );
+            }
+        }
+    }
+
+    /// A `kv` format: its backend's records, its entries, its mappings and write rule.
+    fn kv(&mut self, backend: KvBackend) {
+        let ir = self.ir;
+        let fmt = ir.format(self.fid);
+        if backend == KvBackend::Records {
+            let record = ir.layout_named(self.fid, "Record").map(|l| ir.layout(l));
+            let field_ty =
+                |n: &str| record.and_then(|l| l.fields.iter().find(|f| f.name == n).map(|f| &f.ty));
+            if field_ty("key") != Some(&Type::Bytes) || field_ty("value") != Some(&Type::Payload) {
+                self.err(
+                    fmt.name_span,
+                    "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
+                    "declare `layout Record { ..; key: bytes size ..; value: payload size ..; }`",
+                );
+            }
+        }
+        if !fmt.detects.is_empty() {
+            self.err(
+                fmt.name_span,
+                format!("kv format '{}' has `detect` rules", fmt.name),
+                "a kv format is detected by its backend (a database folder, a file of records): remove the `detect` rules",
+            );
+        }
+        for &e in &fmt.entries {
+            let en = ir.entry(e);
+            let ok = matches!(&en.content, Content::Value(Type::Message(m)) if ir.message(*m).format == self.fid);
+            if !ok {
+                self.err(
+                    en.span,
+                    format!(
+                        "the records of kv entry '{}' do not hold a message of this format",
+                        en.name
+                    ),
+                    format!(
+                        "give the entry `value M;`, M a message of format '{}'",
+                        fmt.name
+                    ),
+                );
+            }
+        }
+        let mut written = false;
+        for &m in &fmt.mappings {
+            let map = ir.mapping(m);
+            let entry =
+                source_entry(&map.source).filter(|_| matches!(map.binding_ty, Type::Message(_)));
+            let Some(entry) = entry else {
+                self.err(
+                    map.source.span,
+                    "a kv mapping iterates an entry's value or the messages in it",
+                    "`tensor from blob.value.tensor as t`, `tensor from record.value.protos as p`",
+                );
+                continue;
+            };
+            self.kv_mapping(map);
+            if let Some(rule) = &map.write {
+                if written {
+                    self.err(
+                        rule.span,
+                        "a second write rule in a kv format",
+                        "a kv format writes every tensor one way: keep one mapping's `write`",
+                    );
+                }
+                written = true;
+                self.kv_write(map, entry, rule);
+            }
+        }
+    }
+
+    /// What a mapping of a kv format sets.
+    fn kv_mapping(&mut self, map: &Mapping) {
+        for s in &map.stmts {
+            let MappingStmt::Set { key, value } = s else {
+                continue;
+            };
+            match key {
+                TensorKey::Strides | TensorKey::Order | TensorKey::ByteOrder => self.err(
+                    value.span,
+                    format!("a kv mapping does not set `{}`", key.name()),
+                    "a database record gives a tensor's name, dtype, shape, data and segment; its elements are in C order, little-endian",
+                ),
+                TensorKey::Segment => {
+                    let ok = match &value.ty {
+                        Type::Message(m) => {
+                            let msg = self.ir.message(*m);
+                            ["begin", "end"].iter().all(|n| {
+                                msg.fields.iter().any(|f| {
+                                    f.name == *n && f.label != Label::Repeated && f.ty.is_int()
+                                })
+                            })
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        self.err(
+                            value.span,
+                            "a `segment` is a message with integer fields `begin` and `end`",
+                            "the elements [begin, end) of the whole tensor that the record holds",
+                        );
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The write rule of a kv mapping over `entry`.
+    fn kv_write(&mut self, map: &Mapping, entry: EntryId, rule: &Expr) {
+        let ir = self.ir;
+        let en = ir.entry(entry);
+        let by_capture = matches!(
+            map.key(TensorKey::Name).map(|e| &e.kind),
+            Some(ExprKind::Member { member: Member::Capture(e, _), .. }) if *e == entry
+        );
+        if !by_capture {
+            self.err(
+                map.span,
+                "a written kv mapping names its tensors by a capture of its entry",
+                format!(
+                    "`name = {}.<capture>;`, a capture of \"{}\" (the other captures get the part's index)",
+                    en.name, en.pattern.text
+                ),
+            );
+        }
+        let split = matches!(
+            en.split.as_ref().map(|e| &e.kind),
+            Some(ExprKind::Const(Const::Int(n))) if *n > 0 && u64::try_from(*n).is_ok()
+        );
+        if !split {
+            self.err(
+                en.span,
+                format!("entry '{}' is written, but has no `split`", en.name),
+                "`split = N;`: at most N elements per record (a positive integer)",
+            );
+        }
+        if let Content::Value(want) = &en.content {
+            if rule.ty != *want {
+                self.err(
+                    rule.span,
+                    format!(
+                        "the write rule does not make the value of entry '{}'",
+                        en.name
+                    ),
+                    "the rule builds the entry's message: `write = M(field = .., ...);`",
                 );
             }
         }

@@ -258,16 +258,7 @@ pub mod kvl {
                         ..Default::default()
                     },
                 ),
-                [
-                    (
-                        4,
-                        rt::protobuf::Extra::Elements(
-                            rt::protobuf::Holder::Float,
-                            meta.dtype,
-                            data,
-                        ),
-                    ),
-                ],
+                [(4, rt::protobuf::Holder::Float.elements(meta.dtype, data))],
             )?,
         )
     }

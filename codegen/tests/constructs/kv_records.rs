@@ -256,16 +256,7 @@ pub mod kvrec {
                         ..Default::default()
                     },
                 ),
-                [
-                    (
-                        3,
-                        rt::protobuf::Extra::Elements(
-                            rt::protobuf::Holder::Bytes,
-                            meta.dtype,
-                            data,
-                        ),
-                    ),
-                ],
+                [(3, rt::protobuf::Holder::Bytes.elements(meta.dtype, data))],
             )?,
         )
     }

@@ -755,6 +755,13 @@ pub enum Holder {
     Strings,
 }
 
+impl Holder {
+    /// The elements `data` (`dtype`, little-endian) held this way, for [`append`].
+    pub fn elements(self, dtype: tensorfmt_core::DType, data: &[u8]) -> Extra<'_> {
+        Extra::Elements(self, dtype, data)
+    }
+}
+
 /// Writes the elements `data` (little-endian, `dtype`; a string tensor as each element's
 /// u64-LE length then its bytes) as field `number` held as `holder` says. Refuses
 /// element types the holder cannot hold (a float tensor in a varint field).

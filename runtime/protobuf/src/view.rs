@@ -163,3 +163,34 @@ pub fn is_message(bytes: &[u8], declared: &[(u32, WireType)]) -> bool {
     }
     known
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Field, Value};
+
+    fn field(value: Value<'_>) -> Field<'_> {
+        Field {
+            number: 1,
+            value,
+            offset: 0,
+        }
+    }
+
+    #[test]
+    fn zigzag_and_fixed_values() {
+        assert_eq!(field(Value::Varint(0)).zigzag("f").unwrap(), 0);
+        assert_eq!(field(Value::Varint(1)).zigzag("f").unwrap(), -1);
+        assert_eq!(field(Value::Varint(4)).zigzag("f").unwrap(), 2);
+        assert_eq!(
+            field(Value::Varint(u64::MAX)).zigzag("f").unwrap(),
+            i64::MIN
+        );
+        let v = field(Value::I32(u32::MAX));
+        assert_eq!(v.fixed32("f").unwrap(), i64::from(u32::MAX));
+        assert_eq!(v.sfixed32("f").unwrap(), -1);
+        assert_eq!(field(Value::I64(u64::MAX)).fixed64("f").unwrap(), -1);
+        assert!(field(Value::Varint(1)).fixed64("f").is_err());
+        assert!(field(Value::I64(1)).zigzag("f").is_err());
+        assert!(field(Value::I64(1)).sfixed32("f").is_err());
+    }
+}

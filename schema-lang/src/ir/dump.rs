@@ -53,7 +53,7 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
     }
     for det in &f.detects {
         match det {
-            Detect::Magic { bytes, at } => {
+            Detect::Magic { bytes, at, .. } => {
                 let _ = writeln!(out, "  detect magic {} at {at}", bytes_lit(bytes));
             }
             Detect::Entries { mode, pattern } => {

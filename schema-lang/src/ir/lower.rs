@@ -402,6 +402,7 @@ impl<'a> Lower<'a> {
                     ast::Detect::Magic { bytes, at, .. } => Detect::Magic {
                         bytes: bytes.value.clone(),
                         at: *at,
+                        span: bytes.span,
                     },
                     ast::Detect::Entries {
                         all,

@@ -317,6 +317,8 @@ pub enum Detect {
         bytes: Vec<u8>,
         /// Their offset.
         at: u64,
+        /// The bytes literal as written (`b"PK\x03\x04"`).
+        span: Span,
     },
     /// `detect entries all|any|none "pattern";`
     Entries {
