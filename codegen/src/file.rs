@@ -104,7 +104,7 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
                 Some(p) if !p.is_empty() => quote!(.map_err(|e| e.in_field(#p))),
                 _ => quote!(),
             };
-            out.push(quote!(let (dtype, byte_order) = rt::expr::dtype(#tf(#k), #k)#place?;));
+            out.push(quote!(let (dtype, byte_order) = rt::expr::lookup(#tf, #k)#place?;));
         }
         _ => {
             let d = Lower { ir, env: &*env }.expr(dtype)?.scalar();

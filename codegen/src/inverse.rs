@@ -353,13 +353,19 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             " Writes one tensor as a `{}`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.",
             l.name
         );
-        let writer = single_writer(&fmt.public_name);
-        let desc = crate::engine::desc(false);
+        let desc = crate::engine::desc_around(
+            quote! {
+                let _ = options;
+                Ok(::std::boxed::Box::new(writer(w)))
+            },
+            " This format for the registry: name, extensions, detector, indexer and writer.",
+            false,
+        );
         return Ok(quote! {
             #(#fns)*
             #[doc = #wdoc]
-            pub fn write_tensor<W: ::std::io::Write + ?Sized>(
-                w: &mut W,
+            pub fn write_tensor(
+                w: &mut dyn ::std::io::Write,
                 meta: &rt::TensorMeta,
                 data: rt::Payload<'_>,
             ) -> rt::Result<u64> {
@@ -367,7 +373,10 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 #refuse_big
                 #lname::write(w, #(#args),*)
             }
-            #writer
+            /// A streaming writer of these files: exactly one tensor, written by [`write_tensor`] as it is added.
+            pub fn writer<W: ::std::io::Write + ::std::io::Seek>(w: W) -> rt::SingleTensorWriter<W> {
+                rt::SingleTensorWriter::new(w, NAME, write_tensor)
+            }
             #desc
         });
     }
@@ -514,58 +523,4 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 
         #desc
     })
-}
-
-/// The `Writer` of a format of one tensor per file.
-fn single_writer(name: &str) -> TokenStream {
-    let one = format!("{name} holds exactly one tensor");
-    let none = format!("{name} holds exactly one tensor; none was added");
-    let wdoc = format!(
-        " Streaming writer of `{name}` files: exactly one tensor, then [`Writer::finish`]."
-    );
-    quote! {
-        #[doc = #wdoc]
-        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
-            out: W,
-            written: bool,
-        }
-
-        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
-            /// A writer into `w` (written from its current position).
-            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-                let _ = options;
-                Ok(Writer { out: w, written: false })
-            }
-
-            /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                if self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(#one.to_string())));
-                }
-                write_tensor(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
-                self.written = true;
-                Ok(())
-            }
-
-            /// Flushes and returns the output; an error when no tensor was added.
-            pub fn finish(mut self) -> rt::Result<W> {
-                if !self.written {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(#none.to_string())));
-                }
-                self.out.flush()?;
-                Ok(self.out)
-            }
-        }
-
-        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                Writer::add(self, meta, data)
-            }
-
-            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                Writer::finish(*self)?;
-                Ok(())
-            }
-        }
-    }
 }

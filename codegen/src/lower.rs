@@ -430,7 +430,7 @@ impl Lower<'_> {
                         quote!(rt::expr::narrow::<i64>(#k, "i64")?)
                     }
                 };
-                Val::value(quote!(rt::expr::dtype(#f(#key_ts), #key_ts)?), ty)
+                Val::value(quote!(rt::expr::lookup(#f, #key_ts)?), ty)
             }
             ExprKind::Index { base, index, how } => {
                 if *how != IndexKind::Position {

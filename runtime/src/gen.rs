@@ -37,7 +37,8 @@ pub use tensorfmt_core::output::{AtomicFile, Spool};
 pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{
-    no_structure, FormatDesc, Payload, Replacement, RewriteFn, StorageView, TensorWriter, WriteSeek,
+    no_structure, FormatDesc, Payload, Replacement, RewriteFn, SingleTensorWriter, StorageView,
+    TensorWriter, WriteOneFn, WriteSeek,
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
 pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};

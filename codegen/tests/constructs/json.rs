@@ -166,10 +166,7 @@ pub mod jsonhdr {
         t: &(::std::string::String, Entry),
         name: &str,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::dtype(
-                dtypes(t.1.dtype.as_str()),
-                t.1.dtype.as_str(),
-            )
+        let (dtype, byte_order) = rt::expr::lookup(dtypes, t.1.dtype.as_str())
             .map_err(|e| e.in_field("value.dtype"))?;
         let shape: ::std::vec::Vec<u64> = rt::expr::dims(&t.1.shape)?;
         let order = rt::Order::C;

@@ -166,8 +166,8 @@ pub mod numbers {
         name: ::std::string::String,
         locate: &dyn Fn(u64, u64) -> rt::DataLocation,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::dtype(
-                kinds(rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?),
+        let (dtype, byte_order) = rt::expr::lookup(
+                kinds,
                 rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?,
             )
             .map_err(|e| e.in_field("kind"))?;
@@ -202,8 +202,8 @@ pub mod numbers {
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
-    pub fn write_tensor<W: ::std::io::Write + ?Sized>(
-        w: &mut W,
+    pub fn write_tensor(
+        w: &mut dyn ::std::io::Write,
         meta: &rt::TensorMeta,
         data: rt::Payload<'_>,
     ) -> rt::Result<u64> {
@@ -237,71 +237,18 @@ pub mod numbers {
             meta.nbytes()?,
         )
     }
-    /// Streaming writer of `numbers` files: exactly one tensor, then [`Writer::finish`].
-    pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
-        out: W,
-        written: bool,
-    }
-    impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
-        /// A writer into `w` (written from its current position).
-        pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-            let _ = options;
-            Ok(Writer { out: w, written: false })
-        }
-        /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order.
-        pub fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            if self.written {
-                return Err(
-                    rt::Error::from(
-                        rt::ErrorKind::Unsupported(
-                            "numbers holds exactly one tensor".to_string(),
-                        ),
-                    ),
-                );
-            }
-            write_tensor(&mut self.out, meta, data)
-                .map_err(|e| e.in_entry(meta.name.as_str()))?;
-            self.written = true;
-            Ok(())
-        }
-        /// Flushes and returns the output; an error when no tensor was added.
-        pub fn finish(mut self) -> rt::Result<W> {
-            if !self.written {
-                return Err(
-                    rt::Error::from(
-                        rt::ErrorKind::Invalid(
-                            "numbers holds exactly one tensor; none was added"
-                                .to_string(),
-                        ),
-                    ),
-                );
-            }
-            self.out.flush()?;
-            Ok(self.out)
-        }
-    }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
-        }
-        fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
-        }
+    /// A streaming writer of these files: exactly one tensor, written by [`write_tensor`] as it is added.
+    pub fn writer<W: ::std::io::Write + ::std::io::Seek>(
+        w: W,
+    ) -> rt::SingleTensorWriter<W> {
+        rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
     fn new_writer<'a>(
         w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
         options: &rt::WriteOptions,
     ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
+        let _ = options;
+        Ok(::std::boxed::Box::new(writer(w)))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {

@@ -141,13 +141,13 @@ pub fn slice(data: (u64, u64), start: i128, end: Option<i128>) -> Result<(u64, u
     Ok((offset + start as u64, (end - start) as u64))
 }
 
-/// A table lookup's result: the dtype and byte order `found` for `key`, or an
+/// `T[key]`: the dtype and byte order table `T` gives `key`, or an
 /// [`ErrorKind::UnknownDType`] error naming the key.
-pub fn dtype<K: Display>(
-    found: Option<(DType, Option<ByteOrder>)>,
+pub fn lookup<K: Copy + Display>(
+    table: impl Fn(K) -> Option<(DType, Option<ByteOrder>)>,
     key: K,
 ) -> Result<(DType, Option<ByteOrder>)> {
-    found.ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
+    table(key).ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
 }
 
 /// `itemsize(dtype)`: bytes per element; an error for a dtype without a fixed size.

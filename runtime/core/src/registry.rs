@@ -177,6 +177,70 @@ pub trait TensorWriter {
     }
 }
 
+/// Writes one tensor as a whole file of a format that holds one tensor per file (npy's
+/// generated `write_tensor`): the header from `meta`, then `data`'s bytes. Returns the
+/// number of bytes written.
+pub type WriteOneFn = fn(&mut dyn Write, &TensorMeta, Payload<'_>) -> Result<u64>;
+
+/// The streaming writer of a format that holds exactly one tensor per file: the tensor is
+/// written by the format's [`WriteOneFn`] as it is added; a second tensor, or none, is an
+/// error naming the format.
+pub struct SingleTensorWriter<W> {
+    out: W,
+    format: &'static str,
+    write: WriteOneFn,
+    written: bool,
+}
+
+impl<W: Write + Seek> SingleTensorWriter<W> {
+    /// A writer of `format`'s files into `out` (written from its current position).
+    pub fn new(out: W, format: &'static str, write: WriteOneFn) -> Self {
+        SingleTensorWriter {
+            out,
+            format,
+            write,
+            written: false,
+        }
+    }
+
+    /// Writes the tensor: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and
+    /// byte order.
+    pub fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        if self.written {
+            return Err(Error::from(ErrorKind::Unsupported(format!(
+                "{} holds exactly one tensor",
+                self.format
+            ))));
+        }
+        (self.write)(&mut self.out, meta, data).map_err(|e| e.in_entry(meta.name.as_str()))?;
+        self.written = true;
+        Ok(())
+    }
+
+    /// Flushes and returns the output; an error when no tensor was added.
+    pub fn finish(mut self) -> Result<W> {
+        if !self.written {
+            return Err(Error::from(ErrorKind::Invalid(format!(
+                "{} holds exactly one tensor; none was added",
+                self.format
+            ))));
+        }
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+impl<W: Write + Seek> TensorWriter for SingleTensorWriter<W> {
+    fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        SingleTensorWriter::add(self, meta, data)
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        SingleTensorWriter::finish(*self)?;
+        Ok(())
+    }
+}
+
 /// The [`FormatDesc::structure`] of formats that store tensors alone.
 pub fn no_structure(_: &Source, _: &Limits) -> Result<Option<Node>> {
     Ok(None)
