@@ -94,17 +94,17 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
     match &dtype.kind {
         ExprKind::Lookup { table, key } => {
             let t = ir.table(*table);
-            let tf = rs_ident(&t.name);
+            let tf = rs_ident(&crate::table::const_name(&t.name));
             let k = Lower { ir, env: &*env }.expr(key)?.scalar();
             let k = match t.key {
                 ir::KeyKind::Str => k,
-                ir::KeyKind::Int => quote!(rt::expr::narrow::<i64>(#k, "i64")?),
+                ir::KeyKind::Int => quote!(&rt::expr::narrow::<i64>(#k, "i64")?),
             };
             let place = match path_text(ir, key) {
                 Some(p) if !p.is_empty() => quote!(.map_err(|e| e.in_field(#p))),
                 _ => quote!(),
             };
-            out.push(quote!(let (dtype, byte_order) = rt::expr::lookup(#tf, #k)#place?;));
+            out.push(quote!(let (dtype, byte_order) = #tf.lookup(#k)#place?;));
         }
         _ => {
             let d = Lower { ir, env: &*env }.expr(dtype)?.scalar();

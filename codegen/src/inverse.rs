@@ -64,16 +64,11 @@ impl Gen<'_> {
             },
             Inv::Dtype(table) => {
                 let tb = self.ir.table(*table);
-                let f = format_ident!("{}_for", tb.name);
+                let t = rs_ident(&crate::table::const_name(&tb.name));
                 let code = format_ident!("{}", tb.name);
-                let msg = format!(
-                    "{} has no `{}` code for dtype {{}} in {{:?}} byte order",
-                    self.public, tb.name
-                );
+                let public = self.public;
                 self.pre.push(quote! {
-                    let #code = #f(meta.dtype, meta.byte_order).ok_or_else(|| {
-                        rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, meta.dtype, meta.byte_order)))
-                    })?;
+                    let #code = *#t.require_key(#public, meta.dtype, meta.byte_order)?;
                 });
                 match tb.key {
                     KeyKind::Str => quote!(#code.to_string()),

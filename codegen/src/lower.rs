@@ -410,11 +410,11 @@ impl Lower<'_> {
             ExprKind::Member { base, member } => self.member(e, base, member)?,
             ExprKind::Lookup { table, key } => {
                 let t = self.ir.table(*table);
-                let f = self.item_path(t.format, &t.name);
+                let f = self.table_path(*table);
                 let k = self.expr(key)?;
                 if let Type::Pickled(_) = k.ty {
                     let (k, what) = (&k.ts, self.text(key));
-                    return Ok(Val::value(quote!(rt::pickle::lookup(#f, #k, #what)?), ty));
+                    return Ok(Val::value(quote!(rt::pickle::lookup(&#f, #k, #what)?), ty));
                 }
                 let key_ts = match (t.key, &k.ty) {
                     (ir::KeyKind::Str, _) => k.scalar(),
@@ -430,7 +430,11 @@ impl Lower<'_> {
                         quote!(rt::expr::narrow::<i64>(#k, "i64")?)
                     }
                 };
-                Val::value(quote!(rt::expr::lookup(#f, #key_ts)?), ty)
+                let key_ts = match t.key {
+                    ir::KeyKind::Str => key_ts,
+                    ir::KeyKind::Int => quote!(&#key_ts),
+                };
+                Val::value(quote!(#f.lookup(#key_ts)?), ty)
             }
             ExprKind::Index { base, index, how } => {
                 if *how != IndexKind::Position {
@@ -979,6 +983,12 @@ impl Lower<'_> {
             }
             _ => quote!(#id),
         }
+    }
+
+    /// The `const` of table `t` (`DESCR`, or `super::npy::DESCR` from another format).
+    pub fn table_path(&self, t: ir::TableId) -> TokenStream {
+        let table = self.ir.table(t);
+        self.item_path(table.format, &crate::table::const_name(&table.name))
     }
 
     /// The rules function of pickle declaration `p` (`checkpoint_rules`).

@@ -745,10 +745,12 @@ impl Env for WriteEnv<'_> {
                 let ExprKind::Table(t) = t.value.kind else {
                     return None;
                 };
-                let table = self.ir.table(t);
-                let f = lower.item_path(table.format, &format!("{}_for", table.name));
+                let f = lower.table_path(t);
                 self.uses_byte_order.set(true);
-                Some(Val::opt(quote!(#f(meta.dtype, byte_order)), Type::Str))
+                Some(Val::opt(
+                    quote!(#f.key_for(meta.dtype, byte_order).copied()),
+                    Type::Str,
+                ))
             }
             (Builtin::Global, [a]) => {
                 let ty = Type::PickleGlobal(self.pickle);

@@ -531,7 +531,7 @@ impl Env for MapEnv<'_> {
             // A dtype by an integer table, the key as the view holds it.
             ExprKind::Lookup { table, key } if self.ir.table(*table).key == ir::KeyKind::Int => {
                 l.expr(key).map(|k| {
-                    let t = rs_ident(&self.ir.table(*table).name);
+                    let t = rs_ident(&crate::table::const_name(&self.ir.table(*table).name));
                     let k = match (&k.ty, k.form) {
                         (Type::Int(_) | Type::Enum(_), Form::Optional) => k.scalar_stored(),
                         _ => {
@@ -539,7 +539,7 @@ impl Env for MapEnv<'_> {
                             quote!(rt::expr::narrow::<i64>(#s, "i64")?)
                         }
                     };
-                    Val::value(quote!(rt::protobuf::dtype(#t, #k)?), Type::Dtype)
+                    Val::value(quote!(#t.lookup(&#k)?), Type::Dtype)
                 })
             }
             _ => return None,
@@ -1847,11 +1847,10 @@ impl<'a> WriteCx<'a> {
                     if let (Some(ExprKind::Table(t)), Some(d)) =
                         (args.first().map(|a| &a.value.kind), args.get(1))
                     {
-                        let name = self.ir.table(*t).name.clone();
-                        let rev = rs_ident(&format!("{name}_for"));
+                        let table = rs_ident(&crate::table::const_name(&self.ir.table(*t).name));
                         let d = self.lower().expr(&d.value)?;
                         let d = crate::lower::dtype_of(&d);
-                        return Ok(quote!(rt::protobuf::key_of(#rev, #name, #d)?));
+                        return Ok(quote!(rt::protobuf::key_of(&#table, #d)?));
                     }
                 }
                 ExprKind::Const(ir::Const::Int(_)) | ExprKind::EnumValue(..) => {

@@ -48,11 +48,11 @@ const TARGET_RATIO: f64 = 4.0;
 
 // The ratchet: today's figures, never to be exceeded. Lower them when the code improves.
 /// The longest generated function, in lines.
-const MAX_LONGEST_FN: usize = 103;
+const MAX_LONGEST_FN: usize = 93;
 /// Generated functions longer than [`TARGET_FN_LINES`].
 const MAX_FNS_OVER_TARGET: usize = 0;
 /// Generated lines per `.fmt` line, in total (rounded up to one decimal).
-const MAX_RATIO: f64 = 5.11;
+const MAX_RATIO: f64 = 4.88;
 /// Immediately-called closures.
 const MAX_CLOSURES: usize = 0;
 /// `#[allow(...)]` attributes.

@@ -42,6 +42,7 @@ pub use tensorfmt_core::registry::{
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
 pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
+pub use tensorfmt_core::table::Table;
 pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,

@@ -12,28 +12,13 @@ pub mod jsonhdr {
     pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn dtypes(
-        key: &str,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            "F32" => Some((rt::DType::F32, Some(rt::ByteOrder::Little))),
-            "I64" => Some((rt::DType::I64, Some(rt::ByteOrder::Little))),
-            _ => None,
-        }
-    }
-    /// The `dtypes` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn dtypes_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<&'static str> {
-        match (dtype, order) {
-            (rt::DType::F32, rt::ByteOrder::Little) => Some("F32"),
-            (rt::DType::I64, rt::ByteOrder::Little) => Some("I64"),
-            _ => None,
-        }
-    }
+    pub const DTYPES: rt::Table<&str> = rt::Table {
+        name: "dtypes",
+        rows: &[
+            ("F32", rt::DType::F32, Some(rt::ByteOrder::Little)),
+            ("I64", rt::DType::I64, Some(rt::ByteOrder::Little)),
+        ],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct Entry {
         pub dtype: ::std::string::String,
@@ -166,7 +151,8 @@ pub mod jsonhdr {
         t: &(::std::string::String, Entry),
         name: &str,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::lookup(dtypes, t.1.dtype.as_str())
+        let (dtype, byte_order) = DTYPES
+            .lookup(t.1.dtype.as_str())
             .map_err(|e| e.in_field("value.dtype"))?;
         let shape: ::std::vec::Vec<u64> = rt::expr::dims(&t.1.shape)?;
         let order = rt::Order::C;
@@ -249,17 +235,7 @@ pub mod jsonhdr {
                         rt::ErrorKind::Overflow("the tensors' bytes".to_string()),
                     )
                 })?;
-            let dtypes = dtypes_for(meta.dtype, meta.byte_order)
-                .ok_or_else(|| {
-                    rt::Error::from(
-                        rt::ErrorKind::Unsupported(
-                            format!(
-                                "jsonhdr has no `dtypes` code for dtype {} in {:?} byte order",
-                                meta.dtype, meta.byte_order
-                            ),
-                        ),
-                    )
-                })?;
+            let dtypes = *DTYPES.require_key("jsonhdr", meta.dtype, meta.byte_order)?;
             let item = (
                 meta.name.clone(),
                 Entry {

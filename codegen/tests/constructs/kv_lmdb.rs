@@ -8,26 +8,10 @@ pub mod kvl {
     pub const NAME: &str = "kv-lmdb";
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &[];
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn dtypes(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            1 => Some((rt::DType::F32, None)),
-            _ => None,
-        }
-    }
-    /// The `dtypes` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn dtypes_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::F32, _) => Some(1),
-            _ => None,
-        }
-    }
+    pub const DTYPES: rt::Table<i64> = rt::Table {
+        name: "dtypes",
+        rows: &[(1, rt::DType::F32, None)],
+    };
     #[derive(Debug, Clone, Default)]
     pub struct Segment<'a> {
         /// The message's bytes.
@@ -137,7 +121,7 @@ pub mod kvl {
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from part.value as b` reads them (and every `include` of it).
     fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = rt::protobuf::dtype(dtypes, b.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
         let shape = rt::protobuf::dims(b.bytes, b.base, 2, "b.dims")?;
         let data = rt::protobuf::elements(
             b.bytes,
@@ -248,9 +232,7 @@ pub mod kvl {
                     &messages::Blob {
                         name: Some(meta.name.clone()),
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(
-                            rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?,
-                        ),
+                        dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
                         segment: Some(messages::Segment {
                             begin: rt::protobuf::narrow(begin, "Segment.begin")?,
                             end: rt::protobuf::narrow(end, "Segment.end")?,

@@ -8,28 +8,10 @@ pub mod kvrec {
     pub const NAME: &str = "kvrec";
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["kvr"];
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn dtypes(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            1 => Some((rt::DType::F32, None)),
-            2 => Some((rt::DType::U8, None)),
-            _ => None,
-        }
-    }
-    /// The `dtypes` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn dtypes_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::F32, _) => Some(1),
-            (rt::DType::U8, _) => Some(2),
-            _ => None,
-        }
-    }
+    pub const DTYPES: rt::Table<i64> = rt::Table {
+        name: "dtypes",
+        rows: &[(1, rt::DType::F32, None), (2, rt::DType::U8, None)],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct Record {
         pub key_len: u32,
@@ -153,7 +135,7 @@ pub mod kvrec {
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from blob.value as b` reads them (and every `include` of it).
     fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = rt::protobuf::dtype(dtypes, b.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
         let shape = rt::protobuf::dims(b.bytes, b.base, 1, "b.dims")?;
         let data = rt::protobuf::located(b.data, "b.data")?;
         let parts = rt::TensorParts {
@@ -250,9 +232,7 @@ pub mod kvrec {
                 rt::protobuf::prost::Message::encode_to_vec(
                     &messages::Blob {
                         dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(
-                            rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?,
-                        ),
+                        dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
                         ..Default::default()
                     },
                 ),

@@ -11,28 +11,13 @@ pub mod nested {
     pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn kinds(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            0 => Some((rt::DType::U8, None)),
-            1 => Some((rt::DType::F64, Some(rt::ByteOrder::Little))),
-            _ => None,
-        }
-    }
-    /// The `kinds` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn kinds_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::U8, _) => Some(0),
-            (rt::DType::F64, rt::ByteOrder::Little) => Some(1),
-            _ => None,
-        }
-    }
+    pub const KINDS: rt::Table<i64> = rt::Table {
+        name: "kinds",
+        rows: &[
+            (0, rt::DType::U8, None),
+            (1, rt::DType::F64, Some(rt::ByteOrder::Little)),
+        ],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct Version {
         pub major: u8,
@@ -195,10 +180,8 @@ pub mod nested {
         name: ::std::string::String,
         locate: &dyn Fn(u64, u64) -> rt::DataLocation,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::lookup(
-                kinds,
-                rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?,
-            )
+        let (dtype, byte_order) = KINDS
+            .lookup(&rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?)
             .map_err(|e| e.in_field("kind"))?;
         let shape: ::std::vec::Vec<u64> = vec![
             rt::expr::to_u64(i128::from(f.rows), "a dimension") ?,
@@ -259,17 +242,7 @@ pub mod nested {
                 }
             },
             {
-                let kinds = kinds_for(meta.dtype, meta.byte_order)
-                    .ok_or_else(|| {
-                        rt::Error::from(
-                            rt::ErrorKind::Unsupported(
-                                format!(
-                                    "nested has no `kinds` code for dtype {} in {:?} byte order",
-                                    meta.dtype, meta.byte_order
-                                ),
-                            ),
-                        )
-                    })?;
+                let kinds = *KINDS.require_key("nested", meta.dtype, meta.byte_order)?;
                 rt::expr::narrow::<u16>(i128::from(kinds), "u16")?
             },
             rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,

@@ -17,28 +17,13 @@ pub mod numbers {
         }
         true
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn kinds(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            1 => Some((rt::DType::F32, Some(rt::ByteOrder::Little))),
-            2 => Some((rt::DType::I32, Some(rt::ByteOrder::Little))),
-            _ => None,
-        }
-    }
-    /// The `kinds` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn kinds_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::F32, rt::ByteOrder::Little) => Some(1),
-            (rt::DType::I32, rt::ByteOrder::Little) => Some(2),
-            _ => None,
-        }
-    }
+    pub const KINDS: rt::Table<i64> = rt::Table {
+        name: "kinds",
+        rows: &[
+            (1, rt::DType::F32, Some(rt::ByteOrder::Little)),
+            (2, rt::DType::I32, Some(rt::ByteOrder::Little)),
+        ],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct File {
         /// The version: 1 has a 2-byte note length, 2 a 4-byte one.
@@ -166,10 +151,8 @@ pub mod numbers {
         name: ::std::string::String,
         locate: &dyn Fn(u64, u64) -> rt::DataLocation,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::lookup(
-                kinds,
-                rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?,
-            )
+        let (dtype, byte_order) = KINDS
+            .lookup(&rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?)
             .map_err(|e| e.in_field("kind"))?;
         let shape: ::std::vec::Vec<u64> = vec![
             rt::expr::to_u64(i128::from(f.count), "a dimension") ?
@@ -219,17 +202,7 @@ pub mod numbers {
         File::write(
             w,
             {
-                let kinds = kinds_for(meta.dtype, meta.byte_order)
-                    .ok_or_else(|| {
-                        rt::Error::from(
-                            rt::ErrorKind::Unsupported(
-                                format!(
-                                    "numbers has no `kinds` code for dtype {} in {:?} byte order",
-                                    meta.dtype, meta.byte_order
-                                ),
-                            ),
-                        )
-                    })?;
+                let kinds = *KINDS.require_key("numbers", meta.dtype, meta.byte_order)?;
                 rt::expr::narrow::<u8>(i128::from(kinds), "u8")?
             },
             rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,

@@ -8,28 +8,10 @@ pub mod pbt {
     pub const NAME: &str = "pbt";
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["pbt"];
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn dtypes(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            1 => Some((rt::DType::F32, None)),
-            2 => Some((rt::DType::I64, None)),
-            _ => None,
-        }
-    }
-    /// The `dtypes` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn dtypes_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::F32, _) => Some(1),
-            (rt::DType::I64, _) => Some(2),
-            _ => None,
-        }
-    }
+    pub const DTYPES: rt::Table<i64> = rt::Table {
+        name: "dtypes",
+        rows: &[(1, rt::DType::F32, None), (2, rt::DType::I64, None)],
+    };
     #[derive(Debug, Clone, Default)]
     pub struct Tensor<'a> {
         /// The message's bytes.
@@ -204,10 +186,8 @@ pub mod pbt {
     }
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
     fn tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = rt::protobuf::dtype(
-            dtypes,
-            rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?,
-        )?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
         let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
             rt::protobuf::elements(
@@ -261,7 +241,7 @@ pub mod pbt {
             messages::Tensor {
                 name: Some(meta.name.clone()),
                 dims: rt::protobuf::ints(&meta.shape, "Tensor.dims")?,
-                dtype: Some(rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?),
+                dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
                 ..Default::default()
             },
             Some(5),

@@ -11,30 +11,14 @@ pub mod pyhdr {
     pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
         false
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn descr(
-        key: &str,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            "<f4" => Some((rt::DType::F32, Some(rt::ByteOrder::Little))),
-            ">f4" => Some((rt::DType::F32, Some(rt::ByteOrder::Big))),
-            "|u1" => Some((rt::DType::U8, None)),
-            _ => None,
-        }
-    }
-    /// The `descr` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn descr_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<&'static str> {
-        match (dtype, order) {
-            (rt::DType::F32, rt::ByteOrder::Little) => Some("<f4"),
-            (rt::DType::F32, rt::ByteOrder::Big) => Some(">f4"),
-            (rt::DType::U8, _) => Some("|u1"),
-            _ => None,
-        }
-    }
+    pub const DESCR: rt::Table<&str> = rt::Table {
+        name: "descr",
+        rows: &[
+            ("<f4", rt::DType::F32, Some(rt::ByteOrder::Little)),
+            (">f4", rt::DType::F32, Some(rt::ByteOrder::Big)),
+            ("|u1", rt::DType::U8, None),
+        ],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct Header {
         pub descr: ::std::string::String,
@@ -127,7 +111,8 @@ pub mod pyhdr {
         name: ::std::string::String,
         locate: &dyn Fn(u64, u64) -> rt::DataLocation,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::lookup(descr, f.header.descr.as_str())
+        let (dtype, byte_order) = DESCR
+            .lookup(f.header.descr.as_str())
             .map_err(|e| e.in_field("header.descr"))?;
         let shape: ::std::vec::Vec<u64> = rt::expr::dims(&f.header.shape)?;
         let order = if f.header.fortran_order {
@@ -163,17 +148,7 @@ pub mod pyhdr {
     }
     /// The `Header` describing a tensor to write: the inverse of [`tensor`].
     pub fn header_for(meta: &rt::TensorMeta) -> rt::Result<Header> {
-        let descr = descr_for(meta.dtype, meta.byte_order)
-            .ok_or_else(|| {
-                rt::Error::from(
-                    rt::ErrorKind::Unsupported(
-                        format!(
-                            "pyhdr has no `descr` code for dtype {} in {:?} byte order",
-                            meta.dtype, meta.byte_order
-                        ),
-                    ),
-                )
-            })?;
+        let descr = *DESCR.require_key("pyhdr", meta.dtype, meta.byte_order)?;
         Ok(Header {
             descr: descr.to_string(),
             fortran_order: meta.order == rt::Order::Fortran,

@@ -19,28 +19,13 @@ pub mod vec1 {
         }
         true
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn kinds(
-        key: i64,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            0 => Some((rt::DType::F32, Some(rt::ByteOrder::Little))),
-            1 => Some((rt::DType::I32, Some(rt::ByteOrder::Little))),
-            _ => None,
-        }
-    }
-    /// The `kinds` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn kinds_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<i64> {
-        match (dtype, order) {
-            (rt::DType::F32, rt::ByteOrder::Little) => Some(0),
-            (rt::DType::I32, rt::ByteOrder::Little) => Some(1),
-            _ => None,
-        }
-    }
+    pub const KINDS: rt::Table<i64> = rt::Table {
+        name: "kinds",
+        rows: &[
+            (0, rt::DType::F32, Some(rt::ByteOrder::Little)),
+            (1, rt::DType::I32, Some(rt::ByteOrder::Little)),
+        ],
+    };
     #[derive(Debug, Clone, PartialEq)]
     pub struct File {
         pub kind: u8,
@@ -99,10 +84,8 @@ pub mod vec1 {
         name: ::std::string::String,
         locate: &dyn Fn(u64, u64) -> rt::DataLocation,
     ) -> rt::Result<rt::TensorInfo> {
-        let (dtype, byte_order) = rt::expr::lookup(
-                kinds,
-                rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?,
-            )
+        let (dtype, byte_order) = KINDS
+            .lookup(&rt::expr::narrow::<i64>(i128::from(f.kind), "i64")?)
             .map_err(|e| e.in_field("kind"))?;
         let shape: ::std::vec::Vec<u64> = vec![
             rt::expr::to_u64(i128::from(f.count), "a dimension") ?
@@ -152,17 +135,7 @@ pub mod vec1 {
         File::write(
             w,
             {
-                let kinds = kinds_for(meta.dtype, meta.byte_order)
-                    .ok_or_else(|| {
-                        rt::Error::from(
-                            rt::ErrorKind::Unsupported(
-                                format!(
-                                    "vec1 has no `kinds` code for dtype {} in {:?} byte order",
-                                    meta.dtype, meta.byte_order
-                                ),
-                            ),
-                        )
-                    })?;
+                let kinds = *KINDS.require_key("vec1", meta.dtype, meta.byte_order)?;
                 rt::expr::narrow::<u8>(i128::from(kinds), "u8")?
             },
             rt::expr::narrow::<u32>(i128::from(meta.shape[0usize]), "u32")?,

@@ -24,28 +24,13 @@ pub mod ckpt {
         }
         true
     }
-    ///
-    /// The dtype a key names, and its byte order when the key fixes one (keys of one-byte dtypes do not).
-    pub fn storage_class(
-        key: &str,
-    ) -> ::std::option::Option<(rt::DType, ::std::option::Option<rt::ByteOrder>)> {
-        match key {
-            "torch.FloatStorage" => Some((rt::DType::F32, None)),
-            "torch.LongStorage" => Some((rt::DType::I64, None)),
-            _ => None,
-        }
-    }
-    /// The `storage_class` key of `dtype` stored in `order`: the first row of the table for that dtype whose byte order matches (rows without a byte order match any).
-    pub fn storage_class_for(
-        dtype: rt::DType,
-        order: rt::ByteOrder,
-    ) -> ::std::option::Option<&'static str> {
-        match (dtype, order) {
-            (rt::DType::F32, _) => Some("torch.FloatStorage"),
-            (rt::DType::I64, _) => Some("torch.LongStorage"),
-            _ => None,
-        }
-    }
+    pub const STORAGE_CLASS: rt::Table<&str> = rt::Table {
+        name: "storage_class",
+        rows: &[
+            ("torch.FloatStorage", rt::DType::F32, None),
+            ("torch.LongStorage", rt::DType::I64, None),
+        ],
+    };
     /// What a `State` pickle may contain: the declared globals, persistent ids, protocols 0 to 2 (built once).
     pub fn state_rules() -> &'static rt::pickle::Rules {
         static RULES: ::std::sync::OnceLock<rt::pickle::Rules> = ::std::sync::OnceLock::new();
@@ -119,7 +104,7 @@ pub mod ckpt {
         t: &'v rt::pickle::Object,
     ) -> rt::Result<rt::pickle::Mapped<'v>> {
         let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = rt::pickle::lookup(
-            storage_class,
+            &STORAGE_CLASS,
             rt::pickle::item(t.arg("storage"), 1),
             "t.storage.class",
         )?;
@@ -243,7 +228,7 @@ pub mod ckpt {
                 rt::pickle::Value::persistent([
                     rt::pickle::Value::str("storage"),
                     rt::pickle::table_global(
-                        storage_class_for(meta.dtype, byte_order),
+                        STORAGE_CLASS.key_for(meta.dtype, byte_order).copied(),
                         NAME,
                         "storage_class",
                         meta.dtype,

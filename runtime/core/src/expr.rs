@@ -11,7 +11,6 @@ use std::fmt::Display;
 
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Result};
-use crate::tensor::ByteOrder;
 
 fn overflow(what: String) -> Error {
     Error::from(ErrorKind::Overflow(what))
@@ -139,15 +138,6 @@ pub fn slice(data: (u64, u64), start: i128, end: Option<i128>) -> Result<(u64, u
     }
     // Both fit in u64: 0 <= start <= end <= len.
     Ok((offset + start as u64, (end - start) as u64))
-}
-
-/// `T[key]`: the dtype and byte order table `T` gives `key`, or an
-/// [`ErrorKind::UnknownDType`] error naming the key.
-pub fn lookup<K: Copy + Display>(
-    table: impl Fn(K) -> Option<(DType, Option<ByteOrder>)>,
-    key: K,
-) -> Result<(DType, Option<ByteOrder>)> {
-    table(key).ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
 }
 
 /// `itemsize(dtype)`: bytes per element; an error for a dtype without a fixed size.

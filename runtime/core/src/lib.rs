@@ -32,6 +32,7 @@ pub mod registry;
 pub mod sink;
 pub mod source;
 pub mod storage;
+pub mod table;
 pub mod tensor;
 pub mod tree;
 

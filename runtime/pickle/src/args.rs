@@ -6,6 +6,8 @@ use std::borrow::Cow;
 
 use super::value::Value;
 use tensorfmt_core::error::{Error, ErrorKind, Result};
+use tensorfmt_core::table::Table;
+use tensorfmt_core::{ByteOrder, DType};
 
 fn invalid(field: &str, why: &str) -> Error {
     Error::from(ErrorKind::Invalid(format!("`{field}` {why}"))).in_field(field)
@@ -71,9 +73,14 @@ pub fn dims(v: Option<&Value>, field: &str) -> Result<Vec<u64>> {
 
 /// The row of `table` that the argument names (see [`name`]). Fails with
 /// [`ErrorKind::UnknownDType`] when the table has no such key.
-pub fn lookup<T>(table: fn(&str) -> Option<T>, v: Option<&Value>, field: &str) -> Result<T> {
+pub fn lookup(
+    table: &Table<&'static str>,
+    v: Option<&Value>,
+    field: &str,
+) -> Result<(DType, Option<ByteOrder>)> {
     let key = name(v, field)?;
-    table(&key)
+    table
+        .get(&*key)
         .ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.into_owned())).in_field(field))
 }
 

@@ -20,8 +20,8 @@ mod map;
 mod view;
 pub use location::FieldValues;
 pub use map::{
-    dims, dtype, elements, external, index, ints, key_of, located, lookup, map_items, named,
-    narrow, present,
+    dims, elements, external, index, ints, key_of, located, lookup, map_items, named, narrow,
+    present,
 };
 pub use view::{is_message, only_fields, read, View};
 

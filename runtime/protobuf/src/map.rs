@@ -7,6 +7,7 @@
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::parts::StoredData;
 use tensorfmt_core::source::Source;
+use tensorfmt_core::table::Table;
 use tensorfmt_core::{ByteOrder, DType, DataLocation, Limits, TensorInfo};
 
 use crate::{element_span, int_values, Elements, FieldValues};
@@ -67,15 +68,6 @@ pub fn map_items<'i, M: 'i, T>(
 /// for it) is missing when it is absent.
 pub fn present<T>(value: Option<T>, what: &str) -> Result<T> {
     value.ok_or_else(|| Error::from(ErrorKind::Invalid(format!("`{what}` is missing"))))
-}
-
-/// The dtype (and byte order) that the table `table` gives `key`; an
-/// [`ErrorKind::UnknownDType`] naming the key when the table has no row for it.
-pub fn dtype(
-    table: fn(i64) -> Option<(DType, Option<ByteOrder>)>,
-    key: i64,
-) -> Result<(DType, Option<ByteOrder>)> {
-    table(key).ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
 }
 
 /// A shape: the values of the repeated integer field `number` of the message `bytes`
@@ -203,22 +195,19 @@ pub fn named<'m, M>(
     items.iter().rev().find(|x| name_of(x) == Some(name))
 }
 
-/// The key the table `table` gives `dtype` on write (`reverse`, the table's reverse
-/// lookup, for elements stored little-endian, as protobuf formats write them), as the
-/// integer type of the field it goes to. Errors: an [`ErrorKind::Unsupported`] naming the
-/// table when it has no key for the dtype, an [`ErrorKind::Overflow`] when the key does
-/// not fit the field.
-pub fn key_of<T: TryFrom<i64>>(
-    reverse: fn(DType, ByteOrder) -> Option<i64>,
-    table: &str,
-    dtype: DType,
-) -> Result<T> {
-    let key = reverse(dtype, ByteOrder::Little).ok_or_else(|| {
+/// The key the table `table` gives `dtype` on write (for elements stored little-endian,
+/// as protobuf formats write them), as the integer type of the field it goes to. Errors:
+/// an [`ErrorKind::Unsupported`] naming the table when it has no key for the dtype, an
+/// [`ErrorKind::Overflow`] when the key does not fit the field.
+pub fn key_of<T: TryFrom<i64>>(table: &Table<i64>, dtype: DType) -> Result<T> {
+    let key = *table.key_for(dtype, ByteOrder::Little).ok_or_else(|| {
         Error::from(ErrorKind::Unsupported(format!(
-            "{dtype} has no `{table}` key"
+            "{dtype} has no `{}` key",
+            table.name
         )))
     })?;
-    T::try_from(key).map_err(|_| Error::from(ErrorKind::Overflow(format!("`{table}` key {key}"))))
+    T::try_from(key)
+        .map_err(|_| Error::from(ErrorKind::Overflow(format!("`{}` key {key}", table.name))))
 }
 
 /// `value` as the integer type of the field `field`; an [`ErrorKind::Overflow`] naming
