@@ -120,60 +120,57 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
 
 /// `DESC` with a writer constructor whose body is `make` (given `w` and `options`).
 pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
-    desc_full(make, doc, structure, false, None)
+    desc_full(Some(make), doc, structure, false, None)
 }
 
 /// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
 /// documents can be rewritten with some tensors replaced); `db`: the `DbDesc` of a
-/// database format.
+/// database format; `make: None`: a database written as a folder, with no writer on one
+/// file.
 pub(crate) fn desc_full(
-    make: TokenStream,
+    make: Option<TokenStream>,
     doc: &str,
     structure: bool,
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
-    let db = match db {
-        Some(d) => quote!(::std::option::Option::Some(#d)),
-        None => quote!(::std::option::Option::None),
+    // What differs from `FormatDesc::new`'s defaults. The formats that rewrite
+    // documents (protobuf) are those that store C order only.
+    let mut set = Vec::new();
+    if structure {
+        set.push(quote!(structure,));
+    }
+    if rewrite {
+        set.push(quote!(c_order_only: true, rewrite: Some(rewrite),));
+    }
+    if let Some(d) = db {
+        set.push(quote!(db: Some(#d),));
+    }
+    let (ctor, new_writer) = match make {
+        Some(make) => (
+            quote!(new_writer),
+            quote! {
+                fn new_writer<'a>(
+                    w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+                    options: &rt::WriteOptions,
+                ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+                    #make
+                }
+            },
+        ),
+        None => (quote!(rt::kv::folder_writer), quote!()),
     };
-    let structure = structure_field(structure);
-    // The formats that rewrite documents (protobuf) are those that store C order only.
-    let rewrite_is_some = rewrite;
-    let rewrite = if rewrite {
-        quote!(::std::option::Option::Some(rewrite))
+    let base = quote!(rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, #ctor));
+    let value = if set.is_empty() {
+        base
     } else {
-        quote!(::std::option::Option::None)
+        quote!(rt::FormatDesc { #(#set)* ..#base })
     };
     quote! {
-        fn new_writer<'a>(
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-            #make
-        }
+        #new_writer
 
         #[doc = #doc]
-        pub const DESC: rt::FormatDesc = rt::FormatDesc {
-            name: NAME,
-            extensions: EXTENSIONS,
-            detect,
-            index,
-            #structure,
-            writer: new_writer,
-            c_order_only: #rewrite_is_some,
-            db: #db,
-            rewrite: #rewrite,
-        };
-    }
-}
-
-/// The `structure` field of `DESC`.
-pub(crate) fn structure_field(structure: bool) -> TokenStream {
-    if structure {
-        quote!(structure)
-    } else {
-        quote!(structure: rt::no_structure)
+        pub const DESC: rt::FormatDesc = #value;
     }
 }
 
@@ -217,10 +214,7 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
 /// `in_file`: sets the source's path on errors that lack a file.
 fn in_file() -> TokenStream {
     quote! {
-        let in_file = |e: rt::Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
+        let in_file = |e: rt::Error| src.in_file(e);
     }
 }
 

@@ -174,10 +174,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
     let lname = rs_ident(&ir.layout(layout).name);
     let doc = docs(&map.docs);
     let in_file = quote! {
-        let in_file = |e: rt::Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
+        let in_file = |e: rt::Error| src.in_file(e);
     };
     if matches!(map.source.kind, ExprKind::Layout(_)) {
         // One tensor per file.

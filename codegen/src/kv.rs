@@ -60,7 +60,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             let prefix = quote!(super::#other::);
             let body = gen_records_backend(&prefix);
             let desc = crate::engine::desc_full(
-                quote!(Ok(::std::boxed::Box::new(Writer { w, split: options.chunk_elements }))),
+                Some(records_writer(&prefix)),
                 " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
                 false,
                 false,
@@ -81,11 +81,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             _ => quote!(rt::kv::open_leveldb),
         };
         let desc = crate::engine::desc_full(
-            quote! {
-                let _ = (w, options);
-                Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                    "a database folder is written through its DbDesc (Saver opens it)".to_string())))
-            },
+            None,
             " This format for the registry: name, extensions, detector, indexer and database operations.",
             false,
             false,
@@ -96,21 +92,9 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 split: super::#other::SPLIT,
             })),
         );
+        let folder = backend_fns(backend, &quote!(super::#other::), &detect_doc, &index_doc);
         return Ok(quote! {
-            #[doc = #detect_doc]
-            pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-                let _ = limits;
-                src.records().is_some_and(|r| r.backend == #backend)
-            }
-
-            #[doc = #index_doc]
-            pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-                let records = src.records().filter(|r| r.backend == #backend).ok_or_else(|| {
-                    rt::Error::from(rt::ErrorKind::Invalid(format!("not a database read by the {} backend", #backend)))
-                })?;
-                super::#other::map_records(src, &records.records, limits)
-            }
-
+            #folder
             #desc
         });
     }
@@ -261,18 +245,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         encode: encode_parts,
         split: SPLIT,
     });
-    let make = if backend == "records" {
-        quote!(Ok(::std::boxed::Box::new(Writer {
-            w,
-            split: options.chunk_elements
-        })))
-    } else {
-        quote! {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                "a database folder is written through its DbDesc (Saver opens it)".to_string())))
-        }
-    };
+    let make = (backend == "records").then(|| records_writer(&quote!()));
     let desc = crate::engine::desc_full(
         make,
         " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
@@ -285,21 +258,12 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         b => {
             let detect_doc =
                 format!(" True when the source is a database folder read by the `{b}` backend.");
-            items.push(quote! {
-                #[doc = #detect_doc]
-                pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-                    let _ = limits;
-                    src.records().is_some_and(|r| r.backend == #b)
-                }
-
-                /// Lists the tensors of the database.
-                pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-                    let records = src.records().filter(|r| r.backend == #b).ok_or_else(|| {
-                        rt::Error::from(rt::ErrorKind::Invalid(format!("not a database read by the {} backend", #b)))
-                    })?;
-                    map_records(src, &records.records, limits)
-                }
-            });
+            items.push(backend_fns(
+                b,
+                &quote!(),
+                &detect_doc,
+                " Lists the tensors of the database.",
+            ));
         }
     }
     items.push(desc);
@@ -449,19 +413,9 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
     quote! {
         /// Every record of the file, in file order: its key and where its value is.
         pub fn records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-            let data = src.data();
-            let mut c = rt::Cursor::new(data, src.location());
-            let mut out = ::std::vec::Vec::new();
-            while !c.at_end() {
-                let r = Record::read(&mut c, limits)
-                    .map_err(|e| e.in_entry(format!("record {}", out.len())))?;
-                let (offset, len) = (r.value.0, r.value.1);
-                out.push(rt::kv::Record { key: r.key, offset, len });
-                if out.len() as u64 > limits.max_tensors.saturating_mul(1024) {
-                    return Err(rt::Error::from(rt::ErrorKind::Limit { what: "records", limit: limits.max_tensors.saturating_mul(1024), actual: out.len() as u64 }));
-                }
-            }
-            Ok(out)
+            rt::kv::read_records(src, limits, |c, limits| {
+                Record::read(c, limits).map(|r| (r.key, r.value))
+            })
         }
 
         /// Writes one record (the `Record` layout).
@@ -469,46 +423,10 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
             Record::write(w, key, rt::Payload::Bytes(value), value.len() as u64)
         }
 
-        fn read_records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-            records(src, limits)
-        }
-
         /// Opens a file of records (`New` atomic, `Write` appends, `Read` mapped).
         pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::Result<::std::boxed::Box<dyn rt::kv::Db>> {
-            Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, rt::kv::RecordCodec {
-                read: read_records,
-                write: write_record,
-            })?))
-        }
-
-        /// A streaming writer of record files: each tensor added becomes its records.
-        pub struct Writer<'a> {
-            w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-            split: ::std::option::Option<u64>,
-        }
-
-        impl rt::TensorWriter for Writer<'_> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                let mut owned = ::std::vec::Vec::new();
-                let bytes: &[u8] = match data {
-                    rt::Payload::Bytes(b) => b,
-                    rt::Payload::Reader(r) => {
-                        ::std::io::Read::read_to_end(r, &mut owned)?;
-                        &owned
-                    }
-                };
-                if meta.byte_order == rt::ByteOrder::Big && meta.dtype.swap_unit().unwrap_or(1) > 1 {
-                    return Err(rt::Error::from(rt::ErrorKind::Unsupported(
-                        "big-endian tensors (write them little-endian)".to_string())));
-                }
-                let w = &mut self.w;
-                #schema encode_parts(meta, bytes, self.split, &mut |k, v| write_record(w, k, v).map(|_| ()))
-            }
-
-            fn finish(mut self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                ::std::io::Write::flush(&mut self.w)?;
-                Ok(())
-            }
+            let codec = rt::kv::RecordCodec { read: records, write: write_record };
+            Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
         }
 
         /// True when the whole source reads as records (at least one).
@@ -518,12 +436,35 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
 
         /// Lists the tensors of the file.
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            let in_file = |e: rt::Error| match src.path() {
-                Some(p) => e.in_file(p),
-                None => e,
-            };
-            let records = records(src, limits).map_err(in_file)?;
+            let records = records(src, limits).map_err(|e| src.in_file(e))?;
             #schema map_records(src, &records, limits)
+        }
+    }
+}
+
+/// The writer constructor's body of a file of records: the runtime's `RecordWriter`
+/// with this format's record writer and `encode_parts` (of module `schema`).
+fn records_writer(schema: &TokenStream) -> TokenStream {
+    quote!(Ok(::std::boxed::Box::new(rt::kv::RecordWriter::new(w, options, write_record, #schema encode_parts))))
+}
+
+/// `detect` and `index` of a database folder read by backend `backend`, mapped by
+/// module `schema` (`quote!()`: this one).
+fn backend_fns(
+    backend: &str,
+    schema: &TokenStream,
+    detect_doc: &str,
+    index_doc: &str,
+) -> TokenStream {
+    quote! {
+        #[doc = #detect_doc]
+        pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+            rt::kv::is_backend(src, #backend)
+        }
+
+        #[doc = #index_doc]
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            #schema map_records(src, rt::kv::backend_records(src, #backend)?, limits)
         }
     }
 }

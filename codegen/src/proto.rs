@@ -1399,7 +1399,7 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let writer = gen_writer(ir, fid, root)?;
     let desc = match &writer {
         Some(_) => crate::engine::desc_full(
-            quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?))),
+            Some(quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?)))),
             " This format for the registry: name, extensions, detector, indexer, writer and rewriter.",
             false,
             true,

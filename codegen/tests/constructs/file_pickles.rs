@@ -172,15 +172,8 @@ pub mod pkls {
     }
     /// This format for the registry: name, extensions, detector and indexer (read-only).
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
-        detect,
-        index,
         structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::None,
-        rewrite: ::std::option::Option::None,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
     };
 }
 /// Every format generated from the schema, in file-load order.

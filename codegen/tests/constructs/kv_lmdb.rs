@@ -245,57 +245,25 @@ pub mod kvl {
         )
     }
     /// True when the source is a database folder read by the `lmdb` backend.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
-        src.records().is_some_and(|r| r.backend == "lmdb")
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        rt::kv::is_backend(src, "lmdb")
     }
     /// Lists the tensors of the database.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let records = src
-            .records()
-            .filter(|r| r.backend == "lmdb")
-            .ok_or_else(|| {
-                rt::Error::from(
-                    rt::ErrorKind::Invalid(
-                        format!("not a database read by the {} backend", "lmdb"),
-                    ),
-                )
-            })?;
-        map_records(src, &records.records, limits)
-    }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "a database folder is written through its DbDesc (Saver opens it)"
-                        .to_string(),
-                ),
-            ),
-        )
+        map_records(src, rt::kv::backend_records(src, "lmdb")?, limits)
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
-        detect,
-        index,
-        structure: rt::no_structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::Some(rt::kv::DbDesc {
+        db: Some(rt::kv::DbDesc {
             backend: "lmdb",
             open: rt::kv::open_lmdb,
             encode: encode_parts,
             split: SPLIT,
         }),
-        rewrite: ::std::option::Option::None,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };
 }
 /// LMDB and LevelDB databases sharing one format's entries and mapping (`schema = F`);
@@ -307,57 +275,25 @@ pub mod kvd {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &[];
     /// True when the source is a database folder read by the `leveldb` backend.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
-        src.records().is_some_and(|r| r.backend == "leveldb")
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        rt::kv::is_backend(src, "leveldb")
     }
     /// Lists the tensors of the database: its records mapped as `kvl` maps its own.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let records = src
-            .records()
-            .filter(|r| r.backend == "leveldb")
-            .ok_or_else(|| {
-                rt::Error::from(
-                    rt::ErrorKind::Invalid(
-                        format!("not a database read by the {} backend", "leveldb"),
-                    ),
-                )
-            })?;
-        super::kvl::map_records(src, &records.records, limits)
-    }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "a database folder is written through its DbDesc (Saver opens it)"
-                        .to_string(),
-                ),
-            ),
-        )
+        super::kvl::map_records(src, rt::kv::backend_records(src, "leveldb")?, limits)
     }
     /// This format for the registry: name, extensions, detector, indexer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
-        detect,
-        index,
-        structure: rt::no_structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::Some(rt::kv::DbDesc {
+        db: Some(rt::kv::DbDesc {
             backend: "leveldb",
             open: rt::kv::open_leveldb,
             encode: super::kvl::encode_parts,
             split: super::kvl::SPLIT,
         }),
-        rewrite: ::std::option::Option::None,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };
 }
 /// Every format generated from the schema, in file-load order.

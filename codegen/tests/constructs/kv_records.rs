@@ -245,29 +245,11 @@ pub mod kvrec {
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-        let data = src.data();
-        let mut c = rt::Cursor::new(data, src.location());
-        let mut out = ::std::vec::Vec::new();
-        while !c.at_end() {
-            let r = Record::read(&mut c, limits)
-                .map_err(|e| e.in_entry(format!("record {}", out.len())))?;
-            let (offset, len) = (r.value.0, r.value.1);
-            out.push(rt::kv::Record {
-                key: r.key,
-                offset,
-                len,
-            });
-            if out.len() as u64 > limits.max_tensors.saturating_mul(1024) {
-                return Err(
-                    rt::Error::from(rt::ErrorKind::Limit {
-                        what: "records",
-                        limit: limits.max_tensors.saturating_mul(1024),
-                        actual: out.len() as u64,
-                    }),
-                );
-            }
-        }
-        Ok(out)
+        rt::kv::read_records(
+            src,
+            limits,
+            |c, limits| { Record::read(c, limits).map(|r| (r.key, r.value)) },
+        )
     }
     /// Writes one record (the `Record` layout).
     pub fn write_record(
@@ -277,72 +259,16 @@ pub mod kvrec {
     ) -> rt::Result<u64> {
         Record::write(w, key, rt::Payload::Bytes(value), value.len() as u64)
     }
-    fn read_records(
-        src: &rt::Source,
-        limits: &rt::Limits,
-    ) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-        records(src, limits)
-    }
     /// Opens a file of records (`New` atomic, `Write` appends, `Read` mapped).
     pub fn open_db(
         path: &::std::path::Path,
         mode: rt::kv::Mode,
     ) -> rt::Result<::std::boxed::Box<dyn rt::kv::Db>> {
-        Ok(
-            ::std::boxed::Box::new(
-                rt::kv::open_record_file(
-                    path,
-                    mode,
-                    rt::kv::RecordCodec {
-                        read: read_records,
-                        write: write_record,
-                    },
-                )?,
-            ),
-        )
-    }
-    /// A streaming writer of record files: each tensor added becomes its records.
-    pub struct Writer<'a> {
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        split: ::std::option::Option<u64>,
-    }
-    impl rt::TensorWriter for Writer<'_> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            let mut owned = ::std::vec::Vec::new();
-            let bytes: &[u8] = match data {
-                rt::Payload::Bytes(b) => b,
-                rt::Payload::Reader(r) => {
-                    ::std::io::Read::read_to_end(r, &mut owned)?;
-                    &owned
-                }
-            };
-            if meta.byte_order == rt::ByteOrder::Big
-                && meta.dtype.swap_unit().unwrap_or(1) > 1
-            {
-                return Err(
-                    rt::Error::from(
-                        rt::ErrorKind::Unsupported(
-                            "big-endian tensors (write them little-endian)".to_string(),
-                        ),
-                    ),
-                );
-            }
-            let w = &mut self.w;
-            encode_parts(
-                meta,
-                bytes,
-                self.split,
-                &mut |k, v| write_record(w, k, v).map(|_| ()),
-            )
-        }
-        fn finish(mut self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            ::std::io::Write::flush(&mut self.w)?;
-            Ok(())
-        }
+        let codec = rt::kv::RecordCodec {
+            read: records,
+            write: write_record,
+        };
+        Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
     }
     /// True when the whole source reads as records (at least one).
     pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
@@ -353,11 +279,7 @@ pub mod kvrec {
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let in_file = |e: rt::Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
-        let records = records(src, limits).map_err(in_file)?;
+        let records = records(src, limits).map_err(|e| src.in_file(e))?;
         map_records(src, &records, limits)
     }
     fn new_writer<'a>(
@@ -365,28 +287,20 @@ pub mod kvrec {
         options: &rt::WriteOptions,
     ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
         Ok(
-            ::std::boxed::Box::new(Writer {
-                w,
-                split: options.chunk_elements,
-            }),
+            ::std::boxed::Box::new(
+                rt::kv::RecordWriter::new(w, options, write_record, encode_parts),
+            ),
         )
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
-        detect,
-        index,
-        structure: rt::no_structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::Some(rt::kv::DbDesc {
+        db: Some(rt::kv::DbDesc {
             backend: "records",
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
         }),
-        rewrite: ::std::option::Option::None,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
     };
 }
 /// Every format generated from the schema, in file-load order.

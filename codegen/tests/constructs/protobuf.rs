@@ -314,15 +314,9 @@ pub mod pbt {
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and rewriter.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
-        detect,
-        index,
-        structure: rt::no_structure,
-        writer: new_writer,
         c_order_only: true,
-        db: ::std::option::Option::None,
-        rewrite: ::std::option::Option::Some(rewrite),
+        rewrite: Some(rewrite),
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
     };
 }
 /// Every format generated from the schema, in file-load order.

@@ -100,10 +100,7 @@ pub mod vec1 {
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let in_file = |e: rt::Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
+        let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
         let t = tensor(
@@ -157,17 +154,13 @@ pub mod vec1 {
         Ok(::std::boxed::Box::new(writer(w)))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
+        NAME,
+        EXTENSIONS,
         detect,
         index,
-        structure: rt::no_structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::None,
-        rewrite: ::std::option::Option::None,
-    };
+        new_writer,
+    );
 }
 /// A zip of `.vec` members.
 ///
@@ -204,10 +197,7 @@ pub mod vecs {
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let in_file = |e: rt::Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
+        let in_file = |e: rt::Error| src.in_file(e);
         let zip = rt::zip::index(src, limits).map_err(in_file)?;
         let pattern = rt::Pattern::new(MEMBER_PATTERN)?;
         let mut tensors = ::std::vec::Vec::new();
@@ -294,17 +284,13 @@ pub mod vecs {
         Ok(::std::boxed::Box::new(Writer::new(w, options)?))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        name: NAME,
-        extensions: EXTENSIONS,
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
+        NAME,
+        EXTENSIONS,
         detect,
         index,
-        structure: rt::no_structure,
-        writer: new_writer,
-        c_order_only: false,
-        db: ::std::option::Option::None,
-        rewrite: ::std::option::Option::None,
-    };
+        new_writer,
+    );
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[vec1::DESC, vecs::DESC];

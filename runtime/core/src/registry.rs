@@ -291,6 +291,31 @@ pub struct FormatDesc {
     pub rewrite: Option<RewriteFn>,
 }
 
+impl FormatDesc {
+    /// A format of tensors alone, with a streaming writer: no object `structure`, Fortran
+    /// order accepted, not a database, no rewriter. Generated `DESC`s start from it and
+    /// set what their format has (`FormatDesc { db: Some(..), ..FormatDesc::new(..) }`).
+    pub const fn new(
+        name: &'static str,
+        extensions: &'static [&'static str],
+        detect: fn(&Source, &Limits) -> bool,
+        index: fn(&Source, &Limits) -> Result<Vec<TensorInfo>>,
+        writer: WriterCtor,
+    ) -> Self {
+        FormatDesc {
+            name,
+            extensions,
+            detect,
+            index,
+            structure: no_structure,
+            writer,
+            c_order_only: false,
+            db: None,
+            rewrite: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for FormatDesc {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FormatDesc")

@@ -411,6 +411,14 @@ impl Source {
             .unwrap_or_default()
     }
 
+    /// `e`, located in this source's file when the source has a path.
+    pub fn in_file(&self, e: crate::error::Error) -> crate::error::Error {
+        match self.path() {
+            Some(p) => e.in_file(p),
+            None => e,
+        }
+    }
+
     /// A location naming this source's file, for errors.
     pub fn location(&self) -> Location {
         Location {

@@ -14,6 +14,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use format::{
+    backend_records, folder_writer, is_backend, read_records, ReadRecordFn, RecordWriter,
+    WriteRecordFn,
+};
 pub use tensorfmt_core::db::{
     Cursor, Db, DbDesc, EncodeFn, Mode, PutFn, Record, Records, Transaction,
 };
@@ -21,6 +25,8 @@ use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::parts::TensorParts;
 use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
+
+mod format;
 
 fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Invalid(what.to_string()), Location::file(path))
