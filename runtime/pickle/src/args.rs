@@ -109,9 +109,15 @@ mod tests {
             .contains("negative"));
         assert_eq!(uint(Some(&Value::Int(4)), "o").unwrap(), 4);
         assert!(uint(Some(&Value::Int(-4)), "o").is_err());
-        let table = |k: &str| (k == "a").then_some(1);
-        assert_eq!(lookup(table, Some(&Value::str("a")), "d").unwrap(), 1);
-        let e = lookup(table, Some(&Value::str("b")), "d").unwrap_err();
+        let table = Table {
+            name: "t",
+            rows: &[("a", DType::F32, None)],
+        };
+        assert_eq!(
+            lookup(&table, Some(&Value::str("a")), "d").unwrap(),
+            (DType::F32, None)
+        );
+        let e = lookup(&table, Some(&Value::str("b")), "d").unwrap_err();
         assert!(matches!(e.kind, ErrorKind::UnknownDType(_)), "{e}");
     }
 }
