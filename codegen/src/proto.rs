@@ -702,10 +702,8 @@ impl MapEnv<'_> {
         let msg = self.message_of(&b, arg);
         let n = Literal::u32_unsuffixed(f.tag);
         let elements = match wire(f) {
-            Wire::Float | Wire::Fixed32 { .. } => {
-                quote!(rt::protobuf::Elements::Fixed { width: 4 })
-            }
-            Wire::Double | Wire::Fixed64 => quote!(rt::protobuf::Elements::Fixed { width: 8 }),
+            Wire::Float | Wire::Fixed32 { .. } => quote!(rt::protobuf::Elements::FIXED32),
+            Wire::Double | Wire::Fixed64 => quote!(rt::protobuf::Elements::FIXED64),
             Wire::Bytes | Wire::Str => quote!(rt::protobuf::Elements::Bytes),
             Wire::Zigzag => quote!(rt::protobuf::Elements::zigzags(dtype)),
             Wire::Varint | Wire::Bool | Wire::Msg(_) => {

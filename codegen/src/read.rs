@@ -247,13 +247,9 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
         body.push(read);
         let lower = Lower { ir, env: &env };
         for check in &f.checks {
-            let failed = lower.negated(check)?;
+            let ok = lower.expr(check)?.scalar();
             let text = src.get(check.span.start..check.span.end).unwrap_or("");
-            body.push(quote! {
-                if #failed {
-                    return Err(c.check_failed(#name, #text, format_args!("{:?}", #fid)));
-                }
-            });
+            body.push(quote!(c.check(#name, #ok, #text, &#fid)?;));
         }
         let mut fdoc = f.docs.clone();
         if f.ty == Type::Payload {

@@ -455,7 +455,7 @@ fn checks_at(
             }
             let e = &f.checks[c];
             let lower = Lower { ir: env.ir, env };
-            let failed = lower.negated(e)?;
+            let ok = lower.expr(e)?.scalar();
             let value = match env.field(env.layout, ir::FieldId(i as u32)) {
                 Some(v) if matches!(v.ty, Type::Int(_) | Type::Float(_) | Type::Bool) => v.scalar(),
                 Some(v) => {
@@ -466,11 +466,7 @@ fn checks_at(
             };
             let name = &f.name;
             let text = src.get(e.span.start..e.span.end).unwrap_or("");
-            out.push(quote! {
-                if #failed {
-                    return Err(rt::expr::check_failed_on_write(#name, #text, #value));
-                }
-            });
+            out.push(quote!(rt::expr::check_on_write(#name, #ok, #text, #value)?;));
         }
     }
     Ok(())

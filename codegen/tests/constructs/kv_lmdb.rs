@@ -127,9 +127,7 @@ pub mod kvl {
             b.bytes,
             b.base,
             4,
-            rt::protobuf::Elements::Fixed {
-                width: 4,
-            },
+            rt::protobuf::Elements::FIXED32,
         )?;
         let parts = rt::TensorParts {
             dtype,

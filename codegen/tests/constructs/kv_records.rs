@@ -24,16 +24,7 @@ pub mod kvrec {
         /// Reads a `Record` at the cursor, field by field, checking each field as it is read.
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let key_len: u32 = c.u32_le("key_len")?;
-            if key_len == 0 {
-                return Err(
-                    c
-                        .check_failed(
-                            "key_len",
-                            "key_len != 0",
-                            format_args!("{:?}", key_len),
-                        ),
-                );
-            }
+            c.check("key_len", key_len != 0, "key_len != 0", &key_len)?;
             let value_len: u32 = c.u32_le("value_len")?;
             let key: ::std::vec::Vec<u8> = c
                 .bytes(
@@ -69,11 +60,7 @@ pub mod kvrec {
             let buf = &mut out;
             let key_len = rt::expr::len(key);
             let value_len = i128::from(__value_len);
-            if key_len == 0 {
-                return Err(
-                    rt::expr::check_failed_on_write("key_len", "key_len != 0", key_len),
-                );
-            }
+            rt::expr::check_on_write("key_len", key_len != 0, "key_len != 0", key_len)?;
             buf.int_u32_le("key_len", key_len)?;
             buf.int_u32_le("value_len", value_len)?;
             buf.put_bytes(key);

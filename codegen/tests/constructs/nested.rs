@@ -27,17 +27,9 @@ pub mod nested {
         /// Reads a `Version` at the cursor, field by field, checking each field as it is read.
         pub fn read(c: &mut rt::Cursor<'_>, _limits: &rt::Limits) -> rt::Result<Self> {
             let major: u8 = c.u8("major")?;
-            if major != 1 {
-                return Err(
-                    c.check_failed("major", "major == 1", format_args!("{:?}", major)),
-                );
-            }
+            c.check("major", major == 1, "major == 1", &major)?;
             let minor: u8 = c.u8("minor")?;
-            if minor != 0 {
-                return Err(
-                    c.check_failed("minor", "minor == 0", format_args!("{:?}", minor)),
-                );
-            }
+            c.check("minor", minor == 0, "minor == 0", &minor)?;
             Ok(Version { major, minor })
         }
     }

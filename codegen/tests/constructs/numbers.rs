@@ -44,28 +44,16 @@ pub mod numbers {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             c.magic("magic", b"NUM")?;
             let version: u8 = c.u8("version")?;
-            if !matches!(i128::from(version), 1 | 2) {
-                return Err(
-                    c
-                        .check_failed(
-                            "version",
-                            "version in [1, 2]",
-                            format_args!("{:?}", version),
-                        ),
-                );
-            }
+            c.check(
+                "version",
+                matches!(i128::from(version), 1 | 2),
+                "version in [1, 2]",
+                &version,
+            )?;
             let flags: u8 = c.u8("flags")?;
-            if flags != 0 {
-                return Err(
-                    c.check_failed("flags", "flags == 0", format_args!("{:?}", flags)),
-                );
-            }
+            c.check("flags", flags == 0, "flags == 0", &flags)?;
             let kind: u8 = c.u8("kind")?;
-            if !matches!(i128::from(kind), 1 | 2) {
-                return Err(
-                    c.check_failed("kind", "kind in [1, 2]", format_args!("{:?}", kind)),
-                );
-            }
+            c.check("kind", matches!(i128::from(kind), 1 | 2), "kind in [1, 2]", &kind)?;
             let note_len: u32 = if version == 1 {
                 u32::from(c.u16_be("note_len")?)
             } else {
@@ -105,24 +93,18 @@ pub mod numbers {
             let buf = &mut out;
             let version = 1;
             let note = b"n".as_slice();
-            if !matches!(version, 1 | 2) {
-                return Err(
-                    rt::expr::check_failed_on_write(
-                        "version",
-                        "version in [1, 2]",
-                        version,
-                    ),
-                );
-            }
-            if !matches!(i128::from(kind), 1 | 2) {
-                return Err(
-                    rt::expr::check_failed_on_write(
-                        "kind",
-                        "kind in [1, 2]",
-                        i128::from(kind),
-                    ),
-                );
-            }
+            rt::expr::check_on_write(
+                "version",
+                matches!(version, 1 | 2),
+                "version in [1, 2]",
+                version,
+            )?;
+            rt::expr::check_on_write(
+                "kind",
+                matches!(i128::from(kind), 1 | 2),
+                "kind in [1, 2]",
+                i128::from(kind),
+            )?;
             buf.put_bytes(b"NUM");
             buf.int_u8("version", version)?;
             buf.put_u8(0);

@@ -190,14 +190,7 @@ pub mod pbt {
             .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
         let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
-            rt::protobuf::elements(
-                t.bytes,
-                t.base,
-                6,
-                rt::protobuf::Elements::Fixed {
-                    width: 4,
-                },
-            )?
+            rt::protobuf::elements(t.bytes, t.base, 6, rt::protobuf::Elements::FIXED32)?
         } else {
             rt::protobuf::located(t.raw, "t.raw")?
         };

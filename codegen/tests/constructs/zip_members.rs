@@ -38,11 +38,7 @@ pub mod vec1 {
         pub fn read(c: &mut rt::Cursor<'_>, _limits: &rt::Limits) -> rt::Result<Self> {
             c.magic("magic", b"VEC")?;
             let kind: u8 = c.u8("kind")?;
-            if !matches!(i128::from(kind), 0 | 1) {
-                return Err(
-                    c.check_failed("kind", "kind in [0, 1]", format_args!("{:?}", kind)),
-                );
-            }
+            c.check("kind", matches!(i128::from(kind), 0 | 1), "kind in [0, 1]", &kind)?;
             let count: u32 = c.u32_le("count")?;
             let data: (u64, u64) = c.rest("data")?;
             Ok(File { kind, count, data })
@@ -59,15 +55,12 @@ pub mod vec1 {
         ) -> rt::Result<u64> {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
-            if !matches!(i128::from(kind), 0 | 1) {
-                return Err(
-                    rt::expr::check_failed_on_write(
-                        "kind",
-                        "kind in [0, 1]",
-                        i128::from(kind),
-                    ),
-                );
-            }
+            rt::expr::check_on_write(
+                "kind",
+                matches!(i128::from(kind), 0 | 1),
+                "kind in [0, 1]",
+                i128::from(kind),
+            )?;
             buf.put_bytes(b"VEC");
             buf.put_u8(kind);
             buf.put_u32_le(count);

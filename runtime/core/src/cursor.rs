@@ -371,13 +371,22 @@ impl<'a> Cursor<'a> {
         self.span(field, n).map(|_| ())
     }
 
-    /// The error for a `check` that failed after `field` was read: `check `text` failed:
+    /// A `check` after `field` was read: `Ok` when `ok`, else the error `check `text` failed:
     /// field is value`, at the field's first byte.
-    pub fn check_failed(&self, field: &str, text: &str, value: impl std::fmt::Display) -> Error {
-        self.error(
+    pub fn check(
+        &self,
+        field: &str,
+        ok: bool,
+        text: &str,
+        value: &impl std::fmt::Debug,
+    ) -> Result<()> {
+        if ok {
+            return Ok(());
+        }
+        Err(self.error(
             field,
-            ErrorKind::Invalid(format!("check `{text}` failed: {field} is {value}")),
-        )
+            ErrorKind::Invalid(format!("check `{text}` failed: {field} is {value:?}")),
+        ))
     }
 
     /// Moves to `at` bytes after `start` (a [`Cursor::pos`], normally where the layout

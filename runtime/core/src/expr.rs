@@ -203,12 +203,16 @@ pub fn ints<T: TryFrom<i128>>(dims: &[u64], ty: &str) -> Result<Vec<T>> {
     dims.iter().map(|&d| narrow(i128::from(d), ty)).collect()
 }
 
-/// The error for a `check` that fails on write: `check `text` failed: field would be v`.
-pub fn check_failed_on_write(field: &str, text: &str, value: impl Display) -> Error {
-    Error::from(ErrorKind::Invalid(format!(
+/// A `check` on write: `Ok` when `ok`, else the error `check `text` failed: field would be
+/// value`.
+pub fn check_on_write(field: &str, ok: bool, text: &str, value: impl Display) -> Result<()> {
+    if ok {
+        return Ok(());
+    }
+    Err(Error::from(ErrorKind::Invalid(format!(
         "check `{text}` failed: {field} would be {value}"
     )))
-    .in_field(field)
+    .in_field(field))
 }
 
 #[cfg(test)]

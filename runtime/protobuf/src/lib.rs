@@ -340,6 +340,13 @@ pub enum Elements {
     Bytes,
 }
 
+impl Elements {
+    /// `fixed32` and `float` values: 4 bytes each.
+    pub const FIXED32: Elements = Elements::Fixed { width: 4 };
+    /// `fixed64` and `double` values: 8 bytes each.
+    pub const FIXED64: Elements = Elements::Fixed { width: 8 };
+}
+
 /// The value of a zigzag varint (`sint32`, `sint64`).
 pub fn unzigzag(v: u64) -> i64 {
     ((v >> 1) as i64) ^ -((v & 1) as i64)
