@@ -1397,7 +1397,7 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let writer = gen_writer(ir, fid, root)?;
     let desc = match &writer {
         Some(_) => crate::engine::desc_full(
-            Some(quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?)))),
+            Some(quote!(Ok(::std::boxed::Box::new(rt::protodoc::Writer::new(w, options, &DOC)?)))),
             " This format for the registry: name, extensions, detector, indexer, writer and rewriter.",
             false,
             true,
@@ -1945,7 +1945,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     let mut opens = Vec::new();
     let mut numbers = Vec::new();
     let _ = root;
-    for (i, ((seg, tag, _), &msg)) in src.steps.iter().zip(&src.through).enumerate() {
+    for ((seg, tag, _), &msg) in src.steps.iter().zip(&src.through) {
         let m = ir.message(msg);
         let mut sets = Vec::new();
         for (j, g) in m.fields.iter().enumerate() {
@@ -1975,14 +1975,8 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
                 })
             }
         });
-        let n = Literal::u32_unsuffixed(*tag);
-        numbers.push(n.clone());
-        opens.push(quote! {
-            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&#fn_name()?))?;
-        });
-        if i + 1 < src.steps.len() {
-            opens.push(quote!(doc.open(#n)?;));
-        }
+        numbers.push(Literal::u32_unsuffixed(*tag));
+        opens.push(quote!(rt::protobuf::prost::Message::encode_to_vec(&#fn_name()?)));
     }
     let (Some(items_n), Some((_, _, true))) = (numbers.pop(), src.steps.last()) else {
         return Err(no(
@@ -1993,12 +1987,10 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     let depth = Literal::u64_unsuffixed(src.steps.len() as u64);
     let public = &fmt.public_name;
     let source_text = text(ir, &map.source, &map.binding);
-    let writer_doc = format!(
-        " A streaming writer of `{public}` documents: the messages down to `{source_text}` with their `write` values, then one item per tensor (its `write` rule), payloads streamed inline or to external files as `WriteOptions::external` says.",
+    let doc_doc = format!(
+        " How `{public}` documents are written: the messages down to `{source_text}` with their `write` values, then one item per tensor (the mapping's `write` rule) among the items of `{source_text}`, payloads inline or in external files as `WriteOptions::external` says.",
     );
-    let path = numbers.clone();
-    let tensors_doc =
-        format!(" Where `{public}` documents keep their tensors: the items of `{source_text}`.");
+    let path = numbers;
     let name_of = if ir
         .message(src.msg)
         .fields
@@ -2012,12 +2004,18 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     Ok(Some(quote! {
         #(#ctors)*
 
-        #[doc = #tensors_doc]
-        pub const TENSORS: rt::protodoc::TensorField = rt::protodoc::TensorField {
-            path: &[#(#path),*],
-            items: #items_n,
-            format: NAME,
+        #[doc = #doc_doc]
+        pub const DOC: rt::protodoc::DocFormat = rt::protodoc::DocFormat {
+            tensors: rt::protodoc::TensorField { path: &[#(#path),*], items: #items_n, format: NAME },
+            head,
+            item: tensor_item,
+            name_of: item_name,
         };
+
+        /// The messages written before the tensors, root first.
+        fn head() -> rt::Result<Vec<Vec<u8>>> {
+            Ok(vec![#(#opens),*])
+        }
 
         /// The item written for one tensor placed at `place` (the mapping's `write` rule),
         /// encoded without its payload, and the field its bytes go to when they are
@@ -2031,31 +2029,10 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
         }
 
-        #[doc = #writer_doc]
-        pub struct Writer<'a> {
-            doc: rt::protodoc::DocWriter<'a>,
-        }
-
-        impl<'a> Writer<'a> {
-            /// Starts a new document on `w`.
-            pub fn new(
-                w: Box<dyn rt::WriteSeek + 'a>,
-                options: &rt::WriteOptions,
-            ) -> rt::Result<Self> {
-                let mut doc = rt::protodoc::DocWriter::new(w, options.external.clone(), options.destination.clone());
-                #(#opens)*
-                Ok(Writer { doc })
-            }
-        }
-
-        impl rt::TensorWriter for Writer<'_> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                self.doc.add_tensor(&TENSORS, meta, data, &tensor_item)
-            }
-
-            fn finish(self: Box<Self>) -> rt::Result<()> {
-                self.doc.finish()
-            }
+        /// The name of the item at `at`, for rewriting.
+        fn item_name(b: &[u8], at: u64, limits: &rt::Limits) -> rt::Result<String> {
+            let item: #item_ty<'_> = rt::protobuf::read(b, at, #depth, limits)?;
+            Ok(#name_of.to_string())
         }
 
         /// Rewrites the document `src` to `w`: every field is copied as it is, except the
@@ -2069,11 +2046,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             limits: &rt::Limits,
             replace: &mut dyn FnMut(&str) -> rt::Result<Option<rt::protodoc::Replacement<'b>>>,
         ) -> rt::Result<Vec<rt::AtomicFile>> {
-            let name_of = |b: &[u8], at: u64| -> rt::Result<String> {
-                let item: #item_ty<'_> = rt::protobuf::read(b, at, #depth, limits)?;
-                Ok(#name_of.to_string())
-            };
-            rt::protodoc::rewrite_tensors(src, w, options, &TENSORS, replace, &name_of, &tensor_item)
+            rt::protodoc::rewrite_doc(src, w, options, limits, replace, &DOC)
         }
     }))
 }

@@ -217,12 +217,21 @@ pub mod pbt {
             ..Default::default()
         })
     }
-    /// Where `pbt` documents keep their tensors: the items of `root.tensors`.
-    pub const TENSORS: rt::protodoc::TensorField = rt::protodoc::TensorField {
-        path: &[],
-        items: 3,
-        format: NAME,
+    /// How `pbt` documents are written: the messages down to `root.tensors` with their `write` values, then one item per tensor (the mapping's `write` rule) among the items of `root.tensors`, payloads inline or in external files as `WriteOptions::external` says.
+    pub const DOC: rt::protodoc::DocFormat = rt::protodoc::DocFormat {
+        tensors: rt::protodoc::TensorField {
+            path: &[],
+            items: 3,
+            format: NAME,
+        },
+        head,
+        item: tensor_item,
+        name_of: item_name,
     };
+    /// The messages written before the tensors, root first.
+    fn head() -> rt::Result<Vec<Vec<u8>>> {
+        Ok(vec![rt::protobuf::prost::Message::encode_to_vec(& new_bundle() ?)])
+    }
     /// The item written for one tensor placed at `place` (the mapping's `write` rule),
     /// encoded without its payload, and the field its bytes go to when they are
     /// inline.
@@ -241,36 +250,10 @@ pub mod pbt {
         );
         Ok((rt::protobuf::prost::Message::encode_to_vec(&item), payload))
     }
-    /// A streaming writer of `pbt` documents: the messages down to `root.tensors` with their `write` values, then one item per tensor (its `write` rule), payloads streamed inline or to external files as `WriteOptions::external` says.
-    pub struct Writer<'a> {
-        doc: rt::protodoc::DocWriter<'a>,
-    }
-    impl<'a> Writer<'a> {
-        /// Starts a new document on `w`.
-        pub fn new(
-            w: Box<dyn rt::WriteSeek + 'a>,
-            options: &rt::WriteOptions,
-        ) -> rt::Result<Self> {
-            let mut doc = rt::protodoc::DocWriter::new(
-                w,
-                options.external.clone(),
-                options.destination.clone(),
-            );
-            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&new_bundle()?))?;
-            Ok(Writer { doc })
-        }
-    }
-    impl rt::TensorWriter for Writer<'_> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            self.doc.add_tensor(&TENSORS, meta, data, &tensor_item)
-        }
-        fn finish(self: Box<Self>) -> rt::Result<()> {
-            self.doc.finish()
-        }
+    /// The name of the item at `at`, for rewriting.
+    fn item_name(b: &[u8], at: u64, limits: &rt::Limits) -> rt::Result<String> {
+        let item: Tensor<'_> = rt::protobuf::read(b, at, 1, limits)?;
+        Ok(item.name.unwrap_or("").to_string())
     }
     /// Rewrites the document `src` to `w`: every field is copied as it is, except the
     /// tensors for which `replace` (given each tensor's name) returns a replacement,
@@ -285,25 +268,13 @@ pub mod pbt {
             &str,
         ) -> rt::Result<Option<rt::protodoc::Replacement<'b>>>,
     ) -> rt::Result<Vec<rt::AtomicFile>> {
-        let name_of = |b: &[u8], at: u64| -> rt::Result<String> {
-            let item: Tensor<'_> = rt::protobuf::read(b, at, 1, limits)?;
-            Ok(item.name.unwrap_or("").to_string())
-        };
-        rt::protodoc::rewrite_tensors(
-            src,
-            w,
-            options,
-            &TENSORS,
-            replace,
-            &name_of,
-            &tensor_item,
-        )
+        rt::protodoc::rewrite_doc(src, w, options, limits, replace, &DOC)
     }
     fn new_writer<'a>(
         w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
         options: &rt::WriteOptions,
     ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
+        Ok(::std::boxed::Box::new(rt::protodoc::Writer::new(w, options, &DOC)?))
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and rewriter.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {

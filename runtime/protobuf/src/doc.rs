@@ -23,10 +23,11 @@ use std::path::{Path, PathBuf};
 use crate::{self as protobuf, Value, WireType};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::output::AtomicFile;
-use tensorfmt_core::registry::{Payload, WriteSeek};
+use tensorfmt_core::registry::{Payload, TensorWriter, WriteSeek};
 use tensorfmt_core::source::Source;
 use tensorfmt_core::tensor::{ByteOrder, Order, TensorMeta, WriteOptions};
 use tensorfmt_core::DType;
+use tensorfmt_core::Limits;
 
 /// Largest protobuf message: 2 GiB - 1 bytes (protobuf's own limit; ONNX models beyond it
 /// must keep tensors in external data).
@@ -495,6 +496,83 @@ pub struct TensorField {
     pub items: u32,
     /// The format's name.
     pub format: &'static str,
+}
+
+/// A document format as generated code describes it for writing: where its tensors go,
+/// the messages written before them, how a tensor's item is made and how an item's name
+/// is read back (for rewriting).
+#[derive(Debug, Clone, Copy)]
+pub struct DocFormat {
+    /// Where the tensors go.
+    pub tensors: TensorField,
+    /// The messages from the root down to the one holding the items, root first, each
+    /// encoded with the fields its `write` options give and without the next one (one
+    /// more than `tensors.path` has numbers).
+    pub head: fn() -> Result<Vec<Vec<u8>>>,
+    /// The item of a tensor placed at a [`Placement`]: its message encoded without the
+    /// payload, and the field of the payload when it is inline.
+    pub item: fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)>,
+    /// The name of the item whose bytes are given (their first byte at an absolute
+    /// offset).
+    pub name_of: fn(&[u8], u64, &Limits) -> Result<String>,
+}
+
+/// The streaming writer of a [`DocFormat`]'s documents: the head messages, then one item
+/// per tensor added, payloads inline or in external files as the options say.
+pub struct Writer<'a> {
+    doc: DocWriter<'a>,
+    format: &'static DocFormat,
+}
+
+impl<'a> Writer<'a> {
+    /// Starts a new document of `format` on `w`: writes its head messages.
+    pub fn new(
+        w: Box<dyn WriteSeek + 'a>,
+        options: &WriteOptions,
+        format: &'static DocFormat,
+    ) -> Result<Self> {
+        let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone());
+        for (i, m) in (format.head)()?.iter().enumerate() {
+            doc.raw(m)?;
+            if let Some(&n) = format.tensors.path.get(i) {
+                doc.open(n)?;
+            }
+        }
+        Ok(Writer { doc, format })
+    }
+}
+
+impl TensorWriter for Writer<'_> {
+    fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        let f = self.format;
+        self.doc.add_tensor(&f.tensors, meta, data, &f.item)
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        self.doc.finish()
+    }
+}
+
+/// [`rewrite_tensors`] for a [`DocFormat`]: the document `src` rewritten to `w` with the
+/// tensors `replace` returns replaced.
+pub fn rewrite_doc<'a, 'b>(
+    src: &Source,
+    w: Box<dyn WriteSeek + 'a>,
+    options: &WriteOptions,
+    limits: &Limits,
+    replace: &mut dyn FnMut(&str) -> Result<Option<Replacement<'b>>>,
+    format: &DocFormat,
+) -> Result<Vec<AtomicFile>> {
+    let name_of = |b: &[u8], at: u64| (format.name_of)(b, at, limits);
+    rewrite_tensors(
+        src,
+        w,
+        options,
+        &format.tensors,
+        replace,
+        &name_of,
+        &format.item,
+    )
 }
 
 /// What an item of the tensor `meta` takes in the document besides its payload, at most
