@@ -498,6 +498,9 @@ pub struct TensorField {
     pub format: &'static str,
 }
 
+/// The item of a tensor placed at a [`Placement`] (see [`DocFormat::item`]).
+pub type MakeItemFn = fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)>;
+
 /// A document format as generated code describes it for writing: where its tensors go,
 /// the messages written before them, how a tensor's item is made and how an item's name
 /// is read back (for rewriting).
@@ -511,7 +514,7 @@ pub struct DocFormat {
     pub head: fn() -> Result<Vec<Vec<u8>>>,
     /// The item of a tensor placed at a [`Placement`]: its message encoded without the
     /// payload, and the field of the payload when it is inline.
-    pub item: fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)>,
+    pub item: MakeItemFn,
     /// The name of the item whose bytes are given (their first byte at an absolute
     /// offset).
     pub name_of: fn(&[u8], u64, &Limits) -> Result<String>,
