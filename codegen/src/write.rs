@@ -343,8 +343,12 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
         let v = rs_ident(&f.name);
         let name = &f.name;
         match &f.codec {
-            Some(Codec::PyDict { spare, .. }) => {
-                let enc = quote!(rt::pydict::encode_numpy_dict(&#v.to_py()));
+            Some(Codec::PyDict {
+                spare,
+                trailing_comma,
+                ..
+            }) => {
+                let enc = quote!(rt::pydict::encode_dict(&#v.to_py(), #trailing_comma));
                 match spare {
                     Some(s) => {
                         let n = Lower { ir, env: &env }.expr(s)?.scalar();
@@ -625,7 +629,14 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
     let one = |item: TokenStream| -> R<TokenStream> {
         Ok(match (&f.item_ty, &f.codec) {
             (Type::Payload, _) => quote!(),
-            (_, Some(Codec::PyDict { encoding, .. })) => {
+            (
+                _,
+                Some(Codec::PyDict {
+                    encoding,
+                    trailing_comma,
+                    ..
+                }),
+            ) => {
                 let enc = match encoding {
                     Some(x) => lower.expr(x)?.scalar(),
                     None => quote!("utf8"),
@@ -636,7 +647,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
                     quote!(buf.put_text(#name, &#t, #enc)?; #pad)
                 } else {
                     quote! {
-                        let text = rt::pydict::encode_numpy_dict(&#item.to_py());
+                        let text = rt::pydict::encode_dict(&#item.to_py(), #trailing_comma);
                         buf.put_text(#name, &text, #enc)?;
                         #pad
                     }

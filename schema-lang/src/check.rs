@@ -967,11 +967,23 @@ impl<'a> Checker<'a> {
                             let ty = self.expr(at, scope, &a.value);
                             self.want(at, &a.value, ty, Ty::Int, "the `spare` argument");
                         }
+                        Some(k) if k.name == "trailing_comma" => {
+                            if !matches!(a.value.kind, ExprKind::Bool(_)) {
+                                self.err_help(
+                                    at.file,
+                                    a.value.span,
+                                    "the `trailing_comma` argument is `true` or `false`",
+                                    "`trailing_comma = true` follows every item with `, `, \
+                                     the last included (NumPy's header dict)",
+                                );
+                            }
+                        }
                         _ => self.err_help(
                             at.file,
                             a.span,
-                            "codec 'pydict' takes the named arguments `encoding` and `spare`",
-                            "`codec pydict(encoding = \"latin1\", spare = N)`",
+                            "codec 'pydict' takes the named arguments `encoding` and `spare` \
+                             (and `trailing_comma`, true or false)",
+                            "`codec pydict(encoding = \"latin1\", spare = N, trailing_comma = true)`",
                         ),
                     }
                 }

@@ -154,6 +154,7 @@ fn npy_rules_are_typed_and_resolved() {
         Some(ir::Codec::PyDict {
             encoding: Some(e),
             spare: Some(s),
+            trailing_comma: true,
         }) => {
             assert_eq!(e.ty, Type::Str);
             assert!(s.ty.is_int());

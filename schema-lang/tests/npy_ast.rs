@@ -139,7 +139,7 @@ fn npy_file_facts() {
         modifiers(header),
         [
             "size header_len",
-            "codec pydict(encoding = if major == 3 { \"utf8\" } else { \"latin1\" }, spare = if len(header.shape) == 0 { 0 } else if header.fortran_order { 21 - digits(last(header.shape)) } else { 21 - digits(first(header.shape)) })",
+            "codec pydict(encoding = if major == 3 { \"utf8\" } else { \"latin1\" }, trailing_comma = true, spare = if len(header.shape) == 0 { 0 } else if header.fortran_order { 21 - digits(last(header.shape)) } else { 21 - digits(first(header.shape)) })",
             "pad(align = 64, fill = b\" \", last = b\"\\n\", min = 2)",
         ]
     );

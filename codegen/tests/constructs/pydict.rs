@@ -90,7 +90,7 @@ pub mod pyhdr {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
             let start = buf.pos();
-            let header_text = rt::pydict::encode_numpy_dict(&header.to_py());
+            let header_text = rt::pydict::encode_dict(&header.to_py(), false);
             let header_len_slot = buf.reserve("header_len", 2);
             let header_start = buf.pos();
             buf.put_text("header", &header_text, "latin1")?;

@@ -720,7 +720,7 @@ impl Matched<'_> {
 /// matched record and the parts found so far, and adds the record's parts; it returns
 /// whether the record is of that entry (`false`: the next matching entry is tried; a
 /// record no entry takes is skipped). The parts of each tensor are then joined
-/// ([`join_chunks`]). Every error is given `src`'s path; a value outside the source is
+/// ([`join_segments`]). Every error is given `src`'s path; a value outside the source is
 /// [`ErrorKind::Truncated`] naming its key; more parts than `limits.max_tensors` is an
 /// [`ErrorKind::Limit`].
 pub fn map_records(
@@ -782,7 +782,7 @@ pub fn map_records(
             actual: chunks.len() as u64,
         })));
     }
-    join_chunks(chunks).map_err(in_file)
+    join_segments(chunks).map_err(in_file)
 }
 
 /// Writes the tensor `meta`, whose bytes are `all`, as records of an entry whose key
@@ -833,13 +833,22 @@ pub fn encode_parts(
     Ok(())
 }
 
-/// Joins the parts of each tensor (records of one name, in any order and interleaved
-/// with others) as Caffe2's Load does (`load_save_op_util.cc`, BlobState): the first part
-/// sets the size; a later part must have a segment, may not add to a complete tensor and
-/// may not take it past its size; the parts must cover every element exactly once; and
-/// every tensor must be complete. Errors carry Caffe2's words and the record's key. A
-/// tensor is listed where its first part is.
-pub fn join_chunks(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInfo>> {
+/// Joins the parts of each tensor: what a mapping's `segment` key means, for any format
+/// whose records hold parts of tensors. The parts of one name come in any order,
+/// interleaved with others' records; each holds the elements `[begin, end)` of the whole
+/// tensor its segment gives, or the whole tensor when it has none. Counted in record
+/// order, the first part sets the dtype and shape, which every other part repeats; a part
+/// without a segment can only be the first; no part may add to a tensor already complete
+/// or take it past its size; in element order, the parts must cover every element exactly
+/// once, each holding the bytes (or the strings) of its elements; and every tensor must
+/// be complete. A tensor is listed where its first part is, its bytes the parts' byte
+/// ranges in element order (no copy).
+///
+/// These are the checks of Caffe2's Load (`load_save_op_util.cc`, BlobState), the
+/// reader of the one built-in format with segments, made in the same order; the errors
+/// carry its words ("Found an extra part for an already filled tensor: w") with the
+/// record's key, so that they read as Caffe2's users know them.
+pub fn join_segments(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInfo>> {
     let mut order: Vec<String> = Vec::new();
     let mut by_name: std::collections::HashMap<String, Vec<Chunk>> = Default::default();
     for c in chunks {

@@ -7,8 +7,9 @@
 //! `True`, `False` and `None`.
 //!
 //! [`parse`] reads a literal; [`to_literal`] writes Python's `repr` of a value and
-//! [`encode_numpy_dict`] writes a header dict exactly as NumPy's `_write_array_header`
-//! does before it adds its padding.
+//! [`encode_dict`] writes a dict of named items, as `repr` separates them or with every
+//! item followed by `, ` (the style a schema chooses: NumPy's `_write_array_header`
+//! writes the second).
 #![warn(missing_docs)]
 
 // `Error` is large by design (it carries a full location); boxing it is a crate-wide
@@ -886,21 +887,24 @@ fn bytes_repr(out: &mut String, b: &[u8]) {
     out.push(quote);
 }
 
-/// A header dict as NumPy's `_write_array_header` writes it, before padding:
-/// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }` — `{`, then each item as
-/// `'key': repr(value), `, then `}`. Items are written in the order given (NumPy sorts the
-/// keys: `descr`, `fortran_order`, `shape`).
-///
-/// NumPy then appends `21 - len(repr(shape[0]))` spaces (`shape[-1]` when Fortran-ordered;
-/// none for a 0-d array) and pads with spaces and a final `\n` so that the data starts at
-/// a multiple of 64; that is the caller's job.
-pub fn encode_numpy_dict(items: &[(&str, PyValue)]) -> String {
+/// A dict of named items as a Python literal, items in the order given: `{`, each item
+/// as `'key': repr(value)`, then `}`. Items are separated by `, ` as Python's `repr`
+/// separates them (`{'a': 1, 'b': 2}`), or, with `trailing_comma`, each is followed by
+/// `, `, the last included (`{'a': 1, 'b': 2, }`: what NumPy's `_write_array_header`
+/// writes before its padding, which a schema describes with `codec pydict(trailing_comma
+/// = true)`). An empty dict is `{}` either way.
+pub fn encode_dict(items: &[(&str, PyValue)], trailing_comma: bool) -> String {
     let mut s = String::from("{");
-    for (key, value) in items {
+    for (i, (key, value)) in items.iter().enumerate() {
+        if i > 0 && !trailing_comma {
+            s.push_str(", ");
+        }
         str_repr(&mut s, key);
         s.push_str(": ");
         write_literal(&mut s, value);
-        s.push_str(", ");
+        if trailing_comma {
+            s.push_str(", ");
+        }
     }
     s.push('}');
     s
@@ -1247,7 +1251,13 @@ mod tests {
             text,
             "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
         );
-        assert_eq!(encode_numpy_dict(&[]), "{}");
+        assert_eq!(encode_dict(&[], true), "{}");
+        assert_eq!(encode_dict(&[], false), "{}");
+        let repr = encode_dict(
+            &[("descr", s("<f4")), ("fortran_order", PyValue::Bool(true))],
+            false,
+        );
+        assert_eq!(repr, "{'descr': '<f4', 'fortran_order': True}");
         let back = p(&text);
         assert_eq!(
             back.dict_get("shape").unwrap().as_u64_seq(),
@@ -1421,6 +1431,10 @@ for line in sys.stdin:
             mismatches.len(),
             strings.len()
         );
+    }
+
+    fn encode_numpy_dict(items: &[(&str, PyValue)]) -> String {
+        encode_dict(items, true)
     }
 
     fn encode_numpy_dict_from(v: &PyValue) -> String {

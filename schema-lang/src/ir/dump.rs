@@ -130,7 +130,15 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
             }
             if let Some(c) = &fl.codec {
                 let _ = writeln!(out, "      codec {}", d.codec(c));
-                if let Codec::PyDict { encoding, spare } = c {
+                if let Codec::PyDict {
+                    encoding,
+                    spare,
+                    trailing_comma,
+                } = c
+                {
+                    if *trailing_comma {
+                        let _ = writeln!(out, "        trailing_comma");
+                    }
                     if let Some(e) = encoding {
                         rule(out, "  encoding =", e);
                     }

@@ -638,6 +638,10 @@ impl<'a> Lower<'a> {
             "pydict" => Some(Codec::PyDict {
                 encoding: None,
                 spare: None,
+                trailing_comma: args.iter().any(|a| {
+                    a.name.as_ref().is_some_and(|n| n.name == "trailing_comma")
+                        && matches!(a.value.kind, ast::ExprKind::Bool(true))
+                }),
             }),
             "pickle" | "protobuf" => {
                 let path = args.first()?.value.as_path()?;
@@ -949,6 +953,7 @@ impl<'a> Lower<'a> {
             if let Some(Codec::PyDict {
                 encoding: e,
                 spare: s,
+                ..
             }) = fld.codec.as_mut()
             {
                 *e = encoding;

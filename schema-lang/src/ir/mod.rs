@@ -180,7 +180,10 @@ impl Ir {
                 if let Some(Repeat::Count(e)) = &f.repeat {
                     out.push(e);
                 }
-                if let Some(Codec::PyDict { encoding, spare }) = &f.codec {
+                if let Some(Codec::PyDict {
+                    encoding, spare, ..
+                }) = &f.codec
+                {
                     out.extend(encoding.iter());
                     out.extend(spare.iter());
                 }
@@ -492,12 +495,15 @@ pub enum Repeat {
 /// How a field's or entry's bytes decode.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Codec {
-    /// A Python literal dict (`pydict(encoding = .., spare = ..)`).
+    /// A Python literal dict (`pydict(encoding = .., spare = .., trailing_comma = ..)`).
     PyDict {
         /// The text encoding (a string expression: `"latin1"`, `"utf8"`).
         encoding: Option<Expr>,
         /// Spaces appended on write (integer, write side).
         spare: Option<Expr>,
+        /// On write, every item is followed by `, `, the last included (NumPy's header
+        /// dict); otherwise items are separated as Python's `repr` separates them.
+        trailing_comma: bool,
     },
     /// JSON.
     Json,

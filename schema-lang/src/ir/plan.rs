@@ -274,7 +274,10 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
                 p.needed_at(m, i, "the padding");
             }
         }
-        if let Some(Codec::PyDict { encoding, spare }) = &f.codec {
+        if let Some(Codec::PyDict {
+            encoding, spare, ..
+        }) = &f.codec
+        {
             if let Some(e) = encoding {
                 p.needed_at(e, i, "the encoding");
             }
