@@ -13,75 +13,41 @@ use crate::model::{docs, rs_ident};
 /// `detect`: the format's detection rules over the first bytes or, for zip archives,
 /// over the member names (the archive indexed once, and kept by the source).
 pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
-    let mut steps = Vec::new();
-    let mut uses_limits = false;
+    let mut tests = Vec::new();
+    let mut rules = Vec::new();
     let mut described = Vec::new();
     if zip {
-        // A cheap look at the first bytes before the archive is indexed.
-        steps.push(quote! {
-            if !rt::zip::starts_like_zip(src.data()) {
-                return false;
-            }
-        });
         described.push("a zip archive".to_string());
     }
     for d in &ir.format(fid).detects {
         match d {
             Detect::Magic { bytes, at, span } => {
-                let n = Literal::usize_unsuffixed(bytes.len());
                 let b = Literal::byte_string(bytes);
                 let at = Literal::u64_unsuffixed(*at);
                 described.push(format!("the magic `{}`", ir.text(fid, *span)));
-                steps.push(quote! {
-                    let mut magic = [0u8; #n];
-                    if src.data().read_exact_at(#at, &mut magic).is_err() || magic != *#b {
-                        return false;
-                    }
-                });
+                tests.push(quote!(src.has_magic(#at, #b)));
             }
             // The checker keeps member rules to zip formats.
             Detect::Entries { mode, pattern } => {
                 let p = &pattern.text;
-                let test = match mode {
-                    // `if !#test` below: no member may match.
-                    EntriesMode::None => {
-                        quote!(zip.members().iter().all(|m| !pattern.is_match(&m.name)))
-                    }
-                    EntriesMode::All => {
-                        quote!(zip.members().iter().all(|m| pattern.is_match(&m.name)))
-                    }
-                    EntriesMode::Any => {
-                        quote!(zip.members().iter().any(|m| pattern.is_match(&m.name)))
-                    }
+                let (which, how) = match mode {
+                    EntriesMode::None => (quote!(None), "no"),
+                    EntriesMode::All => (quote!(All), "all"),
+                    EntriesMode::Any => (quote!(Any), "some"),
                 };
-                if !uses_limits {
-                    // The archive is indexed once (and kept by the source), for every
-                    // entry rule.
-                    steps.push(quote! {
-                        let Ok(zip) = rt::zip::index(src, limits) else {
-                            return false;
-                        };
-                    });
-                }
-                steps.push(quote! {
-                    let Ok(pattern) = rt::Pattern::new(#p) else {
-                        return false;
-                    };
-                    if !#test {
-                        return false;
-                    }
-                });
-                uses_limits = true;
-                let how = match mode {
-                    EntriesMode::None => "no",
-                    EntriesMode::All => "all",
-                    EntriesMode::Any => "some",
-                };
+                rules.push(quote!((rt::zip::Members::#which, #p)));
                 described.push(format!("{how} member names matching `{p}`"));
             }
         }
     }
-    let limits_use = (!uses_limits).then(|| quote!(let _ = limits;));
+    let uses_limits = zip && !rules.is_empty();
+    if uses_limits {
+        // The archive is indexed once (and kept by the source), for every entry rule.
+        tests.push(quote!(rt::zip::members_match(src, limits, &[#(#rules),*])));
+    } else if zip {
+        // A cheap look at the first bytes.
+        tests.push(quote!(rt::zip::starts_like_zip(src.data())));
+    }
     let doc = if described.is_empty() {
         " Never true: this format is recognized by extension only.".to_string()
     } else {
@@ -90,8 +56,7 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
             described.join(", ")
         )
     };
-    let body = quote!(#(#steps)* true);
-    if steps.is_empty() {
+    if tests.is_empty() {
         return quote! {
             #[doc = #doc]
             pub fn detect(_: &rt::Source, _: &rt::Limits) -> bool {
@@ -99,11 +64,15 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
             }
         };
     }
+    let limits = if uses_limits {
+        quote!(limits)
+    } else {
+        quote!(_limits)
+    };
     quote! {
         #[doc = #doc]
-        pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-            #limits_use
-            #body
+        pub fn detect(src: &rt::Source, #limits: &rt::Limits) -> bool {
+            #(#tests)&&*
         }
     }
 }

@@ -9,15 +9,8 @@ pub mod pkls {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["pkls"];
     /// True when the source looks like this format: the magic `b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"`.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
-        let mut magic = [0u8; 14];
-        if src.data().read_exact_at(0, &mut magic).is_err()
-            || magic != *b"\x80\x02\x8A\nl\xFC\x9CF\xF9 j\xA8P\x19"
-        {
-            return false;
-        }
-        true
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        src.has_magic(0, b"\x80\x02\x8A\nl\xFC\x9CF\xF9 j\xA8P\x19")
     }
     pub const STORAGE_CLASS: rt::Table<&str> = rt::Table {
         name: "storage_class",

@@ -9,13 +9,8 @@ pub mod numbers {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["num"];
     /// True when the source looks like this format: the magic `b"NUM"`.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
-        let mut magic = [0u8; 3];
-        if src.data().read_exact_at(0, &mut magic).is_err() || magic != *b"NUM" {
-            return false;
-        }
-        true
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        src.has_magic(0, b"NUM")
     }
     pub const KINDS: rt::Table<i64> = rt::Table {
         name: "kinds",

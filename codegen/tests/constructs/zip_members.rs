@@ -11,13 +11,8 @@ pub mod vec1 {
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &["vec"];
     /// True when the source looks like this format: the magic `b"VEC"`.
-    pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        let _ = limits;
-        let mut magic = [0u8; 3];
-        if src.data().read_exact_at(0, &mut magic).is_err() || magic != *b"VEC" {
-            return false;
-        }
-        true
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        src.has_magic(0, b"VEC")
     }
     pub const KINDS: rt::Table<i64> = rt::Table {
         name: "kinds",
@@ -167,19 +162,7 @@ pub mod vecs {
     pub const EXTENSIONS: &[&str] = &["vecs"];
     /// True when the source looks like this format: a zip archive, all member names matching `{name}.vec`.
     pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        if !rt::zip::starts_like_zip(src.data()) {
-            return false;
-        }
-        let Ok(zip) = rt::zip::index(src, limits) else {
-            return false;
-        };
-        let Ok(pattern) = rt::Pattern::new("{name}.vec") else {
-            return false;
-        };
-        if !zip.members().iter().all(|m| pattern.is_match(&m.name)) {
-            return false;
-        }
-        true
+        rt::zip::members_match(src, limits, &[(rt::zip::Members::All, "{name}.vec")])
     }
     /// The name pattern of `member` members.
     ///

@@ -10,19 +10,11 @@ pub mod ckpt {
     pub const EXTENSIONS: &[&str] = &["ckpt"];
     /// True when the source looks like this format: a zip archive, some member names matching `{prefix}/data.pkl`.
     pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        if !rt::zip::starts_like_zip(src.data()) {
-            return false;
-        }
-        let Ok(zip) = rt::zip::index(src, limits) else {
-            return false;
-        };
-        let Ok(pattern) = rt::Pattern::new("{prefix}/data.pkl") else {
-            return false;
-        };
-        if !zip.members().iter().any(|m| pattern.is_match(&m.name)) {
-            return false;
-        }
-        true
+        rt::zip::members_match(
+            src,
+            limits,
+            &[(rt::zip::Members::Any, "{prefix}/data.pkl")],
+        )
     }
     pub const STORAGE_CLASS: rt::Table<&str> = rt::Table {
         name: "storage_class",

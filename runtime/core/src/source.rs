@@ -411,6 +411,18 @@ impl Source {
             .unwrap_or_default()
     }
 
+    /// True when the source holds `magic` at byte `at`.
+    pub fn has_magic(&self, at: u64, magic: &[u8]) -> bool {
+        let mut buf = [0u8; 32];
+        let mut at = at;
+        magic.chunks(buf.len()).all(|want| {
+            let got = &mut buf[..want.len()];
+            let same = self.data().read_exact_at(at, got).is_ok() && got == want;
+            at = at.saturating_add(want.len() as u64);
+            same
+        })
+    }
+
     /// `e`, located in this source's file when the source has a path.
     pub fn in_file(&self, e: crate::error::Error) -> crate::error::Error {
         match self.path() {
@@ -434,6 +446,21 @@ mod tests {
 
     fn kind_text(e: &Error) -> String {
         e.to_string()
+    }
+
+    #[test]
+    fn magic_at_any_offset_and_length() {
+        let bytes: Vec<u8> = (0..100u8).collect();
+        let src = Source::from_bytes(bytes.clone());
+        assert!(src.has_magic(0, &bytes[..6]));
+        assert!(src.has_magic(10, &bytes[10..80]), "longer than one chunk");
+        assert!(!src.has_magic(10, &bytes[11..80]));
+        assert!(src.has_magic(95, &bytes[95..]));
+        assert!(
+            !src.has_magic(95, &[95, 96, 97, 98, 99, 100]),
+            "past the end"
+        );
+        assert!(src.has_magic(100, b""));
     }
 
     #[cfg(unix)]

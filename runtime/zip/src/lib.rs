@@ -28,7 +28,7 @@ pub use tensorfmt_core::Compression;
 mod archive;
 mod location;
 pub use archive::{Archive, ArchiveWriter, Entry, EntryKind};
-pub use location::{index, location, member_of};
+pub use location::{index, location, member_of, members_match, Members};
 
 /// One member of a zip archive, as its central directory describes it.
 ///

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
+use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::read::{chunk_size, to_usize, view_or_push, ReadOptions, CHECKED_PIECE};
 use tensorfmt_core::sink::Sink;
 use tensorfmt_core::source::{check_range, RandomAccess, Source};
@@ -40,6 +41,40 @@ pub fn member_of(location: &DataLocation) -> Option<(&ZipMember, u64, u64)> {
 /// ask for it several times).
 pub fn index(src: &Source, limits: &Limits) -> Result<Arc<ZipIndex>> {
     src.memo(limits.max_entries, |s| ZipIndex::read(s.data(), limits))
+}
+
+/// Which members a detection rule asks to match its pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Members {
+    /// Every member (an archive without members passes).
+    All,
+    /// At least one member.
+    Any,
+    /// No member.
+    None,
+}
+
+/// True when `src` is a zip archive (it starts like one and indexes) whose member names
+/// pass every rule: `(which members, entry-name pattern)`. The archive is indexed once
+/// and kept by the source, for the indexer that follows.
+pub fn members_match(src: &Source, limits: &Limits, rules: &[(Members, &str)]) -> bool {
+    if !crate::starts_like_zip(src.data()) {
+        return false;
+    }
+    let Ok(zip) = index(src, limits) else {
+        return false;
+    };
+    rules.iter().all(|&(which, pattern)| {
+        let Ok(pattern) = Pattern::new(pattern) else {
+            return false;
+        };
+        let mut names = zip.members().iter().map(|m| pattern.is_match(&m.name));
+        match which {
+            Members::All => names.all(|m| m),
+            Members::Any => names.any(|m| m),
+            Members::None => !names.any(|m| m),
+        }
+    })
 }
 
 impl ZipIndex {
