@@ -384,9 +384,126 @@ impl Rules<'_> {
         }
     }
 
+    /// A zip of another format's files (npz): one entry, `repeated` or `optional`, laid out
+    /// by a layout of a `file` format, whose members are named by one capture; one mapping
+    /// over it that includes that format's mapping of the member's content and names the
+    /// tensor by the capture.
     fn zip_layout(&mut self) {
-        for &e in &self.ir.format(self.fid).entries {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        for &e in &f.entries {
             self.entry_align(e);
+        }
+        let (entry, map) = match (f.entries.as_slice(), f.mappings.as_slice()) {
+            ([e], [m]) => (*e, ir.mapping(*m)),
+            (entries, mappings) => {
+                let span = match (entries.get(1), mappings.get(1)) {
+                    (Some(&e), _) => ir.entry(e).span,
+                    (None, Some(&m)) => ir.mapping(m).span,
+                    _ => f.name_span,
+                };
+                self.err(
+                    span,
+                    "a zip of another format's files has one entry and one tensor mapping",
+                    "one tensor per member: `entry member \"{name}.npy\" { repeated; layout npy.File; }` and `tensor from member as m { include npy.tensor(m.content); name = m.name; }`",
+                );
+                return;
+            }
+        };
+        let e = ir.entry(entry);
+        let Content::Layout(lid) = e.content else {
+            self.err(
+                e.span,
+                "the entry of a zip of another format's files has a `layout`",
+                "`layout npy.File;`; raw members and text belong to a zip around a pickle",
+            );
+            return;
+        };
+        let other = ir.layout(lid).format;
+        if other == self.fid || ir.format(other).engine != Engine::File {
+            self.err(
+                e.span,
+                "the entry's layout belongs to another format of the `file` engine",
+                "declare the member's format apart (`format npy { engine file; ... }`) and name its layout: `layout npy.File;`",
+            );
+            return;
+        }
+        if !e.repeated && !e.optional {
+            self.err(
+                e.span,
+                "a zip of another format's files has a member per tensor: its entry is `repeated` or `optional`",
+                "`repeated;` (any number of members) or `optional;` (at most one)",
+            );
+        }
+        if e.pattern.captures.len() != 1 {
+            self.err(
+                e.span,
+                "the entry of a zip of another format's files names its members by one capture",
+                "the tensor's name, as the writer fills it in: `\"{name}.npy\"`",
+            );
+        }
+        if !matches!(map.source.kind, ExprKind::Entry(x) if x == entry) {
+            self.err(
+                map.source.span,
+                "a mapping of a zip of another format's files iterates its entry",
+                format!("`tensor from {} as m`", e.name),
+            );
+        }
+        if let Some(w) = &map.filter {
+            self.err(
+                w.span,
+                "a `where` filter on a zip of another format's files",
+                "every member the entry's pattern matches is a tensor: narrow the pattern instead",
+            );
+        }
+        let mut included = false;
+        for st in &map.stmts {
+            match st {
+                MappingStmt::Include { format, arg, .. } => {
+                    let content = matches!(&arg.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
+                        if matches!(base.kind, ExprKind::Binding));
+                    if !content || *format != other || included {
+                        self.err(
+                            arg.span,
+                            "a zip of another format's files includes that format's mapping of the member's content, once",
+                            format!("`include {}.tensor(m.content);`", ir.format(other).name),
+                        );
+                    }
+                    included = true;
+                }
+                MappingStmt::Set {
+                    key: TensorKey::Name,
+                    value,
+                } => {
+                    let capture = matches!(&value.kind, ExprKind::Member { base, member: Member::Capture(..) }
+                        if matches!(base.kind, ExprKind::Binding));
+                    if !capture {
+                        self.err(
+                            value.span,
+                            "the tensors of a zip of another format's files are named by the member's capture",
+                            "the writer names each member by the tensor's name: `name = m.name;`",
+                        );
+                    }
+                }
+                MappingStmt::Set { key, value } => self.err(
+                    value.span,
+                    format!(
+                        "`{}` set over the included mapping of a zip of another format's files",
+                        key.name()
+                    ),
+                    "each member is a whole file of the included format: its mapping gives everything but the name",
+                ),
+            }
+        }
+        if !included || map.key(TensorKey::Name).is_none() {
+            self.err(
+                map.span,
+                "a mapping of a zip of another format's files includes the member's mapping and sets its name",
+                format!(
+                    "`include {}.tensor(m.content); name = m.name;`",
+                    ir.format(other).name
+                ),
+            );
         }
     }
 
