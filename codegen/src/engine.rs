@@ -7,6 +7,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, Detect, EntriesMode, FormatId, Ir};
 
+use crate::lower::Unlowered;
 use crate::model::{docs, rs_ident};
 
 /// `detect`: the format's detection rules over the first bytes or, for zip archives,
@@ -225,14 +226,28 @@ fn in_file() -> TokenStream {
 
 /// `index` and `Writer` of the `zip` engine whose one entry is laid out by another
 /// format's layout (npz): each member matching the entry's pattern is read by that
-/// layout and mapped by that format's mapping, named by the pattern's capture.
+/// layout and mapped by that format's mapping, named by the pattern's capture; an entry
+/// that is neither `repeated` nor `optional` needs one member at least.
 ///
-/// The checker's zip rules (`check_engines.rs`) make the format one `repeated` or
-/// `optional` entry of one capture, laid out by a `file` format's layout, and one mapping
-/// over it that includes that format's mapping and sets only the name.
-pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
+/// The checker's zip rules (`check_engines.rs`) make a format that maps tensors one entry
+/// of one capture, laid out by a `file` format's layout, and one mapping over it that
+/// includes that format's mapping and sets the name.
+pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
     let fmt = ir.format(fid);
-    let entry = ir.entry(fmt.entries[0]);
+    let no = |span, what: &str| Unlowered {
+        span,
+        what: what.to_string(),
+    };
+    let (Some(eid), Some(mid)) = (fmt.entries.first(), fmt.mappings.first()) else {
+        return Err(no(fmt.name_span, "a `zip` format that maps no tensor"));
+    };
+    let (entry, map) = (ir.entry(*eid), ir.mapping(*mid));
+    if let Some(value) = map.stmts.iter().find_map(|st| match st {
+        ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => Some(value),
+        _ => None,
+    }) {
+        return Err(no(value.span, "overriding what an included mapping gives"));
+    }
     let ir::Content::Layout(lid) = entry.content else {
         unreachable!("the checker gives a zip of another format's files a layout entry")
     };
@@ -279,11 +294,21 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
     let pdoc_head = format!(" The name pattern of `{}` members.", entry.name);
     let pdoc = docs(&pdoc);
     let in_file = in_file();
+    let required = if entry.repeated || entry.optional {
+        quote!()
+    } else {
+        let msg = format!("no member matches `{pattern}`");
+        quote! {
+            if tensors.is_empty() {
+                return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string()))));
+            }
+        }
+    };
     let wdoc =
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
     let tr = tensor_writer_impl(false);
     let desc = desc(false);
-    quote! {
+    Ok(quote! {
         #[doc = #pdoc_head]
         #[doc = ""]
         #pdoc
@@ -317,6 +342,7 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
                 .map_err(|e| in_file(e.in_entry(m.name.as_str())))?;
                 tensors.push(t);
             }
+            #required
             Ok(tensors)
         }
 
@@ -350,7 +376,7 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
 
         #tr
         #desc
-    }
+    })
 }
 
 /// The writer constructor of a format that is only read, which refuses with `message`,

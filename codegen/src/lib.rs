@@ -284,7 +284,10 @@ fn format_items(
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("zip") => items.push(engine::gen_zip(ir, fid)),
+        Some("zip") => match engine::gen_zip(ir, fid) {
+            Ok(ts) => items.push(ts),
+            Err(u) => errors.push(unlowered(&cx, u)),
+        },
         _ => {}
     }
 

@@ -598,10 +598,7 @@ impl MapEnv<'_> {
                 quote!(rt::protobuf::int_values(#msg.bytes, #msg.base, #n)?),
                 Type::List(Box::new(Type::Int(IntTy::sized(8, true)))),
             )),
-            _ => Err(no(
-                e.span,
-                "the values of a repeated non-varint number field as a list",
-            )),
+            _ => unreachable!("the checker reads other repeated numbers by `elements` alone"),
         }
     }
 
@@ -807,10 +804,7 @@ pub(crate) struct SourcePath {
 pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
     let m = ir.mapping(map);
     let Type::Message(msg) = m.binding_ty else {
-        return Err(no(
-            m.source.span,
-            "a mapping over values that are not messages",
-        ));
+        unreachable!("the checker makes every protobuf mapping iterate messages")
     };
     let mut steps = Vec::new();
     let mut through = Vec::new();
@@ -1550,7 +1544,7 @@ impl<'a> WriteCx<'a> {
             ExprKind::NewMessage { message, fields } => {
                 self.message(*message, fields, top, None, pre)
             }
-            _ => Err(no(e.span, "a write rule that does not build a message")),
+            _ => unreachable!("the checker makes every write rule build a message"),
         }
     }
 
@@ -1988,10 +1982,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         }
     }
     let (Some(items_n), Some((_, _, true))) = (numbers.pop(), src.steps.last()) else {
-        return Err(no(
-            map.source.span,
-            "writing tensors other than as the items of a repeated field",
-        ));
+        unreachable!("the checker makes a written document's tensors items of a repeated field")
     };
     let depth = Literal::u64_unsuffixed(src.steps.len() as u64);
     let public = &fmt.public_name;

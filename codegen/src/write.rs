@@ -627,6 +627,28 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
     }
     // Given fields.
     let one = |item: TokenStream| -> R<TokenStream> {
+        // A number of a width chosen by a condition, given by the tensor mapping.
+        if let FieldKind::Cond {
+            cond,
+            then,
+            otherwise,
+        } = &f.kind
+        {
+            let c = lower.expr(cond)?.scalar();
+            let a = num_method("int_", &Type::Int(*then), then.endian.unwrap_or(endian));
+            let b = num_method(
+                "int_",
+                &Type::Int(*otherwise),
+                otherwise.endian.unwrap_or(endian),
+            );
+            return Ok(quote! {
+                if #c {
+                    buf.#a(#name, i128::from(#item))?;
+                } else {
+                    buf.#b(#name, i128::from(#item))?;
+                }
+            });
+        }
         Ok(match (&f.item_ty, &f.codec) {
             (Type::Payload, _) => quote!(),
             (_, Some(Codec::PyDict { encoding, .. })) => {

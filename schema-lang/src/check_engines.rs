@@ -16,7 +16,8 @@ use crate::ast::{Label, SchemaFile, Span};
 use crate::diag::Diagnostic;
 use crate::ir::{
     Builtin, Codec, Const, Content, Engine, EntryId, Expr, ExprKind, FieldId, FormatId, Ir,
-    KvBackend, LayoutId, Mapping, MappingStmt, Member, Repeat, TensorKey, Type,
+    KvBackend, LayoutId, Mapping, MappingStmt, Member, ProtoScalar, ProtoType, Repeat, TensorKey,
+    Type, WriteVar,
 };
 
 /// Every engine rule broken in `ir`.
@@ -105,6 +106,9 @@ impl Rules<'_> {
             (Engine::File, _) => self.file_pickle(),
             (Engine::Kv { backend, .. }, _) => self.kv(*backend),
             _ => {}
+        }
+        if matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. }) {
+            self.messages();
         }
         if !matches!(f.engine, Engine::Kv { .. }) {
             self.segments();
@@ -384,8 +388,8 @@ impl Rules<'_> {
         }
     }
 
-    /// A zip of another format's files (npz): one entry, `repeated` or `optional`, laid out
-    /// by a layout of a `file` format, whose members are named by one capture; one mapping
+    /// A zip of another format's files (npz), when it maps tensors: one entry laid out by
+    /// a layout of a `file` format, whose members are named by one capture; one mapping
     /// over it that includes that format's mapping of the member's content and names the
     /// tensor by the capture.
     fn zip_layout(&mut self) {
@@ -396,6 +400,8 @@ impl Rules<'_> {
         }
         let (entry, map) = match (f.entries.as_slice(), f.mappings.as_slice()) {
             ([e], [m]) => (*e, ir.mapping(*m)),
+            // Nothing mapped: the generator says what it cannot make of it.
+            (_, []) => return,
             (entries, mappings) => {
                 let span = match (entries.get(1), mappings.get(1)) {
                     (Some(&e), _) => ir.entry(e).span,
@@ -427,13 +433,6 @@ impl Rules<'_> {
                 "declare the member's format apart (`format npy { engine file; ... }`) and name its layout: `layout npy.File;`",
             );
             return;
-        }
-        if !e.repeated && !e.optional {
-            self.err(
-                e.span,
-                "a zip of another format's files has a member per tensor: its entry is `repeated` or `optional`",
-                "`repeated;` (any number of members) or `optional;` (at most one)",
-            );
         }
         if e.pattern.captures.len() != 1 {
             self.err(
@@ -485,14 +484,7 @@ impl Rules<'_> {
                         );
                     }
                 }
-                MappingStmt::Set { key, value } => self.err(
-                    value.span,
-                    format!(
-                        "`{}` set over the included mapping of a zip of another format's files",
-                        key.name()
-                    ),
-                    "each member is a whole file of the included format: its mapping gives everything but the name",
-                ),
+                MappingStmt::Set { .. } => {}
             }
         }
         if !included || map.key(TensorKey::Name).is_none() {
@@ -504,6 +496,166 @@ impl Rules<'_> {
                     ir.format(other).name
                 ),
             );
+        }
+    }
+
+    /// The rules of formats over protobuf messages (the `protobuf` and `kv` engines): a
+    /// mapping iterates messages; the values of a repeated field of fixed-width or zigzag
+    /// numbers are read as tensor elements alone; a write rule, and the value of a message
+    /// field in it, builds a message; a document writes its tensors as the items of a
+    /// repeated field; a record's `data` is in no item of a list of messages.
+    fn messages(&mut self) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let document = matches!(f.engine, Engine::Protobuf { .. });
+        for &m in &f.mappings {
+            let map = ir.mapping(m);
+            if !matches!(map.binding_ty, Type::Message(_)) {
+                self.err(
+                    map.source.span,
+                    "a mapping over protobuf messages iterates messages",
+                    "a repeated message field, or one message: `tensor from root.tensors as t`",
+                );
+            }
+            self.number_lists(&map.source);
+            if let Some(w) = &map.filter {
+                self.number_lists(w);
+            }
+            for st in &map.stmts {
+                match st {
+                    MappingStmt::Include { arg, .. } => self.number_lists(arg),
+                    MappingStmt::Set { value, .. } => self.number_lists(value),
+                }
+            }
+            let Some(w) = &map.write else {
+                continue;
+            };
+            self.builds_message(w, false);
+            let repeated = match &map.source.kind {
+                ExprKind::Member {
+                    member: Member::MessageField(mm, i),
+                    ..
+                } => ir.message(*mm).fields[*i].label == Label::Repeated,
+                _ => false,
+            };
+            if document && !repeated {
+                self.err(
+                    map.source.span,
+                    "a written document holds its tensors as the items of a repeated field",
+                    "iterate a repeated message field (`tensor from root.tensors as t`), or remove `write`",
+                );
+            }
+        }
+        for &mid in &f.messages {
+            for field in &ir.message(mid).fields {
+                if let Some(w) = &field.write {
+                    self.field_value(field, w, false);
+                }
+            }
+        }
+    }
+
+    /// A repeated field of fixed-width or zigzag numbers read other than by `elements(..)`.
+    fn number_lists(&mut self, e: &Expr) {
+        let ir = self.ir;
+        let mut elements: Vec<*const Expr> = Vec::new();
+        e.walk(&mut |x| {
+            if let ExprKind::Call {
+                func: Builtin::Elements,
+                args,
+            } = &x.kind
+            {
+                elements.extend(args.iter().map(|a| &a.value as *const Expr));
+            }
+        });
+        let mut bad = Vec::new();
+        e.walk(&mut |x| {
+            let ExprKind::Member {
+                member: Member::MessageField(m, i),
+                ..
+            } = &x.kind
+            else {
+                return;
+            };
+            let field = &ir.message(*m).fields[*i];
+            let listed = matches!(
+                field.proto,
+                ProtoType::Scalar(
+                    ProtoScalar::Float
+                        | ProtoScalar::Double
+                        | ProtoScalar::Sint32
+                        | ProtoScalar::Sint64
+                        | ProtoScalar::Fixed32
+                        | ProtoScalar::Sfixed32
+                        | ProtoScalar::Fixed64
+                        | ProtoScalar::Sfixed64
+                )
+            );
+            if field.label == Label::Repeated && listed && !elements.contains(&(x as *const Expr)) {
+                bad.push((x.span, field.name.clone()));
+            }
+        });
+        for (span, name) in bad {
+            self.err(
+                span,
+                format!("the values of repeated field '{name}' are read as tensor elements"),
+                format!(
+                    "`data = elements(t.{name});`; lists of numbers in expressions are of `int32`, `int64`, `uint32`, `uint64`, `bool` or enum fields"
+                ),
+            );
+        }
+    }
+
+    /// The value `v` a write rule gives `field`: messages built for a message field, a
+    /// list of them for a repeated one, no `data` in a list of messages.
+    fn field_value(&mut self, field: &crate::ir::MessageField, v: &Expr, in_list: bool) {
+        match (&field.proto, field.label, &v.kind) {
+            (ProtoType::Message(_), Label::Repeated, ExprKind::List(items)) => {
+                for x in items {
+                    self.builds_message(x, true);
+                }
+            }
+            (ProtoType::Message(_), Label::Repeated, _) => self.err(
+                v.span,
+                "a repeated message field of a write rule is given a list of messages",
+                format!("`{} = [M(..), M(..)]`", field.name),
+            ),
+            (ProtoType::Message(_), _, _) => self.builds_message(v, in_list),
+            _ if in_list
+                && reads(v, &|x| matches!(x.kind, ExprKind::WriteVar(WriteVar::Data))) =>
+            {
+                self.err(
+                    v.span,
+                    "`data` in an item of a list of messages",
+                    "the tensor's elements go in the message the rule builds, or in a message of one of its singular fields",
+                )
+            }
+            _ => {}
+        }
+    }
+
+    /// A write rule's value: a message built as `M(..)` (or an `if` choosing one), whose
+    /// message fields are built alike; `in_list` when it is an item of a repeated field,
+    /// where a record's `data` cannot go.
+    fn builds_message(&mut self, e: &Expr, in_list: bool) {
+        let ir = self.ir;
+        match &e.kind {
+            ExprKind::If {
+                then, otherwise, ..
+            } => {
+                self.builds_message(then, in_list);
+                self.builds_message(otherwise, in_list);
+            }
+            ExprKind::NewMessage { message, fields } => {
+                for (i, v) in fields {
+                    self.field_value(&ir.message(*message).fields[*i], v, in_list);
+                }
+            }
+            _ => self.err(
+                e.span,
+                "a protobuf write rule builds a message",
+                "`M(field = value, ..)` with M a message of this format, or an `if` choosing one",
+            ),
         }
     }
 
