@@ -510,7 +510,8 @@ impl Rules<'_> {
         let document = matches!(f.engine, Engine::Protobuf { .. });
         for &m in &f.mappings {
             let map = ir.mapping(m);
-            if !matches!(map.binding_ty, Type::Message(_)) {
+            // A kv mapping's source has its own rule (`kv`).
+            if document && !matches!(map.binding_ty, Type::Message(_)) {
                 self.err(
                     map.source.span,
                     "a mapping over protobuf messages iterates messages",
