@@ -8,7 +8,10 @@
 //! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
 //! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
 //! and `lmdb` and `leveldb` (the runtime's). A format may take another's entries and
-//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`.
+//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`. The functions named
+//! after an entry carry a fixed prefix or suffix (`record_<entry>`, `<entry>_value`),
+//! as those of `proto.rs` do, so that no entry, message or field name makes two items of
+//! one name, or one the locals named after entries would hide.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -195,7 +198,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             params.push(quote!(out: &mut Vec<rt::kv::Chunk>));
             args.push(quote!(out));
         }
-        let f = rs_ident(&format!("read_{}", en.name));
+        let f = rs_ident(&format!("record_{}", en.name));
         let doc = format!(
             " A record of entry `{}` (`{}`), its value read as a `{}`: the parts of its tensors (`false`: the record is not of this entry).",
             en.name, en.pattern.text, what

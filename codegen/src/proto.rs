@@ -17,7 +17,9 @@
 //! the messages' `[write = ...]` options to `prost` messages ([`WriteCx`]). The loops,
 //! the external data and element location rules, and the document writer and rewriter
 //! (`rt::protodoc`) are the runtime's. The `kv` engine reuses the views, the mappings
-//! and the write rules.
+//! and the write rules. Generated functions are named with a fixed word around the
+//! user's name (`parts_of_<message>`, `item_<path>`, `new_<message>_message`), so that
+//! entry, message and field names never make two items of one name.
 
 use std::cell::RefCell;
 
@@ -1119,7 +1121,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
             &mut taken,
         )?;
         let body = parts_stmts(map, &props)?;
-        let name = rs_ident(&snake(&view_name(ir, src.msg)));
+        let name = rs_ident(&format!("parts_of_{}", snake(&view_name(ir, src.msg))));
         let uses_src = mentions(&body, "src");
         let src_param = uses_src.then(|| quote!(src: &rt::Source,));
         let (binding, ty) = (rs_ident(&map.binding), view_ident(ir, src.msg));
@@ -1210,8 +1212,9 @@ pub(crate) fn gen_mapping(
         fn_name.push_str(seg);
     }
     if fn_name.is_empty() {
-        fn_name = format!("{}_item", snake(&view_name(ir, src.msg)));
+        fn_name = snake(&view_name(ir, src.msg));
     }
+    let fn_name = format!("item_{fn_name}");
     let mut env = MapEnv {
         ir,
         binding: rs_ident(&map.binding),
@@ -1953,7 +1956,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             }
         }
         let ty = view_ident(ir, msg);
-        let fn_name = rs_ident(&format!("new_{}", snake(&view_name(ir, msg))));
+        let fn_name = rs_ident(&format!("new_{}_message", snake(&view_name(ir, msg))));
         let doc = format!(
             " A new `{}`: its fields with a `write` option, before its `{}` field.",
             m.name, seg

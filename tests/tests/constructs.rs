@@ -23,8 +23,8 @@ construct!(zip_members_fmt, "zip_members");
 construct!(zip_pickle_fmt, "zip_pickle");
 construct!(file_pickles_fmt, "file_pickles");
 construct!(protobuf_fmt, "protobuf");
-// `kv_records` and `kv_lmdb` are generated too, but their code does not compile yet: an
-// entry named like a generated function (`blob`, `part`) collides with it.
+construct!(kv_records_fmt, "kv_records");
+construct!(kv_lmdb_fmt, "kv_lmdb");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -321,6 +321,50 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
         read(&protobuf_fmt::pbt::DESC, "w.pbt", &written).unwrap(),
         tensors
     );
+}
+
+/// One record of a `kv_records` file: key and value lengths (u32 little-endian), then
+/// the key and the value.
+fn kv_record(key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+#[test]
+fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
+    // Entry `blob "{name}"`: a `Blob` message (dims, dtype code, raw data) per record.
+    let floats = f32s(&[1.0, 2.0, 3.0, 4.0]);
+    let mut a = Vec::new();
+    field_varint(1, 2, &mut a);
+    field_varint(1, 2, &mut a);
+    field_varint(2, 1, &mut a);
+    field_bytes(3, &floats, &mut a);
+    let mut b = Vec::new();
+    field_varint(1, 3, &mut b);
+    field_varint(2, 2, &mut b);
+    field_bytes(3, &[7, 8, 9], &mut b);
+    let mut file = Vec::new();
+    kv_record(b"weights", &a, &mut file);
+    kv_record(b"bytes", &b, &mut file);
+    let desc = &kv_records_fmt::kvrec::DESC;
+    let mut got = read(desc, "db.kvr", &file).unwrap();
+    got.sort();
+    let mut expected = vec![
+        t("weights", rt::DType::F32, &[2, 2], floats),
+        t("bytes", rt::DType::U8, &[3], vec![7, 8, 9]),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+    let written = write(desc, &expected).unwrap();
+    let mut back = read(desc, "w.kvr", &written).unwrap();
+    back.sort();
+    assert_eq!(back, expected);
+    // A record whose key length is 0 fails the layout's check.
+    let mut bad = Vec::new();
+    kv_record(b"", &a, &mut bad);
+    assert!(refused(desc, &bad).contains("key_len"));
 }
 
 #[test]

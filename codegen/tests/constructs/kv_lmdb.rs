@@ -136,7 +136,7 @@ pub mod kvl {
         }
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from part.value as b` reads them (and every `include` of it).
-    fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
+    fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = rt::protobuf::dtype(dtypes, b.dtype.unwrap_or(0))?;
         let shape = rt::protobuf::dims(b.bytes, b.base, 2, "b.dims")?;
         let data = rt::protobuf::elements(
@@ -169,17 +169,17 @@ pub mod kvl {
         pub value: &'v Blob<'v>,
     }
     /// The mapping `tensor from part.value as b`: the tensor of one item.
-    fn part(
+    fn item_part(
         r: &rt::kv::Matched<'_>,
         part: &PartEntry<'_, '_>,
         b: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = part.name;
-        let parts = blob(b)?;
+        let parts = parts_of_blob(b)?;
         rt::kv::Chunk::new(name, r.key, parts).map(Some)
     }
     /// A record of entry `part` (`{name}#%{chunk}`), its value read as a `Blob`: the parts of its tensors (`false`: the record is not of this entry).
-    fn read_part(
+    fn record_part(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
         out: &mut Vec<rt::kv::Chunk>,
@@ -196,7 +196,7 @@ pub mod kvl {
             |x| x.name,
             "",
             out,
-            |b, _| part(r, &part, b),
+            |b, _| item_part(r, &part, b),
         )?;
         Ok(true)
     }
@@ -213,7 +213,7 @@ pub mod kvl {
             records,
             limits,
             ENTRIES,
-            |r, out| read_part(r, limits, out),
+            |r, out| record_part(r, limits, out),
         )
     }
     /// Elements per record when a tensor is split into several (the entry's `split`).

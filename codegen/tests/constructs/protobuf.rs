@@ -196,14 +196,14 @@ pub mod pbt {
                     |x| x.name,
                     "",
                     out,
-                    |t, _| tensors(t),
+                    |t, _| item_tensors(t),
                 )?;
                 Ok(())
             },
         )
     }
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
-    fn tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
+    fn parts_of_tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = rt::protobuf::dtype(
             dtypes,
             rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?,
@@ -231,13 +231,13 @@ pub mod pbt {
         Ok(parts)
     }
     /// The mapping `tensor from root.tensors as t`: the tensor of one item.
-    fn tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
+    fn item_tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
         let name = rt::protobuf::present(t.name, "t.name")?;
-        let parts = tensor(t)?;
+        let parts = parts_of_tensor(t)?;
         parts.info(name).map(Some)
     }
     /// A new `Bundle`: its fields with a `write` option, before its `tensors` field.
-    pub fn new_bundle() -> rt::Result<messages::Bundle> {
+    pub fn new_bundle_message() -> rt::Result<messages::Bundle> {
         Ok(messages::Bundle {
             version: Some(3),
             producer: Some("tensorfmt".to_string()),
@@ -283,7 +283,9 @@ pub mod pbt {
                 options.external.clone(),
                 options.destination.clone(),
             );
-            doc.raw(&rt::protobuf::prost::Message::encode_to_vec(&new_bundle()?))?;
+            doc.raw(
+                &rt::protobuf::prost::Message::encode_to_vec(&new_bundle_message()?),
+            )?;
             Ok(Writer { doc })
         }
     }
