@@ -216,8 +216,13 @@ impl Gen<'_> {
                 _ => continue,
             };
             let msg = format!("{public} stores only tensors of the {what} {{:?}}");
+            // A dtype is a pair whose byte order may be a bare `None`.
+            let ty = match key {
+                TensorKey::Dtype => quote!(: (rt::DType, Option<rt::ByteOrder>)),
+                _ => quote!(),
+            };
             out.push(quote! {
-                let required = #v;
+                let required #ty = #v;
                 if #test {
                     return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, required))));
                 }

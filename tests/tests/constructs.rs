@@ -25,6 +25,7 @@ construct!(file_pickles_fmt, "file_pickles");
 construct!(protobuf_fmt, "protobuf");
 construct!(kv_records_fmt, "kv_records");
 construct!(kv_lmdb_fmt, "kv_lmdb");
+construct!(repeat_count_fmt, "repeat_count");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -365,6 +366,44 @@ fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
     let mut bad = Vec::new();
     kv_record(b"", &a, &mut bad);
     assert!(refused(desc, &bad).contains("key_len"));
+}
+
+/// A `repeat_count` file: `REP1`, the record count, the records (name, dims,
+/// begin and end in the payload), then the payload.
+fn repeat_count_file(records: &[(&str, &[u64], u64, u64)], data: &[u8]) -> Vec<u8> {
+    let mut v = b"REP1".to_vec();
+    v.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for (name, dims, begin, end) in records {
+        v.push(name.len() as u8);
+        v.extend_from_slice(name.as_bytes());
+        v.push(dims.len() as u8);
+        for d in *dims {
+            v.extend_from_slice(&d.to_le_bytes());
+        }
+        v.extend_from_slice(&begin.to_le_bytes());
+        v.extend_from_slice(&end.to_le_bytes());
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn counted_records_read_by_a_field_named_count() {
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let file = repeat_count_file(&[("m", &[2, 2], 0, 16), ("v", &[2], 16, 24)], &data);
+    let desc = &repeat_count_fmt::repcount::DESC;
+    let got = read(desc, "r.rep", &file).unwrap();
+    let expected = vec![
+        t("m", rt::DType::F32, &[2, 2], data[..16].to_vec()),
+        t("v", rt::DType::F32, &[2], data[16..].to_vec()),
+    ];
+    assert_eq!(got, expected);
+    let written = write(desc, &expected).unwrap();
+    assert_eq!(read(desc, "w.rep", &written).unwrap(), expected);
+    // The count's check sees the field, not the reader's count of records.
+    let mut bad = b"REP1".to_vec();
+    bad.extend_from_slice(&5000u32.to_le_bytes());
+    assert!(refused(desc, &bad).contains("count"));
 }
 
 #[test]
