@@ -1,5 +1,6 @@
 //! Engine rules over the typed IR: what the `zip` engine (around pickles, or over another
-//! format's layout), the `file` engine around pickles and the `kv` engine can mean. They
+//! format's layout), the `file` engine around pickles, and the `protobuf` and `kv` engines
+//! (over messages) can mean. They
 //! run after lowering, on a schema that passed every other check, so that every construct
 //! the code generator receives is one it generates.
 //!
@@ -11,6 +12,11 @@
 //! `end`, and only kv formats join parts of a tensor by it; one mapping at most writes,
 //! naming its tensors by a capture of its entry (`name = blob.name`), which has a
 //! positive constant `split`, and its `write` rule makes the entry's message.
+//!
+//! Over messages (`protobuf` and `kv`): a document's mapping iterates messages; repeated
+//! fixed-width and zigzag numbers are read by `elements(..)` alone; write rules build
+//! messages, a written document's tensors are the items of a repeated field, and a
+//! record's `data` is in no item of a list of messages.
 
 use crate::ast::{Label, SchemaFile, Span};
 use crate::diag::Diagnostic;
