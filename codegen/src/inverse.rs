@@ -25,6 +25,15 @@ type R<T> = Result<T, Unlowered>;
 /// No names in reach: the mapping's constants.
 struct NoEnv;
 
+/// A field of a struct expression: `id: v`, or `id` alone where `v` is that name.
+fn init(id: &proc_macro2::Ident, v: TokenStream) -> TokenStream {
+    if *id == v.to_string() {
+        quote!(#id)
+    } else {
+        quote!(#id: #v)
+    }
+}
+
 impl Env for NoEnv {
     fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
         None
@@ -137,7 +146,7 @@ impl Gen<'_> {
                     } else {
                         self.build(&p, &key.ty)?
                     };
-                    inits.push(quote!(#id: #v));
+                    inits.push(init(&id, v));
                 }
                 quote!(#name { #(#inits),* })
             }
@@ -184,7 +193,7 @@ impl Gen<'_> {
                         at.push(Step::Field(ir::FieldId(i as u32)));
                         self.build(&at, &f.ty)?
                     };
-                    inits.push(quote!(#id: #v));
+                    inits.push(init(&id, v));
                 }
                 quote!(#name { #(#inits),* })
             }
@@ -403,7 +412,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
         let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
         fields.push(quote!(#id: #t,));
-        inits.push(quote!(#id: #v,));
+        inits.push(init(&id, v));
         args.push(quote!(&self.#id));
         let doc = format!(
             " The `{}` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.",
@@ -481,7 +490,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
                 Ok(Writer {
                     out: w,
-                    #(#inits)*
+                    #(#inits,)*
                     #names_init
                     data: rt::Spool::new(options.destination.as_deref())?,
                 })

@@ -353,8 +353,9 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let doc = format!(
         " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`{entry}_value`], keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
     );
-    // The value's statements: a block's own, its last expression returned.
-    let body = match value.clone().into_iter().collect::<Vec<_>>().as_slice() {
+    // The value's statements: a block's own, its last expression returned; `Ok(x?)` is `x`.
+    let tokens: Vec<_> = value.clone().into_iter().collect();
+    let body = match tokens.as_slice() {
         [proc_macro2::TokenTree::Group(g)] if g.delimiter() == proc_macro2::Delimiter::Brace => {
             let tts: Vec<_> = g.stream().into_iter().collect();
             let semi = tts
@@ -363,13 +364,13 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 .map_or(0, |i| i + 1);
             let (stmts, last) = tts.split_at(semi);
             match last.split_last() {
-                // `Ok(x?)`: `x`.
                 Some((proc_macro2::TokenTree::Punct(p), x)) if p.as_char() == '?' => {
                     quote!(#(#stmts)* #(#x)*)
                 }
                 _ => quote!(#(#stmts)* Ok(#(#last)*)),
             }
         }
+        [x @ .., proc_macro2::TokenTree::Punct(p)] if p.as_char() == '?' => quote!(#(#x)*),
         _ => quote!(Ok(#value)),
     };
     let param = |n: &str| {

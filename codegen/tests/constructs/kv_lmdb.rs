@@ -242,24 +242,20 @@ pub mod kvl {
         begin: u64,
         end: u64,
     ) -> rt::Result<Vec<u8>> {
-        Ok(
-            rt::protobuf::append(
-                rt::protobuf::prost::Message::encode_to_vec(
-                    &messages::Blob {
-                        name: Some(meta.name.clone()),
-                        dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(
-                            rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?,
-                        ),
-                        segment: Some(messages::Segment {
-                            begin: rt::protobuf::narrow(begin, "Segment.begin")?,
-                            end: rt::protobuf::narrow(end, "Segment.end")?,
-                        }),
-                        ..Default::default()
-                    },
-                ),
-                [(4, rt::protobuf::Holder::Float.elements(meta.dtype, data))],
-            )?,
+        rt::protobuf::append(
+            rt::protobuf::prost::Message::encode_to_vec(
+                &messages::Blob {
+                    name: Some(meta.name.clone()),
+                    dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
+                    dtype: Some(rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?),
+                    segment: Some(messages::Segment {
+                        begin: rt::protobuf::narrow(begin, "Segment.begin")?,
+                        end: rt::protobuf::narrow(end, "Segment.end")?,
+                    }),
+                    ..Default::default()
+                },
+            ),
+            [(4, rt::protobuf::Holder::Float.elements(meta.dtype, data))],
         )
     }
     /// True when the source is a database folder read by the `lmdb` backend.

@@ -245,19 +245,15 @@ pub mod kvrec {
         _begin: u64,
         _end: u64,
     ) -> rt::Result<Vec<u8>> {
-        Ok(
-            rt::protobuf::append(
-                rt::protobuf::prost::Message::encode_to_vec(
-                    &messages::Blob {
-                        dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(
-                            rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?,
-                        ),
-                        ..Default::default()
-                    },
-                ),
-                [(3, rt::protobuf::Holder::Bytes.elements(meta.dtype, data))],
-            )?,
+        rt::protobuf::append(
+            rt::protobuf::prost::Message::encode_to_vec(
+                &messages::Blob {
+                    dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
+                    dtype: Some(rt::protobuf::key_of(dtypes_for, "dtypes", meta.dtype)?),
+                    ..Default::default()
+                },
+            ),
+            [(3, rt::protobuf::Holder::Bytes.elements(meta.dtype, data))],
         )
     }
     /// Every record of the file, in file order: its key and where its value is.

@@ -268,8 +268,8 @@ pub mod repcount {
                 name: meta.name.clone(),
                 ndim: ::std::default::Default::default(),
                 dims: meta.shape.clone(),
-                begin: begin,
-                end: end,
+                begin,
+                end,
             };
             self.data
                 .add(
