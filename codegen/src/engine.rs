@@ -189,81 +189,34 @@ fn in_file() -> TokenStream {
 
 /// `index` and `Writer` of the `zip` engine whose one entry is laid out by another
 /// format's layout (npz): each member matching the entry's pattern is read by that
-/// layout and mapped by that format's mapping, named by the pattern's capture.
+/// layout and mapped by that format's mapping, named by the pattern's capture; an entry
+/// that is neither `repeated` nor `optional` needs one member at least.
+///
+/// The checker's zip rules (`check_engines.rs`) make a format that maps tensors one entry
+/// of one capture, laid out by a `file` format's layout, and one mapping over it that
+/// includes that format's mapping and sets the name.
 pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
-    use tensorfmt_schema::ir::{Content, ExprKind};
     let fmt = ir.format(fid);
     let no = |span, what: &str| Unlowered {
         span,
         what: what.to_string(),
     };
-    let ([eid], [mid]) = (fmt.entries.as_slice(), fmt.mappings.as_slice()) else {
-        return Err(no(
-            fmt.name_span,
-            "a `zip` format without exactly one entry and one tensor mapping",
-        ));
+    let (Some(eid), Some(mid)) = (fmt.entries.first(), fmt.mappings.first()) else {
+        return Err(no(fmt.name_span, "a `zip` format that maps no tensor"));
     };
-    let entry = ir.entry(*eid);
-    let map = ir.mapping(*mid);
-    let Content::Layout(lid) = entry.content else {
-        return Err(no(entry.span, "an entry without a `layout`"));
+    let (entry, map) = (ir.entry(*eid), ir.mapping(*mid));
+    if let Some(value) = map.stmts.iter().find_map(|st| match st {
+        ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => Some(value),
+        _ => None,
+    }) {
+        return Err(no(value.span, "overriding what an included mapping gives"));
+    }
+    let ir::Content::Layout(lid) = entry.content else {
+        unreachable!("the checker gives a zip of another format's files a layout entry")
     };
-    if !entry.repeated && !entry.optional {
-        return Err(no(
-            entry.span,
-            "a zip entry that is neither `repeated` nor `optional`",
-        ));
-    }
-    if entry.pattern.captures.len() != 1 {
-        return Err(no(
-            entry.span,
-            "writing an entry pattern with other than one capture",
-        ));
-    }
-    for st in &map.stmts {
-        match st {
-            ir::MappingStmt::Include { arg, .. } => {
-                if !matches!(&arg.kind, ExprKind::Member { base, member: ir::Member::EntryContent(_) } if matches!(base.kind, ExprKind::Binding))
-                {
-                    return Err(no(
-                        arg.span,
-                        "an `include` of other than the member's content",
-                    ));
-                }
-            }
-            ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => {
-                return Err(no(
-                    value.span,
-                    &format!("overriding `{}` of an included mapping", key.name()),
-                ));
-            }
-            ir::MappingStmt::Set { .. } => {}
-        }
-    }
-    if map.filter.is_some() || !matches!(map.source.kind, ExprKind::Entry(_)) {
-        return Err(no(
-            map.source.span,
-            "a zip tensor mapping over other than the entry, or filtered",
-        ));
-    }
     let layout = ir.layout(lid);
     let other_mod = rs_ident(&ir.format(layout.format).name);
     let l = rs_ident(&layout.name);
-    // The mapping: `tensor from <entry> as m { include other.tensor(m.content); name = m.<capture>; }`.
-    let name = map.key(ir::TensorKey::Name);
-    let cap = match name.map(|n| &n.kind) {
-        Some(ExprKind::Member {
-            member: ir::Member::Capture(_, c),
-            ..
-        }) => entry.pattern.captures.iter().position(|x| x == c),
-        _ => None,
-    };
-    let Some(cap) = cap else {
-        return Err(no(
-            name.map_or(map.span, |n| n.span),
-            "a tensor name other than a capture of the entry's pattern",
-        ));
-    };
     let pattern = &entry.pattern.text;
     let mut methods: Vec<TokenStream> = entry
         .compression
@@ -273,7 +226,7 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
     if methods.is_empty() {
         methods.push(quote!(rt::Compression::Stored));
     }
-    let align = crate::pickle::entry_align(entry)?.unwrap_or_else(|| Literal::u16_unsuffixed(1));
+    let align = crate::pickle::entry_align(entry).unwrap_or_else(|| Literal::u16_unsuffixed(1));
     let default = methods[0].clone();
     let all_methods = entry.compression.contains(&ir::Compression::Stored)
         && entry.compression.contains(&ir::Compression::Deflate);
@@ -304,7 +257,16 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
     let pdoc_head = format!(" The name pattern of `{}` members.", entry.name);
     let pdoc = docs(&pdoc);
     let in_file = in_file();
-    let cap = Literal::usize_unsuffixed(cap);
+    let required = if entry.repeated || entry.optional {
+        quote!()
+    } else {
+        let msg = format!("no member matches `{pattern}`");
+        quote! {
+            if tensors.is_empty() {
+                return Err(in_file(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string()))));
+            }
+        }
+    };
     let wdoc =
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
     let tr = tensor_writer_impl(false);
@@ -337,12 +299,13 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
                 let content = rt::zip::member_source(src.data(), m, limits).map_err(in_file)?;
                 let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));
                 let f = super::#other_mod::#l::read(&mut c, limits).map_err(in_file)?;
-                let t = super::#other_mod::tensor(&f, captures[#cap].clone(), &|skip, len| {
+                let t = super::#other_mod::tensor(&f, captures[0].clone(), &|skip, len| {
                     rt::zip::location(&zip, m, skip, len)
                 })
                 .map_err(|e| in_file(e.in_entry(m.name.as_str())))?;
                 tensors.push(t);
             }
+            #required
             Ok(tensors)
         }
 

@@ -25,6 +25,15 @@ type R<T> = Result<T, Unlowered>;
 /// No names in reach: the mapping's constants.
 struct NoEnv;
 
+/// A field of a struct expression: `id: v`, or `id` alone where `v` is that name.
+fn init(id: &proc_macro2::Ident, v: TokenStream) -> TokenStream {
+    if *id == v.to_string() {
+        quote!(#id)
+    } else {
+        quote!(#id: #v)
+    }
+}
+
 impl Env for NoEnv {
     fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
         None
@@ -132,7 +141,7 @@ impl Gen<'_> {
                     } else {
                         self.build(&p, &key.ty)?
                     };
-                    inits.push(quote!(#id: #v));
+                    inits.push(init(&id, v));
                 }
                 quote!(#name { #(#inits),* })
             }
@@ -179,7 +188,7 @@ impl Gen<'_> {
                         at.push(Step::Field(ir::FieldId(i as u32)));
                         self.build(&at, &f.ty)?
                     };
-                    inits.push(quote!(#id: #v));
+                    inits.push(init(&id, v));
                 }
                 quote!(#name { #(#inits),* })
             }
@@ -211,8 +220,13 @@ impl Gen<'_> {
                 _ => continue,
             };
             let msg = format!("{public} stores only tensors of the {what} {{:?}}");
+            // A dtype is a pair whose byte order may be a bare `None`.
+            let ty = match key {
+                TensorKey::Dtype => quote!(: (rt::DType, Option<rt::ByteOrder>)),
+                _ => quote!(),
+            };
             out.push(quote! {
-                let required = #v;
+                let required #ty = #v;
                 if #test {
                     return Err(rt::Error::from(rt::ErrorKind::Unsupported(format!(#msg, required))));
                 }
@@ -393,7 +407,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
         let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
         fields.push(quote!(#id: #t,));
-        inits.push(quote!(#id: #v,));
+        inits.push(init(&id, v));
         args.push(quote!(&self.#id));
         let doc = format!(
             " The `{}` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.",
@@ -471,7 +485,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
                 Ok(Writer {
                     out: w,
-                    #(#inits)*
+                    #(#inits,)*
                     #names_init
                     data: rt::Spool::new(options.destination.as_deref())?,
                 })

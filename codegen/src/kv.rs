@@ -8,7 +8,10 @@
 //! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
 //! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
 //! and `lmdb` and `leveldb` (the runtime's). A format may take another's entries and
-//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`.
+//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`. The functions named
+//! after an entry carry a fixed prefix or suffix (`record_<entry>`, `<entry>_value`),
+//! as those of `proto.rs` do, so that no entry, message or field name makes two items of
+//! one name, or one the locals named after entries would hide.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -179,7 +182,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             params.push(quote!(out: &mut Vec<rt::kv::Chunk>));
             args.push(quote!(out));
         }
-        let f = rs_ident(&format!("read_{}", en.name));
+        let f = rs_ident(&format!("record_{}", en.name));
         let doc = format!(
             " A record of entry `{}` (`{}`), its value read as a `{}`: the parts of its tensors (`false`: the record is not of this entry).",
             en.name, en.pattern.text, what
@@ -314,8 +317,9 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let doc = format!(
         " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`{entry}_value`], keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
     );
-    // The value's statements: a block's own, its last expression returned.
-    let body = match value.clone().into_iter().collect::<Vec<_>>().as_slice() {
+    // The value's statements: a block's own, its last expression returned; `Ok(x?)` is `x`.
+    let tokens: Vec<_> = value.clone().into_iter().collect();
+    let body = match tokens.as_slice() {
         [proc_macro2::TokenTree::Group(g)] if g.delimiter() == proc_macro2::Delimiter::Brace => {
             let tts: Vec<_> = g.stream().into_iter().collect();
             let semi = tts
@@ -324,13 +328,13 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 .map_or(0, |i| i + 1);
             let (stmts, last) = tts.split_at(semi);
             match last.split_last() {
-                // `Ok(x?)`: `x`.
                 Some((proc_macro2::TokenTree::Punct(p), x)) if p.as_char() == '?' => {
                     quote!(#(#stmts)* #(#x)*)
                 }
                 _ => quote!(#(#stmts)* Ok(#(#last)*)),
             }
         }
+        [x @ .., proc_macro2::TokenTree::Punct(p)] if p.as_char() == '?' => quote!(#(#x)*),
         _ => quote!(Ok(#value)),
     };
     let param = |n: &str| {

@@ -456,17 +456,13 @@ pub(crate) fn index_and_structure(index_doc: &str, of: &str) -> TokenStream {
 }
 
 /// An entry's `align` on write, when it is not 1.
-pub(crate) fn entry_align(e: &ir::Entry) -> R<Option<Literal>> {
-    match e.align.as_ref().map(|a| (a, &a.kind)) {
-        None => Ok(None),
-        Some((_, ExprKind::Const(Const::Int(1)))) => Ok(None),
-        Some((_, ExprKind::Const(Const::Int(n)))) if (1..=i128::from(u16::MAX)).contains(n) => {
-            Ok(Some(Literal::u16_unsuffixed(*n as u16)))
+pub(crate) fn entry_align(e: &ir::Entry) -> Option<Literal> {
+    // The checker allows literals in 1..=65535 alone.
+    match e.align.as_ref().map(|a| &a.kind) {
+        Some(ExprKind::Const(Const::Int(n))) if *n > 1 => {
+            u16::try_from(*n).ok().map(Literal::u16_unsuffixed)
         }
-        Some((a, _)) => Err(no(
-            a.span,
-            "an entry alignment other than a literal in 1..=65535",
-        )),
+        _ => None,
     }
 }
 
@@ -489,7 +485,7 @@ fn entry_const(e: &ir::Entry, kind: TokenStream) -> R<TokenStream> {
         let ms = e.compression.iter().map(|c| compression(*c));
         ts = quote!(#ts.methods(&[#(#ms),*]));
     }
-    if let Some(align) = entry_align(e)? {
+    if let Some(align) = entry_align(e) {
         ts = quote!(#ts.align(#align));
     }
     Ok(ts)

@@ -17,7 +17,9 @@
 //! the messages' `[write = ...]` options to `prost` messages ([`WriteCx`]). The loops,
 //! the external data and element location rules, and the document writer and rewriter
 //! (`rt::protodoc`) are the runtime's. The `kv` engine reuses the views, the mappings
-//! and the write rules.
+//! and the write rules. Generated functions are named with a fixed word around the
+//! user's name (`parts_of_<message>`, `item_<path>`, `new_<message>_message`), so that
+//! entry, message and field names never make two items of one name.
 
 use std::cell::RefCell;
 
@@ -598,10 +600,7 @@ impl MapEnv<'_> {
                 quote!(rt::protobuf::int_values(#msg.bytes, #msg.base, #n)?),
                 Type::List(Box::new(Type::Int(IntTy::sized(8, true)))),
             )),
-            _ => Err(no(
-                e.span,
-                "the values of a repeated non-varint number field as a list",
-            )),
+            _ => unreachable!("the checker reads other repeated numbers by `elements` alone"),
         }
     }
 
@@ -805,10 +804,7 @@ pub(crate) struct SourcePath {
 pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
     let m = ir.mapping(map);
     let Type::Message(msg) = m.binding_ty else {
-        return Err(no(
-            m.source.span,
-            "a mapping over values that are not messages",
-        ));
+        unreachable!("the checker makes every protobuf mapping iterate messages")
     };
     let mut steps = Vec::new();
     let mut through = Vec::new();
@@ -1123,7 +1119,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
             &mut taken,
         )?;
         let body = parts_stmts(map, &props)?;
-        let name = rs_ident(&snake(&view_name(ir, src.msg)));
+        let name = rs_ident(&format!("parts_of_{}", snake(&view_name(ir, src.msg))));
         let uses_src = mentions(&body, "src");
         let src_param = uses_src.then(|| quote!(src: &rt::Source,));
         let (binding, ty) = (rs_ident(&map.binding), view_ident(ir, src.msg));
@@ -1214,8 +1210,9 @@ pub(crate) fn gen_mapping(
         fn_name.push_str(seg);
     }
     if fn_name.is_empty() {
-        fn_name = format!("{}_item", snake(&view_name(ir, src.msg)));
+        fn_name = snake(&view_name(ir, src.msg));
     }
+    let fn_name = format!("item_{fn_name}");
     let mut env = MapEnv {
         ir,
         binding: rs_ident(&map.binding),
@@ -1548,7 +1545,7 @@ impl<'a> WriteCx<'a> {
             ExprKind::NewMessage { message, fields } => {
                 self.message(*message, fields, top, None, pre)
             }
-            _ => Err(no(e.span, "a write rule that does not build a message")),
+            _ => unreachable!("the checker makes every write rule build a message"),
         }
     }
 
@@ -1956,7 +1953,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
             }
         }
         let ty = view_ident(ir, msg);
-        let fn_name = rs_ident(&format!("new_{}", snake(&view_name(ir, msg))));
+        let fn_name = rs_ident(&format!("new_{}_message", snake(&view_name(ir, msg))));
         let doc = format!(
             " A new `{}`: its fields with a `write` option, before its `{}` field.",
             m.name, seg
@@ -1979,10 +1976,7 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
         opens.push(quote!(rt::protobuf::prost::Message::encode_to_vec(&#fn_name()?)));
     }
     let (Some(items_n), Some((_, _, true))) = (numbers.pop(), src.steps.last()) else {
-        return Err(no(
-            map.source.span,
-            "writing tensors other than as the items of a repeated field",
-        ));
+        unreachable!("the checker makes a written document's tensors items of a repeated field")
     };
     let depth = Literal::u64_unsuffixed(src.steps.len() as u64);
     let public = &fmt.public_name;

@@ -229,10 +229,12 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             Some(Repeat::Count(n)) => {
                 let n = int(n, "the count")?;
                 let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty));
+                // Named after the field, so that it hides no field of the layout.
+                let count = crate::write::local(l, f, "count");
                 quote! {
-                    let count = c.count(#name, #n, #min, limits.max_entries)?;
-                    let mut #fid: #t = ::std::vec::Vec::with_capacity(count);
-                    for _ in 0..count {
+                    let #count = c.count(#name, #n, #min, limits.max_entries)?;
+                    let mut #fid: #t = ::std::vec::Vec::with_capacity(#count);
+                    for _ in 0..#count {
                         #fid.push(#one);
                     }
                 }

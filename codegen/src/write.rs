@@ -22,7 +22,7 @@ type R<T> = Result<T, Unlowered>;
 
 /// A local of the writer: `<field>_<what>` (`__<field>_<what>` where a field has that
 /// name).
-fn local(l: &ir::Layout, f: &ir::Field, what: &str) -> Ident {
+pub(crate) fn local(l: &ir::Layout, f: &ir::Field, what: &str) -> Ident {
     let name = format!("{}_{what}", f.name);
     if l.fields.iter().any(|g| g.name == name) {
         format_ident!("__{name}")
@@ -171,7 +171,8 @@ fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> R<Vec<TokenStream>>
             let f = &ir.layout(inner).fields[i];
             let id = rs_ident(&f.name);
             match (&f.item_ty, &f.repeat) {
-                (Type::Bool, None) => quote!(#v.#id),
+                // Numbers by value, as `param_ty` takes them.
+                (Type::Bool | Type::Int(_) | Type::Float(_), None) => quote!(#v.#id),
                 (Type::Payload, _) => quote!(#v.#id.1),
                 _ => quote!(&#v.#id),
             }
@@ -627,6 +628,28 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
     }
     // Given fields.
     let one = |item: TokenStream| -> R<TokenStream> {
+        // A number of a width chosen by a condition, given by the tensor mapping.
+        if let FieldKind::Cond {
+            cond,
+            then,
+            otherwise,
+        } = &f.kind
+        {
+            let c = lower.expr(cond)?.scalar();
+            let a = num_method("int_", &Type::Int(*then), then.endian.unwrap_or(endian));
+            let b = num_method(
+                "int_",
+                &Type::Int(*otherwise),
+                otherwise.endian.unwrap_or(endian),
+            );
+            return Ok(quote! {
+                if #c {
+                    buf.#a(#name, i128::from(#item))?;
+                } else {
+                    buf.#b(#name, i128::from(#item))?;
+                }
+            });
+        }
         Ok(match (&f.item_ty, &f.codec) {
             (Type::Payload, _) => quote!(),
             (

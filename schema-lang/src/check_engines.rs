@@ -1,5 +1,6 @@
 //! Engine rules over the typed IR: what the `zip` engine (around pickles, or over another
-//! format's layout), the `file` engine around pickles and the `kv` engine can mean. They
+//! format's layout), the `file` engine around pickles, and the `protobuf` and `kv` engines
+//! (over messages) can mean. They
 //! run after lowering, on a schema that passed every other check, so that every construct
 //! the code generator receives is one it generates.
 //!
@@ -11,12 +12,18 @@
 //! `end`, and only kv formats join parts of a tensor by it; one mapping at most writes,
 //! naming its tensors by a capture of its entry (`name = blob.name`), which has a
 //! positive constant `split`, and its `write` rule makes the entry's message.
+//!
+//! Over messages (`protobuf` and `kv`): a document's mapping iterates messages; repeated
+//! fixed-width and zigzag numbers are read by `elements(..)` alone; write rules build
+//! messages, a written document's tensors are the items of a repeated field, and a
+//! record's `data` is in no item of a list of messages.
 
 use crate::ast::{Label, SchemaFile, Span};
 use crate::diag::Diagnostic;
 use crate::ir::{
     Builtin, Codec, Const, Content, Engine, EntryId, Expr, ExprKind, FieldId, FormatId, Ir,
-    KvBackend, LayoutId, Mapping, MappingStmt, Member, Repeat, TensorKey, Type,
+    KvBackend, LayoutId, Mapping, MappingStmt, Member, ProtoScalar, ProtoType, Repeat, TensorKey,
+    Type, WriteVar,
 };
 
 /// Every engine rule broken in `ir`.
@@ -105,6 +112,9 @@ impl Rules<'_> {
             (Engine::File, _) => self.file_pickle(),
             (Engine::Kv { backend, .. }, _) => self.kv(*backend),
             _ => {}
+        }
+        if matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. }) {
+            self.messages();
         }
         if !matches!(f.engine, Engine::Kv { .. }) {
             self.segments();
@@ -384,9 +394,275 @@ impl Rules<'_> {
         }
     }
 
+    /// A zip of another format's files (npz), when it maps tensors: one entry laid out by
+    /// a layout of a `file` format, whose members are named by one capture; one mapping
+    /// over it that includes that format's mapping of the member's content and names the
+    /// tensor by the capture.
     fn zip_layout(&mut self) {
-        for &e in &self.ir.format(self.fid).entries {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        for &e in &f.entries {
             self.entry_align(e);
+        }
+        let (entry, map) = match (f.entries.as_slice(), f.mappings.as_slice()) {
+            ([e], [m]) => (*e, ir.mapping(*m)),
+            // Nothing mapped: the generator says what it cannot make of it.
+            (_, []) => return,
+            (entries, mappings) => {
+                let span = match (entries.get(1), mappings.get(1)) {
+                    (Some(&e), _) => ir.entry(e).span,
+                    (None, Some(&m)) => ir.mapping(m).span,
+                    _ => f.name_span,
+                };
+                self.err(
+                    span,
+                    "a zip of another format's files has one entry and one tensor mapping",
+                    "one tensor per member: `entry member \"{name}.npy\" { repeated; layout npy.File; }` and `tensor from member as m { include npy.tensor(m.content); name = m.name; }`",
+                );
+                return;
+            }
+        };
+        let e = ir.entry(entry);
+        let Content::Layout(lid) = e.content else {
+            self.err(
+                e.span,
+                "the entry of a zip of another format's files has a `layout`",
+                "`layout npy.File;`; raw members and text belong to a zip around a pickle",
+            );
+            return;
+        };
+        let other = ir.layout(lid).format;
+        if other == self.fid || ir.format(other).engine != Engine::File {
+            self.err(
+                e.span,
+                "the entry's layout belongs to another format of the `file` engine",
+                "declare the member's format apart (`format npy { engine file; ... }`) and name its layout: `layout npy.File;`",
+            );
+            return;
+        }
+        if e.pattern.captures.len() != 1 {
+            self.err(
+                e.span,
+                "the entry of a zip of another format's files names its members by one capture",
+                "the tensor's name, as the writer fills it in: `\"{name}.npy\"`",
+            );
+        }
+        if !matches!(map.source.kind, ExprKind::Entry(x) if x == entry) {
+            self.err(
+                map.source.span,
+                "a mapping of a zip of another format's files iterates its entry",
+                format!("`tensor from {} as m`", e.name),
+            );
+        }
+        if let Some(w) = &map.filter {
+            self.err(
+                w.span,
+                "a `where` filter on a zip of another format's files",
+                "every member the entry's pattern matches is a tensor: narrow the pattern instead",
+            );
+        }
+        let mut included = false;
+        for st in &map.stmts {
+            match st {
+                MappingStmt::Include { format, arg, .. } => {
+                    let content = matches!(&arg.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
+                        if matches!(base.kind, ExprKind::Binding));
+                    if !content || *format != other || included {
+                        self.err(
+                            arg.span,
+                            "a zip of another format's files includes that format's mapping of the member's content, once",
+                            format!("`include {}.tensor(m.content);`", ir.format(other).name),
+                        );
+                    }
+                    included = true;
+                }
+                MappingStmt::Set {
+                    key: TensorKey::Name,
+                    value,
+                } => {
+                    let capture = matches!(&value.kind, ExprKind::Member { base, member: Member::Capture(..) }
+                        if matches!(base.kind, ExprKind::Binding));
+                    if !capture {
+                        self.err(
+                            value.span,
+                            "the tensors of a zip of another format's files are named by the member's capture",
+                            "the writer names each member by the tensor's name: `name = m.name;`",
+                        );
+                    }
+                }
+                MappingStmt::Set { .. } => {}
+            }
+        }
+        if !included || map.key(TensorKey::Name).is_none() {
+            self.err(
+                map.span,
+                "a mapping of a zip of another format's files includes the member's mapping and sets its name",
+                format!(
+                    "`include {}.tensor(m.content); name = m.name;`",
+                    ir.format(other).name
+                ),
+            );
+        }
+    }
+
+    /// The rules of formats over protobuf messages (the `protobuf` and `kv` engines): a
+    /// mapping iterates messages; the values of a repeated field of fixed-width or zigzag
+    /// numbers are read as tensor elements alone; a write rule, and the value of a message
+    /// field in it, builds a message; a document writes its tensors as the items of a
+    /// repeated field; a record's `data` is in no item of a list of messages.
+    fn messages(&mut self) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let document = matches!(f.engine, Engine::Protobuf { .. });
+        for &m in &f.mappings {
+            let map = ir.mapping(m);
+            // A kv mapping's source has its own rule (`kv`).
+            if document && !matches!(map.binding_ty, Type::Message(_)) {
+                self.err(
+                    map.source.span,
+                    "a mapping over protobuf messages iterates messages",
+                    "a repeated message field, or one message: `tensor from root.tensors as t`",
+                );
+            }
+            self.number_lists(&map.source);
+            if let Some(w) = &map.filter {
+                self.number_lists(w);
+            }
+            for st in &map.stmts {
+                match st {
+                    MappingStmt::Include { arg, .. } => self.number_lists(arg),
+                    MappingStmt::Set { value, .. } => self.number_lists(value),
+                }
+            }
+            let Some(w) = &map.write else {
+                continue;
+            };
+            self.builds_message(w, false);
+            let repeated = match &map.source.kind {
+                ExprKind::Member {
+                    member: Member::MessageField(mm, i),
+                    ..
+                } => ir.message(*mm).fields[*i].label == Label::Repeated,
+                _ => false,
+            };
+            if document && !repeated {
+                self.err(
+                    map.source.span,
+                    "a written document holds its tensors as the items of a repeated field",
+                    "iterate a repeated message field (`tensor from root.tensors as t`), or remove `write`",
+                );
+            }
+        }
+        for &mid in &f.messages {
+            for field in &ir.message(mid).fields {
+                if let Some(w) = &field.write {
+                    self.field_value(field, w, false);
+                }
+            }
+        }
+    }
+
+    /// A repeated field of fixed-width or zigzag numbers read other than by `elements(..)`.
+    fn number_lists(&mut self, e: &Expr) {
+        let ir = self.ir;
+        let mut elements: Vec<*const Expr> = Vec::new();
+        e.walk(&mut |x| {
+            if let ExprKind::Call {
+                func: Builtin::Elements,
+                args,
+            } = &x.kind
+            {
+                elements.extend(args.iter().map(|a| &a.value as *const Expr));
+            }
+        });
+        let mut bad = Vec::new();
+        e.walk(&mut |x| {
+            let ExprKind::Member {
+                member: Member::MessageField(m, i),
+                ..
+            } = &x.kind
+            else {
+                return;
+            };
+            let field = &ir.message(*m).fields[*i];
+            let listed = matches!(
+                field.proto,
+                ProtoType::Scalar(
+                    ProtoScalar::Float
+                        | ProtoScalar::Double
+                        | ProtoScalar::Sint32
+                        | ProtoScalar::Sint64
+                        | ProtoScalar::Fixed32
+                        | ProtoScalar::Sfixed32
+                        | ProtoScalar::Fixed64
+                        | ProtoScalar::Sfixed64
+                )
+            );
+            if field.label == Label::Repeated && listed && !elements.contains(&(x as *const Expr)) {
+                bad.push((x.span, field.name.clone()));
+            }
+        });
+        for (span, name) in bad {
+            self.err(
+                span,
+                format!("the values of repeated field '{name}' are read as tensor elements"),
+                format!(
+                    "`data = elements(t.{name});`; lists of numbers in expressions are of `int32`, `int64`, `uint32`, `uint64`, `bool` or enum fields"
+                ),
+            );
+        }
+    }
+
+    /// The value `v` a write rule gives `field`: messages built for a message field, a
+    /// list of them for a repeated one, no `data` in a list of messages.
+    fn field_value(&mut self, field: &crate::ir::MessageField, v: &Expr, in_list: bool) {
+        match (&field.proto, field.label, &v.kind) {
+            (ProtoType::Message(_), Label::Repeated, ExprKind::List(items)) => {
+                for x in items {
+                    self.builds_message(x, true);
+                }
+            }
+            (ProtoType::Message(_), Label::Repeated, _) => self.err(
+                v.span,
+                "a repeated message field of a write rule is given a list of messages",
+                format!("`{} = [M(..), M(..)]`", field.name),
+            ),
+            (ProtoType::Message(_), _, _) => self.builds_message(v, in_list),
+            _ if in_list
+                && reads(v, &|x| matches!(x.kind, ExprKind::WriteVar(WriteVar::Data))) =>
+            {
+                self.err(
+                    v.span,
+                    "`data` in an item of a list of messages",
+                    "the tensor's elements go in the message the rule builds, or in a message of one of its singular fields",
+                )
+            }
+            _ => {}
+        }
+    }
+
+    /// A write rule's value: a message built as `M(..)` (or an `if` choosing one), whose
+    /// message fields are built alike; `in_list` when it is an item of a repeated field,
+    /// where a record's `data` cannot go.
+    fn builds_message(&mut self, e: &Expr, in_list: bool) {
+        let ir = self.ir;
+        match &e.kind {
+            ExprKind::If {
+                then, otherwise, ..
+            } => {
+                self.builds_message(then, in_list);
+                self.builds_message(otherwise, in_list);
+            }
+            ExprKind::NewMessage { message, fields } => {
+                for (i, v) in fields {
+                    self.field_value(&ir.message(*message).fields[*i], v, in_list);
+                }
+            }
+            _ => self.err(
+                e.span,
+                "a protobuf write rule builds a message",
+                "`M(field = value, ..)` with M a message of this format, or an `if` choosing one",
+            ),
         }
     }
 

@@ -23,8 +23,9 @@ construct!(zip_members_fmt, "zip_members");
 construct!(zip_pickle_fmt, "zip_pickle");
 construct!(file_pickles_fmt, "file_pickles");
 construct!(protobuf_fmt, "protobuf");
-// `kv_records` and `kv_lmdb` are generated too, but their code does not compile yet: an
-// entry named like a generated function (`blob`, `part`) collides with it.
+construct!(kv_records_fmt, "kv_records");
+construct!(kv_lmdb_fmt, "kv_lmdb");
+construct!(repeat_count_fmt, "repeat_count");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -321,6 +322,88 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
         read(&protobuf_fmt::pbt::DESC, "w.pbt", &written).unwrap(),
         tensors
     );
+}
+
+/// One record of a `kv_records` file: key and value lengths (u32 little-endian), then
+/// the key and the value.
+fn kv_record(key: &[u8], value: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+#[test]
+fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
+    // Entry `blob "{name}"`: a `Blob` message (dims, dtype code, raw data) per record.
+    let floats = f32s(&[1.0, 2.0, 3.0, 4.0]);
+    let mut a = Vec::new();
+    field_varint(1, 2, &mut a);
+    field_varint(1, 2, &mut a);
+    field_varint(2, 1, &mut a);
+    field_bytes(3, &floats, &mut a);
+    let mut b = Vec::new();
+    field_varint(1, 3, &mut b);
+    field_varint(2, 2, &mut b);
+    field_bytes(3, &[7, 8, 9], &mut b);
+    let mut file = Vec::new();
+    kv_record(b"weights", &a, &mut file);
+    kv_record(b"bytes", &b, &mut file);
+    let desc = &kv_records_fmt::kvrec::DESC;
+    let mut got = read(desc, "db.kvr", &file).unwrap();
+    got.sort();
+    let mut expected = vec![
+        t("weights", rt::DType::F32, &[2, 2], floats),
+        t("bytes", rt::DType::U8, &[3], vec![7, 8, 9]),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+    let written = write(desc, &expected).unwrap();
+    let mut back = read(desc, "w.kvr", &written).unwrap();
+    back.sort();
+    assert_eq!(back, expected);
+    // A record whose key length is 0 fails the layout's check.
+    let mut bad = Vec::new();
+    kv_record(b"", &a, &mut bad);
+    assert!(refused(desc, &bad).contains("key_len"));
+}
+
+/// A `repeat_count` file: `REP1`, the record count, the records (name, dims,
+/// begin and end in the payload), then the payload.
+fn repeat_count_file(records: &[(&str, &[u64], u64, u64)], data: &[u8]) -> Vec<u8> {
+    let mut v = b"REP1".to_vec();
+    v.extend_from_slice(&(records.len() as u32).to_le_bytes());
+    for (name, dims, begin, end) in records {
+        v.push(name.len() as u8);
+        v.extend_from_slice(name.as_bytes());
+        v.push(dims.len() as u8);
+        for d in *dims {
+            v.extend_from_slice(&d.to_le_bytes());
+        }
+        v.extend_from_slice(&begin.to_le_bytes());
+        v.extend_from_slice(&end.to_le_bytes());
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn counted_records_read_by_a_field_named_count() {
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let file = repeat_count_file(&[("m", &[2, 2], 0, 16), ("v", &[2], 16, 24)], &data);
+    let desc = &repeat_count_fmt::repcount::DESC;
+    let got = read(desc, "r.rep", &file).unwrap();
+    let expected = vec![
+        t("m", rt::DType::F32, &[2, 2], data[..16].to_vec()),
+        t("v", rt::DType::F32, &[2], data[16..].to_vec()),
+    ];
+    assert_eq!(got, expected);
+    let written = write(desc, &expected).unwrap();
+    assert_eq!(read(desc, "w.rep", &written).unwrap(), expected);
+    // The count's check sees the field, not the reader's count of records.
+    let mut bad = b"REP1".to_vec();
+    bad.extend_from_slice(&5000u32.to_le_bytes());
+    assert!(refused(desc, &bad).contains("count"));
 }
 
 #[test]

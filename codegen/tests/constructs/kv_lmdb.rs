@@ -120,7 +120,7 @@ pub mod kvl {
         }
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from part.value as b` reads them (and every `include` of it).
-    fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
+    fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
         let shape = rt::protobuf::dims(b.bytes, b.base, 2, "b.dims")?;
         let data = rt::protobuf::elements(
@@ -151,17 +151,17 @@ pub mod kvl {
         pub value: &'v Blob<'v>,
     }
     /// The mapping `tensor from part.value as b`: the tensor of one item.
-    fn part(
+    fn item_part(
         r: &rt::kv::Matched<'_>,
         part: &PartEntry<'_, '_>,
         b: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = part.name;
-        let parts = blob(b)?;
+        let parts = parts_of_blob(b)?;
         rt::kv::Chunk::new(name, r.key, parts).map(Some)
     }
     /// A record of entry `part` (`{name}#%{chunk}`), its value read as a `Blob`: the parts of its tensors (`false`: the record is not of this entry).
-    fn read_part(
+    fn record_part(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
         out: &mut Vec<rt::kv::Chunk>,
@@ -178,7 +178,7 @@ pub mod kvl {
             |x| x.name,
             "",
             out,
-            |b, _| part(r, &part, b),
+            |b, _| item_part(r, &part, b),
         )?;
         Ok(true)
     }
@@ -195,7 +195,7 @@ pub mod kvl {
             records,
             limits,
             ENTRIES,
-            |r, out| read_part(r, limits, out),
+            |r, out| record_part(r, limits, out),
         )
     }
     /// Elements per record when a tensor is split into several (the entry's `split`).
@@ -224,22 +224,20 @@ pub mod kvl {
         begin: u64,
         end: u64,
     ) -> rt::Result<Vec<u8>> {
-        Ok(
-            rt::protobuf::append(
-                rt::protobuf::prost::Message::encode_to_vec(
-                    &messages::Blob {
-                        name: Some(meta.name.clone()),
-                        dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
-                        segment: Some(messages::Segment {
-                            begin: rt::protobuf::narrow(begin, "Segment.begin")?,
-                            end: rt::protobuf::narrow(end, "Segment.end")?,
-                        }),
-                        ..Default::default()
-                    },
-                ),
-                [(4, rt::protobuf::Holder::Float.elements(meta.dtype, data))],
-            )?,
+        rt::protobuf::append(
+            rt::protobuf::prost::Message::encode_to_vec(
+                &messages::Blob {
+                    name: Some(meta.name.clone()),
+                    dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
+                    dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
+                    segment: Some(messages::Segment {
+                        begin: rt::protobuf::narrow(begin, "Segment.begin")?,
+                        end: rt::protobuf::narrow(end, "Segment.end")?,
+                    }),
+                    ..Default::default()
+                },
+            ),
+            [(4, rt::protobuf::Holder::Float.elements(meta.dtype, data))],
         )
     }
     /// True when the source is a database folder read by the `lmdb` backend.

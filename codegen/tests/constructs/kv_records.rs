@@ -121,7 +121,7 @@ pub mod kvrec {
         }
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from blob.value as b` reads them (and every `include` of it).
-    fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
+    fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
         let shape = rt::protobuf::dims(b.bytes, b.base, 1, "b.dims")?;
         let data = rt::protobuf::located(b.data, "b.data")?;
@@ -142,17 +142,17 @@ pub mod kvrec {
         pub value: &'v Blob<'v>,
     }
     /// The mapping `tensor from blob.value as b`: the tensor of one item.
-    fn blob(
+    fn item_blob(
         r: &rt::kv::Matched<'_>,
         blob: &BlobEntry<'_, '_>,
         b: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = blob.name;
-        let parts = blob(b)?;
+        let parts = parts_of_blob(b)?;
         rt::kv::Chunk::new(name, r.key, parts).map(Some)
     }
     /// A record of entry `blob` (`{name}`), its value read as a `Blob`: the parts of its tensors (`false`: the record is not of this entry).
-    fn read_blob(
+    fn record_blob(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
         out: &mut Vec<rt::kv::Chunk>,
@@ -168,7 +168,7 @@ pub mod kvrec {
             |_| None,
             "blob.value",
             out,
-            |b, _| blob(r, &blob, b),
+            |b, _| item_blob(r, &blob, b),
         )?;
         Ok(true)
     }
@@ -185,7 +185,7 @@ pub mod kvrec {
             records,
             limits,
             ENTRIES,
-            |r, out| read_blob(r, limits, out),
+            |r, out| record_blob(r, limits, out),
         )
     }
     /// Elements per record when a tensor is split into several (the entry's `split`).
@@ -214,17 +214,15 @@ pub mod kvrec {
         _begin: u64,
         _end: u64,
     ) -> rt::Result<Vec<u8>> {
-        Ok(
-            rt::protobuf::append(
-                rt::protobuf::prost::Message::encode_to_vec(
-                    &messages::Blob {
-                        dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
-                        dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
-                        ..Default::default()
-                    },
-                ),
-                [(3, rt::protobuf::Holder::Bytes.elements(meta.dtype, data))],
-            )?,
+        rt::protobuf::append(
+            rt::protobuf::prost::Message::encode_to_vec(
+                &messages::Blob {
+                    dims: rt::protobuf::ints(&meta.shape, "Blob.dims")?,
+                    dtype: Some(rt::protobuf::key_of(&DTYPES, meta.dtype)?),
+                    ..Default::default()
+                },
+            ),
+            [(3, rt::protobuf::Holder::Bytes.elements(meta.dtype, data))],
         )
     }
     /// Every record of the file, in file order: its key and where its value is.

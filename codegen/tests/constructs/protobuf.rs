@@ -178,14 +178,14 @@ pub mod pbt {
                     |x| x.name,
                     "",
                     out,
-                    |t, _| tensors(t),
+                    |t, _| item_tensors(t),
                 )?;
                 Ok(())
             },
         )
     }
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
-    fn tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
+    fn parts_of_tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES
             .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
         let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
@@ -204,13 +204,13 @@ pub mod pbt {
         Ok(parts)
     }
     /// The mapping `tensor from root.tensors as t`: the tensor of one item.
-    fn tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
+    fn item_tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
         let name = rt::protobuf::present(t.name, "t.name")?;
-        let parts = tensor(t)?;
+        let parts = parts_of_tensor(t)?;
         parts.info(name).map(Some)
     }
     /// A new `Bundle`: its fields with a `write` option, before its `tensors` field.
-    pub fn new_bundle() -> rt::Result<messages::Bundle> {
+    pub fn new_bundle_message() -> rt::Result<messages::Bundle> {
         Ok(messages::Bundle {
             version: Some(3),
             producer: Some("tensorfmt".to_string()),
@@ -230,7 +230,7 @@ pub mod pbt {
     };
     /// The messages written before the tensors, root first.
     fn head() -> rt::Result<Vec<Vec<u8>>> {
-        Ok(vec![rt::protobuf::prost::Message::encode_to_vec(& new_bundle() ?)])
+        Ok(vec![rt::protobuf::prost::Message::encode_to_vec(& new_bundle_message() ?)])
     }
     /// The item written for one tensor placed at `place` (the mapping's `write` rule),
     /// encoded without its payload, and the field its bytes go to when they are
