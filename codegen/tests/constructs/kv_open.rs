@@ -83,6 +83,9 @@ pub mod kvo {
             /// Field 2 (`raw`).
             #[prost(bytes = "vec", optional, tag = "2")]
             pub raw: ::core::option::Option<::std::vec::Vec<u8>>,
+            /// Field 3 (`dims`).
+            #[prost(int64, repeated, packed = "false", tag = "3")]
+            pub dims: ::std::vec::Vec<i64>,
         }
         #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
         #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
@@ -95,7 +98,7 @@ pub mod kvo {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from rec.value.blob as b` reads them (and every `include` of it).
     fn blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = (rt::DType::U8, None);
-        let shape = rt::expr::dims(&vec![rt::expr::len(b.raw.unwrap_or_default().0)])?;
+        let shape = rt::protobuf::dims(b.bytes, b.base, 3, "b.dims")?;
         let data = rt::protobuf::located(b.raw, "b.raw")?;
         let parts = rt::TensorParts {
             dtype,
