@@ -7,11 +7,13 @@
 //! record and maps its items, and the write rule as `<entry>_value`; the runtime's
 //! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
 //! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
-//! and `lmdb` and `leveldb` (the runtime's). A format may take another's entries and
-//! mappings: `engine kv(backend = lmdb, schema = caffe2_minidb);`. The functions named
-//! after an entry carry a fixed prefix or suffix (`record_<entry>`, `<entry>_value`),
-//! as those of `proto.rs` do, so that no entry, message or field name makes two items of
-//! one name, or one the locals named after entries would hide.
+//! and `lmdb` and `leveldb` (the runtime's, opened as the engine's arguments say:
+//! `map_size = N` becomes the constant `OPEN` that `open_db` passes the runtime). A format
+//! may take another's entries and mappings: `engine kv(backend = lmdb, schema =
+//! caffe2_minidb);`. The functions named after an entry carry a fixed prefix or suffix
+//! (`record_<entry>`, `<entry>_value`), as those of `proto.rs` do, so that no entry,
+//! message or field name makes two items of one name, or one the locals named after
+//! entries would hide.
 
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -42,7 +44,12 @@ fn backend_name(b: KvBackend) -> &'static str {
 /// The items of a `kv` format's module.
 pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let ir::Engine::Kv { backend, schema } = fmt.engine else {
+    let ir::Engine::Kv {
+        backend,
+        schema,
+        open: options,
+    } = fmt.engine
+    else {
         return Err(no(
             fmt.name_span,
             "a format that is not a key-value database",
@@ -79,10 +86,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 #desc
             });
         }
-        let open = match backend {
-            "lmdb" => quote!(rt::kv::open_lmdb),
-            _ => quote!(rt::kv::open_leveldb),
-        };
+        let (open, open_items) = open_fn(backend, &options);
         let desc = crate::engine::desc_full(
             None,
             " This format for the registry: name, extensions, detector, indexer and database operations.",
@@ -97,6 +101,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         );
         let folder = backend_fns(backend, &quote!(super::#other::), &detect_doc, &index_doc);
         return Ok(quote! {
+            #open_items
             #folder
             #desc
         });
@@ -237,11 +242,11 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     });
 
     items.push(gen_encode(ir, fid)?);
-    let open = match backend {
-        "records" => quote!(open_db),
-        "lmdb" => quote!(rt::kv::open_lmdb),
-        _ => quote!(rt::kv::open_leveldb),
+    let (open, open_items) = match backend {
+        "records" => (quote!(open_db), quote!()),
+        b => open_fn(b, &options),
     };
+    items.push(open_items);
     let db = quote!(rt::kv::DbDesc {
         backend: #backend,
         open: #open,
@@ -271,6 +276,40 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     }
     items.push(desc);
     Ok(quote!(#(#items)*))
+}
+
+/// The function that opens a database folder of backend `backend` (`lmdb`, `leveldb`),
+/// and the items it needs: the runtime's, with the backend's defaults, when the engine
+/// has no open arguments; else `open_db`, passing them as the constant `OPEN`.
+fn open_fn(backend: &str, options: &ir::KvOpen) -> (TokenStream, TokenStream) {
+    let given = options.given();
+    let (plain, with) = match backend {
+        "lmdb" => (quote!(rt::kv::open_lmdb), quote!(rt::kv::open_lmdb_with)),
+        _ => (
+            quote!(rt::kv::open_leveldb),
+            quote!(rt::kv::open_leveldb_with),
+        ),
+    };
+    if given.is_empty() {
+        return (plain, quote!());
+    }
+    let names = given.iter().map(|(n, _)| rs_ident(n));
+    let values = given
+        .iter()
+        .map(|(_, v)| proc_macro2::Literal::u64_unsuffixed(*v));
+    let items = quote! {
+        /// How the format opens its databases: its engine's arguments.
+        pub const OPEN: rt::kv::OpenOptions = rt::kv::OpenOptions {
+            #(#names: Some(#values),)*
+            ..rt::kv::OpenOptions::DEFAULT
+        };
+
+        /// Opens a database of the format as [`OPEN`] says.
+        pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::kv::OpenResult {
+            #with(path, mode, &OPEN)
+        }
+    };
+    (quote!(open_db), items)
 }
 
 /// The write rule of the mapping that has one: `encode_parts`, a tensor as records of
@@ -428,7 +467,7 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
         }
 
         /// Opens a file of records (`New` atomic, `Write` appends, `Read` mapped).
-        pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::Result<::std::boxed::Box<dyn rt::kv::Db>> {
+        pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::kv::OpenResult {
             let codec = rt::kv::RecordCodec { read: records, write: write_record };
             Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
         }

@@ -377,7 +377,14 @@ impl<'a> Checker<'a> {
         }
         let allowed: &[&str] = match kind {
             "protobuf" => &["root"],
-            "kv" => &["backend", "schema"],
+            "kv" => &[
+                "backend",
+                "schema",
+                "map_size",
+                "write_buffer_size",
+                "max_open_files",
+                "block_size",
+            ],
             _ => &[],
         };
         for a in &e.args {
@@ -462,9 +469,54 @@ impl<'a> Checker<'a> {
                             format!("known backends: {}", KV_BACKENDS.join(", ")),
                         );
                     }
+                    self.kv_open_args(at, e, a.value.path_name());
                 }
             },
             _ => {}
+        }
+    }
+
+    /// The kv engine's open arguments (`map_size = N`): each a positive integer
+    /// constant, given with the backend it is of.
+    fn kv_open_args(&mut self, at: At<'a>, e: &'a Engine, backend: Option<&str>) {
+        for a in &e.args {
+            let Some(name) = a.name.as_ref() else {
+                continue;
+            };
+            let Some(&(_, of)) = crate::ir::KvOpen::ARGS.iter().find(|x| x.0 == name.name) else {
+                continue;
+            };
+            let of = match of {
+                crate::ir::KvBackend::Lmdb => "lmdb",
+                crate::ir::KvBackend::Leveldb => "leveldb",
+                crate::ir::KvBackend::Records => "records",
+            };
+            if backend.is_some_and(|b| b != of) {
+                self.err_help(
+                    at.file,
+                    a.span,
+                    format!("`{}` is an argument of backend {of}", name.name),
+                    format!(
+                        "it sets how {of} opens a database: `engine kv(backend = {of}, {} = N);`",
+                        name.name
+                    ),
+                );
+            }
+            let positive = a
+                .value
+                .as_int()
+                .is_some_and(|n| n > 0 && u64::try_from(n).is_ok());
+            if !positive {
+                self.err_help(
+                    at.file,
+                    a.value.span,
+                    format!("`{}` must be a positive integer constant", name.name),
+                    format!(
+                        "`engine kv(backend = {of}, {} = N);` with N a whole number above 0",
+                        name.name
+                    ),
+                );
+            }
         }
     }
 

@@ -267,10 +267,10 @@ fn protobuf_and_kv_formats_resolve() {
     let leveldb = ir.format_named("caffe2_leveldb").unwrap();
     let minidb = ir.format_named("caffe2_minidb").unwrap();
     assert!(
-        matches!(ir.format(leveldb).engine, Engine::Kv { backend: ir::KvBackend::Leveldb, schema: Some(s) } if s == lmdb)
+        matches!(ir.format(leveldb).engine, Engine::Kv { backend: ir::KvBackend::Leveldb, schema: Some(s), .. } if s == lmdb)
     );
     assert!(
-        matches!(ir.format(minidb).engine, Engine::Kv { backend: ir::KvBackend::Records, schema: Some(s) } if s == lmdb)
+        matches!(ir.format(minidb).engine, Engine::Kv { backend: ir::KvBackend::Records, schema: Some(s), .. } if s == lmdb)
     );
     let blob = ir
         .format(lmdb)

@@ -26,6 +26,7 @@ construct!(protobuf_fmt, "protobuf");
 construct!(kv_records_fmt, "kv_records");
 construct!(kv_lmdb_fmt, "kv_lmdb");
 construct!(repeat_count_fmt, "repeat_count");
+construct!(kv_open_fmt, "kv_open");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -424,5 +425,36 @@ fn every_writable_construct_reads_back_what_it_wrote() {
         let bytes = write(desc, tensors).unwrap_or_else(|e| panic!("{}: {e}", desc.name));
         let back = read(desc, "x.out", &bytes).unwrap_or_else(|e| panic!("{}: {e}", desc.name));
         assert_eq!(back, tensors, "{}", desc.name);
+    }
+}
+
+/// The kv engine's open arguments reach the runtime: `OPEN` holds them, and `open_db`
+/// (the format's `DbDesc::open`) creates and reopens databases with them.
+#[test]
+fn kv_open_arguments_open_the_databases() {
+    use kv_open_fmt::{kvo, kvp};
+    assert_eq!(kvo::OPEN.map_size, Some(1 << 30));
+    assert_eq!(
+        (
+            kvp::OPEN.write_buffer_size,
+            kvp::OPEN.max_open_files,
+            kvp::OPEN.block_size
+        ),
+        (Some(4 << 20), Some(64), Some(4096))
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    for (desc, dir) in [(&kvo::DESC, "db.lmdb"), (&kvp::DESC, "db.leveldb")] {
+        let db = desc.db.as_ref().unwrap();
+        let path = tmp.path().join(dir);
+        let mut d = (db.open)(&path, rt::kv::Mode::New).unwrap();
+        {
+            let mut t = d.transaction().unwrap();
+            t.put(b"w", &[]).unwrap();
+            t.commit().unwrap();
+        }
+        d.close().unwrap();
+        let mut d = (db.open)(&path, rt::kv::Mode::Read).unwrap();
+        let c = d.cursor().unwrap();
+        assert_eq!(c.key(), b"w", "{}", desc.name);
     }
 }

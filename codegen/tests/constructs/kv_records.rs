@@ -245,10 +245,7 @@ pub mod kvrec {
         Record::write(w, key, rt::Payload::Bytes(value), value.len() as u64)
     }
     /// Opens a file of records (`New` atomic, `Write` appends, `Read` mapped).
-    pub fn open_db(
-        path: &::std::path::Path,
-        mode: rt::kv::Mode,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::kv::Db>> {
+    pub fn open_db(path: &::std::path::Path, mode: rt::kv::Mode) -> rt::kv::OpenResult {
         let codec = rt::kv::RecordCodec {
             read: records,
             write: write_record,

@@ -2,8 +2,10 @@
 //! a database is opened in a [`Mode`] (`Read`, `Write` appends, `New` creates), read
 //! through a [`Cursor`] and written through [`Transaction`]s. Backends here: LMDB
 //! ([`lmdb`], with `heed`) and LevelDB ([`leveldb`], with `rusty-leveldb`, which reads
-//! and writes the files real LevelDB does). Record-file databases whose record layout a
-//! schema describes (Caffe2's MiniDB) implement the same traits in generated code.
+//! and writes the files real LevelDB does), opened as a format's [`OpenOptions`] say (its
+//! engine arguments: Caffe2's map size, write buffer, ...). Record-file databases whose
+//! record layout a schema describes (Caffe2's MiniDB) implement the same traits in
+//! generated code.
 //!
 //! For reading tensors a whole database is taken as a [`Source`] and its [`Records`]:
 //! LMDB's `data.mdb` is memory-mapped and every value located by its offset in the file
@@ -273,34 +275,87 @@ impl Db for RecordFile {
     }
 }
 
+/// How a backend opens a database: a kv format's engine arguments (`engine kv(backend =
+/// lmdb, map_size = N)`), each of one backend; `None`: the backend's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OpenOptions {
+    /// LMDB: the map size in bytes, the most a written environment grows to (address
+    /// space, not disk), rounded up to 64 KiB. Reading maps what `data.mdb` holds
+    /// whatever it says.
+    pub map_size: Option<u64>,
+    /// LevelDB: bytes written to the log before they are sorted into a table.
+    pub write_buffer_size: Option<u64>,
+    /// LevelDB: the most table files kept open at once.
+    pub max_open_files: Option<u64>,
+    /// LevelDB: the size of a table's blocks, in bytes.
+    pub block_size: Option<u64>,
+}
+
+impl OpenOptions {
+    /// Every backend's defaults.
+    pub const DEFAULT: OpenOptions = OpenOptions {
+        map_size: None,
+        write_buffer_size: None,
+        max_open_files: None,
+        block_size: None,
+    };
+}
+
+/// A database opened (what [`DbDesc::open`] returns).
+pub type OpenResult = Result<Box<dyn Db>>;
+
+/// An option's value as a `usize`, for the backend's library.
+#[cfg(any(feature = "lmdb", feature = "leveldb"))]
+fn option_size(path: &Path, name: &str, value: u64) -> Result<usize> {
+    usize::try_from(value).map_err(|_| {
+        db_error(
+            path,
+            format!("{name} {value} is too large for this machine"),
+        )
+    })
+}
+
 #[cfg(feature = "lmdb")]
-/// Opens an LMDB environment as a [`Db`] (for [`DbDesc::open`]).
+/// Opens an LMDB environment with LMDB's defaults as a [`Db`] (for [`DbDesc::open`]).
 pub fn open_lmdb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
     Ok(Box::new(lmdb::open(path, mode)?))
 }
 
+#[cfg(feature = "lmdb")]
+/// Opens an LMDB environment as `options` say, as a [`Db`] (for a format's open function).
+pub fn open_lmdb_with(path: &Path, mode: Mode, options: &OpenOptions) -> OpenResult {
+    Ok(Box::new(lmdb::open_with(path, mode, options)?))
+}
+
 #[cfg(feature = "leveldb")]
-/// Opens a LevelDB database as a [`Db`] (for [`DbDesc::open`]).
+/// Opens a LevelDB database with LevelDB's defaults as a [`Db`] (for [`DbDesc::open`]).
 pub fn open_leveldb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
     Ok(Box::new(leveldb::open(path, mode)?))
 }
 
-/// The LMDB backend (Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed database,
-/// keys in bytewise order, a 1 TiB map.
+#[cfg(feature = "leveldb")]
+/// Opens a LevelDB database as `options` say, as a [`Db`] (for a format's open function).
+pub fn open_leveldb_with(path: &Path, mode: Mode, options: &OpenOptions) -> OpenResult {
+    Ok(Box::new(leveldb::open_with(path, mode, options)?))
+}
+
+/// The LMDB backend (as Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed
+/// database, keys in bytewise order; read without LMDB's lock file (a reader writes
+/// nothing in the folder), its read transactions not tied to a thread.
 #[cfg(feature = "lmdb")]
 pub mod lmdb {
     use super::*;
     use heed::types::Bytes as HBytes;
     use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
 
-    /// Caffe2's map size: 1 TiB of address space (not of disk).
-    pub const MAP_SIZE: usize = 1 << 40;
+    /// What map sizes are rounded up to: a multiple of every OS page size.
+    const MAP_UNIT: u64 = 64 << 10;
 
     fn heed_error(path: &Path, e: heed::Error) -> Error {
         db_error(path, format!("LMDB: {e}"))
     }
 
-    /// An LMDB environment opened as Caffe2 opens it.
+    /// An LMDB environment.
     pub struct Lmdb {
         env: Env<WithoutTls>,
         db: Option<Database<HBytes, HBytes>>,
@@ -309,8 +364,17 @@ pub mod lmdb {
     }
 
     /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
-    /// environment in folder `path`.
+    /// environment in folder `path`, with LMDB's defaults.
     pub fn open(path: &Path, mode: Mode) -> Result<Lmdb> {
+        open_with(path, mode, &OpenOptions::DEFAULT)
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
+    /// environment in folder `path`, with `options.map_size` when written (unset: the
+    /// environment's own, or LMDB's default for a new one). Read, the map is what
+    /// `data.mdb` holds: a read-only environment maps at least its data, whatever size
+    /// is asked.
+    pub fn open_with(path: &Path, mode: Mode, options: &OpenOptions) -> Result<Lmdb> {
         match mode {
             Mode::New => {
                 if path.exists() {
@@ -331,10 +395,22 @@ pub mod lmdb {
             }
         }
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
-        opts.map_size(MAP_SIZE).max_dbs(0);
+        opts.max_dbs(0);
+        let map_size = if mode == Mode::Read {
+            let held = std::fs::metadata(path.join("data.mdb"))
+                .map_err(|e| Error::from(e).in_file(path))?
+                .len();
+            Some(held)
+        } else {
+            options.map_size
+        };
+        if let Some(size) = map_size {
+            let size = size.max(1).div_ceil(MAP_UNIT).saturating_mul(MAP_UNIT);
+            opts.map_size(option_size(path, "map_size", size)?);
+        }
         if mode == Mode::Read {
-            // SAFETY: flags Caffe2 uses for readers; the environment is not written
-            // through this handle.
+            // SAFETY: the environment is not written through this handle, and read
+            // without the lock file: a reader does not wait on writers.
             unsafe { opts.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
         }
         // SAFETY: the map is used through heed's API only, and the file is not truncated
@@ -509,7 +585,7 @@ pub mod lmdb {
     }
 }
 
-/// The LevelDB backend (Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
+/// The LevelDB backend (as Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
 /// key order; a transaction is a write batch written without sync.
 #[cfg(feature = "leveldb")]
 pub mod leveldb {
@@ -520,20 +596,36 @@ pub mod leveldb {
         db_error(path, format!("LevelDB: {e}"))
     }
 
-    fn options(mode: Mode) -> Options {
-        Options {
+    fn ldb_options(path: &Path, mode: Mode, given: &OpenOptions) -> Result<Options> {
+        let mut o = Options {
             create_if_missing: mode != Mode::Read,
             // Checked by `open` as LevelDB does (a database exists when it has a
             // CURRENT file): rusty-leveldb asks whether the folder exists.
             error_if_exists: false,
-            write_buffer_size: 256 << 20,
-            max_open_files: 100,
-            block_size: 64 << 10,
             ..Options::default()
+        };
+        let set = [
+            (
+                "write_buffer_size",
+                given.write_buffer_size,
+                &mut o.write_buffer_size,
+            ),
+            (
+                "max_open_files",
+                given.max_open_files,
+                &mut o.max_open_files,
+            ),
+            ("block_size", given.block_size, &mut o.block_size),
+        ];
+        for (name, value, slot) in set {
+            if let Some(v) = value {
+                *slot = option_size(path, name, v)?;
+            }
         }
+        Ok(o)
     }
 
-    /// A LevelDB database opened as Caffe2 opens it.
+    /// A LevelDB database.
     pub struct LevelDb {
         db: DB,
         path: PathBuf,
@@ -541,8 +633,14 @@ pub mod leveldb {
     }
 
     /// Opens (`Read`, `Write`) or creates (`New`: refused when it exists) the database
-    /// in folder `path`.
+    /// in folder `path`, with LevelDB's defaults.
     pub fn open(path: &Path, mode: Mode) -> Result<LevelDb> {
+        open_with(path, mode, &OpenOptions::DEFAULT)
+    }
+
+    /// Opens (`Read`, `Write`) or creates (`New`: refused when it exists) the database
+    /// in folder `path`, with `options`' write buffer, open files and block size.
+    pub fn open_with(path: &Path, mode: Mode, options: &OpenOptions) -> Result<LevelDb> {
         if mode == Mode::Read && !is_leveldb(path) {
             return Err(db_error(
                 path,
@@ -555,7 +653,8 @@ pub mod leveldb {
                 "cannot create a LevelDB database: it exists",
             ));
         }
-        let db = DB::open(path, options(mode)).map_err(|e| ldb_error(path, e))?;
+        let db =
+            DB::open(path, ldb_options(path, mode, options)?).map_err(|e| ldb_error(path, e))?;
         Ok(LevelDb {
             db,
             path: path.to_path_buf(),

@@ -38,12 +38,20 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
         Engine::File => "file".to_string(),
         Engine::Zip => "zip".to_string(),
         Engine::Protobuf { root } => format!("protobuf(root = {})", d.msg(*root)),
-        Engine::Kv { backend, schema } => format!(
-            "kv(backend = {backend:?}{})",
+        Engine::Kv {
+            backend,
+            schema,
+            open,
+        } => format!(
+            "kv(backend = {backend:?}{}{})",
             schema.map_or(String::new(), |s| format!(
                 ", schema = {}",
                 ir.format(s).name
-            ))
+            )),
+            open.given()
+                .iter()
+                .map(|(n, v)| format!(", {n} = {v}"))
+                .collect::<String>()
         ),
         Engine::Error => "<error>".to_string(),
     };

@@ -466,7 +466,18 @@ impl<'a> Lower<'a> {
                         None => return Engine::Error,
                     },
                 };
-                Engine::Kv { backend, schema }
+                let mut open = KvOpen::default();
+                for a in &e.args {
+                    let name = a.name.as_ref().map_or("", |n| n.name.as_str());
+                    if let Some(slot) = open.arg_mut(name) {
+                        *slot = a.value.as_int().and_then(|n| u64::try_from(n).ok());
+                    }
+                }
+                Engine::Kv {
+                    backend,
+                    schema,
+                    open,
+                }
             }
             _ => Engine::Error,
         }

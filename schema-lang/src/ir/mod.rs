@@ -276,6 +276,56 @@ pub enum KvBackend {
     Leveldb,
 }
 
+/// How a kv backend opens its databases: the engine's integer arguments (`map_size =
+/// N`), each of one backend (the checker sees to it); `None`: the backend's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct KvOpen {
+    /// LMDB: the map size, in bytes (the most a written environment grows to).
+    pub map_size: Option<u64>,
+    /// LevelDB: bytes written to the log before they are sorted into a table.
+    pub write_buffer_size: Option<u64>,
+    /// LevelDB: the most table files kept open at once.
+    pub max_open_files: Option<u64>,
+    /// LevelDB: the size of a table's blocks, in bytes.
+    pub block_size: Option<u64>,
+}
+
+impl KvOpen {
+    /// The engine arguments, by name, each with the backend it belongs to.
+    pub const ARGS: &'static [(&'static str, KvBackend)] = &[
+        ("map_size", KvBackend::Lmdb),
+        ("write_buffer_size", KvBackend::Leveldb),
+        ("max_open_files", KvBackend::Leveldb),
+        ("block_size", KvBackend::Leveldb),
+    ];
+
+    /// The argument named `name`, to set.
+    pub fn arg_mut(&mut self, name: &str) -> Option<&mut Option<u64>> {
+        match name {
+            "map_size" => Some(&mut self.map_size),
+            "write_buffer_size" => Some(&mut self.write_buffer_size),
+            "max_open_files" => Some(&mut self.max_open_files),
+            "block_size" => Some(&mut self.block_size),
+            _ => None,
+        }
+    }
+
+    /// The arguments given, by name, in [`KvOpen::ARGS`]'s order.
+    pub fn given(&self) -> Vec<(&'static str, u64)> {
+        let all = [
+            self.map_size,
+            self.write_buffer_size,
+            self.max_open_files,
+            self.block_size,
+        ];
+        Self::ARGS
+            .iter()
+            .zip(all)
+            .filter_map(|(&(name, _), v)| Some((name, v?)))
+            .collect()
+    }
+}
+
 /// A format's engine.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Engine {
@@ -295,6 +345,8 @@ pub enum Engine {
         /// The kv format whose entries and mappings map the records (`schema = F`), when
         /// not this one.
         schema: Option<FormatId>,
+        /// How the backend opens a database.
+        open: KvOpen,
     },
     /// Not resolved: only in the IR of a schema the checker rejected.
     Error,
