@@ -240,7 +240,7 @@ pub(crate) fn gen_message(ir: &Ir, mid: MessageId) -> TokenStream {
     }
     let name = &m.name;
     // The message's name, for errors, where the view's differs (nested messages).
-    let name_attr = (*name != ty.to_string()).then(|| quote!(#[view(name = #name)]));
+    let name_attr = (ty != name).then(|| quote!(#[view(name = #name)]));
     quote! {
         #doc
         #[derive(Debug, Clone, Default, rt::protobuf::View)]
