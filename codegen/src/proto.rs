@@ -1,9 +1,9 @@
 //! The `protobuf` engine, from the IR: the whole source is one protobuf message
 //! (`engine protobuf(root = ModelProto);`). Every declared message (nested ones included)
-//! becomes a view type implementing `rt::protobuf::View`: one `match` arm per declared
-//! field that decodes it in place (scalars decoded, strings borrowed, `bytes` fields
-//! located, embedded messages read recursively with the depth checked by
-//! `rt::protobuf::read`); repeated numbers are left where they are for the mapping to
+//! becomes a view: a plain struct deriving `rt::protobuf::View`, whose attributes give the
+//! derive one `match` arm per declared field that decodes it in place (scalars decoded,
+//! strings borrowed, `bytes` fields located, embedded messages read recursively with the
+//! depth checked by `rt::protobuf::read`); repeated numbers are left where they are for the mapping to
 //! read (`elements(f)`, `shape = t.dims`), fields the schema does not declare skipped.
 //! Every message also gets an owned `prost` type (module `messages`).
 //!
@@ -199,15 +199,14 @@ fn held(f: &MessageField) -> bool {
     f.label != Label::Repeated || matches!(wire(f), Wire::Str | Wire::Bytes | Wire::Msg(_))
 }
 
-/// The view type of one message and its `rt::protobuf::View` impl: a field of the view
-/// per declared field it holds, one `match` arm each that decodes it.
+/// The view type of one message: a plain struct deriving `rt::protobuf::View`, a field
+/// per declared field it holds, each with the attribute (number, wire kind, how it is
+/// held) the derive writes its `match` arm from.
 pub(crate) fn gen_message(ir: &Ir, mid: MessageId) -> TokenStream {
     let m = ir.message(mid);
     let ty = view_ident(ir, mid);
     let doc = docs(&m.docs);
     let mut fields = Vec::new();
-    let mut arms = Vec::new();
-    let mut nested = false;
     for f in &m.fields {
         if !held(f) {
             continue;
@@ -215,74 +214,44 @@ pub(crate) fn gen_message(ir: &Ir, mid: MessageId) -> TokenStream {
         let id = rs_ident(&f.name);
         let num = Literal::u32_unsuffixed(f.tag);
         let fdoc = field_doc(f);
-        let what = format!("{}.{}", m.name, f.name);
-        let (ty_ts, value) = match wire(f) {
-            Wire::Varint => (quote!(i64), quote!(f.varint(#what)?)),
-            Wire::Bool => (quote!(bool), quote!(f.varint(#what)? != 0)),
-            Wire::Zigzag => (quote!(i64), quote!(f.zigzag(#what)?)),
-            Wire::Fixed32 { signed: false } => (quote!(i64), quote!(f.fixed32(#what)?)),
-            Wire::Fixed32 { signed: true } => (quote!(i64), quote!(f.sfixed32(#what)?)),
-            Wire::Fixed64 => (quote!(i64), quote!(f.fixed64(#what)?)),
-            Wire::Float => (quote!(f32), quote!(f.float(#what)?)),
-            Wire::Double => (quote!(f64), quote!(f.double(#what)?)),
-            Wire::Str => (quote!(&'a str), quote!(f.str(#what)?)),
-            Wire::Bytes => (quote!((&'a [u8], u64)), quote!(f.bytes(#what)?)),
+        let (ty_ts, kind) = match wire(f) {
+            Wire::Varint => (quote!(i64), quote!(varint)),
+            Wire::Bool => (quote!(bool), quote!(bool)),
+            Wire::Zigzag => (quote!(i64), quote!(zigzag)),
+            Wire::Fixed32 { signed: false } => (quote!(i64), quote!(fixed32)),
+            Wire::Fixed32 { signed: true } => (quote!(i64), quote!(sfixed32)),
+            Wire::Fixed64 => (quote!(i64), quote!(fixed64)),
+            Wire::Float => (quote!(f32), quote!(float)),
+            Wire::Double => (quote!(f64), quote!(double)),
+            Wire::Str => (quote!(&'a str), quote!(string)),
+            Wire::Bytes => (quote!((&'a [u8], u64)), quote!(bytes)),
             Wire::Msg(sub) => {
-                nested = true;
                 let sub = view_ident(ir, sub);
-                (quote!(#sub<'a>), quote!(f.message(#what, depth, limits)?))
+                (quote!(#sub<'a>), quote!(message))
             }
         };
-        if f.label == Label::Repeated {
-            fields.push(quote!(#fdoc pub #id: Vec<#ty_ts>,));
-            arms.push((num, quote!(self.#id.push(#value))));
+        fields.push(if f.label == Label::Repeated {
+            quote!(#fdoc #[view(#num, #kind, repeated)] pub #id: Vec<#ty_ts>,)
         } else if matches!(wire(f), Wire::Msg(_)) {
             // A message given more than once: the last one (this reader does not merge
-            // them).
-            fields.push(quote!(#fdoc pub #id: Option<Box<#ty_ts>>,));
-            arms.push((num, quote!(self.#id = Some(Box::new(#value)))));
+            // them); boxed, as a message may hold itself.
+            quote!(#fdoc #[view(#num, #kind, boxed)] pub #id: Option<Box<#ty_ts>>,)
         } else {
-            fields.push(quote!(#fdoc pub #id: Option<#ty_ts>,));
-            arms.push((num, quote!(self.#id = Some(#value))));
-        }
+            quote!(#fdoc #[view(#num, #kind)] pub #id: Option<#ty_ts>,)
+        });
     }
-    // One field: an `if` (a one-arm `match` reads as one).
-    let (f, dispatch) = match arms.as_slice() {
-        [] => (quote!(_f), quote!()),
-        [(num, set)] => (quote!(f), quote!(if f.number == #num { #set; })),
-        _ => {
-            let arms = arms.iter().map(|(num, set)| quote!(#num => #set,));
-            (quote!(f), quote!(match f.number { #(#arms)* _ => {} }))
-        }
-    };
     let name = &m.name;
-    let (depth, limits) = if nested {
-        (quote!(depth), quote!(limits))
-    } else {
-        (quote!(_depth), quote!(_limits))
-    };
+    // The message's name, for errors, where the view's differs (nested messages).
+    let name_attr = (ty != name).then(|| quote!(#[view(name = #name)]));
     quote! {
         #doc
-        #[derive(Debug, Clone, Default)]
+        #[derive(Debug, Clone, Default, rt::protobuf::View)]
+        #name_attr
         pub struct #ty<'a> {
             /// The message's bytes.
-            pub bytes: &'a [u8],
-            /// Absolute offset of its first byte.
-            pub base: u64,
+            #[view(span)]
+            pub span: rt::protobuf::Span<'a>,
             #(#fields)*
-        }
-
-        impl<'a> rt::protobuf::View<'a> for #ty<'a> {
-            const NAME: &'static str = #name;
-
-            fn empty(bytes: &'a [u8], base: u64) -> Self {
-                #ty { bytes, base, ..Default::default() }
-            }
-
-            fn field(&mut self, #f: &rt::protobuf::Field<'a>, #depth: u64, #limits: &rt::Limits) -> rt::Result<()> {
-                #dispatch
-                Ok(())
-            }
         }
     }
 }
@@ -597,7 +566,7 @@ impl MapEnv<'_> {
         let n = Literal::u32_unsuffixed(f.tag);
         match wire(f) {
             Wire::Varint | Wire::Bool => Ok(Val::place(
-                quote!(rt::protobuf::int_values(#msg.bytes, #msg.base, #n)?),
+                quote!(rt::protobuf::int_values(#msg.span, #n)?),
                 Type::List(Box::new(Type::Int(IntTy::sized(8, true)))),
             )),
             _ => unreachable!("the checker reads other repeated numbers by `elements` alone"),
@@ -710,7 +679,7 @@ impl MapEnv<'_> {
             }
         };
         Ok(Val::value(
-            quote!(rt::protobuf::elements(#msg.bytes, #msg.base, #n, #elements)?),
+            quote!(rt::protobuf::elements(#msg.span, #n, #elements)?),
             Type::TensorData,
         ))
     }
@@ -979,7 +948,7 @@ fn shape(l: &Lower<'_>, env: &MapEnv<'_>, e: &Expr) -> R<TokenStream> {
             let msg = env.message_of(&b, e);
             let n = Literal::u32_unsuffixed(f.tag);
             let what = env.text(e);
-            return Ok(quote!(rt::protobuf::dims(#msg.bytes, #msg.base, #n, #what)?));
+            return Ok(quote!(rt::protobuf::dims(#msg.span, #n, #what)?));
         }
     }
     let v = l.expr(e)?;

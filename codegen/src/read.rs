@@ -1,5 +1,5 @@
-//! Records and their readers, from the IR: a plain struct per dict (read from a decoded
-//! value through `rt::pydict::FromPy`) and per layout, and each layout's `read`, field by
+//! Records and their readers, from the IR: a plain struct per dict (read through
+//! `rt::pydict::Dict`, key by key) and per layout, and each layout's `read`, field by
 //! field, every construct of the language: numbers in either byte order, conditional
 //! widths, magic, sized bytes and text, codec fields (Python literal, JSON), nested
 //! layouts (sized or not), payloads, `repeat count(..)` and `repeat until_eof`, `at`,
@@ -12,22 +12,19 @@ use tensorfmt_schema::ir::{self, ByteOrder, Codec, DictId, FieldKind, Ir, Layout
 use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
 use crate::model::{docs, rs_ident};
 
-/// The struct of a dict, with `FromPy` and `ToPy`, and `to_py` (its items in declared
-/// order, for the Python-literal encoder of npy headers).
+/// The struct of a dict, with `rt::pydict::Dict` (its keys, and `set`, a `match` arm per
+/// key; the runtime reads dicts through it, key by key as a Python literal is parsed),
+/// `ToPy`, and `to_py` (its items in declared order, for the Python-literal encoder of
+/// npy headers).
 pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let d = ir.dict(id);
     let ident = rs_ident(&d.name);
     let doc = docs(&d.docs);
-    let declared: Vec<&str> = d
-        .keys
-        .iter()
-        .filter(|k| !k.rest)
-        .map(|k| k.key.as_str())
-        .collect();
     let mut fields = Vec::new();
-    let mut reads = Vec::new();
+    let mut keys = Vec::new();
+    let mut sets = Vec::new();
     let mut items = Vec::new();
-    for k in &d.keys {
+    for (i, k) in d.keys.iter().enumerate() {
         let t = storage_ty(ir, &k.ty).ok_or_else(|| Unlowered {
             span: k.span,
             what: "this dict value type".into(),
@@ -43,9 +40,13 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
                 quote!(rt::pydict::ToPy::to_py(&#x))
             }
         };
+        let i = Literal::usize_unsuffixed(i);
         if k.rest {
             fields.push(quote!(#fdoc pub #id: #t,));
-            reads.push(quote!(#id: rt::pydict::rest(value, &[#(#declared),*])?,));
+            keys.push(quote!(rt::pydict::Key::Rest));
+            sets.push(
+                quote!(#i => self.#id.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),),
+            );
             items.push(quote! {
                 for (k, v) in self.#id.iter() {
                     items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
@@ -53,7 +54,8 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             });
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
-            reads.push(quote!(#id: rt::pydict::optional_key(value, #key)?,));
+            keys.push(quote!(rt::pydict::Key::Optional(#key)));
+            sets.push(quote!(#i => self.#id = rt::pydict::FromPy::from_py(v)?,));
             let v = if list {
                 quote!(rt::pydict::to_list(v))
             } else {
@@ -66,7 +68,8 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             });
         } else {
             fields.push(quote!(#fdoc pub #id: #t,));
-            reads.push(quote!(#id: rt::pydict::key(value, #key)?,));
+            keys.push(quote!(rt::pydict::Key::Required(#key)));
+            sets.push(quote!(#i => self.#id = rt::pydict::FromPy::from_py(v)?,));
             let v = to(quote!(self.#id));
             items.push(quote!(items.push((#key, #v));));
         }
@@ -93,9 +96,20 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             items
         }
     };
+    // The key of an undeclared item, which only a `rest` key reads.
+    let key_arg = if d.keys.iter().any(|k| k.rest) {
+        quote!(key)
+    } else {
+        quote!(_key)
+    };
+    let (v, dispatch) = if sets.is_empty() {
+        (quote!(_v), quote!())
+    } else {
+        (quote!(v), quote!(match i { #(#sets)* _ => {} }))
+    };
     Ok(quote! {
         #doc
-        #[derive(Debug, Clone, PartialEq)]
+        #[derive(Debug, Clone, Default, PartialEq)]
         pub struct #ident {
             #(#fields)*
         }
@@ -107,9 +121,12 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             }
         }
 
-        impl rt::pydict::FromPy for #ident {
-            fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
-                Ok(#ident { #(#reads)* })
+        impl rt::pydict::Dict for #ident {
+            const KEYS: &'static [rt::pydict::Key] = &[#(#keys),*];
+
+            fn set(&mut self, i: usize, #key_arg: &str, #v: &rt::pydict::PyValue) -> rt::Result<()> {
+                #dispatch
+                Ok(())
             }
         }
 

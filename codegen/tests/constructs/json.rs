@@ -19,7 +19,7 @@ pub mod jsonhdr {
             ("I64", rt::DType::I64, Some(rt::ByteOrder::Little)),
         ],
     };
-    #[derive(Debug, Clone, PartialEq)]
+    #[derive(Debug, Clone, Default, PartialEq)]
     pub struct Entry {
         pub dtype: ::std::string::String,
         pub shape: ::std::vec::Vec<u64>,
@@ -35,13 +35,25 @@ pub mod jsonhdr {
             ]
         }
     }
-    impl rt::pydict::FromPy for Entry {
-        fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
-            Ok(Entry {
-                dtype: rt::pydict::key(value, "dtype")?,
-                shape: rt::pydict::key(value, "shape")?,
-                offsets: rt::pydict::key(value, "offsets")?,
-            })
+    impl rt::pydict::Dict for Entry {
+        const KEYS: &'static [rt::pydict::Key] = &[
+            rt::pydict::Key::Required("dtype"),
+            rt::pydict::Key::Required("shape"),
+            rt::pydict::Key::Required("offsets"),
+        ];
+        fn set(
+            &mut self,
+            i: usize,
+            _key: &str,
+            v: &rt::pydict::PyValue,
+        ) -> rt::Result<()> {
+            match i {
+                0 => self.dtype = rt::pydict::FromPy::from_py(v)?,
+                1 => self.shape = rt::pydict::FromPy::from_py(v)?,
+                2 => self.offsets = rt::pydict::FromPy::from_py(v)?,
+                _ => {}
+            }
+            Ok(())
         }
     }
     impl rt::pydict::ToPy for Entry {
@@ -49,7 +61,7 @@ pub mod jsonhdr {
             rt::pydict::dict(Entry::to_py(self))
         }
     }
-    #[derive(Debug, Clone, PartialEq)]
+    #[derive(Debug, Clone, Default, PartialEq)]
     pub struct Header {
         pub version: ::std::option::Option<u64>,
         pub rest: rt::pydict::Map<Entry>,
@@ -67,12 +79,23 @@ pub mod jsonhdr {
             items
         }
     }
-    impl rt::pydict::FromPy for Header {
-        fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
-            Ok(Header {
-                version: rt::pydict::optional_key(value, "version")?,
-                rest: rt::pydict::rest(value, &["version"])?,
-            })
+    impl rt::pydict::Dict for Header {
+        const KEYS: &'static [rt::pydict::Key] = &[
+            rt::pydict::Key::Optional("version"),
+            rt::pydict::Key::Rest,
+        ];
+        fn set(
+            &mut self,
+            i: usize,
+            key: &str,
+            v: &rt::pydict::PyValue,
+        ) -> rt::Result<()> {
+            match i {
+                0 => self.version = rt::pydict::FromPy::from_py(v)?,
+                1 => self.rest.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),
+                _ => {}
+            }
+            Ok(())
         }
     }
     impl rt::pydict::ToPy for Header {

@@ -12,80 +12,32 @@ pub mod kvl {
         name: "dtypes",
         rows: &[(1, rt::DType::F32, None)],
     };
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Segment<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`begin`).
+        #[view(1, varint)]
         pub begin: Option<i64>,
         /// Field 2 (`end`).
+        #[view(2, varint)]
         pub end: Option<i64>,
     }
-    impl<'a> rt::protobuf::View<'a> for Segment<'a> {
-        const NAME: &'static str = "Segment";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Segment {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            _depth: u64,
-            _limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                1 => self.begin = Some(f.varint("Segment.begin")?),
-                2 => self.end = Some(f.varint("Segment.end")?),
-                _ => {}
-            }
-            Ok(())
-        }
-    }
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Blob<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`name`).
+        #[view(1, string)]
         pub name: Option<&'a str>,
         /// Field 3 (`dtype`).
+        #[view(3, varint)]
         pub dtype: Option<i64>,
         /// Field 5 (`segment`).
+        #[view(5, message, boxed)]
         pub segment: Option<Box<Segment<'a>>>,
-    }
-    impl<'a> rt::protobuf::View<'a> for Blob<'a> {
-        const NAME: &'static str = "Blob";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Blob {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            depth: u64,
-            limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                1 => self.name = Some(f.str("Blob.name")?),
-                3 => self.dtype = Some(f.varint("Blob.dtype")?),
-                5 => {
-                    self.segment = Some(
-                        Box::new(f.message("Blob.segment", depth, limits)?),
-                    );
-                }
-                _ => {}
-            }
-            Ok(())
-        }
     }
     /// The messages of `kvl` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
@@ -122,13 +74,8 @@ pub mod kvl {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from part.value as b` reads them (and every `include` of it).
     fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
-        let shape = rt::protobuf::dims(b.bytes, b.base, 2, "b.dims")?;
-        let data = rt::protobuf::elements(
-            b.bytes,
-            b.base,
-            4,
-            rt::protobuf::Elements::FIXED32,
-        )?;
+        let shape = rt::protobuf::dims(b.span, 2, "b.dims")?;
+        let data = rt::protobuf::elements(b.span, 4, rt::protobuf::Elements::FIXED32)?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

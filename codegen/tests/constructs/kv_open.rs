@@ -8,69 +8,26 @@ pub mod kvo {
     pub const NAME: &str = "kv-open";
     /// File extensions (without the dot) that map to this format.
     pub const EXTENSIONS: &[&str] = &[];
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Blob<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`name`).
+        #[view(1, string)]
         pub name: Option<&'a str>,
         /// Field 2 (`raw`).
+        #[view(2, bytes)]
         pub raw: Option<(&'a [u8], u64)>,
     }
-    impl<'a> rt::protobuf::View<'a> for Blob<'a> {
-        const NAME: &'static str = "Blob";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Blob {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            _depth: u64,
-            _limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                1 => self.name = Some(f.str("Blob.name")?),
-                2 => self.raw = Some(f.bytes("Blob.raw")?),
-                _ => {}
-            }
-            Ok(())
-        }
-    }
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Holder<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`blob`).
+        #[view(1, message, boxed)]
         pub blob: Option<Box<Blob<'a>>>,
-    }
-    impl<'a> rt::protobuf::View<'a> for Holder<'a> {
-        const NAME: &'static str = "Holder";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Holder {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            depth: u64,
-            limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            if f.number == 1 {
-                self.blob = Some(Box::new(f.message("Holder.blob", depth, limits)?));
-            }
-            Ok(())
-        }
     }
     /// The messages of `kvo` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
@@ -98,7 +55,7 @@ pub mod kvo {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from rec.value.blob as b` reads them (and every `include` of it).
     fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = (rt::DType::U8, None);
-        let shape = rt::protobuf::dims(b.bytes, b.base, 3, "b.dims")?;
+        let shape = rt::protobuf::dims(b.span, 3, "b.dims")?;
         let data = rt::protobuf::located(b.raw, "b.raw")?;
         let parts = rt::TensorParts {
             dtype,

@@ -70,39 +70,17 @@ pub mod kvrec {
             Ok(prefix.len() as u64 + __value_len)
         }
     }
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Blob<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 2 (`dtype`).
+        #[view(2, varint)]
         pub dtype: Option<i64>,
         /// Field 3 (`data`).
+        #[view(3, bytes)]
         pub data: Option<(&'a [u8], u64)>,
-    }
-    impl<'a> rt::protobuf::View<'a> for Blob<'a> {
-        const NAME: &'static str = "Blob";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Blob {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            _depth: u64,
-            _limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                2 => self.dtype = Some(f.varint("Blob.dtype")?),
-                3 => self.data = Some(f.bytes("Blob.data")?),
-                _ => {}
-            }
-            Ok(())
-        }
     }
     /// The messages of `kvrec` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
@@ -123,7 +101,7 @@ pub mod kvrec {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from blob.value as b` reads them (and every `include` of it).
     fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
-        let shape = rt::protobuf::dims(b.bytes, b.base, 1, "b.dims")?;
+        let shape = rt::protobuf::dims(b.span, 1, "b.dims")?;
         let data = rt::protobuf::located(b.data, "b.data")?;
         let parts = rt::TensorParts {
             dtype,

@@ -12,82 +12,38 @@ pub mod pbt {
         name: "dtypes",
         rows: &[(1, rt::DType::F32, None), (2, rt::DType::I64, None)],
     };
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Tensor<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`name`).
+        #[view(1, string)]
         pub name: Option<&'a str>,
         /// Field 3 (`dtype`).
+        #[view(3, varint)]
         pub dtype: Option<i64>,
         /// Field 4 (`kind`).
+        #[view(4, varint)]
         pub kind: Option<i64>,
         /// Field 5 (`raw`).
+        #[view(5, bytes)]
         pub raw: Option<(&'a [u8], u64)>,
     }
-    impl<'a> rt::protobuf::View<'a> for Tensor<'a> {
-        const NAME: &'static str = "Tensor";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Tensor {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            _depth: u64,
-            _limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                1 => self.name = Some(f.str("Tensor.name")?),
-                3 => self.dtype = Some(f.varint("Tensor.dtype")?),
-                4 => self.kind = Some(f.varint("Tensor.kind")?),
-                5 => self.raw = Some(f.bytes("Tensor.raw")?),
-                _ => {}
-            }
-            Ok(())
-        }
-    }
-    #[derive(Debug, Clone, Default)]
+    #[derive(Debug, Clone, Default, rt::protobuf::View)]
     pub struct Bundle<'a> {
         /// The message's bytes.
-        pub bytes: &'a [u8],
-        /// Absolute offset of its first byte.
-        pub base: u64,
+        #[view(span)]
+        pub span: rt::protobuf::Span<'a>,
         /// Field 1 (`version`).
+        #[view(1, varint)]
         pub version: Option<i64>,
         /// Field 2 (`producer`).
+        #[view(2, string)]
         pub producer: Option<&'a str>,
         /// Field 3 (`tensors`).
+        #[view(3, message, repeated)]
         pub tensors: Vec<Tensor<'a>>,
-    }
-    impl<'a> rt::protobuf::View<'a> for Bundle<'a> {
-        const NAME: &'static str = "Bundle";
-        fn empty(bytes: &'a [u8], base: u64) -> Self {
-            Bundle {
-                bytes,
-                base,
-                ..Default::default()
-            }
-        }
-        fn field(
-            &mut self,
-            f: &rt::protobuf::Field<'a>,
-            depth: u64,
-            limits: &rt::Limits,
-        ) -> rt::Result<()> {
-            match f.number {
-                1 => self.version = Some(f.varint("Bundle.version")?),
-                2 => self.producer = Some(f.str("Bundle.producer")?),
-                3 => self.tensors.push(f.message("Bundle.tensors", depth, limits)?),
-                _ => {}
-            }
-            Ok(())
-        }
     }
     /// The messages of `pbt` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).
     pub mod messages {
@@ -188,9 +144,9 @@ pub mod pbt {
     fn parts_of_tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES
             .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
-        let shape = rt::protobuf::dims(t.bytes, t.base, 2, "t.dims")?;
+        let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
-            rt::protobuf::elements(t.bytes, t.base, 6, rt::protobuf::Elements::FIXED32)?
+            rt::protobuf::elements(t.span, 6, rt::protobuf::Elements::FIXED32)?
         } else {
             rt::protobuf::located(t.raw, "t.raw")?
         };

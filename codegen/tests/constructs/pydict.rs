@@ -19,7 +19,7 @@ pub mod pyhdr {
             ("|u1", rt::DType::U8, None),
         ],
     };
-    #[derive(Debug, Clone, PartialEq)]
+    #[derive(Debug, Clone, Default, PartialEq)]
     pub struct Header {
         pub descr: ::std::string::String,
         pub fortran_order: bool,
@@ -39,14 +39,27 @@ pub mod pyhdr {
             items
         }
     }
-    impl rt::pydict::FromPy for Header {
-        fn from_py(value: &rt::pydict::PyValue) -> rt::Result<Self> {
-            Ok(Header {
-                descr: rt::pydict::key(value, "descr")?,
-                fortran_order: rt::pydict::key(value, "fortran_order")?,
-                shape: rt::pydict::key(value, "shape")?,
-                comment: rt::pydict::optional_key(value, "comment")?,
-            })
+    impl rt::pydict::Dict for Header {
+        const KEYS: &'static [rt::pydict::Key] = &[
+            rt::pydict::Key::Required("descr"),
+            rt::pydict::Key::Required("fortran_order"),
+            rt::pydict::Key::Required("shape"),
+            rt::pydict::Key::Optional("comment"),
+        ];
+        fn set(
+            &mut self,
+            i: usize,
+            _key: &str,
+            v: &rt::pydict::PyValue,
+        ) -> rt::Result<()> {
+            match i {
+                0 => self.descr = rt::pydict::FromPy::from_py(v)?,
+                1 => self.fortran_order = rt::pydict::FromPy::from_py(v)?,
+                2 => self.shape = rt::pydict::FromPy::from_py(v)?,
+                3 => self.comment = rt::pydict::FromPy::from_py(v)?,
+                _ => {}
+            }
+            Ok(())
         }
     }
     impl rt::pydict::ToPy for Header {

@@ -23,7 +23,16 @@ pub use map::{
     dims, elements, external, index, ints, key_of, located, lookup, map_items, named, narrow,
     present,
 };
-pub use view::{is_message, only_fields, read, View};
+/// `#[derive(View)]`: a message view's `View` impl from its attributes (see [`View`]).
+pub use tensorfmt_protobuf_derive::View;
+pub use view::{is_message, only_fields, read, Span, View};
+
+/// What the expansion of `#[derive(View)]` names, reached through this crate.
+#[doc(hidden)]
+pub mod __private {
+    pub use tensorfmt_core::error::Result;
+    pub use tensorfmt_core::Limits;
+}
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 
@@ -275,11 +284,13 @@ pub fn count_varints(bytes: &[u8], base: u64) -> Result<u64> {
 
 /// `bytes` (a string field at absolute offset `at`) as UTF-8; an error naming `field`
 /// otherwise.
+#[inline]
 pub fn utf8<'a>(bytes: &'a [u8], at: u64, field: &str) -> Result<&'a str> {
     std::str::from_utf8(bytes).map_err(|_| error(at, format!("`{field}` is not UTF-8 text")))
 }
 
 /// The error for field `field` found with a wire type its declaration does not allow.
+#[cold]
 pub fn wrong_wire_type(f: &Field<'_>, field: &str) -> Error {
     error(
         f.offset,
@@ -290,9 +301,10 @@ pub fn wrong_wire_type(f: &Field<'_>, field: &str) -> Error {
     )
 }
 
-/// The integer values of the repeated varint field `number` of a message (packed or
-/// not, every occurrence), as `i64` (two's complement, as `int64` stores them).
-pub fn int_values(bytes: &[u8], base: u64, number: u32) -> Result<Vec<i64>> {
+/// The integer values of the repeated varint field `number` of the message `msg` (packed
+/// or not, every occurrence), as `i64` (two's complement, as `int64` stores them).
+pub fn int_values(msg: Span<'_>, number: u32) -> Result<Vec<i64>> {
+    let Span { bytes, base } = msg;
     let span = element_span(bytes, base, number, Elements::Varint { width: 8 })?;
     // Each value took at least one byte of the message: the count is bounded by it.
     let mut out = Vec::with_capacity(span.count as usize);

@@ -10,7 +10,7 @@ use tensorfmt_core::source::Source;
 use tensorfmt_core::table::Table;
 use tensorfmt_core::{ByteOrder, DType, DataLocation, Limits, TensorInfo};
 
-use crate::{element_span, int_values, Elements, FieldValues};
+use crate::{element_span, int_values, Elements, FieldValues, Span};
 
 /// Lists the tensors of the document `src`: `map` is given its bytes (whole, read once)
 /// and the list to add to. Every error is given `src`'s path; more tensors than
@@ -70,11 +70,10 @@ pub fn present<T>(value: Option<T>, what: &str) -> Result<T> {
     value.ok_or_else(|| Error::from(ErrorKind::Invalid(format!("`{what}` is missing"))))
 }
 
-/// A shape: the values of the repeated integer field `number` of the message `bytes`
-/// (first byte at absolute offset `base`), packed or not; an error naming `what` when
-/// one is negative.
-pub fn dims(bytes: &[u8], base: u64, number: u32, what: &str) -> Result<Vec<u64>> {
-    int_values(bytes, base, number)?
+/// A shape: the values of the repeated integer field `number` of the message `msg`,
+/// packed or not; an error naming `what` when one is negative.
+pub fn dims(msg: Span<'_>, number: u32, what: &str) -> Result<Vec<u64>> {
+    int_values(msg, number)?
         .into_iter()
         .map(u64::try_from)
         .collect::<std::result::Result<Vec<u64>, _>>()
@@ -92,12 +91,13 @@ pub fn located(field: Option<(&[u8], u64)>, what: &str) -> Result<StoredData> {
     }))
 }
 
-/// The elements held as the values of the repeated field `number` of the message
-/// `bytes` (first byte at absolute offset `base`), read as `elements` says: a zero-copy
+/// The elements held as the values of the repeated field `number` of the message `msg`,
+/// read as `elements` says: a zero-copy
 /// range when they are fixed-width values packed in one occurrence, else values decoded
 /// when the tensor is read ([`FieldValues`]); strings are counted. Errors: wire types
 /// that cannot hold such elements, packed bytes that are not whole values.
-pub fn elements(bytes: &[u8], base: u64, number: u32, elements: Elements) -> Result<StoredData> {
+pub fn elements(msg: Span<'_>, number: u32, elements: Elements) -> Result<StoredData> {
+    let Span { bytes, base } = msg;
     let span = element_span(bytes, base, number, elements)?;
     let location = match (elements, span.plain) {
         (Elements::Fixed { .. }, Some((offset, len))) => DataLocation::Range { offset, len },

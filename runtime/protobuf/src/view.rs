@@ -1,23 +1,63 @@
-//! Message views read in place: the trait generated view types implement ([`View`]), the
-//! reader that walks a message into one ([`read`]), and the typed accessors of a field's
-//! value ([`Field::varint`], [`Field::str`], [`Field::message`], ...) that check its wire
-//! type and name the field in errors.
+//! Message views read in place: the trait generated view types implement ([`View`],
+//! derived with `#[derive(View)]`), the reader that walks a message into one ([`read`]),
+//! and the typed accessors of a field's value ([`Field::varint`], [`Field::str`],
+//! [`Field::message`], ...) that check its wire type and name the field in errors.
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::Limits;
 
 use crate::{fields, utf8, wrong_wire_type, Field, Value, WireType};
 
+/// A message's bytes in the input and the absolute offset of the first: what a view keeps
+/// of its message, for the fields it leaves in place (repeated numbers, read by
+/// [`crate::dims`] and [`crate::elements`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Span<'a> {
+    /// The message's bytes.
+    pub bytes: &'a [u8],
+    /// Absolute offset of the first.
+    pub base: u64,
+}
+
 /// A message read in place: a view type generated for a declared message, holding its
 /// declared fields (scalars decoded, strings and bytes borrowed from the input, embedded
 /// messages as views) and its own bytes.
+///
+/// Implemented with `#[derive(View)]` (the derive of the same name, from
+/// `tensorfmt-protobuf-derive`), which writes `field` as one `match` arm per field from
+/// the struct's attributes:
+///
+/// ```
+/// use tensorfmt_core::Limits;
+/// use tensorfmt_protobuf::{read, Span, View};
+///
+/// /// `message Pair { optional string key = 1; repeated bytes values = 2; }`
+/// #[derive(Debug, Default, View)]
+/// #[view(name = "Pair", crate = "tensorfmt_protobuf")]
+/// struct Pair<'a> {
+///     #[view(span)]
+///     span: Span<'a>,
+///     #[view(1, string)]
+///     key: Option<&'a str>,
+///     #[view(2, bytes, repeated)]
+///     values: Vec<(&'a [u8], u64)>,
+/// }
+///
+/// let bytes = [0x0a, 0x01, b'k', 0x12, 0x02, 7, 8];
+/// let pair: Pair<'_> = read(&bytes, 0, 0, &Limits::default()).unwrap();
+/// assert_eq!(pair.key, Some("k"));
+/// assert_eq!(pair.values, [(&[7u8, 8][..], 5)]);
+/// assert_eq!(pair.span.bytes.len(), 7);
+/// ```
+///
+/// (Generated code leaves out `crate = ..`: the derive names the runtime as
+/// `::tensorfmt_runtime::gen::protobuf` by default.)
 pub trait View<'a>: Sized {
     /// The message's name, for errors.
     const NAME: &'static str;
 
-    /// The view of a message with no field set, whose bytes are `bytes`, the first at
-    /// absolute offset `base`.
-    fn empty(bytes: &'a [u8], base: u64) -> Self;
+    /// The view of a message with no field set, whose bytes are `span`.
+    fn empty(span: Span<'a>) -> Self;
 
     /// Takes in one field of the message, which is `depth` messages deep: a declared
     /// field is decoded into the view (a later occurrence of a singular field replaces
@@ -31,29 +71,38 @@ pub trait View<'a>: Sized {
 /// deep) as the view `M`: every field in wire order handed to [`View::field`]. Errors: a
 /// depth past `limits.max_depth` (an [`ErrorKind::Limit`] at `base`, naming the message),
 /// and those of the wire format and of the view's fields.
+#[inline]
 pub fn read<'a, M: View<'a>>(bytes: &'a [u8], base: u64, depth: u64, limits: &Limits) -> Result<M> {
     if depth > limits.max_depth {
-        return Err(Error::new(
-            ErrorKind::Limit {
-                what: "protobuf message nesting depth",
-                limit: limits.max_depth,
-                actual: depth,
-            },
-            Location::default()
-                .with_offset(base)
-                .with_field(M::NAME.to_string()),
-        ));
+        return Err(too_deep(M::NAME, base, depth, limits));
     }
-    let mut m = M::empty(bytes, base);
+    let mut m = M::empty(Span { bytes, base });
     for f in fields(bytes, base) {
         m.field(&f?, depth, limits)?;
     }
     Ok(m)
 }
 
+/// The error of a message `depth` deep, past `limits.max_depth`.
+#[cold]
+#[inline(never)]
+fn too_deep(name: &str, base: u64, depth: u64, limits: &Limits) -> Error {
+    Error::new(
+        ErrorKind::Limit {
+            what: "protobuf message nesting depth",
+            limit: limits.max_depth,
+            actual: depth,
+        },
+        Location::default()
+            .with_offset(base)
+            .with_field(name.to_string()),
+    )
+}
+
 impl<'a> Field<'a> {
     /// The value of a varint field (integers, bools, enums) as `i64` (two's complement,
     /// as `int64` stores it); an error naming `field` for another wire type.
+    #[inline]
     pub fn varint(&self, field: &str) -> Result<i64> {
         match self.value {
             Value::Varint(v) => Ok(v as i64),
@@ -63,6 +112,7 @@ impl<'a> Field<'a> {
 
     /// The value of a `sint32`/`sint64` field (a zigzag varint); an error naming `field`
     /// for another wire type.
+    #[inline]
     pub fn zigzag(&self, field: &str) -> Result<i64> {
         match self.value {
             Value::Varint(v) => Ok(crate::unzigzag(v)),
@@ -71,6 +121,7 @@ impl<'a> Field<'a> {
     }
 
     /// The value of a `fixed32` field; an error naming `field` for another wire type.
+    #[inline]
     pub fn fixed32(&self, field: &str) -> Result<i64> {
         match self.value {
             Value::I32(v) => Ok(i64::from(v)),
@@ -79,6 +130,7 @@ impl<'a> Field<'a> {
     }
 
     /// The value of an `sfixed32` field; an error naming `field` for another wire type.
+    #[inline]
     pub fn sfixed32(&self, field: &str) -> Result<i64> {
         match self.value {
             Value::I32(v) => Ok(i64::from(v as i32)),
@@ -88,6 +140,7 @@ impl<'a> Field<'a> {
 
     /// The value of a `fixed64`/`sfixed64` field as `i64` (two's complement); an error
     /// naming `field` for another wire type.
+    #[inline]
     pub fn fixed64(&self, field: &str) -> Result<i64> {
         match self.value {
             Value::I64(v) => Ok(v as i64),
@@ -96,6 +149,7 @@ impl<'a> Field<'a> {
     }
 
     /// The value of a `float` field; an error naming `field` for another wire type.
+    #[inline]
     pub fn float(&self, field: &str) -> Result<f32> {
         match self.value {
             Value::I32(v) => Ok(f32::from_bits(v)),
@@ -104,6 +158,7 @@ impl<'a> Field<'a> {
     }
 
     /// The value of a `double` field; an error naming `field` for another wire type.
+    #[inline]
     pub fn double(&self, field: &str) -> Result<f64> {
         match self.value {
             Value::I64(v) => Ok(f64::from_bits(v)),
@@ -113,6 +168,7 @@ impl<'a> Field<'a> {
 
     /// The text of a `string` field, borrowed; an error naming `field` for another wire
     /// type or text that is not UTF-8.
+    #[inline]
     pub fn str(&self, field: &str) -> Result<&'a str> {
         match self.value {
             Value::Len(b, at) => utf8(b, at, field),
@@ -122,6 +178,7 @@ impl<'a> Field<'a> {
 
     /// The bytes of a `bytes` field and the absolute offset of the first; an error
     /// naming `field` for another wire type.
+    #[inline]
     pub fn bytes(&self, field: &str) -> Result<(&'a [u8], u64)> {
         match self.value {
             Value::Len(b, at) => Ok((b, at)),
@@ -132,6 +189,7 @@ impl<'a> Field<'a> {
     /// The embedded message of a message field, read as `M` one level deeper than
     /// `depth`, the depth of the message holding the field ([`read`]); an error naming
     /// `field` for another wire type.
+    #[inline]
     pub fn message<M: View<'a>>(&self, field: &str, depth: u64, limits: &Limits) -> Result<M> {
         let (b, at) = self.bytes(field)?;
         read(b, at, depth + 1, limits)

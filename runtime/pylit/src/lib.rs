@@ -22,7 +22,8 @@ pub mod json;
 mod value;
 
 pub use value::{
-    decode, dict, expected, key, optional_key, read, read_json, rest, to_list, FromPy, Map, ToPy,
+    decode, dict, expected, from_dict, key, optional_key, read, read_json, rest, to_list, Dict,
+    FromPy, Key, Map, ToPy,
 };
 
 const CODEC: &str = "python literal";
@@ -136,12 +137,15 @@ pub fn require<'v>(dict: &'v PyValue, key: &str) -> Result<&'v PyValue> {
             Location::default(),
         ));
     }
-    dict.dict_get(key).ok_or_else(|| {
-        Error::new(
-            ErrorKind::Invalid(format!("missing key '{key}'")),
-            Location::default().with_field(key),
-        )
-    })
+    dict.dict_get(key).ok_or_else(|| missing(key))
+}
+
+/// The error of a missing key.
+fn missing(key: &str) -> Error {
+    Error::new(
+        ErrorKind::Invalid(format!("missing key '{key}'")),
+        Location::default().with_field(key),
+    )
 }
 
 /// Parses a Python literal (what `ast.literal_eval` accepts, less complex numbers, sets
@@ -177,6 +181,77 @@ pub fn parse(text: &str, limits: &Limits) -> Result<PyValue> {
     Ok(v)
 }
 
+/// A dict's key as the parser found it: a plain string borrowed from the text, or any
+/// other value.
+enum DictKey<'t> {
+    Str(&'t str),
+    Value(PyValue),
+}
+
+/// Parses the Python literal `text` as the dict `T`: a dict's items are handed to
+/// [`Dict::set`] as they are parsed, with no value tree for the dict itself (values are
+/// parsed as [`PyValue`]s). What is reported is what [`parse`] then [`from_dict`] report:
+/// errors of the text first, then those of the keys in declared order. A dict with a
+/// `rest` key, more than 64 keys, or text that is not a dict goes through them.
+pub(crate) fn parse_dict<T: Dict>(text: &str, limits: &Limits) -> Result<T> {
+    let keys = T::KEYS;
+    if keys.len() > 64 || keys.iter().any(|k| matches!(k, Key::Rest)) {
+        return from_dict(&parse(text, limits)?);
+    }
+    if text.len() as u64 > limits.max_header_bytes {
+        return Err(ErrorKind::Limit {
+            what: "python literal length",
+            limit: limits.max_header_bytes,
+            actual: text.len() as u64,
+        }
+        .into());
+    }
+    let mut p = Parser {
+        text,
+        bytes: text.as_bytes(),
+        pos: 0,
+        depth: 0,
+        max_depth: limits.max_depth,
+    };
+    let mut out = T::default();
+    let mut seen = 0u64;
+    // The error of each key whose (last) value was not read, reported after the text.
+    let mut failed: Vec<(usize, Error)> = Vec::new();
+    p.skip_ws();
+    if p.peek() != Some(b'{') {
+        return from_dict(&parse(text, limits)?);
+    }
+    p.dict_items(|key, value| {
+        let name = match &key {
+            DictKey::Str(s) => *s,
+            DictKey::Value(PyValue::Str(s)) => s.as_str(),
+            DictKey::Value(_) => return Ok(()),
+        };
+        if let Some(i) = keys.iter().position(|k| k.name() == Some(name)) {
+            seen |= 1 << i;
+            failed.retain(|(j, _)| *j != i);
+            if let Err(e) = out.set(i, name, &value) {
+                failed.push((i, e));
+            }
+        }
+        Ok(())
+    })?;
+    p.skip_ws();
+    if p.pos < p.bytes.len() {
+        return Err(p.err("end of input"));
+    }
+    for (i, k) in keys.iter().enumerate() {
+        let name = k.name().unwrap_or_default();
+        if let Some(at) = failed.iter().position(|(j, _)| *j == i) {
+            return Err(failed.swap_remove(at).1.in_field(name));
+        }
+        if matches!(k, Key::Required(_)) && seen & (1 << i) == 0 {
+            return Err(missing(name));
+        }
+    }
+    Ok(out)
+}
+
 struct Parser<'t> {
     text: &'t str,
     bytes: &'t [u8],
@@ -185,7 +260,7 @@ struct Parser<'t> {
     max_depth: u64,
 }
 
-impl Parser<'_> {
+impl<'t> Parser<'t> {
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
@@ -305,34 +380,57 @@ impl Parser<'_> {
     }
 
     fn dict(&mut self) -> Result<PyValue> {
+        let mut items: Vec<(PyValue, PyValue)> = Vec::new();
+        self.dict_items(|key, value| {
+            let key = match key {
+                DictKey::Str(s) => PyValue::Str(s.to_string()),
+                DictKey::Value(v) => v,
+            };
+            match items.iter_mut().find(|(k, _)| *k == key) {
+                Some(item) => item.1 = value,
+                None => items.push((key, value)),
+            }
+            Ok(())
+        })?;
+        Ok(PyValue::Dict(items))
+    }
+
+    /// The items of the dict at the cursor (`{`), each handed to `item` in text order as
+    /// it is parsed (duplicates included).
+    fn dict_items<'p>(
+        &'p mut self,
+        mut item: impl FnMut(DictKey<'t>, PyValue) -> Result<()>,
+    ) -> Result<()> {
         self.enter()?;
         self.pos += 1; // '{'
-        let mut items: Vec<(PyValue, PyValue)> = Vec::new();
         loop {
             self.skip_ws();
             if self.peek() == Some(b'}') {
                 self.pos += 1;
                 break;
             }
-            let key_pos = self.pos;
-            let key = self.value()?;
-            if matches!(key, PyValue::List(_) | PyValue::Dict(_)) {
-                return Err(self.err_at(
-                    key_pos,
-                    &format!("unhashable type '{}' as a dict key", key.type_name()),
-                ));
-            }
-            self.skip_ws();
+            let key = match self.plain_key() {
+                Some(k) => DictKey::Str(k),
+                None => {
+                    let key_pos = self.pos;
+                    let key = self.value()?;
+                    if matches!(key, PyValue::List(_) | PyValue::Dict(_)) {
+                        return Err(self.err_at(
+                            key_pos,
+                            &format!("unhashable type '{}' as a dict key", key.type_name()),
+                        ));
+                    }
+                    self.skip_ws();
+                    DictKey::Value(key)
+                }
+            };
             if self.peek() != Some(b':') {
                 return Err(self.err("':'"));
             }
             self.pos += 1;
             self.skip_ws();
             let value = self.value()?;
-            match items.iter_mut().find(|(k, _)| *k == key) {
-                Some(item) => item.1 = value,
-                None => items.push((key, value)),
-            }
+            item(key, value)?;
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -344,7 +442,33 @@ impl Parser<'_> {
             }
         }
         self.depth -= 1;
-        Ok(PyValue::Dict(items))
+        Ok(())
+    }
+
+    /// A key that is one quoted string without escapes, followed by `:`: borrowed from the
+    /// text, the cursor left at the `:`. `None` (the cursor unmoved) for any other key,
+    /// which [`Parser::value`] reads.
+    fn plain_key(&mut self) -> Option<&'t str> {
+        let bytes: &'t [u8] = self.bytes;
+        let text: &'t str = self.text;
+        let quote = *bytes.get(self.pos).filter(|q| matches!(q, b'\'' | b'"'))?;
+        let start = self.pos + 1;
+        let len = bytes[start..]
+            .iter()
+            .position(|&b| b == quote || b == b'\\' || b == b'\n' || b == b'\r')?;
+        let end = start + len;
+        if bytes[end] != quote {
+            return None;
+        }
+        let save = self.pos;
+        self.pos = end + 1;
+        self.skip_ws();
+        if self.peek() == Some(b':') {
+            Some(&text[start..end])
+        } else {
+            self.pos = save;
+            None
+        }
     }
 
     /// A tuple (`close` = `)`) or a list (`]`).
@@ -436,6 +560,19 @@ impl Parser<'_> {
                 return Ok(PyValue::Int(if negative { -v } else { v }));
             }
         }
+        // A plain decimal integer (what NumPy writes in shapes): read from the text.
+        let end = self.bytes[self.pos..]
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .map_or(self.bytes.len(), |n| self.pos + n);
+        if !matches!(
+            self.bytes.get(end),
+            Some(b'.' | b'_' | b'e' | b'E' | b'j' | b'J')
+        ) {
+            let digits = &self.text[self.pos..end];
+            self.pos = end;
+            return self.decimal(digits, num_start, negative);
+        }
         let mut is_float = false;
         let mut digits = String::new();
         let mut seen_digit = false;
@@ -491,6 +628,12 @@ impl Parser<'_> {
                 .map_err(|_| self.err_at(num_start, "invalid float"))?;
             return Ok(PyValue::Float(if negative { -f } else { f }));
         }
+        self.decimal(&digits, num_start, negative)
+    }
+
+    /// The decimal integer of `digits`, which start at `num_start`, negated when
+    /// `negative`; a Python 2 long suffix at the cursor is skipped.
+    fn decimal(&mut self, digits: &str, num_start: usize, negative: bool) -> Result<PyValue> {
         // Python 2 long suffix, as old NumPy wrote shapes: `(3L,)`.
         if let Some(b'l' | b'L') = self.peek() {
             self.pos += 1;
@@ -1150,6 +1293,93 @@ mod tests {
             parse("(1, 2)", &small).unwrap_err().kind,
             ErrorKind::Limit { .. }
         ));
+    }
+
+    /// A dict struct as generated code writes them: a required string, a required tuple of
+    /// ints, an optional bool.
+    #[derive(Debug, Default, PartialEq)]
+    struct Hdr {
+        descr: String,
+        shape: Vec<u64>,
+        fortran: Option<bool>,
+    }
+
+    impl Dict for Hdr {
+        const KEYS: &'static [Key] = &[
+            Key::Required("descr"),
+            Key::Required("shape"),
+            Key::Optional("fortran"),
+        ];
+        fn set(&mut self, i: usize, _key: &str, v: &PyValue) -> Result<()> {
+            match i {
+                0 => self.descr = FromPy::from_py(v)?,
+                1 => self.shape = FromPy::from_py(v)?,
+                2 => self.fortran = FromPy::from_py(v)?,
+                _ => {}
+            }
+            Ok(())
+        }
+    }
+
+    /// Reading a dict as it is parsed gives what parsing then reading gives: the value, or
+    /// the same error (message, field and offset).
+    #[test]
+    fn dicts_read_as_parsed_as_from_a_tree() {
+        let limits = Limits::default();
+        for text in [
+            "{'descr': '<f4', 'shape': (3, 4), }",
+            "{'descr': '<f4', 'shape': (3, 4), 'fortran': True}",
+            "  {\"descr\" : '<f4' , 'shape':(), 'fortran': None}\n",
+            "{'de' 'scr': '<f4', 'shape': [1]}",
+            "{'descr': '<f4', 'shape': (2,), 'descr': '>i8'}",
+            "{'descr': 1, 'shape': (2,), 'descr': '>i8'}",
+            "{'descr': '>i8', 'shape': (2,), 'descr': 1}",
+            "{'descr': 1, 'shape': 'x'}",
+            "{'shape': 'x', 'descr': 1}",
+            "{'shape': (1,)}",
+            "{'descr': '<f4'}",
+            "{'descr': '<f4', 'shape': (-1,)}",
+            "{'descr': '<f4', 'shape': (1,), 'fortran': 3}",
+            "{'descr': '<f4', 'shape': (1,), 1: 2, b'x': 3, ('t',): 4}",
+            "{'descr': '<f4', 'shape': (1,), [1]: 2}",
+            "{'descr': '<f4', 'shape': (1,)} x",
+            "{'descr': 1, 'shape': (1,)",
+            "{'d\\x65scr': 'a', 'shape': (0x10, 3L, 1_0)}",
+            "{'descr': 'a', 'shape': (1.5,)}",
+            "{'descr': 'a', 'shape': (007,)}",
+            "{'descr': 'a', 'shape': (1e3,)}",
+            "{'descr': 'a', 'shape': ({'a': {'b': 1}},)}",
+            "('descr', 'shape')",
+            "# a comment\n{'descr': 'a', 'shape': ()}",
+            "\u{a0}{'descr': 'a', 'shape': ()}",
+            "",
+            "{",
+            "{'descr'",
+            "{'descr': 'a', 'shape': (1,), 'x': 99999999999999999999999999999999999999999}",
+        ] {
+            let tree = parse(text, &limits).and_then(|v| from_dict::<Hdr>(&v));
+            let streamed = Hdr::from_literal(text, &limits);
+            match (&tree, &streamed) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.to_string(), b.to_string(), "{text}");
+                    assert_eq!(a.location, b.location, "{text}");
+                }
+                _ => panic!("{text}: {tree:?} against {streamed:?}"),
+            }
+        }
+        let deep = format!(
+            "{{'descr': 'a', 'shape': {}{}}}",
+            "(".repeat(200),
+            ")".repeat(200)
+        );
+        assert_eq!(
+            parse(&deep, &limits)
+                .and_then(|v| from_dict::<Hdr>(&v))
+                .unwrap_err()
+                .to_string(),
+            Hdr::from_literal(&deep, &limits).unwrap_err().to_string()
+        );
     }
 
     #[test]

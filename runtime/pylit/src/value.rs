@@ -2,9 +2,13 @@
 //!
 //! A `dict` of a schema is a plain struct whose fields have types implementing
 //! [`FromPy`] and [`ToPy`]: strings, booleans, integers, floats, lists and tuples of
-//! those, [`Map`]s and other dicts. Decoding the text (Python literal or JSON) gives a
-//! [`PyValue`]; [`key`], [`optional_key`] and [`rest`] take a struct's fields out of it,
-//! and a wrong type or a missing key is an error naming the key, as the user wrote it.
+//! those, [`Map`]s and other dicts. The struct implements [`Dict`]: its keys ([`Key`])
+//! and `set`, which reads the value of one; [`FromPy`] follows. A Python literal is read
+//! into it key by key as it is parsed; a decoded [`PyValue`] (JSON, a nested dict) through
+//! [`from_dict`]. A wrong type or a missing key is an error naming the key, as the user
+//! wrote it.
+
+use std::borrow::Cow;
 
 use tensorfmt_core::cursor::Cursor;
 use tensorfmt_core::error::{Error, ErrorKind, Result};
@@ -17,6 +21,102 @@ pub trait FromPy: Sized {
     /// The value; an error saying what was expected and what was found when `v` has
     /// another type or does not fit (errors inside a nested value name its key).
     fn from_py(v: &PyValue) -> Result<Self>;
+
+    /// The value of the Python literal `text` (errors as [`crate::parse`], then
+    /// [`FromPy::from_py`]): parsed into a [`PyValue`] then read, except for a [`Dict`],
+    /// whose items are read as they are parsed.
+    fn from_literal(text: &str, limits: &Limits) -> Result<Self> {
+        Self::from_py(&crate::parse(text, limits)?)
+    }
+}
+
+/// A key of a [`Dict`], as the schema declares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Key {
+    /// A key that must be present.
+    Required(&'static str),
+    /// A key that may be missing or `None` (its field an `Option`).
+    Optional(&'static str),
+    /// Every item whose key is not declared (its field a [`Map`]).
+    Rest,
+}
+
+impl Key {
+    /// The key's name; `None` for [`Key::Rest`].
+    pub fn name(&self) -> Option<&'static str> {
+        match *self {
+            Key::Required(k) | Key::Optional(k) => Some(k),
+            Key::Rest => None,
+        }
+    }
+}
+
+/// A generated dict struct: its keys in declared order, and how the value of each is
+/// read. Missing keys, values of another type and undeclared items are the runtime's
+/// ([`from_dict`], and the Python-literal parser), which call `set` once per item found.
+pub trait Dict: Default {
+    /// The keys, in declared order.
+    const KEYS: &'static [Key];
+
+    /// Reads `v`, the value of key number `i` of [`Dict::KEYS`] (for [`Key::Rest`], of
+    /// the undeclared `key`), into its field; an error when it has another type (the
+    /// caller places it under the key).
+    fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()>;
+}
+
+/// Reads the dict `value` as `T`: keys in declared order, a missing required key or a
+/// value of another type an error naming the key, a missing optional key or `None` left
+/// `None`, the undeclared items (string keys, in order) to the `rest` key.
+pub fn from_dict<T: Dict>(value: &PyValue) -> Result<T> {
+    let mut out = T::default();
+    for (i, k) in T::KEYS.iter().enumerate() {
+        match *k {
+            Key::Required(name) => {
+                let v = crate::require(value, name)?;
+                out.set(i, name, v).map_err(|e| e.in_field(name))?;
+            }
+            Key::Optional(name) => {
+                if let Some(v) = value.dict_get(name) {
+                    out.set(i, name, v).map_err(|e| e.in_field(name))?;
+                }
+            }
+            Key::Rest => {
+                let PyValue::Dict(items) = value else {
+                    return Err(expected("dict", value));
+                };
+                for (key, v) in items {
+                    let Some(key) = key.as_str() else {
+                        return Err(expected("str key", key));
+                    };
+                    if T::KEYS.iter().any(|k| k.name() == Some(key)) {
+                        continue;
+                    }
+                    out.set(i, key, v).map_err(|e| e.in_field(key))?;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+impl<T: Dict> FromPy for T {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        from_dict(v)
+    }
+
+    fn from_literal(text: &str, limits: &Limits) -> Result<Self> {
+        crate::parse_dict(text, limits)
+    }
+}
+
+/// An optional key: `None` for `None`.
+impl<T: FromPy> FromPy for Option<T> {
+    fn from_py(v: &PyValue) -> Result<Self> {
+        match v {
+            PyValue::None => Ok(None),
+            v => T::from_py(v).map(Some),
+        }
+    }
 }
 
 /// The error for a value of the wrong type: `expected a str, found a tuple`.
@@ -210,12 +310,15 @@ pub fn rest<V: FromPy>(value: &PyValue, declared: &[&str]) -> Result<Map<V>> {
     Ok(Map(out))
 }
 
-/// Decodes a field's bytes as text in `encoding`: `"latin1"` (every byte a character) or
-/// `"utf8"` (checked).
-pub fn decode(bytes: &[u8], encoding: &str) -> Result<String> {
+/// Decodes a field's bytes as text in `encoding`: `"latin1"` (every byte a character;
+/// ASCII text borrowed as it is) or `"utf8"` (checked).
+pub fn decode<'b>(bytes: &'b [u8], encoding: &str) -> Result<Cow<'b, str>> {
     match encoding {
-        "latin1" => Ok(bytes.iter().map(|&b| char::from(b)).collect()),
-        "utf8" => std::str::from_utf8(bytes).map(str::to_string).map_err(|e| {
+        "latin1" => Ok(match std::str::from_utf8(bytes) {
+            Ok(text) if text.is_ascii() => Cow::Borrowed(text),
+            _ => Cow::Owned(bytes.iter().map(|&b| char::from(b)).collect()),
+        }),
+        "utf8" => std::str::from_utf8(bytes).map(Cow::Borrowed).map_err(|e| {
             ErrorKind::Codec {
                 codec: "pydict",
                 message: format!("the text is not UTF-8: {e}"),
@@ -231,7 +334,7 @@ pub fn decode(bytes: &[u8], encoding: &str) -> Result<String> {
 
 /// Reads a `pydict`-coded field: `len` bytes at the cursor (at most
 /// `limits.max_header_bytes`), decoded as text in `encoding`, parsed as a Python literal
-/// and read as a `T`. Every error is placed at the field.
+/// and read as a `T` ([`FromPy::from_literal`]). Every error is placed at the field.
 pub fn read<T: FromPy>(
     c: &mut Cursor<'_>,
     field: &str,
@@ -241,8 +344,7 @@ pub fn read<T: FromPy>(
 ) -> Result<T> {
     let bytes = c.bytes(field, len, limits.max_header_bytes)?;
     decode(&bytes, encoding)
-        .and_then(|text| crate::parse(&text, limits))
-        .and_then(|v| T::from_py(&v))
+        .and_then(|text| T::from_literal(&text, limits))
         .map_err(|e| c.wrap(field, e))
 }
 
