@@ -157,21 +157,7 @@ fn missing(key: &str) -> Error {
 /// the file). Nesting deeper than `limits.max_depth` and text longer than
 /// `limits.max_header_bytes` give [`ErrorKind::Limit`].
 pub fn parse(text: &str, limits: &Limits) -> Result<PyValue> {
-    if text.len() as u64 > limits.max_header_bytes {
-        return Err(ErrorKind::Limit {
-            what: "python literal length",
-            limit: limits.max_header_bytes,
-            actual: text.len() as u64,
-        }
-        .into());
-    }
-    let mut p = Parser {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: 0,
-        max_depth: limits.max_depth,
-    };
+    let mut p = Parser::new(text, limits)?;
     p.skip_ws();
     let v = p.value()?;
     p.skip_ws();
@@ -198,21 +184,7 @@ pub(crate) fn parse_dict<T: Dict>(text: &str, limits: &Limits) -> Result<T> {
     if keys.len() > 64 || keys.iter().any(|k| matches!(k, Key::Rest)) {
         return from_dict(&parse(text, limits)?);
     }
-    if text.len() as u64 > limits.max_header_bytes {
-        return Err(ErrorKind::Limit {
-            what: "python literal length",
-            limit: limits.max_header_bytes,
-            actual: text.len() as u64,
-        }
-        .into());
-    }
-    let mut p = Parser {
-        text,
-        bytes: text.as_bytes(),
-        pos: 0,
-        depth: 0,
-        max_depth: limits.max_depth,
-    };
+    let mut p = Parser::new(text, limits)?;
     let mut out = T::default();
     let mut seen = 0u64;
     // The error of each key whose (last) value was not read, reported after the text.
@@ -261,6 +233,26 @@ struct Parser<'t> {
 }
 
 impl<'t> Parser<'t> {
+    /// A parser at the start of `text`; refused when `text` is longer than
+    /// `limits.max_header_bytes`.
+    fn new(text: &'t str, limits: &Limits) -> Result<Self> {
+        if text.len() as u64 > limits.max_header_bytes {
+            return Err(ErrorKind::Limit {
+                what: "python literal length",
+                limit: limits.max_header_bytes,
+                actual: text.len() as u64,
+            }
+            .into());
+        }
+        Ok(Parser {
+            text,
+            bytes: text.as_bytes(),
+            pos: 0,
+            depth: 0,
+            max_depth: limits.max_depth,
+        })
+    }
+
     fn peek(&self) -> Option<u8> {
         self.bytes.get(self.pos).copied()
     }
