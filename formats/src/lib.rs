@@ -280,11 +280,14 @@ impl TensorFile {
 /// Opens `path` as a [`Source`]: a file memory-mapped, a folder read as the key-value
 /// database it holds (where the build reads databases).
 pub fn open_source(path: &Path) -> Result<Source> {
-    #[cfg(feature = "caffe2")]
-    if path.is_dir() {
-        return tensorfmt_runtime::kv::open_dir(path);
+    match Source::open(path) {
+        // `Source::open` refuses a folder after the one `fstat` every open makes; only
+        // then is the path looked at again, as a database folder (no extra system call
+        // on the common path).
+        #[cfg(feature = "caffe2")]
+        Err(_) if path.is_dir() => tensorfmt_runtime::kv::open_dir(path),
+        opened => opened,
     }
-    Source::open(path)
 }
 
 fn with_file(e: Error, source: &Source) -> Error {
