@@ -155,8 +155,7 @@ impl TensorFile {
                 )
             })?,
         };
-        let tensors =
-            (format.index)(&source, &options.limits).map_err(|e| with_file(e, &source))?;
+        let tensors = (format.index)(&source, &options.limits).map_err(|e| source.in_file(e))?;
         let read_options = ReadOptions {
             verify_checksums: !options.skip_checksums,
             limits: options.limits.clone(),
@@ -188,7 +187,7 @@ impl TensorFile {
     /// each call.
     pub fn structure(&self) -> Result<Option<Node>> {
         (self.format.structure)(&self.source, &self.read_options.limits)
-            .map_err(|e| with_file(e, &self.source))
+            .map_err(|e| self.source.in_file(e))
     }
 
     /// Metadata of every tensor, in file order.
@@ -209,13 +208,13 @@ impl TensorFile {
     /// Streams one tensor's bytes into `sink`.
     pub fn read_into(&self, info: &TensorInfo, sink: &mut dyn Sink) -> Result<Flow> {
         read_tensor(&self.source, info, sink, &self.read_options)
-            .map_err(|e| with_file(e, &self.source))
+            .map_err(|e| self.source.in_file(e))
     }
 
     /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
     pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
         tensorfmt_runtime::read::read_all(&self.source, &self.tensors, sink, &self.read_options)
-            .map_err(|e| with_file(e, &self.source))
+            .map_err(|e| self.source.in_file(e))
     }
 
     /// The tensor named `name`: a zero-copy view of the memory map where its bytes are
@@ -254,12 +253,12 @@ impl TensorFile {
         }
         let limits = &self.read_options.limits;
         let zip = tensorfmt_runtime::zip::index(&self.source, limits)
-            .map_err(|e| with_file(e, &self.source))?;
+            .map_err(|e| self.source.in_file(e))?;
         for m in zip.members() {
             let mut reader = tensorfmt_runtime::zip::member_reader(data, m, limits)
-                .map_err(|e| with_file(e, &self.source))?;
+                .map_err(|e| self.source.in_file(e))?;
             std::io::copy(&mut reader, &mut std::io::sink())
-                .map_err(|e| with_file(tensorfmt_runtime::zip::io_to_error(e), &self.source))?;
+                .map_err(|e| self.source.in_file(tensorfmt_runtime::zip::io_to_error(e)))?;
         }
         Ok(zip.members().len())
     }
@@ -287,13 +286,6 @@ pub fn open_source(path: &Path) -> Result<Source> {
         #[cfg(feature = "caffe2")]
         Err(_) if path.is_dir() => tensorfmt_runtime::kv::open_dir(path),
         opened => opened,
-    }
-}
-
-fn with_file(e: Error, source: &Source) -> Error {
-    match source.path() {
-        Some(p) => e.in_file(p),
-        None => e,
     }
 }
 
@@ -690,7 +682,7 @@ pub fn convert(
         }
         let tensor = file.load_info(info)?;
         let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)
-            .map_err(|e| with_file(e.in_entry(&info.name), file.source()))?;
+            .map_err(|e| file.source().in_file(e.in_entry(&info.name)))?;
         bytes += data.len() as u64;
         saver.add_bytes(&meta, &data)?;
         progress(i + 1, total);

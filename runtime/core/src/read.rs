@@ -82,10 +82,7 @@ fn locate(mut e: Error, src: &Source, info: &TensorInfo) -> Error {
         }
         _ => e.location.entry = Some(info.name.clone()),
     }
-    match src.path() {
-        Some(p) => e.in_file(p),
-        None => e,
-    }
+    src.in_file(e)
 }
 
 fn read_inner(

@@ -829,10 +829,7 @@ pub fn map_records(
     entries: &[&str],
     mut map: impl FnMut(&Matched<'_>, &mut Vec<Chunk>) -> Result<bool>,
 ) -> Result<Vec<tensorfmt_core::TensorInfo>> {
-    let in_file = |e: Error| match src.path() {
-        Some(p) => e.in_file(p),
-        None => e,
-    };
+    let in_file = |e: Error| src.in_file(e);
     let Some(all) = src.bytes().map(|b| b.as_bytes()) else {
         return Err(in_file(Error::from(ErrorKind::Unsupported(
             "a database that is not in memory".to_string(),

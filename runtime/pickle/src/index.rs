@@ -317,10 +317,7 @@ pub fn read_file(
     spec: &FileSpec,
     with_structure: bool,
 ) -> Result<(Vec<TensorInfo>, Option<Node>)> {
-    let in_file = |e: Error| match src.path() {
-        Some(p) => e.in_file(p),
-        None => e,
-    };
+    let in_file = |e: Error| src.in_file(e);
     let total = src.data().len();
     let mut pos: u64 = 0;
     let mut values = Vec::with_capacity(spec.fields.len());

@@ -548,34 +548,12 @@ impl<'a> Writer<'a> {
 impl TensorWriter for Writer<'_> {
     fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
         let f = self.format;
-        self.doc.add_tensor(&f.tensors, meta, data, &f.item)
+        self.doc.add_tensor(&f.tensors, meta, data, f.item)
     }
 
     fn finish(self: Box<Self>) -> Result<()> {
         self.doc.finish()
     }
-}
-
-/// [`rewrite_tensors`] for a [`DocFormat`]: the document `src` rewritten to `w` with the
-/// tensors `replace` returns replaced.
-pub fn rewrite_doc<'a, 'b>(
-    src: &Source,
-    w: Box<dyn WriteSeek + 'a>,
-    options: &WriteOptions,
-    limits: &Limits,
-    replace: &mut dyn FnMut(&str) -> Result<Option<Replacement<'b>>>,
-    format: &DocFormat,
-) -> Result<Vec<AtomicFile>> {
-    let name_of = |b: &[u8], at: u64| (format.name_of)(b, at, limits);
-    rewrite_tensors(
-        src,
-        w,
-        options,
-        &format.tensors,
-        replace,
-        &name_of,
-        &format.item,
-    )
 }
 
 /// What an item of the tensor `meta` takes in the document besides its payload, at most
@@ -601,10 +579,6 @@ pub fn check_writable(meta: &TensorMeta, format: &str) -> Result<()> {
     Ok(())
 }
 
-/// An item of a tensor: given the tensor and where its bytes go, the item's message
-/// encoded without the payload, and the field that holds the payload when it is inline.
-pub type ItemMaker<'f> = dyn Fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)> + 'f;
-
 impl DocWriter<'_> {
     /// Appends the tensor `meta` (bytes `data`) as an item of `field`: refused when the
     /// format cannot hold it ([`check_writable`]), placed ([`DocWriter::place`]), its
@@ -615,7 +589,7 @@ impl DocWriter<'_> {
         field: &TensorField,
         meta: &TensorMeta,
         data: Payload<'_>,
-        item: &ItemMaker<'_>,
+        item: MakeItemFn,
     ) -> Result<()> {
         check_writable(meta, field.format)?;
         let nbytes = meta.nbytes()?;
@@ -638,27 +612,25 @@ impl DocWriter<'_> {
     }
 }
 
-/// Rewrites the document `src` to `w` ([`rewrite`]): every field is copied as it is,
-/// except the items of `field` whose name (`name_of`, given an item's bytes and their
-/// absolute offset) `replace` returns a replacement for, written as `item` makes them,
+/// Rewrites the document `src` of `format` to `w` ([`rewrite`]): every field is copied as
+/// it is, except the items of `format.tensors` whose name (`format.name_of`) `replace`
+/// returns a replacement for, written as `format.item` makes them,
 /// where `options.external` places them (a replacement may keep the external file its
 /// tensor came from). Returns the external files written, synced, for the caller to
 /// commit before the document. Errors: replacements the format cannot hold, big-endian
 /// ones, bytes that are not the replacement's size (naming the tensor), and those of the
 /// document and of writing; every error is given `src`'s path.
-pub fn rewrite_tensors<'a, 'b>(
+pub fn rewrite_doc<'a, 'b>(
     src: &Source,
     w: Box<dyn WriteSeek + 'a>,
     options: &WriteOptions,
-    field: &TensorField,
+    limits: &Limits,
     replace: &mut dyn FnMut(&str) -> Result<Option<Replacement<'b>>>,
-    name_of: &dyn Fn(&[u8], u64) -> Result<String>,
-    item: &ItemMaker<'_>,
+    format: &DocFormat,
 ) -> Result<Vec<AtomicFile>> {
-    let in_file = |e: Error| match src.path() {
-        Some(p) => e.in_file(p),
-        None => e,
-    };
+    let (field, item) = (&format.tensors, format.item);
+    let name_of = |b: &[u8], at: u64| (format.name_of)(b, at, limits);
+    let in_file = |e: Error| src.in_file(e);
     let whole = src.whole().map_err(in_file)?;
     let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone());
     let mut each = |doc: &mut DocWriter<'_>, b: &[u8], at: u64| -> Result<ItemAction<'b>> {

@@ -20,10 +20,7 @@ pub fn index(
     limits: &Limits,
     map: impl FnOnce(&[u8], &mut Vec<TensorInfo>) -> Result<()>,
 ) -> Result<Vec<TensorInfo>> {
-    let in_file = |e: Error| match src.path() {
-        Some(p) => e.in_file(p),
-        None => e,
-    };
+    let in_file = |e: Error| src.in_file(e);
     let whole = src.whole().map_err(in_file)?;
     let mut tensors = Vec::new();
     map(&whole, &mut tensors).map_err(in_file)?;

@@ -22,8 +22,7 @@ pub mod json;
 mod value;
 
 pub use value::{
-    decode, dict, expected, from_dict, key, optional_key, read, read_json, rest, to_list, Dict,
-    FromPy, Key, Map, ToPy,
+    decode, dict, expected, from_dict, read, read_json, to_list, Dict, FromPy, Key, Map, ToPy,
 };
 
 const CODEC: &str = "python literal";

@@ -258,7 +258,7 @@ pub fn to_list<T: ToPy>(v: &[T]) -> PyValue {
 
 impl<V: FromPy> FromPy for Map<V> {
     fn from_py(v: &PyValue) -> Result<Self> {
-        rest(v, &[])
+        map_items(v)
     }
 }
 
@@ -273,26 +273,9 @@ impl<V: ToPy> ToPy for Map<V> {
     }
 }
 
-/// The value of `key` in the dict `value`: a missing key or a value of another type is an
-/// error naming the key. For a dict-typed value (a nested dict), errors inside it are
-/// placed under `key`.
-pub fn key<T: FromPy>(value: &PyValue, key: &str) -> Result<T> {
-    let v = crate::require(value, key)?;
-    T::from_py(v).map_err(|e| e.in_field(key))
-}
-
-/// The value of the optional `key`: `None` when it is missing or `None`/`null`.
-pub fn optional_key<T: FromPy>(value: &PyValue, key: &str) -> Result<Option<T>> {
-    match value.dict_get(key) {
-        None | Some(PyValue::None) => Ok(None),
-        Some(v) => T::from_py(v).map(Some).map_err(|e| e.in_field(key)),
-    }
-}
-
-/// Every item of the dict `value` whose key is not one of `declared`: the `rest` key of a
-/// dict (safetensors' tensor entries beside `__metadata__`). An item of another type is an
-/// error naming its key.
-pub fn rest<V: FromPy>(value: &PyValue, declared: &[&str]) -> Result<Map<V>> {
+/// Every item of the dict `value` as a [`Map`] (a `map<str, V>` value). An item of
+/// another type is an error naming its key.
+fn map_items<V: FromPy>(value: &PyValue) -> Result<Map<V>> {
     let PyValue::Dict(items) = value else {
         return Err(expected("dict", value));
     };
@@ -301,9 +284,6 @@ pub fn rest<V: FromPy>(value: &PyValue, declared: &[&str]) -> Result<Map<V>> {
         let Some(k) = k.as_str() else {
             return Err(expected("str key", k));
         };
-        if declared.contains(&k) {
-            continue;
-        }
         let v = V::from_py(v).map_err(|e| e.in_field(k))?;
         out.push((k.to_string(), v));
     }
@@ -381,6 +361,29 @@ mod tests {
         PyValue::Str(x.into())
     }
 
+    /// A dict as generated code declares one: an optional key, a required one, and the
+    /// rest.
+    #[derive(Default)]
+    struct Meta<W, R> {
+        metadata: Option<Map<String>>,
+        w: W,
+        rest: Map<R>,
+    }
+
+    impl<W: FromPy + Default, R: FromPy + Default> Dict for Meta<W, R> {
+        const KEYS: &'static [Key] =
+            &[Key::Optional("__metadata__"), Key::Required("w"), Key::Rest];
+
+        fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()> {
+            match i {
+                0 => self.metadata = FromPy::from_py(v)?,
+                1 => self.w = FromPy::from_py(v)?,
+                _ => self.rest.0.push((key.to_string(), FromPy::from_py(v)?)),
+            }
+            Ok(())
+        }
+    }
+
     #[test]
     fn keys_and_rest() {
         let v = PyValue::Dict(vec![
@@ -391,19 +394,22 @@ mod tests {
             ),
             (s("b"), PyValue::List(vec![PyValue::Int(1)])),
         ]);
-        let m: Option<Map<String>> = optional_key(&v, "__metadata__").unwrap();
-        assert_eq!(m.unwrap().get("a").map(String::as_str), Some("b"));
-        let r: Map<Vec<u64>> = rest(&v, &["__metadata__"]).unwrap();
-        assert_eq!(r.0, vec![("w".into(), vec![2, 3]), ("b".into(), vec![1])]);
-        let e = key::<String>(&v, "w").unwrap_err();
+        let m: Meta<Vec<u64>, Vec<u64>> = from_dict(&v).unwrap();
+        assert_eq!(m.metadata.unwrap().get("a").map(String::as_str), Some("b"));
+        assert_eq!(m.w, vec![2, 3]);
+        assert_eq!(m.rest.0, vec![("b".into(), vec![1])]);
+        let e = from_dict::<Meta<String, Vec<u64>>>(&v).err().unwrap();
         assert_eq!(e.location.field.as_deref(), Some("w"));
         assert!(
             e.to_string().contains("expected a str, found a tuple"),
             "{e}"
         );
-        let e = rest::<String>(&v, &["__metadata__"]).unwrap_err();
-        assert_eq!(e.location.field.as_deref(), Some("w"));
-        assert!(key::<u64>(&v, "nope").is_err());
-        assert_eq!(optional_key::<u64>(&v, "nope").unwrap(), None);
+        let e = from_dict::<Meta<Vec<u64>, String>>(&v).err().unwrap();
+        assert_eq!(e.location.field.as_deref(), Some("b"));
+        let no_w = PyValue::Dict(vec![(s("b"), PyValue::Int(1))]);
+        assert!(from_dict::<Meta<u64, u64>>(&no_w).is_err());
+        let absent: Meta<u64, u64> =
+            from_dict(&PyValue::Dict(vec![(s("w"), PyValue::Int(1))])).unwrap();
+        assert!(absent.metadata.is_none());
     }
 }

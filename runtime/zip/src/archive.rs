@@ -184,10 +184,7 @@ impl<'s> Archive<'s> {
         format: &'static str,
         entries: &'static [Entry],
     ) -> Result<Archive<'s>> {
-        let in_file = |e: Error| match src.path() {
-            Some(p) => e.in_file(p),
-            None => e,
-        };
+        let in_file = |e: Error| src.in_file(e);
         let zip = index(src, limits).map_err(in_file)?;
         let patterns = entries
             .iter()
