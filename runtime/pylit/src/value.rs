@@ -199,9 +199,12 @@ macro_rules! ints {
     ($($t:ty: $what:literal),*) => {$(
         impl FromPy for $t {
             fn from_py(v: &PyValue) -> Result<Self> {
-                v.as_int()
-                    .and_then(|i| <$t>::try_from(i).ok())
-                    .ok_or_else(|| expected($what, v))
+                match v.as_int() {
+                    Some(i) => <$t>::try_from(i).map_err(|_| {
+                        Error::from(ErrorKind::Invalid(format!("expected a {}, found {i}", $what)))
+                    }),
+                    None => Err(expected($what, v)),
+                }
             }
         }
         impl ToPy for $t {
@@ -411,5 +414,13 @@ mod tests {
         let absent: Meta<u64, u64> =
             from_dict(&PyValue::Dict(vec![(s("w"), PyValue::Int(1))])).unwrap();
         assert!(absent.metadata.is_none());
+        let e = u64::from_py(&PyValue::Int(-1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("expected a non-negative int, found -1"),
+            "{e}"
+        );
+        let e = u8::from_py(&s("x")).unwrap_err();
+        assert!(e.to_string().contains("found a str"), "{e}");
     }
 }
