@@ -181,7 +181,7 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
 }
 
 /// `in_file`: sets the source's path on errors that lack a file.
-fn in_file() -> TokenStream {
+pub(crate) fn in_file() -> TokenStream {
     quote! {
         let in_file = |e: rt::Error| src.in_file(e);
     }

@@ -173,9 +173,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
     })?;
     let lname = rs_ident(&ir.layout(layout).name);
     let doc = docs(&map.docs);
-    let in_file = quote! {
-        let in_file = |e: rt::Error| src.in_file(e);
-    };
+    let in_file = crate::engine::in_file();
     if matches!(map.source.kind, ExprKind::Layout(_)) {
         // One tensor per file.
         let mut env = MapEnv {
