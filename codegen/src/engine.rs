@@ -7,7 +7,6 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, Detect, EntriesMode, FormatId, Ir};
 
-use crate::lower::Unlowered;
 use crate::model::{docs, rs_ident};
 
 /// `detect`: the format's detection rules over the first bytes or, for zip archives,
@@ -194,23 +193,14 @@ pub(crate) fn in_file() -> TokenStream {
 ///
 /// The checker's zip rules (`check_engines.rs`) make a format that maps tensors one entry
 /// of one capture, laid out by a `file` format's layout, and one mapping over it that
-/// includes that format's mapping and sets the name.
-pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
+/// includes that format's mapping and sets the name, and nothing else; a format that maps
+/// no tensor is [`gen_zip_without_tensors`].
+pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
     let fmt = ir.format(fid);
-    let no = |span, what: &str| Unlowered {
-        span,
-        what: what.to_string(),
+    let (Some(eid), Some(_)) = (fmt.entries.first(), fmt.mappings.first()) else {
+        return gen_zip_without_tensors(ir, fid);
     };
-    let (Some(eid), Some(mid)) = (fmt.entries.first(), fmt.mappings.first()) else {
-        return Err(no(fmt.name_span, "a `zip` format that maps no tensor"));
-    };
-    let (entry, map) = (ir.entry(*eid), ir.mapping(*mid));
-    if let Some(value) = map.stmts.iter().find_map(|st| match st {
-        ir::MappingStmt::Set { key, value } if *key != ir::TensorKey::Name => Some(value),
-        _ => None,
-    }) {
-        return Err(no(value.span, "overriding what an included mapping gives"));
-    }
+    let entry = ir.entry(*eid);
     let ir::Content::Layout(lid) = entry.content else {
         unreachable!("the checker gives a zip of another format's files a layout entry")
     };
@@ -271,7 +261,7 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
     let tr = tensor_writer_impl(false);
     let desc = desc(false);
-    Ok(quote! {
+    quote! {
         #[doc = #pdoc_head]
         #[doc = ""]
         #pdoc
@@ -339,7 +329,55 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> 
 
         #tr
         #desc
-    })
+    }
+}
+
+/// `index` and `Writer` of a `zip` format that maps no tensor (its entries are declared,
+/// none is mapped): indexing an archive lists no tensor; the writer makes an archive
+/// without members, and adding a tensor is an error naming the format.
+fn gen_zip_without_tensors(ir: &Ir, fid: FormatId) -> TokenStream {
+    let public = &ir.format(fid).public_name;
+    let refusal = format!("{public} archives hold no tensor: the format maps none");
+    let wdoc = format!(" Writer of `{public}` archives, which hold no tensor.");
+    let in_file = in_file();
+    let tr = tensor_writer_impl(false);
+    let desc = desc(false);
+    quote! {
+        /// Lists the tensors of `src`: none, as the format maps none (the archive is still
+        /// indexed, so that what is not a zip archive is an error).
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            #in_file
+            rt::zip::index(src, limits).map_err(in_file)?;
+            Ok(::std::vec::Vec::new())
+        }
+
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+            zip: rt::ZipWriter<W>,
+        }
+
+        impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+            /// A writer into `w` (it writes no member, so `options` change nothing).
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                let _ = options;
+                Ok(Writer { zip: rt::ZipWriter::new(w) })
+            }
+
+            /// Refuses: the format maps no tensor, so its archives hold none.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                let _ = (meta, data);
+                Err(rt::Error::from(rt::ErrorKind::Unsupported(#refusal.to_string())))
+            }
+
+            /// Writes the (empty) central directory and returns the output.
+            pub fn finish(self) -> rt::Result<W> {
+                self.zip.finish()
+            }
+        }
+
+        #tr
+        #desc
+    }
 }
 
 /// The writer constructor of a format that is only read, which refuses with `message`,

@@ -284,10 +284,7 @@ fn format_items(
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("zip") => match engine::gen_zip(ir, fid) {
-            Ok(ts) => items.push(ts),
-            Err(u) => errors.push(unlowered(&cx, u)),
-        },
+        Some("zip") => items.push(engine::gen_zip(ir, fid)),
         _ => {}
     }
 

@@ -397,7 +397,8 @@ impl Rules<'_> {
     /// A zip of another format's files (npz), when it maps tensors: one entry laid out by
     /// a layout of a `file` format, whose members are named by one capture; one mapping
     /// over it that includes that format's mapping of the member's content and names the
-    /// tensor by the capture.
+    /// tensor by the capture, and overrides nothing that mapping gives (its writer writes
+    /// the members).
     fn zip_layout(&mut self) {
         let ir = self.ir;
         let f = ir.format(self.fid);
@@ -406,7 +407,7 @@ impl Rules<'_> {
         }
         let (entry, map) = match (f.entries.as_slice(), f.mappings.as_slice()) {
             ([e], [m]) => (*e, ir.mapping(*m)),
-            // Nothing mapped: the generator says what it cannot make of it.
+            // Nothing mapped: the archive holds no tensor.
             (_, []) => return,
             (entries, mappings) => {
                 let span = match (entries.get(1), mappings.get(1)) {
@@ -490,7 +491,20 @@ impl Rules<'_> {
                         );
                     }
                 }
-                MappingStmt::Set { .. } => {}
+                MappingStmt::Set { key, value } => {
+                    let other = &ir.format(other).name;
+                    self.err(
+                        value.span,
+                        format!(
+                            "a zip of another format's files sets only the tensor's name, not its `{}`",
+                            key.name()
+                        ),
+                        format!(
+                            "each member is written by `{other}`'s writer from the tensor as it is given, so a member holds what `{other}.tensor` reads: set `{}` in `{other}`'s mapping",
+                            key.name()
+                        ),
+                    );
+                }
             }
         }
         if !included || map.key(TensorKey::Name).is_none() {

@@ -520,7 +520,8 @@ fn cross_format_references() {
     .unwrap();
     let b = parse(
         Path::new("b.fmt"),
-        "format b { engine zip; entry m \"{name}.a\" { layout a.File; } tensor from m as m { include a.tensor(m.content); name = m.name; dtype = a.t[\"x\"]; } }",
+        "format b { engine zip; entry m \"{name}.a\" { layout a.File; } tensor from m as m { include a.tensor(m.content); name = m.name; } }
+         format c { engine file; layout C little { d: payload rest; } tensor from C as f { name = \"n\"; dtype = a.t[\"x\"]; shape = []; data = f.d; } }",
     )
     .unwrap();
     let d = check(&[a.clone(), b.clone()]);

@@ -407,6 +407,19 @@ fn counted_records_read_by_a_field_named_count() {
     assert!(refused(desc, &bad).contains("count"));
 }
 
+/// A zip format that maps no tensor: an archive of it lists none, an empty one is
+/// written, and adding a tensor is an error naming the format.
+#[test]
+fn a_zip_that_maps_no_tensor_lists_none_and_refuses_to_write_one() {
+    let desc = &zip_members_fmt::vecnotes::DESC;
+    let empty = write(desc, &[]).unwrap();
+    assert_eq!(read(desc, "n.vecnotes", &empty).unwrap(), vec![]);
+    let one = [t("x", rt::DType::F32, &[1], f32s(&[1.0]))];
+    let e = write(desc, &one).unwrap_err().to_string();
+    assert!(e.contains("vecnotes"), "{e}");
+    assert!(refused(desc, b"not a zip").contains("zip"));
+}
+
 #[test]
 fn every_writable_construct_reads_back_what_it_wrote() {
     let one = vec![t("x", rt::DType::F32, &[3], f32s(&[1.0, 2.0, 3.0]))];

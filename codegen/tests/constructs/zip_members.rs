@@ -268,5 +268,94 @@ pub mod vecs {
         new_writer,
     );
 }
+/// A zip of text notes that maps no tensor: indexing lists none, writing one is refused.
+///
+/// A zip archive whose members are files of another format (npz's construct): one tensor
+/// per member, the member's own mapping included, named by the pattern's capture.
+pub mod vecnotes {
+    use ::tensorfmt_runtime::gen as rt;
+    /// The format's public name (CLI `--to`, JSON `format`).
+    pub const NAME: &str = "vecnotes";
+    /// File extensions (without the dot) that map to this format.
+    pub const EXTENSIONS: &[&str] = &["vecnotes"];
+    /// True when the source looks like this format: a zip archive.
+    pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
+        rt::zip::starts_like_zip(src.data())
+    }
+    /// Lists the tensors of `src`: none, as the format maps none (the archive is still
+    /// indexed, so that what is not a zip archive is an error).
+    pub fn index(
+        src: &rt::Source,
+        limits: &rt::Limits,
+    ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+        let in_file = |e: rt::Error| src.in_file(e);
+        rt::zip::index(src, limits).map_err(in_file)?;
+        Ok(::std::vec::Vec::new())
+    }
+    /// Writer of `vecnotes` archives, which hold no tensor.
+    pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
+        zip: rt::ZipWriter<W>,
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> Writer<W> {
+        /// A writer into `w` (it writes no member, so `options` change nothing).
+        pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+            let _ = options;
+            Ok(Writer {
+                zip: rt::ZipWriter::new(w),
+            })
+        }
+        /// Refuses: the format maps no tensor, so its archives hold none.
+        pub fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            let _ = (meta, data);
+            Err(
+                rt::Error::from(
+                    rt::ErrorKind::Unsupported(
+                        "vecnotes archives hold no tensor: the format maps none"
+                            .to_string(),
+                    ),
+                ),
+            )
+        }
+        /// Writes the (empty) central directory and returns the output.
+        pub fn finish(self) -> rt::Result<W> {
+            self.zip.finish()
+        }
+    }
+    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
+        fn add(
+            &mut self,
+            meta: &rt::TensorMeta,
+            data: rt::Payload<'_>,
+        ) -> rt::Result<()> {
+            Writer::add(self, meta, data)
+        }
+        fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+            Writer::finish(*self)?;
+            Ok(())
+        }
+    }
+    fn new_writer<'a>(
+        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
+        options: &rt::WriteOptions,
+    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
+        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
+    }
+    /// This format for the registry: name, extensions, detector, indexer and writer.
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
+        NAME,
+        EXTENSIONS,
+        detect,
+        index,
+        new_writer,
+    );
+}
 /// Every format generated from the schema, in file-load order.
-pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[vec1::DESC, vecs::DESC];
+pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[
+    vec1::DESC,
+    vecs::DESC,
+    vecnotes::DESC,
+];
