@@ -15,9 +15,11 @@
 //! plans `ir::plan`) through one lowering of expressions ([`lower`](crate::lower)): dicts,
 //! layouts (their structs, readers and writers), the `file` engine (its tensor mapping, the
 //! mapping's inverse and its writer, or pickles read back to back), the `zip` engine (around
-//! pickles, or over another format's layout), `protobuf` and `kv`. What a writer cannot do
-//! and what an engine cannot mean are reported by the checker; other constructs the
-//! generator cannot generate are diagnostics at their span, never panics.
+//! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`. What a
+//! writer cannot do and what an engine cannot mean are reported by the checker, at their
+//! span with a help line: the generator generates what it accepts (the zip engine and the
+//! lowering of `source` have no refusal path left; the remaining `Unlowered` sites of the
+//! other engines are diagnostics at their span, never panics).
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};

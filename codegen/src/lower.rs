@@ -692,10 +692,9 @@ impl Lower<'_> {
             _ => {}
         }
         if let Member::SourceStem | Member::SourceName | Member::SourcePath = member {
-            let src = self
-                .env
-                .source()
-                .ok_or_else(|| no(e, "`source` where no file is in reach"))?;
+            let src = self.env.source().unwrap_or_else(|| {
+                unreachable!("the checker keeps `source` to the mappings of `file` formats over layouts (`source_in_reach`)")
+            });
             return Ok(Val::value(
                 match member {
                     Member::SourceStem => quote!(#src.stem().as_str()),

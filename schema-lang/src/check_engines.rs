@@ -119,6 +119,7 @@ impl Rules<'_> {
         if !matches!(f.engine, Engine::Kv { .. }) {
             self.segments();
         }
+        self.source_in_reach(pickled.is_some());
         for &e in &f.entries {
             let e = self.ir.entry(e);
             if e.preferred.is_some() && e.content != Content::Text {
@@ -128,6 +129,37 @@ impl Rules<'_> {
                     "only text entries are looked up by name: `text; preferred \"{prefix}/.data/version\";`",
                 );
             }
+        }
+    }
+
+    /// `source` names the file a mapping of a `file` format over a layout reads: it is in
+    /// reach there only (not in layouts, which are also read inside archives and written
+    /// with no file, nor in entries, messages, or mappings over pickles and messages).
+    fn source_in_reach(&mut self, pickled_entry: bool) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let file_mapping = |m: crate::ir::MappingId| {
+            f.engine == Engine::File
+                && !pickled_entry
+                && matches!(ir.mapping(m).binding_ty, Type::Layout(l) if !ir.layout(l).fields.iter().any(|x| matches!(x.codec, Some(Codec::Pickle(_)))))
+        };
+        let spans: Vec<Span> = ir
+            .exprs_of(|owner| match owner {
+                crate::ir::ExprOwner::Layout(l) => f.layouts.contains(&l),
+                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
+                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
+                crate::ir::ExprOwner::Mapping(m) => f.mappings.contains(&m) && !file_mapping(m),
+            })
+            .into_iter()
+            .filter(|e| matches!(e.kind, ExprKind::Source))
+            .map(|e| e.span)
+            .collect();
+        for span in spans {
+            self.err(
+                span,
+                "`source` is read in a tensor mapping of a `file` format over a layout",
+                "the file's name is known where the tensors of one file are mapped: `name = source.stem;` in `tensor from File as f`; layouts, entries and mappings over pickles or messages have no file in reach",
+            );
         }
     }
 

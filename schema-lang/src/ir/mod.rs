@@ -166,8 +166,17 @@ impl Ir {
 
     /// Every expression of the IR and all their sub-expressions.
     pub fn exprs(&self) -> Vec<&Expr> {
+        self.exprs_of(|_| true)
+    }
+
+    /// Every expression, with its sub-expressions, of the items `keep` holds for
+    /// (layouts, messages, entries, mappings).
+    pub fn exprs_of(&self, keep: impl Fn(ExprOwner) -> bool) -> Vec<&Expr> {
         let mut out: Vec<&Expr> = Vec::new();
-        for l in &self.layouts {
+        for (i, l) in self.layouts.iter().enumerate() {
+            if !keep(ExprOwner::Layout(LayoutId(i as u32))) {
+                continue;
+            }
             for f in &l.fields {
                 if let FieldKind::Cond { cond, .. } = &f.kind {
                     out.push(cond);
@@ -193,19 +202,28 @@ impl Ir {
                 }
             }
         }
-        for m in &self.messages {
+        for (i, m) in self.messages.iter().enumerate() {
+            if !keep(ExprOwner::Message(MessageId(i as u32))) {
+                continue;
+            }
             for f in &m.fields {
                 out.extend(f.default.iter());
                 out.extend(f.write.iter());
             }
         }
-        for e in &self.entries {
+        for (i, e) in self.entries.iter().enumerate() {
+            if !keep(ExprOwner::Entry(EntryId(i as u32))) {
+                continue;
+            }
             out.extend(e.align.iter());
             out.extend(e.check.iter());
             out.extend(e.write.iter());
             out.extend(e.split.iter());
         }
-        for m in &self.mappings {
+        for (i, m) in self.mappings.iter().enumerate() {
+            if !keep(ExprOwner::Mapping(MappingId(i as u32))) {
+                continue;
+            }
             out.push(&m.source);
             out.extend(m.filter.iter());
             for s in &m.stmts {
@@ -222,6 +240,19 @@ impl Ir {
         }
         all
     }
+}
+
+/// The item an expression belongs to ([`Ir::exprs_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExprOwner {
+    /// A layout's field modifiers.
+    Layout(LayoutId),
+    /// A message's field defaults and write values.
+    Message(MessageId),
+    /// An entry's properties.
+    Entry(EntryId),
+    /// A tensor mapping.
+    Mapping(MappingId),
 }
 
 /// A format.
