@@ -1284,7 +1284,7 @@ pub(crate) fn gen_mapping(
             let data = props.data.as_ref().unwrap_or(&none);
             let part = props.part.as_ref().unwrap_or(&none);
             let parts = props.parts_of.as_ref().unwrap_or(&none);
-            quote!(Ok(Some(rt::kv::value_piece(#by_ref, r.key, #data, #part, #parts))))
+            quote!(Ok(Some(r.value(#by_ref, #data, #part, #parts))))
         }
     };
     let body = quote! {

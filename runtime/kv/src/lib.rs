@@ -801,6 +801,27 @@ pub struct Matched<'r> {
 }
 
 impl Matched<'_> {
+    /// A `value` mapping's item: the piece of value `name` that this record holds, its
+    /// bytes (and their absolute offset in the source; absent: empty), and, when the value
+    /// was saved in numbered parts, which part it is of how many (`parts` absent: the
+    /// value whole; `part` absent: part 0).
+    pub fn value(
+        &self,
+        name: &str,
+        data: Option<(&[u8], u64)>,
+        part: Option<i64>,
+        parts: Option<i64>,
+    ) -> ValuePiece {
+        let (offset, len) = data.map_or((0, 0), |(b, at)| (at, b.len() as u64));
+        ValuePiece {
+            name: name.to_string(),
+            key: self.key.to_string(),
+            offset,
+            len,
+            part: parts.map(|n| (part.unwrap_or(0), n)),
+        }
+    }
+
     /// The value read by `read` (given its bytes and their offset) as the message
     /// `message`; an error is given the record as its entry (`record "key" as
     /// message`).
@@ -831,27 +852,6 @@ pub struct Found {
     pub chunks: Vec<Chunk>,
     /// The pieces of values that are not tensors (a `value` mapping's items).
     pub values: Vec<ValuePiece>,
-}
-
-/// A `value` mapping's item: the piece of value `name` that record `key` holds, its bytes
-/// (and their absolute offset in the source; absent: empty), and, when the value was saved
-/// in numbered parts, which part it is of how many (`parts` absent: the value whole, `part`
-/// absent: part 0).
-pub fn value_piece(
-    name: &str,
-    key: &str,
-    data: Option<(&[u8], u64)>,
-    part: Option<i64>,
-    parts: Option<i64>,
-) -> ValuePiece {
-    let (offset, len) = data.map_or((0, 0), |(b, at)| (at, b.len() as u64));
-    ValuePiece {
-        name: name.to_string(),
-        key: key.to_string(),
-        offset,
-        len,
-        part: parts.map(|n| (part.unwrap_or(0), n)),
-    }
 }
 
 /// Maps the records of a database (their keys, and where their values are in `src`,
