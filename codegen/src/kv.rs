@@ -2,9 +2,11 @@
 //! record's key matched against the format's entries in order (`entry blob
 //! "{name}#%{chunk}" { value BlobProto; }`), its value read in place as the entry's
 //! protobuf message, and the format's mappings run over the entries' values; parts of
-//! one tensor in several records (`segment = ...`) are joined by name. The generated
-//! code holds the entries' patterns (`ENTRIES`), a function per entry that reads one
-//! record and maps its items, and the write rule as `<entry>_value`; the runtime's
+//! one tensor in several records (`segment = ...`) are joined by name; `value` mappings
+//! give the pieces of values that are not tensors, kept beside them (`map_db`, a
+//! `rt::kv::Mapped`). The generated code holds the entries (`ENTRIES`: pattern, and
+//! whether a record's tensors are the items of a list), a function per entry that reads
+//! one record and maps its items, and the write rule as `<entry>_value`; the runtime's
 //! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
 //! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
 //! and `lmdb` and `leveldb` (the runtime's, opened as the engine's arguments say:
@@ -234,9 +236,9 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             quote!(|r, #out| match r.entry { #(#arms)* })
         }
     };
-    let entries = entries.iter().map(|(pattern, items)| {
-        quote!(rt::kv::Entry { pattern: #pattern, items: #items })
-    });
+    let entries = entries
+        .iter()
+        .map(|(pattern, items)| quote!(rt::kv::Entry { pattern: #pattern, items: #items }));
     let map_doc = " Maps the records of a database (keys, and where their values are in `src`): each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
     items.push(quote! {
         /// The entries, in the order records are matched against them: key pattern, and whether the tensors of a record are the items of a list.

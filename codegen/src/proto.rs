@@ -25,7 +25,7 @@ use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::quote;
-use tensorfmt_schema::ast::{BinaryOp, Label, Span};
+use tensorfmt_schema::ast::{BinaryOp, Label, Span, UnaryOp};
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
     Member, MessageField, MessageId, ProtoScalar, ProtoType, TensorKey, Type, WriteVar,
@@ -1237,6 +1237,18 @@ pub(crate) fn gen_mapping(
         ) => {
             let c = Lower { ir, env: &env }.expr(f)?.scalar();
             quote!(if !(#c) { return Ok(None); })
+        }
+        // `!c`: the items for which `c` holds are left out.
+        Some(Expr {
+            kind:
+                ExprKind::Unary {
+                    op: UnaryOp::Not,
+                    expr,
+                },
+            ..
+        }) => {
+            let c = Lower { ir, env: &env }.expr(expr)?.scalar();
+            quote!(if #c { return Ok(None); })
         }
         Some(f) => {
             let n = Lower { ir, env: &env }.negated(f)?;

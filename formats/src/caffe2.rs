@@ -344,8 +344,8 @@ fn other_blobs(
         p.name = load_key(&p.name, options);
         (options.load_all || wanted.contains_key(p.name.as_str())).then_some(p)
     });
-    let values = tensorfmt_runtime::kv::join_values(file.source(), pieces)
-        .map_err(|e| e.in_file(db))?;
+    let values =
+        tensorfmt_runtime::kv::join_values(file.source(), pieces).map_err(|e| e.in_file(db))?;
     let mut out = Vec::with_capacity(values.len());
     for v in values {
         let mut bytes = (v.data.len() as u64).to_le_bytes().to_vec();
@@ -670,7 +670,9 @@ fn open_records(path: &Path, options: &OpenOptions) -> Result<(TensorFile, Vec<V
     for r in &mapped.records {
         let tensors = mapped.tensors_of(r);
         if !r.items {
-            let name = tensors.first().map_or("", |&t| file.tensors()[t].name.as_str());
+            let name = tensors
+                .first()
+                .map_or("", |&t| file.tensors()[t].name.as_str());
             return Err(op_error(format!(
                 "'{name}' is not a dataset record: the database holds blobs (Save's records), not TensorProtos records"
             ))

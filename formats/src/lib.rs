@@ -165,7 +165,10 @@ impl TensorFile {
         };
         let mut mapped = (db.map)(&source, &options.limits).map_err(|e| source.in_file(e))?;
         let tensors = std::mem::take(&mut mapped.tensors);
-        Ok((Self::indexed(source, format, tensors, options), Some(mapped)))
+        Ok((
+            Self::indexed(source, format, tensors, options),
+            Some(mapped),
+        ))
     }
 
     /// The format `options` names, or the one detected.

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use crate::ast::*;
-use crate::ast_impl::{pattern_captures, CODECS, DTYPES, ENGINES, ENTRY_PROPS, TENSOR_KEYS, VALUE_KEYS};
+use crate::ast_impl::{
+    pattern_captures, CODECS, DTYPES, ENGINES, ENTRY_PROPS, TENSOR_KEYS, VALUE_KEYS,
+};
 use crate::diag::{Diagnostic, Diagnostics};
 
 /// Runs every check; see the crate docs and `docs/fmt-language.md` for the rules.
@@ -2026,7 +2028,8 @@ impl<'a> Checker<'a> {
                 "a value mapping sets the value's name and data",
             );
         }
-        if let (Some(&sp), None) | (None, Some(&sp)) = (assigned.get("part"), assigned.get("parts")) {
+        if let (Some(&sp), None) | (None, Some(&sp)) = (assigned.get("part"), assigned.get("parts"))
+        {
             self.err_help(
                 at.file,
                 sp,

@@ -948,6 +948,13 @@ pub fn map_records(
     })
 }
 
+/// A value being joined: its name, its number of parts (if in parts), its parts by number.
+type Joining<'a> = (
+    String,
+    Option<i64>,
+    std::collections::BTreeMap<i64, &'a [u8]>,
+);
+
 /// Joins the pieces of each value by name: what a `value` mapping's `part` and `parts`
 /// mean, for any format whose records hold values that are not tensors. Pieces of one
 /// name come in any order, interleaved with others'; their bytes are read from `src`.
@@ -962,7 +969,10 @@ pub fn map_records(
 /// made in the same order; the errors carry its words ("Blob duplicated: s", "Chunk with
 /// the same id has occurred twice for: s", "Data size mismatch for blob s. Expected: 3
 /// Read: 1") with the value's name.
-pub fn join_values(src: &Source, pieces: impl IntoIterator<Item = ValuePiece>) -> Result<Vec<Value>> {
+pub fn join_values(
+    src: &Source,
+    pieces: impl IntoIterator<Item = ValuePiece>,
+) -> Result<Vec<Value>> {
     let invalid = |msg: String| Error::from(ErrorKind::Invalid(msg));
     let all = src.bytes().map(|b| b.as_bytes()).unwrap_or_default();
     let bytes_of = |p: &ValuePiece| -> Result<&[u8]> {
@@ -977,9 +987,7 @@ pub fn join_values(src: &Source, pieces: impl IntoIterator<Item = ValuePiece>) -
                 .in_entry(&p.key)
             })
     };
-    // Per value: its name, its number of parts (if in parts), its parts by number.
-    let mut joined: Vec<(String, Option<i64>, std::collections::BTreeMap<i64, &[u8]>)> =
-        Vec::new();
+    let mut joined: Vec<Joining<'_>> = Vec::new();
     for p in pieces {
         let at = joined.iter().position(|v| v.0 == p.name);
         let data = bytes_of(&p)?;
@@ -1106,7 +1114,9 @@ fn join_indexed(chunks: Vec<Chunk>) -> Result<(Vec<tensorfmt_core::TensorInfo>, 
     let mut by_name: std::collections::HashMap<String, (usize, Vec<Chunk>)> = Default::default();
     for c in chunks {
         let next = order.len();
-        let slot = by_name.entry(c.name.clone()).or_insert_with(|| (next, Vec::new()));
+        let slot = by_name
+            .entry(c.name.clone())
+            .or_insert_with(|| (next, Vec::new()));
         if slot.0 == next {
             order.push(c.name.clone());
         }
