@@ -2,9 +2,11 @@
 //! record's key matched against the format's entries in order (`entry blob
 //! "{name}#%{chunk}" { value BlobProto; }`), its value read in place as the entry's
 //! protobuf message, and the format's mappings run over the entries' values; parts of
-//! one tensor in several records (`segment = ...`) are joined by name. The generated
-//! code holds the entries' patterns (`ENTRIES`), a function per entry that reads one
-//! record and maps its items, and the write rule as `<entry>_value`; the runtime's
+//! one tensor in several records (`segment = ...`) are joined by name; `value` mappings
+//! give the pieces of values that are not tensors, kept beside them (`map_db`, a
+//! `rt::kv::Mapped`). The generated code holds the entries (`ENTRIES`: pattern, and
+//! whether a record's tensors are the items of a list), a function per entry that reads
+//! one record and maps its items, and the write rule as `<entry>_value`; the runtime's
 //! `rt::kv::map_records` and `rt::kv::encode_parts` run the loops. Backends: `records`
 //! (a file of records whose layout the format declares as `Record`: Caffe2's MiniDB),
 //! and `lmdb` and `leveldb` (the runtime's, opened as the engine's arguments say:
@@ -79,6 +81,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     open: open_db,
                     encode: super::#other::encode_parts,
                     split: super::#other::SPLIT,
+                    map: map_db,
                 })),
             );
             return Ok(quote! {
@@ -97,6 +100,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 open: #open,
                 encode: super::#other::encode_parts,
                 split: super::#other::SPLIT,
+                map: map_db,
             })),
         );
         let folder = backend_fns(backend, &quote!(super::#other::), &detect_doc, &index_doc);
@@ -114,6 +118,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     // Per entry: a struct of its record (its key's captures and its value), the function
     // that reads a record of it, and the item functions of the mappings over it.
     let mut arms = Vec::new();
+    let mut entries = Vec::new();
     for (i, &eid) in fmt.entries.iter().enumerate() {
         let en = ir.entry(eid);
         // The checker gives every entry of a kv format a message of it.
@@ -139,13 +144,19 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             }
         });
         let mut calls = Vec::new();
-        for &map in &fmt.mappings {
-            if proto::mapping_source(ir, map)?.origin == Origin::Entry(eid) {
-                let m = proto::gen_mapping(ir, map, &parts, Output::Chunks)?;
+        let mut listed = false;
+        let tensors = fmt.mappings.iter().map(|&m| (m, Output::Chunks));
+        let values = fmt.values.iter().map(|&m| (m, Output::Values));
+        for (map, output) in tensors.chain(values) {
+            let source = proto::mapping_source(ir, map)?;
+            if source.origin == Origin::Entry(eid) {
+                listed |= output == Output::Chunks && source.steps.iter().any(|s| s.2);
+                let m = proto::gen_mapping(ir, map, &parts, output)?;
                 items.push(m.item_fn);
                 calls.push(m.call);
             }
         }
+        entries.push((en.pattern.text.clone(), listed));
         let calls = quote!(#(#calls)*);
         let id = rs_ident(&en.name);
         let idx = (0..caps.len()).map(proc_macro2::Literal::usize_unsuffixed);
@@ -184,7 +195,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         args.push(quote!(r));
         args.push(quote!(limits));
         if !calls.is_empty() {
-            params.push(quote!(out: &mut Vec<rt::kv::Chunk>));
+            params.push(quote!(out: &mut rt::kv::Found));
             args.push(quote!(out));
         }
         let f = rs_ident(&format!("record_{}", en.name));
@@ -225,18 +236,16 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             quote!(|r, #out| match r.entry { #(#arms)* })
         }
     };
-    let patterns: Vec<_> = fmt
-        .entries
+    let entries = entries
         .iter()
-        .map(|&e| ir.entry(e).pattern.text.clone())
-        .collect();
-    let map_doc = " Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
+        .map(|(pattern, items)| quote!(rt::kv::Entry { pattern: #pattern, items: #items }));
+    let map_doc = " Maps the records of a database (keys, and where their values are in `src`): each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.";
     items.push(quote! {
-        /// The key patterns of the entries, in the order records are matched against them.
-        pub const ENTRIES: &[&str] = &[#(#patterns),*];
+        /// The entries, in the order records are matched against them: key pattern, and whether the tensors of a record are the items of a list.
+        pub const ENTRIES: &[rt::kv::Entry] = &[#(#entries),*];
 
         #[doc = #map_doc]
-        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
+        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
             rt::kv::map_records(src, records, limits, ENTRIES, #dispatch)
         }
     });
@@ -252,6 +261,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         open: #open,
         encode: encode_parts,
         split: SPLIT,
+        map: map_db,
     });
     let make = (backend == "records").then(|| records_writer(&quote!()));
     let desc = crate::engine::desc_full(
@@ -477,10 +487,15 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
             src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
         }
 
-        /// Lists the tensors of the file.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+        /// Maps the file's records: its tensors, the records holding them, its values.
+        pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
             let records = records(src, limits).map_err(|e| src.in_file(e))?;
             #schema map_records(src, &records, limits)
+        }
+
+        /// Lists the tensors of the file.
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            map_db(src, limits).map(|m| m.tensors)
         }
     }
 }
@@ -505,9 +520,14 @@ fn backend_fns(
             rt::kv::is_backend(src, #backend)
         }
 
+        /// Maps the database's records: its tensors, the records holding them, its values.
+        pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+            #schema map_records(src, rt::kv::backend_records(src, #backend)?, limits)
+        }
+
         #[doc = #index_doc]
         pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-            #schema map_records(src, rt::kv::backend_records(src, #backend)?, limits)
+            map_db(src, limits).map(|m| m.tensors)
         }
     }
 }

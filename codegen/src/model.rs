@@ -52,6 +52,7 @@ impl<'s> Fmt<'s> {
                 | Item::Layout(_)
                 | Item::Entry(_)
                 | Item::Tensor(_)
+                | Item::Value(_)
                 | Item::Pickle(_) => {}
                 // Read by the `protobuf` engine (`proto.rs`); elsewhere unsupported.
                 Item::Message(m) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f

@@ -25,7 +25,7 @@ use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::quote;
-use tensorfmt_schema::ast::{BinaryOp, Label, Span};
+use tensorfmt_schema::ast::{BinaryOp, Label, Span, UnaryOp};
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
     Member, MessageField, MessageId, ProtoScalar, ProtoType, TensorKey, Type, WriteVar,
@@ -823,6 +823,9 @@ struct Props {
     shape: Option<TokenStream>,
     data: Option<TokenStream>,
     segment: Option<TokenStream>,
+    /// A `value` mapping's `part` and `parts` (`Option<i64>`s).
+    part: Option<TokenStream>,
+    parts_of: Option<TokenStream>,
     /// Everything but the name from the parts function of an included mapping (an
     /// `rt::TensorParts`).
     parts: Option<TokenStream>,
@@ -925,14 +928,39 @@ fn compile_stmts(
                 props.shape = Some(shape(&l, env, value)?);
                 props.parts = None;
             }
+            TensorKey::Data if ir.format(ir.mapping(map).format).values.contains(&map) => {
+                props.data = Some(optional(l.expr(value)?));
+            }
             TensorKey::Data => {
                 props.data = Some(env.data(&l, value)?.ts);
                 props.parts = None;
             }
+            TensorKey::Part => props.part = Some(optional_int(l.expr(value)?)),
+            TensorKey::Parts => props.parts_of = Some(optional_int(l.expr(value)?)),
             _ => {}
         }
     }
     Ok(())
+}
+
+/// A value as an `Option` of what the view holds (an absent field is `None`).
+fn optional(v: Val) -> TokenStream {
+    let ts = &v.ts;
+    match v.form {
+        Form::Optional => ts.clone(),
+        _ => quote!(Some(#ts)),
+    }
+}
+
+/// An integer as an `Option<i64>` (an absent field is `None`).
+fn optional_int(v: Val) -> TokenStream {
+    match (&v.ty, v.form) {
+        (Type::Int(_) | Type::Enum(_), Form::Optional) => v.ts,
+        _ => {
+            let s = v.scalar();
+            quote!(Some(rt::expr::narrow::<i64>(#s, "i64")?))
+        }
+    }
 }
 
 /// A shape: a repeated integer field's values (`t.dims`), or any list of integers.
@@ -1122,6 +1150,9 @@ pub(crate) enum Output {
     Tensors,
     /// `rt::kv::Chunk`s of the record `r`, parts joined by name afterwards (`segment`).
     Chunks,
+    /// `rt::kv::ValuePiece`s of the record `r` (a `value` mapping), joined by name when
+    /// asked for (`part` of `parts`).
+    Values,
 }
 
 /// The items a mapping walks to, from `start` (the root message or an entry's value):
@@ -1181,7 +1212,10 @@ pub(crate) fn gen_mapping(
     if fn_name.is_empty() {
         fn_name = snake(&view_name(ir, src.msg));
     }
-    let fn_name = format!("item_{fn_name}");
+    let fn_name = match output {
+        Output::Values => format!("value_{fn_name}"),
+        _ => format!("item_{fn_name}"),
+    };
     let mut env = MapEnv {
         ir,
         binding: rs_ident(&map.binding),
@@ -1203,6 +1237,18 @@ pub(crate) fn gen_mapping(
         ) => {
             let c = Lower { ir, env: &env }.expr(f)?.scalar();
             quote!(if !(#c) { return Ok(None); })
+        }
+        // `!c`: the items for which `c` holds are left out.
+        Some(Expr {
+            kind:
+                ExprKind::Unary {
+                    op: UnaryOp::Not,
+                    expr,
+                },
+            ..
+        }) => {
+            let c = Lower { ir, env: &env }.expr(expr)?.scalar();
+            quote!(if #c { return Ok(None); })
         }
         Some(f) => {
             let n = Lower { ir, env: &env }.negated(f)?;
@@ -1236,13 +1282,21 @@ pub(crate) fn gen_mapping(
             "a protobuf mapping assigns name, dtype, shape and data",
         ));
     };
-    let parts_stmts = parts_stmts(map, &props)?;
+    let parts_stmts = match output {
+        Output::Values => quote!(),
+        _ => parts_stmts(map, &props)?,
+    };
     let prelude = &props.prelude;
+    let by_ref = if owned { quote!(&name) } else { quote!(name) };
     let finish = match output {
         Output::Tensors => quote!(parts.info(name).map(Some)),
-        Output::Chunks => {
-            let name = if owned { quote!(&name) } else { quote!(name) };
-            quote!(rt::kv::Chunk::new(#name, r.key, parts).map(Some))
+        Output::Chunks => quote!(rt::kv::Chunk::new(#by_ref, r.key, parts).map(Some)),
+        Output::Values => {
+            let none = quote!(None);
+            let data = props.data.as_ref().unwrap_or(&none);
+            let part = props.part.as_ref().unwrap_or(&none);
+            let parts = props.parts_of.as_ref().unwrap_or(&none);
+            quote!(Ok(Some(r.value(#by_ref, #data, #part, #parts))))
         }
     };
     let body = quote! {
@@ -1266,6 +1320,11 @@ pub(crate) fn gen_mapping(
             args.push(quote!(r));
             quote!(rt::kv::Chunk)
         }
+        Output::Values => {
+            params.push(quote!(r: &rt::kv::Matched<'_>));
+            args.push(quote!(r));
+            quote!(rt::kv::ValuePiece)
+        }
     };
     for &en in &ir.format(map.format).entries {
         let n = &ir.entry(en).name;
@@ -1286,8 +1345,12 @@ pub(crate) fn gen_mapping(
     args.push(quote!(#binding));
     let fn_id = rs_ident(&fn_name);
     let source_text = text(ir, &map.source, &map.binding);
+    let (kw, what) = match output {
+        Output::Values => ("value", "value piece"),
+        _ => ("tensor", "tensor"),
+    };
     let doc = format!(
-        " The mapping `tensor from {} as {}`: the tensor of one item{}.",
+        " The mapping `{kw} from {} as {}`: the {what} of one item{}.",
         source_text,
         map.binding,
         if map.filter.is_some() {
@@ -1319,8 +1382,13 @@ pub(crate) fn gen_mapping(
     } else {
         quote!(_)
     };
+    let out = match output {
+        Output::Tensors => quote!(out),
+        Output::Chunks => quote!(&mut out.chunks),
+        Output::Values => quote!(&mut out.values),
+    };
     let call = quote! {
-        rt::protobuf::map_items(#items, #name_of, #prefix, out, |#binding, #pos| #fn_id(#(#args),*))?;
+        rt::protobuf::map_items(#items, #name_of, #prefix, #out, |#binding, #pos| #fn_id(#(#args),*))?;
     };
     Ok(MappingFns { item_fn, call })
 }

@@ -252,7 +252,7 @@ pub fn load(
     let mut found: HashMap<String, (usize, Tensor)> = HashMap::new();
     let mut order: Vec<String> = Vec::new();
     for (i, db) in dbs.iter().enumerate() {
-        let file = TensorFile::open_with(db.as_ref(), &open)?;
+        let (file, mapped) = TensorFile::open_mapped(db.as_ref(), &open)?;
         for info in file.tensors() {
             let key = load_key(&info.name, options);
             if !options.load_all && !wanted.contains_key(key.as_str()) {
@@ -271,9 +271,10 @@ pub fn load(
             }
             found.insert(key, (i, tensor));
         }
-        // Blobs that are not tensors (strings, DB readers): their content, with
-        // Caffe2's bookkeeping of content chunks.
-        for (key, tensor) in other_blobs(format, &file, db.as_ref(), options, &wanted)? {
+        // Blobs that are not tensors (strings, DB readers): their content, its chunks
+        // joined as Caffe2's Load joins them.
+        let pieces = mapped.map(|m| m.values).unwrap_or_default();
+        for (key, tensor) in other_blobs(&file, pieces, db.as_ref(), options, &wanted)? {
             if let Some((j, _)) = found.get(&key) {
                 return Err(op_error(if *j != i {
                     format!("Duplicate Key {key} is found!")
@@ -329,107 +330,28 @@ pub fn load(
     Ok(out)
 }
 
-/// A blob that is not a tensor, as Load gathers it: its key, the number of chunks it
-/// was saved in (if it was), and its content's chunks by id.
-type ObjectBlob = (String, Option<i32>, Vec<Option<Vec<u8>>>);
-
-/// The blobs of a database that are not tensors (`std::string`, `DBReader`, ...), each
-/// as a 0-d string tensor of its content, the chunks of a large one joined (BlobState:
-/// a chunk id may come once, below `content_num_chunks`; a blob without chunks once).
+/// The blobs of a database that are not tensors (`std::string`, `DBReader`, ...: the
+/// pieces its format's `value` mappings found), those wanted, under the name Load gives
+/// them, each as a 0-d string tensor of its content, the chunks of a large one joined.
 fn other_blobs(
-    format: &FormatDesc,
     file: &TensorFile,
+    pieces: Vec<tensorfmt_runtime::kv::ValuePiece>,
     db: &Path,
     options: &LoadOptions,
     wanted: &HashMap<&str, &str>,
 ) -> Result<Vec<(String, Tensor)>> {
-    use crate::generated::caffe2_lmdb::messages::BlobProto;
-    use prost::Message;
-    // The records the index was made from when the source holds them (LMDB, LevelDB:
-    // read once); a file of records is opened again (a map: no copy).
-    let mut handle;
-    let mut cursor: Box<dyn tensorfmt_runtime::kv::Cursor + '_> =
-        match (file.source().records(), file.source().bytes()) {
-            (Some(r), Some(bytes)) => Box::new(tensorfmt_runtime::kv::RecordsCursor::new(
-                bytes.clone(),
-                r.records.clone(),
-                true,
-            )),
-            _ => {
-                let desc = format.db.ok_or_else(|| op_error("not a database format"))?;
-                handle = (desc.open)(db, Mode::Read)?;
-                handle.cursor()?
-            }
-        };
-    // Blob key -> (chunks expected, the chunks by id).
-    let mut blobs: Vec<ObjectBlob> = Vec::new();
-    while cursor.valid() {
-        let raw_key = String::from_utf8_lossy(cursor.key()).into_owned();
-        let name = raw_key.split("#%").next().unwrap_or("").to_string();
-        let key = load_key(&name, options);
-        let value = cursor.value();
-        // TensorProtos records and tensors are the index's; others are BlobProtos that
-        // are not tensors.
-        let blob = BlobProto::decode(value).ok().filter(|b| {
-            b.r#type.is_some() && !matches!(b.r#type(), "Tensor" | "TensorCPU" | "TensorCUDA")
-        });
-        if let Some(b) = blob.filter(|_| options.load_all || wanted.contains_key(key.as_str())) {
-            let at = blobs.iter().position(|x| x.0 == key);
-            match (b.content_num_chunks, at) {
-                (None, Some(_)) => {
-                    return Err(op_error(format!("Blob duplicated: {key}")).in_file(db))
-                }
-                (None, None) => blobs.push((key, None, vec![Some(b.content().to_vec())])),
-                (Some(n), _) => {
-                    let id = b.content_chunk_id();
-                    if n <= 0 || id < 0 || id >= n {
-                        return Err(op_error(format!(
-                            "chunk id {id} of {key} is not below its {n} chunks"
-                        ))
-                        .in_file(db));
-                    }
-                    let i = match at {
-                        Some(i) => i,
-                        None => {
-                            blobs.push((key.clone(), Some(n), vec![None; n as usize]));
-                            blobs.len() - 1
-                        }
-                    };
-                    let entry = &mut blobs[i];
-                    if entry.1 != Some(n) {
-                        return Err(op_error(format!(
-                            "Blob duplicated: {key} (its parts disagree on their number of chunks)"
-                        ))
-                        .in_file(db));
-                    }
-                    if entry.2[id as usize].is_some() {
-                        return Err(op_error(format!(
-                            "Chunk with the same id has occurred twice for: {key}"
-                        ))
-                        .in_file(db));
-                    }
-                    entry.2[id as usize] = Some(b.content().to_vec());
-                }
-            }
-        }
-        cursor.next()?;
-    }
-    let mut out = Vec::new();
-    for (key, n, chunks) in blobs {
-        let have = chunks.iter().filter(|c| c.is_some()).count();
-        if let Some(n) = n {
-            if have != n as usize {
-                return Err(op_error(format!(
-                    "Data size mismatch for blob {key}. Expected: {n} Read: {have}"
-                ))
-                .in_file(db));
-            }
-        }
-        let content: Vec<u8> = chunks.into_iter().flatten().flatten().collect();
-        let mut bytes = (content.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(&content);
+    let pieces = pieces.into_iter().filter_map(|mut p| {
+        p.name = load_key(&p.name, options);
+        (options.load_all || wanted.contains_key(p.name.as_str())).then_some(p)
+    });
+    let values =
+        tensorfmt_runtime::kv::join_values(file.source(), pieces).map_err(|e| e.in_file(db))?;
+    let mut out = Vec::with_capacity(values.len());
+    for v in values {
+        let mut bytes = (v.data.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&v.data);
         let info = TensorInfo::strings(
-            key.clone(),
+            v.name.clone(),
             vec![],
             1,
             crate::DataLocation::Range {
@@ -440,7 +362,7 @@ fn other_blobs(
         let mut buf = AlignedBuf::zeroed(bytes.len())?;
         buf.as_mut_slice().copy_from_slice(&bytes);
         out.push((
-            key,
+            v.name,
             Tensor {
                 info,
                 data: crate::TensorData::Owned(buf),
@@ -731,28 +653,34 @@ pub struct Batch {
     pub tensors: Vec<Tensor>,
 }
 
-/// The records of a TensorProtos database: for each record (in the database's order),
-/// the indices of its tensors in the index.
-fn records_of(infos: &[TensorInfo]) -> Result<Vec<Vec<usize>>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
-    let mut last: Option<&str> = None;
-    for (i, t) in infos.iter().enumerate() {
-        let Some((key, idx)) = t.name.rsplit_once('/') else {
+/// Opens the TensorProtos database at `path`: the file, and for each of its records (in
+/// the database's order) the indices of its tensors in the index, as the format's mapping
+/// found them. A record that holds tensors which are not the items of a list (a blob that
+/// Save wrote) is an error.
+fn open_records(path: &Path, options: &OpenOptions) -> Result<(TensorFile, Vec<Vec<usize>>)> {
+    let (file, mapped) = TensorFile::open_mapped(path, options)?;
+    let Some(mapped) = mapped else {
+        return Err(op_error(format!(
+            "a {} file is not a database of records",
+            file.format()
+        ))
+        .in_file(path));
+    };
+    let mut out = Vec::with_capacity(mapped.records.len());
+    for r in &mapped.records {
+        let tensors = mapped.tensors_of(r);
+        if !r.items {
+            let name = tensors
+                .first()
+                .map_or("", |&t| file.tensors()[t].name.as_str());
             return Err(op_error(format!(
-                "'{}' is not a dataset tensor (<key>/<index>): the database holds blobs, not TensorProtos records",
-                t.name
-            )));
-        };
-        if idx.parse::<usize>().is_err() {
-            return Err(op_error(format!("'{}' is not a dataset tensor", t.name)));
+                "'{name}' is not a dataset record: the database holds blobs (Save's records), not TensorProtos records"
+            ))
+            .in_file(path));
         }
-        if last != Some(key) || idx == "0" {
-            out.push(Vec::new());
-        }
-        out.last_mut().expect("pushed").push(i);
-        last = Some(key);
+        out.push(tensors.to_vec());
     }
-    Ok(out)
+    Ok((file, out))
 }
 
 /// Reads batch `records` (record numbers) of `file`.
@@ -1035,8 +963,7 @@ struct Reader {
 
 impl Reader {
     fn new(path: &Path, options: &DbInputOptions) -> Result<Reader> {
-        let file = TensorFile::open_with(path, &options.open)?;
-        let recs = records_of(file.tensors()).map_err(|e| e.in_file(path))?;
+        let (file, recs) = open_records(path, &options.open)?;
         if let Some(n) = options.outputs {
             if let Some(r) = recs.iter().find(|r| r.len() != n) {
                 let name = &file.tensors()[r[0]].name;
@@ -1093,8 +1020,7 @@ impl Reader {
 /// Loads a whole TensorProtos record set as a reference: every record, in order, as
 /// its tensors (what a straightforward loop over the database gives).
 pub fn dataset_records(path: impl AsRef<Path>) -> Result<Vec<Vec<Tensor>>> {
-    let file = TensorFile::open(path.as_ref())?;
-    let recs = records_of(file.tensors()).map_err(|e| e.in_file(path.as_ref()))?;
+    let (file, recs) = open_records(path.as_ref(), &OpenOptions::default())?;
     let mut out = Vec::with_capacity(recs.len());
     for r in recs {
         let mut ts = Vec::with_capacity(r.len());

@@ -146,27 +146,62 @@ impl TensorFile {
 
     /// Indexes an already opened source (a buffer, a stream, or a map).
     pub fn from_source(source: Source, options: &OpenOptions) -> Result<Self> {
-        let format = match &options.format {
-            Some(name) => format_named(name).ok_or_else(|| unknown_format(name))?,
-            None => detect(&source, &options.limits).ok_or_else(|| {
+        let format = Self::format_of(&source, options)?;
+        let tensors = (format.index)(&source, &options.limits).map_err(|e| source.in_file(e))?;
+        Ok(Self::indexed(source, format, tensors, options))
+    }
+
+    /// Opens the database at `path` as [`TensorFile::open_with`] does, and keeps what its
+    /// format's mapping found beside the tensors: the records that hold them and the
+    /// values that are not tensors. `None` for a format that is not a database's.
+    pub(crate) fn open_mapped(
+        path: &Path,
+        options: &OpenOptions,
+    ) -> Result<(Self, Option<tensorfmt_runtime::kv::Mapped>)> {
+        let source = open_source(path)?;
+        let format = Self::format_of(&source, options)?;
+        let Some(db) = format.db else {
+            return Ok((Self::from_source(source, options)?, None));
+        };
+        let mut mapped = (db.map)(&source, &options.limits).map_err(|e| source.in_file(e))?;
+        let tensors = std::mem::take(&mut mapped.tensors);
+        Ok((
+            Self::indexed(source, format, tensors, options),
+            Some(mapped),
+        ))
+    }
+
+    /// The format `options` names, or the one detected.
+    fn format_of(source: &Source, options: &OpenOptions) -> Result<&'static FormatDesc> {
+        match &options.format {
+            Some(name) => format_named(name).ok_or_else(|| unknown_format(name)),
+            None => detect(source, &options.limits).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Unsupported("not a file of any known tensor format".into()),
                     source.location(),
                 )
-            })?,
-        };
-        let tensors = (format.index)(&source, &options.limits).map_err(|e| source.in_file(e))?;
+            }),
+        }
+    }
+
+    /// The file of `source`, read as `format`, whose tensors are `tensors`.
+    fn indexed(
+        source: Source,
+        format: &'static FormatDesc,
+        tensors: Vec<TensorInfo>,
+        options: &OpenOptions,
+    ) -> Self {
         let read_options = ReadOptions {
             verify_checksums: !options.skip_checksums,
             limits: options.limits.clone(),
             ..ReadOptions::default()
         };
-        Ok(TensorFile {
+        TensorFile {
             source,
             format,
             tensors,
             read_options,
-        })
+        }
     }
 
     /// The format's public name.

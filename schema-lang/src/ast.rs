@@ -95,6 +95,10 @@ pub enum Item {
     Entry(Entry),
     /// `tensor from expr as x [where expr] { stmts }`
     Tensor(TensorMap),
+    /// `value from expr as x [where expr] { assignments }` (kv formats): values that are
+    /// not tensors, read as a tensor mapping is; its statements are assignments of
+    /// `name`, `data`, `part` and `parts`.
+    Value(TensorMap),
 }
 
 /// `engine kind[(args)];`: `file`, `zip`, `protobuf(root = Msg)`, `kv(backend = lmdb)`.

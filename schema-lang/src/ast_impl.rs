@@ -55,6 +55,10 @@ pub const TENSOR_KEYS: &[&str] = &[
     "write",
 ];
 
+/// The keys a `value` mapping may assign: the value's name and bytes, and which of its
+/// numbered parts an item holds (`part` of `parts`, both or neither).
+pub const VALUE_KEYS: &[&str] = &["name", "data", "part", "parts"];
+
 /// The property names an entry may have.
 pub const ENTRY_PROPS: &[&str] = &[
     "repeated",
@@ -146,6 +150,7 @@ impl Item {
             Item::Pickle(_) => "pickle",
             Item::Entry(_) => "entry",
             Item::Tensor(_) => "tensor",
+            Item::Value(_) => "value",
         }
     }
 
@@ -165,7 +170,7 @@ impl Item {
             Item::Enum(e) => e.span,
             Item::Pickle(p) => p.span,
             Item::Entry(e) => e.span,
-            Item::Tensor(t) => t.span,
+            Item::Tensor(t) | Item::Value(t) => t.span,
         }
     }
 }
@@ -295,6 +300,14 @@ impl Format {
     pub fn tensors(&self) -> impl Iterator<Item = &TensorMap> {
         self.items.iter().filter_map(|i| match i {
             Item::Tensor(t) => Some(t),
+            _ => None,
+        })
+    }
+
+    /// All `value` mappings, in order.
+    pub fn values(&self) -> impl Iterator<Item = &TensorMap> {
+        self.items.iter().filter_map(|i| match i {
+            Item::Value(t) => Some(t),
             _ => None,
         })
     }

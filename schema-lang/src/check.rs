@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 
 use crate::ast::*;
-use crate::ast_impl::{pattern_captures, CODECS, DTYPES, ENGINES, ENTRY_PROPS, TENSOR_KEYS};
+use crate::ast_impl::{
+    pattern_captures, CODECS, DTYPES, ENGINES, ENTRY_PROPS, TENSOR_KEYS, VALUE_KEYS,
+};
 use crate::diag::{Diagnostic, Diagnostics};
 
 /// Runs every check; see the crate docs and `docs/fmt-language.md` for the rules.
@@ -360,6 +362,7 @@ impl<'a> Checker<'a> {
                 Item::Pickle(p) => self.pickle(at, p),
                 Item::Entry(e) => self.entry(at, e),
                 Item::Tensor(t) => self.tensor(at, t),
+                Item::Value(t) => self.value_map(at, t),
             }
         }
     }
@@ -1957,6 +1960,81 @@ impl<'a> Checker<'a> {
                         .join(", ")
                 ),
                 "a mapping sets name, dtype, shape and data (or takes them with `include`)",
+            );
+        }
+    }
+
+    /// A `value` mapping: kv formats only; it assigns `name` and `data`, and `part` and
+    /// `parts` both or neither (their types are the engine rules', on the IR).
+    fn value_map(&mut self, at: At<'a>, t: &'a TensorMap) {
+        let head = Span {
+            start: t.span.start,
+            end: t.binding.span.end,
+        };
+        if at.fmt.engine_kind() != "kv" {
+            self.err_help(
+                at.file,
+                head,
+                "a `value` mapping outside a kv format",
+                "only key-value databases hold values that are not tensors; map this format's tensors with `tensor from ..`",
+            );
+            return;
+        }
+        let source = self.tensor_source(at, &t.source);
+        let scope = Scope::Tensor {
+            binding: &t.binding.name,
+            source,
+        };
+        if let Some(f) = &t.filter {
+            let ty = self.expr(at, scope, f);
+            self.want(at, f, ty, Ty::Bool, "`where`");
+        }
+        let mut assigned: HashMap<&str, Span> = HashMap::new();
+        for s in &t.stmts {
+            let TensorStmt::Assign { key, value, .. } = s else {
+                continue;
+            };
+            let k = key.name.as_str();
+            if !VALUE_KEYS.contains(&k) {
+                self.err_help(
+                    at.file,
+                    key.span,
+                    format!("unknown value property '{k}'"),
+                    format!("value properties: {}", VALUE_KEYS.join(", ")),
+                );
+            } else if let Some(&prev) = assigned.get(k) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    key.span,
+                    format!("'{k}' is assigned twice"),
+                    format!("first assigned at {first}"),
+                );
+            } else {
+                assigned.insert(k, key.span);
+            }
+            self.expr(at, scope, value);
+        }
+        let missing: Vec<String> = ["name", "data"]
+            .into_iter()
+            .filter(|k| !assigned.contains_key(k))
+            .map(|k| format!("'{k}'"))
+            .collect();
+        if !missing.is_empty() {
+            self.err_help(
+                at.file,
+                head,
+                format!("value mapping does not set {}", missing.join(", ")),
+                "a value mapping sets the value's name and data",
+            );
+        }
+        if let (Some(&sp), None) | (None, Some(&sp)) = (assigned.get("part"), assigned.get("parts"))
+        {
+            self.err_help(
+                at.file,
+                sp,
+                "a value mapping sets `part` and `parts` together",
+                "`part = b.chunk_id; parts = b.num_chunks;`: the record holds part `part` of `parts`",
             );
         }
     }

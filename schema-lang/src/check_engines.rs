@@ -11,7 +11,9 @@
 //! `dtype`, `shape`, `data`, `segment`); a `segment` is a message with integer `begin` and
 //! `end`, and only kv formats join parts of a tensor by it; one mapping at most writes,
 //! naming its tensors by a capture of its entry (`name = blob.name`), which has a
-//! positive constant `split`, and its `write` rule makes the entry's message.
+//! positive constant `split`, and its `write` rule makes the entry's message. A `value`
+//! mapping (values that are not tensors) iterates as a tensor mapping does, and sets a
+//! string `name`, `bytes` data, and integer `part` and `parts`.
 //!
 //! Over messages (`protobuf` and `kv`): a document's mapping iterates messages; repeated
 //! fixed-width and zigzag numbers are read by `elements(..)` alone; write rules build
@@ -963,6 +965,40 @@ impl Rules<'_> {
                 }
                 written = true;
                 self.kv_write(map, entry, rule);
+            }
+        }
+        for &m in &fmt.values {
+            let map = ir.mapping(m);
+            if source_entry(&map.source).is_none() || !matches!(map.binding_ty, Type::Message(_)) {
+                self.err(
+                    map.source.span,
+                    "a `value` mapping iterates an entry's value or the messages in it",
+                    "`value from whole.value as b`, `value from record.value.items as i`",
+                );
+                continue;
+            }
+            self.kv_value(map);
+        }
+    }
+
+    /// What a `value` mapping sets: a string `name`, `bytes` data, integer `part` and
+    /// `parts`.
+    fn kv_value(&mut self, map: &Mapping) {
+        for s in &map.stmts {
+            let MappingStmt::Set { key, value } = s else {
+                continue;
+            };
+            let (ok, want) = match key {
+                TensorKey::Name => (value.ty == Type::Str, "a string"),
+                TensorKey::Data => (value.ty == Type::Bytes, "bytes"),
+                _ => (value.ty.is_int(), "an integer"),
+            };
+            if !ok {
+                self.err(
+                    value.span,
+                    format!("a value's `{}` is {want}", key.name()),
+                    "a value mapping gives the value's name (a string), its data (bytes), and the part (an integer) of how many parts (an integer) the record holds",
+                );
             }
         }
     }

@@ -343,6 +343,7 @@ fn rule_word(r: Rule) -> Option<String> {
         Rule::entry_prop => "an entry property",
         Rule::prop_eq => "`=`",
         Rule::tensor => "`tensor`",
+        Rule::value_map => "`value`",
         Rule::t_include => "`include`",
         Rule::t_assign => "an assignment",
         Rule::arg_list => "`(`",
@@ -543,6 +544,7 @@ impl Builder<'_> {
             Rule::pickle => Item::Pickle(self.pickle(p, docs)),
             Rule::entry => Item::Entry(self.entry(p, docs)),
             Rule::tensor => Item::Tensor(self.tensor(p, docs)),
+            Rule::value_map => Item::Value(self.tensor(p, docs)),
             r => unreachable!("item rule {r:?}"),
         }
     }

@@ -27,6 +27,7 @@ construct!(kv_records_fmt, "kv_records");
 construct!(kv_lmdb_fmt, "kv_lmdb");
 construct!(repeat_count_fmt, "repeat_count");
 construct!(kv_open_fmt, "kv_open");
+construct!(kv_values_fmt, "kv_values");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -470,4 +471,106 @@ fn kv_open_arguments_open_the_databases() {
         let c = d.cursor().unwrap();
         assert_eq!(c.key(), b"w", "{}", desc.name);
     }
+}
+
+/// A `kv_values` blob: dims, data, kind, text, part and parts as given.
+fn kv_blob(
+    dims: &[u64],
+    data: &[u8],
+    kind: &str,
+    text: &[u8],
+    part: Option<(u64, u64)>,
+) -> Vec<u8> {
+    let mut b = Vec::new();
+    for &d in dims {
+        field_varint(1, d, &mut b);
+    }
+    field_bytes(2, data, &mut b);
+    field_bytes(3, kind.as_bytes(), &mut b);
+    field_bytes(4, text, &mut b);
+    if let Some((id, n)) = part {
+        field_varint(5, id, &mut b);
+        field_varint(6, n, &mut b);
+    }
+    b
+}
+
+#[test]
+fn kv_values_join_their_parts_and_records_tell_dataset_items_from_blobs() {
+    // A dataset record of two items, a tensor blob, a text in two parts (in any order).
+    let mut row = Vec::new();
+    field_bytes(1, &kv_blob(&[2], &[1, 2], "tensor", b"", None), &mut row);
+    field_bytes(1, &kv_blob(&[1], &[3], "tensor", b"", None), &mut row);
+    let mut file = Vec::new();
+    kv_record(b"row:a", &row, &mut file);
+    kv_record(
+        b"w",
+        &kv_blob(&[3], &[4, 5, 6], "tensor", b"", None),
+        &mut file,
+    );
+    kv_record(
+        b"s",
+        &kv_blob(&[], b"", "text", b"wor", Some((1, 2))),
+        &mut file,
+    );
+    kv_record(
+        b"s",
+        &kv_blob(&[], b"", "text", b"hel", Some((0, 2))),
+        &mut file,
+    );
+    let desc = &kv_values_fmt::kvval::DESC;
+    let got = read(desc, "db.kvv", &file).unwrap();
+    assert_eq!(
+        got,
+        vec![
+            t("a/0", rt::DType::U8, &[2], vec![1, 2]),
+            t("a/1", rt::DType::U8, &[1], vec![3]),
+            t("w", rt::DType::U8, &[3], vec![4, 5, 6]),
+        ]
+    );
+    let src = rt::Source::from_bytes(file.clone()).with_path("db.kvv");
+    let mapped = (desc.db.unwrap().map)(&src, &rt::Limits::default()).unwrap();
+    let records: Vec<_> = mapped
+        .records
+        .iter()
+        .map(|r| (mapped.tensors_of(r).to_vec(), r.items))
+        .collect();
+    assert_eq!(records, vec![(vec![0, 1], true), (vec![2], false)]);
+    let values = rt::kv::join_values(&src, mapped.values).unwrap();
+    assert_eq!(values.len(), 1);
+    assert_eq!(
+        (values[0].name.as_str(), &values[0].data[..]),
+        ("s", &b"helwor"[..])
+    );
+    // A part beyond the number of parts, a part missing.
+    let mut bad = Vec::new();
+    kv_record(
+        b"s",
+        &kv_blob(&[], b"", "text", b"x", Some((5, 2))),
+        &mut bad,
+    );
+    let src = rt::Source::from_bytes(bad).with_path("bad.kvv");
+    let mapped = (desc.db.unwrap().map)(&src, &rt::Limits::default()).unwrap();
+    let e = rt::kv::join_values(&src, mapped.values)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("chunk id 5 of s is not below its 2 chunks"),
+        "{e}"
+    );
+    let mut short = Vec::new();
+    kv_record(
+        b"s",
+        &kv_blob(&[], b"", "text", b"x", Some((0, 3))),
+        &mut short,
+    );
+    let src = rt::Source::from_bytes(short).with_path("short.kvv");
+    let mapped = (desc.db.unwrap().map)(&src, &rt::Limits::default()).unwrap();
+    let e = rt::kv::join_values(&src, mapped.values)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("Data size mismatch for blob s. Expected: 3 Read: 1"),
+        "{e}"
+    );
 }

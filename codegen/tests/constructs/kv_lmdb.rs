@@ -111,7 +111,7 @@ pub mod kvl {
     fn record_part(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
-        out: &mut Vec<rt::kv::Chunk>,
+        out: &mut rt::kv::Found,
     ) -> rt::Result<bool> {
         let value: Blob<'_> = r
             .read("Blob", |b, at| rt::protobuf::read(b, at, 0, limits))?;
@@ -124,19 +124,24 @@ pub mod kvl {
             [&value],
             |x| x.name,
             "",
-            out,
+            &mut out.chunks,
             |b, _| item_part(r, &part, b),
         )?;
         Ok(true)
     }
-    /// The key patterns of the entries, in the order records are matched against them.
-    pub const ENTRIES: &[&str] = &["{name}#%{chunk}"];
-    /// Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
+    /// The entries, in the order records are matched against them: key pattern, and whether the tensors of a record are the items of a list.
+    pub const ENTRIES: &[rt::kv::Entry] = &[
+        rt::kv::Entry {
+            pattern: "{name}#%{chunk}",
+            items: false,
+        },
+    ];
+    /// Maps the records of a database (keys, and where their values are in `src`): each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
     pub fn map_records(
         src: &rt::Source,
         records: &[rt::kv::Record],
         limits: &rt::Limits,
-    ) -> rt::Result<Vec<rt::TensorInfo>> {
+    ) -> rt::Result<rt::kv::Mapped> {
         rt::kv::map_records(
             src,
             records,
@@ -191,12 +196,16 @@ pub mod kvl {
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
         rt::kv::is_backend(src, "lmdb")
     }
+    /// Maps the database's records: its tensors, the records holding them, its values.
+    pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+        map_records(src, rt::kv::backend_records(src, "lmdb")?, limits)
+    }
     /// Lists the tensors of the database.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        map_records(src, rt::kv::backend_records(src, "lmdb")?, limits)
+        map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
@@ -205,6 +214,7 @@ pub mod kvl {
             open: rt::kv::open_lmdb,
             encode: encode_parts,
             split: SPLIT,
+            map: map_db,
         }),
         ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };
@@ -221,12 +231,16 @@ pub mod kvd {
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
         rt::kv::is_backend(src, "leveldb")
     }
+    /// Maps the database's records: its tensors, the records holding them, its values.
+    pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+        super::kvl::map_records(src, rt::kv::backend_records(src, "leveldb")?, limits)
+    }
     /// Lists the tensors of the database: its records mapped as `kvl` maps its own.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        super::kvl::map_records(src, rt::kv::backend_records(src, "leveldb")?, limits)
+        map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
@@ -235,6 +249,7 @@ pub mod kvd {
             open: rt::kv::open_leveldb,
             encode: super::kvl::encode_parts,
             split: super::kvl::SPLIT,
+            map: map_db,
         }),
         ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };

@@ -87,7 +87,7 @@ pub mod kvo {
     fn record_rec(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
-        out: &mut Vec<rt::kv::Chunk>,
+        out: &mut rt::kv::Found,
     ) -> rt::Result<bool> {
         let value: Holder<'_> = r
             .read("Holder", |b, at| rt::protobuf::read(b, at, 0, limits))?;
@@ -99,19 +99,24 @@ pub mod kvo {
             value.blob.as_deref(),
             |x| x.name,
             "",
-            out,
+            &mut out.chunks,
             |b, _| item_rec_blob(r, &rec, b),
         )?;
         Ok(true)
     }
-    /// The key patterns of the entries, in the order records are matched against them.
-    pub const ENTRIES: &[&str] = &["{name}"];
-    /// Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
+    /// The entries, in the order records are matched against them: key pattern, and whether the tensors of a record are the items of a list.
+    pub const ENTRIES: &[rt::kv::Entry] = &[
+        rt::kv::Entry {
+            pattern: "{name}",
+            items: false,
+        },
+    ];
+    /// Maps the records of a database (keys, and where their values are in `src`): each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
     pub fn map_records(
         src: &rt::Source,
         records: &[rt::kv::Record],
         limits: &rt::Limits,
-    ) -> rt::Result<Vec<rt::TensorInfo>> {
+    ) -> rt::Result<rt::kv::Mapped> {
         rt::kv::map_records(
             src,
             records,
@@ -151,12 +156,16 @@ pub mod kvo {
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
         rt::kv::is_backend(src, "lmdb")
     }
+    /// Maps the database's records: its tensors, the records holding them, its values.
+    pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+        map_records(src, rt::kv::backend_records(src, "lmdb")?, limits)
+    }
     /// Lists the tensors of the database.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        map_records(src, rt::kv::backend_records(src, "lmdb")?, limits)
+        map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
@@ -165,6 +174,7 @@ pub mod kvo {
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
+            map: map_db,
         }),
         ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };
@@ -192,12 +202,16 @@ pub mod kvp {
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
         rt::kv::is_backend(src, "leveldb")
     }
+    /// Maps the database's records: its tensors, the records holding them, its values.
+    pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+        super::kvo::map_records(src, rt::kv::backend_records(src, "leveldb")?, limits)
+    }
     /// Lists the tensors of the database: its records mapped as `kvo` maps its own.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        super::kvo::map_records(src, rt::kv::backend_records(src, "leveldb")?, limits)
+        map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer and database operations.
     pub const DESC: rt::FormatDesc = rt::FormatDesc {
@@ -206,6 +220,7 @@ pub mod kvp {
             open: open_db,
             encode: super::kvo::encode_parts,
             split: super::kvo::SPLIT,
+            map: map_db,
         }),
         ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
     };

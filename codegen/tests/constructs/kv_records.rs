@@ -133,7 +133,7 @@ pub mod kvrec {
     fn record_blob(
         r: &rt::kv::Matched<'_>,
         limits: &rt::Limits,
-        out: &mut Vec<rt::kv::Chunk>,
+        out: &mut rt::kv::Found,
     ) -> rt::Result<bool> {
         let value: Blob<'_> = r
             .read("Blob", |b, at| rt::protobuf::read(b, at, 0, limits))?;
@@ -145,19 +145,24 @@ pub mod kvrec {
             [&value],
             |_| None,
             "blob.value",
-            out,
+            &mut out.chunks,
             |b, _| item_blob(r, &blob, b),
         )?;
         Ok(true)
     }
-    /// The key patterns of the entries, in the order records are matched against them.
-    pub const ENTRIES: &[&str] = &["{name}"];
-    /// Maps the records of a database (keys, and where their values are in `src`) to its tensors: each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
+    /// The entries, in the order records are matched against them: key pattern, and whether the tensors of a record are the items of a list.
+    pub const ENTRIES: &[rt::kv::Entry] = &[
+        rt::kv::Entry {
+            pattern: "{name}",
+            items: false,
+        },
+    ];
+    /// Maps the records of a database (keys, and where their values are in `src`): each record's key is matched against the entries in order, its value read as the entry's message, the mappings run over it, and the parts of each tensor joined.
     pub fn map_records(
         src: &rt::Source,
         records: &[rt::kv::Record],
         limits: &rt::Limits,
-    ) -> rt::Result<Vec<rt::TensorInfo>> {
+    ) -> rt::Result<rt::kv::Mapped> {
         rt::kv::map_records(
             src,
             records,
@@ -234,13 +239,17 @@ pub mod kvrec {
     pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
         src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
     }
+    /// Maps the file's records: its tensors, the records holding them, its values.
+    pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+        let records = records(src, limits).map_err(|e| src.in_file(e))?;
+        map_records(src, &records, limits)
+    }
     /// Lists the tensors of the file.
     pub fn index(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        let records = records(src, limits).map_err(|e| src.in_file(e))?;
-        map_records(src, &records, limits)
+        map_db(src, limits).map(|m| m.tensors)
     }
     fn new_writer<'a>(
         w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
@@ -259,6 +268,7 @@ pub mod kvrec {
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
+            map: map_db,
         }),
         ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
     };

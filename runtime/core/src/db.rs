@@ -101,6 +101,72 @@ pub struct DbDesc {
     pub encode: EncodeFn,
     /// The format's default number of elements per record.
     pub split: u64,
+    /// Maps a database read whole (a source with its records, or a file of records): its
+    /// tensors, which records hold them, and its values that are not tensors.
+    pub map: MapFn,
+}
+
+/// See [`DbDesc::map`].
+pub type MapFn = fn(&crate::Source, &crate::Limits) -> Result<Mapped>;
+
+/// A database mapped by its format: the tensors (what indexing gives), the records that
+/// hold them, and the pieces of the values that are not tensors (a `value` mapping's),
+/// joined by name on demand (`tensorfmt_kv::join_values`).
+#[derive(Debug, Clone, Default)]
+pub struct Mapped {
+    /// The tensors, each listed where its first part is.
+    pub tensors: Vec<crate::TensorInfo>,
+    /// Per record that holds tensors, in the database's order: what it holds.
+    pub records: Vec<MappedRecord>,
+    /// The tensor indices of the records, one after the other ([`Mapped::tensors_of`]).
+    pub held: Vec<usize>,
+    /// The pieces of values found, in record order.
+    pub values: Vec<ValuePiece>,
+}
+
+impl Mapped {
+    /// The indices (in [`Mapped::tensors`]) of the tensors record `r` holds parts of, in
+    /// the record's order.
+    pub fn tensors_of(&self, r: &MappedRecord) -> &[usize] {
+        self.held.get(r.tensors.clone()).unwrap_or_default()
+    }
+}
+
+/// What one record of a database holds of its tensors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappedRecord {
+    /// Where its tensors' indices are in [`Mapped::held`].
+    pub tensors: std::ops::Range<usize>,
+    /// Whether they are the items of a list (a mapping over a repeated field: a dataset
+    /// record), not tensors of their own (a blob).
+    pub items: bool,
+}
+
+/// One record's piece of a value that is not a tensor (a `value` mapping's item): the
+/// value's name, where its bytes are in the source, and which of its numbered parts it
+/// is, if it was saved in parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ValuePiece {
+    /// The value's name.
+    pub name: String,
+    /// The record's key, for errors.
+    pub key: String,
+    /// Absolute offset of the piece's bytes in the source.
+    pub offset: u64,
+    /// Their length.
+    pub len: u64,
+    /// `(part, parts)`: the piece is part number `part` of `parts`; `None`: the value
+    /// whole.
+    pub part: Option<(i64, i64)>,
+}
+
+/// A value that is not a tensor, its pieces joined: its name and its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Value {
+    /// The name.
+    pub name: String,
+    /// The bytes.
+    pub data: Vec<u8>,
 }
 
 /// Takes one record (key, value) a tensor is encoded into.

@@ -21,7 +21,8 @@ pub use format::{
     WriteRecordFn,
 };
 pub use tensorfmt_core::db::{
-    Cursor, Db, DbDesc, EncodeFn, Mode, PutFn, Record, Records, Transaction,
+    Cursor, Db, DbDesc, EncodeFn, MapFn, Mapped, MappedRecord, Mode, PutFn, Record, Records,
+    Transaction, Value, ValuePiece,
 };
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::parts::TensorParts;
@@ -800,6 +801,27 @@ pub struct Matched<'r> {
 }
 
 impl Matched<'_> {
+    /// A `value` mapping's item: the piece of value `name` that this record holds, its
+    /// bytes (and their absolute offset in the source; absent: empty), and, when the value
+    /// was saved in numbered parts, which part it is of how many (`parts` absent: the
+    /// value whole; `part` absent: part 0).
+    pub fn value(
+        &self,
+        name: &str,
+        data: Option<(&[u8], u64)>,
+        part: Option<i64>,
+        parts: Option<i64>,
+    ) -> ValuePiece {
+        let (offset, len) = data.map_or((0, 0), |(b, at)| (at, b.len() as u64));
+        ValuePiece {
+            name: name.to_string(),
+            key: self.key.to_string(),
+            offset,
+            len,
+            part: parts.map(|n| (part.unwrap_or(0), n)),
+        }
+    }
+
     /// The value read by `read` (given its bytes and their offset) as the message
     /// `message`; an error is given the record as its entry (`record "key" as
     /// message`).
@@ -813,22 +835,41 @@ impl Matched<'_> {
     }
 }
 
+/// A format's entry, as [`map_records`] matches records against it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// The key pattern (`"{name}#%{chunk}"`).
+    pub pattern: &'static str,
+    /// Whether the tensors of its records are the items of a list (a mapping over a
+    /// repeated field: a dataset record), not tensors of their own.
+    pub items: bool,
+}
+
+/// What the mappings over one record add to ([`map_records`]).
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The parts of tensors (a `tensor` mapping's items).
+    pub chunks: Vec<Chunk>,
+    /// The pieces of values that are not tensors (a `value` mapping's items).
+    pub values: Vec<ValuePiece>,
+}
+
 /// Maps the records of a database (their keys, and where their values are in `src`,
-/// which holds them in memory) to its tensors. Each record's key is matched against the
-/// key patterns `entries` in order; for the first that matches, `map` is given the
-/// matched record and the parts found so far, and adds the record's parts; it returns
-/// whether the record is of that entry (`false`: the next matching entry is tried; a
-/// record no entry takes is skipped). The parts of each tensor are then joined
-/// ([`join_segments`]). Every error is given `src`'s path; a value outside the source is
-/// [`ErrorKind::Truncated`] naming its key; more parts than `limits.max_tensors` is an
-/// [`ErrorKind::Limit`].
+/// which holds them in memory). Each record's key is matched against the `entries` in
+/// order; for the first that matches, `map` is given the matched record and what was found
+/// so far, and adds the record's tensor parts and value pieces; it returns whether the
+/// record is of that entry (`false`: the next matching entry is tried; a record no entry
+/// takes is skipped). The parts of each tensor are then joined ([`join_segments`]); the
+/// value pieces are kept as found, to be joined by [`join_values`]. Every error is given
+/// `src`'s path; a value outside the source is [`ErrorKind::Truncated`] naming its key;
+/// more parts than `limits.max_tensors` is an [`ErrorKind::Limit`].
 pub fn map_records(
     src: &Source,
     records: &[Record],
     limits: &tensorfmt_core::Limits,
-    entries: &[&str],
-    mut map: impl FnMut(&Matched<'_>, &mut Vec<Chunk>) -> Result<bool>,
-) -> Result<Vec<tensorfmt_core::TensorInfo>> {
+    entries: &[Entry],
+    mut map: impl FnMut(&Matched<'_>, &mut Found) -> Result<bool>,
+) -> Result<Mapped> {
     let in_file = |e: Error| src.in_file(e);
     let Some(all) = src.bytes().map(|b| b.as_bytes()) else {
         return Err(in_file(Error::from(ErrorKind::Unsupported(
@@ -837,9 +878,11 @@ pub fn map_records(
     };
     let patterns = entries
         .iter()
-        .map(|p| Pattern::new(p))
+        .map(|e| Pattern::new(e.pattern))
         .collect::<Result<Vec<_>>>()?;
-    let mut chunks = Vec::new();
+    let mut found = Found::default();
+    // Per record holding tensor parts: the range of its chunks, and whether they are items.
+    let mut held: Vec<(std::ops::Range<usize>, bool)> = Vec::new();
     for rec in records {
         let key = String::from_utf8_lossy(&rec.key);
         let key: &str = &key;
@@ -855,6 +898,7 @@ pub fn map_records(
                     .in_entry(key),
                 )
             })?;
+        let start = found.chunks.len();
         for (entry, pattern) in patterns.iter().enumerate() {
             let Some(captures) = pattern.matches(key) else {
                 continue;
@@ -866,19 +910,134 @@ pub fn map_records(
                 value,
                 base: rec.offset,
             };
-            if map(&matched, &mut chunks).map_err(in_file)? {
+            if map(&matched, &mut found).map_err(in_file)? {
+                if found.chunks.len() > start {
+                    held.push((start..found.chunks.len(), entries[entry].items));
+                }
                 break;
             }
         }
     }
-    if chunks.len() as u64 > limits.max_tensors {
+    if found.chunks.len() as u64 > limits.max_tensors {
         return Err(in_file(Error::from(ErrorKind::Limit {
             what: "tensors",
             limit: limits.max_tensors,
-            actual: chunks.len() as u64,
+            actual: found.chunks.len() as u64,
         })));
     }
-    join_segments(chunks).map_err(in_file)
+    let (tensors, of_chunk) = join_indexed(found.chunks).map_err(in_file)?;
+    let mut ids = Vec::with_capacity(of_chunk.len());
+    let mut records = Vec::with_capacity(held.len());
+    for (chunks, items) in held {
+        let start = ids.len();
+        for c in chunks {
+            if !ids[start..].contains(&of_chunk[c]) {
+                ids.push(of_chunk[c]);
+            }
+        }
+        records.push(MappedRecord {
+            tensors: start..ids.len(),
+            items,
+        });
+    }
+    Ok(Mapped {
+        tensors,
+        records,
+        held: ids,
+        values: found.values,
+    })
+}
+
+/// A value being joined: its name, its number of parts (if in parts), its parts by number.
+type Joining<'a> = (
+    String,
+    Option<i64>,
+    std::collections::BTreeMap<i64, &'a [u8]>,
+);
+
+/// Joins the pieces of each value by name: what a `value` mapping's `part` and `parts`
+/// mean, for any format whose records hold values that are not tensors. Pieces of one
+/// name come in any order, interleaved with others'; their bytes are read from `src`.
+/// Counted in order: a piece without parts is the value whole, and no other piece may
+/// have its name; a piece with parts is part `part` of `parts` (`0 <= part < parts`),
+/// every piece of the name gives the same number of parts, and no part comes twice; and
+/// every value in parts must have them all. The values are listed where their first piece
+/// is, their bytes the parts' in part order.
+///
+/// These are the checks of Caffe2's Load (`load_save_op_util.cc`, BlobState, for blobs
+/// that are not tensors), the reader of the one built-in format with `value` mappings,
+/// made in the same order; the errors carry its words ("Blob duplicated: s", "Chunk with
+/// the same id has occurred twice for: s", "Data size mismatch for blob s. Expected: 3
+/// Read: 1") with the value's name.
+pub fn join_values(
+    src: &Source,
+    pieces: impl IntoIterator<Item = ValuePiece>,
+) -> Result<Vec<Value>> {
+    let invalid = |msg: String| Error::from(ErrorKind::Invalid(msg));
+    let all = src.bytes().map(|b| b.as_bytes()).unwrap_or_default();
+    let bytes_of = |p: &ValuePiece| -> Result<&[u8]> {
+        usize::try_from(p.offset)
+            .ok()
+            .and_then(|o| all.get(o..o.checked_add(usize::try_from(p.len).ok()?)?))
+            .ok_or_else(|| {
+                Error::from(ErrorKind::Truncated {
+                    needed: p.len,
+                    available: (all.len() as u64).saturating_sub(p.offset),
+                })
+                .in_entry(&p.key)
+            })
+    };
+    let mut joined: Vec<Joining<'_>> = Vec::new();
+    for p in pieces {
+        let at = joined.iter().position(|v| v.0 == p.name);
+        let data = bytes_of(&p)?;
+        let Some((id, n)) = p.part else {
+            if at.is_some() {
+                return Err(invalid(format!("Blob duplicated: {}", p.name)));
+            }
+            joined.push((p.name, None, [(0, data)].into()));
+            continue;
+        };
+        if n <= 0 || id < 0 || id >= n {
+            return Err(invalid(format!(
+                "chunk id {id} of {} is not below its {n} chunks",
+                p.name
+            )));
+        }
+        let v = match at {
+            Some(i) => &mut joined[i],
+            None => {
+                joined.push((p.name.clone(), Some(n), Default::default()));
+                joined.last_mut().expect("pushed")
+            }
+        };
+        if v.1 != Some(n) {
+            return Err(invalid(format!(
+                "Blob duplicated: {} (its parts disagree on their number of chunks)",
+                p.name
+            )));
+        }
+        if v.2.insert(id, data).is_some() {
+            return Err(invalid(format!(
+                "Chunk with the same id has occurred twice for: {}",
+                p.name
+            )));
+        }
+    }
+    let mut out = Vec::with_capacity(joined.len());
+    for (name, n, parts) in joined {
+        if let Some(n) = n.filter(|&n| parts.len() as i64 != n) {
+            return Err(invalid(format!(
+                "Data size mismatch for blob {name}. Expected: {n} Read: {}",
+                parts.len()
+            )));
+        }
+        out.push(Value {
+            name,
+            data: parts.into_values().flatten().copied().collect(),
+        });
+    }
+    Ok(out)
 }
 
 /// Writes the tensor `meta`, whose bytes are `all`, as records of an entry whose key
@@ -945,20 +1104,31 @@ pub fn encode_parts(
 /// carry its words ("Found an extra part for an already filled tensor: w") with the
 /// record's key, so that they read as Caffe2's users know them.
 pub fn join_segments(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInfo>> {
+    join_indexed(chunks).map(|(tensors, _)| tensors)
+}
+
+/// [`join_segments`], and for each chunk the index of the tensor it is a part of.
+fn join_indexed(chunks: Vec<Chunk>) -> Result<(Vec<tensorfmt_core::TensorInfo>, Vec<usize>)> {
     let mut order: Vec<String> = Vec::new();
-    let mut by_name: std::collections::HashMap<String, Vec<Chunk>> = Default::default();
+    let mut of_chunk = Vec::with_capacity(chunks.len());
+    let mut by_name: std::collections::HashMap<String, (usize, Vec<Chunk>)> = Default::default();
     for c in chunks {
-        if !by_name.contains_key(&c.name) {
+        let next = order.len();
+        let slot = by_name
+            .entry(c.name.clone())
+            .or_insert_with(|| (next, Vec::new()));
+        if slot.0 == next {
             order.push(c.name.clone());
         }
-        by_name.entry(c.name.clone()).or_default().push(c);
+        of_chunk.push(slot.0);
+        slot.1.push(c);
     }
     let mut out = Vec::with_capacity(order.len());
     for name in order {
-        let parts = by_name.remove(&name).unwrap_or_default();
+        let (_, parts) = by_name.remove(&name).unwrap_or_default();
         out.push(join_one(&name, parts)?);
     }
-    Ok(out)
+    Ok((out, of_chunk))
 }
 
 fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorInfo> {

@@ -168,6 +168,10 @@ pub enum TensorKey {
     Data,
     /// `segment`
     Segment,
+    /// `part` (a `value` mapping's): which numbered part of its value an item holds.
+    Part,
+    /// `parts` (a `value` mapping's): how many parts its value was saved in.
+    Parts,
 }
 
 impl TensorKey {
@@ -186,6 +190,17 @@ impl TensorKey {
         })
     }
 
+    /// The key a `value` mapping assigns by `name`: `name`, `data`, `part`, `parts`.
+    pub fn of_value(name: &str) -> Option<TensorKey> {
+        Some(match name {
+            "name" => TensorKey::Name,
+            "data" => TensorKey::Data,
+            "part" => TensorKey::Part,
+            "parts" => TensorKey::Parts,
+            _ => return None,
+        })
+    }
+
     /// Its name in schemas.
     pub fn name(self) -> &'static str {
         match self {
@@ -197,6 +212,8 @@ impl TensorKey {
             TensorKey::ByteOrder => "byte_order",
             TensorKey::Data => "data",
             TensorKey::Segment => "segment",
+            TensorKey::Part => "part",
+            TensorKey::Parts => "parts",
         }
     }
 
@@ -210,7 +227,7 @@ impl TensorKey {
             TensorKey::Order => Type::Order,
             TensorKey::ByteOrder => Type::ByteOrder,
             TensorKey::Data => Type::TensorData,
-            TensorKey::Segment => Type::Error,
+            TensorKey::Segment | TensorKey::Part | TensorKey::Parts => Type::Error,
         }
     }
 }

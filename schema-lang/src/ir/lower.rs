@@ -202,6 +202,7 @@ impl<'a> Lower<'a> {
                     pickles: Vec::new(),
                     entries: Vec::new(),
                     mappings: Vec::new(),
+                    values: Vec::new(),
                     span: fmt.span,
                     name_span: fmt.name.span,
                 });
@@ -303,7 +304,7 @@ impl<'a> Lower<'a> {
                         self.ir.formats[i].entries.push(eid);
                         ItemRef::Entry(eid)
                     }
-                    Item::Tensor(t) => {
+                    Item::Tensor(t) | Item::Value(t) => {
                         let mid = MappingId(self.ir.mappings.len() as u32);
                         self.ir.mappings.push(Mapping {
                             docs: t.docs.clone(),
@@ -316,7 +317,11 @@ impl<'a> Lower<'a> {
                             write: None,
                             span: t.span,
                         });
-                        self.ir.formats[i].mappings.push(mid);
+                        if matches!(item, Item::Value(_)) {
+                            self.ir.formats[i].values.push(mid);
+                        } else {
+                            self.ir.formats[i].mappings.push(mid);
+                        }
                         ids.push(None);
                         continue;
                     }
@@ -841,8 +846,11 @@ impl<'a> Lower<'a> {
     fn sources(&mut self) {
         for i in 0..self.fmts.len() {
             self.cur = FormatId(i as u32);
-            let maps: Vec<&'a ast::TensorMap> = self.ast_fmt().tensors().collect();
-            for (t, id) in maps.into_iter().zip(self.ir.formats[i].mappings.clone()) {
+            let fmt = self.ast_fmt();
+            let maps = fmt.tensors().zip(self.ir.formats[i].mappings.clone());
+            let values = fmt.values().zip(self.ir.formats[i].values.clone());
+            let all: Vec<(&'a ast::TensorMap, MappingId)> = maps.chain(values).collect();
+            for (t, id) in all {
                 let source = self.expr(&Scope::Source, &t.source);
                 let binding_ty = match &source.ty {
                     Type::List(x) | Type::Tuple(x) => (**x).clone(),
@@ -872,8 +880,10 @@ impl<'a> Lower<'a> {
                     _ => {}
                 }
             }
-            let maps: Vec<&'a ast::TensorMap> = fmt.tensors().collect();
-            for (t, id) in maps.into_iter().zip(self.ir.formats[i].mappings.clone()) {
+            let maps = fmt.tensors().zip(self.ir.formats[i].mappings.clone());
+            let values = fmt.values().zip(self.ir.formats[i].values.clone());
+            let all: Vec<(&'a ast::TensorMap, MappingId)> = maps.chain(values).collect();
+            for (t, id) in all {
                 self.mapping(id, t);
             }
         }
@@ -1101,7 +1111,12 @@ impl<'a> Lower<'a> {
                 }
                 ast::TensorStmt::Assign { key, value, .. } => {
                     let value = self.expr(&sc, value);
-                    if let Some(key) = TensorKey::from_name(&key.name) {
+                    let key = if self.ir.format(self.cur).values.contains(&id) {
+                        TensorKey::of_value(&key.name)
+                    } else {
+                        TensorKey::from_name(&key.name)
+                    };
+                    if let Some(key) = key {
                         stmts.push(MappingStmt::Set { key, value });
                     }
                 }

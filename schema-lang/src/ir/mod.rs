@@ -290,6 +290,9 @@ pub struct Format {
     pub entries: Vec<EntryId>,
     /// Its tensor mappings, in order.
     pub mappings: Vec<MappingId>,
+    /// Its `value` mappings (kv formats: values that are not tensors), in order; their
+    /// statements set `name`, `data`, `part` and `parts`.
+    pub values: Vec<MappingId>,
     /// The whole declaration.
     pub span: Span,
     /// The format's identifier in it.
