@@ -115,6 +115,8 @@ impl Rules<'_> {
         }
         if matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. }) {
             self.messages();
+        } else {
+            self.messages_out_of_engine();
         }
         if !matches!(f.engine, Engine::Kv { .. }) {
             self.segments();
@@ -129,6 +131,36 @@ impl Rules<'_> {
                     "only text entries are looked up by name: `text; preferred \"{prefix}/.data/version\";`",
                 );
             }
+        }
+    }
+
+    /// Protobuf `message`s and `enum`s are read and written by the engines over messages
+    /// (`protobuf` and `kv`) only.
+    fn messages_out_of_engine(&mut self) {
+        let f = self.ir.format(self.fid);
+        let spans = f
+            .messages
+            .iter()
+            .map(|&m| (self.ir.message(m).span, "message"))
+            .chain(f.enums.iter().map(|&e| (self.ir.enum_(e).span, "enum")));
+        let spans: Vec<(Span, &str)> = spans.collect();
+        for (span, what) in spans {
+            self.err(
+                span,
+                format!("a protobuf `{what}` in a format of the `{}` engine", self.engine_name()),
+                "messages and enums are read and written by the engines over protobuf messages: declare them in a format of `engine protobuf(root = Message);` or `engine kv(backend = ...);`",
+            );
+        }
+    }
+
+    /// The name of the format's engine as written (`file`, `zip`).
+    fn engine_name(&self) -> &'static str {
+        match self.ir.format(self.fid).engine {
+            Engine::File => "file",
+            Engine::Zip => "zip",
+            Engine::Protobuf { .. } => "protobuf",
+            Engine::Kv { .. } => "kv",
+            Engine::Error => "unknown",
         }
     }
 
