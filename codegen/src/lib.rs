@@ -17,15 +17,17 @@
 //! mapping's inverse and its writer, or pickles read back to back), the `zip` engine (around
 //! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`. What a
 //! writer cannot do and what an engine cannot mean are reported by the checker, at their
-//! span with a help line: the generator generates what it accepts (the zip engine and the
-//! lowering of `source` have no refusal path left; the remaining `Unlowered` sites of the
-//! other engines are diagnostics at their span, never panics).
+//! span with a help line: the generator generates what it accepts (the choice of the
+//! engine, the zip engine and the lowering of `source` and of a record's `dtype` have no
+//! refusal path left; the remaining `Unlowered` sites of the other engines are diagnostics
+//! at their span, never panics).
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
 
 use proc_macro2::TokenStream;
 use quote::quote;
+use tensorfmt_schema::ir::Engine;
 use tensorfmt_schema::{Diagnostic, Diagnostics, Schema};
 
 pub mod derive;
@@ -183,11 +185,7 @@ fn format_items(
 ) -> Result<TokenStream, Vec<GenError>> {
     let file = &model.files[fmt.file];
     let cx = expr::Cx { file: fmt.file };
-    let mut errors: Vec<GenError> = fmt
-        .unsupported
-        .iter()
-        .map(|(span, what)| cx.unsupported(*span, what))
-        .collect();
+    let mut errors: Vec<GenError> = Vec::new();
     let mut items = Vec::new();
 
     let name = fmt.public_name();
@@ -200,39 +198,12 @@ fn format_items(
         pub const EXTENSIONS: &[&str] = &[#(#exts),*];
     });
 
-    // The engine.
-    let engine = match fmt.engines.as_slice() {
-        [e] => Some(*e),
-        [] => {
-            errors.push(cx.err(fmt.ast.name.span, "a format needs an `engine`"));
-            None
-        }
-        [_, e, ..] => {
-            errors.push(cx.err(e.span, "a format has one `engine`"));
-            None
-        }
-    };
-    let kind = match engine {
-        Some(e) if e.kind.name == "protobuf" => Some("protobuf"),
-        Some(e) if e.kind.name == "kv" => Some("kv"),
-        Some(e) if !e.args.is_empty() => {
-            errors.push(cx.unsupported(
-                e.span,
-                &format!("the `{}` engine with arguments", e.kind.name),
-            ));
-            None
-        }
-        Some(e) if matches!(e.kind.name.as_str(), "file" | "zip") => Some(e.kind.name.as_str()),
-        Some(e) => {
-            errors.push(cx.unsupported(e.span, &format!("the `{}` engine", e.kind.name)));
-            None
-        }
-        None => None,
-    };
-
+    // The checker resolves every format's one engine (`format has no engine`, `second
+    // engine`, `unknown engine`, `takes no arguments`): `Engine::Error` is not checked.
+    let kind = &ir.format(fid).engine;
     // The protobuf and kv engines generate their own detectors.
-    if !matches!(kind, Some("protobuf" | "kv")) {
-        items.push(engine::gen_detect(ir, fid, kind == Some("zip")));
+    if matches!(kind, Engine::File | Engine::Zip) {
+        items.push(engine::gen_detect(ir, fid, *kind == Engine::Zip));
     }
     for &t in &ir.format(fid).tables {
         items.push(table::gen_table(ir, t));
@@ -248,7 +219,7 @@ fn format_items(
         }
     }
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
-    let pickle_file = kind == Some("file") && pickle::is_pickle_file(ir, fid);
+    let pickle_file = *kind == Engine::File && pickle::is_pickle_file(ir, fid);
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
             match read::gen_layout(ir, l, &file.source)
@@ -260,19 +231,19 @@ fn format_items(
         }
     }
     match kind {
-        Some("protobuf") => match proto::gen_protobuf(ir, fid) {
+        Engine::Protobuf { .. } => match proto::gen_protobuf(ir, fid) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("kv") => match kv::gen_kv(ir, fid) {
+        Engine::Kv { .. } => match kv::gen_kv(ir, fid) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("file") if pickle_file => match pickle::gen_file_pickle(ir, fid) {
+        Engine::File if pickle_file => match pickle::gen_file_pickle(ir, fid) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("file") => {
+        Engine::File => {
             match file::gen_file(ir, fid) {
                 Ok(ts) => items.push(ts),
                 Err(u) => errors.push(unlowered(&cx, u)),
@@ -282,12 +253,12 @@ fn format_items(
                 Err(u) => errors.push(unlowered(&cx, u)),
             }
         }
-        Some("zip") if pickle::is_pickle_zip(ir, fid) => match pickle::gen_zip_pickle(ir, fid) {
+        Engine::Zip if pickle::is_pickle_zip(ir, fid) => match pickle::gen_zip_pickle(ir, fid) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Some("zip") => items.push(engine::gen_zip(ir, fid)),
-        _ => {}
+        Engine::Zip => items.push(engine::gen_zip(ir, fid)),
+        Engine::Error => unreachable!("the checker resolves every format's engine"),
     }
 
     if errors.is_empty() {

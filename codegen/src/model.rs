@@ -1,4 +1,4 @@
-//! The schema as the generator sees it: each format's declaration with its engine and
+//! The schema as the generator sees it: each format's declaration with its module name and
 //! extensions, and errors carrying the file they belong to.
 
 use proc_macro2::Ident as RsIdent;
@@ -15,7 +15,7 @@ pub(crate) struct GenError {
     pub message: String,
 }
 
-/// One format: its declaration, engine and extensions.
+/// One format: its declaration, module name and extensions.
 pub(crate) struct Fmt<'s> {
     /// Index of the file defining it.
     pub file: usize,
@@ -23,12 +23,8 @@ pub(crate) struct Fmt<'s> {
     pub ast: &'s Format,
     /// The generated module's name.
     pub module: RsIdent,
-    /// `engine ...;` (checked to be exactly one by the generator).
-    pub engines: Vec<&'s Engine>,
     /// `extensions [...]`.
     pub extensions: Vec<&'s StrLit>,
-    /// Constructs the generator does not support, found while sorting.
-    pub unsupported: Vec<(Span, &'static str)>,
 }
 
 impl<'s> Fmt<'s> {
@@ -37,31 +33,24 @@ impl<'s> Fmt<'s> {
             file,
             ast,
             module: rs_ident(&ast.name.name),
-            engines: Vec::new(),
             extensions: Vec::new(),
-            unsupported: Vec::new(),
         };
         for item in &ast.items {
             match item {
-                Item::Engine(e) => f.engines.push(e),
                 Item::Extensions(x) => f.extensions.extend(x.iter()),
-                // Generated from the IR.
-                Item::Detect(_)
+                // Generated from the IR (messages and enums by the engines over messages,
+                // to which the checker keeps them).
+                Item::Engine(_)
+                | Item::Detect(_)
                 | Item::Table(_)
                 | Item::Dict(_)
                 | Item::Layout(_)
                 | Item::Entry(_)
                 | Item::Tensor(_)
                 | Item::Value(_)
-                | Item::Pickle(_) => {}
-                // Read by the `protobuf` engine (`proto.rs`); elsewhere unsupported.
-                Item::Message(m) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f
-                    .unsupported
-                    .push((m.span, "a protobuf `message` outside the protobuf engine")),
-                Item::Enum(e) if !matches!(ast.engine_kind(), "protobuf" | "kv") => f
-                    .unsupported
-                    .push((e.span, "a protobuf `enum` outside the protobuf engine")),
-                Item::Message(_) | Item::Enum(_) => {}
+                | Item::Pickle(_)
+                | Item::Message(_)
+                | Item::Enum(_) => {}
             }
         }
         f

@@ -117,11 +117,14 @@ impl Rules<'_> {
         }
         if matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. }) {
             self.messages();
+        } else {
+            self.messages_out_of_engine();
         }
         if !matches!(f.engine, Engine::Kv { .. }) {
             self.segments();
         }
         self.source_in_reach(pickled.is_some());
+        self.layout_reach();
         for &e in &f.entries {
             let e = self.ir.entry(e);
             if e.preferred.is_some() && e.content != Content::Text {
@@ -131,6 +134,117 @@ impl Rules<'_> {
                     "only text entries are looked up by name: `text; preferred \"{prefix}/.data/version\";`",
                 );
             }
+        }
+    }
+
+    /// What a layout's expressions read: `dtype` only in the records of a file of pickles
+    /// (the layouts beside the one of pickles: the dtype of the tensors whose bytes a
+    /// record holds); no layout as a value (a
+    /// layout's own fields are named alone); `size(..)` and `latin1(..)` only where the
+    /// layout is written (its `write` rules and `spare`), where the encoded bytes are known.
+    fn layout_reach(&mut self) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        // A file of pickles reads its records alone, by the rules of `file_pickle`.
+        let pickle_file = f.engine == Engine::File
+            && f.layouts.iter().any(|&l| {
+                ir.layout(l)
+                    .fields
+                    .iter()
+                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
+            });
+        let mut errors: Vec<(Span, String, &str)> = Vec::new();
+        for &l in &f.layouts {
+            let layout = ir.layout(l);
+            let pickled = layout
+                .fields
+                .iter()
+                .any(|x| matches!(x.codec, Some(Codec::Pickle(_))));
+            for x in &layout.fields {
+                let written = x.write.iter().chain(match &x.codec {
+                    Some(Codec::PyDict { spare, .. }) => spare.as_ref(),
+                    _ => None,
+                });
+                let written: Vec<&Expr> = written.collect();
+                let mut roots: Vec<(&Expr, bool)> = written.iter().map(|e| (*e, true)).collect();
+                roots.extend(x.checks.iter().map(|e| (e, false)));
+                roots.extend(
+                    x.size
+                        .iter()
+                        .chain(&x.at)
+                        .chain(&x.align)
+                        .map(|e| (e, false)),
+                );
+                if let crate::ir::FieldKind::Cond { cond, .. } = &x.kind {
+                    roots.push((cond, false));
+                }
+                if let Some(Repeat::Count(e)) = &x.repeat {
+                    roots.push((e, false));
+                }
+                if let Some(Codec::PyDict { encoding, .. }) = &x.codec {
+                    roots.extend(encoding.iter().map(|e| (e, false)));
+                }
+                if let Some(p) = &x.pad {
+                    roots.push((&p.align, false));
+                    roots.extend(p.min.iter().map(|e| (e, false)));
+                }
+                for (root, written) in roots {
+                    root.walk(&mut |e| match &e.kind {
+                        ExprKind::RecordDtype if !pickle_file || pickled => errors.push((
+                            e.span,
+                            "`dtype` is read in a layout that is not a record of a file of pickles".into(),
+                            "in a layout, `dtype` is the dtype of the tensors whose bytes a record of a file of pickles holds (`storages: Record repeat count(len(keys));`); elsewhere name a field holding it",
+                        )),
+                        ExprKind::Layout(_) => errors.push((
+                            e.span,
+                            "a layout is read as a value in a layout".into(),
+                            "a layout's expressions name its fields alone (`header_len`, `header.shape`); a layout is a value in the tensor mapping over it (`slice(File.data, ..)`)",
+                        )),
+                        ExprKind::Call {
+                            func: func @ (Builtin::Size | Builtin::Latin1),
+                            ..
+                        } if !written => errors.push((
+                            e.span,
+                            format!("`{}(..)` is read where the layout is read", func.name()),
+                            "`size(..)` and `latin1(..)` are known where the layout is written: in a field's `write` rule (`header_len: u32 write = size(header);`) or a codec's `spare`",
+                        )),
+                        _ => {}
+                    });
+                }
+            }
+        }
+        for (span, msg, help) in errors {
+            self.err(span, msg, help);
+        }
+    }
+
+    /// Protobuf `message`s and `enum`s are read and written by the engines over messages
+    /// (`protobuf` and `kv`) only.
+    fn messages_out_of_engine(&mut self) {
+        let f = self.ir.format(self.fid);
+        let spans = f
+            .messages
+            .iter()
+            .map(|&m| (self.ir.message(m).span, "message"))
+            .chain(f.enums.iter().map(|&e| (self.ir.enum_(e).span, "enum")));
+        let spans: Vec<(Span, &str)> = spans.collect();
+        for (span, what) in spans {
+            self.err(
+                span,
+                format!("a protobuf `{what}` in a format of the `{}` engine", self.engine_name()),
+                "messages and enums are read and written by the engines over protobuf messages: declare them in a format of `engine protobuf(root = Message);` or `engine kv(backend = ...);`",
+            );
+        }
+    }
+
+    /// The name of the format's engine as written (`file`, `zip`).
+    fn engine_name(&self) -> &'static str {
+        match self.ir.format(self.fid).engine {
+            Engine::File => "file",
+            Engine::Zip => "zip",
+            Engine::Protobuf { .. } => "protobuf",
+            Engine::Kv { .. } => "kv",
+            Engine::Error => "unknown",
         }
     }
 
