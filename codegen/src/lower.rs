@@ -584,9 +584,47 @@ impl Lower<'_> {
         })
     }
 
+    /// `has(v)`, or its negation (`absent`): an optional value is there, a list is not
+    /// empty; anything else is always there.
+    fn has(&self, v: &Val, absent: bool) -> TokenStream {
+        let ts = &v.ts;
+        match (v.form, &v.ty, absent) {
+            (Form::Optional, _, false) => quote!(#ts.is_some()),
+            (Form::Optional, _, true) => quote!(#ts.is_none()),
+            (_, Type::List(_), false) => {
+                let l = v.by_ref();
+                quote!(!#l.is_empty())
+            }
+            (_, Type::List(_), true) => {
+                let l = v.by_ref();
+                quote!(#l.is_empty())
+            }
+            _ => {
+                let there = !absent;
+                quote!(#there)
+            }
+        }
+    }
+
     /// The negation of a boolean expression, written as a person would: comparisons
-    /// flipped, `!x` for the rest.
+    /// flipped, `!x` for the rest, `!(!x)` as `x`, `!has(x)` as `x.is_none()`.
     pub fn negated(&self, e: &Expr) -> R<TokenStream> {
+        match &e.kind {
+            ExprKind::Unary {
+                op: UnaryOp::Not,
+                expr,
+            } => {
+                return Ok(self.expr(expr)?.scalar());
+            }
+            ExprKind::Call {
+                func: Builtin::Has,
+                args,
+            } => {
+                let v = self.expr(&args[0].value)?;
+                return Ok(self.has(&v, true));
+            }
+            _ => {}
+        }
         if let ExprKind::Binary { op, lhs, rhs } = &e.kind {
             let flipped = match op {
                 BinaryOp::Eq => Some(BinaryOp::Ne),
@@ -601,13 +639,23 @@ impl Lower<'_> {
                 return Ok(self.binary(e, op, lhs, rhs)?.ts);
             }
             // De Morgan: `!(a && b)` is `!a || !b`.
-            let part = |x: &Expr| -> R<TokenStream> {
-                let n = self.negated(x)?;
-                Ok(match &x.kind {
+            let and_or = |x: &Expr| {
+                matches!(
+                    x.kind,
                     ExprKind::Binary {
                         op: BinaryOp::And | BinaryOp::Or,
                         ..
-                    } => quote!((#n)),
+                    }
+                )
+            };
+            let part = |x: &Expr| -> R<TokenStream> {
+                let n = self.negated(x)?;
+                Ok(match &x.kind {
+                    _ if and_or(x) => quote!((#n)),
+                    ExprKind::Unary {
+                        op: UnaryOp::Not,
+                        expr,
+                    } if and_or(expr) => quote!((#n)),
                     _ => n,
                 })
             };
@@ -802,18 +850,7 @@ impl Lower<'_> {
                 };
                 Val::owned(quote!(#v.to_string()), ty)
             }
-            Builtin::Has => {
-                let v = arg(0)?;
-                let ts = &v.ts;
-                match (v.form, &v.ty) {
-                    (Form::Optional, _) => Val::value(quote!(#ts.is_some()), ty),
-                    (_, Type::List(_)) => {
-                        let l = v.by_ref();
-                        Val::value(quote!(!#l.is_empty()), ty)
-                    }
-                    _ => Val::value(quote!(true), ty),
-                }
-            }
+            Builtin::Has => Val::value(self.has(&arg(0)?, false), ty),
             Builtin::Digits => {
                 let v = arg(0)?.scalar();
                 Val::value(quote!(rt::expr::digits(#v)?), ty)

@@ -25,7 +25,7 @@ use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::quote;
-use tensorfmt_schema::ast::{BinaryOp, Label, Span, UnaryOp};
+use tensorfmt_schema::ast::{Label, Span};
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
     Member, MessageField, MessageId, ProtoScalar, ProtoType, TensorKey, Type, WriteVar,
@@ -1224,32 +1224,8 @@ pub(crate) fn gen_mapping(
         dtype: false,
     };
     let filter = match &map.filter {
-        // A condition of several parts: `!(a && b)`, as written.
-        Some(
-            f @ Expr {
-                kind:
-                    ExprKind::Binary {
-                        op: BinaryOp::And | BinaryOp::Or,
-                        ..
-                    },
-                ..
-            },
-        ) => {
-            let c = Lower { ir, env: &env }.expr(f)?.scalar();
-            quote!(if !(#c) { return Ok(None); })
-        }
-        // `!c`: the items for which `c` holds are left out.
-        Some(Expr {
-            kind:
-                ExprKind::Unary {
-                    op: UnaryOp::Not,
-                    expr,
-                },
-            ..
-        }) => {
-            let c = Lower { ir, env: &env }.expr(expr)?.scalar();
-            quote!(if #c { return Ok(None); })
-        }
+        // The items for which the condition does not hold are left out: its negation,
+        // as a person would write it (`!c` as `c`, `a && b` as `!a || !b`).
         Some(f) => {
             let n = Lower { ir, env: &env }.negated(f)?;
             quote!(if #n { return Ok(None); })
