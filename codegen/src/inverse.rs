@@ -423,11 +423,16 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     // The place of the items, from the writer.
     let mut path = quote!(self);
     let mut map = false;
+    let mut within = inv.layout;
     for s in &items {
         match s {
             Step::Field(f) => {
-                let id = rs_ident(&l.fields[f.index()].name);
+                let field = ir.field(within, *f);
+                let id = rs_ident(&field.name);
                 path = quote!(#path.#id);
+                if let Type::Layout(inner) = field.item_ty {
+                    within = inner;
+                }
             }
             Step::Key(d, k) => {
                 let key = &ir.dict(*d).keys[k.index()];

@@ -634,13 +634,7 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         None => {}
     }
     if let Some(items) = &inv.items {
-        let repeated_record = match items.as_slice() {
-            [Step::Field(f)] => {
-                let f = ir.field(layout, *f);
-                f.repeat.is_some() && matches!(f.item_ty, Type::Layout(_))
-            }
-            _ => false,
-        };
+        let repeated_record = repeated_record(ir, layout, items);
         if !repeated_record && (!matches!(items.last(), Some(Step::Key(..))) || items.len() < 2) {
             gaps.push(gap(
                 m.source.span,
@@ -673,6 +667,27 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
     } else {
         Err(gaps)
     }
+}
+
+/// True when `items` names a repeated record field of `layout`, directly or through
+/// nested records that do not repeat (`File.index.records`).
+fn repeated_record(ir: &Ir, layout: LayoutId, items: &[Step]) -> bool {
+    let mut l = layout;
+    for (i, s) in items.iter().enumerate() {
+        let Step::Field(f) = s else { return false };
+        let f = ir.field(l, *f);
+        let Type::Layout(inner) = f.item_ty else {
+            return false;
+        };
+        if i + 1 == items.len() {
+            return f.repeat.is_some();
+        }
+        if f.repeat.is_some() {
+            return false;
+        }
+        l = inner;
+    }
+    false
 }
 
 /// Reports what the writer needs that neither a rule nor the mapping gives.
