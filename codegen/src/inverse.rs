@@ -287,8 +287,12 @@ fn swaps(ir: &Ir, m: &ir::Mapping, inv: &Inverse) -> bool {
 /// The inverse functions and the `Writer` of a `file` format.
 pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let m = ir.mapping(fmt.mappings[0]);
-    let inv = plan::inverse(ir, m).map_err(|g| unlowered(g[0].span, &g[0].message))?;
+    let Some(&m) = fmt.mappings.first() else {
+        return Err(crate::file::no_mapping(fmt));
+    };
+    let m = ir.mapping(m);
+    let inv = plan::inverse(ir, m)
+        .expect("lowering reports every gap of a `file` mapping's inverse (ir::plan::inverse)");
     let l = ir.layout(inv.layout);
     let lname = rs_ident(&l.name);
     let p = plan_of(ir, inv.layout)?;
