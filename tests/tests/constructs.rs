@@ -490,7 +490,10 @@ fn records_repeat_until_their_window_ends() {
     // Written: the same bytes, records and dimensions filling their windows.
     assert_eq!(write(desc, &expected).unwrap(), file);
     // No tensors: an empty index.
-    assert_eq!(read(desc, "e.eix", &until_eof_file(&[], &[])).unwrap(), vec![]);
+    assert_eq!(
+        read(desc, "e.eix", &until_eof_file(&[], &[])).unwrap(),
+        vec![]
+    );
     // A record cut by the end of the index window is refused, not read past it.
     let mut cut = file.clone();
     cut[4] -= 1;
