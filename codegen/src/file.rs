@@ -80,17 +80,34 @@ fn path_text(ir: &Ir, e: &Expr) -> Option<String> {
     }
 }
 
+/// A `file` format without a tensor mapping (a layout other formats name) has no
+/// tensors to index or write.
+pub(crate) fn no_mapping(fmt: &ir::Format) -> Unlowered {
+    Unlowered {
+        span: fmt.name_span,
+        what: "a `file` format without a tensor mapping".into(),
+    }
+}
+
+/// A property every checked `file` mapping sets: the checker requires `name`, `dtype`,
+/// `shape` and `data` unless an `include` gives them, and a `file` mapping has no
+/// `include` (its inverse refuses one).
+fn required(map: &Mapping, k: TensorKey) -> &Expr {
+    map.key(k).unwrap_or_else(|| {
+        unreachable!(
+            "the checker requires `{}` in a `file` mapping, which has no `include`",
+            k.name()
+        )
+    })
+}
+
 /// The statements computing a tensor's properties (`name` already bound), ending with
 /// `(offset, len)` of its data bound.
 fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, Unlowered> {
-    let missing = |what: &str| Unlowered {
-        span: map.span,
-        what: format!("a mapping without `{what}`"),
-    };
     let mut out = Vec::new();
     env.keys.push(TensorKey::Name);
     // dtype
-    let dtype = map.key(TensorKey::Dtype).ok_or_else(|| missing("dtype"))?;
+    let dtype = required(map, TensorKey::Dtype);
     match &dtype.kind {
         ExprKind::Lookup { table, key } => {
             let t = ir.table(*table);
@@ -113,7 +130,7 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
     }
     env.keys.push(TensorKey::Dtype);
     // shape
-    let shape = map.key(TensorKey::Shape).ok_or_else(|| missing("shape"))?;
+    let shape = required(map, TensorKey::Shape);
     let shape_ts = match &shape.kind {
         ExprKind::List(items) => {
             let lower = Lower { ir, env: &*env };
@@ -145,13 +162,7 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
         None => quote!(byte_order.unwrap_or(rt::ByteOrder::Little)),
     };
     out.push(quote!(let byte_order = #byte_order;));
-    if let Some(s) = map.key(TensorKey::Strides) {
-        return Err(Unlowered {
-            span: s.span,
-            what: "`strides` in a mapping of the file engine".into(),
-        });
-    }
-    let data = map.key(TensorKey::Data).ok_or_else(|| missing("data"))?;
+    let data = required(map, TensorKey::Data);
     let data = lower.expr(data)?.scalar();
     out.push(quote!(let (offset, len) = #data;));
     Ok(quote!(#(#out)*))
@@ -160,17 +171,15 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
 /// The mapping functions and `index` of a `file` format whose tensors come from a layout.
 pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered> {
     let fmt = ir.format(fid);
-    let [mid] = fmt.mappings.as_slice() else {
-        return Err(Unlowered {
-            span: fmt.name_span,
-            what: "a `file` format without exactly one tensor mapping".into(),
-        });
+    let mid = match fmt.mappings.as_slice() {
+        [mid] => mid,
+        [] => return Err(no_mapping(fmt)),
+        _ => unreachable!("the checker's engine rules give a `file` format one tensor mapping"),
     };
     let map = ir.mapping(*mid);
-    let layout = root_layout(&map.source).ok_or_else(|| Unlowered {
-        span: map.source.span,
-        what: "a mapping that does not start at a layout".into(),
-    })?;
+    let layout = root_layout(&map.source).expect(
+        "the checker roots a `file` format's mapping at a layout (entries and `root` belong to other engines)",
+    );
     let lname = rs_ident(&ir.layout(layout).name);
     let doc = docs(&map.docs);
     let in_file = crate::engine::in_file();
@@ -184,10 +193,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
             name: quote!(name.as_str()),
         };
         let props = properties(ir, map, &mut env)?;
-        let name = map.key(TensorKey::Name).ok_or_else(|| Unlowered {
-            span: map.span,
-            what: "a mapping without `name`".into(),
-        })?;
+        let name = required(map, TensorKey::Name);
         let name_env = MapEnv {
             keys: Vec::new(),
             ..env
@@ -275,10 +281,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
         }
         None => quote!(),
     };
-    let name = map.key(TensorKey::Name).ok_or_else(|| Unlowered {
-        span: map.span,
-        what: "a mapping without `name`".into(),
-    })?;
+    let name = required(map, TensorKey::Name);
     let name = Lower { ir, env: &env }.expr(name)?.scalar();
     let props = properties(ir, map, &mut env)?;
     let (pos_param, pos_arg) = if uses_position {

@@ -287,8 +287,12 @@ fn swaps(ir: &Ir, m: &ir::Mapping, inv: &Inverse) -> bool {
 /// The inverse functions and the `Writer` of a `file` format.
 pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let m = ir.mapping(fmt.mappings[0]);
-    let inv = plan::inverse(ir, m).map_err(|g| unlowered(g[0].span, &g[0].message))?;
+    let Some(&m) = fmt.mappings.first() else {
+        return Err(crate::file::no_mapping(fmt));
+    };
+    let m = ir.mapping(m);
+    let inv = plan::inverse(ir, m)
+        .expect("lowering reports every gap of a `file` mapping's inverse (ir::plan::inverse)");
     let l = ir.layout(inv.layout);
     let lname = rs_ident(&l.name);
     let p = plan_of(ir, inv.layout)?;
@@ -423,11 +427,16 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     // The place of the items, from the writer.
     let mut path = quote!(self);
     let mut map = false;
+    let mut within = inv.layout;
     for s in &items {
         match s {
             Step::Field(f) => {
-                let id = rs_ident(&l.fields[f.index()].name);
+                let field = ir.field(within, *f);
+                let id = rs_ident(&field.name);
                 path = quote!(#path.#id);
+                if let Type::Layout(inner) = field.item_ty {
+                    within = inner;
+                }
             }
             Step::Key(d, k) => {
                 let key = &ir.dict(*d).keys[k.index()];

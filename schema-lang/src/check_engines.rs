@@ -4,6 +4,8 @@
 //! run after lowering, on a schema that passed every other check, so that every construct
 //! the code generator receives is one it generates.
 //!
+//! The `file` engine over a layout: one tensor mapping at most, without `strides`.
+//!
 //! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
 //! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
 //! rules; each entry holds a message of the format (`value M;`); a mapping iterates an
@@ -828,6 +830,33 @@ impl Rules<'_> {
         }
     }
 
+    /// A `file` format over a layout: one tensor mapping at most, which gives no `strides`
+    /// (its tensors are the payload's contiguous bytes).
+    fn file_layout(&mut self) {
+        let f = self.ir.format(self.fid);
+        match f.mappings.as_slice() {
+            [m] => {
+                if let Some(s) = self.ir.mapping(*m).key(TensorKey::Strides) {
+                    self.err(
+                        s.span,
+                        "a `file` format's tensors are contiguous bytes of its payload: `strides` \
+                         means nothing here",
+                        "give the element order instead: `order = fortran` (or a flag of the \
+                         record: `order = if f.fortran { fortran } else { c }`)",
+                    );
+                }
+            }
+            [] => {}
+            [_, second, ..] => self.err(
+                self.ir.mapping(*second).span,
+                "a `file` format has one tensor mapping",
+                "map every tensor in one mapping: over the layout (`tensor from File as f`, one \
+                 tensor per file) or over a list or map in it (`tensor from File.items as t`, \
+                 one per item)",
+            ),
+        }
+    }
+
     fn file_pickle(&mut self) {
         let ir = self.ir;
         let f = ir.format(self.fid);
@@ -843,6 +872,7 @@ impl Rules<'_> {
             })
             .collect();
         let Some(&lid) = pickled.first() else {
+            self.file_layout();
             return;
         };
         let source = |m: &Mapping| match &m.source.kind {

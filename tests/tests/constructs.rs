@@ -28,6 +28,8 @@ construct!(kv_lmdb_fmt, "kv_lmdb");
 construct!(repeat_count_fmt, "repeat_count");
 construct!(kv_open_fmt, "kv_open");
 construct!(kv_values_fmt, "kv_values");
+construct!(cond_width_given_fmt, "cond_width_given");
+construct!(repeat_until_eof_fmt, "repeat_until_eof");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -419,6 +421,98 @@ fn a_zip_that_maps_no_tensor_lists_none_and_refuses_to_write_one() {
     let e = write(desc, &one).unwrap_err().to_string();
     assert!(e.contains("vecnotes"), "{e}");
     assert!(refused(desc, b"not a zip").contains("zip"));
+}
+
+/// A `cond_width_given` file: `CW`, the width flag, the dtype code, the dimensions as
+/// `u16` or (`wide`) `u32`, the data.
+fn cond_width_file(wide: bool, kind: u8, rows: u32, cols: u32, data: &[u8]) -> Vec<u8> {
+    let mut v = b"CW".to_vec();
+    v.extend_from_slice(&[u8::from(wide), kind]);
+    for d in [rows, cols] {
+        if wide {
+            v.extend_from_slice(&d.to_le_bytes());
+        } else {
+            v.extend_from_slice(&(d as u16).to_le_bytes());
+        }
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn a_conditional_width_given_by_the_mapping_follows_the_shape_written() {
+    let desc = &cond_width_given_fmt::condwidth::DESC;
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    // Read from bytes laid out by hand, either width.
+    let narrow = cond_width_file(false, 2, 2, 3, &data);
+    let expected = vec![t("n", rt::DType::F32, &[2, 3], data.clone())];
+    assert_eq!(read(desc, "n.cw", &narrow).unwrap(), expected);
+    let wide = cond_width_file(true, 2, 2, 3, &data);
+    assert_eq!(read(desc, "n.cw", &wide).unwrap(), expected);
+    // Written: small dimensions as u16, exactly the bytes above.
+    let tensors = vec![t("x", rt::DType::F32, &[2, 3], data.clone())];
+    assert_eq!(write(desc, &tensors).unwrap(), narrow);
+    // A dimension past u16 makes the writer choose u32.
+    let big = vec![t("x", rt::DType::U8, &[70_000, 1], vec![7; 70_000])];
+    let bytes = write(desc, &big).unwrap();
+    assert_eq!(bytes[..12], cond_width_file(true, 1, 70_000, 1, &[])[..]);
+    assert_eq!(read(desc, "x.cw", &bytes).unwrap(), big);
+    let bad = refused(desc, &cond_width_file(false, 2, 2, 3, &data)[..0]);
+    assert!(bad.contains("magic"), "{bad}");
+    let mut flag = narrow.clone();
+    flag[2] = 2;
+    assert!(refused(desc, &flag).contains("wide"));
+}
+
+/// A `repeat_until_eof` file: `EIX1`, the index length, the records (name, dims
+/// length, dims, begin and end in the payload) until the index ends, then the payload.
+fn until_eof_file(records: &[(&str, &[u32], u64, u64)], data: &[u8]) -> Vec<u8> {
+    let mut index = Vec::new();
+    for (name, dims, begin, end) in records {
+        index.push(name.len() as u8);
+        index.extend_from_slice(name.as_bytes());
+        index.push((dims.len() * 4) as u8);
+        for d in *dims {
+            index.extend_from_slice(&d.to_le_bytes());
+        }
+        index.extend_from_slice(&begin.to_le_bytes());
+        index.extend_from_slice(&end.to_le_bytes());
+    }
+    let mut v = b"EIX1".to_vec();
+    v.extend_from_slice(&(index.len() as u32).to_le_bytes());
+    v.extend_from_slice(&index);
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn records_repeat_until_their_window_ends() {
+    let desc = &repeat_until_eof_fmt::eofidx::DESC;
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]);
+    let records: [(&str, &[u32], u64, u64); 3] = [
+        ("m", &[2, 2], 0, 16),
+        ("s", &[], 16, 20),
+        ("v", &[2], 20, 28),
+    ];
+    let file = until_eof_file(&records, &data);
+    let expected = vec![
+        t("m", rt::DType::F32, &[2, 2], data[..16].to_vec()),
+        t("s", rt::DType::F32, &[], data[16..20].to_vec()),
+        t("v", rt::DType::F32, &[2], data[20..].to_vec()),
+    ];
+    assert_eq!(read(desc, "r.eix", &file).unwrap(), expected);
+    // Written: the same bytes, records and dimensions filling their windows.
+    assert_eq!(write(desc, &expected).unwrap(), file);
+    // No tensors: an empty index.
+    assert_eq!(
+        read(desc, "e.eix", &until_eof_file(&[], &[])).unwrap(),
+        vec![]
+    );
+    // A record cut by the end of the index window is refused, not read past it.
+    let mut cut = file.clone();
+    cut[4] -= 1;
+    let e = refused(desc, &cut);
+    assert!(e.contains("records"), "{e}");
 }
 
 #[test]

@@ -252,7 +252,10 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
                         g.name,
                         layout.name
                     ),
-                    "write the nested record's bytes as a `bytes` field, or make it the outer layout",
+                    "keep one payload, in the outer layout, and give each record the bounds of its \
+                     bytes in it (`begin: u64; end: u64;`, `data = slice(File.data, r.begin, r.end)`); \
+                     records until the end go in a sized index before it \
+                     (`index: Index size index_len;`, `Index` holding `records: Record repeat until_eof;`)",
                 ));
             }
         }
@@ -332,7 +335,8 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
                     "the write rule of the repeated field '{}' gives one value",
                     f.name
                 ),
-                "give the list of its values (a list key of a dict field, or `[a, b]`)",
+                "give the list of its values (a list key of a dict field, or `[a, b]`), or remove \
+                 the rule if the tensor mapping gives the values (`shape = r.dims`)",
             ));
         }
     }
@@ -519,7 +523,10 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
             _ => None,
         }
     };
+    // The places each property fills in, with the property's span.
+    let mut filled: Vec<(usize, Span, TensorKey)> = Vec::new();
     for (key, e) in keys {
+        filled.push((inv.sets.len(), e.span, key));
         let bad = |what: &str| {
             gap(
                 e.span,
@@ -558,8 +565,16 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                     match (target(d), &d.kind) {
                         (Some(p), _) => inv.sets.push((p, Inv::Dim(i))),
                         (None, ExprKind::Const(Const::Int(v))) => fixed.push((i, *v)),
-                        _ => gaps.push(bad(
-                            "a dimension is neither a place of the record nor a constant",
+                        _ => gaps.push(gap(
+                            d.span,
+                            format!(
+                                "the writer cannot run `{} = ...` backwards: a dimension is \
+                                 neither a place of the record nor a constant",
+                                key.name()
+                            ),
+                            "store the dimension in a field and map it (`n: u64;`, \
+                             `shape = [f.n]`): a dimension computed from other values \
+                             cannot be written back",
                         )),
                     }
                 }
@@ -605,22 +620,35 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                 },
             ) => {
                 let whole = args.first().and_then(|a| place(&a.value));
-                match (whole, args.get(1).and_then(|a| target(&a.value)), args.get(2).and_then(|a| target(&a.value))) {
-                    (Some((Root::Layout, s)), Some(b), Some(end)) if matches!(s.as_slice(), [Step::Field(f)] if ir.field(layout, *f).item_ty == Type::Payload) => {
+                match (
+                    whole,
+                    args.get(1).and_then(|a| target(&a.value)),
+                    args.get(2).and_then(|a| target(&a.value)),
+                ) {
+                    (Some((Root::Layout, s)), Some(b), Some(end)) if matches!(s.as_slice(), [Step::Field(f)] if ir.field(layout, *f).item_ty == Type::Payload) =>
+                    {
                         if let [Step::Field(f)] = s.as_slice() {
                             payload = Some(*f);
                         }
                         inv.sets.push((b, Inv::Begin));
                         inv.sets.push((end, Inv::End));
                     }
-                    _ => gaps.push(bad(
-                        "the data is not a slice of the layout's payload between two places of the item",
+                    _ => gaps.push(gap(
+                        e.span,
+                        "the writer cannot run `data = ...` backwards: the data is not a slice of \
+                         the layout's payload between two places of the item",
+                        "store both bounds in fields of the item and slice between them \
+                         (`begin: u64; end: u64;`, `data = slice(File.data, r.begin, r.end)`)",
                     )),
                 }
             }
-            (TensorKey::Data, _) => {
-                gaps.push(bad("each item's data is not a slice of the payload"))
-            }
+            (TensorKey::Data, _) => gaps.push(gap(
+                e.span,
+                "the writer cannot run `data = ...` backwards: each item's data is not a slice \
+                 of the payload",
+                "keep one payload, in the outer layout, give each item the bounds of its bytes \
+                 in it and slice between them (`data = slice(File.data, r.begin, r.end)`)",
+            )),
             _ => gaps.push(bad("this form")),
         }
     }
@@ -634,35 +662,39 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         None => {}
     }
     if let Some(items) = &inv.items {
-        let repeated_record = match items.as_slice() {
-            [Step::Field(f)] => {
-                let f = ir.field(layout, *f);
-                f.repeat.is_some() && matches!(f.item_ty, Type::Layout(_))
-            }
-            _ => false,
-        };
+        let repeated_record = repeated_record(ir, layout, items);
         if !repeated_record && (!matches!(items.last(), Some(Step::Key(..))) || items.len() < 2) {
             gaps.push(gap(
                 m.source.span,
                 "the writer fills in the items of a list or map key of a dict field, or of a repeated layout field, not this source",
-                "map the items of a `list<..>` or `map<str, ..>` key of a codec field, or of a repeated record",
+                "map the items of a `list<..>` or `map<str, ..>` key of a codec field, or of a repeated record (directly or inside records that do not repeat)",
             ));
         }
     }
-    let computed_place = inv.sets.iter().find_map(|(p, _)| match p.first() {
-        Some(Step::Field(f)) if inv.items.is_none() && is_computed(ir.field(layout, *f)) => {
-            Some(*f)
+    for (i, (p, _)) in inv.sets.iter().enumerate() {
+        let Some(Step::Field(f)) = p.first() else {
+            continue;
+        };
+        if inv.items.is_some() || !is_computed(ir.field(layout, *f)) {
+            continue;
         }
-        _ => None,
-    });
-    if let Some(f) = computed_place {
+        let (span, key) = filled
+            .iter()
+            .rev()
+            .find(|(start, ..)| *start <= i)
+            .map_or((m.span, TensorKey::Data), |&(_, s, k)| (s, k));
+        let name = &ir.field(layout, *f).name;
         gaps.push(gap(
-            m.span,
+            span,
             format!(
-                "'{}' is computed by its write rule: the tensor mapping cannot give it",
-                ir.field(layout, f).name
+                "'{name}' is computed by its write rule: the tensor mapping cannot give it \
+                 (`{} = ...` does on write)",
+                key.name()
             ),
-            "map the tensor property to a field without a `write` rule",
+            format!(
+                "remove the `write` rule (or the implied constant) of '{name}': the tensor \
+                 mapping gives its value"
+            ),
         ));
     }
     if gaps.is_empty() {
@@ -673,6 +705,27 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
     } else {
         Err(gaps)
     }
+}
+
+/// True when `items` names a repeated record field of `layout`, directly or through
+/// nested records that do not repeat (`File.index.records`).
+fn repeated_record(ir: &Ir, layout: LayoutId, items: &[Step]) -> bool {
+    let mut l = layout;
+    for (i, s) in items.iter().enumerate() {
+        let Step::Field(f) = s else { return false };
+        let f = ir.field(l, *f);
+        let Type::Layout(inner) = f.item_ty else {
+            return false;
+        };
+        if i + 1 == items.len() {
+            return f.repeat.is_some();
+        }
+        if f.repeat.is_some() {
+            return false;
+        }
+        l = inner;
+    }
+    false
 }
 
 /// Reports what the writer needs that neither a rule nor the mapping gives.
