@@ -639,33 +639,30 @@ impl Lower<'_> {
                 return Ok(self.binary(e, op, lhs, rhs)?.ts);
             }
             // De Morgan: `!(a && b)` is `!a || !b`.
-            let and_or = |x: &Expr| {
-                matches!(
-                    x.kind,
-                    ExprKind::Binary {
-                        op: BinaryOp::And | BinaryOp::Or,
-                        ..
-                    }
-                )
+            let is = |x: &Expr, which: BinaryOp| matches!(&x.kind, ExprKind::Binary { op, .. } if *op == which);
+            // Whether the negation of `x` is a `||` chain: it needs parentheses inside `&&`.
+            let negated_is_or = |x: &Expr| match &x.kind {
+                ExprKind::Unary {
+                    op: UnaryOp::Not,
+                    expr,
+                } => is(expr, BinaryOp::Or),
+                _ => is(x, BinaryOp::And),
             };
-            let part = |x: &Expr| -> R<TokenStream> {
+            let part = |x: &Expr, inside_and: bool| -> R<TokenStream> {
                 let n = self.negated(x)?;
-                Ok(match &x.kind {
-                    _ if and_or(x) => quote!((#n)),
-                    ExprKind::Unary {
-                        op: UnaryOp::Not,
-                        expr,
-                    } if and_or(expr) => quote!((#n)),
-                    _ => n,
+                Ok(if inside_and && negated_is_or(x) {
+                    quote!((#n))
+                } else {
+                    n
                 })
             };
             match op {
                 BinaryOp::And => {
-                    let (a, b) = (part(lhs)?, part(rhs)?);
+                    let (a, b) = (part(lhs, false)?, part(rhs, false)?);
                     return Ok(quote!(#a || #b));
                 }
                 BinaryOp::Or => {
-                    let (a, b) = (part(lhs)?, part(rhs)?);
+                    let (a, b) = (part(lhs, true)?, part(rhs, true)?);
                     return Ok(quote!(#a && #b));
                 }
                 _ => {}
