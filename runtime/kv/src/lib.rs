@@ -928,11 +928,16 @@ pub fn map_records(
     let (tensors, of_chunk) = join_indexed(found.chunks).map_err(in_file)?;
     let mut ids = Vec::with_capacity(of_chunk.len());
     let mut records = Vec::with_capacity(held.len());
-    for (chunks, items) in held {
+    // The last record (plus one) each tensor was listed for: a tensor with several parts
+    // in one record is listed once, in linear time whatever a record holds.
+    let mut listed_in = vec![0usize; tensors.len()];
+    for (r, (chunks, items)) in held.into_iter().enumerate() {
         let start = ids.len();
         for c in chunks {
-            if !ids[start..].contains(&of_chunk[c]) {
-                ids.push(of_chunk[c]);
+            let t = of_chunk[c];
+            if listed_in[t] != r + 1 {
+                listed_in[t] = r + 1;
+                ids.push(t);
             }
         }
         records.push(MappedRecord {
@@ -988,13 +993,16 @@ pub fn join_values(
             })
     };
     let mut joined: Vec<Joining<'_>> = Vec::new();
+    // Where each name is in `joined`: linear time whatever the number of values.
+    let mut by_name: std::collections::HashMap<String, usize> = Default::default();
     for p in pieces {
-        let at = joined.iter().position(|v| v.0 == p.name);
+        let at = by_name.get(&p.name).copied();
         let data = bytes_of(&p)?;
         let Some((id, n)) = p.part else {
             if at.is_some() {
                 return Err(invalid(format!("Blob duplicated: {}", p.name)));
             }
+            by_name.insert(p.name.clone(), joined.len());
             joined.push((p.name, None, [(0, data)].into()));
             continue;
         };
@@ -1007,6 +1015,7 @@ pub fn join_values(
         let v = match at {
             Some(i) => &mut joined[i],
             None => {
+                by_name.insert(p.name.clone(), joined.len());
                 joined.push((p.name.clone(), Some(n), Default::default()));
                 joined.last_mut().expect("pushed")
             }
