@@ -86,6 +86,19 @@ fn unsliced(e: &Expr) -> &Expr {
     }
 }
 
+/// True when `e` is a list of integers as a mapping over pickled objects reads one: a
+/// pickled value (a tuple of ints, checked when read), a list literal of integers or
+/// pickled integers, or a list or tuple of integers.
+fn pickled_int_list(e: &Expr) -> bool {
+    let item = |t: &Type| t.is_int() || matches!(t, Type::Pickled(_));
+    match (&e.ty, &e.kind) {
+        (Type::Pickled(_), _) => true,
+        (_, ExprKind::List(items)) => items.iter().all(|i| item(&i.ty)),
+        (Type::List(t) | Type::Tuple(t), _) => t.is_int(),
+        _ => false,
+    }
+}
+
 /// The entry a kv mapping's source starts at: `E.value`, then message fields.
 fn source_entry(e: &Expr) -> Option<EntryId> {
     let ExprKind::Member { base, member } = &e.kind else {
@@ -299,7 +312,8 @@ impl Rules<'_> {
         }
     }
 
-    /// The statements a mapping over pickled objects may have, and its `data`.
+    /// The statements a mapping over pickled objects may have (no `include`, no `order`
+    /// or `segment`), its `shape` and `strides` (lists of integers) and its `data`.
     fn pickle_mapping(&mut self, map: &Mapping, data_ok: &dyn Fn(&Expr) -> bool, what: &str) {
         if let Some(w) = &map.filter {
             self.err(
@@ -309,14 +323,31 @@ impl Rules<'_> {
             );
         }
         for s in &map.stmts {
-            if let MappingStmt::Set { key, value } = s {
-                if matches!(key, TensorKey::Order | TensorKey::Segment) {
+            match s {
+                MappingStmt::Set { key, value }
+                    if matches!(key, TensorKey::Order | TensorKey::Segment) =>
+                {
                     self.err(
                         value.span,
                         format!("`{}` in a mapping over pickled objects", key.name()),
                         "a pickled tensor's layout is its `strides`",
                     )
                 }
+                MappingStmt::Include { arg, .. } => self.err(
+                    arg.span,
+                    "`include` in a mapping over pickled objects",
+                    "the mapping sets `name`, `dtype`, `shape` and `data` itself; `include` applies another format's mapping to the members of a zip (npz)",
+                ),
+                MappingStmt::Set { .. } => {}
+            }
+        }
+        for k in [TensorKey::Shape, TensorKey::Strides] {
+            if let Some(e) = map.key(k).filter(|e| !pickled_int_list(e)) {
+                self.err(
+                    e.span,
+                    format!("the `{}` of a pickled tensor is a list of integers", k.name()),
+                    "a pickled tuple (`shape = t.size;`), a list of integers or pickled integers (`[t.numel]`), or a `list<int>` value",
+                );
             }
         }
         if let Some(d) = map.key(TensorKey::Data) {
