@@ -15,6 +15,12 @@
 //! mapping (values that are not tensors) iterates as a tensor mapping does, and sets a
 //! string `name`, `bytes` data, and integer `part` and `parts`.
 //!
+//! Around pickles (`zip` and `file`): a mapping iterates the objects of one pickle (an
+//! entry's content, or a field of the file's layout), sets its properties itself (no
+//! `include`, no `order` or `segment`), its `shape` and `strides` lists of integers and its
+//! `data` a storage or a slice of one to its end; a file of pickles is its pickles, then
+//! records counted by one of them (integers, then a sized `payload`), last.
+//!
 //! Over messages (`protobuf` and `kv`): a document's mapping iterates messages; repeated
 //! fixed-width and zigzag numbers are read by `elements(..)` alone; write rules build
 //! messages, a written document's tensors are the items of a repeated field, and a
