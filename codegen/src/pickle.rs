@@ -28,13 +28,6 @@ pub(crate) use file::{gen_file_pickle, is_pickle_file};
 
 type R<T> = Result<T, Unlowered>;
 
-fn no(span: tensorfmt_schema::ast::Span, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
-
 /// `<name>_rules()` and `is_<name>_<kind>(o)` for every call kind of pickle `p`.
 pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
     let pk = ir.pickle(p);
@@ -215,7 +208,7 @@ fn int_list(lower: &Lower<'_>, e: &Expr, unsigned: bool) -> R<TokenStream> {
             let items = items
                 .iter()
                 .map(|i| {
-                    let x = lower.expr(i)?.scalar();
+                    let x = lower.int_of(&lower.expr(i)?, i);
                     Ok(if unsigned {
                         quote!(rt::expr::to_u64(#x, "a dimension")?)
                     } else {
@@ -235,7 +228,9 @@ fn int_list(lower: &Lower<'_>, e: &Expr, unsigned: bool) -> R<TokenStream> {
                 #l.iter().map(|&d| rt::expr::narrow::<i64>(i128::from(d), "i64")).collect::<rt::Result<_>>()?
             }
         }
-        _ => return Err(no(e.span, format!("`{what}` is not a list of integers"))),
+        _ => unreachable!(
+            "checker rule pickle_mapping: `shape` and `strides` are lists of integers, got `{what}`"
+        ),
     })
 }
 
@@ -270,10 +265,9 @@ fn storage_ref(lower: &Lower<'_>, e: &Expr, locate: &Locate<'_>) -> R<StorageRef
         }
     }
     let Some((entry, key)) = locate(e) else {
-        return Err(no(
-            e.span,
-            "a `data` other than a storage, or a slice of one from an offset to its end",
-        ));
+        unreachable!(
+            "checker rule pickle_mapping: the `data` of a pickled tensor is a storage, or a slice of one to its end"
+        );
     };
     let k = lower.expr(key)?;
     let ts = &k.ts;
@@ -315,11 +309,17 @@ fn gen_map_fn(
         dtype: Cell::new(false),
     };
     let lower = Lower { ir, env: &env };
+    // The checker's mapping rules: every mapping sets these or takes them by `include`,
+    // and a mapping over pickled objects has no `include` (rule pickle_mapping).
     let need = |k: TensorKey| {
-        map.key(k)
-            .ok_or_else(|| no(map.span, format!("a mapping without `{}`", k.name())))
+        map.key(k).unwrap_or_else(|| {
+            unreachable!(
+                "checker rules: a mapping over pickled objects sets `{}` itself",
+                k.name()
+            )
+        })
     };
-    let name_e = need(TensorKey::Name)?;
+    let name_e = need(TensorKey::Name);
     let name_v = lower.expr(name_e)?;
     let name_ts = match name_v.ty {
         Type::Pickled(_) => {
@@ -328,9 +328,9 @@ fn gen_map_fn(
         }
         _ => name_v.owned_string(),
     };
-    let dtype_ts = lower.expr(need(TensorKey::Dtype)?)?.scalar();
+    let dtype_ts = lower.expr(need(TensorKey::Dtype))?.scalar();
     env.dtype.set(true);
-    let shape_ts = int_list(&lower, need(TensorKey::Shape)?, true)?;
+    let shape_ts = int_list(&lower, need(TensorKey::Shape), true)?;
     let strides = map
         .key(TensorKey::Strides)
         .map(|s| int_list(&lower, s, false))
@@ -340,7 +340,7 @@ fn gen_map_fn(
         None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
     };
     let texts_before_data = env.uses_texts.replace(false);
-    let data = need(TensorKey::Data)?;
+    let data = need(TensorKey::Data);
     let (entry, key, skip) = storage_ref(&lower, data, locate)?;
     let data_texts = env.uses_texts.get();
     let skip = match skip {
@@ -476,7 +476,7 @@ pub(crate) fn compression(c: Compression) -> TokenStream {
 
 /// The `rt::zip::Entry` of an entry of a zip around a pickle: `kind` is its constructor
 /// call.
-fn entry_const(e: &ir::Entry, kind: TokenStream) -> R<TokenStream> {
+fn entry_const(e: &ir::Entry, kind: TokenStream) -> TokenStream {
     let mut ts = kind;
     if e.optional {
         ts = quote!(#ts.optional());
@@ -488,14 +488,14 @@ fn entry_const(e: &ir::Entry, kind: TokenStream) -> R<TokenStream> {
     if let Some(align) = entry_align(e) {
         ts = quote!(#ts.align(#align));
     }
-    Ok(ts)
+    ts
 }
 
 /// The `rt::zip::Entry` of a text entry: its preferred name, the values its `check`
 /// allows (`check name in ["a", "b"];`) and its written content.
-fn text_const(e: &ir::Entry) -> R<TokenStream> {
+fn text_const(e: &ir::Entry) -> TokenStream {
     let (name, pat) = (&e.name, &e.pattern.text);
-    let mut ts = entry_const(e, quote!(rt::zip::Entry::text(#name, #pat)))?;
+    let mut ts = entry_const(e, quote!(rt::zip::Entry::text(#name, #pat)));
     if let Some(p) = &e.preferred {
         let p = &p.text;
         ts = quote!(#ts.preferred(#p));
@@ -512,19 +512,18 @@ fn text_const(e: &ir::Entry) -> R<TokenStream> {
             _ => None,
         };
         let Some(values) = values else {
-            return Err(no(
-                c.span,
-                format!("a text entry check other than `{name} in [\"..\", ..]`"),
-            ));
+            unreachable!(
+                "checker rule text_entry: a text entry's `check` lists the strings it allows"
+            );
         };
         ts = quote!(#ts.one_of(&[#(#values),*]));
     }
     match e.write.as_ref().map(|w| (w, &w.kind)) {
         Some((_, ExprKind::Const(Const::Str(s)))) => ts = quote!(#ts.written(#s)),
-        Some((w, _)) => return Err(no(w.span, "a text entry's `write` other than a string")),
+        Some(_) => unreachable!("checker rule text_entry: a text entry's `write` is a string"),
         None => {}
     }
-    Ok(ts)
+    ts
 }
 
 /// The entries of a zip around pickles in `ENTRIES` order: the first pickle entry (whose
@@ -550,7 +549,7 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         let (name, pat) = (&e.name, &e.pattern.text);
         match &e.content {
             Content::Codec(Codec::Pickle(_)) => {
-                consts.push(entry_const(e, quote!(rt::zip::Entry::member(#name, #pat)))?)
+                consts.push(entry_const(e, quote!(rt::zip::Entry::member(#name, #pat))))
             }
             Content::Text => {
                 texts.push(Text {
@@ -558,7 +557,7 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     position: i,
                     optional: e.optional,
                 });
-                consts.push(text_const(e)?);
+                consts.push(text_const(e));
             }
             _ => {
                 let extra: Vec<&String> = e
@@ -568,15 +567,14 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     .filter(|c| !pentry.pattern.captures.contains(c))
                     .collect();
                 let [cap] = extra.as_slice() else {
-                    return Err(no(
-                        e.span,
-                        "an entry with other than one capture beyond the pickle's",
-                    ));
+                    unreachable!(
+                        "checker rule zip_pickle: a storage entry names one storage by one capture beyond the pickle's"
+                    );
                 };
                 consts.push(entry_const(
                     e,
                     quote!(rt::zip::Entry::storages(#name, #pat, #cap)),
-                )?);
+                ));
             }
         }
     }
@@ -597,10 +595,9 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     for (j, &m) in fmt.mappings.iter().enumerate() {
         let map = ir.mapping(m);
         let Some((mentry, pid, kind)) = mapped_objects(&map.source) else {
-            return Err(no(
-                map.source.span,
-                "a tensor mapping over other than `<pickle entry>.content.<kind>s`",
-            ));
+            unreachable!(
+                "checker rule zip_pickle: a mapping iterates the objects of a pickle entry"
+            );
         };
         let ename = &ir.entry(mentry).name;
         let taken = fmt.mappings[..j]
@@ -811,23 +808,18 @@ fn gen_writer(
     let uses_bo = env.uses_byte_order.get();
     // The root: a call of a dict-kind global.
     let Some(root) = &pentry.write else {
-        return Err(no(
-            pentry.span,
-            "the pickle entry needs `write = <dict-kind global>();` (the root object)",
-        ));
+        unreachable!(
+            "checker rule pickle_writer: the pickle entry of a writable format has `write`"
+        );
     };
     let root_ts = lower.pickle_value(root)?;
     let Some(wname) = &pentry.write_name else {
-        return Err(no(
-            pentry.span,
-            "the pickle entry needs `write_name = \"...\";`",
-        ));
+        unreachable!(
+            "checker rule pickle_writer: the pickle entry of a writable format has `write_name`"
+        );
     };
     if sp.data_texts {
-        return Err(no(
-            sp.map.span,
-            "writing a `data` that depends on the text entries",
-        ));
+        unreachable!("checker rule pickle_writer: a written `data` does not read the text entries");
     }
     // The byte order written: the mapping's, over the text entries as written.
     env.uses_texts.set(false);

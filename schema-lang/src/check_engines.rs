@@ -17,6 +17,12 @@
 //! mapping (values that are not tensors) iterates as a tensor mapping does, and sets a
 //! string `name`, `bytes` data, and integer `part` and `parts`.
 //!
+//! Around pickles (`zip` and `file`): a mapping iterates the objects of one pickle (an
+//! entry's content, or a field of the file's layout), sets its properties itself (no
+//! `include`, no `order` or `segment`), its `shape` and `strides` lists of integers and its
+//! `data` a storage or a slice of one to its end; a file of pickles is its pickles, then
+//! records counted by one of them (integers, then a sized `payload`), last.
+//!
 //! Over messages (`protobuf` and `kv`): a document's mapping iterates messages; repeated
 //! fixed-width and zigzag numbers are read by `elements(..)` alone; write rules build
 //! messages, a written document's tensors are the items of a repeated field, and a
@@ -85,6 +91,19 @@ fn unsliced(e: &Expr) -> &Expr {
             unsliced(&args[0].value)
         }
         _ => e,
+    }
+}
+
+/// True when `e` is a list of integers as a mapping over pickled objects reads one: a
+/// pickled value (a tuple of ints, checked when read), a list literal of integers or
+/// pickled integers, or a list or tuple of integers.
+fn pickled_int_list(e: &Expr) -> bool {
+    let item = |t: &Type| t.is_int() || matches!(t, Type::Pickled(_));
+    match (&e.ty, &e.kind) {
+        (Type::Pickled(_), _) => true,
+        (_, ExprKind::List(items)) => items.iter().all(|i| item(&i.ty)),
+        (Type::List(t) | Type::Tuple(t), _) => t.is_int(),
+        _ => false,
     }
 }
 
@@ -301,7 +320,8 @@ impl Rules<'_> {
         }
     }
 
-    /// The statements a mapping over pickled objects may have, and its `data`.
+    /// The statements a mapping over pickled objects may have (no `include`, no `order`
+    /// or `segment`), its `shape` and `strides` (lists of integers) and its `data`.
     fn pickle_mapping(&mut self, map: &Mapping, data_ok: &dyn Fn(&Expr) -> bool, what: &str) {
         if let Some(w) = &map.filter {
             self.err(
@@ -311,14 +331,31 @@ impl Rules<'_> {
             );
         }
         for s in &map.stmts {
-            if let MappingStmt::Set { key, value } = s {
-                if matches!(key, TensorKey::Order | TensorKey::Segment) {
+            match s {
+                MappingStmt::Set { key, value }
+                    if matches!(key, TensorKey::Order | TensorKey::Segment) =>
+                {
                     self.err(
                         value.span,
                         format!("`{}` in a mapping over pickled objects", key.name()),
                         "a pickled tensor's layout is its `strides`",
                     )
                 }
+                MappingStmt::Include { arg, .. } => self.err(
+                    arg.span,
+                    "`include` in a mapping over pickled objects",
+                    "the mapping sets `name`, `dtype`, `shape` and `data` itself; `include` applies another format's mapping to the members of a zip (npz)",
+                ),
+                MappingStmt::Set { .. } => {}
+            }
+        }
+        for k in [TensorKey::Shape, TensorKey::Strides] {
+            if let Some(e) = map.key(k).filter(|e| !pickled_int_list(e)) {
+                self.err(
+                    e.span,
+                    format!("the `{}` of a pickled tensor is a list of integers", k.name()),
+                    "a pickled tuple (`shape = t.size;`), a list of integers or pickled integers (`[t.numel]`), or a `list<int>` value",
+                );
             }
         }
         if let Some(d) = map.key(TensorKey::Data) {

@@ -21,7 +21,7 @@ use tensorfmt_schema::ir::{
     self, Builtin, Codec, Expr, ExprKind, FieldId, FormatId, Ir, LayoutId, Member, Repeat, Type,
 };
 
-use super::{gen_map_fn, no, Locate, R};
+use super::{gen_map_fn, Locate, R};
 use crate::lower::{Env, Lower, Val};
 
 /// True when a `file` format has a layout field decoded by the pickle codec.
@@ -131,10 +131,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let public = &fmt.public_name;
     let [m] = fmt.mappings.as_slice() else {
-        return Err(no(
-            fmt.name_span,
-            "a format without exactly one tensor mapping",
-        ));
+        unreachable!("checker rule file_pickle: a file of pickles has one tensor mapping");
     };
     let map = ir.mapping(*m);
     // `tensor from L.object.<kind>s as t`
@@ -146,10 +143,9 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         _ => None,
     };
     let Some((lid, object, pid, kind)) = objects else {
-        return Err(no(
-            map.source.span,
-            "a mapping over other than `<layout>.<pickle field>.<kind>s`",
-        ));
+        unreachable!(
+            "checker rule file_pickle: the mapping iterates the objects of a pickle field of the layout"
+        );
     };
     let layout = ir.layout(lid);
     let pk = ir.pickle(pid);
@@ -182,10 +178,9 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             continue;
         }
         let (Type::Layout(rl), Some(Repeat::Count(count))) = (&f.item_ty, &f.repeat) else {
-            return Err(no(
-                f.span,
-                "a field of this layout other than a pickle or counted records",
-            ));
+            unreachable!(
+                "checker rule file_pickle: a file of pickles is its pickles, then counted records"
+            );
         };
         let keys = match &count.kind {
             ExprKind::Call {
@@ -195,27 +190,20 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             _ => None,
         };
         let Some((_, keys)) = keys else {
-            return Err(no(
-                count.span,
-                "a record count other than `len(<earlier pickle field>)`",
-            ));
+            unreachable!("checker rule file_pickle: records are counted by `len(<pickle field>)`");
         };
         records = Some((FieldId(i as u32), *rl, keys));
     }
     let Some((rfield, rlid, keys)) = records else {
-        return Err(no(
-            layout.span,
-            "a layout of pickles without counted records",
-        ));
+        unreachable!("checker rule file_pickle: a file of pickles ends with counted records");
     };
     let rlayout = ir.layout(rlid);
-    let Some(payload) = rlayout.fields.iter().position(|f| f.ty == Type::Payload) else {
-        return Err(no(
-            rlayout.span,
-            "a record layout without a `payload` field",
-        ));
-    };
-    let payload = FieldId(payload as u32);
+    // A record is integers, then its sized payload, last (checker rule file_pickle).
+    let (payload_field, ints) = rlayout
+        .fields
+        .split_last()
+        .expect("checker rule file_pickle: a record ends with its payload");
+    let payload = FieldId(ints.len() as u32);
 
     // The key of the storage `data` names, and the call's argument holding the persistent
     // id it is an item of (`t.storage.key`: `storage`).
@@ -282,28 +270,14 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         dtype: &dtype_used,
     };
     let mut rsteps = Vec::new();
-    let mut range = None;
-    for (i, f) in rlayout.fields.iter().enumerate() {
+    let mut agrees = false;
+    for (i, f) in ints.iter().enumerate() {
         let fname = &f.name;
         let path = format!("{rname}.{fname}");
-        if FieldId(i as u32) == payload {
-            let Some(size) = &f.size else {
-                return Err(no(f.span, "a payload without `size`"));
-            };
-            let s = Lower { ir, env: &env }.expr(size)?.scalar();
-            let what = format!("the size of `{path}`");
-            rsteps.push(quote!(let size = rt::expr::to_u64(#s, #what)?;));
-            range = Some(quote!(c.span(#path, size)));
-            continue;
-        }
-        if range.is_some() {
-            return Err(no(f.span, "a record field after its payload"));
-        }
         let Type::Int(it) = &f.ty else {
-            return Err(no(
-                f.span,
-                "a record field of other than an integer type or `payload`",
-            ));
+            unreachable!(
+                "checker rule file_pickle: a record's fields before its payload are integers"
+            );
         };
         let var = rec_var(fname);
         let m = match (it.bytes.unwrap_or(8), it.signed) {
@@ -336,15 +310,20 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         if let (Some(i), false) = (item, persistent_arg.is_empty()) {
             let i = Literal::usize_unsuffixed(i);
             rsteps.push(quote!(r.agrees(c, #path, #fname, #i, i128::from(#var))?;));
+            agrees = true;
         }
     }
-    let Some(range) = range else {
-        return Err(no(
-            rlayout.span,
-            "a record layout without a `payload` field",
-        ));
-    };
-    let uses_r = dtype_used.get() || rsteps.iter().any(|t| t.to_string().contains("r . agrees"));
+    // The payload, sized.
+    let path = format!("{rname}.{}", payload_field.name);
+    let size = payload_field
+        .size
+        .as_ref()
+        .expect("checker rule file_pickle: a record's payload is sized");
+    let s = Lower { ir, env: &env }.expr(size)?.scalar();
+    let what = format!("the size of `{path}`");
+    rsteps.push(quote!(let size = rt::expr::to_u64(#s, #what)?;));
+    let range = quote!(c.span(#path, size));
+    let uses_r = dtype_used.get() || agrees;
     let r = if uses_r { quote!(r) } else { quote!(_r) };
 
     let position = |f: FieldId| Literal::usize_unsuffixed(f.index());
@@ -355,7 +334,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let rdoc = format!(
         " One `{}` of `{rname}`: the byte range of its `{}`, `r.dtype` being the dtype of the tensors whose bytes it holds.",
         rlayout.name,
-        rlayout.fields[payload.index()].name
+        payload_field.name
     );
     let fdoc = format!(
         " The `{}` layout: its pickles, read back to back, then the `{rname}` records, and the tensor mapping.",
