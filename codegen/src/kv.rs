@@ -23,16 +23,9 @@ use tensorfmt_schema::ir::{
     self, Content, Expr, ExprKind, FormatId, Ir, KvBackend, MappingId, Member, TensorKey, Type,
 };
 
-use crate::lower::{Unlowered, R};
+use crate::lower::R;
 use crate::model::rs_ident;
 use crate::proto::{self, Built, Origin, Output, WriteCx};
-
-fn no(span: tensorfmt_schema::ast::Span, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
 
 /// The backend's name, as `rt::kv` and the registry name it.
 fn backend_name(b: KvBackend) -> &'static str {
@@ -43,20 +36,17 @@ fn backend_name(b: KvBackend) -> &'static str {
     }
 }
 
-/// The items of a `kv` format's module.
-pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+/// The items of a `kv` format's module: the format's records kept by `backend`, mapped by
+/// the entries and mappings of `schema` (this format's own when `None`), the database
+/// opened as `options` say (the fields of its `ir::Engine::Kv`).
+pub(crate) fn gen_kv(
+    ir: &Ir,
+    fid: FormatId,
+    backend: KvBackend,
+    schema: Option<FormatId>,
+    options: ir::KvOpen,
+) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let ir::Engine::Kv {
-        backend,
-        schema,
-        open: options,
-    } = fmt.engine
-    else {
-        return Err(no(
-            fmt.name_span,
-            "a format that is not a key-value database",
-        ));
-    };
     let backend = backend_name(backend);
     if let Some(schema) = schema {
         // Another format's entries and mappings over this backend's records.
@@ -148,7 +138,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         let tensors = fmt.mappings.iter().map(|&m| (m, Output::Chunks));
         let values = fmt.values.iter().map(|&m| (m, Output::Values));
         for (map, output) in tensors.chain(values) {
-            let source = proto::mapping_source(ir, map)?;
+            let source = proto::mapping_source(ir, map);
             if source.origin == Origin::Entry(eid) {
                 listed |= output == Output::Chunks && source.steps.iter().any(|s| s.2);
                 let m = proto::gen_mapping(ir, map, &parts, output)?;

@@ -231,11 +231,15 @@ fn format_items(
         }
     }
     match kind {
-        Engine::Protobuf { .. } => match proto::gen_protobuf(ir, fid) {
+        Engine::Protobuf { root } => match proto::gen_protobuf(ir, fid, *root) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Engine::Kv { .. } => match kv::gen_kv(ir, fid) {
+        Engine::Kv {
+            backend,
+            schema,
+            open,
+        } => match kv::gen_kv(ir, fid, *backend, *schema, *open) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },

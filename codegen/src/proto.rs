@@ -25,21 +25,14 @@ use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
 use quote::quote;
-use tensorfmt_schema::ast::{BinaryOp, Label, Span, UnaryOp};
+use tensorfmt_schema::ast::{BinaryOp, Label, UnaryOp};
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
     Member, MessageField, MessageId, ProtoScalar, ProtoType, TensorKey, Type, WriteVar,
 };
 
-use crate::lower::{Env, Form, Lower, Unlowered, Val, R};
+use crate::lower::{Env, Form, Lower, Val, R};
 use crate::model::{docs, rs_ident};
-
-fn no(span: Span, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Names
@@ -652,7 +645,9 @@ impl MapEnv<'_> {
                 };
                 Val::optional(ts, item_ty)
             }
-            IndexKind::Pickled => return Err(no(e.span, "a pickled lookup in a message")),
+            IndexKind::Pickled => unreachable!(
+                "rule `messages` keeps layouts, whose fields alone hold pickles here, out of mappings over messages"
+            ),
         })
     }
 
@@ -663,7 +658,7 @@ impl MapEnv<'_> {
             member: Member::MessageField(m, i),
         } = &arg.kind
         else {
-            return Err(no(arg.span, "`elements` of a value that is not a field"));
+            unreachable!("the IR lowering takes `elements` of a repeated field alone")
         };
         let f = &self.ir.message(*m).fields[*i];
         let b = l.expr(base)?;
@@ -770,7 +765,7 @@ pub(crate) struct SourcePath {
 }
 
 /// The path of a mapping's source.
-pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
+pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> SourcePath {
     let m = ir.mapping(map);
     let Type::Message(msg) = m.binding_ty else {
         unreachable!("the checker makes every protobuf mapping iterate messages")
@@ -794,22 +789,19 @@ pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
                 through.push(*mm);
                 e = base;
             }
-            _ => {
-                return Err(no(
-                    m.source.span,
-                    "a mapping source outside `root` (or a `kv` entry's value)",
-                ))
-            }
+            _ => unreachable!(
+                "a mapping iterates a path from `root`, a layout or an entry (checker); rule `messages` keeps layouts out of mappings over messages, rule `kv` makes a kv source a path into an entry's value"
+            ),
         }
     };
     steps.reverse();
     through.reverse();
-    Ok(SourcePath {
+    SourcePath {
         msg,
         steps,
         through,
         origin,
-    })
+    }
 }
 
 /// What a mapping's statements compile to: the statements that bind what they use (an
@@ -1000,10 +992,9 @@ fn include(
 ) -> R<()> {
     let v = Lower { ir, env: &*env }.expr(arg)?;
     let Type::Message(msg) = v.ty else {
-        return Err(no(
-            arg.span,
-            "an `include` of a value that is not a message",
-        ));
+        unreachable!(
+            "an `include` takes the mapping whose binding has its argument's type (IR lowering): a message's, as the values a mapping over messages reaches are no layout, entry, dict item or pickle"
+        )
     };
     let present = match v.form {
         Form::Optional => {
@@ -1046,23 +1037,22 @@ fn include(
 }
 
 /// The statements that compute `parts` (an `rt::TensorParts`) from `props`.
-fn parts_stmts(map: &ir::Mapping, props: &Props) -> R<TokenStream> {
+fn parts_stmts(props: &Props) -> TokenStream {
     if let Some(call) = &props.parts {
-        return Ok(quote!(let parts = #call;));
+        return quote!(let parts = #call;);
     }
     let (Some(dtype), Some(shape), Some(data)) = (&props.dtype, &props.shape, &props.data) else {
-        return Err(no(
-            map.span,
-            "a protobuf mapping assigns name, dtype, shape and data",
-        ));
+        unreachable!(
+            "the checker makes a tensor mapping set dtype, shape and data, or include them"
+        )
     };
     let segment = props.segment.clone().unwrap_or_else(|| quote!(None));
-    Ok(quote! {
+    quote! {
         let (dtype, byte_order) = #dtype;
         let shape = #shape;
         let data = #data;
         let parts = rt::TensorParts { dtype, byte_order, shape, data, segment: #segment };
-    })
+    }
 }
 
 /// Whether `e` reads nothing but the binding (no entry, position or outer name).
@@ -1085,7 +1075,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
     let mut seen = Vec::new();
     for &mid in &ir.format(fid).mappings {
         let map = ir.mapping(mid);
-        let src = mapping_source(ir, mid)?;
+        let src = mapping_source(ir, mid);
         if seen.contains(&src.msg) {
             continue;
         }
@@ -1115,7 +1105,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
             &[TensorKey::Name],
             &mut taken,
         )?;
-        let body = parts_stmts(map, &props)?;
+        let body = parts_stmts(&props);
         let name = rs_ident(&format!("parts_of_{}", snake(&view_name(ir, src.msg))));
         let uses_src = mentions(&body, "src");
         let src_param = uses_src.then(|| quote!(src: &rt::Source,));
@@ -1198,7 +1188,7 @@ pub(crate) fn gen_mapping(
     output: Output,
 ) -> R<MappingFns> {
     let map = ir.mapping(mid);
-    let src = mapping_source(ir, mid)?;
+    let src = mapping_source(ir, mid);
     let (start, mut fn_name) = match src.origin {
         Origin::Root => (quote!(root), String::new()),
         Origin::Entry(e) => (quote!(value), ir.entry(e).name.clone()),
@@ -1277,14 +1267,11 @@ pub(crate) fn gen_mapping(
         None => compile_stmts(ir, &mut env, mid, &mut props, parts, &[], &mut taken)?,
     }
     let Some((name, owned)) = props.name.clone() else {
-        return Err(no(
-            map.span,
-            "a protobuf mapping assigns name, dtype, shape and data",
-        ));
+        unreachable!("the checker makes a tensor or value mapping set its name, or include it")
     };
     let parts_stmts = match output {
         Output::Values => quote!(),
-        _ => parts_stmts(map, &props)?,
+        _ => parts_stmts(&props),
     };
     let prelude = &props.prelude;
     let by_ref = if owned { quote!(&name) } else { quote!(name) };
@@ -1398,14 +1385,8 @@ pub(crate) fn gen_mapping(
 
 /// The `protobuf` engine of format `fid`: message views, `detect`, `index`, and the
 /// writer and rewriter when its first mapping has a `write` rule.
-pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId, root: MessageId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let ir::Engine::Protobuf { root } = fmt.engine else {
-        return Err(no(
-            fmt.name_span,
-            "a format that is not a protobuf document",
-        ));
-    };
     let messages = gen_messages(ir, fid);
     let (parts, parts_items) = parts_fns(ir, fid)?;
     let mut item_fns = Vec::new();
@@ -1506,7 +1487,11 @@ impl Env for WriteEnv {
             WriteVar::Nbytes => Val::place(quote!(place.nbytes), u64_ty),
             WriteVar::Begin => Val::place(quote!(begin), u64_ty),
             WriteVar::End => Val::place(quote!(end), u64_ty),
-            _ => return Some(Err(no(e.span, "this value in a protobuf write rule"))),
+            WriteVar::Data | WriteVar::Strides | WriteVar::Index | WriteVar::Numel => {
+                unreachable!(
+                    "a protobuf write rule names no pickle variable (IR lowering), and `data` only as a field's whole value (check.rs `proto_data`), which `message` writes"
+                )
+            }
         }))
     }
 }
@@ -1862,7 +1847,9 @@ impl<'a> WriteCx<'a> {
         if let ProtoType::Message(_) = f.proto {
             return match self.build(e, false)? {
                 Built::Msg(ts) => Ok(ts),
-                Built::Encoded(_) => Err(no(e.span, "tensor elements in a repeated message")),
+                Built::Encoded(_) => unreachable!(
+                    "rule `messages` keeps `data` out of the items of a list of messages"
+                ),
             };
         }
         // Integers: literals checked here, `key_of` typed by the field, others narrowed.
@@ -1957,12 +1944,14 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     let Some(rule) = &map.write else {
         return Ok(None);
     };
-    let src = mapping_source(ir, mid)?;
+    let src = mapping_source(ir, mid);
     let wcx = WriteCx::new(ir, true, true);
     let (rule_pre, rule_ts) = match wcx.build_apart(rule, true)? {
         (pre, Built::Msg(ts)) => (pre, ts),
         (_, Built::Encoded(_)) => {
-            return Err(no(rule.span, "tensor elements in a document's item"))
+            unreachable!(
+                "a document streams `data` (`WriteCx::stream`): no message it builds is encoded"
+            )
         }
     };
     // Where the tensor is placed matters only to a rule that says so (external data).
