@@ -24,7 +24,7 @@
 use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
-use quote::quote;
+use quote::{format_ident, quote};
 use tensorfmt_schema::ast::{BinaryOp, Label, UnaryOp};
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
@@ -36,6 +36,20 @@ use crate::model::{docs, rs_ident};
 
 // ---------------------------------------------------------------------------------------
 // Names
+
+/// One of the engine's own names in the code of mappings over messages (`r`, `out`,
+/// `src`, `limits`, `value`, `position`): as it is, or `__`-prefixed where an entry or a
+/// mapping's binding of the schema is spelled alike, so that no name from the schema hides
+/// it or makes two parameters of one name.
+pub(crate) fn word(ir: &Ir, w: &str) -> Ident {
+    let taken =
+        ir.entries.iter().any(|e| e.name == w) || ir.mappings.iter().any(|m| m.binding == w);
+    if taken {
+        format_ident!("__{w}")
+    } else {
+        format_ident!("{w}")
+    }
+}
 
 /// The Rust name of a message's view and `prost` types: its dotted path without the dots
 /// (`TensorProto.Segment` → `TensorProtoSegment`).
@@ -453,7 +467,8 @@ impl Env for MapEnv<'_> {
         Some(Val::reference(quote!(#b), Type::Message(self.msg)))
     }
     fn position(&self) -> Option<Val> {
-        Some(Val::value(quote!((position as i128)), Type::INT))
+        let position = word(self.ir, "position");
+        Some(Val::value(quote!((#position as i128)), Type::INT))
     }
     fn tensor_key(&self, k: TensorKey) -> Option<Val> {
         (k == TensorKey::Dtype && self.dtype)
@@ -697,8 +712,9 @@ impl MapEnv<'_> {
             }
         };
         let (loc, off, len) = (arg("location")?, arg("offset")?, arg("length")?);
+        let src = word(self.ir, "src");
         Ok(Val::value(
-            quote!(rt::protobuf::external(src, #loc, #off, #len)?),
+            quote!(rt::protobuf::external(#src, #loc, #off, #len)?),
             Type::TensorData,
         ))
     }
@@ -1009,7 +1025,8 @@ fn include(
         .find(|f| f.map == target && f.msg == msg)
         .filter(|_| name_only)
     {
-        let (name, src) = (&f.name, f.src.then(|| quote!(src,)));
+        let src = word(ir, "src");
+        let (name, src) = (&f.name, f.src.then(|| quote!(#src,)));
         props.parts = Some(quote!(#name(#src #present)?));
         (props.dtype, props.shape, props.data, props.segment) = (None, None, None, None);
         env.dtype = true;
@@ -1107,8 +1124,9 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
         )?;
         let body = parts_stmts(&props);
         let name = rs_ident(&format!("parts_of_{}", snake(&view_name(ir, src.msg))));
-        let uses_src = mentions(&body, "src");
-        let src_param = uses_src.then(|| quote!(src: &rt::Source,));
+        let src_id = word(ir, "src");
+        let uses_src = mentions(&body, &src_id.to_string());
+        let src_param = uses_src.then(|| quote!(#src_id: &rt::Source,));
         let (binding, ty) = (rs_ident(&map.binding), view_ident(ir, src.msg));
         let doc = format!(
             " The dtype, shape and data of a `{}` as the mapping `tensor from {} as {}` reads them (and every `include` of it).",
@@ -1178,6 +1196,8 @@ fn items_expr(start: TokenStream, steps: &[(String, u32, bool)]) -> TokenStream 
 pub(crate) struct MappingFns {
     pub(crate) item_fn: TokenStream,
     pub(crate) call: TokenStream,
+    /// The entries whose records the item function takes (a `kv` format's).
+    pub(crate) entries: Vec<EntryId>,
 }
 
 /// The item function and the `map_items` call of mapping `mid`.
@@ -1191,8 +1211,17 @@ pub(crate) fn gen_mapping(
     let src = mapping_source(ir, mid);
     let (start, mut fn_name) = match src.origin {
         Origin::Root => (quote!(root), String::new()),
-        Origin::Entry(e) => (quote!(value), ir.entry(e).name.clone()),
+        Origin::Entry(e) => {
+            let value = word(ir, "value");
+            (quote!(#value), ir.entry(e).name.clone())
+        }
     };
+    let (r, out, src_id, position) = (
+        word(ir, "r"),
+        word(ir, "out"),
+        word(ir, "src"),
+        word(ir, "position"),
+    );
     for (seg, _, _) in &src.steps {
         if !fn_name.is_empty() {
             fn_name.push('_');
@@ -1261,7 +1290,8 @@ pub(crate) fn gen_mapping(
                 .collect();
             compile_stmts(ir, &mut env, mid, &mut props, parts, &skip, &mut taken)?;
             let (name, b) = (&f.name, rs_ident(&map.binding));
-            let src = f.src.then(|| quote!(src,));
+            let src = word(ir, "src");
+            let src = f.src.then(|| quote!(#src,));
             props.parts = Some(quote!(#name(#src #b)?));
         }
         None => compile_stmts(ir, &mut env, mid, &mut props, parts, &[], &mut taken)?,
@@ -1277,13 +1307,13 @@ pub(crate) fn gen_mapping(
     let by_ref = if owned { quote!(&name) } else { quote!(name) };
     let finish = match output {
         Output::Tensors => quote!(parts.info(name).map(Some)),
-        Output::Chunks => quote!(rt::kv::Chunk::new(#by_ref, r.key, parts).map(Some)),
+        Output::Chunks => quote!(rt::kv::Chunk::new(#by_ref, #r.key, parts).map(Some)),
         Output::Values => {
             let none = quote!(None);
             let data = props.data.as_ref().unwrap_or(&none);
             let part = props.part.as_ref().unwrap_or(&none);
             let parts = props.parts_of.as_ref().unwrap_or(&none);
-            quote!(Ok(Some(r.value(#by_ref, #data, #part, #parts))))
+            quote!(Ok(Some(#r.value(#by_ref, #data, #part, #parts))))
         }
     };
     let body = quote! {
@@ -1296,35 +1326,39 @@ pub(crate) fn gen_mapping(
     // Parameters: what the body uses, then the item.
     let mut params = Vec::new();
     let mut args = Vec::new();
-    if mentions(&body, "src") {
-        params.push(quote!(src: &rt::Source));
-        args.push(quote!(src));
+    if mentions(&body, &src_id.to_string()) {
+        params.push(quote!(#src_id: &rt::Source));
+        args.push(quote!(#src_id));
     }
     let out_ty = match output {
         Output::Tensors => quote!(rt::TensorInfo),
         Output::Chunks => {
-            params.push(quote!(r: &rt::kv::Matched<'_>));
-            args.push(quote!(r));
+            params.push(quote!(#r: &rt::kv::Matched<'_>));
+            args.push(quote!(#r));
             quote!(rt::kv::Chunk)
         }
         Output::Values => {
-            params.push(quote!(r: &rt::kv::Matched<'_>));
-            args.push(quote!(r));
+            params.push(quote!(#r: &rt::kv::Matched<'_>));
+            args.push(quote!(#r));
             quote!(rt::kv::ValuePiece)
         }
     };
+    // The entries the body reads: a name of the body spelled like a binding in it is the
+    // binding's.
+    let mut entries = Vec::new();
     for &en in &ir.format(map.format).entries {
         let n = &ir.entry(en).name;
-        if mentions(&body, n) {
+        if mentions(&body, n) && !taken.contains(n) {
+            entries.push(en);
             let (id, st) = (rs_ident(n), entry_struct(n));
             params.push(quote!(#id: &#st<'_, '_>));
             args.push(quote!(&#id));
         }
     }
-    let position = mentions(&body, "position");
-    if position {
-        params.push(quote!(position: usize));
-        args.push(quote!(position));
+    let uses_position = mentions(&body, &position.to_string());
+    if uses_position {
+        params.push(quote!(#position: usize));
+        args.push(quote!(#position));
     }
     let binding = rs_ident(&map.binding);
     let item_ty = view_ident(ir, src.msg);
@@ -1364,20 +1398,24 @@ pub(crate) fn gen_mapping(
         (quote!(|_| None), source_text)
     };
     let items = items_expr(start, &src.steps);
-    let pos = if position {
-        quote!(position)
+    let pos = if uses_position {
+        quote!(#position)
     } else {
         quote!(_)
     };
     let out = match output {
-        Output::Tensors => quote!(out),
-        Output::Chunks => quote!(&mut out.chunks),
-        Output::Values => quote!(&mut out.values),
+        Output::Tensors => quote!(#out),
+        Output::Chunks => quote!(&mut #out.chunks),
+        Output::Values => quote!(&mut #out.values),
     };
     let call = quote! {
         rt::protobuf::map_items(#items, #name_of, #prefix, #out, |#binding, #pos| #fn_id(#(#args),*))?;
     };
-    Ok(MappingFns { item_fn, call })
+    Ok(MappingFns {
+        item_fn,
+        call,
+        entries,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1397,6 +1435,7 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId, root: MessageId) -> R<TokenSt
         calls.push(m.call);
     }
     let root_ty = view_ident(ir, root);
+    let (src, out) = (word(ir, "src"), word(ir, "out"));
     // Detection: the whole source walks as a message whose declared fields have their
     // declared wire types, with at least one of them present.
     let checks = ir.message(root).fields.iter().map(|f| {
@@ -1437,8 +1476,8 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId, root: MessageId) -> R<TokenSt
 
         /// Lists the tensors of `src` without reading their bytes: reads the root message in
         /// place, then maps its items.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
-            rt::protobuf::index(src, limits, |bytes, out| {
+        pub fn index(#src: &rt::Source, limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
+            rt::protobuf::index(#src, limits, |bytes, #out| {
                 let root: #root_ty<'_> = rt::protobuf::read(bytes, 0, 0, limits)?;
                 #(#calls)*
                 Ok(())
