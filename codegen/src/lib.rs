@@ -18,9 +18,10 @@
 //! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`. What a
 //! writer cannot do and what an engine cannot mean are reported by the checker, at their
 //! span with a help line: the generator generates what it accepts (the choice of the
-//! engine, the zip engine and the lowering of `source` and of a record's `dtype` have no
-//! refusal path left; the remaining `Unlowered` sites of the other engines are diagnostics
-//! at their span, never panics).
+//! engine, the zip, `protobuf` and `kv` engines and the lowering of `source` and of a
+//! record's `dtype` have no refusal path of their own left; the remaining `Unlowered` sites
+//! of the other engines and of the expression lowering are diagnostics at their span,
+//! never panics).
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
