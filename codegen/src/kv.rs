@@ -23,16 +23,9 @@ use tensorfmt_schema::ir::{
     self, Content, Expr, ExprKind, FormatId, Ir, KvBackend, MappingId, Member, TensorKey, Type,
 };
 
-use crate::lower::{Unlowered, R};
+use crate::lower::R;
 use crate::model::rs_ident;
 use crate::proto::{self, Built, Origin, Output, WriteCx};
-
-fn no(span: tensorfmt_schema::ast::Span, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
 
 /// The backend's name, as `rt::kv` and the registry name it.
 fn backend_name(b: KvBackend) -> &'static str {
@@ -43,20 +36,17 @@ fn backend_name(b: KvBackend) -> &'static str {
     }
 }
 
-/// The items of a `kv` format's module.
-pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+/// The items of a `kv` format's module: the format's records kept by `backend`, mapped by
+/// the entries and mappings of `schema` (this format's own when `None`), the database
+/// opened as `options` say (the fields of its `ir::Engine::Kv`).
+pub(crate) fn gen_kv(
+    ir: &Ir,
+    fid: FormatId,
+    backend: KvBackend,
+    schema: Option<FormatId>,
+    options: ir::KvOpen,
+) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let ir::Engine::Kv {
-        backend,
-        schema,
-        open: options,
-    } = fmt.engine
-    else {
-        return Err(no(
-            fmt.name_span,
-            "a format that is not a key-value database",
-        ));
-    };
     let backend = backend_name(backend);
     if let Some(schema) = schema {
         // Another format's entries and mappings over this backend's records.
@@ -119,6 +109,8 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     // that reads a record of it, and the item functions of the mappings over it.
     let mut arms = Vec::new();
     let mut entries = Vec::new();
+    let [src, r, limits, out, value] =
+        ["src", "r", "limits", "out", "value"].map(|w| proto::word(ir, w));
     for (i, &eid) in fmt.entries.iter().enumerate() {
         let en = ir.entry(eid);
         // The checker gives every entry of a kv format a message of it.
@@ -145,13 +137,15 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         });
         let mut calls = Vec::new();
         let mut listed = false;
+        let mut reads_entry = false;
         let tensors = fmt.mappings.iter().map(|&m| (m, Output::Chunks));
         let values = fmt.values.iter().map(|&m| (m, Output::Values));
         for (map, output) in tensors.chain(values) {
-            let source = proto::mapping_source(ir, map)?;
+            let source = proto::mapping_source(ir, map);
             if source.origin == Origin::Entry(eid) {
                 listed |= output == Output::Chunks && source.steps.iter().any(|s| s.2);
                 let m = proto::gen_mapping(ir, map, &parts, output)?;
+                reads_entry |= m.entries.contains(&eid);
                 items.push(m.item_fn);
                 calls.push(m.call);
             }
@@ -160,8 +154,8 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         let calls = quote!(#(#calls)*);
         let id = rs_ident(&en.name);
         let idx = (0..caps.len()).map(proc_macro2::Literal::usize_unsuffixed);
-        let record = if proto::mentions(&calls, &en.name) {
-            quote!(let #id = #st { #(#caps: &r.captures[#idx],)* value: &value };)
+        let record = if reads_entry {
+            quote!(let #id = #st { #(#caps: &#r.captures[#idx],)* value: &#value };)
         } else {
             quote!()
         };
@@ -172,7 +166,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 .iter()
                 .map(|f| proc_macro2::Literal::u32_unsuffixed(f.tag));
             quote! {
-                if !rt::protobuf::only_fields(r.value, r.base, &[#(#nums),*]) {
+                if !rt::protobuf::only_fields(#r.value, #r.base, &[#(#nums),*]) {
                     return Ok(false);
                 }
             }
@@ -181,22 +175,22 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         };
         let what = &ir.message(mid).name;
         let read = if calls.is_empty() {
-            quote!(r.read(#what, |b, at| rt::protobuf::read::<#msg>(b, at, 0, limits))?;)
+            quote!(#r.read(#what, |b, at| rt::protobuf::read::<#msg>(b, at, 0, #limits))?;)
         } else {
-            quote!(let value: #msg<'_> = r.read(#what, |b, at| rt::protobuf::read(b, at, 0, limits))?;)
+            quote!(let #value: #msg<'_> = #r.read(#what, |b, at| rt::protobuf::read(b, at, 0, #limits))?;)
         };
         let (mut params, mut args) = (Vec::new(), Vec::new());
-        if proto::mentions(&calls, "src") {
-            params.push(quote!(src: &rt::Source));
-            args.push(quote!(src));
+        if proto::mentions(&calls, &src.to_string()) {
+            params.push(quote!(#src: &rt::Source));
+            args.push(quote!(#src));
         }
-        params.push(quote!(r: &rt::kv::Matched<'_>));
-        params.push(quote!(limits: &rt::Limits));
-        args.push(quote!(r));
-        args.push(quote!(limits));
+        params.push(quote!(#r: &rt::kv::Matched<'_>));
+        params.push(quote!(#limits: &rt::Limits));
+        args.push(quote!(#r));
+        args.push(quote!(#limits));
         if !calls.is_empty() {
-            params.push(quote!(out: &mut rt::kv::Found));
-            args.push(quote!(out));
+            params.push(quote!(#out: &mut rt::kv::Found));
+            args.push(quote!(#out));
         }
         let f = rs_ident(&format!("record_{}", en.name));
         let doc = format!(
@@ -215,14 +209,17 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         });
         arms.push((i, quote!(#f(#(#args),*))));
     }
-    let out = if arms.iter().any(|(_, call)| proto::mentions(call, "out")) {
-        quote!(out)
+    let found = if arms
+        .iter()
+        .any(|(_, call)| proto::mentions(call, &out.to_string()))
+    {
+        quote!(#out)
     } else {
         quote!(_)
     };
     let dispatch = match arms.as_slice() {
         [] => quote!(|_, _| Ok(true)),
-        [(_, call)] => quote!(|r, #out| #call),
+        [(_, call)] => quote!(|#r, #found| #call),
         _ => {
             let last = arms.len() - 1;
             let arms = arms.iter().map(|(i, call)| {
@@ -233,7 +230,7 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     quote!(#i => #call,)
                 }
             });
-            quote!(|r, #out| match r.entry { #(#arms)* })
+            quote!(|#r, #found| match #r.entry { #(#arms)* })
         }
     };
     let entries = entries
@@ -245,8 +242,8 @@ pub(crate) fn gen_kv(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         pub const ENTRIES: &[rt::kv::Entry] = &[#(#entries),*];
 
         #[doc = #map_doc]
-        pub fn map_records(src: &rt::Source, records: &[rt::kv::Record], limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
-            rt::kv::map_records(src, records, limits, ENTRIES, #dispatch)
+        pub fn map_records(#src: &rt::Source, records: &[rt::kv::Record], #limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {
+            rt::kv::map_records(#src, records, #limits, ENTRIES, #dispatch)
         }
     });
 

@@ -19,9 +19,10 @@
 //! writer cannot do and what an engine cannot mean are reported by the checker, at their
 //! span with a help line: the generator generates what it accepts (the choice of the
 //! engine, the zip engine — over another format's layout or around pickles —, the `file`
-//! engine around pickles and the lowering of `source` and of a record's `dtype` have no
-//! refusal path left; the remaining `Unlowered` sites of the other engines are diagnostics
-//! at their span, never panics).
+//! engine around pickles, the `protobuf` and `kv` engines and the lowering of `source` and
+//! of a record's `dtype` have no refusal path of their own left; the remaining `Unlowered`
+//! sites of the layout engine and of the expression lowering are diagnostics at their
+//! span, never panics).
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -232,11 +233,15 @@ fn format_items(
         }
     }
     match kind {
-        Engine::Protobuf { .. } => match proto::gen_protobuf(ir, fid) {
+        Engine::Protobuf { root } => match proto::gen_protobuf(ir, fid, *root) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
-        Engine::Kv { .. } => match kv::gen_kv(ir, fid) {
+        Engine::Kv {
+            backend,
+            schema,
+            open,
+        } => match kv::gen_kv(ir, fid, *backend, *schema, *open) {
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },

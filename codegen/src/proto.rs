@@ -24,25 +24,32 @@
 use std::cell::RefCell;
 
 use proc_macro2::{Ident, Literal, TokenStream};
-use quote::quote;
-use tensorfmt_schema::ast::{Label, Span};
+use quote::{format_ident, quote};
+use tensorfmt_schema::ast::Label;
 use tensorfmt_schema::ir::{
     self, Builtin, EntryId, Expr, ExprKind, FormatId, IndexKind, IntTy, Ir, MappingId, MappingStmt,
     Member, MessageField, MessageId, ProtoScalar, ProtoType, TensorKey, Type, WriteVar,
 };
 
-use crate::lower::{Env, Form, Lower, Unlowered, Val, R};
+use crate::lower::{Env, Form, Lower, Val, R};
 use crate::model::{docs, rs_ident};
-
-fn no(span: Span, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // Names
+
+/// One of the engine's own names in the code of mappings over messages (`r`, `out`,
+/// `src`, `limits`, `value`, `position`): as it is, or `__`-prefixed where an entry or a
+/// mapping's binding of the schema is spelled alike, so that no name from the schema hides
+/// it or makes two parameters of one name.
+pub(crate) fn word(ir: &Ir, w: &str) -> Ident {
+    let taken =
+        ir.entries.iter().any(|e| e.name == w) || ir.mappings.iter().any(|m| m.binding == w);
+    if taken {
+        format_ident!("__{w}")
+    } else {
+        format_ident!("{w}")
+    }
+}
 
 /// The Rust name of a message's view and `prost` types: its dotted path without the dots
 /// (`TensorProto.Segment` → `TensorProtoSegment`).
@@ -460,7 +467,8 @@ impl Env for MapEnv<'_> {
         Some(Val::reference(quote!(#b), Type::Message(self.msg)))
     }
     fn position(&self) -> Option<Val> {
-        Some(Val::value(quote!((position as i128)), Type::INT))
+        let position = word(self.ir, "position");
+        Some(Val::value(quote!((#position as i128)), Type::INT))
     }
     fn tensor_key(&self, k: TensorKey) -> Option<Val> {
         (k == TensorKey::Dtype && self.dtype)
@@ -652,7 +660,9 @@ impl MapEnv<'_> {
                 };
                 Val::optional(ts, item_ty)
             }
-            IndexKind::Pickled => return Err(no(e.span, "a pickled lookup in a message")),
+            IndexKind::Pickled => unreachable!(
+                "rule `messages` keeps layouts, whose fields alone hold pickles here, out of mappings over messages"
+            ),
         })
     }
 
@@ -663,7 +673,7 @@ impl MapEnv<'_> {
             member: Member::MessageField(m, i),
         } = &arg.kind
         else {
-            return Err(no(arg.span, "`elements` of a value that is not a field"));
+            unreachable!("the IR lowering takes `elements` of a repeated field alone")
         };
         let f = &self.ir.message(*m).fields[*i];
         let b = l.expr(base)?;
@@ -702,8 +712,9 @@ impl MapEnv<'_> {
             }
         };
         let (loc, off, len) = (arg("location")?, arg("offset")?, arg("length")?);
+        let src = word(self.ir, "src");
         Ok(Val::value(
-            quote!(rt::protobuf::external(src, #loc, #off, #len)?),
+            quote!(rt::protobuf::external(#src, #loc, #off, #len)?),
             Type::TensorData,
         ))
     }
@@ -770,7 +781,7 @@ pub(crate) struct SourcePath {
 }
 
 /// The path of a mapping's source.
-pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
+pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> SourcePath {
     let m = ir.mapping(map);
     let Type::Message(msg) = m.binding_ty else {
         unreachable!("the checker makes every protobuf mapping iterate messages")
@@ -794,22 +805,19 @@ pub(crate) fn mapping_source(ir: &Ir, map: MappingId) -> R<SourcePath> {
                 through.push(*mm);
                 e = base;
             }
-            _ => {
-                return Err(no(
-                    m.source.span,
-                    "a mapping source outside `root` (or a `kv` entry's value)",
-                ))
-            }
+            _ => unreachable!(
+                "a mapping iterates a path from `root`, a layout or an entry (checker); rule `messages` keeps layouts out of mappings over messages, rule `kv` makes a kv source a path into an entry's value"
+            ),
         }
     };
     steps.reverse();
     through.reverse();
-    Ok(SourcePath {
+    SourcePath {
         msg,
         steps,
         through,
         origin,
-    })
+    }
 }
 
 /// What a mapping's statements compile to: the statements that bind what they use (an
@@ -1000,10 +1008,9 @@ fn include(
 ) -> R<()> {
     let v = Lower { ir, env: &*env }.expr(arg)?;
     let Type::Message(msg) = v.ty else {
-        return Err(no(
-            arg.span,
-            "an `include` of a value that is not a message",
-        ));
+        unreachable!(
+            "an `include` takes the mapping whose binding has its argument's type (IR lowering): a message's, as the values a mapping over messages reaches are no layout, entry, dict item or pickle"
+        )
     };
     let present = match v.form {
         Form::Optional => {
@@ -1018,7 +1025,8 @@ fn include(
         .find(|f| f.map == target && f.msg == msg)
         .filter(|_| name_only)
     {
-        let (name, src) = (&f.name, f.src.then(|| quote!(src,)));
+        let src = word(ir, "src");
+        let (name, src) = (&f.name, f.src.then(|| quote!(#src,)));
         props.parts = Some(quote!(#name(#src #present)?));
         (props.dtype, props.shape, props.data, props.segment) = (None, None, None, None);
         env.dtype = true;
@@ -1046,23 +1054,22 @@ fn include(
 }
 
 /// The statements that compute `parts` (an `rt::TensorParts`) from `props`.
-fn parts_stmts(map: &ir::Mapping, props: &Props) -> R<TokenStream> {
+fn parts_stmts(props: &Props) -> TokenStream {
     if let Some(call) = &props.parts {
-        return Ok(quote!(let parts = #call;));
+        return quote!(let parts = #call;);
     }
     let (Some(dtype), Some(shape), Some(data)) = (&props.dtype, &props.shape, &props.data) else {
-        return Err(no(
-            map.span,
-            "a protobuf mapping assigns name, dtype, shape and data",
-        ));
+        unreachable!(
+            "the checker makes a tensor mapping set dtype, shape and data, or include them"
+        )
     };
     let segment = props.segment.clone().unwrap_or_else(|| quote!(None));
-    Ok(quote! {
+    quote! {
         let (dtype, byte_order) = #dtype;
         let shape = #shape;
         let data = #data;
         let parts = rt::TensorParts { dtype, byte_order, shape, data, segment: #segment };
-    })
+    }
 }
 
 /// Whether `e` reads nothing but the binding (no entry, position or outer name).
@@ -1085,7 +1092,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
     let mut seen = Vec::new();
     for &mid in &ir.format(fid).mappings {
         let map = ir.mapping(mid);
-        let src = mapping_source(ir, mid)?;
+        let src = mapping_source(ir, mid);
         if seen.contains(&src.msg) {
             continue;
         }
@@ -1115,10 +1122,11 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
             &[TensorKey::Name],
             &mut taken,
         )?;
-        let body = parts_stmts(map, &props)?;
+        let body = parts_stmts(&props);
         let name = rs_ident(&format!("parts_of_{}", snake(&view_name(ir, src.msg))));
-        let uses_src = mentions(&body, "src");
-        let src_param = uses_src.then(|| quote!(src: &rt::Source,));
+        let src_id = word(ir, "src");
+        let uses_src = mentions(&body, &src_id.to_string());
+        let src_param = uses_src.then(|| quote!(#src_id: &rt::Source,));
         let (binding, ty) = (rs_ident(&map.binding), view_ident(ir, src.msg));
         let doc = format!(
             " The dtype, shape and data of a `{}` as the mapping `tensor from {} as {}` reads them (and every `include` of it).",
@@ -1188,6 +1196,8 @@ fn items_expr(start: TokenStream, steps: &[(String, u32, bool)]) -> TokenStream 
 pub(crate) struct MappingFns {
     pub(crate) item_fn: TokenStream,
     pub(crate) call: TokenStream,
+    /// The entries whose records the item function takes (a `kv` format's).
+    pub(crate) entries: Vec<EntryId>,
 }
 
 /// The item function and the `map_items` call of mapping `mid`.
@@ -1198,11 +1208,20 @@ pub(crate) fn gen_mapping(
     output: Output,
 ) -> R<MappingFns> {
     let map = ir.mapping(mid);
-    let src = mapping_source(ir, mid)?;
+    let src = mapping_source(ir, mid);
     let (start, mut fn_name) = match src.origin {
         Origin::Root => (quote!(root), String::new()),
-        Origin::Entry(e) => (quote!(value), ir.entry(e).name.clone()),
+        Origin::Entry(e) => {
+            let value = word(ir, "value");
+            (quote!(#value), ir.entry(e).name.clone())
+        }
     };
+    let (r, out, src_id, position) = (
+        word(ir, "r"),
+        word(ir, "out"),
+        word(ir, "src"),
+        word(ir, "position"),
+    );
     for (seg, _, _) in &src.steps {
         if !fn_name.is_empty() {
             fn_name.push('_');
@@ -1247,32 +1266,30 @@ pub(crate) fn gen_mapping(
                 .collect();
             compile_stmts(ir, &mut env, mid, &mut props, parts, &skip, &mut taken)?;
             let (name, b) = (&f.name, rs_ident(&map.binding));
-            let src = f.src.then(|| quote!(src,));
+            let src = word(ir, "src");
+            let src = f.src.then(|| quote!(#src,));
             props.parts = Some(quote!(#name(#src #b)?));
         }
         None => compile_stmts(ir, &mut env, mid, &mut props, parts, &[], &mut taken)?,
     }
     let Some((name, owned)) = props.name.clone() else {
-        return Err(no(
-            map.span,
-            "a protobuf mapping assigns name, dtype, shape and data",
-        ));
+        unreachable!("the checker makes a tensor or value mapping set its name, or include it")
     };
     let parts_stmts = match output {
         Output::Values => quote!(),
-        _ => parts_stmts(map, &props)?,
+        _ => parts_stmts(&props),
     };
     let prelude = &props.prelude;
     let by_ref = if owned { quote!(&name) } else { quote!(name) };
     let finish = match output {
         Output::Tensors => quote!(parts.info(name).map(Some)),
-        Output::Chunks => quote!(rt::kv::Chunk::new(#by_ref, r.key, parts).map(Some)),
+        Output::Chunks => quote!(rt::kv::Chunk::new(#by_ref, #r.key, parts).map(Some)),
         Output::Values => {
             let none = quote!(None);
             let data = props.data.as_ref().unwrap_or(&none);
             let part = props.part.as_ref().unwrap_or(&none);
             let parts = props.parts_of.as_ref().unwrap_or(&none);
-            quote!(Ok(Some(r.value(#by_ref, #data, #part, #parts))))
+            quote!(Ok(Some(#r.value(#by_ref, #data, #part, #parts))))
         }
     };
     let body = quote! {
@@ -1285,35 +1302,39 @@ pub(crate) fn gen_mapping(
     // Parameters: what the body uses, then the item.
     let mut params = Vec::new();
     let mut args = Vec::new();
-    if mentions(&body, "src") {
-        params.push(quote!(src: &rt::Source));
-        args.push(quote!(src));
+    if mentions(&body, &src_id.to_string()) {
+        params.push(quote!(#src_id: &rt::Source));
+        args.push(quote!(#src_id));
     }
     let out_ty = match output {
         Output::Tensors => quote!(rt::TensorInfo),
         Output::Chunks => {
-            params.push(quote!(r: &rt::kv::Matched<'_>));
-            args.push(quote!(r));
+            params.push(quote!(#r: &rt::kv::Matched<'_>));
+            args.push(quote!(#r));
             quote!(rt::kv::Chunk)
         }
         Output::Values => {
-            params.push(quote!(r: &rt::kv::Matched<'_>));
-            args.push(quote!(r));
+            params.push(quote!(#r: &rt::kv::Matched<'_>));
+            args.push(quote!(#r));
             quote!(rt::kv::ValuePiece)
         }
     };
+    // The entries the body reads: a name of the body spelled like a binding in it is the
+    // binding's.
+    let mut entries = Vec::new();
     for &en in &ir.format(map.format).entries {
         let n = &ir.entry(en).name;
-        if mentions(&body, n) {
+        if mentions(&body, n) && !taken.contains(n) {
+            entries.push(en);
             let (id, st) = (rs_ident(n), entry_struct(n));
             params.push(quote!(#id: &#st<'_, '_>));
             args.push(quote!(&#id));
         }
     }
-    let position = mentions(&body, "position");
-    if position {
-        params.push(quote!(position: usize));
-        args.push(quote!(position));
+    let uses_position = mentions(&body, &position.to_string());
+    if uses_position {
+        params.push(quote!(#position: usize));
+        args.push(quote!(#position));
     }
     let binding = rs_ident(&map.binding);
     let item_ty = view_ident(ir, src.msg);
@@ -1353,20 +1374,24 @@ pub(crate) fn gen_mapping(
         (quote!(|_| None), source_text)
     };
     let items = items_expr(start, &src.steps);
-    let pos = if position {
-        quote!(position)
+    let pos = if uses_position {
+        quote!(#position)
     } else {
         quote!(_)
     };
     let out = match output {
-        Output::Tensors => quote!(out),
-        Output::Chunks => quote!(&mut out.chunks),
-        Output::Values => quote!(&mut out.values),
+        Output::Tensors => quote!(#out),
+        Output::Chunks => quote!(&mut #out.chunks),
+        Output::Values => quote!(&mut #out.values),
     };
     let call = quote! {
         rt::protobuf::map_items(#items, #name_of, #prefix, #out, |#binding, #pos| #fn_id(#(#args),*))?;
     };
-    Ok(MappingFns { item_fn, call })
+    Ok(MappingFns {
+        item_fn,
+        call,
+        entries,
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1374,14 +1399,8 @@ pub(crate) fn gen_mapping(
 
 /// The `protobuf` engine of format `fid`: message views, `detect`, `index`, and the
 /// writer and rewriter when its first mapping has a `write` rule.
-pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
+pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId, root: MessageId) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let ir::Engine::Protobuf { root } = fmt.engine else {
-        return Err(no(
-            fmt.name_span,
-            "a format that is not a protobuf document",
-        ));
-    };
     let messages = gen_messages(ir, fid);
     let (parts, parts_items) = parts_fns(ir, fid)?;
     let mut item_fns = Vec::new();
@@ -1392,6 +1411,7 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         calls.push(m.call);
     }
     let root_ty = view_ident(ir, root);
+    let (src, out) = (word(ir, "src"), word(ir, "out"));
     // Detection: the whole source walks as a message whose declared fields have their
     // declared wire types, with at least one of them present.
     let checks = ir.message(root).fields.iter().map(|f| {
@@ -1432,8 +1452,8 @@ pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 
         /// Lists the tensors of `src` without reading their bytes: reads the root message in
         /// place, then maps its items.
-        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
-            rt::protobuf::index(src, limits, |bytes, out| {
+        pub fn index(#src: &rt::Source, limits: &rt::Limits) -> rt::Result<Vec<rt::TensorInfo>> {
+            rt::protobuf::index(#src, limits, |bytes, #out| {
                 let root: #root_ty<'_> = rt::protobuf::read(bytes, 0, 0, limits)?;
                 #(#calls)*
                 Ok(())
@@ -1482,7 +1502,11 @@ impl Env for WriteEnv {
             WriteVar::Nbytes => Val::place(quote!(place.nbytes), u64_ty),
             WriteVar::Begin => Val::place(quote!(begin), u64_ty),
             WriteVar::End => Val::place(quote!(end), u64_ty),
-            _ => return Some(Err(no(e.span, "this value in a protobuf write rule"))),
+            WriteVar::Data | WriteVar::Strides | WriteVar::Index | WriteVar::Numel => {
+                unreachable!(
+                    "a protobuf write rule names no pickle variable (IR lowering), and `data` only as a field's whole value (check.rs `proto_data`), which `message` writes"
+                )
+            }
         }))
     }
 }
@@ -1838,7 +1862,9 @@ impl<'a> WriteCx<'a> {
         if let ProtoType::Message(_) = f.proto {
             return match self.build(e, false)? {
                 Built::Msg(ts) => Ok(ts),
-                Built::Encoded(_) => Err(no(e.span, "tensor elements in a repeated message")),
+                Built::Encoded(_) => unreachable!(
+                    "rule `messages` keeps `data` out of the items of a list of messages"
+                ),
             };
         }
         // Integers: literals checked here, `key_of` typed by the field, others narrowed.
@@ -1933,12 +1959,14 @@ fn gen_writer(ir: &Ir, fid: FormatId, root: MessageId) -> R<Option<TokenStream>>
     let Some(rule) = &map.write else {
         return Ok(None);
     };
-    let src = mapping_source(ir, mid)?;
+    let src = mapping_source(ir, mid);
     let wcx = WriteCx::new(ir, true, true);
     let (rule_pre, rule_ts) = match wcx.build_apart(rule, true)? {
         (pre, Built::Msg(ts)) => (pre, ts),
         (_, Built::Encoded(_)) => {
-            return Err(no(rule.span, "tensor elements in a document's item"))
+            unreachable!(
+                "a document streams `data` (`WriteCx::stream`): no message it builds is encoded"
+            )
         }
     };
     // Where the tensor is placed matters only to a rule that says so (external data).

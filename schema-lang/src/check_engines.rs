@@ -710,7 +710,8 @@ impl Rules<'_> {
     /// mapping iterates messages; the values of a repeated field of fixed-width or zigzag
     /// numbers are read as tensor elements alone; a write rule, and the value of a message
     /// field in it, builds a message; a document writes its tensors as the items of a
-    /// repeated field; a record's `data` is in no item of a list of messages.
+    /// repeated field; a record's `data` is in no item of a list of messages; no mapping
+    /// (tensor or value) reads a layout.
     fn messages(&mut self) {
         let ir = self.ir;
         let f = ir.format(self.fid);
@@ -725,6 +726,7 @@ impl Rules<'_> {
                     "a repeated message field, or one message: `tensor from root.tensors as t`",
                 );
             }
+            self.layouts_in_messages(map);
             self.number_lists(&map.source);
             if let Some(w) = &map.filter {
                 self.number_lists(w);
@@ -754,12 +756,46 @@ impl Rules<'_> {
                 );
             }
         }
+        for &m in &f.values {
+            self.layouts_in_messages(ir.mapping(m));
+        }
         for &mid in &f.messages {
             for field in &ir.message(mid).fields {
                 if let Some(w) = &field.write {
                     self.field_value(field, w, false);
                 }
             }
+        }
+    }
+
+    /// A layout read in a mapping over messages (its source, filter, statements or write
+    /// rule): such a mapping reads its binding, the document's `root` or a kv entry's value.
+    fn layouts_in_messages(&mut self, map: &Mapping) {
+        let stmts = map.stmts.iter().map(|s| match s {
+            MappingStmt::Include { arg, .. } => arg,
+            MappingStmt::Set { value, .. } => value,
+        });
+        let mut spans = Vec::new();
+        for e in std::iter::once(&map.source)
+            .chain(&map.filter)
+            .chain(stmts)
+            .chain(&map.write)
+        {
+            e.walk(&mut |x| {
+                if let ExprKind::Layout(l) = x.kind {
+                    spans.push((x.span, l));
+                }
+            });
+        }
+        for (span, l) in spans {
+            self.err(
+                span,
+                format!(
+                    "layout '{}' is read in a mapping over protobuf messages",
+                    self.ir.layout(l).name
+                ),
+                "a mapping over messages reads its binding, the fields of the document's `root` or a kv entry's value; layouts are read by the `file` and `zip` engines",
+            );
         }
     }
 

@@ -30,6 +30,7 @@ construct!(kv_open_fmt, "kv_open");
 construct!(kv_values_fmt, "kv_values");
 construct!(cond_width_given_fmt, "cond_width_given");
 construct!(repeat_until_eof_fmt, "repeat_until_eof");
+construct!(kv_names_fmt, "kv_names");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -370,6 +371,52 @@ fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
     let mut bad = Vec::new();
     kv_record(b"", &a, &mut bad);
     assert!(refused(desc, &bad).contains("key_len"));
+}
+
+#[test]
+fn kv_names_spelled_like_the_generated_code_s_own_map_every_entry() {
+    // Entries `r`, `out` (a `Holder` of items), `value`, `src`, `limits`, mapped with
+    // bindings `src`, `position`, `r`, `out`, `value`: a `Blob` is dims, dtype code, data, name.
+    let blob = |dims: &[u64], code: u64, data: &[u8], name: &str| {
+        let mut v = Vec::new();
+        for &d in dims {
+            field_varint(1, d, &mut v);
+        }
+        field_varint(2, code, &mut v);
+        field_bytes(3, data, &mut v);
+        if !name.is_empty() {
+            field_bytes(4, name.as_bytes(), &mut v);
+        }
+        v
+    };
+    let floats = f32s(&[1.0, 2.0]);
+    let mut holder = Vec::new();
+    field_bytes(1, &blob(&[2], 1, &floats, "x"), &mut holder);
+    field_bytes(1, &blob(&[1], 2, &[9], "y"), &mut holder);
+    let mut file = Vec::new();
+    kv_record(b"r/a", &blob(&[2], 1, &floats, ""), &mut file);
+    kv_record(b"o/h", &holder, &mut file);
+    kv_record(b"v/b", &blob(&[3], 2, &[1, 2, 3], ""), &mut file);
+    kv_record(b"s/c", &blob(&[1], 2, &[4], ""), &mut file);
+    kv_record(b"l/d", &blob(&[2], 2, &[5, 6], ""), &mut file);
+    let desc = &kv_names_fmt::kvnames::DESC;
+    let mut got = read(desc, "db.kvn", &file).unwrap();
+    got.sort();
+    let mut expected = vec![
+        t("a", rt::DType::F32, &[2], floats.clone()),
+        t("h.x", rt::DType::F32, &[2], floats),
+        t("h.y", rt::DType::U8, &[1], vec![9]),
+        t("b", rt::DType::U8, &[3], vec![1, 2, 3]),
+        t("c", rt::DType::U8, &[1], vec![4]),
+        t("d", rt::DType::U8, &[2], vec![5, 6]),
+    ];
+    expected.sort();
+    assert_eq!(got, expected);
+    // Written as records of entry `r` (the mapping with the write rule), read back alike.
+    let written = write(desc, &expected).unwrap();
+    let mut back = read(desc, "w.kvn", &written).unwrap();
+    back.sort();
+    assert_eq!(back, expected);
 }
 
 /// A `repeat_count` file: `REP1`, the record count, the records (name, dims,
