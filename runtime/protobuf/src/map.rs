@@ -45,7 +45,10 @@ pub fn map_items<'i, M: 'i, T>(
     out: &mut Vec<T>,
     mut map: impl FnMut(&'i M, usize) -> Result<Option<T>>,
 ) -> Result<()> {
-    for (position, item) in items.into_iter().enumerate() {
+    let items = items.into_iter();
+    // Most items are tensors: one allocation for the list instead of one per doubling.
+    out.reserve(items.size_hint().0);
+    for (position, item) in items.enumerate() {
         match map(item, position) {
             Ok(Some(t)) => out.push(t),
             Ok(None) => {}
