@@ -1060,7 +1060,9 @@ impl Lower<'_> {
                 let x = v.by_ref();
                 quote!(rt::pickle::Value::int_tuple(#x))
             }
-            _ => return Err(no(e, "a value a pickle cannot hold")),
+            _ => unreachable!(
+                "the checker keeps a pickle write rule's values to globals, calls, numbers, text, booleans and the tensor's integers (`pickle_write`)"
+            ),
         })
     }
 
