@@ -19,8 +19,8 @@
 //! writer cannot do and what an engine cannot mean are reported by the checker, at their
 //! span with a help line: the generator generates what it accepts (the choice of the
 //! engine, the zip engine — over another format's layout or around pickles —, the `file`
-//! engine around pickles and the lowering of `source` and of a record's `dtype` have no
-//! refusal path left; the remaining `Unlowered` sites of the other engines are diagnostics
+//! engine around pickles, the lowering of `source`, of a record's `dtype`, of a builtin's
+//! arguments and of a pickle write rule's values have no refusal path left; the remaining `Unlowered` sites of the other engines are diagnostics
 //! at their span, never panics).
 #![warn(missing_docs)]
 
