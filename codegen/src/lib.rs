@@ -19,10 +19,10 @@
 //! writer cannot do and what an engine cannot mean are reported by the checker, at their
 //! span with a help line: the generator generates what it accepts (the choice of the
 //! engine, the zip engine — over another format's layout or around pickles —, the `file`
-//! engine around pickles, the `protobuf` and `kv` engines and the lowering of `source` and
-//! of a record's `dtype` have no refusal path of their own left; the remaining `Unlowered`
-//! sites of the layout engine and of the expression lowering are diagnostics at their
-//! span, never panics).
+//! engine around pickles, the `protobuf` and `kv` engines, and the lowering of `source`, of
+//! a record's `dtype`, of a builtin's arguments and of a pickle write rule's values have no
+//! refusal path of their own left; the remaining `Unlowered` sites of the layout engine and
+//! of the expression lowering are diagnostics at their span, never panics).
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};

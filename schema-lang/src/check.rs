@@ -1592,8 +1592,20 @@ impl<'a> Checker<'a> {
                 lhs,
                 rhs,
             } => {
-                self.pickle_write(at, lhs, tensor);
-                self.pickle_write(at, rhs, tensor);
+                // The tensor's dtype is compared here, not held by the pickle.
+                for side in [lhs, rhs] {
+                    if !(tensor && side.path_name() == Some("dtype")) {
+                        self.pickle_write(at, side, tensor);
+                    }
+                }
+            }
+            ExprKind::Path(p) if tensor && p.len() == 1 && p[0].name == "dtype" => {
+                self.err_help(
+                    at.file,
+                    e.span,
+                    "a pickle cannot hold the tensor's `dtype`",
+                    "a pickle names a dtype by a global: `global(key_of(TABLE, dtype))`",
+                );
             }
             ExprKind::Path(p) => {
                 let text = p

@@ -1877,6 +1877,17 @@ impl<'a> Lower<'a> {
                 value: self.expr(sc, &a.value),
             })
             .collect();
+        // A table is read by key (`kinds[k]`); as a value it is only `key_of`'s table.
+        for (i, a) in args.iter().enumerate() {
+            if matches!(a.value.ty, Type::Table(_)) && !(func == Builtin::KeyOf && i == 0) {
+                self.gap(
+                    a.value.span,
+                    format!("the table is passed to `{}` as a value", func.name()),
+                    "a table is read by key (`kinds[f.header.kind]`), or named as the \
+                     first argument of `key_of(TABLE, dtype)`",
+                );
+            }
+        }
         let arg_ty = |i: usize| {
             args.get(i)
                 .map(|a| a.value.ty.clone())
