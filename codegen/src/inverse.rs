@@ -350,6 +350,22 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     args.push(quote!({ #(#pre)* #v }.#t()));
                 }
                 Type::Layout(_) => args.push(quote!(&{ #(#pre)* #v })),
+                // A list, borrowed: the shape itself when it is one of `u64`.
+                _ if f.repeat.is_some() => {
+                    let whole_shape = g
+                        .inv
+                        .sets
+                        .iter()
+                        .any(|(at, inv)| at[..] == place[..] && matches!(inv, Inv::Shape))
+                        && matches!(f.ty.element(), Some(Type::Int(i)) if i.bytes == Some(8) && !i.signed);
+                    args.push(if whole_shape {
+                        quote!(&meta.shape)
+                    } else if pre.is_empty() {
+                        quote!(&#v)
+                    } else {
+                        quote!(&{ #(#pre)* #v })
+                    });
+                }
                 _ if pre.is_empty() => args.push(v),
                 _ => args.push(quote!({ #(#pre)* #v })),
             }

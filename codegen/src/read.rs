@@ -214,10 +214,11 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
                 otherwise,
             } => {
                 let c = lower.expr(cond)?.scalar();
-                let wide = storage_ty(ir, &f.ty).expect("integers have a storage type");
+                // The item's type: a repeated field is a list of them.
+                let wide = storage_ty(ir, &f.item_ty).expect("integers have a storage type");
                 let widen = |t: &ir::IntTy| {
                     let r = num(name, &Type::Int(*t), endian(t.endian));
-                    if Type::Int(*t).same_kind(&f.ty)
+                    if Type::Int(*t).same_kind(&f.item_ty)
                         && storage_ty(ir, &Type::Int(*t)).map(|x| x.to_string())
                             == Some(wide.to_string())
                     {
@@ -245,7 +246,13 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             None => quote!(let #fid: #t = #one;),
             Some(Repeat::Count(n)) => {
                 let n = int(n, "the count")?;
-                let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty));
+                let min = match &f.kind {
+                    FieldKind::Cond {
+                        then, otherwise, ..
+                    } => u64::from(then.bytes.unwrap_or(1).min(otherwise.bytes.unwrap_or(1))),
+                    _ => min_bytes(ir, &f.item_ty),
+                };
+                let min = Literal::u64_unsuffixed(min);
                 // Named after the field, so that it hides no field of the layout.
                 let count = crate::write::local(l, f, "count");
                 quote! {

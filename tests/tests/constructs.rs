@@ -30,6 +30,7 @@ construct!(kv_open_fmt, "kv_open");
 construct!(kv_values_fmt, "kv_values");
 construct!(cond_width_given_fmt, "cond_width_given");
 construct!(repeat_until_eof_fmt, "repeat_until_eof");
+construct!(cond_width_repeat_fmt, "cond_width_repeat");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -462,6 +463,50 @@ fn a_conditional_width_given_by_the_mapping_follows_the_shape_written() {
     let mut flag = narrow.clone();
     flag[2] = 2;
     assert!(refused(desc, &flag).contains("wide"));
+}
+
+/// A `cond_width_repeat` file: `CR`, the width flag, the number of dimensions, the
+/// dimensions as `u16` or (`wide`) `u32`, the data.
+fn cond_repeat_file(wide: bool, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut v = b"CR".to_vec();
+    v.extend_from_slice(&[u8::from(wide), dims.len() as u8]);
+    for d in dims {
+        if wide {
+            v.extend_from_slice(&d.to_le_bytes());
+        } else {
+            v.extend_from_slice(&(*d as u16).to_le_bytes());
+        }
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn a_repeated_conditional_width_reads_and_writes_each_item_at_the_width_chosen() {
+    let desc = &cond_width_repeat_fmt::condrep::DESC;
+    // Read from bytes laid out by hand, either width.
+    let data: Vec<u8> = (0..6).collect();
+    let expected = vec![t("m", rt::DType::U8, &[2, 3], data.clone())];
+    let narrow = cond_repeat_file(false, &[2, 3], &data);
+    assert_eq!(read(desc, "m.cwr", &narrow).unwrap(), expected);
+    let wide = cond_repeat_file(true, &[2, 3], &data);
+    assert_eq!(read(desc, "m.cwr", &wide).unwrap(), expected);
+    // Written: two dimensions as u16, exactly the bytes above; three as u32.
+    assert_eq!(write(desc, &expected).unwrap(), narrow);
+    let cube = vec![t("c", rt::DType::U8, &[1, 2, 3], data.clone())];
+    let bytes = write(desc, &cube).unwrap();
+    assert_eq!(bytes, cond_repeat_file(true, &[1, 2, 3], &data));
+    assert_eq!(read(desc, "c.cwr", &bytes).unwrap(), cube);
+    // Narrow dimensions are counted at two bytes each: four fit in eight bytes, a count
+    // past the end is refused.
+    let four = cond_repeat_file(false, &[1, 1, 1, 1], &[7]);
+    let one = vec![t("f", rt::DType::U8, &[1, 1, 1, 1], vec![7])];
+    assert_eq!(read(desc, "f.cwr", &four).unwrap(), one);
+    let mut cut = narrow.clone();
+    cut[3] = 5;
+    cut.truncate(4 + 2 * 4);
+    let e = refused(desc, &cut);
+    assert!(e.contains("dims"), "{e}");
 }
 
 /// A `repeat_until_eof` file: `EIX1`, the index length, the records (name, dims
