@@ -40,13 +40,6 @@ impl Env for NoEnv {
     }
 }
 
-fn unlowered(span: tensorfmt_schema::ast::Span, what: &str) -> Unlowered {
-    Unlowered {
-        span,
-        what: what.into(),
-    }
-}
-
 struct Gen<'a> {
     ir: &'a Ir,
     inv: &'a Inverse,
@@ -172,7 +165,7 @@ impl Gen<'_> {
             }
             Type::Layout(inner) => {
                 let lay = self.ir.layout(*inner);
-                let p = plan_of(self.ir, *inner)?;
+                let p = plan_of(self.ir, *inner);
                 let name = rs_ident(&lay.name);
                 let mut inits = Vec::new();
                 for (i, f) in lay.fields.iter().enumerate() {
@@ -295,7 +288,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         .expect("lowering reports every gap of a `file` mapping's inverse (ir::plan::inverse)");
     let l = ir.layout(inv.layout);
     let lname = rs_ident(&l.name);
-    let p = plan_of(ir, inv.layout)?;
+    let p = plan_of(ir, inv.layout);
     let mut g = Gen {
         ir,
         inv: &inv,
@@ -423,8 +416,8 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             args.push(quote!(len));
             continue;
         }
-        let t =
-            storage_ty(ir, &f.ty).ok_or_else(|| unlowered(f.span, "writing this field type"))?;
+        let t = storage_ty(ir, &f.ty)
+            .expect("the checker's rule layout_fields: a layout's fields have a storage type");
         let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
         fields.push(quote!(#id: #t,));
         inits.push(init(&id, v));

@@ -31,6 +31,7 @@ construct!(kv_values_fmt, "kv_values");
 construct!(cond_width_given_fmt, "cond_width_given");
 construct!(repeat_until_eof_fmt, "repeat_until_eof");
 construct!(cond_width_repeat_fmt, "cond_width_repeat");
+construct!(rest_text_fmt, "rest_text");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -507,6 +508,38 @@ fn a_repeated_conditional_width_reads_and_writes_each_item_at_the_width_chosen()
     cut.truncate(4 + 2 * 4);
     let e = refused(desc, &cut);
     assert!(e.contains("dims"), "{e}");
+}
+
+/// A `rest_text` file: `RT`, the label's length and text, the header's length, version
+/// and JSON text, the data.
+fn rest_text_file(label: &str, version: u8, json: &str, data: &[u8]) -> Vec<u8> {
+    let mut v = b"RT".to_vec();
+    v.push(label.len() as u8);
+    v.extend_from_slice(label.as_bytes());
+    v.extend_from_slice(&(json.len() as u32 + 1).to_le_bytes());
+    v.push(version);
+    v.extend_from_slice(json.as_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn text_and_a_codec_over_the_remaining_bytes_of_a_record() {
+    let desc = &rest_text_fmt::resttext::DESC;
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let json = r#"{"dtype":"F32","shape":[2,3]}"#;
+    let file = rest_text_file("weights", 1, json, &data);
+    let expected = vec![t("weights", rt::DType::F32, &[2, 3], data.clone())];
+    assert_eq!(read(desc, "w.rt", &file).unwrap(), expected);
+    // Written: the same bytes, each text filling its window.
+    assert_eq!(write(desc, &expected).unwrap(), file);
+    // The header's text ends with its window, not with the file.
+    let e = refused(
+        desc,
+        &rest_text_file("w", 1, r#"{"dtype":"F32","shape":[2,"#, &data),
+    );
+    assert!(e.contains("header"), "{e}");
+    assert!(refused(desc, &rest_text_file("w", 2, json, &data)).contains("version"));
 }
 
 /// A `repeat_until_eof` file: `EIX1`, the index length, the records (name, dims
