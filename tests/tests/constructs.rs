@@ -32,6 +32,7 @@ construct!(cond_width_given_fmt, "cond_width_given");
 construct!(repeat_until_eof_fmt, "repeat_until_eof");
 construct!(cond_width_repeat_fmt, "cond_width_repeat");
 construct!(rest_text_fmt, "rest_text");
+construct!(file_without_tensors_fmt, "file_without_tensors");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -540,6 +541,26 @@ fn text_and_a_codec_over_the_remaining_bytes_of_a_record() {
     );
     assert!(e.contains("header"), "{e}");
     assert!(refused(desc, &rest_text_file("w", 2, json, &data)).contains("version"));
+}
+
+#[test]
+fn a_file_format_that_maps_no_tensor_lists_none_and_refuses_to_write_one() {
+    use file_without_tensors_fmt::notensors;
+    let desc = &notensors::DESC;
+    let bytes = b"NT\x01\x07\x00\x00\x00";
+    assert_eq!(read(desc, "h.nt", bytes).unwrap(), vec![]);
+    // Its layout is read and written on its own.
+    let src = rt::Source::from_bytes(bytes.to_vec());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    let h = notensors::Header::read(&mut c, &rt::Limits::default()).unwrap();
+    assert_eq!((h.version, h.count), (1, 7));
+    let mut out = Vec::new();
+    notensors::Header::write(&mut out, h.count).unwrap();
+    assert_eq!(out, bytes);
+    assert_eq!(write(desc, &[]).unwrap(), Vec::<u8>::new());
+    let one = [t("x", rt::DType::F32, &[1], f32s(&[1.0]))];
+    let e = write(desc, &one).unwrap_err().to_string();
+    assert!(e.contains("notensors"), "{e}");
 }
 
 /// A `repeat_until_eof` file: `EIX1`, the index length, the records (name, dims
