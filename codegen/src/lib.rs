@@ -249,6 +249,9 @@ fn format_items(
             Ok(ts) => items.push(ts),
             Err(u) => errors.push(unlowered(&cx, u)),
         },
+        Engine::File if ir.format(fid).mappings.is_empty() => {
+            items.push(file::gen_file_without_tensors(ir, fid));
+        }
         Engine::File => {
             match file::gen_file(ir, fid) {
                 Ok(ts) => items.push(ts),

@@ -25,10 +25,8 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let mut sets = Vec::new();
     let mut items = Vec::new();
     for (i, k) in d.keys.iter().enumerate() {
-        let t = storage_ty(ir, &k.ty).ok_or_else(|| Unlowered {
-            span: k.span,
-            what: "this dict value type".into(),
-        })?;
+        let t = storage_ty(ir, &k.ty)
+            .expect("the checker's rule dict_values: a dict's values are Python or JSON values");
         let id = rs_ident(&k.key);
         let key = &k.key;
         let fdoc = docs(&k.docs);
@@ -214,10 +212,11 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
                 otherwise,
             } => {
                 let c = lower.expr(cond)?.scalar();
-                let wide = storage_ty(ir, &f.ty).expect("integers have a storage type");
+                // The item's type: a repeated field is a list of them.
+                let wide = storage_ty(ir, &f.item_ty).expect("integers have a storage type");
                 let widen = |t: &ir::IntTy| {
                     let r = num(name, &Type::Int(*t), endian(t.endian));
-                    if Type::Int(*t).same_kind(&f.ty)
+                    if Type::Int(*t).same_kind(&f.item_ty)
                         && storage_ty(ir, &Type::Int(*t)).map(|x| x.to_string())
                             == Some(wide.to_string())
                     {
@@ -232,20 +231,32 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             FieldKind::Value => {
                 let size = match &f.size {
                     Some(s) => Some(int(s, "the size")?),
+                    // Text, bytes or a codec's text over every remaining byte.
+                    None if f.rest
+                        && matches!(f.item_ty, Type::Bytes | Type::Str | Type::Dict(_)) =>
+                    {
+                        let len = crate::write::local(l, f, "len");
+                        body.push(quote!(let #len = c.remaining();));
+                        Some(quote!(#len))
+                    }
                     None => None,
                 };
                 value(ir, f, size, &lower, l.endian)?
             }
         };
-        let t = storage_ty(ir, &f.ty).ok_or_else(|| Unlowered {
-            span: f.span,
-            what: "this field type".into(),
-        })?;
+        let t = storage_ty(ir, &f.ty)
+            .expect("the checker's rule layout_fields: a layout's fields have a storage type");
         let read = match &f.repeat {
             None => quote!(let #fid: #t = #one;),
             Some(Repeat::Count(n)) => {
                 let n = int(n, "the count")?;
-                let min = Literal::u64_unsuffixed(min_bytes(ir, &f.item_ty));
+                let min = match &f.kind {
+                    FieldKind::Cond {
+                        then, otherwise, ..
+                    } => u64::from(then.bytes.unwrap_or(1).min(otherwise.bytes.unwrap_or(1))),
+                    _ => min_bytes(ir, &f.item_ty),
+                };
+                let min = Literal::u64_unsuffixed(min);
                 // Named after the field, so that it hides no field of the layout.
                 let count = crate::write::local(l, f, "count");
                 quote! {
@@ -378,11 +389,10 @@ fn value(
 ) -> Result<TokenStream, Unlowered> {
     let name = f.name.as_str();
     let ty = &f.item_ty;
-    let sized = |what: &str| {
-        size.clone().ok_or_else(|| Unlowered {
-            span: f.span,
-            what: format!("{what} without `size`"),
-        })
+    let sized = || {
+        size.clone().expect(
+            "the checker's rule layout_fields: text, bytes and codecs have a size or `rest`",
+        )
     };
     Ok(match (ty, &f.codec) {
         (Type::Int(i), None) => num(name, ty, i.endian.unwrap_or(layout_endian)),
@@ -393,11 +403,11 @@ fn value(
             None => quote!(c.rest(#name)?),
         },
         (Type::Bytes, None) => {
-            let n = sized("a `bytes` field")?;
+            let n = sized();
             quote!(c.bytes(#name, #n, limits.max_header_bytes)?.into_owned())
         }
         (Type::Str, None) => {
-            let n = sized("a `str` field")?;
+            let n = sized();
             quote!(c.text(#name, #n, limits.max_header_bytes)?)
         }
         (Type::Layout(inner), None) => {
@@ -408,31 +418,23 @@ fn value(
                 None => quote!(#t::read(c, limits).map_err(|e| c.wrap(#name, e))?),
             }
         }
-        (_, Some(Codec::PyDict { encoding, .. })) => {
-            let n = sized("a codec field")?;
-            let t = storage_ty(ir, ty).ok_or_else(|| Unlowered {
-                span: f.span,
-                what: "this field type".into(),
-            })?;
+        (Type::Dict(d), Some(Codec::PyDict { encoding, .. })) => {
+            let n = sized();
+            let t = rs_ident(&ir.dict(*d).name);
             let enc = match encoding {
                 Some(e) => lower.expr(e)?.scalar(),
                 None => quote!("utf8"),
             };
             quote!(rt::pydict::read::<#t>(c, #name, #n, #enc, limits)?)
         }
-        (_, Some(Codec::Json)) => {
-            let n = sized("a codec field")?;
-            let t = storage_ty(ir, ty).ok_or_else(|| Unlowered {
-                span: f.span,
-                what: "this field type".into(),
-            })?;
+        (Type::Dict(d), Some(Codec::Json)) => {
+            let n = sized();
+            let t = rs_ident(&ir.dict(*d).name);
             quote!(rt::pydict::read_json::<#t>(c, #name, #n, limits)?)
         }
-        _ => {
-            return Err(Unlowered {
-                span: f.span,
-                what: "this field in a layout read on its own".into(),
-            })
-        }
+        _ => unreachable!(
+            "the checker's rule layout_fields: a layout lays out numbers, text, bytes, \
+             payloads, layouts and dicts with a codec"
+        ),
     })
 }

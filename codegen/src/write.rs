@@ -164,7 +164,7 @@ fn given(ir: &Ir, l: LayoutId, p: &WritePlan) -> Vec<usize> {
 
 /// The arguments of `Inner::put` for a nested record `v`: its given fields.
 fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> R<Vec<TokenStream>> {
-    let p = plan_of(ir, inner)?;
+    let p = plan_of(ir, inner);
     Ok(given(ir, inner, &p)
         .into_iter()
         .map(|i| {
@@ -181,10 +181,11 @@ fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> R<Vec<TokenStream>>
 }
 
 /// The plan of a layout of a checked schema (which lowering has verified).
-pub(crate) fn plan_of(ir: &Ir, l: LayoutId) -> R<WritePlan> {
-    plan::write_plan(ir, l).map_err(|gaps| Unlowered {
-        span: gaps[0].span,
-        what: gaps[0].message.clone(),
+pub(crate) fn plan_of(ir: &Ir, l: LayoutId) -> WritePlan {
+    plan::write_plan(ir, l).unwrap_or_else(|_| {
+        unreachable!(
+            "lowering checks the write plan of every layout written (ir::lower write_plans)"
+        )
     })
 }
 
@@ -199,17 +200,15 @@ fn nested(ir: &Ir, l: LayoutId) -> bool {
 /// it (for the checks' messages).
 pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
     let l = ir.layout(id);
-    let p = plan_of(ir, id)?;
+    let p = plan_of(ir, id);
     let ident = rs_ident(&l.name);
     let mut params = Vec::new();
     let mut args = Vec::new();
     let mut payload = None;
     for i in given(ir, id, &p) {
         let f = &l.fields[i];
-        let t = param_ty(ir, f).ok_or_else(|| Unlowered {
-            span: f.span,
-            what: "writing this field type".into(),
-        })?;
+        let t = param_ty(ir, f)
+            .expect("the checker's rule layout_fields: a layout's fields have a storage type");
         if f.ty == Type::Payload {
             let (data, len) = (rs_ident(&f.name), local(l, f, "len"));
             params.push(quote!(#len: #t));
@@ -219,7 +218,7 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
             // A nested record of constants is passed for symmetry with its readers, and
             // not looked at.
             let constants = match &f.ty {
-                Type::Layout(inner) => given(ir, *inner, &plan_of(ir, *inner)?).is_empty(),
+                Type::Layout(inner) => given(ir, *inner, &plan_of(ir, *inner)).is_empty(),
                 _ => false,
             };
             let id = if constants {
@@ -708,12 +707,10 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
                 let m = num_method("put_", t, e);
                 quote!(buf.#m(#item);)
             }
-            _ => {
-                return Err(Unlowered {
-                    span: f.span,
-                    what: "writing this field type".into(),
-                })
-            }
+            _ => unreachable!(
+                "the checker's rule layout_fields: a layout lays out numbers, text, bytes, \
+                 payloads, layouts and dicts with a codec"
+            ),
         })
     };
     Ok(if f.repeat.is_some() {

@@ -6,6 +6,11 @@
 //!
 //! The `file` engine over a layout: one tensor mapping at most, without `strides`.
 //!
+//! Layouts (outside kv formats): a field lays out a number, `bool`, text or bytes of a
+//! size (or `rest`), a payload, a layout, or a dict decoded by a `pydict` or `json` codec
+//! (and only a dict is); a list is a repeated field, and neither a magic nor a payload
+//! repeats. A dict's values are what a Python literal or JSON text holds.
+//!
 //! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
 //! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
 //! rules; each entry holds a message of the format (`value M;`); a mapping iterates an
@@ -146,6 +151,10 @@ impl Rules<'_> {
         }
         self.source_in_reach(pickled.is_some());
         self.layout_reach();
+        self.dict_values();
+        if !matches!(f.engine, Engine::Kv { .. }) {
+            self.layout_fields();
+        }
         for &e in &f.entries {
             let e = self.ir.entry(e);
             if e.preferred.is_some() && e.content != Content::Text {
@@ -231,6 +240,117 @@ impl Rules<'_> {
                         )),
                         _ => {}
                     });
+                }
+            }
+        }
+        for (span, msg, help) in errors {
+            self.err(span, msg, help);
+        }
+    }
+
+    /// What a dict's values are: what a Python literal or JSON text holds, decoded into
+    /// integers of a width, `f64`, `bool`, `str`, dicts, and lists, tuples and maps with
+    /// `str` keys of these.
+    fn dict_values(&mut self) {
+        fn text_value(t: &Type) -> bool {
+            match t {
+                Type::Int(i) => i.bytes.is_some(),
+                Type::Float(x) => x.bytes == 8,
+                Type::Bool | Type::Str | Type::Dict(_) => true,
+                Type::List(t) | Type::Tuple(t) => text_value(t),
+                Type::Map(k, v) => **k == Type::Str && text_value(v),
+                _ => false,
+            }
+        }
+        let ir = self.ir;
+        for &d in &ir.format(self.fid).dicts {
+            let dict = ir.dict(d);
+            for k in dict.keys.iter().filter(|k| !text_value(&k.ty)) {
+                self.err(
+                    k.span,
+                    format!(
+                        "key '{}' of dict '{}' has a type that no Python literal or JSON text holds",
+                        k.key, dict.name
+                    ),
+                    "a dict's values are integers of a width (u8..i64), f64, bool, str, dicts, \
+                     and list<T>, tuple<T> or map<str, T> of these; bytes laid out in binary \
+                     (a layout, a payload) are fields of a layout",
+                );
+            }
+        }
+    }
+
+    /// What a layout's fields lay out (codecs of pickles aside, read by the pickle
+    /// engines): numbers, `bool`, text and bytes of a size (or the remaining bytes),
+    /// payloads, layouts, and dicts decoded by a `pydict` or `json` codec; a list is a
+    /// repeated field, and neither a magic nor a payload repeats.
+    fn layout_fields(&mut self) {
+        let ir = self.ir;
+        let mut errors: Vec<(Span, String, &str)> = Vec::new();
+        for &l in &ir.format(self.fid).layouts {
+            for x in &ir.layout(l).fields {
+                let text_codec = match &x.codec {
+                    Some(Codec::Pickle(_) | Codec::Protobuf(_)) => continue,
+                    Some(Codec::PyDict { .. }) => Some("pydict"),
+                    Some(Codec::Json) => Some("json"),
+                    None => None,
+                };
+                let name = &x.name;
+                if x.repeat.is_some() {
+                    match (&x.kind, &x.item_ty) {
+                        (crate::ir::FieldKind::Magic(_), _) => errors.push((
+                            x.span,
+                            format!("the magic '{name}' repeats"),
+                            "a magic is one run of constant bytes: write them all in it \
+                             (`magic: magic b\"ABAB\";`)",
+                        )),
+                        (_, Type::Payload) => errors.push((
+                            x.span,
+                            format!("the payload '{name}' repeats"),
+                            "a layout holds one payload, its last field; give each record the \
+                             bounds of its bytes in it (`begin: u64; end: u64;`, `data = \
+                             slice(File.data, r.begin, r.end)`)",
+                        )),
+                        _ => {}
+                    }
+                }
+                match (&x.item_ty, text_codec) {
+                    (Type::Dict(_), None) => errors.push((
+                        x.span,
+                        format!("the dict '{name}' has no codec"),
+                        "a dict is text decoded by a codec: `header: Header size header_len \
+                         codec json;` (or `codec pydict`)",
+                    )),
+                    (Type::Dict(_), Some(_)) | (_, None) => {}
+                    (_, Some(codec)) => errors.push((
+                        x.span,
+                        format!("codec '{codec}' decodes a dict, and '{name}' is not one"),
+                        "declare a `dict` of the keys the text holds and make it the field's \
+                         type (`header: Header size header_len codec json;`)",
+                    )),
+                }
+                match &x.item_ty {
+                    Type::List(_) | Type::Tuple(_) | Type::Map(..) => errors.push((
+                        x.span,
+                        format!("'{name}' is a list or map, which a layout does not lay out"),
+                        "a list in a layout is a repeated field (`dims: u64 repeat \
+                         count(ndim);`); a list or map in text is a key of a dict decoded by a \
+                         codec",
+                    )),
+                    Type::Bytes | Type::Str | Type::Dict(_)
+                        if x.size.is_none()
+                            && !x.rest
+                            && !matches!(x.kind, crate::ir::FieldKind::Magic(_)) =>
+                    {
+                        errors.push((
+                            x.span,
+                            format!("'{name}' has no size"),
+                            "give its length in bytes (`name: str size name_len;`, with \
+                             `name_len: u16 write = len(name);`), or `rest` for every remaining \
+                             byte",
+                        ))
+                    }
+                    _ => {}
                 }
             }
         }

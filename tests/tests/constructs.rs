@@ -31,6 +31,9 @@ construct!(kv_values_fmt, "kv_values");
 construct!(cond_width_given_fmt, "cond_width_given");
 construct!(repeat_until_eof_fmt, "repeat_until_eof");
 construct!(kv_names_fmt, "kv_names");
+construct!(cond_width_repeat_fmt, "cond_width_repeat");
+construct!(rest_text_fmt, "rest_text");
+construct!(file_without_tensors_fmt, "file_without_tensors");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -509,6 +512,102 @@ fn a_conditional_width_given_by_the_mapping_follows_the_shape_written() {
     let mut flag = narrow.clone();
     flag[2] = 2;
     assert!(refused(desc, &flag).contains("wide"));
+}
+
+/// A `cond_width_repeat` file: `CR`, the width flag, the number of dimensions, the
+/// dimensions as `u16` or (`wide`) `u32`, the data.
+fn cond_repeat_file(wide: bool, dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut v = b"CR".to_vec();
+    v.extend_from_slice(&[u8::from(wide), dims.len() as u8]);
+    for d in dims {
+        if wide {
+            v.extend_from_slice(&d.to_le_bytes());
+        } else {
+            v.extend_from_slice(&(*d as u16).to_le_bytes());
+        }
+    }
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn a_repeated_conditional_width_reads_and_writes_each_item_at_the_width_chosen() {
+    let desc = &cond_width_repeat_fmt::condrep::DESC;
+    // Read from bytes laid out by hand, either width.
+    let data: Vec<u8> = (0..6).collect();
+    let expected = vec![t("m", rt::DType::U8, &[2, 3], data.clone())];
+    let narrow = cond_repeat_file(false, &[2, 3], &data);
+    assert_eq!(read(desc, "m.cwr", &narrow).unwrap(), expected);
+    let wide = cond_repeat_file(true, &[2, 3], &data);
+    assert_eq!(read(desc, "m.cwr", &wide).unwrap(), expected);
+    // Written: two dimensions as u16, exactly the bytes above; three as u32.
+    assert_eq!(write(desc, &expected).unwrap(), narrow);
+    let cube = vec![t("c", rt::DType::U8, &[1, 2, 3], data.clone())];
+    let bytes = write(desc, &cube).unwrap();
+    assert_eq!(bytes, cond_repeat_file(true, &[1, 2, 3], &data));
+    assert_eq!(read(desc, "c.cwr", &bytes).unwrap(), cube);
+    // Narrow dimensions are counted at two bytes each: four fit in eight bytes, a count
+    // past the end is refused.
+    let four = cond_repeat_file(false, &[1, 1, 1, 1], &[7]);
+    let one = vec![t("f", rt::DType::U8, &[1, 1, 1, 1], vec![7])];
+    assert_eq!(read(desc, "f.cwr", &four).unwrap(), one);
+    let mut cut = narrow.clone();
+    cut[3] = 5;
+    cut.truncate(4 + 2 * 4);
+    let e = refused(desc, &cut);
+    assert!(e.contains("dims"), "{e}");
+}
+
+/// A `rest_text` file: `RT`, the label's length and text, the header's length, version
+/// and JSON text, the data.
+fn rest_text_file(label: &str, version: u8, json: &str, data: &[u8]) -> Vec<u8> {
+    let mut v = b"RT".to_vec();
+    v.push(label.len() as u8);
+    v.extend_from_slice(label.as_bytes());
+    v.extend_from_slice(&(json.len() as u32 + 1).to_le_bytes());
+    v.push(version);
+    v.extend_from_slice(json.as_bytes());
+    v.extend_from_slice(data);
+    v
+}
+
+#[test]
+fn text_and_a_codec_over_the_remaining_bytes_of_a_record() {
+    let desc = &rest_text_fmt::resttext::DESC;
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let json = r#"{"dtype":"F32","shape":[2,3]}"#;
+    let file = rest_text_file("weights", 1, json, &data);
+    let expected = vec![t("weights", rt::DType::F32, &[2, 3], data.clone())];
+    assert_eq!(read(desc, "w.rt", &file).unwrap(), expected);
+    // Written: the same bytes, each text filling its window.
+    assert_eq!(write(desc, &expected).unwrap(), file);
+    // The header's text ends with its window, not with the file.
+    let e = refused(
+        desc,
+        &rest_text_file("w", 1, r#"{"dtype":"F32","shape":[2,"#, &data),
+    );
+    assert!(e.contains("header"), "{e}");
+    assert!(refused(desc, &rest_text_file("w", 2, json, &data)).contains("version"));
+}
+
+#[test]
+fn a_file_format_that_maps_no_tensor_lists_none_and_refuses_to_write_one() {
+    use file_without_tensors_fmt::notensors;
+    let desc = &notensors::DESC;
+    let bytes = b"NT\x01\x07\x00\x00\x00";
+    assert_eq!(read(desc, "h.nt", bytes).unwrap(), vec![]);
+    // Its layout is read and written on its own.
+    let src = rt::Source::from_bytes(bytes.to_vec());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    let h = notensors::Header::read(&mut c, &rt::Limits::default()).unwrap();
+    assert_eq!((h.version, h.count), (1, 7));
+    let mut out = Vec::new();
+    notensors::Header::write(&mut out, h.count).unwrap();
+    assert_eq!(out, bytes);
+    assert_eq!(write(desc, &[]).unwrap(), Vec::<u8>::new());
+    let one = [t("x", rt::DType::F32, &[1], f32s(&[1.0]))];
+    let e = write(desc, &one).unwrap_err().to_string();
+    assert!(e.contains("notensors"), "{e}");
 }
 
 /// A `repeat_until_eof` file: `EIX1`, the index length, the records (name, dims
