@@ -204,6 +204,36 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A mapping's assignment to `key`: one of the `known` properties of a `kind` mapping
+    /// (`tensor`, `value`), assigned once (recorded in `assigned`).
+    fn property<'k>(
+        &mut self,
+        file: usize,
+        key: &'k Ident,
+        (kind, known): (&str, &[&str]),
+        assigned: &mut HashMap<&'k str, Span>,
+    ) {
+        let k = key.name.as_str();
+        if !known.contains(&k) {
+            self.err_help(
+                file,
+                key.span,
+                format!("unknown {kind} property '{k}'"),
+                format!("{kind} properties: {}", known.join(", ")),
+            );
+        } else if let Some(&prev) = assigned.get(k) {
+            let first = self.where_is(file, prev);
+            self.err_help(
+                file,
+                key.span,
+                format!("'{k}' is assigned twice"),
+                format!("first assigned at {first}"),
+            );
+        } else {
+            assigned.insert(k, key.span);
+        }
+    }
+
     fn where_is(&self, file: usize, span: Span) -> String {
         let f = &self.files[file];
         let (l, c) = f.line_col(span.start);
@@ -1922,24 +1952,7 @@ impl<'a> Checker<'a> {
                 },
                 TensorStmt::Assign { key, value, .. } => {
                     let k = key.name.as_str();
-                    if !TENSOR_KEYS.contains(&k) {
-                        self.err_help(
-                            at.file,
-                            key.span,
-                            format!("unknown tensor property '{k}'"),
-                            format!("tensor properties: {}", TENSOR_KEYS.join(", ")),
-                        );
-                    } else if let Some(&prev) = assigned.get(k) {
-                        let first = self.where_is(at.file, prev);
-                        self.err_help(
-                            at.file,
-                            key.span,
-                            format!("'{k}' is assigned twice"),
-                            format!("first assigned at {first}"),
-                        );
-                    } else {
-                        assigned.insert(k, key.span);
-                    }
+                    self.property(at.file, key, ("tensor", TENSOR_KEYS), &mut assigned);
                     if k == "write" && matches!(at.fmt.engine_kind(), "protobuf" | "kv") {
                         self.proto_write(at, value, true);
                         self.proto_data(at, value);
@@ -2006,25 +2019,7 @@ impl<'a> Checker<'a> {
             let TensorStmt::Assign { key, value, .. } = s else {
                 continue;
             };
-            let k = key.name.as_str();
-            if !VALUE_KEYS.contains(&k) {
-                self.err_help(
-                    at.file,
-                    key.span,
-                    format!("unknown value property '{k}'"),
-                    format!("value properties: {}", VALUE_KEYS.join(", ")),
-                );
-            } else if let Some(&prev) = assigned.get(k) {
-                let first = self.where_is(at.file, prev);
-                self.err_help(
-                    at.file,
-                    key.span,
-                    format!("'{k}' is assigned twice"),
-                    format!("first assigned at {first}"),
-                );
-            } else {
-                assigned.insert(k, key.span);
-            }
+            self.property(at.file, key, ("value", VALUE_KEYS), &mut assigned);
             self.expr(at, scope, value);
         }
         let missing: Vec<String> = ["name", "data"]
