@@ -1118,26 +1118,30 @@ pub fn join_segments(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInf
 
 /// [`join_segments`], and for each chunk the index of the tensor it is a part of.
 fn join_indexed(chunks: Vec<Chunk>) -> Result<(Vec<tensorfmt_core::TensorInfo>, Vec<usize>)> {
-    let mut order: Vec<String> = Vec::new();
+    // The parts of each tensor, in the order tensors first appear; `at` finds a name's.
+    let mut groups: Vec<Vec<Chunk>> = Vec::new();
+    let mut at: std::collections::HashMap<String, usize> = Default::default();
     let mut of_chunk = Vec::with_capacity(chunks.len());
-    let mut by_name: std::collections::HashMap<String, (usize, Vec<Chunk>)> = Default::default();
     for c in chunks {
-        let next = order.len();
-        let slot = by_name
-            .entry(c.name.clone())
-            .or_insert_with(|| (next, Vec::new()));
-        if slot.0 == next {
-            order.push(c.name.clone());
-        }
-        of_chunk.push(slot.0);
-        slot.1.push(c);
+        let i = match at.get(&c.name) {
+            Some(&i) => i,
+            None => {
+                at.insert(c.name.clone(), groups.len());
+                groups.push(Vec::new());
+                groups.len() - 1
+            }
+        };
+        of_chunk.push(i);
+        groups[i].push(c);
     }
-    let mut out = Vec::with_capacity(order.len());
-    for name in order {
-        let (_, parts) = by_name.remove(&name).unwrap_or_default();
-        out.push(join_one(&name, parts)?);
-    }
-    Ok((out, of_chunk))
+    let tensors = groups
+        .into_iter()
+        .map(|parts| {
+            let name = parts[0].name.clone();
+            join_one(&name, parts)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((tensors, of_chunk))
 }
 
 fn join_one(name: &str, mut parts: Vec<Chunk>) -> Result<tensorfmt_core::TensorInfo> {
