@@ -91,8 +91,7 @@ fn expand_inner(input: TokenStream) -> syn::Result<TokenStream> {
     let model = Model::new(&schema.files);
     let fmt = &model.formats[0];
     let ir = schema.ir();
-    let items = crate::format_items(&model, fmt, &ir, tensorfmt_schema::ir::FormatId(0))
-        .map_err(|e| err(crate::diagnostics(&schema.files, e).with_sources(&schema.files)))?;
+    let items = crate::format_items(&model, fmt, &ir, tensorfmt_schema::ir::FormatId(0));
 
     let ident = &item.ident;
     let vis = &item.vis;

@@ -15,7 +15,7 @@
 
 use proc_macro2::{Literal, TokenStream};
 use quote::quote;
-use tensorfmt_schema::ast::{BinaryOp, Span, UnaryOp};
+use tensorfmt_schema::ast::{BinaryOp, UnaryOp};
 use tensorfmt_schema::ir::{
     self, Builtin, Const, EntryId, Expr, ExprKind, FieldId, FormatId, IndexKind, Ir, LayoutId,
     Member, PickleId, TensorKey, Type, WriteVar,
@@ -274,22 +274,21 @@ pub(crate) trait Env {
     }
 }
 
-/// A construct that this lowering cannot express where it is used.
-#[derive(Debug, Clone)]
-pub(crate) struct Unlowered {
-    /// Where.
-    pub span: Span,
-    /// What.
-    pub what: String,
-}
+/// What a lowering fails with: nothing. The checker rejects, at its span with a help
+/// line, every construct an engine cannot mean (`tensorfmt_schema`'s engine rules), so
+/// every expression of a checked schema is lowered; the lowering functions return
+/// [`R`] so that the engines compose them with `?`, and no value of this type exists.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Unlowered {}
 
-/// A lowering's result.
+/// A lowering's result (never an error: see [`Unlowered`]).
 pub(crate) type R<T> = Result<T, Unlowered>;
 
-fn no(e: &Expr, what: impl Into<String>) -> Unlowered {
-    Unlowered {
-        span: e.span,
-        what: what.into(),
+/// The value of a lowering's result, which is never an error.
+pub(crate) fn lowered<T>(r: R<T>) -> T {
+    match r {
+        Ok(t) => t,
+        Err(never) => match never {},
     }
 }
 
@@ -329,6 +328,16 @@ pub(crate) fn storage_ty(ir: &Ir, ty: &Type) -> Option<TokenStream> {
         }
         _ => return None,
     })
+}
+
+/// An item of a list, given a reference to it: text and bytes as `&str` and `&[u8]`
+/// whether the list holds owned values (a dict's `String`s) or borrowed ones (a message
+/// view's `&str`s); other items by reference.
+fn item_of(r: TokenStream, ty: Type) -> Val {
+    match ty {
+        Type::Str | Type::Bytes => Val::value(quote!(&**#r), ty),
+        _ => Val::reference(r, ty),
+    }
 }
 
 /// An `i128` literal.
@@ -387,26 +396,21 @@ impl Lower<'_> {
                 let (_, v) = &self.ir.enum_(*en).values[*i];
                 Val::value(int_lit(i128::from(*v)), ty)
             }
-            ExprKind::Field(l, f) => self
-                .env
-                .field(*l, *f)
-                .ok_or_else(|| no(e, "a field that is not in reach here"))?,
-            ExprKind::Binding => self
-                .env
-                .binding()
-                .ok_or_else(|| no(e, "the binding outside a mapping"))?,
-            ExprKind::Position => self
-                .env
-                .position()
-                .ok_or_else(|| no(e, "a position outside a mapping over a list"))?,
-            ExprKind::TensorKey(k) => self
-                .env
-                .tensor_key(*k)
-                .ok_or_else(|| no(e, format!("`{}` here", k.name())))?,
-            ExprKind::Layout(l) => self
-                .env
-                .layout(*l)
-                .ok_or_else(|| no(e, "a layout as a value outside a mapping over it"))?,
+            ExprKind::Field(l, f) => self.env.field(*l, *f).unwrap_or_else(|| {
+                unreachable!("a layout's fields are named in its own expressions, after the fields they read (rules `refers to .., which comes later`, the write plan's order)")
+            }),
+            ExprKind::Binding => self.env.binding().unwrap_or_else(|| {
+                unreachable!("the binding is named in its mapping, whose lowering binds it")
+            }),
+            ExprKind::Position => self.env.position().unwrap_or_else(|| {
+                unreachable!("the checker keeps `position` to mappings over lists (`mapping_reach`)")
+            }),
+            ExprKind::TensorKey(k) => self.env.tensor_key(*k).unwrap_or_else(|| {
+                unreachable!("the checker keeps a tensor property's reads after the statement computing it (`mapping_reach`)")
+            }),
+            ExprKind::Layout(l) => self.env.layout(*l).unwrap_or_else(|| {
+                unreachable!("the checker keeps a layout as a value to the mappings of `file` formats over it (`layout_reach`, `mapping_reach`, the inverse's places, the engines over messages)")
+            }),
             ExprKind::Member { base, member } => self.member(e, base, member)?,
             ExprKind::Lookup { table, key } => {
                 let t = self.ir.table(*table);
@@ -437,20 +441,24 @@ impl Lower<'_> {
                 Val::value(quote!(#f.lookup(#key_ts)?), ty)
             }
             ExprKind::Index { base, index, how } => {
-                if *how != IndexKind::Position {
-                    return Err(no(e, "a keyed lookup outside a protobuf or pickle"));
-                }
                 let b = self.expr(base)?;
+                if *how == IndexKind::Pickled {
+                    // An item of a pickled tuple or list (from its end when negative).
+                    let (list, i) = (&b.ts, self.expr(index)?.scalar());
+                    return Ok(Val::value(quote!(rt::pickle::index(#list, #i)), ty));
+                }
+                if *how != IndexKind::Position {
+                    unreachable!("keyed lookups are read in the engines over messages (`Env::lower`), the only ones whose values the IR keys")
+                }
                 let i = self.expr(index)?.scalar();
                 let list = b.by_ref();
                 let item_ty = b.ty.element().cloned().unwrap_or(Type::Error);
-                Val::reference(quote!(rt::expr::item(#list, #i)?), item_ty)
+                item_of(quote!(rt::expr::item(#list, #i)?), item_ty)
             }
             ExprKind::Call { func, args } => self.call(e, *func, args)?,
-            ExprKind::WriteVar(v) => self
-                .env
-                .write_var(*v)
-                .ok_or_else(|| no(e, format!("`{}` outside a write rule", v.name())))?,
+            ExprKind::WriteVar(v) => self.env.write_var(*v).unwrap_or_else(|| {
+                unreachable!("the values of the tensor written are named in write rules, whose lowering gives each")
+            }),
             ExprKind::RecordDtype => self
                 .env
                 .record_dtype()
@@ -509,10 +517,7 @@ impl Lower<'_> {
                         .map(|i| match &i.kind {
                             ExprKind::Const(Const::Str(s)) => Ok(quote!(#s)),
                             ExprKind::Const(Const::Int(v)) => Ok(int_lit(*v)),
-                            _ => Err(no(
-                                i,
-                                "an item other than a literal, tested on an optional value",
-                            )),
+                            _ => unreachable!("the checker keeps `in` on a value that may be absent to literals (`in` rule of `data_builtins`)"),
                         })
                         .collect::<R<Vec<_>>>()?;
                     let xs = self.optional(&x, list.first().map(|i| &i.ty));
@@ -575,12 +580,12 @@ impl Lower<'_> {
                 Val::place(quote!(vec![#(#items),*]), Type::List(Box::new(Type::INT)))
             }
             ExprKind::Source => {
-                return Err(no(
-                    e,
-                    "`source` alone (use `source.stem`, `.name` or `.path`)",
-                ))
+                unreachable!("the IR reads `source` through its members (`source` is read as a value)")
             }
-            _ => return Err(no(e, "this expression in this engine")),
+            _ => unreachable!(
+                "the engine that reads {:?} lowers it (`Env::lower`): the checker keeps roots, entries, tables, entry lookups, messages and other formats' mappings to their engines",
+                e.kind
+            ),
         })
     }
 
@@ -589,16 +594,12 @@ impl Lower<'_> {
     fn has(&self, v: &Val, absent: bool) -> TokenStream {
         let ts = &v.ts;
         match (v.form, &v.ty, absent) {
-            (Form::Optional, _, false) => quote!(#ts.is_some()),
-            (Form::Optional, _, true) => quote!(#ts.is_none()),
-            (_, Type::List(_), false) => {
-                let l = v.by_ref();
-                quote!(!#l.is_empty())
-            }
-            (_, Type::List(_), true) => {
-                let l = v.by_ref();
-                quote!(#l.is_empty())
-            }
+            (Form::Optional | Form::Opt, _, false) => quote!(#ts.is_some()),
+            (Form::Optional | Form::Opt, _, true) => quote!(#ts.is_none()),
+            (_, Type::Pickled(_), false) => quote!(!rt::pickle::is_none(#ts)),
+            (_, Type::Pickled(_), true) => quote!(rt::pickle::is_none(#ts)),
+            (_, Type::List(_), false) => quote!(!#ts.is_empty()),
+            (_, Type::List(_), true) => quote!(#ts.is_empty()),
             _ => {
                 let there = !absent;
                 quote!(#there)
@@ -699,16 +700,14 @@ impl Lower<'_> {
         let ty = e.ty.clone();
         match member {
             Member::EntryContent(x) if matches!(base.kind, ExprKind::Entry(_)) => {
-                return self
-                    .env
-                    .entry_content(*x)
-                    .ok_or_else(|| no(e, "an entry's content where it is not read"));
+                return Ok(self.env.entry_content(*x).unwrap_or_else(|| {
+                    unreachable!("the checker keeps an entry's content to text entries of pickle containers and their pickle (`mapping_reach`)")
+                }));
             }
             Member::PicklePath => {
-                return self
-                    .env
-                    .pickle_path()
-                    .ok_or_else(|| no(e, "`.path` outside a mapping over pickled objects"));
+                return Ok(self.env.pickle_path().unwrap_or_else(|| {
+                    unreachable!("`.path` is a member of the objects a mapping over pickles binds")
+                }));
             }
             Member::PickleParam(p) => {
                 let b = self.expr(base)?.ts;
@@ -775,7 +774,9 @@ impl Lower<'_> {
                 let p = &b.ts;
                 return Ok(Val::place(quote!(#p.1), ty));
             }
-            _ => return Err(no(e, "this member outside its engine")),
+            _ => unreachable!(
+                "the engine whose values have {member:?} lowers it (`Env::lower`); the checker keeps entries' names and captures to kv mappings (`mapping_reach`)"
+            ),
         };
         if matches!(b.ty, Type::List(_) | Type::Tuple(_)) {
             // A projection: that member of every item.
@@ -804,6 +805,10 @@ impl Lower<'_> {
             Builtin::Len => {
                 let a = arg(0)?;
                 match a.ty {
+                    Type::Pickled(_) => {
+                        let (v, what) = (&a.ts, self.text(&args[0].value));
+                        Val::value(quote!(rt::pickle::len(#v, #what)?), ty)
+                    }
                     Type::Str => {
                         let s = a.scalar();
                         Val::value(quote!(rt::expr::len(#s.as_bytes())), ty)
@@ -852,6 +857,15 @@ impl Lower<'_> {
                 let v = arg(0)?.scalar();
                 Val::value(quote!(rt::expr::digits(#v)?), ty)
             }
+            Builtin::First | Builtin::Last if matches!(args[0].value.ty, Type::Pickled(_)) => {
+                let l = arg(0)?.ts;
+                let i = if func == Builtin::First {
+                    quote!(0)
+                } else {
+                    quote!(-1)
+                };
+                Val::value(quote!(rt::pickle::index(#l, #i)), ty)
+            }
             Builtin::First | Builtin::Last => {
                 let l = arg(0)?;
                 let item_ty = l.ty.element().cloned().unwrap_or(Type::Error);
@@ -861,7 +875,7 @@ impl Lower<'_> {
                 } else {
                     quote!(last)
                 };
-                Val::reference(quote!(rt::expr::#f(#l)?), item_ty)
+                item_of(quote!(rt::expr::#f(#l)?), item_ty)
             }
             Builtin::IndexOf => {
                 let l = arg(0)?.by_ref();
@@ -875,7 +889,10 @@ impl Lower<'_> {
                 };
                 Val::value(quote!(rt::expr::index_of(#l, #x)?), ty)
             }
-            other => return Err(no(e, format!("`{}(..)` in this engine", other.name()))),
+            other => unreachable!(
+                "`{}(..)` is lowered by the engine where the checker keeps it (`size`/`latin1` in layout write rules, `elements`/`external` in the data of mappings over messages, `key_of`/`global` in write rules)",
+                other.name()
+            ),
         })
     }
 
@@ -1088,15 +1105,28 @@ impl Lower<'_> {
             } if a.len() == 1 => {
                 let v = self.expr(&a[0].value)?;
                 text.push_str("{}");
-                args.push(v.display());
+                args.push(match v.ty {
+                    Type::Pickled(_) => self.pickled_text(&v, &a[0].value),
+                    _ => v.display(),
+                });
                 return Ok(());
             }
             _ => {}
         }
         let v = self.expr(e)?;
         text.push_str("{}");
-        args.push(v.scalar());
+        args.push(match v.ty {
+            Type::Pickled(_) => self.pickled_text(&v, e),
+            _ => v.scalar(),
+        });
         Ok(())
+    }
+
+    /// A pickled value as text: a string, a global's `module.name`, an integer's digits
+    /// (failing with an error naming `e` otherwise).
+    fn pickled_text(&self, v: &Val, e: &Expr) -> TokenStream {
+        let (ts, what) = (&v.ts, self.text(e));
+        quote!(rt::pickle::name(#ts, #what)?)
     }
 }
 

@@ -1,19 +1,8 @@
 //! The schema as the generator sees it: each format's declaration with its module name and
-//! extensions, and errors carrying the file they belong to.
+//! extensions.
 
 use proc_macro2::Ident as RsIdent;
 use tensorfmt_schema::ast::*;
-
-/// A generation error: a message at a span of one of the loaded files.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GenError {
-    /// Index of the file in the schema.
-    pub file: usize,
-    /// Where the offending construct is written.
-    pub span: Span,
-    /// What is wrong.
-    pub message: String,
-}
 
 /// One format: its declaration, module name and extensions.
 pub(crate) struct Fmt<'s> {

@@ -760,7 +760,7 @@ impl Env for WriteEnv<'_> {
                     },
                     _ => return None,
                 };
-                let key = lower.expr(&a.value).ok()?.ts;
+                let key = crate::lower::lowered(lower.expr(&a.value)).ts;
                 let tname = &self.ir.table(table).name;
                 Some(Val::value(
                     quote!(rt::pickle::table_global(#key, NAME, #tname, meta.dtype, byte_order)?),

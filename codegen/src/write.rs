@@ -15,7 +15,7 @@ use tensorfmt_schema::ir::{
     self, Builtin, ByteOrder, Codec, Const, ExprKind, FieldKind, Ir, LayoutId, Type,
 };
 
-use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::lower::{storage_ty, Env, Form, Lower, Unlowered, Val};
 use crate::model::rs_ident;
 
 type R<T> = Result<T, Unlowered>;
@@ -418,11 +418,21 @@ fn compute(env: &mut WriteEnv<'_>, i: usize, out: &mut Vec<TokenStream>, late: b
         env: &*env,
     }
     .expr(w)?;
-    let v = match w.ty {
-        Type::List(_) | Type::Tuple(_) => v.by_ref(),
-        _ => v.scalar(),
-    };
-    out.push(quote!(let #id = #v;));
+    match (&w.ty, v.form) {
+        (Type::List(_) | Type::Tuple(_), _) => {
+            let v = v.by_ref();
+            out.push(quote!(let #id = #v;));
+        }
+        // A text built by the rule (`str(n) + "d"`) is owned here, then read as a `&str`.
+        (Type::Str, Form::Owned) => {
+            let ts = &v.ts;
+            out.push(quote!(let #id = #ts; let #id = #id.as_str();));
+        }
+        _ => {
+            let v = v.scalar();
+            out.push(quote!(let #id = #v;));
+        }
+    }
     if late && env.plan.ready[i].is_some_and(|k| k >= i) {
         let slot = local(l, f, "slot");
         let big = endian_of(f, l.endian) == ByteOrder::Big;

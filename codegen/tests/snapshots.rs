@@ -60,21 +60,21 @@ fn rejected(src: &str) -> String {
 
 #[test]
 fn a_mapping_the_writer_cannot_invert_is_a_diagnostic() {
-    // A format may not silently become read-only: the data, a slice of a repeated
-    // number, is not the layout's payload.
+    // A format may not silently become read-only: the data, the payload from a
+    // constant offset on, is not the layout's payload between two places.
     let text = rejected(
         r#"
 format records {
     engine file;
     layout Rec little {
         n: u32 write = 1;
-        items: u32 repeat until_eof write = [0];
+        items: payload rest;
     }
     tensor from Rec as r {
         name = source.stem;
         dtype = t[r.n];
         shape = [r.n];
-        data = slice(r.items, 0, none);
+        data = slice(r.items, 4, none);
     }
     table t: int -> dtype { 1 => f32 }
 }

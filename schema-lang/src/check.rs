@@ -84,10 +84,8 @@ const BUILTINS: &[(&str, Option<usize>)] = &[
     ("digits", Some(1)),
     ("first", Some(1)),
     ("last", Some(1)),
-    ("typed", None),
     ("elements", Some(1)),
     ("external", None),
-    ("join", None),
 ];
 
 /// Scalar types of layout fields and dict keys, with their generic arity.

@@ -124,6 +124,33 @@ fn source_entry(e: &Expr) -> Option<EntryId> {
     }
 }
 
+/// The tensor properties `e` reads.
+fn reads_of(e: &Expr) -> Vec<TensorKey> {
+    let mut out = Vec::new();
+    e.walk(&mut |x| {
+        if let ExprKind::TensorKey(k) = x.kind {
+            if !out.contains(&k) {
+                out.push(k);
+            }
+        }
+    });
+    out
+}
+
+/// The help of `mapping_reach`'s rule on tensor properties.
+fn readable_help(over_layout: bool) -> String {
+    let which = if over_layout {
+        "`name`, `dtype` and `shape`"
+    } else {
+        "`dtype`"
+    };
+    format!(
+        "a mapping computes the properties in the order name, dtype, shape, strides, order, \
+         byte_order, data; a statement reads {which} when a statement before it sets it \
+         (`dtype = ..;` before `data = if dtype == f32 {{ .. }} else {{ .. }};`), and no other"
+    )
+}
+
 impl Rules<'_> {
     fn err(&mut self, span: Span, msg: impl Into<String>, help: impl Into<String>) {
         let f = &self.files[self.ir.format(self.fid).file];
@@ -150,6 +177,8 @@ impl Rules<'_> {
             self.segments();
         }
         self.source_in_reach(pickled.is_some());
+        self.mapping_reach(pickled.is_some());
+        self.data_builtins();
         self.layout_reach();
         self.dict_values();
         if !matches!(f.engine, Engine::Kv { .. }) {
@@ -230,6 +259,36 @@ impl Rules<'_> {
                             "a layout is read as a value in a layout".into(),
                             "a layout's expressions name its fields alone (`header_len`, `header.shape`); a layout is a value in the tensor mapping over it (`slice(File.data, ..)`)",
                         )),
+                        ExprKind::Call {
+                            func: Builtin::Len,
+                            args,
+                        } if !written && matches!(args.first().map(|a| &a.value.ty), Some(Type::Dict(_))) => errors.push((
+                            e.span,
+                            "`len(..)` of a dict is read where the layout is read".into(),
+                            "a dict's length is that of its encoded text, known where the layout is written: in a field's `write` rule (`header_len: u32 write = len(header);`)",
+                        )),
+                        ExprKind::Call {
+                            func: func @ (Builtin::Size | Builtin::Latin1),
+                            args,
+                        } if written => {
+                            let arg = args.first().map(|a| &a.value);
+                            let field = match arg.map(|a| &a.kind) {
+                                Some(ExprKind::Field(l, f)) => Some(ir.field(*l, *f)),
+                                _ => None,
+                            };
+                            let ok = match (func, field) {
+                                (Builtin::Size, Some(_)) => true,
+                                (Builtin::Latin1, Some(f)) => matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json)) && f.repeat.is_none(),
+                                _ => false,
+                            };
+                            if !ok {
+                                errors.push((
+                                    arg.map_or(e.span, |a| a.span),
+                                    format!("`{}(..)` takes a field of the layout{}", func.name(), if *func == Builtin::Latin1 { " decoded by a text codec" } else { "" }),
+                                    "`size(header)` is the bytes the field `header` occupies (padding included); `latin1(header)` tells whether a `pydict`/`json` field's encoded text is Latin-1",
+                                ));
+                            }
+                        }
                         ExprKind::Call {
                             func: func @ (Builtin::Size | Builtin::Latin1),
                             ..
@@ -416,6 +475,275 @@ impl Rules<'_> {
                 span,
                 "`source` is read in a tensor mapping of a `file` format over a layout",
                 "the file's name is known where the tensors of one file are mapped: `name = source.stem;` in `tensor from File as f`; layouts, entries and mappings over pickles or messages have no file in reach",
+            );
+        }
+    }
+
+    /// What a mapping's expressions read of the tensor and of its iteration, as its engine
+    /// computes them: the properties are computed in the order name, dtype, shape, strides,
+    /// order, byte_order, data, and a statement reads those set by the statements before it
+    /// (`dtype`, and in a `file` format over a layout also `name` and `shape`); a `where`
+    /// filter reads the item, not the tensor; `position` is the item's place in a list (a
+    /// repeated field of a layout, or messages); `root` is where a document's mapping
+    /// starts (its source), not a value read beside the binding.
+    fn mapping_reach(&mut self, pickled_entry: bool) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let pickle_file = f.engine == Engine::File
+            && f.layouts.iter().any(|&l| {
+                ir.layout(l)
+                    .fields
+                    .iter()
+                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
+            });
+        let over_layout = f.engine == Engine::File && !pickle_file && !pickled_entry;
+        let over_messages = matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. });
+        let kv = matches!(f.engine, Engine::Kv { .. });
+        let pickles = pickle_file || pickled_entry;
+        let readable: &[TensorKey] = if over_layout {
+            &[TensorKey::Name, TensorKey::Dtype, TensorKey::Shape]
+        } else {
+            &[TensorKey::Dtype]
+        };
+        let rank = |k: TensorKey| {
+            [
+                TensorKey::Name,
+                TensorKey::Dtype,
+                TensorKey::Shape,
+                TensorKey::Strides,
+                TensorKey::Order,
+                TensorKey::ByteOrder,
+                TensorKey::Data,
+            ]
+            .iter()
+            .position(|&x| x == k)
+            .unwrap_or(7)
+        };
+        let mut errors: Vec<(Span, String, String)> = Vec::new();
+        for &m in f.mappings.iter().chain(&f.values) {
+            let map = ir.mapping(m);
+            let over_list = !matches!(map.source.kind, ExprKind::Layout(_));
+            let position_ok = over_messages || (over_layout && over_list);
+            let mut roots: Vec<(&Expr, Option<TensorKey>)> = vec![(&map.source, None)];
+            roots.extend(map.filter.iter().map(|w| (w, None)));
+            let mut set: Vec<TensorKey> = Vec::new();
+            for st in &map.stmts {
+                match st {
+                    MappingStmt::Include { arg, .. } => {
+                        roots.push((arg, None));
+                        set.extend([TensorKey::Name, TensorKey::Dtype, TensorKey::Shape]);
+                    }
+                    MappingStmt::Set { key, value } => {
+                        for x in reads_of(value) {
+                            let known =
+                                readable.contains(&x) && set.contains(&x) && rank(x) < rank(*key);
+                            if !known {
+                                errors.push((
+                                    value.span,
+                                    format!(
+                                        "`{}` reads the tensor's `{}`, which is not computed before it",
+                                        key.name(),
+                                        x.name()
+                                    ),
+                                    readable_help(over_layout),
+                                ));
+                            }
+                        }
+                        roots.push((value, Some(*key)));
+                        set.push(*key);
+                    }
+                }
+            }
+            for (i, (root, key)) in roots.iter().enumerate() {
+                let is_source = i == 0;
+                root.walk(&mut |e| match &e.kind {
+                    ExprKind::TensorKey(k) if key.is_none() => errors.push((
+                        e.span,
+                        format!("the tensor's `{}` is read where the item is chosen", k.name()),
+                        "a `where` filter and a mapping's source read the item (the binding's \
+                         fields), not the tensor's properties, which are computed after it"
+                            .into(),
+                    )),
+                    ExprKind::Position if !position_ok => errors.push((
+                        e.span,
+                        "`position` is read in a mapping that does not iterate a list".into(),
+                        "`position` is the item's place in a repeated field of a layout \
+                         (`tensor from File.records as r`) or among messages; a mapping over \
+                         one layout or over pickled objects has none (a pickled tensor's \
+                         name is its `path`)"
+                            .into(),
+                    )),
+                    ExprKind::Member {
+                        member: Member::EntryContent(_),
+                        ..
+                    } if kv => errors.push((
+                        e.span,
+                        "an entry's `content` is read in a mapping of a key-value database".into(),
+                        "a database record is read by its entry's `value` (the message it holds), \
+                         `name` and captures (`blob.value`, `blob.name`)"
+                            .into(),
+                    )),
+                    ExprKind::Member {
+                        member: Member::EntryContent(x),
+                        ..
+                    } if pickles && !is_source && ir.entry(*x).content != Content::Text => {
+                        errors.push((
+                            e.span,
+                            format!("the content of entry '{}' is read beside the pickle", ir.entry(*x).name),
+                            "beside the objects of the pickle a mapping reads the text of `text` entries (`version.content`); raw members are its tensors' storages (`storage(key = t.storage.key)`)".into(),
+                        ))
+                    }
+                    ExprKind::Member {
+                        member: Member::EntryName(_) | Member::Capture(..) | Member::EntryValue(_),
+                        ..
+                    } if pickles => errors.push((
+                        e.span,
+                        "an entry's name or captures are read in a mapping over pickled objects".into(),
+                        "a pickled tensor is named by its path in the pickle (`name = t.path;`); entries' names and captures name the records of key-value databases".into(),
+                    )),
+                    ExprKind::Layout(_) if pickles && !is_source && *key != Some(TensorKey::Data) => errors.push((
+                        e.span,
+                        "a layout is read beside the pickled objects".into(),
+                        "a mapping over pickled objects reads the file's records in its `data` alone (`data = slice(File.storages.bytes[index_of(File.keys, t.storage.key)], ..)`); its other properties come from the object (`t.size`)".into(),
+                    )),
+                    ExprKind::Root(_) if !is_source => errors.push((
+                        e.span,
+                        "`root` is read beside the mapped message".into(),
+                        "`root` is where a document's mapping starts (`tensor from \
+                         root.graph.initializer as t`); the mapping reads the message it \
+                         iterates (its binding)"
+                            .into(),
+                    )),
+                    _ => {}
+                });
+            }
+        }
+        for (span, msg, help) in errors {
+            self.err(span, msg, help);
+        }
+    }
+
+    /// The tensor data builtins (`elements(..)`, `external(..)`) are the `data` of a
+    /// mapping over protobuf messages (all of it, or a branch of its `if`s); another
+    /// format's mapping (`npy.tensor(..)`) is applied by `include` alone.
+    fn data_builtins(&mut self) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let over_messages = matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. });
+        // The places a data builtin may stand: the `data` of a mapping over messages and
+        // the branches of its `if`s, by span.
+        let mut allowed: Vec<Span> = Vec::new();
+        if over_messages {
+            fn branches(e: &Expr, out: &mut Vec<Span>) {
+                match &e.kind {
+                    ExprKind::If {
+                        then, otherwise, ..
+                    } => {
+                        branches(then, out);
+                        branches(otherwise, out);
+                    }
+                    _ => out.push(e.span),
+                }
+            }
+            for &m in &f.mappings {
+                if let Some(d) = ir.mapping(m).key(TensorKey::Data) {
+                    branches(d, &mut allowed);
+                }
+            }
+        }
+        let spans: Vec<(Span, String, &str)> = ir
+            .exprs_of(|owner| match owner {
+                crate::ir::ExprOwner::Layout(l) => f.layouts.contains(&l),
+                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
+                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
+                crate::ir::ExprOwner::Mapping(m) => f.mappings.contains(&m) || f.values.contains(&m),
+            })
+            .into_iter()
+            .filter_map(|e| match &e.kind {
+                ExprKind::Call {
+                    func: func @ (Builtin::Elements | Builtin::External),
+                    ..
+                } if !allowed.contains(&e.span) => Some((
+                    e.span,
+                    format!("`{}(..)` is read where no tensor's data is given", func.name()),
+                    "`elements(f)` and `external(..)` are the `data` of a mapping over protobuf \
+                     messages (`data = if has(t.raw_data) { t.raw_data } else { elements(t.float_data) };`)",
+                )),
+                ExprKind::MappingOf { format, .. } => Some((
+                    e.span,
+                    format!("'{}.tensor(..)' is used as a value", ir.format(*format).name),
+                    "another format's mapping is applied by `include` (`include npy.tensor(m.content);`), then statements override what it gives",
+                )),
+                _ => None,
+            })
+            .collect();
+        for (span, msg, help) in spans {
+            self.err(span, msg, help);
+        }
+        // `in` on a value that may be absent (read from a pickle, an entry's text, a
+        // table's key) tests literals.
+        let spans: Vec<Span> = ir
+            .exprs_of(|owner| match owner {
+                crate::ir::ExprOwner::Layout(l) => f.layouts.contains(&l),
+                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
+                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
+                crate::ir::ExprOwner::Mapping(m) => {
+                    f.mappings.contains(&m) || f.values.contains(&m)
+                }
+            })
+            .into_iter()
+            .filter_map(|e| match &e.kind {
+                ExprKind::In { expr, list } => {
+                    let maybe_absent = matches!(expr.ty, Type::Pickled(_))
+                        || matches!(
+                            expr.kind,
+                            ExprKind::Member {
+                                member: Member::EntryContent(_),
+                                ..
+                            } | ExprKind::Call {
+                                func: Builtin::KeyOf,
+                                ..
+                            }
+                        );
+                    list.iter()
+                        .find(|i| !matches!(i.kind, ExprKind::Const(Const::Str(_) | Const::Int(_))))
+                        .filter(|_| maybe_absent)
+                        .map(|i| i.span)
+                }
+                _ => None,
+            })
+            .collect();
+        for span in spans {
+            self.err(
+                span,
+                "`in` tests a value that may be absent against an item that is not a literal",
+                "a value read from a pickle, an entry's text or `key_of(..)` may be absent: list the strings or integers it may be (`t.storage.class in [\"torch.FloatStorage\", \"torch.HalfStorage\"]`)",
+            );
+        }
+        // `size` and `latin1` read encoded bytes, which only a layout's writer has.
+        let spans: Vec<(Span, Builtin)> = ir
+            .exprs_of(|owner| match owner {
+                crate::ir::ExprOwner::Layout(_) => false,
+                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
+                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
+                crate::ir::ExprOwner::Mapping(m) => {
+                    f.mappings.contains(&m) || f.values.contains(&m)
+                }
+            })
+            .into_iter()
+            .filter_map(|e| match &e.kind {
+                ExprKind::Call {
+                    func: func @ (Builtin::Size | Builtin::Latin1),
+                    ..
+                } => Some((e.span, *func)),
+                _ => None,
+            })
+            .collect();
+        for (span, func) in spans {
+            self.err(
+                span,
+                format!("`{}(..)` is read outside a layout", func.name()),
+                "`size(..)` and `latin1(..)` are known where a layout is written: in a field's `write` rule (`header_len: u32 write = size(header);`); elsewhere `len(..)` counts a text's bytes or a list's items",
             );
         }
     }

@@ -22,6 +22,42 @@ pub fn item(id: Option<&Value>, i: usize) -> Option<&Value> {
     }
 }
 
+/// Item `i` of a tuple or list (counted from its end when negative, as Python does);
+/// `None` when `v` is absent, not a sequence, or too short.
+pub fn index(v: Option<&Value>, i: i128) -> Option<&Value> {
+    let items = seq(v?)?;
+    let i = if i < 0 {
+        i128::try_from(items.len()).ok()? + i
+    } else {
+        i
+    };
+    items.get(usize::try_from(i).ok()?)
+}
+
+/// The items of a tuple, list or set, or of a tuple- or list-kind object (`torch.Size`).
+fn seq(v: &Value) -> Option<&[Value]> {
+    match v {
+        Value::Object(o) if matches!(o.kind, crate::Kind::Tuple | crate::Kind::List) => {
+            Some(&o.items)
+        }
+        _ => v.as_seq(),
+    }
+}
+
+/// `len(v)` as Python counts it: the characters of a string, the bytes of a byte string,
+/// the items of a sequence or dict. Fails with [`ErrorKind::Invalid`] (naming `field`)
+/// for anything else.
+pub fn len(v: Option<&Value>, field: &str) -> Result<i128> {
+    let n = match v {
+        Some(Value::Str(s)) => s.chars().count(),
+        Some(Value::Bytes(b)) => b.len(),
+        Some(Value::Dict(d)) => d.len(),
+        Some(x) => seq(x).ok_or_else(|| invalid(field, "has no length"))?.len(),
+        None => return Err(invalid(field, "has no length")),
+    };
+    Ok(n as i128)
+}
+
 /// The attribute `name` of an object (its `BUILD` state's entry, or a dict-kind
 /// object's), or the entry `name` of a dict; `None` when there is no such value.
 pub fn attr<'v>(v: Option<&'v Value>, name: &str) -> Option<&'v Value> {

@@ -33,7 +33,7 @@ mod value;
 mod walk;
 mod write;
 
-pub use args::{attr, dims, ints, is_none, item, lookup, name, uint};
+pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, uint};
 pub use index::{read_file, Check, Field, FileSpec, Index, Mapped, Record};
 pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};

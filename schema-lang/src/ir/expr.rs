@@ -83,14 +83,10 @@ pub enum Builtin {
     First,
     /// `last(list)`.
     Last,
-    /// `typed(...)`: tensor data in typed repeated protobuf fields.
-    Typed,
     /// `elements(f)`: tensor data in one repeated protobuf field.
     Elements,
     /// `external(location =, offset =, length =)`.
     External,
-    /// `join(...)`: tensor data assembled from chunks.
-    Join,
     /// `key_of(T, dtype)` (write rules): the first key of table `T` for the dtype.
     KeyOf,
     /// `global(text)` (pickle write rules): the declared global named by the text.
@@ -113,10 +109,8 @@ impl Builtin {
             "digits" => Builtin::Digits,
             "first" => Builtin::First,
             "last" => Builtin::Last,
-            "typed" => Builtin::Typed,
             "elements" => Builtin::Elements,
             "external" => Builtin::External,
-            "join" => Builtin::Join,
             "key_of" => Builtin::KeyOf,
             "global" => Builtin::Global,
             _ => return None,
@@ -138,10 +132,8 @@ impl Builtin {
             Builtin::Digits => "digits",
             Builtin::First => "first",
             Builtin::Last => "last",
-            Builtin::Typed => "typed",
             Builtin::Elements => "elements",
             Builtin::External => "external",
-            Builtin::Join => "join",
             Builtin::KeyOf => "key_of",
             Builtin::Global => "global",
         }

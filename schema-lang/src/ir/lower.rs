@@ -1207,6 +1207,24 @@ impl<'a> Lower<'a> {
                 let l = self.expr(sc, lhs);
                 let r = self.expr(sc, rhs);
                 use BinaryOp::*;
+                // Values compare as numbers, text, bytes, truth values, dtypes, byte orders,
+                // orders and lists of these; records (messages, entries, layouts, dicts)
+                // compare by the fields that identify them.
+                let record = |t: &Type| {
+                    matches!(
+                        t,
+                        Type::Message(_) | Type::Entry(_) | Type::Layout(_) | Type::Dict(_)
+                    )
+                };
+                if matches!(op, Eq | Ne | Lt | Le | Gt | Ge) && (record(&l.ty) || record(&r.ty)) {
+                    let shown = self.show_ty(if record(&l.ty) { &l.ty } else { &r.ty });
+                    self.gap(
+                        span,
+                        format!("`{}` compares records ({shown})", op.symbol()),
+                        "compare the fields that identify them: `b.name == \"w\"`, \
+                         `blob.name != \"\"`",
+                    );
+                }
                 let ty = match op {
                     Or | And | Eq | Ne | Lt | Le | Gt | Ge => Type::Bool,
                     Add if l.ty == Type::Str || r.ty == Type::Str => Type::Str,
@@ -1433,6 +1451,15 @@ impl<'a> Lower<'a> {
                 };
                 return mk(ExprKind::Const(Const::ByteOrder(o)), Type::ByteOrder, span);
             }
+            "source" if one => {
+                self.gap(
+                    span,
+                    "`source` is read as a value",
+                    "the file is read through its members: `source.stem` (`model` of \
+                     `model.npy`), `source.name` or `source.path`",
+                );
+                return err_expr(span);
+            }
             "source" => {
                 let base = mk(ExprKind::Source, Type::Source, root.span);
                 return members(self, base, &p[1..]);
@@ -1610,7 +1637,16 @@ impl<'a> Lower<'a> {
                 // A projection: the member of every item.
                 let got = match &**item {
                     Type::Layout(l) => self.field_member(*l, n),
-                    Type::Message(m) => self.message_member(*m, n),
+                    Type::Message(m) if self.message_member(*m, n).is_some() => {
+                        self.gap(
+                            name.span,
+                            format!("'{n}' is read from every message of a repeated field"),
+                            "a mapping reads one message of a list: index it (`t.dims[0]`), \
+                             look an item up by its key (`t.external_data[\"location\"]`), or \
+                             iterate the list (`tensor from root.graph.initializer as t`)",
+                        );
+                        return err_expr(span);
+                    }
                     _ => None,
                 };
                 got.map(|(m, t)| (m, Type::List(Box::new(t))))
@@ -1894,15 +1930,54 @@ impl<'a> Lower<'a> {
                 .unwrap_or(Type::Error)
         };
         let ty = match func {
-            Builtin::Len
-            | Builtin::Size
+            Builtin::Size
             | Builtin::Align
             | Builtin::Itemsize
             | Builtin::IndexOf
             | Builtin::Digits => Type::INT,
             Builtin::Latin1 | Builtin::Has => Type::Bool,
             Builtin::Str => Type::Str,
-            Builtin::Slice => Type::Payload,
+            Builtin::Len => {
+                let ok = matches!(
+                    arg_ty(0),
+                    Type::Str
+                        | Type::Bytes
+                        | Type::List(_)
+                        | Type::Tuple(_)
+                        | Type::Map(..)
+                        | Type::Payload
+                        | Type::Dict(_)
+                        | Type::Pickled(_)
+                        | Type::Table(_)
+                        | Type::Error
+                );
+                if !ok {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        span,
+                        format!(
+                            "`len` counts text, bytes, items or a payload, but this is {shown}"
+                        ),
+                        "`len(name)` is a text's length in bytes, `len(dims)` a list's items, \
+                         `len(data)` a payload's bytes; the bytes a field occupies are \
+                         `size(field)` (in a write rule)",
+                    );
+                }
+                Type::INT
+            }
+            Builtin::Slice => {
+                if !matches!(arg_ty(0), Type::Payload | Type::Entry(_) | Type::Error) {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        span,
+                        format!("`slice` takes a payload or a storage entry, but this is {shown}"),
+                        "`slice(File.data, r.begin, r.end)` cuts a layout's `payload`; \
+                         `slice(storage(key = ..), offset, none)` a storage member; bytes \
+                         held in a field are the data as they are (`data = t.raw_data`)",
+                    );
+                }
+                Type::Payload
+            }
             Builtin::Elements => {
                 // The values of a repeated field that is not of messages.
                 let field = match args.first().map(|a| &a.value.kind) {
@@ -1930,7 +2005,30 @@ impl<'a> Lower<'a> {
                 }
                 Type::TensorData
             }
-            Builtin::Typed | Builtin::External | Builtin::Join => Type::TensorData,
+            Builtin::External => {
+                // ONNX's external data: the key/value strings of the tensor's entries.
+                let known = ["location", "offset", "length"];
+                let bad = args.iter().find(|a| {
+                    !a.name.as_deref().is_some_and(|n| known.contains(&n))
+                        || !matches!(a.value.ty, Type::Str | Type::Error)
+                });
+                let has_location = args.iter().any(|a| a.name.as_deref() == Some("location"));
+                if let Some(a) = bad {
+                    let shown = self.show_ty(&a.value.ty);
+                    self.gap(
+                        a.value.span,
+                        format!("an argument of `external` that is not `location`, `offset` or `length` text ({shown})"),
+                        "`external(location = .., offset = .., length = ..)` takes the texts of ONNX's external data entries (`t.external_data[\"offset\"]`); `offset` and `length` may be left out",
+                    );
+                } else if !has_location {
+                    self.gap(
+                        span,
+                        "`external` without a `location`",
+                        "name the file holding the data: `external(location = t.external_data[\"location\"], ..)`",
+                    );
+                }
+                Type::TensorData
+            }
             Builtin::First | Builtin::Last => match arg_ty(0) {
                 Type::List(t) | Type::Tuple(t) => *t,
                 Type::Pickled(p) => Type::Pickled(p),
