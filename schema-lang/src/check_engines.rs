@@ -9,7 +9,7 @@
 //! Layouts (outside kv formats): a field lays out a number, `bool`, text or bytes of a
 //! size (or `rest`), a payload, a layout, or a dict decoded by a `pydict` or `json` codec
 //! (and only a dict is); a list is a repeated field, and neither a magic nor a payload
-//! repeats. A dict's values are what a Python literal or JSON text holds.
+//! repeats; `rest` sizes one text, bytes, codec text or payload. A dict's values are what a Python literal or JSON text holds.
 //!
 //! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
 //! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
@@ -283,7 +283,9 @@ impl Rules<'_> {
     /// What a layout's fields lay out (codecs of pickles aside, read by the pickle
     /// engines): numbers, `bool`, text and bytes of a size (or the remaining bytes),
     /// payloads, layouts, and dicts decoded by a `pydict` or `json` codec; a list is a
-    /// repeated field, and neither a magic nor a payload repeats.
+    /// repeated field, and neither a magic nor a payload repeats; `rest` sizes one text,
+    /// bytes, codec text or payload (not a number, magic, conditional width or layout,
+    /// nor the items of a repeated field).
     fn layout_fields(&mut self) {
         let ir = self.ir;
         let mut errors: Vec<(Span, String, &str)> = Vec::new();
@@ -328,6 +330,29 @@ impl Rules<'_> {
                         "declare a `dict` of the keys the text holds and make it the field's \
                          type (`header: Header size header_len codec json;`)",
                     )),
+                }
+                if x.rest {
+                    let sized = matches!(x.kind, crate::ir::FieldKind::Value)
+                        && matches!(x.item_ty, Type::Bytes | Type::Str | Type::Dict(_));
+                    let payload = x.item_ty == Type::Payload;
+                    if x.repeat.is_some() {
+                        errors.push((
+                            x.span,
+                            format!("the repeated field '{name}' takes every remaining byte (`rest`)"),
+                            "`rest` sizes one value; give each item a size (`names: str size 8 \
+                             repeat count(n);`), or put the items in a record read until its \
+                             window ends (`records: Record repeat until_eof;`)",
+                        ));
+                    } else if !sized && !payload {
+                        errors.push((
+                            x.span,
+                            format!("`rest` on '{name}', which is not text or bytes"),
+                            "`rest` sizes text, bytes, a dict decoded by a codec or a payload \
+                             over every remaining byte; a number, a magic or a conditional width \
+                             has its own width, and a nested layout is read in place (no size) or \
+                             in a window (`size n`)",
+                        ));
+                    }
                 }
                 match &x.item_ty {
                     Type::List(_) | Type::Tuple(_) | Type::Map(..) => errors.push((
