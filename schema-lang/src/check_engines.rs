@@ -338,7 +338,9 @@ impl Rules<'_> {
                     if x.repeat.is_some() {
                         errors.push((
                             x.span,
-                            format!("the repeated field '{name}' takes every remaining byte (`rest`)"),
+                            format!(
+                                "the repeated field '{name}' takes every remaining byte (`rest`)"
+                            ),
                             "`rest` sizes one value; give each item a size (`names: str size 8 \
                              repeat count(n);`), or put the items in a record read until its \
                              window ends (`records: Record repeat until_eof;`)",
