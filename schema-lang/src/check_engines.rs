@@ -6,13 +6,13 @@
 //!
 //! The `file` engine over a layout: one tensor mapping at most, without `strides`.
 //!
-//! Layouts (outside kv formats): a field lays out a number, `bool`, text or bytes of a
+//! Layouts: a field lays out a number, `bool`, text or bytes of a
 //! size (or `rest`), a payload, a layout, or a dict decoded by a `pydict` or `json` codec
 //! (and only a dict is); a list is a repeated field, and neither a magic nor a payload
 //! repeats; `rest` sizes one text, bytes, codec text or payload. A dict's values are what a Python literal or JSON text holds.
 //!
 //! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
-//! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
+//! `key`, a `payload` `value`, every other field computed or a magic); a kv format is detected by its backend, not by `detect`
 //! rules; each entry holds a message of the format (`value M;`); a mapping iterates an
 //! entry's value or messages in it, and sets only what a database record gives (`name`,
 //! `dtype`, `shape`, `data`, `segment`); a `segment` is a message with integer `begin` and
@@ -152,9 +152,7 @@ impl Rules<'_> {
         self.source_in_reach(pickled.is_some());
         self.layout_reach();
         self.dict_values();
-        if !matches!(f.engine, Engine::Kv { .. }) {
-            self.layout_fields();
-        }
+        self.layout_fields();
         for &e in &f.entries {
             let e = self.ir.entry(e);
             if e.preferred.is_some() && e.content != Content::Text {
@@ -1278,6 +1276,21 @@ impl Rules<'_> {
                     fmt.name_span,
                     "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
                     "declare `layout Record { ..; key: bytes size ..; value: payload size ..; }`",
+                );
+            }
+            // A record is written from its key and value alone: every other field is
+            // computed (a length, a constant) or a magic.
+            let extra = record.into_iter().flat_map(|l| &l.fields).filter(|x| {
+                !matches!(x.name.as_str(), "key" | "value")
+                    && !matches!(x.kind, crate::ir::FieldKind::Magic(_))
+                    && !crate::ir::plan::is_computed(x)
+            });
+            let extra: Vec<(Span, String)> = extra.map(|x| (x.span, x.name.clone())).collect();
+            for (span, name) in extra {
+                self.err(
+                    span,
+                    format!("field '{name}' of the kv `Record` is neither its `key` nor its `value`, and nothing computes it"),
+                    format!("a record is written from its key and value alone: give '{name}' a `write` rule (`write = len(key)`, `write = 1`) or an implied constant (`check {name} == 0`), or remove it"),
                 );
             }
         }
