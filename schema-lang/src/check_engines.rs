@@ -260,19 +260,38 @@ impl Rules<'_> {
                 _ => false,
             }
         }
+        /// True when `t` is or holds a float narrower than `f64`.
+        fn narrow_float(t: &Type) -> bool {
+            match t {
+                Type::Float(x) => x.bytes != 8,
+                Type::List(t) | Type::Tuple(t) => narrow_float(t),
+                Type::Map(k, v) => narrow_float(k) || narrow_float(v),
+                _ => false,
+            }
+        }
         let ir = self.ir;
         for &d in &ir.format(self.fid).dicts {
             let dict = ir.dict(d);
             for k in dict.keys.iter().filter(|k| !text_value(&k.ty)) {
+                let help = if narrow_float(&k.ty) {
+                    format!(
+                        "a Python literal's or JSON text's floats are 64-bit: declare `f64` \
+                         (`{}: f64;`, `list<f64>`)",
+                        k.key
+                    )
+                } else {
+                    "a dict's values are integers of a width (u8..i64), f64, bool, str, dicts, \
+                     and list<T>, tuple<T> or map<str, T> of these; bytes laid out in binary \
+                     (a layout, a payload) are fields of a layout"
+                        .to_string()
+                };
                 self.err(
                     k.span,
                     format!(
                         "key '{}' of dict '{}' has a type that no Python literal or JSON text holds",
                         k.key, dict.name
                     ),
-                    "a dict's values are integers of a width (u8..i64), f64, bool, str, dicts, \
-                     and list<T>, tuple<T> or map<str, T> of these; bytes laid out in binary \
-                     (a layout, a payload) are fields of a layout",
+                    help,
                 );
             }
         }
