@@ -42,9 +42,10 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         if k.rest {
             fields.push(quote!(#fdoc pub #id: #t,));
             keys.push(quote!(rt::pydict::Key::Rest));
-            sets.push(
-                quote!(#i => self.#id.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),),
-            );
+            sets.push((
+                i,
+                quote!(self.#id.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?))),
+            ));
             items.push(quote! {
                 for (k, v) in self.#id.iter() {
                     items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
@@ -53,7 +54,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
             keys.push(quote!(rt::pydict::Key::Optional(#key)));
-            sets.push(quote!(#i => self.#id = rt::pydict::FromPy::from_py(v)?,));
+            sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
             let v = if list {
                 quote!(rt::pydict::to_list(v))
             } else {
@@ -67,7 +68,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         } else {
             fields.push(quote!(#fdoc pub #id: #t,));
             keys.push(quote!(rt::pydict::Key::Required(#key)));
-            sets.push(quote!(#i => self.#id = rt::pydict::FromPy::from_py(v)?,));
+            sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
             let v = to(quote!(self.#id));
             items.push(quote!(items.push((#key, #v));));
         }
@@ -100,10 +101,14 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     } else {
         quote!(_key)
     };
-    let (v, dispatch) = if sets.is_empty() {
-        (quote!(_v), quote!())
-    } else {
-        (quote!(v), quote!(match i { #(#sets)* _ => {} }))
+    let (v, dispatch) = match sets.as_slice() {
+        [] => (quote!(_v), quote!()),
+        // One key: an `if` (a `match` of one arm is not how it would be written).
+        [(i, set)] => (quote!(v), quote!(if i == #i { #set; })),
+        _ => {
+            let arms = sets.iter().map(|(i, set)| quote!(#i => #set,));
+            (quote!(v), quote!(match i { #(#arms)* _ => {} }))
+        }
     };
     Ok(quote! {
         #doc

@@ -4,8 +4,10 @@
 //! before layout computed next, each in the order its rule needs, then every field —
 //! magic, computed numbers (conditional widths; a slot reserved for a value known only
 //! once a later field is laid out, patched then), given bytes, text, codec records and
-//! nested layouts, repeated fields item by item, `at`, `align` and `pad` — and the
-//! `check`s once the values they read are known. The payload, the last field, is
+//! nested layouts, repeated fields item by item (a given list, or the list a `write`
+//! rule gives), `at`, `align` and `pad` — and the `check`s once the values they read are
+//! known. A count or size given apart from the value written (a constant, another list's
+//! length) is checked against it (`check_count`, `check_size`), as the reader trusts it. The payload, the last field, is
 //! streamed after the bytes before it.
 
 use proc_macro2::{Ident, Literal, TokenStream};
@@ -391,6 +393,9 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
             let s = local(l, f, "start");
             out.push(quote!(let #s = buf.pos();));
         }
+        if let Some(check) = count_check(&env, i, f) {
+            out.push(check);
+        }
         out.push(place(&env, i, f, l.endian)?);
         if measured {
             let (s, n) = (local(l, f, "start"), local(l, f, "size"));
@@ -413,24 +418,34 @@ fn compute(env: &mut WriteEnv<'_>, i: usize, out: &mut Vec<TokenStream>, late: b
         return Ok(());
     };
     let id = rs_ident(&f.name);
-    let v = Lower {
+    let lower = Lower {
         ir: env.ir,
         env: &*env,
-    }
-    .expr(w)?;
-    match (&w.ty, v.form) {
-        (Type::List(_) | Type::Tuple(_), _) => {
-            let v = v.by_ref();
-            out.push(quote!(let #id = #v;));
+    };
+    match (&w.kind, &w.ty) {
+        // A list literal is a borrowed array of its items (no vector for a constant list).
+        (ExprKind::List(items), _) => {
+            let items = items
+                .iter()
+                .map(|x| Ok(lower.expr(x)?.scalar()))
+                .collect::<R<Vec<_>>>()?;
+            out.push(quote!(let #id = &[#(#items),*];));
         }
-        // A text built by the rule (`str(n) + "d"`) is owned here, then read as a `&str`.
-        (Type::Str, Form::Owned) => {
-            let ts = &v.ts;
-            out.push(quote!(let #id = #ts; let #id = #id.as_str();));
+        (_, Type::List(_) | Type::Tuple(_)) => {
+            let v = lower.expr(w)?.by_ref();
+            out.push(quote!(let #id = #v;));
         }
         _ => {
-            let v = v.scalar();
-            out.push(quote!(let #id = #v;));
+            let v = lower.expr(w)?;
+            if v.ty == Type::Str && v.form == Form::Owned {
+                // A text built by the rule (`str(n) + "d"`) is owned here, then read as a
+                // `&str`.
+                let ts = &v.ts;
+                out.push(quote!(let #id = #ts; let #id = #id.as_str();));
+            } else {
+                let v = v.scalar();
+                out.push(quote!(let #id = #v;));
+            }
         }
     }
     if late && env.plan.ready[i].is_some_and(|k| k >= i) {
@@ -512,130 +527,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
         return Ok(quote!(buf.put_bytes(#b);));
     }
     let lower = Lower { ir, env };
-    if env.plan.computed[i] {
-        let value = match env.field(env.layout, ir::FieldId(i as u32)) {
-            Some(v) if env.plan.ready[i].is_none_or(|k| k < i) => v,
-            _ => {
-                // Known only later: a slot, patched then.
-                let slot = local(env.ir.layout(env.layout), f, "slot");
-                let width =
-                    |t: &ir::IntTy| Literal::usize_unsuffixed(usize::from(t.bytes.unwrap_or(8)));
-                return Ok(match &f.kind {
-                    FieldKind::Cond {
-                        cond,
-                        then,
-                        otherwise,
-                    } => {
-                        let c = lower.expr(cond)?.scalar();
-                        let (a, b) = (width(then), width(otherwise));
-                        quote! {
-                            let #slot = if #c {
-                                buf.reserve(#name, #a)
-                            } else {
-                                buf.reserve(#name, #b)
-                            };
-                        }
-                    }
-                    _ => {
-                        let w = match &f.item_ty {
-                            Type::Int(t) => width(t),
-                            Type::Float(x) => Literal::usize_unsuffixed(usize::from(x.bytes)),
-                            _ => Literal::usize_unsuffixed(8),
-                        };
-                        quote!(let #slot = buf.reserve(#name, #w);)
-                    }
-                });
-            }
-        };
-        return Ok(match (&f.kind, &f.item_ty) {
-            (
-                FieldKind::Cond {
-                    cond,
-                    then,
-                    otherwise,
-                },
-                _,
-            ) => {
-                let c = lower.expr(cond)?.scalar();
-                let v = value.scalar();
-                let (a, b) = (
-                    num_method("int_", &Type::Int(*then), then.endian.unwrap_or(endian)),
-                    num_method(
-                        "int_",
-                        &Type::Int(*otherwise),
-                        otherwise.endian.unwrap_or(endian),
-                    ),
-                );
-                quote! {
-                    if #c {
-                        buf.#a(#name, #v)?;
-                    } else {
-                        buf.#b(#name, #v)?;
-                    }
-                }
-            }
-            (_, t @ Type::Float(_)) => {
-                let m = num_method("put_", t, e);
-                let v = value.scalar();
-                if f.repeat.is_some() {
-                    let list = value.by_ref();
-                    quote!(for &x in #list.iter() { buf.#m(x as _); })
-                } else {
-                    quote!(buf.#m(#v as _);)
-                }
-            }
-            (_, t @ Type::Int(_)) => {
-                let m = num_method("int_", t, e);
-                if f.repeat.is_some() {
-                    let list = value.by_ref();
-                    quote! {
-                        for &x in #list.iter() {
-                            buf.#m(#name, i128::from(x))?;
-                        }
-                    }
-                } else if let (Some(Const::Int(c)), None) = (&f.implied, &f.write) {
-                    // A constant that fits is written as such.
-                    let m = num_method("put_", t, e);
-                    let fits = match t {
-                        Type::Int(x) => {
-                            let bits = 8 * u32::from(x.bytes.unwrap_or(8));
-                            if x.signed {
-                                *c >= -(1i128 << (bits - 1)) && *c < (1i128 << (bits - 1))
-                            } else {
-                                *c >= 0 && *c < (1i128 << bits)
-                            }
-                        }
-                        _ => false,
-                    };
-                    if fits {
-                        let lit = Literal::i128_unsuffixed(*c);
-                        let lit = if *c < 0 { quote!((#lit)) } else { quote!(#lit) };
-                        quote!(buf.#m(#lit);)
-                    } else {
-                        let m = num_method("int_", t, e);
-                        let v = value.scalar();
-                        quote!(buf.#m(#name, #v)?;)
-                    }
-                } else {
-                    let v = value.scalar();
-                    quote!(buf.#m(#name, #v)?;)
-                }
-            }
-            (_, Type::Str) => {
-                let v = value.scalar();
-                quote!(buf.put_bytes(#v.as_bytes());)
-            }
-            (_, Type::Bool) => {
-                let v = value.scalar();
-                quote!(buf.put_u8(u8::from(#v));)
-            }
-            _ => {
-                let v = value.scalar();
-                quote!(buf.put_bytes(#v);)
-            }
-        });
-    }
-    // Given fields.
+    // One item laid out (the value itself when the field does not repeat).
     let one = |item: TokenStream| -> R<TokenStream> {
         // A number of a width chosen by a condition, given by the tensor mapping.
         if let FieldKind::Cond {
@@ -723,20 +615,233 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
             ),
         })
     };
+    // A field of a size given apart from its value fills it (each item, when it repeats).
+    let size = given_size(env, i, f);
+    let fill = |body: TokenStream| match &size {
+        Some(n) => {
+            let s = local(env.ir.layout(env.layout), f, "item_start");
+            quote! {
+                let #s = buf.pos();
+                #body
+                buf.check_size(#name, #s, #n)?;
+            }
+        }
+        None => body,
+    };
+    if env.plan.computed[i] {
+        let value = match env.field(env.layout, ir::FieldId(i as u32)) {
+            Some(v) if env.plan.ready[i].is_none_or(|k| k < i) => v,
+            _ => {
+                // Known only later: a slot, patched then.
+                let slot = local(env.ir.layout(env.layout), f, "slot");
+                let width =
+                    |t: &ir::IntTy| Literal::usize_unsuffixed(usize::from(t.bytes.unwrap_or(8)));
+                return Ok(match &f.kind {
+                    FieldKind::Cond {
+                        cond,
+                        then,
+                        otherwise,
+                    } => {
+                        let c = lower.expr(cond)?.scalar();
+                        let (a, b) = (width(then), width(otherwise));
+                        quote! {
+                            let #slot = if #c {
+                                buf.reserve(#name, #a)
+                            } else {
+                                buf.reserve(#name, #b)
+                            };
+                        }
+                    }
+                    _ => {
+                        let w = match &f.item_ty {
+                            Type::Int(t) => width(t),
+                            Type::Float(x) => Literal::usize_unsuffixed(usize::from(x.bytes)),
+                            _ => Literal::usize_unsuffixed(8),
+                        };
+                        quote!(let #slot = buf.reserve(#name, #w);)
+                    }
+                });
+            }
+        };
+        let repeated = !matches!(
+            (&f.kind, &f.item_ty),
+            (FieldKind::Value, Type::Int(_) | Type::Float(_))
+        );
+        if f.repeat.is_some() && repeated {
+            // A list the write rule gives, laid out item by item.
+            let list = value.by_ref();
+            let item = match &f.item_ty {
+                Type::Bool | Type::Int(_) => quote!(*item),
+                _ => quote!(item),
+            };
+            let body = fill(one(item)?);
+            return Ok(quote! {
+                for item in #list.iter() {
+                    #body
+                }
+            });
+        }
+        return Ok(fill(match (&f.kind, &f.item_ty) {
+            (
+                FieldKind::Cond {
+                    cond,
+                    then,
+                    otherwise,
+                },
+                _,
+            ) => {
+                let c = lower.expr(cond)?.scalar();
+                let v = value.scalar();
+                let (a, b) = (
+                    num_method("int_", &Type::Int(*then), then.endian.unwrap_or(endian)),
+                    num_method(
+                        "int_",
+                        &Type::Int(*otherwise),
+                        otherwise.endian.unwrap_or(endian),
+                    ),
+                );
+                quote! {
+                    if #c {
+                        buf.#a(#name, #v)?;
+                    } else {
+                        buf.#b(#name, #v)?;
+                    }
+                }
+            }
+            (_, t @ Type::Float(_)) => {
+                let m = num_method("put_", t, e);
+                let v = value.scalar();
+                if f.repeat.is_some() {
+                    let list = value.by_ref();
+                    quote!(for &x in #list.iter() { buf.#m(x as _); })
+                } else {
+                    quote!(buf.#m(#v as _);)
+                }
+            }
+            (_, t @ Type::Int(_)) => {
+                let m = num_method("int_", t, e);
+                if f.repeat.is_some() {
+                    let list = value.by_ref();
+                    quote! {
+                        for &x in #list.iter() {
+                            buf.#m(#name, i128::from(x))?;
+                        }
+                    }
+                } else if let (Some(Const::Int(c)), None) = (&f.implied, &f.write) {
+                    // A constant that fits is written as such.
+                    let m = num_method("put_", t, e);
+                    let fits = match t {
+                        Type::Int(x) => {
+                            let bits = 8 * u32::from(x.bytes.unwrap_or(8));
+                            if x.signed {
+                                *c >= -(1i128 << (bits - 1)) && *c < (1i128 << (bits - 1))
+                            } else {
+                                *c >= 0 && *c < (1i128 << bits)
+                            }
+                        }
+                        _ => false,
+                    };
+                    if fits {
+                        let lit = Literal::i128_unsuffixed(*c);
+                        let lit = if *c < 0 { quote!((#lit)) } else { quote!(#lit) };
+                        quote!(buf.#m(#lit);)
+                    } else {
+                        let m = num_method("int_", t, e);
+                        let v = value.scalar();
+                        quote!(buf.#m(#name, #v)?;)
+                    }
+                } else {
+                    let v = value.scalar();
+                    quote!(buf.#m(#name, #v)?;)
+                }
+            }
+            (_, Type::Str) => {
+                let v = value.scalar();
+                quote!(buf.put_bytes(#v.as_bytes());)
+            }
+            (_, Type::Bool) => {
+                let v = value.scalar();
+                quote!(buf.put_u8(u8::from(#v));)
+            }
+            _ => {
+                let v = value.scalar();
+                quote!(buf.put_bytes(#v);)
+            }
+        }));
+    }
     Ok(if f.repeat.is_some() {
         let item = match &f.item_ty {
             Type::Bool | Type::Int(_) | Type::Float(_) => quote!(*item),
             _ => quote!(item),
         };
-        let body = one(item)?;
+        let body = fill(one(item)?);
         quote! {
             for item in #id {
                 #body
             }
         }
     } else {
-        one(quote!(#id))?
+        fill(one(quote!(#id))?)
     })
+}
+
+/// True when `e` reads field `i` of layout `l`, itself or through the write rules of the
+/// fields it reads (`name_len: u16 write = len(name);`).
+fn derived(ir: &Ir, l: LayoutId, e: &ir::Expr, i: usize, seen: &mut Vec<usize>) -> bool {
+    let mut fields = Vec::new();
+    e.walk(&mut |x| {
+        if let ExprKind::Field(fl, g) = &x.kind {
+            if *fl == l {
+                fields.push(g.index());
+            }
+        }
+    });
+    fields.into_iter().any(|g| {
+        if g == i {
+            return true;
+        }
+        if seen.contains(&g) {
+            return false;
+        }
+        seen.push(g);
+        ir.layout(l).fields[g]
+            .write
+            .as_ref()
+            .is_some_and(|w| derived(ir, l, w, i, seen))
+    })
+}
+
+/// The size field `i` (text, bytes, a codec's text or a nested layout) must fill when
+/// written: its `size`, where that is given apart from its value (a constant, a given number, a number computed from neither) and known when
+/// the field is laid out. A size computed from the field itself (`len(name)`,
+/// `size(header)`) holds by construction.
+fn given_size(env: &WriteEnv<'_>, i: usize, f: &ir::Field) -> Option<TokenStream> {
+    let size = f.size.as_ref()?;
+    if !matches!(
+        f.item_ty,
+        Type::Bytes | Type::Str | Type::Dict(_) | Type::Layout(_)
+    ) || derived(env.ir, env.layout, size, i, &mut Vec::new())
+    {
+        return None;
+    }
+    let lower = Lower { ir: env.ir, env };
+    lower.expr(size).ok().map(|v| v.scalar())
+}
+
+/// A repeated field of a count given apart from its items (a constant, another list's
+/// length) has that many: `buf.check_count(..)` before its items are laid out. A count
+/// computed from the field itself (`n: u32 write = len(dims);`) holds by construction.
+fn count_check(env: &WriteEnv<'_>, i: usize, f: &ir::Field) -> Option<TokenStream> {
+    let Some(ir::Repeat::Count(n)) = &f.repeat else {
+        return None;
+    };
+    if derived(env.ir, env.layout, n, i, &mut Vec::new()) {
+        return None;
+    }
+    let list = env.field(env.layout, ir::FieldId(i as u32))?.by_ref();
+    let n = Lower { ir: env.ir, env }.expr(n).ok()?.scalar();
+    let name = &f.name;
+    Some(quote!(buf.check_count(#name, #list.len(), #n)?;))
 }
 
 /// `pad(..)` after a field's bytes.

@@ -6,13 +6,13 @@
 //!
 //! The `file` engine over a layout: one tensor mapping at most, without `strides`.
 //!
-//! Layouts (outside kv formats): a field lays out a number, `bool`, text or bytes of a
+//! Layouts: a field lays out a number, `bool`, text or bytes of a
 //! size (or `rest`), a payload, a layout, or a dict decoded by a `pydict` or `json` codec
 //! (and only a dict is); a list is a repeated field, and neither a magic nor a payload
-//! repeats. A dict's values are what a Python literal or JSON text holds.
+//! repeats; `rest` sizes one text, bytes, codec text or payload. A dict's values are what a Python literal or JSON text holds.
 //!
 //! The `kv` engine: a `records` backend reads the format's `layout Record` (a `bytes`
-//! `key`, a `payload` `value`); a kv format is detected by its backend, not by `detect`
+//! `key`, a `payload` `value`, every other field computed or a magic); a kv format is detected by its backend, not by `detect`
 //! rules; each entry holds a message of the format (`value M;`); a mapping iterates an
 //! entry's value or messages in it, and sets only what a database record gives (`name`,
 //! `dtype`, `shape`, `data`, `segment`); a `segment` is a message with integer `begin` and
@@ -181,9 +181,7 @@ impl Rules<'_> {
         self.data_builtins();
         self.layout_reach();
         self.dict_values();
-        if !matches!(f.engine, Engine::Kv { .. }) {
-            self.layout_fields();
-        }
+        self.layout_fields();
         for &e in &f.entries {
             let e = self.ir.entry(e);
             if e.preferred.is_some() && e.content != Content::Text {
@@ -321,19 +319,38 @@ impl Rules<'_> {
                 _ => false,
             }
         }
+        /// True when `t` is or holds a float narrower than `f64`.
+        fn narrow_float(t: &Type) -> bool {
+            match t {
+                Type::Float(x) => x.bytes != 8,
+                Type::List(t) | Type::Tuple(t) => narrow_float(t),
+                Type::Map(k, v) => narrow_float(k) || narrow_float(v),
+                _ => false,
+            }
+        }
         let ir = self.ir;
         for &d in &ir.format(self.fid).dicts {
             let dict = ir.dict(d);
             for k in dict.keys.iter().filter(|k| !text_value(&k.ty)) {
+                let help = if narrow_float(&k.ty) {
+                    format!(
+                        "a Python literal's or JSON text's floats are 64-bit: declare `f64` \
+                         (`{}: f64;`, `list<f64>`)",
+                        k.key
+                    )
+                } else {
+                    "a dict's values are integers of a width (u8..i64), f64, bool, str, dicts, \
+                     and list<T>, tuple<T> or map<str, T> of these; bytes laid out in binary \
+                     (a layout, a payload) are fields of a layout"
+                        .to_string()
+                };
                 self.err(
                     k.span,
                     format!(
                         "key '{}' of dict '{}' has a type that no Python literal or JSON text holds",
                         k.key, dict.name
                     ),
-                    "a dict's values are integers of a width (u8..i64), f64, bool, str, dicts, \
-                     and list<T>, tuple<T> or map<str, T> of these; bytes laid out in binary \
-                     (a layout, a payload) are fields of a layout",
+                    help,
                 );
             }
         }
@@ -342,7 +359,9 @@ impl Rules<'_> {
     /// What a layout's fields lay out (codecs of pickles aside, read by the pickle
     /// engines): numbers, `bool`, text and bytes of a size (or the remaining bytes),
     /// payloads, layouts, and dicts decoded by a `pydict` or `json` codec; a list is a
-    /// repeated field, and neither a magic nor a payload repeats.
+    /// repeated field, and neither a magic nor a payload repeats; `rest` sizes one text,
+    /// bytes, codec text or payload (not a number, magic, conditional width or layout,
+    /// nor the items of a repeated field).
     fn layout_fields(&mut self) {
         let ir = self.ir;
         let mut errors: Vec<(Span, String, &str)> = Vec::new();
@@ -387,6 +406,31 @@ impl Rules<'_> {
                         "declare a `dict` of the keys the text holds and make it the field's \
                          type (`header: Header size header_len codec json;`)",
                     )),
+                }
+                if x.rest {
+                    let sized = matches!(x.kind, crate::ir::FieldKind::Value)
+                        && matches!(x.item_ty, Type::Bytes | Type::Str | Type::Dict(_));
+                    let payload = x.item_ty == Type::Payload;
+                    if x.repeat.is_some() {
+                        errors.push((
+                            x.span,
+                            format!(
+                                "the repeated field '{name}' takes every remaining byte (`rest`)"
+                            ),
+                            "`rest` sizes one value; give each item a size (`names: str size 8 \
+                             repeat count(n);`), or put the items in a record read until its \
+                             window ends (`records: Record repeat until_eof;`)",
+                        ));
+                    } else if !sized && !payload {
+                        errors.push((
+                            x.span,
+                            format!("`rest` on '{name}', which is not text or bytes"),
+                            "`rest` sizes text, bytes, a dict decoded by a codec or a payload \
+                             over every remaining byte; a number, a magic or a conditional width \
+                             has its own width, and a nested layout is read in place (no size) or \
+                             in a window (`size n`)",
+                        ));
+                    }
                 }
                 match &x.item_ty {
                     Type::List(_) | Type::Tuple(_) | Type::Map(..) => errors.push((
@@ -1579,6 +1623,21 @@ impl Rules<'_> {
                     fmt.name_span,
                     "the `records` backend reads the format's `layout Record` (with `key` and `value`)",
                     "declare `layout Record { ..; key: bytes size ..; value: payload size ..; }`",
+                );
+            }
+            // A record is written from its key and value alone: every other field is
+            // computed (a length, a constant) or a magic.
+            let extra = record.into_iter().flat_map(|l| &l.fields).filter(|x| {
+                !matches!(x.name.as_str(), "key" | "value")
+                    && !matches!(x.kind, crate::ir::FieldKind::Magic(_))
+                    && !crate::ir::plan::is_computed(x)
+            });
+            let extra: Vec<(Span, String)> = extra.map(|x| (x.span, x.name.clone())).collect();
+            for (span, name) in extra {
+                self.err(
+                    span,
+                    format!("field '{name}' of the kv `Record` is neither its `key` nor its `value`, and nothing computes it"),
+                    format!("a record is written from its key and value alone: give '{name}' a `write` rule (`write = len(key)`, `write = 1`) or an implied constant (`check {name} == 0`), or remove it"),
                 );
             }
         }

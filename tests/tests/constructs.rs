@@ -34,6 +34,7 @@ construct!(kv_names_fmt, "kv_names");
 construct!(cond_width_repeat_fmt, "cond_width_repeat");
 construct!(rest_text_fmt, "rest_text");
 construct!(file_without_tensors_fmt, "file_without_tensors");
+construct!(repeat_sized_fmt, "repeat_sized");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -813,4 +814,83 @@ fn kv_values_join_their_parts_and_records_tell_dataset_items_from_blobs() {
         e.contains("Data size mismatch for blob s. Expected: 3 Read: 1"),
         "{e}"
     );
+}
+
+/// Reads a `T` of `repeat_sized` from `bytes` with `read`.
+fn read_layout<T>(
+    bytes: &[u8],
+    read: fn(&mut rt::Cursor<'_>, &rt::Limits) -> rt::Result<T>,
+) -> rt::Result<T> {
+    let src = rt::Source::from_bytes(bytes.to_vec());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    read(&mut c, &rt::Limits::default())
+}
+
+#[test]
+fn repeated_text_bytes_and_dicts_of_a_size_each_read_and_write_item_by_item() {
+    use repeat_sized_fmt::repsized::{Entry, Table};
+    // `RS`, two items, each name 4 bytes, each tag 2, each JSON entry 8, each literal 9.
+    let mut bytes = b"RS\x02\x04".to_vec();
+    bytes.extend_from_slice(b"abcdwxyz");
+    bytes.extend_from_slice(b"\x01\x02\x03\x04");
+    bytes.extend_from_slice(br#"{"id":1}{"id":2}"#);
+    bytes.extend_from_slice(b"{'id': 3}{'id': 4}");
+    let t = read_layout(&bytes, Table::read).unwrap();
+    assert_eq!((t.n, t.width), (2, 4));
+    assert_eq!(t.names, ["abcd", "wxyz"]);
+    assert_eq!(t.tags, [vec![1, 2], vec![3, 4]]);
+    let ids = |e: &[Entry]| e.iter().map(|e| e.id).collect::<Vec<_>>();
+    assert_eq!(
+        (ids(&t.entries), ids(&t.literals)),
+        (vec![1, 2], vec![3, 4])
+    );
+    // Written: the same bytes.
+    let mut out = Vec::new();
+    Table::write(&mut out, &t.names, &t.tags, &t.entries, &t.literals).unwrap();
+    assert_eq!(out, bytes);
+    // An item that does not fill its size, or a list of another count, is refused.
+    let short = ["abc".to_string(), "wxyz".to_string()];
+    let e = Table::write(&mut Vec::new(), &short, &t.tags, &t.entries, &t.literals);
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("names is 3 bytes, but its size is 4"), "{e}");
+    let e = Table::write(
+        &mut Vec::new(),
+        &t.names,
+        &t.tags[..1],
+        &t.entries,
+        &t.literals,
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("tags has 1 items, but its count is 2"), "{e}");
+    let big = [Entry { id: 10 }, Entry { id: 2 }];
+    let e = Table::write(&mut Vec::new(), &t.names, &t.tags, &big, &t.literals);
+    assert!(e.unwrap_err().to_string().contains("entries"));
+    // A name cut short by the end of the bytes is refused.
+    let e = read_layout(&bytes[..7], Table::read)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("names"), "{e}");
+}
+
+#[test]
+fn repeated_fields_a_write_rule_gives_are_laid_out_item_by_item() {
+    use repeat_sized_fmt::repsized::Given;
+    // `RG`, wide, two dimensions as big-endian u32, two u16 marks, two labels.
+    let mut bytes = b"RG\x01\x02".to_vec();
+    bytes.extend_from_slice(&70_000u32.to_be_bytes());
+    bytes.extend_from_slice(&3u32.to_be_bytes());
+    bytes.extend_from_slice(&[0, 7, 0, 9]);
+    bytes.extend_from_slice(b"abcd");
+    let mut out = Vec::new();
+    assert_eq!(Given::write(&mut out).unwrap(), bytes.len() as u64);
+    assert_eq!(out, bytes);
+    let g = read_layout(&bytes, Given::read).unwrap();
+    assert_eq!((g.wide, g.n), (1, 2));
+    assert_eq!(g.dims, [70_000, 3]);
+    assert_eq!(g.marks, [7, 9]);
+    assert_eq!(g.labels, ["ab", "cd"]);
+    // Narrow dimensions read at two bytes each.
+    let mut narrow = b"RG\x00\x02\x00\x05\x00\x06".to_vec();
+    narrow.extend_from_slice(&bytes[12..]);
+    assert_eq!(read_layout(&narrow, Given::read).unwrap().dims, [5, 6]);
 }

@@ -233,6 +233,35 @@ impl LayoutBuf {
         Ok(())
     }
 
+    /// Checks that the bytes laid out since `start` (a [`pos`](Self::pos) of this buffer,
+    /// where a field began) are `size` bytes: a field whose size is given apart from its
+    /// value (a constant, another field) fills it exactly, or what is written would not
+    /// read back; an error naming `field` otherwise.
+    pub fn check_size(&self, field: &str, start: u64, size: i128) -> Result<()> {
+        let n = self.pos().saturating_sub(start);
+        if i128::from(n) == size {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Invalid(format!("{field} is {n} bytes, but its size is {size}")),
+            self.loc(field, usize::try_from(start).unwrap_or(usize::MAX)),
+        ))
+    }
+
+    /// Checks that a repeated field of a count given apart from its items (a constant,
+    /// another list's length) has `count` items; an error naming `field` otherwise.
+    pub fn check_count(&self, field: &str, items: usize, count: i128) -> Result<()> {
+        if i128::try_from(items).is_ok_and(|n| n == count) {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::Invalid(format!(
+                "{field} has {items} items, but its count is {count}"
+            )),
+            self.loc(field, self.buf.len()),
+        ))
+    }
+
     /// Appends zero bytes up to `at` bytes after `start` (a field's `at`, from its
     /// layout's start); an error naming `field` when the bytes already written reach
     /// past it.
@@ -465,6 +494,20 @@ impl<const N: usize> PadByte for &[u8; N] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_field_of_a_given_size_fills_it() {
+        let mut b = LayoutBuf::new(10);
+        b.put_u8(1);
+        let start = b.pos();
+        b.put_bytes(b"ab");
+        assert!(b.check_size("name", start, 2).is_ok());
+        let e = b.check_size("name", start, 4).unwrap_err().to_string();
+        assert!(e.contains("name is 2 bytes, but its size is 4"), "{e}");
+        assert!(b.check_count("dims", 2, 2).is_ok());
+        let e = b.check_count("dims", 3, 2).unwrap_err().to_string();
+        assert!(e.contains("dims has 3 items, but its count is 2"), "{e}");
+    }
 
     #[test]
     fn numbers_and_bytes() {
