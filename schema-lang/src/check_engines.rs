@@ -374,6 +374,15 @@ impl Rules<'_> {
                     None => None,
                 };
                 let name = &x.name;
+                if let (Some(w), Type::Dict(_) | Type::Layout(_)) = (&x.write, &x.item_ty) {
+                    errors.push((
+                        w.span,
+                        format!("a `write` rule gives the dict or layout '{name}'"),
+                        "a dict or a layout is written from its keys or fields (each with its own \
+                         `write` rule, or given by the tensor mapping); a `write` rule gives a \
+                         number, a text or bytes",
+                    ));
+                }
                 if x.repeat.is_some() {
                     match (&x.kind, &x.item_ty) {
                         (crate::ir::FieldKind::Magic(_), _) => errors.push((
