@@ -15,14 +15,13 @@
 //! plans `ir::plan`) through one lowering of expressions ([`lower`](crate::lower)): dicts,
 //! layouts (their structs, readers and writers), the `file` engine (its tensor mapping, the
 //! mapping's inverse and its writer, or pickles read back to back), the `zip` engine (around
-//! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`. What a
-//! writer cannot do and what an engine cannot mean are reported by the checker, at their
-//! span with a help line: the generator generates what it accepts (the choice of the
-//! engine, the zip engine — over another format's layout or around pickles —, the `file`
-//! engine around pickles, the `protobuf` and `kv` engines, and the lowering of `source`, of
-//! a record's `dtype`, of a builtin's arguments and of a pickle write rule's values have no
-//! refusal path of their own left; the remaining `Unlowered` sites of the layout engine and
-//! of the expression lowering are diagnostics at their span, never panics).
+//! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`.
+//!
+//! Generation cannot fail, as `pest_generator`'s cannot: what a writer cannot do and what
+//! an engine cannot mean are reported by the checker (`tensorfmt_schema`'s engine rules),
+//! at their span with a help line, so [`generate`] returns code. The lowering's error type
+//! (`lower::Unlowered`) has no value; an `unreachable!` in the generator names the checker
+//! rule that keeps a construct out of its engine.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
