@@ -12,7 +12,7 @@
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
 //! Every engine is generated from the typed IR (`tensorfmt_schema::ir`, with its write
-//! plans `ir::plan`) through one lowering of expressions ([`lower`](crate::lower)): dicts,
+//! plans `ir::plan`) through one lowering of expressions (`lower.rs`): dicts,
 //! layouts (their structs, readers and writers), the `file` engine (its tensor mapping, the
 //! mapping's inverse and its writer, or pickles read back to back), the `zip` engine (around
 //! pickles, over another format's layout, or mapping no tensor), `protobuf` and `kv`.
