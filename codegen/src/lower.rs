@@ -335,7 +335,8 @@ pub(crate) fn storage_ty(ir: &Ir, ty: &Type) -> Option<TokenStream> {
 /// view's `&str`s); other items by reference.
 fn item_of(r: TokenStream, ty: Type) -> Val {
     match ty {
-        Type::Str | Type::Bytes => Val::value(quote!(&**#r), ty),
+        Type::Str => Val::value(quote!(rt::expr::text(#r)), ty),
+        Type::Bytes => Val::value(quote!(rt::expr::bytes(#r)), ty),
         _ => Val::reference(r, ty),
     }
 }

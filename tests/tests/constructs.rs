@@ -35,6 +35,7 @@ construct!(cond_width_repeat_fmt, "cond_width_repeat");
 construct!(rest_text_fmt, "rest_text");
 construct!(file_without_tensors_fmt, "file_without_tensors");
 construct!(repeat_sized_fmt, "repeat_sized");
+construct!(message_exprs_fmt, "message_exprs");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -330,6 +331,51 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
     assert_eq!(
         read(&protobuf_fmt::pbt::DESC, "w.pbt", &written).unwrap(),
         tensors
+    );
+}
+
+/// One `Tensor` of a `message_exprs` document: name, dims, tags, version, raw bytes.
+fn msgx_tensor(name: &str, dims: &[u8], tags: &[&str], version: u64, raw: &[u8]) -> Vec<u8> {
+    let mut m = Vec::new();
+    field_bytes(1, name.as_bytes(), &mut m);
+    field_bytes(2, dims, &mut m);
+    if !raw.is_empty() {
+        field_bytes(4, raw, &mut m);
+    }
+    for tag in tags {
+        field_bytes(5, tag.as_bytes(), &mut m);
+    }
+    field_varint(6, version, &mut m);
+    m
+}
+
+#[test]
+fn a_filter_and_a_name_read_repeated_fields_of_messages() {
+    let data = f32s(&[1.0, 2.0]);
+    let mut doc = Vec::new();
+    for m in [
+        msgx_tensor("kept", &[2], &["a", "b"], 7, &data),
+        msgx_tensor("skipped", &[2], &["skip"], 1, &data),
+        msgx_tensor("hidden", &[2], &["a", "hidden"], 1, &data),
+        msgx_tensor("untagged", &[2], &[], 1, &data),
+        msgx_tensor("scalar", &[], &["a"], 1, &data[..4]),
+    ] {
+        field_bytes(1, &m, &mut doc);
+    }
+    let got = read(&message_exprs_fmt::msgx::DESC, "d.msgx", &doc).unwrap();
+    assert_eq!(
+        got,
+        vec![t("kept.v7.a", rt::DType::F32, &[2], data.clone())]
+    );
+    // Written with the rule's tags and version: read back under the name they make.
+    let written = write(
+        &message_exprs_fmt::msgx::DESC,
+        &[t("w", rt::DType::F32, &[2], data.clone())],
+    )
+    .unwrap();
+    assert_eq!(
+        read(&message_exprs_fmt::msgx::DESC, "w.msgx", &written).unwrap(),
+        vec![t("w.v2.w", rt::DType::F32, &[2], data)]
     );
 }
 

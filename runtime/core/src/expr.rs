@@ -106,6 +106,17 @@ pub fn last<T>(list: &[T]) -> Result<&T> {
     list.last().ok_or_else(empty)
 }
 
+/// An item of a list of text as `&str`, whether the list holds `String`s or `&str`s.
+pub fn text<T: AsRef<str> + ?Sized>(item: &T) -> &str {
+    item.as_ref()
+}
+
+/// An item of a list of byte strings as `&[u8]`, whether the list holds `Vec<u8>`s or
+/// `&[u8]`s.
+pub fn bytes<T: AsRef<[u8]> + ?Sized>(item: &T) -> &[u8] {
+    item.as_ref()
+}
+
 fn empty() -> Error {
     Error::from(ErrorKind::Invalid(
         "the list is empty: it has no first or last item".into(),
