@@ -36,6 +36,7 @@ construct!(rest_text_fmt, "rest_text");
 construct!(file_without_tensors_fmt, "file_without_tensors");
 construct!(repeat_sized_fmt, "repeat_sized");
 construct!(message_exprs_fmt, "message_exprs");
+construct!(pickle_exprs_fmt, "pickle_exprs");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -377,6 +378,23 @@ fn a_filter_and_a_name_read_repeated_fields_of_messages() {
         read(&message_exprs_fmt::msgx::DESC, "w.msgx", &written).unwrap(),
         vec![t("w.v2.w", rt::DType::F32, &[2], data)]
     );
+}
+
+#[test]
+fn a_name_reads_items_lengths_and_arguments_of_pickled_values() {
+    let desc = &pickle_exprs_fmt::pklx::DESC;
+    let tensors = vec![
+        t("m", rt::DType::F32, &[2, 3], f32s(&[0.0; 6])),
+        t("v", rt::DType::I64, &[4], vec![0; 32]),
+    ];
+    let written = write(desc, &tensors).unwrap();
+    // `path.<len(size)>.<size[0]>.<last(stride)>` and `h` for the hooks the writer gives.
+    let names: Vec<String> = read(desc, "w.pklx", &written)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(names, ["m.2.2.1h", "v.1.4.1h"]);
 }
 
 /// One record of a `kv_records` file: key and value lengths (u32 little-endian), then
