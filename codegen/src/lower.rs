@@ -974,8 +974,8 @@ impl Lower<'_> {
             return Some(match (&x.ty, eq) {
                 (Type::Pickled(_), true) => quote!(rt::pickle::is_none(#xs)),
                 (Type::Pickled(_), false) => quote!(!rt::pickle::is_none(#xs)),
-                _ if x.form == Form::Opt && eq => quote!(#xs.is_none()),
-                _ if x.form == Form::Opt => quote!(#xs.is_some()),
+                _ if matches!(x.form, Form::Opt | Form::Optional) && eq => quote!(#xs.is_none()),
+                _ if matches!(x.form, Form::Opt | Form::Optional) => quote!(#xs.is_some()),
                 // A value that is always there is never `none`.
                 _ => {
                     let v = !eq;

@@ -335,10 +335,13 @@ fn protobuf_reads_raw_and_packed_data_and_writes_a_document() {
     );
 }
 
-/// One `Tensor` of a `message_exprs` document: name, dims, tags, version, raw bytes.
+/// One `Tensor` of a `message_exprs` document: name (absent when empty), dims, tags,
+/// version, raw bytes.
 fn msgx_tensor(name: &str, dims: &[u8], tags: &[&str], version: u64, raw: &[u8]) -> Vec<u8> {
     let mut m = Vec::new();
-    field_bytes(1, name.as_bytes(), &mut m);
+    if !name.is_empty() {
+        field_bytes(1, name.as_bytes(), &mut m);
+    }
     field_bytes(2, dims, &mut m);
     if !raw.is_empty() {
         field_bytes(4, raw, &mut m);
@@ -360,6 +363,7 @@ fn a_filter_and_a_name_read_repeated_fields_of_messages() {
         msgx_tensor("hidden", &[2], &["a", "hidden"], 1, &data),
         msgx_tensor("untagged", &[2], &[], 1, &data),
         msgx_tensor("scalar", &[], &["a"], 1, &data[..4]),
+        msgx_tensor("", &[2], &["a"], 1, &data),
     ] {
         field_bytes(1, &m, &mut doc);
     }

@@ -121,8 +121,8 @@ pub mod msgx {
     }
     /// The mapping `tensor from root.tensors as t`: the tensor of one item (`None`: its `where` leaves it out).
     fn item_tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
-        if rt::protobuf::int_values(t.span, 2)?.is_empty() || t.tags.is_empty()
-            || rt::expr::text(rt::expr::first(&t.tags)?) == "skip"
+        if t.name.is_none() || rt::protobuf::int_values(t.span, 2)?.is_empty()
+            || t.tags.is_empty() || rt::expr::text(rt::expr::first(&t.tags)?) == "skip"
             || matches!(rt::expr::text(rt::expr::last(& t.tags) ?), "hidden")
         {
             return Ok(None);
