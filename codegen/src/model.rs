@@ -75,6 +75,18 @@ impl<'s> Model<'s> {
     }
 }
 
+/// The Rust name of a mapping's binding: its name, or `__`-prefixed where it is spelled
+/// like a local of the engines' mapping code (`parts`, `path`, `meta`), so that the binding
+/// is not hidden by one. (The checker refuses bindings spelled like a tensor property.)
+pub(crate) fn binding_ident(name: &str) -> RsIdent {
+    const LOCALS: &[&str] = &["parts", "path", "meta"];
+    if LOCALS.contains(&name) {
+        quote::format_ident!("__{name}")
+    } else {
+        rs_ident(name)
+    }
+}
+
 /// A Rust identifier for a schema name, raw when it is a keyword.
 pub(crate) fn rs_ident(name: &str) -> RsIdent {
     let clean: String = name

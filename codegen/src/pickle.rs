@@ -148,7 +148,7 @@ impl Env for MapEnv<'_> {
         None
     }
     fn binding(&self) -> Option<Val> {
-        let b = crate::model::rs_ident(&self.binding.binding);
+        let b = crate::model::binding_ident(&self.binding.binding);
         Some(Val::value(quote!(#b), self.binding.binding_ty.clone()))
     }
     fn tensor_key(&self, k: TensorKey) -> Option<Val> {
@@ -357,7 +357,7 @@ fn gen_map_fn(
             quote!(let shape: ::std::vec::Vec<u64> = #shape_ts;),
         ),
     };
-    let b = crate::model::rs_ident(&map.binding);
+    let b = crate::model::binding_ident(&map.binding);
     let (storage, storage_ts, storage_item) = if storage_fn {
         let f = format_ident!("{}_storage", name);
         let dparam = if data_ts.to_string().contains("dtype") {

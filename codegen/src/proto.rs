@@ -1106,7 +1106,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
         }
         let mut env = MapEnv {
             ir,
-            binding: rs_ident(&map.binding),
+            binding: crate::model::binding_ident(&map.binding),
             binding_name: map.binding.clone(),
             msg: src.msg,
             dtype: false,
@@ -1127,7 +1127,10 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
         let src_id = word(ir, "src");
         let uses_src = mentions(&body, &src_id.to_string());
         let src_param = uses_src.then(|| quote!(#src_id: &rt::Source,));
-        let (binding, ty) = (rs_ident(&map.binding), view_ident(ir, src.msg));
+        let (binding, ty) = (
+            crate::model::binding_ident(&map.binding),
+            view_ident(ir, src.msg),
+        );
         let doc = format!(
             " The dtype, shape and data of a `{}` as the mapping `tensor from {} as {}` reads them (and every `include` of it).",
             ir.message(src.msg).name,
@@ -1237,7 +1240,7 @@ pub(crate) fn gen_mapping(
     };
     let mut env = MapEnv {
         ir,
-        binding: rs_ident(&map.binding),
+        binding: crate::model::binding_ident(&map.binding),
         binding_name: map.binding.clone(),
         msg: src.msg,
         dtype: false,
@@ -1265,7 +1268,7 @@ pub(crate) fn gen_mapping(
                 })
                 .collect();
             compile_stmts(ir, &mut env, mid, &mut props, parts, &skip, &mut taken)?;
-            let (name, b) = (&f.name, rs_ident(&map.binding));
+            let (name, b) = (&f.name, crate::model::binding_ident(&map.binding));
             let src = word(ir, "src");
             let src = f.src.then(|| quote!(#src,));
             props.parts = Some(quote!(#name(#src #b)?));
@@ -1336,7 +1339,7 @@ pub(crate) fn gen_mapping(
         params.push(quote!(#position: usize));
         args.push(quote!(#position));
     }
-    let binding = rs_ident(&map.binding);
+    let binding = crate::model::binding_ident(&map.binding);
     let item_ty = view_ident(ir, src.msg);
     params.push(quote!(#binding: &#item_ty<'_>));
     args.push(quote!(#binding));

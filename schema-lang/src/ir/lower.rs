@@ -1084,6 +1084,17 @@ impl<'a> Lower<'a> {
 
     fn mapping(&mut self, id: MappingId, t: &ast::TensorMap) {
         let sc = Scope::Mapping(id);
+        let b = &t.binding;
+        if crate::TENSOR_KEYS.contains(&b.name.as_str())
+            || crate::ast_impl::VALUE_KEYS.contains(&b.name.as_str())
+        {
+            self.gap(
+                b.span,
+                format!("the binding '{}' is spelled like a tensor property", b.name),
+                "the mapping's expressions read the tensor's properties by name (`itemsize(dtype)`); \
+                 name the binding for the item (`as t`, `as blob`, `as r`)",
+            );
+        }
         let filter = t.filter.as_ref().map(|f| self.expr(&sc, f));
         let mut stmts = Vec::new();
         let mut write = None;
@@ -1930,11 +1941,18 @@ impl<'a> Lower<'a> {
                 .unwrap_or(Type::Error)
         };
         let ty = match func {
-            Builtin::Size
-            | Builtin::Align
-            | Builtin::Itemsize
-            | Builtin::IndexOf
-            | Builtin::Digits => Type::INT,
+            Builtin::Itemsize => {
+                if !matches!(arg_ty(0), Type::Dtype | Type::Error) {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        span,
+                        format!("`itemsize` takes a dtype, but this is {shown}"),
+                        "`itemsize(dtype)`: the bytes of one element of the tensor's dtype",
+                    );
+                }
+                Type::INT
+            }
+            Builtin::Size | Builtin::Align | Builtin::IndexOf | Builtin::Digits => Type::INT,
             Builtin::Latin1 | Builtin::Has => Type::Bool,
             Builtin::Str => Type::Str,
             Builtin::Len => {
