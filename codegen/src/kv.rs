@@ -117,7 +117,7 @@ pub(crate) fn gen_kv(
         let Content::Value(Type::Message(mid)) = en.content else {
             continue;
         };
-        let st = proto::entry_struct(&en.name);
+        let st = proto::entry_struct(ir, &en.name);
         let msg = rs_ident(&proto::view_name(ir, mid));
         let caps: Vec<_> = en.pattern.captures.iter().map(|c| rs_ident(c)).collect();
         let doc = format!(

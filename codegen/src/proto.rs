@@ -92,7 +92,7 @@ fn snake(name: &str) -> String {
 }
 
 /// The struct of a `kv` entry's record: `blob` → `BlobEntry`.
-pub(crate) fn entry_struct(name: &str) -> Ident {
+pub(crate) fn entry_struct(ir: &Ir, name: &str) -> Ident {
     let camel: String = name
         .split('_')
         .filter(|w| !w.is_empty())
@@ -104,7 +104,14 @@ pub(crate) fn entry_struct(name: &str) -> Ident {
             }
         })
         .collect();
-    rs_ident(&format!("{camel}Entry"))
+    // `BlobEntry`, unless a message's view (in any format: `schema = F` shares them) has
+    // that name; then `BlobEntryRecord`.
+    let st = format!("{camel}Entry");
+    if (0..ir.messages.len()).any(|m| view_name(ir, MessageId(m as u32)) == st) {
+        rs_ident(&format!("{st}Record"))
+    } else {
+        rs_ident(&st)
+    }
 }
 
 /// Whether `ts` names `ident` (a variable: not a field after `.`).
@@ -1329,7 +1336,7 @@ pub(crate) fn gen_mapping(
         let n = &ir.entry(en).name;
         if mentions(&body, n) && !taken.contains(n) {
             entries.push(en);
-            let (id, st) = (rs_ident(n), entry_struct(n));
+            let (id, st) = (rs_ident(n), entry_struct(ir, n));
             params.push(quote!(#id: &#st<'_, '_>));
             args.push(quote!(&#id));
         }
