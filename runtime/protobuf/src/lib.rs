@@ -114,7 +114,20 @@ pub fn error(at: u64, message: impl Into<String>) -> Error {
 /// Reads a varint at `pos` of `bytes`; returns it and the position after it. At most 10
 /// bytes; a varint that runs past the end or past 64 bits is an error (`base` is the
 /// absolute offset of `bytes[0]`, for the error).
+///
+/// A one-byte varint (tags of fields 1 to 15, small lengths and values: most of them) is
+/// read inline; longer ones out of line.
+#[inline]
 pub fn read_varint(bytes: &[u8], pos: usize, base: u64) -> Result<(u64, usize)> {
+    match bytes.get(pos) {
+        Some(&b) if b < 0x80 => Ok((u64::from(b), pos + 1)),
+        _ => read_long_varint(bytes, pos, base),
+    }
+}
+
+/// [`read_varint`] past its first byte: the varints of two bytes or more, and the errors.
+#[inline(never)]
+fn read_long_varint(bytes: &[u8], pos: usize, base: u64) -> Result<(u64, usize)> {
     let mut v: u64 = 0;
     let mut shift = 0u32;
     let mut i = pos;
@@ -142,32 +155,36 @@ pub fn read_varint(bytes: &[u8], pos: usize, base: u64) -> Result<(u64, usize)> 
 
 /// The fields of the message held in `bytes`, whose first byte is at absolute offset
 /// `base`, in wire order. Fields may repeat; a field after an error is not read.
+#[inline]
 pub fn fields(bytes: &[u8], base: u64) -> Fields<'_> {
     Fields {
         bytes,
         base,
         pos: 0,
-        failed: false,
     }
 }
 
 /// Iterator of [`fields`].
+///
+/// Its step is inlined where a message is walked (the field's value stays in registers
+/// on its way to the caller's `match` on its number); the errors are built out of line.
 #[derive(Debug, Clone)]
 pub struct Fields<'a> {
     bytes: &'a [u8],
     base: u64,
+    /// The position of the next field; past the end after an error.
     pos: usize,
-    failed: bool,
 }
 
 impl<'a> Fields<'a> {
+    #[inline]
     fn next_field(&mut self) -> Result<Field<'a>> {
         let at = self.pos;
         let abs = self.base + at as u64;
         let (tag, mut pos) = read_varint(self.bytes, at, self.base)?;
         let number = tag >> 3;
         if number == 0 || number > (1 << 29) - 1 {
-            return Err(error(abs, format!("field number {number} is out of range")));
+            return Err(number_out_of_range(abs, number));
         }
         let number = number as u32;
         let value = match tag & 7 {
@@ -177,12 +194,9 @@ impl<'a> Fields<'a> {
                 Value::Varint(v)
             }
             1 => {
-                let b = self.bytes.get(pos..pos + 8).ok_or_else(|| {
-                    error(
-                        abs,
-                        format!("field {number}: 8 bytes run past the end of its message"),
-                    )
-                })?;
+                let Some(b) = self.bytes.get(pos..pos + 8) else {
+                    return Err(fixed_past_end(abs, number, 8));
+                };
                 pos += 8;
                 Value::I64(u64::from_le_bytes(b.try_into().expect("8 bytes")))
             }
@@ -190,42 +204,20 @@ impl<'a> Fields<'a> {
                 let (len, p) = read_varint(self.bytes, pos, self.base)?;
                 let remaining = (self.bytes.len() - p) as u64;
                 if len > remaining {
-                    return Err(Error::new(
-                        ErrorKind::Truncated {
-                            needed: len,
-                            available: remaining,
-                        },
-                        Location::default()
-                            .with_offset(abs)
-                            .with_field(format!("protobuf field {number}")),
-                    ));
+                    return Err(len_past_end(abs, number, len, remaining));
                 }
                 let start = p;
                 pos = p + len as usize;
                 Value::Len(&self.bytes[start..pos], self.base + start as u64)
             }
             5 => {
-                let b = self.bytes.get(pos..pos + 4).ok_or_else(|| {
-                    error(
-                        abs,
-                        format!("field {number}: 4 bytes run past the end of its message"),
-                    )
-                })?;
+                let Some(b) = self.bytes.get(pos..pos + 4) else {
+                    return Err(fixed_past_end(abs, number, 4));
+                };
                 pos += 4;
                 Value::I32(u32::from_le_bytes(b.try_into().expect("4 bytes")))
             }
-            3 | 4 => {
-                return Err(error(
-                    abs,
-                    format!("field {number} is a group (wire types 3 and 4 are not supported)"),
-                ))
-            }
-            w => {
-                return Err(error(
-                    abs,
-                    format!("field {number} has the unknown wire type {w}"),
-                ))
-            }
+            w => return Err(bad_wire_type(abs, number, w)),
         };
         self.pos = pos;
         Ok(Field {
@@ -236,15 +228,59 @@ impl<'a> Fields<'a> {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn number_out_of_range(abs: u64, number: u64) -> Error {
+    error(abs, format!("field number {number} is out of range"))
+}
+
+#[cold]
+#[inline(never)]
+fn fixed_past_end(abs: u64, number: u32, width: u8) -> Error {
+    error(
+        abs,
+        format!("field {number}: {width} bytes run past the end of its message"),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn len_past_end(abs: u64, number: u32, len: u64, remaining: u64) -> Error {
+    Error::new(
+        ErrorKind::Truncated {
+            needed: len,
+            available: remaining,
+        },
+        Location::default()
+            .with_offset(abs)
+            .with_field(format!("protobuf field {number}")),
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn bad_wire_type(abs: u64, number: u32, wire: u64) -> Error {
+    match wire {
+        3 | 4 => error(
+            abs,
+            format!("field {number} is a group (wire types 3 and 4 are not supported)"),
+        ),
+        w => error(abs, format!("field {number} has the unknown wire type {w}")),
+    }
+}
+
 impl<'a> Iterator for Fields<'a> {
     type Item = Result<Field<'a>>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
-        if self.failed || self.pos >= self.bytes.len() {
+        if self.pos >= self.bytes.len() {
             return None;
         }
         let r = self.next_field();
-        self.failed = r.is_err();
+        if r.is_err() {
+            self.pos = usize::MAX;
+        }
         Some(r)
     }
 }

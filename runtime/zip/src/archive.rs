@@ -169,6 +169,10 @@ pub struct Archive<'s> {
     first: usize,
     captures: Captures,
     texts: Vec<Option<String>>,
+    /// For each storages entry whose pattern names its key once, the names of its members
+    /// before and after the key (`archive/data/` and ``), so that a storage is found
+    /// without building its name.
+    affixes: Vec<Option<(String, String)>>,
 }
 
 impl<'s> Archive<'s> {
@@ -244,6 +248,7 @@ impl<'s> Archive<'s> {
             first,
             captures: Captures::new(&patterns[0], values),
             texts: Vec::with_capacity(entries.len()),
+            affixes: Vec::with_capacity(entries.len()),
         };
         for e in entries {
             let text = match e.kind {
@@ -253,8 +258,28 @@ impl<'s> Archive<'s> {
                 _ => None,
             };
             archive.texts.push(text);
+            let affixes = match e.kind {
+                EntryKind::Storages { capture } => archive.affixes_of(e.pattern, capture),
+                _ => None,
+            };
+            archive.affixes.push(affixes);
         }
         Ok(archive)
+    }
+
+    /// The names that members of the storages entry of `pattern` have before and after
+    /// their key (the value of `capture`), when the pattern names the key once and
+    /// every other capture it names is the first entry's; `None` otherwise (the key's
+    /// member is then found by its name, built as [`Captures::format`] builds it).
+    fn affixes_of(&self, pattern: &str, capture: &str) -> Option<(String, String)> {
+        let hole = format!("{{{capture}}}");
+        let (before, after) = pattern.split_once(&hole)?;
+        if after.contains(&hole) {
+            return None;
+        }
+        let before = self.captures.format_all(before).ok()?;
+        let after = self.captures.format_all(after).ok()?;
+        Some((before, after))
     }
 
     /// Reads the text entry `e`.
@@ -344,13 +369,22 @@ impl Storages for Archive<'_> {
             ))));
         };
         let key = &*storage.key;
-        let name = self.captures.format(e.pattern, capture, key)?;
-        let m = self.zip.find(&name).ok_or_else(|| {
-            Error::from(ErrorKind::NotFound(format!(
-                "the `{}` member {name} (`{capture}` {key:?}) is missing",
-                e.name
-            )))
-        })?;
+        let found = match &self.affixes[storage.entry] {
+            Some((before, after)) if !key.is_empty() => self.zip.find_joined([before, key, after]),
+            _ => None,
+        };
+        let m = match found {
+            Some(m) => m,
+            None => {
+                let name = self.captures.format(e.pattern, capture, key)?;
+                self.zip.find(&name).ok_or_else(|| {
+                    Error::from(ErrorKind::NotFound(format!(
+                        "the `{}` member {name} (`{capture}` {key:?}) is missing",
+                        e.name
+                    )))
+                })?
+            }
+        };
         let skip = storage.skip;
         let len = m.size.checked_sub(skip).ok_or_else(|| {
             Error::from(ErrorKind::SizeMismatch(format!(

@@ -283,6 +283,36 @@ impl ZipIndex {
             .ok()?;
         self.members.get(self.by_name[i] as usize)
     }
+
+    /// The member named `parts` joined (a storage's name: the part of its pattern before
+    /// the key, the key, the part after), found without building the name.
+    pub fn find_joined(&self, parts: [&str; 3]) -> Option<&ZipMember> {
+        let i = self
+            .by_name
+            .binary_search_by(|&i| cmp_joined(&self.members[i as usize].name, parts))
+            .ok()?;
+        self.members.get(self.by_name[i] as usize)
+    }
+}
+
+/// How `name` compares to `parts` joined, byte by byte (as `str`s compare).
+fn cmp_joined(name: &str, parts: [&str; 3]) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let mut rest = name.as_bytes();
+    for part in parts {
+        let part = part.as_bytes();
+        let n = part.len().min(rest.len());
+        match rest[..n].cmp(&part[..n]) {
+            Ordering::Equal if rest.len() < part.len() => return Ordering::Less,
+            Ordering::Equal => rest = &rest[n..],
+            other => return other,
+        }
+    }
+    if rest.is_empty() {
+        Ordering::Equal
+    } else {
+        Ordering::Greater
+    }
 }
 
 /// Refuses overlapping members and repeated names (see [`ZipIndex::read`]), sets each
@@ -1311,6 +1341,43 @@ mod tests {
     use std::io::Cursor;
     use std::sync::Arc;
     use tensorfmt_core::source::{Bytes, Source};
+
+    #[test]
+    fn joined_names_compare_as_the_name_would() {
+        use std::cmp::Ordering;
+        let names = [
+            "",
+            "a",
+            "a/data/0",
+            "a/data/1",
+            "a/data/10",
+            "a/data/2",
+            "a/datb",
+            "b",
+        ];
+        let parts: [[&str; 3]; 6] = [
+            ["a/data/", "1", ""],
+            ["a/data/", "10", ""],
+            ["a/", "data", "/2"],
+            ["", "a", ""],
+            ["a/data/", "0", "x"],
+            ["", "", ""],
+        ];
+        for name in names {
+            for p in parts {
+                let joined = p.concat();
+                assert_eq!(
+                    cmp_joined(name, p),
+                    name.cmp(joined.as_str()),
+                    "{name} {p:?}"
+                );
+            }
+        }
+        assert_eq!(
+            cmp_joined("a/data/1", ["a/data/", "1", ""]),
+            Ordering::Equal
+        );
+    }
 
     fn bytes(v: Vec<u8>) -> Bytes {
         Bytes::Owned(Arc::from(v))
