@@ -203,13 +203,7 @@ impl Rules<'_> {
         let ir = self.ir;
         let f = ir.format(self.fid);
         // A file of pickles reads its records alone, by the rules of `file_pickle`.
-        let pickle_file = f.engine == Engine::File
-            && f.layouts.iter().any(|&l| {
-                ir.layout(l)
-                    .fields
-                    .iter()
-                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
-            });
+        let pickle_file = self.is_pickle_file();
         let mut errors: Vec<(Span, String, &str)> = Vec::new();
         for &l in &f.layouts {
             let layout = ir.layout(l);
@@ -542,13 +536,7 @@ impl Rules<'_> {
     fn mapping_reach(&mut self, pickled_entry: bool) {
         let ir = self.ir;
         let f = ir.format(self.fid);
-        let pickle_file = f.engine == Engine::File
-            && f.layouts.iter().any(|&l| {
-                ir.layout(l)
-                    .fields
-                    .iter()
-                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
-            });
+        let pickle_file = self.is_pickle_file();
         let over_layout = f.engine == Engine::File && !pickle_file && !pickled_entry;
         let over_messages = matches!(f.engine, Engine::Protobuf { .. } | Engine::Kv { .. });
         let kv = matches!(f.engine, Engine::Kv { .. });
@@ -704,13 +692,8 @@ impl Rules<'_> {
                 }
             }
         }
-        let spans: Vec<(Span, String, &str)> = ir
-            .exprs_of(|owner| match owner {
-                crate::ir::ExprOwner::Layout(l) => f.layouts.contains(&l),
-                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
-                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
-                crate::ir::ExprOwner::Mapping(m) => f.mappings.contains(&m) || f.values.contains(&m),
-            })
+        let spans: Vec<(Span, String, &str)> = self
+            .own_exprs(true)
             .into_iter()
             .filter_map(|e| match &e.kind {
                 ExprKind::Call {
@@ -735,15 +718,8 @@ impl Rules<'_> {
         }
         // `in` on a value that may be absent (read from a pickle, an entry's text, a
         // table's key) tests literals.
-        let spans: Vec<Span> = ir
-            .exprs_of(|owner| match owner {
-                crate::ir::ExprOwner::Layout(l) => f.layouts.contains(&l),
-                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
-                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
-                crate::ir::ExprOwner::Mapping(m) => {
-                    f.mappings.contains(&m) || f.values.contains(&m)
-                }
-            })
+        let spans: Vec<Span> = self
+            .own_exprs(true)
             .into_iter()
             .filter_map(|e| match &e.kind {
                 ExprKind::In { expr, list } => {
@@ -774,15 +750,8 @@ impl Rules<'_> {
             );
         }
         // `size` and `latin1` read encoded bytes, which only a layout's writer has.
-        let spans: Vec<(Span, Builtin)> = ir
-            .exprs_of(|owner| match owner {
-                crate::ir::ExprOwner::Layout(_) => false,
-                crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
-                crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
-                crate::ir::ExprOwner::Mapping(m) => {
-                    f.mappings.contains(&m) || f.values.contains(&m)
-                }
-            })
+        let spans: Vec<(Span, Builtin)> = self
+            .own_exprs(false)
             .into_iter()
             .filter_map(|e| match &e.kind {
                 ExprKind::Call {
@@ -799,6 +768,31 @@ impl Rules<'_> {
                 "`size(..)` and `latin1(..)` are known where a layout is written: in a field's `write` rule (`header_len: u32 write = size(header);`); elsewhere `len(..)` counts a text's bytes or a list's items",
             );
         }
+    }
+
+    /// Whether the format is a `file` of pickles (a layout field decoded by a pickle).
+    fn is_pickle_file(&self) -> bool {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        f.engine == Engine::File
+            && f.layouts.iter().any(|&l| {
+                ir.layout(l)
+                    .fields
+                    .iter()
+                    .any(|x| matches!(x.codec, Some(Codec::Pickle(_))))
+            })
+    }
+
+    /// Every expression, with its sub-expressions, of the format's messages, entries and
+    /// mappings, and with `layouts` of its layouts.
+    fn own_exprs(&self, layouts: bool) -> Vec<&Expr> {
+        let f = self.ir.format(self.fid);
+        self.ir.exprs_of(|owner| match owner {
+            crate::ir::ExprOwner::Layout(l) => layouts && f.layouts.contains(&l),
+            crate::ir::ExprOwner::Message(m) => f.messages.contains(&m),
+            crate::ir::ExprOwner::Entry(e) => f.entries.contains(&e),
+            crate::ir::ExprOwner::Mapping(m) => f.mappings.contains(&m) || f.values.contains(&m),
+        })
     }
 
     fn pickle_of(&self, e: EntryId) -> Option<crate::ir::PickleId> {
