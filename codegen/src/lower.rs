@@ -518,7 +518,7 @@ impl Lower<'_> {
                         .map(|i| match &i.kind {
                             ExprKind::Const(Const::Str(s)) => Ok(quote!(#s)),
                             ExprKind::Const(Const::Int(v)) => Ok(int_lit(*v)),
-                            _ => unreachable!("the checker keeps `in` on a value that may be absent to literals (`in` rule of `data_builtins`)"),
+                            _ => unreachable!("the checker keeps `in` on a value that may be absent to literals (`in_on_absent_values`)"),
                         })
                         .collect::<R<Vec<_>>>()?;
                     let xs = self.optional(&x, list.first().map(|i| &i.ty));

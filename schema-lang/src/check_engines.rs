@@ -63,18 +63,6 @@ struct Rules<'a> {
     fid: FormatId,
 }
 
-/// The layout field a member chain ends with (`File.keys`).
-fn field_of(e: &Expr) -> Option<(LayoutId, FieldId)> {
-    match &e.kind {
-        ExprKind::Member {
-            member: Member::Field(l, f),
-            ..
-        }
-        | ExprKind::Field(l, f) => Some((*l, *f)),
-        _ => None,
-    }
-}
-
 /// True when `e` reads something `pred` holds for.
 fn reads(e: &Expr, pred: &dyn Fn(&Expr) -> bool) -> bool {
     let mut found = false;
@@ -179,6 +167,8 @@ impl Rules<'_> {
         self.source_in_reach(pickled.is_some());
         self.mapping_reach(pickled.is_some());
         self.data_builtins();
+        self.in_on_absent_values();
+        self.encoded_outside_layouts();
         self.layout_reach();
         self.dict_values();
         self.layout_fields();
@@ -716,8 +706,11 @@ impl Rules<'_> {
         for (span, msg, help) in spans {
             self.err(span, msg, help);
         }
-        // `in` on a value that may be absent (read from a pickle, an entry's text, a
-        // table's key) tests literals.
+    }
+
+    /// `in` on a value that may be absent (read from a pickle, an entry's text, a table's
+    /// key) tests literals.
+    fn in_on_absent_values(&mut self) {
         let spans: Vec<Span> = self
             .own_exprs(true)
             .into_iter()
@@ -749,7 +742,11 @@ impl Rules<'_> {
                 "a value read from a pickle, an entry's text or `key_of(..)` may be absent: list the strings or integers it may be (`t.storage.class in [\"torch.FloatStorage\", \"torch.HalfStorage\"]`)",
             );
         }
-        // `size` and `latin1` read encoded bytes, which only a layout's writer has.
+    }
+
+    /// `size` and `latin1` read encoded bytes, which only a layout's writer has: they are
+    /// not read outside layouts.
+    fn encoded_outside_layouts(&mut self) {
         let spans: Vec<(Span, Builtin)> = self
             .own_exprs(false)
             .into_iter()
@@ -1447,7 +1444,7 @@ impl Rules<'_> {
             ExprKind::Member {
                 base,
                 member: Member::PickleObjects(p, _),
-            } => field_of(base).filter(|(l, _)| *l == lid).map(|_| *p),
+            } => base.field_of().filter(|(l, _)| *l == lid).map(|_| *p),
             _ => None,
         };
         let [m] = f.mappings.as_slice() else {
@@ -1491,7 +1488,7 @@ impl Rules<'_> {
                         args,
                     } => args
                         .first()
-                        .and_then(|a| field_of(&a.value))
+                        .and_then(|a| a.value.field_of())
                         .filter(|&(l, k)| {
                             l == lid
                                 && matches!(layout.fields[k.index()].codec, Some(Codec::Pickle(_)))
@@ -1527,10 +1524,10 @@ impl Rules<'_> {
             };
             let base_ok = matches!(&base.kind,
                 ExprKind::Member { base: r, member: Member::Field(_, p) }
-                    if Some(*p) == payload && field_of(r) == Some((lid, rfield)));
+                    if Some(*p) == payload && r.field_of() == Some((lid, rfield)));
             let index_ok = matches!(&index.kind,
                 ExprKind::Call { func: Builtin::IndexOf, args }
-                    if args.len() == 2 && field_of(&args[0].value) == Some((lid, keys)));
+                    if args.len() == 2 && args[0].value.field_of() == Some((lid, keys)));
             base_ok && index_ok
         };
         self.pickle_mapping(
@@ -1581,7 +1578,7 @@ impl Rules<'_> {
                 } => {
                     let lit =
                         |x: &Expr| matches!(x.kind, ExprKind::Const(Const::Int(_) | Const::Str(_)));
-                    let is_me = |x: &Expr| field_of(x) == Some(me);
+                    let is_me = |x: &Expr| x.field_of() == Some(me);
                     is_me(lhs) && lit(rhs) || lit(lhs) && is_me(rhs)
                 }
                 _ => false,

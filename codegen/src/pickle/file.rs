@@ -113,18 +113,6 @@ fn snake(name: &str) -> String {
     out
 }
 
-/// The layout field a member chain ends with (`File.keys`: `(File, keys)`).
-fn field_of(e: &Expr) -> Option<(LayoutId, FieldId)> {
-    match &e.kind {
-        ExprKind::Member {
-            member: Member::Field(l, f),
-            ..
-        }
-        | ExprKind::Field(l, f) => Some((*l, *f)),
-        _ => None,
-    }
-}
-
 /// `FILE`, `index`, the mapping of one call and the record reader of a `file` format
 /// around pickles.
 pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
@@ -139,7 +127,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         ExprKind::Member {
             base,
             member: Member::PickleObjects(p, kind),
-        } => field_of(base).map(|(l, f)| (l, f, *p, kind.as_str())),
+        } => base.field_of().map(|(l, f)| (l, f, *p, kind.as_str())),
         _ => None,
     };
     let Some((lid, object, pid, kind)) = objects else {
@@ -186,7 +174,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             ExprKind::Call {
                 func: Builtin::Len,
                 args,
-            } => args.first().and_then(|a| field_of(&a.value)),
+            } => args.first().and_then(|a| a.value.field_of()),
             _ => None,
         };
         let Some((_, keys)) = keys else {
@@ -219,7 +207,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         else {
             return None;
         };
-        if *p != payload || field_of(records_of) != Some((lid, rfield)) {
+        if *p != payload || records_of.field_of() != Some((lid, rfield)) {
             return None;
         }
         let ExprKind::Call {
@@ -232,7 +220,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         let [list, key] = args.as_slice() else {
             return None;
         };
-        if field_of(&list.value) != Some((lid, keys)) {
+        if list.value.field_of() != Some((lid, keys)) {
             return None;
         }
         if let ExprKind::Member {

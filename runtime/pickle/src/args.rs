@@ -25,23 +25,13 @@ pub fn item(id: Option<&Value>, i: usize) -> Option<&Value> {
 /// Item `i` of a tuple or list (counted from its end when negative, as Python does);
 /// `None` when `v` is absent, not a sequence, or too short.
 pub fn index(v: Option<&Value>, i: i128) -> Option<&Value> {
-    let items = seq(v?)?;
+    let items = v?.as_items()?;
     let i = if i < 0 {
         i128::try_from(items.len()).ok()? + i
     } else {
         i
     };
     items.get(usize::try_from(i).ok()?)
-}
-
-/// The items of a tuple, list or set, or of a tuple- or list-kind object (`torch.Size`).
-fn seq(v: &Value) -> Option<&[Value]> {
-    match v {
-        Value::Object(o) if matches!(o.kind, crate::Kind::Tuple | crate::Kind::List) => {
-            Some(&o.items)
-        }
-        _ => v.as_seq(),
-    }
 }
 
 /// `len(v)` as Python counts it: the characters of a string, the bytes of a byte string,
@@ -52,7 +42,10 @@ pub fn len(v: Option<&Value>, field: &str) -> Result<i128> {
         Some(Value::Str(s)) => s.chars().count(),
         Some(Value::Bytes(b)) => b.len(),
         Some(Value::Dict(d)) => d.len(),
-        Some(x) => seq(x).ok_or_else(|| invalid(field, "has no length"))?.len(),
+        Some(x) => x
+            .as_items()
+            .ok_or_else(|| invalid(field, "has no length"))?
+            .len(),
         None => return Err(invalid(field, "has no length")),
     };
     Ok(n as i128)

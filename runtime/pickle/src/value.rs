@@ -227,14 +227,19 @@ impl Value {
         }
     }
 
+    /// The items of a tuple, list or set, or of a tuple- or list-kind object
+    /// (`torch.Size`).
+    pub fn as_items(&self) -> Option<&[Value]> {
+        match self {
+            Value::Object(o) if matches!(o.kind, Kind::Tuple | Kind::List) => Some(&o.items),
+            _ => self.as_seq(),
+        }
+    }
+
     /// The integers of a tuple, list or tuple-kind object (`torch.Size`) whose items are
     /// all integers that fit in an `i64`.
     pub fn as_int_list(&self) -> Option<Vec<i64>> {
-        let items = match self {
-            Value::Object(o) if matches!(o.kind, Kind::Tuple | Kind::List) => &o.items[..],
-            _ => self.as_seq()?,
-        };
-        items.iter().map(Value::as_i64).collect()
+        self.as_items()?.iter().map(Value::as_i64).collect()
     }
 
     /// The global, when this is a [`Value::Global`].

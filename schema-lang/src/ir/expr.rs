@@ -527,6 +527,19 @@ pub enum ExprKind {
 }
 
 impl Expr {
+    /// The layout field a member chain ends with (`File.keys`: `(File, keys)`), or a
+    /// field named alone in its layout.
+    pub fn field_of(&self) -> Option<(LayoutId, FieldId)> {
+        match &self.kind {
+            ExprKind::Member {
+                member: Member::Field(l, f),
+                ..
+            }
+            | ExprKind::Field(l, f) => Some((*l, *f)),
+            _ => None,
+        }
+    }
+
     /// Calls `f` on this expression and every sub-expression, parents first.
     pub fn walk<'a>(&'a self, f: &mut dyn FnMut(&'a Expr)) {
         f(self);
