@@ -16,6 +16,13 @@ pub(crate) fn check(files: &[SchemaFile]) -> Diagnostics {
 
 /// `lenient`: some files of the set could not be parsed, so names of formats that are not
 /// found are not reported (they may be defined in a file that failed).
+///
+/// Every error of the schema comes in one report, in two stages. First what the files
+/// declare (items, names, properties: this checker) and every expression resolved and typed
+/// (the IR lowering); then, for each format with no error of the first stage, what its
+/// engine and its writers can mean (the engine rules and the write plans over the IR). A
+/// format with an unresolved name or an ill-typed expression skips the second stage, whose
+/// findings would only repeat those errors.
 pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
     let mut c = Checker {
         files,
@@ -24,69 +31,43 @@ pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
         formats: HashMap::new(),
     };
     c.run();
-    // Lowering to the IR is the last check: what it cannot resolve in a schema that
-    // passed every other check is reported here.
-    if c.errors.is_empty() && !lenient {
-        let (ir, errors) = crate::ir::lower(files);
-        c.errors.extend(errors);
-        // Then what the engines can mean, over the IR.
-        if c.errors.is_empty() {
-            c.errors.extend(crate::check_engines::check(files, &ir));
+    let (ir, lowered) = crate::ir::lower_with(files, lenient);
+    // One mistake, one error: what the lowering finds where this checker already reported
+    // (a field's unknown type, a write rule's unknown name) is not reported twice.
+    for d in lowered {
+        if !c
+            .errors
+            .iter()
+            .any(|e| e.path == d.path && e.span.start == d.span.start)
+        {
+            c.errors.push(d);
         }
+    }
+    // The formats without errors so far get the second stage.
+    let spans: Vec<(&std::path::Path, Span)> = files
+        .iter()
+        .flat_map(|f| f.formats.iter().map(move |x| (f.path.as_path(), x.span)))
+        .collect();
+    let clean: Vec<bool> = spans
+        .iter()
+        .map(|&(path, sp)| {
+            !c.errors
+                .iter()
+                .any(|e| e.path == path && sp.start <= e.span.start && e.span.start < sp.end)
+        })
+        .collect();
+    let clean = |f: crate::ir::FormatId| clean.get(f.index()).copied().unwrap_or(false);
+    if !lenient {
+        c.errors
+            .extend(crate::ir::write_plan_gaps(files, &ir, &clean));
+        c.errors
+            .extend(crate::check_engines::check(files, &ir, &clean));
     }
     // By file, then by position.
     let index = |d: &Diagnostic| files.iter().position(|f| f.path == d.path);
     c.errors.sort_by_key(|d| (index(d), d.span.start));
     Diagnostics(c.errors)
 }
-
-/// A light type for expressions; `Unknown` is permissive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ty {
-    Int,
-    Bool,
-    Str,
-    Bytes,
-    Record,
-    Unknown,
-}
-
-impl Ty {
-    fn word(self) -> &'static str {
-        match self {
-            Ty::Int => "an integer",
-            Ty::Bool => "a boolean",
-            Ty::Str => "a string",
-            Ty::Bytes => "bytes",
-            Ty::Record => "a record",
-            Ty::Unknown => "a value",
-        }
-    }
-    fn known(self) -> bool {
-        self != Ty::Unknown
-    }
-}
-
-/// Names that mean something everywhere in expressions.
-const CONSTANTS: &[&str] = &["c", "fortran", "le", "be", "source"];
-
-/// Builtin functions and their arities (`None`: any number of arguments).
-const BUILTINS: &[(&str, Option<usize>)] = &[
-    ("len", Some(1)),
-    ("size", Some(1)),
-    ("align", Some(2)),
-    ("latin1", Some(1)),
-    ("itemsize", Some(1)),
-    ("slice", Some(3)),
-    ("has", Some(1)),
-    ("str", Some(1)),
-    ("index_of", Some(2)),
-    ("digits", Some(1)),
-    ("first", Some(1)),
-    ("last", Some(1)),
-    ("elements", Some(1)),
-    ("external", None),
-];
 
 /// Scalar types of layout fields and dict keys, with their generic arity.
 const LAYOUT_SCALARS: &[(&str, usize)] = &[
@@ -116,36 +97,6 @@ const PROTO_SCALARS: &[&str] = &[
 ];
 
 const KV_BACKENDS: &[&str] = &["records", "lmdb", "leveldb"];
-
-/// Members of an entry value in expressions (besides the pattern's captures).
-const ENTRY_MEMBERS: &[&str] = &["content", "value", "name"];
-
-/// Where an expression is evaluated, for name resolution.
-#[derive(Clone, Copy)]
-enum Scope<'a> {
-    /// A layout field's modifier. `read` names the read-side modifier (`size`, ...), or
-    /// `None` for write-side expressions; `allow_self` is true for `check`.
-    Layout {
-        layout: &'a Layout,
-        current: usize,
-        read: Option<&'static str>,
-        allow_self: bool,
-    },
-    /// An entry property.
-    Entry,
-    /// A tensor mapping's statements; `binding` is bound to an item of `source`.
-    Tensor {
-        binding: &'a str,
-        source: Option<Source<'a>>,
-    },
-}
-
-/// What a tensor mapping iterates.
-#[derive(Clone, Copy)]
-enum Source<'a> {
-    Layout(&'a Layout),
-    Entry(&'a Entry),
-}
 
 /// The format being checked.
 #[derive(Clone, Copy)]
@@ -816,12 +767,6 @@ impl<'a> Checker<'a> {
     }
 
     fn field(&mut self, at: At<'a>, l: &'a Layout, i: usize, f: &'a Field) {
-        let read = |kw: &'static str, allow_self: bool| Scope::Layout {
-            layout: l,
-            current: i,
-            read: Some(kw),
-            allow_self,
-        };
         match &f.ty {
             FieldType::Magic(b) => {
                 if b.value.is_empty() {
@@ -835,19 +780,8 @@ impl<'a> Checker<'a> {
             }
             FieldType::Named(t) => self.data_type(at, t),
             FieldType::Cond {
-                cond,
-                then,
-                otherwise,
-                ..
+                then, otherwise, ..
             } => {
-                let ty = self.expr(at, read("if", false), cond);
-                self.want(
-                    at,
-                    cond,
-                    ty,
-                    Ty::Bool,
-                    "the condition of a conditional type",
-                );
                 for t in [then, otherwise] {
                     if t.int_width().is_none() {
                         self.err_help(
@@ -881,43 +815,16 @@ impl<'a> Checker<'a> {
                 }
             }
             match m {
-                Modifier::Check(e) => {
-                    let ty = self.expr(at, read("check", true), e);
-                    self.want(at, e, ty, Ty::Bool, "`check`");
-                }
-                Modifier::Write(e) => {
-                    self.expr(
-                        at,
-                        Scope::Layout {
-                            layout: l,
-                            current: i,
-                            read: None,
-                            allow_self: true,
-                        },
-                        e,
-                    );
-                }
-                Modifier::Size(e) => {
-                    let ty = self.expr(at, read("size", false), e);
-                    self.want(at, e, ty, Ty::Int, "`size`");
-                }
-                Modifier::Align(e) => {
-                    let ty = self.expr(at, read("align", false), e);
-                    self.want(at, e, ty, Ty::Int, "`align`");
-                }
-                Modifier::At(e) => {
-                    let ty = self.expr(at, read("at", false), e);
-                    self.want(at, e, ty, Ty::Int, "`at`");
-                }
-                Modifier::Repeat(Repeat::Count(e)) => {
-                    let ty = self.expr(at, read("count", false), e);
-                    self.want(at, e, ty, Ty::Int, "`repeat count`");
-                }
-                Modifier::Repeat(Repeat::UntilEof(_)) | Modifier::Rest(_) => {}
-                Modifier::Codec { name, args, .. } => {
-                    self.codec(at, name, args, read("codec", false));
-                }
-                Modifier::Pad { args, span } => self.pad(at, args, *span, read("pad", false)),
+                // Expressions are resolved and typed by the IR lowering.
+                Modifier::Check(_)
+                | Modifier::Write(_)
+                | Modifier::Size(_)
+                | Modifier::Align(_)
+                | Modifier::At(_)
+                | Modifier::Repeat(_)
+                | Modifier::Rest(_) => {}
+                Modifier::Codec { name, args, .. } => self.codec(at, name, args),
+                Modifier::Pad { args, span } => self.pad(at, args, *span),
             }
         }
         if f.is_rest() && i + 1 != l.fields.len() {
@@ -986,7 +893,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn codec(&mut self, at: At<'a>, name: &Ident, args: &[Arg], scope: Scope<'a>) {
+    fn codec(&mut self, at: At<'a>, name: &Ident, args: &[Arg]) {
         let n = name.name.as_str();
         if !CODECS.contains(&n) {
             self.err_help(
@@ -1029,27 +936,7 @@ impl<'a> Checker<'a> {
             "pydict" => {
                 for a in args {
                     match &a.name {
-                        Some(k) if k.name == "encoding" => {
-                            let ty = self.expr(at, scope, &a.value);
-                            self.want(at, &a.value, ty, Ty::Str, "the `encoding` argument");
-                        }
-                        Some(k) if k.name == "spare" => {
-                            // Evaluated on write, over the value being encoded: like a
-                            // `write` rule, it may use any field, the codec's own included.
-                            let scope = match scope {
-                                Scope::Layout {
-                                    layout, current, ..
-                                } => Scope::Layout {
-                                    layout,
-                                    current,
-                                    read: None,
-                                    allow_self: true,
-                                },
-                                other => other,
-                            };
-                            let ty = self.expr(at, scope, &a.value);
-                            self.want(at, &a.value, ty, Ty::Int, "the `spare` argument");
-                        }
+                        Some(k) if k.name == "encoding" || k.name == "spare" => {}
                         Some(k) if k.name == "trailing_comma" => {
                             if !matches!(a.value.kind, ExprKind::Bool(_)) {
                                 self.err_help(
@@ -1107,7 +994,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn pad(&mut self, at: At<'a>, args: &[Arg], span: Span, scope: Scope<'a>) {
+    fn pad(&mut self, at: At<'a>, args: &[Arg], span: Span) {
         let mut has_align = false;
         for a in args {
             let Some(n) = &a.name else {
@@ -1122,8 +1009,6 @@ impl<'a> Checker<'a> {
             match n.name.as_str() {
                 "align" => {
                     has_align = true;
-                    let ty = self.expr(at, scope, &a.value);
-                    self.want(at, &a.value, ty, Ty::Int, "`pad` align");
                     if a.value.as_int().is_some_and(|v| v <= 0) {
                         self.err_help(
                             at.file,
@@ -1134,8 +1019,6 @@ impl<'a> Checker<'a> {
                     }
                 }
                 "min" => {
-                    let ty = self.expr(at, scope, &a.value);
-                    self.want(at, &a.value, ty, Ty::Int, "`pad` min");
                     if a.value.as_int().is_some_and(|v| v < 0) {
                         self.err_help(
                             at.file,
@@ -1790,7 +1673,6 @@ impl<'a> Checker<'a> {
         }
         self.pattern(at, &e.pattern);
         let mut seen: HashMap<&str, Span> = HashMap::new();
-        let scope = Scope::Entry;
         for p in &e.props {
             let n = p.name.name.as_str();
             if !ENTRY_PROPS.contains(&n) {
@@ -1846,9 +1728,9 @@ impl<'a> Checker<'a> {
                 },
                 "codec" => match &v.kind {
                     ExprKind::Call { callee, args } if callee.len() == 1 => {
-                        self.codec(at, &callee[0], args, scope)
+                        self.codec(at, &callee[0], args)
                     }
-                    ExprKind::Path(p) if p.len() == 1 => self.codec(at, &p[0], &[], scope),
+                    ExprKind::Path(p) if p.len() == 1 => self.codec(at, &p[0], &[]),
                     _ => self.err(at.file, v.span, "`codec` names a codec: `codec json;`"),
                 },
                 "compression" => {
@@ -1873,18 +1755,7 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                "align" => {
-                    let ty = self.expr(at, scope, v);
-                    self.want(at, v, ty, Ty::Int, "`align`");
-                }
-                "check" => {
-                    let ty = self.expr(at, scope, v);
-                    self.want(at, v, ty, Ty::Bool, "`check`");
-                }
                 "write" if e.prop("codec").is_some() => self.pickle_write(at, v, false),
-                "write" => {
-                    self.expr(at, scope, v);
-                }
                 "preferred" => match &v.kind {
                     ExprKind::Str(s) => {
                         let mut a = pattern_captures(s);
@@ -1929,22 +1800,12 @@ impl<'a> Checker<'a> {
     }
 
     fn tensor(&mut self, at: At<'a>, t: &'a TensorMap) {
-        // The source.
-        let source = self.tensor_source(at, &t.source);
-        let scope = Scope::Tensor {
-            binding: &t.binding.name,
-            source,
-        };
-        if let Some(f) = &t.filter {
-            let ty = self.expr(at, scope, f);
-            self.want(at, f, ty, Ty::Bool, "`where`");
-        }
         let mut provided: Vec<&str> = Vec::new();
         let mut include_failed = false;
         let mut assigned: HashMap<&str, Span> = HashMap::new();
         for s in &t.stmts {
             match s {
-                TensorStmt::Include(e) => match self.include(at, e, scope) {
+                TensorStmt::Include(e) => match self.include(at, e) {
                     Some(keys) => provided.extend(keys),
                     None => include_failed = true,
                 },
@@ -1956,8 +1817,6 @@ impl<'a> Checker<'a> {
                         self.proto_data(at, value);
                     } else if k == "write" {
                         self.pickle_write(at, value, true);
-                    } else {
-                        self.expr(at, scope, value);
                     }
                 }
             }
@@ -2003,22 +1862,12 @@ impl<'a> Checker<'a> {
             );
             return;
         }
-        let source = self.tensor_source(at, &t.source);
-        let scope = Scope::Tensor {
-            binding: &t.binding.name,
-            source,
-        };
-        if let Some(f) = &t.filter {
-            let ty = self.expr(at, scope, f);
-            self.want(at, f, ty, Ty::Bool, "`where`");
-        }
         let mut assigned: HashMap<&str, Span> = HashMap::new();
         for s in &t.stmts {
-            let TensorStmt::Assign { key, value, .. } = s else {
+            let TensorStmt::Assign { key, .. } = s else {
                 continue;
             };
             self.property(at.file, key, ("value", VALUE_KEYS), &mut assigned);
-            self.expr(at, scope, value);
         }
         let missing: Vec<String> = ["name", "data"]
             .into_iter()
@@ -2044,67 +1893,8 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Checks a mapping's `from` expression and says what it iterates.
-    fn tensor_source(&mut self, at: At<'a>, e: &'a Expr) -> Option<Source<'a>> {
-        let path = match &e.kind {
-            ExprKind::Path(p) => p,
-            _ => {
-                self.err_help(
-                    at.file,
-                    e.span,
-                    "a tensor mapping iterates a layout, an entry or a path into one",
-                    "`tensor from File as f`, `tensor from member as m`, `tensor from File.header.rest as t`",
-                );
-                return None;
-            }
-        };
-        let root = path[0].name.as_str();
-        if root == "root" && at.fmt.engine_kind() == "protobuf" {
-            return None;
-        }
-        match at.fmt.item(root) {
-            Some(Item::Layout(l)) => {
-                if path.len() > 1 && l.field(&path[1].name).is_none() {
-                    self.no_field(at, l, &path[1]);
-                }
-                (path.len() == 1).then_some(Source::Layout(l))
-            }
-            Some(Item::Entry(en)) => {
-                if path.len() > 1 {
-                    self.entry_member(at, en, &path[1]);
-                }
-                (path.len() == 1).then_some(Source::Entry(en))
-            }
-            Some(item) => {
-                self.err(
-                    at.file,
-                    path[0].span,
-                    format!(
-                        "a tensor mapping iterates a layout, an entry or a path into one; '{root}' is a {}",
-                        item.kind_word()
-                    ),
-                );
-                None
-            }
-            None => {
-                let help = if at.fmt.engine_kind() == "protobuf" {
-                    "name a layout or entry of this format, or `root` (the protobuf document)"
-                } else {
-                    "name a layout or an entry of this format"
-                };
-                self.err_help(
-                    at.file,
-                    path[0].span,
-                    format!("unknown mapping source '{root}'"),
-                    help,
-                );
-                None
-            }
-        }
-    }
-
     /// Checks `include fmt.tensor(x);` and returns the keys it provides.
-    fn include(&mut self, at: At<'a>, e: &'a Expr, scope: Scope<'a>) -> Option<Vec<&'a str>> {
+    fn include(&mut self, at: At<'a>, e: &'a Expr) -> Option<Vec<&'a str>> {
         let ExprKind::Call { callee, args } = &e.kind else {
             self.err_help(
                 at.file,
@@ -2114,9 +1904,6 @@ impl<'a> Checker<'a> {
             );
             return None;
         };
-        for a in args {
-            self.expr(at, scope, &a.value);
-        }
         if callee.len() != 2 || callee[1].name != "tensor" || args.len() != 1 {
             self.err_help(
                 at.file,
@@ -2179,681 +1966,6 @@ impl<'a> Checker<'a> {
             }
         }
         keys
-    }
-
-    fn entry_member(&mut self, at: At<'a>, e: &Entry, m: &Ident) {
-        let caps = e.captures();
-        if !ENTRY_MEMBERS.contains(&m.name.as_str()) && !caps.contains(&m.name.as_str()) {
-            self.err_help(
-                at.file,
-                m.span,
-                format!("entry '{}' has no member '{}'", e.name.name, m.name),
-                format!(
-                    "entry members: content, value, name{}",
-                    caps.iter()
-                        .filter(|c| !ENTRY_MEMBERS.contains(c))
-                        .map(|c| format!(", {c}"))
-                        .collect::<String>()
-                ),
-            );
-        }
-    }
-
-    // -----------------------------------------------------------------------------------
-    // Expressions
-
-    /// Reports when `got` is known and not `want`.
-    fn want(&mut self, at: At<'a>, e: &Expr, got: Ty, want: Ty, what: &str) {
-        if got.known() && got != want {
-            let need = match want {
-                Ty::Bool => "a condition (a boolean)",
-                Ty::Int => "an integer",
-                Ty::Str => "a string",
-                _ => want.word(),
-            };
-            self.err(
-                at.file,
-                e.span,
-                format!("{what} needs {need}, but this is {}", got.word()),
-            );
-        }
-    }
-
-    /// Checks names in `e` and infers its type.
-    fn expr(&mut self, at: At<'a>, scope: Scope<'a>, e: &Expr) -> Ty {
-        match &e.kind {
-            ExprKind::Int(_) => Ty::Int,
-            ExprKind::Str(_) => Ty::Str,
-            ExprKind::Bytes(_) => Ty::Bytes,
-            ExprKind::Bool(_) => Ty::Bool,
-            ExprKind::None => Ty::Unknown,
-            ExprKind::List(l) => {
-                for x in l {
-                    self.expr(at, scope, x);
-                }
-                Ty::Unknown
-            }
-            ExprKind::Path(p) => self.path(at, scope, p),
-            ExprKind::Index { base, index } => {
-                let it = self.expr(at, scope, index);
-                self.index(at, scope, base, it, index)
-            }
-            ExprKind::Member { base, .. } => {
-                // A field of an indexed or called value: the engine's generator knows
-                // the value's type (a protobuf message) and checks the field.
-                self.expr(at, scope, base);
-                Ty::Unknown
-            }
-            ExprKind::Call { callee, args } => self.call(at, scope, e, callee, args),
-            ExprKind::Unary { op, expr } => {
-                let t = self.expr(at, scope, expr);
-                match op {
-                    UnaryOp::Not => {
-                        self.want(at, expr, t, Ty::Bool, "`!`");
-                        Ty::Bool
-                    }
-                    UnaryOp::Neg => {
-                        self.want(at, expr, t, Ty::Int, "`-`");
-                        Ty::Int
-                    }
-                }
-            }
-            ExprKind::Binary { op, lhs, rhs } => {
-                let l = self.expr(at, scope, lhs);
-                let r = self.expr(at, scope, rhs);
-                self.binary(at, e, *op, l, r, lhs, rhs)
-            }
-            ExprKind::In { expr, list } => {
-                let t = self.expr(at, scope, expr);
-                for x in list {
-                    let xt = self.expr(at, scope, x);
-                    if t.known() && xt.known() && t != xt {
-                        self.err(
-                            at.file,
-                            x.span,
-                            format!("`in` compares {} with {}", t.word(), xt.word()),
-                        );
-                    }
-                }
-                Ty::Bool
-            }
-            ExprKind::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let c = self.expr(at, scope, cond);
-                self.want(at, cond, c, Ty::Bool, "the condition of `if`");
-                let a = self.expr(at, scope, then);
-                let b = self.expr(at, scope, otherwise);
-                if a == b {
-                    a
-                } else {
-                    Ty::Unknown
-                }
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn binary(
-        &mut self,
-        at: At<'a>,
-        e: &Expr,
-        op: BinaryOp,
-        l: Ty,
-        r: Ty,
-        lhs: &Expr,
-        rhs: &Expr,
-    ) -> Ty {
-        use BinaryOp::*;
-        match op {
-            Or | And => {
-                self.want(at, lhs, l, Ty::Bool, &format!("`{}`", op.symbol()));
-                self.want(at, rhs, r, Ty::Bool, &format!("`{}`", op.symbol()));
-                Ty::Bool
-            }
-            Eq | Ne | Lt | Le | Gt | Ge => {
-                if l.known() && r.known() && l != r {
-                    self.err(
-                        at.file,
-                        e.span,
-                        format!("`{}` compares {} with {}", op.symbol(), l.word(), r.word()),
-                    );
-                }
-                Ty::Bool
-            }
-            Add => match (l, r) {
-                (Ty::Int, Ty::Int) => Ty::Int,
-                (Ty::Str, Ty::Str | Ty::Unknown) | (Ty::Unknown, Ty::Str) => Ty::Str,
-                (Ty::Bytes, Ty::Bytes | Ty::Unknown) | (Ty::Unknown, Ty::Bytes) => Ty::Bytes,
-                (Ty::Unknown, t) | (t, Ty::Unknown) if t == Ty::Int => Ty::Int,
-                (Ty::Unknown, Ty::Unknown) => Ty::Unknown,
-                _ => {
-                    self.err(
-                        at.file,
-                        e.span,
-                        format!("`+` cannot add {} and {}", l.word(), r.word()),
-                    );
-                    Ty::Unknown
-                }
-            },
-            Sub | Mul | Div | Rem => {
-                let what = format!("`{}`", op.symbol());
-                self.want(at, lhs, l, Ty::Int, &what);
-                self.want(at, rhs, r, Ty::Int, &what);
-                Ty::Int
-            }
-        }
-    }
-
-    fn index(&mut self, at: At<'a>, scope: Scope<'a>, base: &Expr, it: Ty, index: &Expr) -> Ty {
-        // A table lookup: `T[x]` or `fmt.T[x]`.
-        if let ExprKind::Path(p) = &base.kind {
-            let local = self.lookup_local(scope, &p[0].name);
-            if !local {
-                let table = match p.len() {
-                    1 => match at.fmt.item(&p[0].name) {
-                        Some(Item::Table(t)) => Some(Ok(t)),
-                        Some(Item::Layout(_) | Item::Entry(_)) => None,
-                        Some(item) => Some(Err(format!(
-                            "'{}' is a {}, not a table",
-                            p[0].name,
-                            item.kind_word()
-                        ))),
-                        None if self.is_format_name(at, &p[0].name)
-                            || CONSTANTS.contains(&p[0].name.as_str()) =>
-                        {
-                            None
-                        }
-                        None => Some(Err(format!("unknown table '{}'", p[0].name))),
-                    },
-                    2 if at.fmt.item(&p[0].name).is_none()
-                        && !CONSTANTS.contains(&p[0].name.as_str()) =>
-                    {
-                        match self.visible_format(at, &p[0].name) {
-                            Some(f) => match f.item(&p[1].name) {
-                                Some(Item::Table(t)) => Some(Ok(t)),
-                                _ => Some(Err(format!(
-                                    "unknown table '{}.{}': format '{}' has no table '{}'",
-                                    p[0].name, p[1].name, p[0].name, p[1].name
-                                ))),
-                            },
-                            None => None, // reported by `path` below
-                        }
-                    }
-                    _ => None,
-                };
-                match table {
-                    Some(Ok(t)) => {
-                        let want = match t.key_kind {
-                            KeyKind::Str => Ty::Str,
-                            KeyKind::Int => Ty::Int,
-                        };
-                        if it.known() && it != want {
-                            self.err(
-                                at.file,
-                                index.span,
-                                format!(
-                                    "table '{}' has {} keys, but this key is {}",
-                                    t.name.name,
-                                    if want == Ty::Str { "string" } else { "integer" },
-                                    it.word()
-                                ),
-                            );
-                        }
-                        return Ty::Unknown;
-                    }
-                    Some(Err(msg)) => {
-                        self.err_help(
-                            at.file,
-                            base.span,
-                            msg,
-                            "`NAME[key]` looks a key up in a `table` of this format (or `other.NAME[key]`)",
-                        );
-                        return Ty::Unknown;
-                    }
-                    None => {}
-                }
-            }
-        }
-        self.expr(at, scope, base);
-        Ty::Unknown
-    }
-
-    /// True when `name` is bound by the scope (a field, the binding, a tensor key).
-    fn lookup_local(&self, scope: Scope<'a>, name: &str) -> bool {
-        match scope {
-            Scope::Layout { layout, .. } => layout.field(name).is_some(),
-            Scope::Tensor { binding, .. } => binding == name || TENSOR_KEYS.contains(&name),
-            _ => false,
-        }
-    }
-
-    fn is_format_name(&self, at: At<'a>, name: &str) -> bool {
-        self.visible_format(at, name).is_some()
-    }
-
-    fn path(&mut self, at: At<'a>, scope: Scope<'a>, p: &[Ident]) -> Ty {
-        let root = &p[0];
-        let n = root.name.as_str();
-        // Scope-bound names first.
-        match scope {
-            Scope::Layout {
-                layout,
-                current,
-                read,
-                allow_self,
-            } => {
-                if let Some(idx) = layout.field_index(n) {
-                    if let Some(kw) = read {
-                        let ok = idx < current || (idx == current && allow_self);
-                        if !ok {
-                            let me = &layout.fields[current].name.name;
-                            let msg = if idx == current {
-                                format!("`{kw}` of '{me}' refers to '{me}' itself")
-                            } else {
-                                format!("`{kw}` of '{me}' refers to '{n}', which comes later in the layout")
-                            };
-                            self.err_help(
-                                at.file,
-                                root.span,
-                                msg,
-                                "read-side expressions (check, size, count, at, align, codec \
-                                 arguments, conditional types) may only use earlier fields; \
-                                 `write` rules may use any field",
-                            );
-                        }
-                    }
-                    let f = &layout.fields[idx];
-                    return self.field_ty(at, f, &p[1..]);
-                }
-                if n == "dtype" {
-                    return Ty::Unknown;
-                }
-            }
-            Scope::Tensor { binding, source } => {
-                if n == binding {
-                    match source {
-                        Some(Source::Layout(l)) if p.len() > 1 => {
-                            return match l.field(&p[1].name) {
-                                Some(f) => self.field_ty(at, f, &p[2..]),
-                                None => {
-                                    self.no_field(at, l, &p[1]);
-                                    Ty::Unknown
-                                }
-                            };
-                        }
-                        Some(Source::Entry(en)) if p.len() > 1 => {
-                            self.entry_member(at, en, &p[1]);
-                            return if p.len() == 2 && p[1].name == "name" {
-                                Ty::Str
-                            } else {
-                                Ty::Unknown
-                            };
-                        }
-                        _ => return Ty::Unknown,
-                    }
-                }
-                if TENSOR_KEYS.contains(&n) {
-                    return Ty::Unknown;
-                }
-                // A dtype's canonical name, to compare the mapped `dtype` with.
-                if p.len() == 1 && DTYPES.contains(&n) {
-                    return Ty::Unknown;
-                }
-                if n == "root" && at.fmt.engine_kind() == "protobuf" {
-                    return Ty::Unknown;
-                }
-                // The item's index in the repeated field a mapping iterates.
-                if n == "position" && p.len() == 1 {
-                    return Ty::Int;
-                }
-            }
-            Scope::Entry => {}
-        }
-        if CONSTANTS.contains(&n) {
-            if n == "source"
-                && p.len() > 1
-                && !matches!(p[1].name.as_str(), "stem" | "name" | "path")
-            {
-                self.err_help(
-                    at.file,
-                    p[1].span,
-                    format!("`source` has no member '{}'", p[1].name),
-                    "`source.stem`, `source.name`, `source.path`",
-                );
-            }
-            return if n == "source" && p.len() > 1 {
-                Ty::Str
-            } else {
-                Ty::Unknown
-            };
-        }
-        if let Some(item) = at.fmt.item(n) {
-            self.item_path(at, item, p);
-            return match item {
-                Item::Entry(en) if p.len() == 2 && p[1].name == "name" => {
-                    let _ = en;
-                    Ty::Str
-                }
-                _ => Ty::Unknown,
-            };
-        }
-        if let Some(f) = self.visible_format(at, n) {
-            if p.len() >= 2 {
-                match f.item(&p[1].name) {
-                    Some(item) => self.item_path(at, item, &p[1..]),
-                    None => self.err(
-                        at.file,
-                        p[1].span,
-                        format!("format '{n}' has no item '{}'", p[1].name),
-                    ),
-                }
-            }
-            return Ty::Unknown;
-        }
-        if self.formats.contains_key(n) {
-            self.err_help(
-                at.file,
-                root.span,
-                format!("format '{n}' is not imported"),
-                format!("add `use {n};` to this file"),
-            );
-            return Ty::Unknown;
-        }
-        if self.lenient && p.len() > 1 {
-            return Ty::Unknown;
-        }
-        let help = match scope {
-            Scope::Layout { .. } => "names in a layout are its fields, items of the format \
-                 (tables, layouts, ...), formats, `dtype`, or the constants c, fortran, le, be, source",
-            Scope::Tensor { .. } => "names in a mapping are its binding, the tensor properties \
-                 (name, dtype, ...), items of the format, formats, `root` (protobuf), dtype \
-                 names (f32, ...), or the constants c, fortran, le, be, source",
-            _ => "names are items of the format (entries, tables, ...), formats, or the \
-                 constants c, fortran, le, be, source",
-        };
-        self.err_help(at.file, root.span, format!("unknown name '{n}'"), help);
-        Ty::Unknown
-    }
-
-    /// The type of field `f` followed by `rest` (dict keys).
-    fn field_ty(&mut self, at: At<'a>, f: &Field, rest: &[Ident]) -> Ty {
-        if f.repeat().is_some() {
-            return Ty::Unknown;
-        }
-        match &f.ty {
-            FieldType::Magic(_) if rest.is_empty() => Ty::Bytes,
-            FieldType::Cond { .. } if rest.is_empty() => Ty::Int,
-            FieldType::Named(t) => {
-                if rest.is_empty() {
-                    if t.int_width().is_some() {
-                        return Ty::Int;
-                    }
-                    if f.codec().is_some() && (t.is("bytes") || t.is("payload")) {
-                        return Ty::Unknown;
-                    }
-                    return match t.name().as_str() {
-                        "bool" => Ty::Bool,
-                        "str" => Ty::Str,
-                        "bytes" | "payload" => Ty::Bytes,
-                        _ if t.path.len() == 1 && at.fmt.dict(&t.path[0].name).is_some() => {
-                            Ty::Record
-                        }
-                        _ if t.path.len() == 1 && at.fmt.layout(&t.path[0].name).is_some() => {
-                            Ty::Record
-                        }
-                        _ => Ty::Unknown,
-                    };
-                }
-                // A key of a local dict.
-                if t.path.len() == 1 {
-                    if let Some(d) = at.fmt.dict(&t.path[0].name) {
-                        return match d.fields.iter().find(|k| k.key == rest[0].name) {
-                            None => {
-                                self.err_help(
-                                    at.file,
-                                    rest[0].span,
-                                    format!("dict '{}' has no key '{}'", d.name.name, rest[0].name),
-                                    format!(
-                                        "keys of '{}': {}",
-                                        d.name.name,
-                                        listed(d.fields.iter().map(|k| k.key.as_str()))
-                                    ),
-                                );
-                                Ty::Unknown
-                            }
-                            Some(k) if rest.len() == 1 => {
-                                if k.ty.int_width().is_some() {
-                                    Ty::Int
-                                } else if k.ty.is("bool") {
-                                    Ty::Bool
-                                } else if k.ty.is("str") {
-                                    Ty::Str
-                                } else {
-                                    Ty::Unknown
-                                }
-                            }
-                            Some(_) => Ty::Unknown,
-                        };
-                    }
-                }
-                Ty::Unknown
-            }
-            _ => Ty::Unknown,
-        }
-    }
-
-    /// Checks the members of a path that starts at an item.
-    fn item_path(&mut self, at: At<'a>, item: &Item, p: &[Ident]) {
-        if p.len() < 2 {
-            return;
-        }
-        match item {
-            Item::Layout(l) if l.field(&p[1].name).is_none() => self.no_field(at, l, &p[1]),
-            Item::Entry(e) => self.entry_member(at, e, &p[1]),
-            Item::Message(m) => {
-                // `TensorProto.DataLocation.EXTERNAL`
-                let mut m = m;
-                let mut i = 1;
-                while i < p.len() {
-                    if let Some(x) = m.messages.iter().find(|x| x.name.name == p[i].name) {
-                        m = x;
-                        i += 1;
-                        continue;
-                    }
-                    if let Some(en) = m.enums.iter().find(|x| x.name.name == p[i].name) {
-                        if i + 1 < p.len() && en.value(&p[i + 1].name).is_none() {
-                            self.no_value(at, en, &p[i + 1]);
-                        }
-                        return;
-                    }
-                    let nested = m
-                        .messages
-                        .iter()
-                        .map(|x| x.name.name.as_str())
-                        .chain(m.enums.iter().map(|x| x.name.name.as_str()));
-                    self.err_help(
-                        at.file,
-                        p[i].span,
-                        format!(
-                            "message '{}' has no nested message or enum '{}'",
-                            m.name.name, p[i].name
-                        ),
-                        format!(
-                            "nested in '{}': {}; an enum value is `Message.Enum.VALUE`",
-                            m.name.name,
-                            listed(nested)
-                        ),
-                    );
-                    return;
-                }
-            }
-            Item::Enum(en) if en.value(&p[1].name).is_none() => self.no_value(at, en, &p[1]),
-            _ => {}
-        }
-    }
-
-    fn call(
-        &mut self,
-        at: At<'a>,
-        scope: Scope<'a>,
-        e: &Expr,
-        callee: &[Ident],
-        args: &[Arg],
-    ) -> Ty {
-        let name = callee[0].name.as_str();
-        // Arguments: named arguments are builtin options; positional values are checked.
-        let mut tys = Vec::new();
-        for a in args {
-            tys.push(self.expr(at, scope, &a.value));
-        }
-        if callee.len() == 1 {
-            if let Some(&(_, arity)) = BUILTINS.iter().find(|b| b.0 == name) {
-                if let Some(n) = arity {
-                    if args.len() != n {
-                        self.err(
-                            at.file,
-                            e.span,
-                            format!(
-                                "`{name}` takes {n} argument{}, found {}",
-                                if n == 1 { "" } else { "s" },
-                                args.len()
-                            ),
-                        );
-                    }
-                }
-                match name {
-                    "len" | "size" => {
-                        if let Scope::Layout { .. } = scope {
-                            if args.len() == 1 && args[0].value.as_path().is_none() {
-                                self.err(
-                                    at.file,
-                                    args[0].span,
-                                    format!("`{name}` takes a field name"),
-                                );
-                            }
-                        }
-                        return Ty::Int;
-                    }
-                    "align" => {
-                        for (a, t) in args.iter().zip(&tys) {
-                            self.want(at, &a.value, *t, Ty::Int, "`align`");
-                        }
-                        return Ty::Int;
-                    }
-                    "digits" => {
-                        for (a, t) in args.iter().zip(&tys) {
-                            self.want(at, &a.value, *t, Ty::Int, "`digits`");
-                        }
-                        return Ty::Int;
-                    }
-                    "first" | "last" => {
-                        for (a, t) in args.iter().zip(&tys) {
-                            if t.known() {
-                                self.err(
-                                    at.file,
-                                    a.value.span,
-                                    format!("`{name}` takes a list, but this is {}", t.word()),
-                                );
-                            }
-                        }
-                        return Ty::Unknown;
-                    }
-                    "itemsize" | "index_of" => return Ty::Int,
-                    "latin1" | "has" => return Ty::Bool,
-                    "str" => return Ty::Str,
-                    _ => return Ty::Unknown,
-                }
-            }
-            // An entry lookup: `storage(key = t.storage.key)`.
-            if let Some(Item::Entry(en)) = at.fmt.item(name) {
-                let caps = en.captures();
-                for a in args {
-                    match &a.name {
-                        Some(k) if caps.contains(&k.name.as_str()) => {}
-                        _ => self.err_help(
-                            at.file,
-                            a.span,
-                            format!("entry '{name}' is looked up by its captures"),
-                            format!(
-                                "`{name}({})`",
-                                caps.iter()
-                                    .map(|c| format!("{c} = ..."))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            ),
-                        ),
-                    }
-                }
-                return Ty::Record;
-            }
-            self.err_help(
-                at.file,
-                callee[0].span,
-                format!("unknown function '{name}'"),
-                format!(
-                    "functions: {}, or an entry lookup `entry(capture = ...)`",
-                    BUILTINS.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
-                ),
-            );
-            return Ty::Unknown;
-        }
-        if callee.len() == 2 && callee[1].name == "tensor" {
-            if self.visible_format(at, name).is_some() {
-                return Ty::Unknown;
-            }
-            if self.formats.contains_key(name) {
-                self.err_help(
-                    at.file,
-                    callee[0].span,
-                    format!("format '{name}' is not imported"),
-                    format!("add `use {name};` to this file"),
-                );
-                return Ty::Unknown;
-            }
-            if self.lenient {
-                return Ty::Unknown;
-            }
-        }
-        let shown: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
-        self.err_help(
-            at.file,
-            e.span,
-            format!("unknown function '{}'", shown.join(".")),
-            "a qualified call is another format's mapping, `F.tensor(x)`, with F a format of \
-             this file or named by `use`",
-        );
-        Ty::Unknown
-    }
-
-    /// Reports that layout `l` has no field `name`, listing the fields it has.
-    fn no_field(&mut self, at: At<'a>, l: &Layout, name: &Ident) {
-        self.err_help(
-            at.file,
-            name.span,
-            format!("layout '{}' has no field '{}'", l.name.name, name.name),
-            format!(
-                "fields of '{}': {}",
-                l.name.name,
-                listed(l.fields.iter().map(|f| f.name.name.as_str()))
-            ),
-        );
-    }
-
-    /// Reports that enum `en` has no value `name`, listing the values it has.
-    fn no_value(&mut self, at: At<'a>, en: &EnumDecl, name: &Ident) {
-        self.err_help(
-            at.file,
-            name.span,
-            format!("enum '{}' has no value '{}'", en.name.name, name.name),
-            format!(
-                "values of '{}': {}",
-                en.name.name,
-                listed(en.values.iter().map(|(v, _)| v.name.as_str()))
-            ),
-        );
     }
 }
 

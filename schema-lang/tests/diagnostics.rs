@@ -112,6 +112,70 @@ fn several_errors_reported_at_once() {
     );
 }
 
+/// A schema with errors of every stage: what the files declare (a duplicate field), names
+/// and types of expressions (resolved by the IR lowering), and, in the format where those
+/// found nothing, what its writer and engine can mean.
+const STAGES: &str = r#"format a {
+    engine file;
+
+    layout File little {
+        version: u32 check version == "one";
+        n: u32;
+        n: u64;
+        data: payload size nn;
+    }
+
+    tensor from File as f {
+        name = source.stem;
+        dtype = u8;
+        shape = [f.n + "x"];
+        data = f.data;
+    }
+}
+
+format b {
+    engine file;
+
+    layout File little {
+        rank: u8;
+        data: payload rest;
+    }
+
+    tensor from File as f {
+        name = source.stem;
+        dtype = u8;
+        shape = [1];
+        strides = [1];
+        data = f.data;
+    }
+}
+"#;
+
+#[test]
+fn errors_of_every_stage_reported_at_once() {
+    let file = parse(Path::new("stages.fmt"), STAGES).unwrap();
+    let d = check(std::slice::from_ref(&file));
+    let at: Vec<(usize, &str)> = d.iter().map(|d| (d.line, d.message.as_str())).collect();
+    assert_eq!(
+        at,
+        [
+            (5, "`==` compares an integer with a string"),
+            (7, "duplicate field 'n' in layout 'File'"),
+            (8, "unknown name 'nn'"),
+            (14, "`+` cannot add an integer and a string"),
+            (
+                27,
+                "writing needs 'rank', which neither a `write` rule nor the tensor mapping gives"
+            ),
+            (
+                31,
+                "a `file` format's tensors are contiguous bytes of its payload: `strides` means \
+                 nothing here"
+            ),
+        ]
+    );
+}
+
 #[test]
 fn syntax_error_has_line_and_column() {
     let src = "format x {\n    engine file\n    extensions [\"x\"];\n}\n";
@@ -659,7 +723,7 @@ format z {{
     );
     one_error(
         &zip("include a.tensor(e.content); name = e.value;"),
-        "a value of type entry z.m has no member 'value'",
+        "entry 'm' has no `value`",
     );
     one_error(
         &zip("include a.tensor(e.k);"),

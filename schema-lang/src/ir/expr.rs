@@ -117,6 +117,16 @@ impl Builtin {
         })
     }
 
+    /// The number of arguments it takes; `None` for any number (`external`).
+    pub fn arity(self) -> Option<usize> {
+        match self {
+            Builtin::External => None,
+            Builtin::Align | Builtin::IndexOf | Builtin::KeyOf => Some(2),
+            Builtin::Slice => Some(3),
+            _ => Some(1),
+        }
+    }
+
     /// Its name in schemas.
     pub fn name(self) -> &'static str {
         match self {

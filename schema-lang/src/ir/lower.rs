@@ -1,8 +1,11 @@
 //! Lowering: AST → IR. Names are bound to ids, types resolved, expressions typed once.
 //!
+//! This is the one place where expressions are resolved and typed: an unknown name, a
+//! member a value does not have, an operand of the wrong type, a builtin called with the
+//! wrong arguments are reported here, at their span, with the checker's other findings.
 //! Lowering never fails: what it cannot resolve becomes [`Type::Error`] /
-//! [`ExprKind::Error`] and a diagnostic, which the checker reports (it runs lowering as its
-//! last step), so a schema the checker accepts lowers completely.
+//! [`ExprKind::Error`] and a diagnostic, and an expression of type `Error` raises no further
+//! diagnostic (one mistake, one error), so a schema the checker accepts lowers completely.
 
 use std::collections::HashMap;
 
@@ -18,8 +21,15 @@ use crate::diag::Diagnostic;
 /// Lowers `files` (the whole schema) into the IR, with the diagnostics of whatever could
 /// not be resolved.
 pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
+    lower_with(files, false)
+}
+
+/// [`lower`]; `lenient`: some files of the schema could not be parsed, so a name that
+/// may come from one of them (a qualified path, another format's mapping) is not reported.
+pub(crate) fn lower_with(files: &[ast::SchemaFile], lenient: bool) -> (Ir, Vec<Diagnostic>) {
     let mut l = Lower {
         files,
+        lenient,
         ir: Ir::default(),
         diags: Vec::new(),
         fmts: Vec::new(),
@@ -32,8 +42,49 @@ pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
     l.types();
     l.sources();
     l.bodies();
-    l.write_plans();
     (l.ir, l.diags)
+}
+
+/// What the writers cannot do, in the formats `clean` accepts (those whose names and types
+/// resolved: a plan over an expression that did not would only repeat its error): every
+/// layout's write plan (but those read around pickles, which are not written) and every
+/// `file` format's mapping run backwards.
+pub(crate) fn write_plan_gaps(
+    files: &[ast::SchemaFile],
+    ir: &Ir,
+    clean: &dyn Fn(FormatId) -> bool,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    let mut report = |fmt: FormatId, gaps: Vec<super::plan::Gap>| {
+        let f = &files[ir.format(fmt).file];
+        for g in gaps {
+            out.push(Diagnostic::new(&f.path, &f.source, g.span, g.message).with_help(g.help));
+        }
+    };
+    for i in 0..ir.layouts.len() {
+        let l = LayoutId(i as u32);
+        if !clean(ir.layout(l).format) || super::plan::around_pickles(ir, l) {
+            continue;
+        }
+        if let Err(gaps) = super::plan::write_plan(ir, l) {
+            report(ir.layout(l).format, gaps);
+        }
+    }
+    for (i, f) in ir.formats.iter().enumerate() {
+        let [m] = f.mappings.as_slice() else { continue };
+        let m = ir.mapping(*m);
+        if !clean(FormatId(i as u32))
+            || f.engine != Engine::File
+            || super::plan::root_layout(&m.source)
+                .is_none_or(|l| super::plan::around_pickles(ir, l))
+        {
+            continue;
+        }
+        if let Err(gaps) = super::plan::inverse(ir, m) {
+            report(FormatId(i as u32), gaps);
+        }
+    }
+    out
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -50,8 +101,15 @@ enum ItemRef {
 /// Where an expression is evaluated, for name resolution.
 #[derive(Clone)]
 enum Scope {
-    /// A layout field's modifier.
-    Layout(LayoutId),
+    /// A modifier of field `current` of a layout. `read` names a read-side modifier
+    /// (`size`, `check`, ...), which reads only earlier fields (`allow_self`: and the field
+    /// itself, for `check`); `None` for write-side expressions, which read any field.
+    Layout {
+        layout: LayoutId,
+        current: usize,
+        read: Option<&'static str>,
+        allow_self: bool,
+    },
     /// An entry property.
     Entry,
     /// A mapping's `from`.
@@ -69,6 +127,8 @@ enum Scope {
 
 struct Lower<'a> {
     files: &'a [ast::SchemaFile],
+    /// Some files could not be parsed (see [`lower_with`]).
+    lenient: bool,
     ir: Ir,
     diags: Vec<Diagnostic>,
     /// Per format: its file and declaration.
@@ -95,6 +155,52 @@ fn mk(kind: ExprKind, ty: Type, span: Span) -> Expr {
     Expr { kind, ty, span }
 }
 
+/// What a modifier, an operator or a builtin argument needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Want {
+    Int,
+    Bool,
+    Str,
+}
+
+impl Want {
+    fn word(self) -> &'static str {
+        match self {
+            Want::Int => "an integer",
+            Want::Bool => "a boolean",
+            Want::Str => "a string",
+        }
+    }
+}
+
+/// How diagnostics name the kind of value of type `t`, for the rules over integers, truth
+/// values, text, bytes and records; `None` for every other type (lists, dtypes, pickled
+/// values, values that could not be typed), which those rules leave to the engines.
+fn kind_word(t: &Type) -> Option<&'static str> {
+    Some(match t {
+        Type::Int(_) => "an integer",
+        Type::Bool => "a boolean",
+        Type::Str => "a string",
+        Type::Bytes | Type::Payload => "bytes",
+        Type::Layout(_) | Type::Dict(_) | Type::Message(_) | Type::Entry(_) => "a record",
+        _ => return None,
+    })
+}
+
+/// The builtin functions as the help of an unknown function lists them.
+const FUNCTIONS: &str = "len, size, align, latin1, itemsize, slice, has, str, index_of, digits, \
+                         first, last, elements, external";
+
+/// The names, quoted and comma separated, for help lines that list what exists.
+fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
+    let v: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
 fn dotted(p: &[Ident]) -> String {
     p.iter()
         .map(|i| i.name.as_str())
@@ -111,6 +217,32 @@ impl<'a> Lower<'a> {
         let f = &self.files[file];
         self.diags
             .push(Diagnostic::new(&f.path, &f.source, span, msg).with_help(help));
+    }
+
+    /// A diagnostic without a help line.
+    fn error(&mut self, span: Span, msg: impl Into<String>) {
+        let file = self.fmts[self.cur.index()].0;
+        let f = &self.files[file];
+        self.diags
+            .push(Diagnostic::new(&f.path, &f.source, span, msg));
+    }
+
+    /// Lowers `e` and reports when its type is known and not `want`.
+    fn want(&mut self, sc: &Scope, e: &ast::Expr, want: Want, what: &str) -> Expr {
+        let x = self.expr(sc, e);
+        self.need(&x, want, what);
+        x
+    }
+
+    /// Reports when the type of `x` is known and not `want`.
+    fn need(&mut self, x: &Expr, want: Want, what: &str) {
+        if let Some(got) = kind_word(&x.ty).filter(|&g| g != want.word()) {
+            let need = match want {
+                Want::Bool => "a condition (a boolean)",
+                w => w.word(),
+            };
+            self.error(x.span, format!("{what} needs {need}, but this is {got}"));
+        }
     }
 
     fn ast_fmt(&self) -> &'a ast::Format {
@@ -851,7 +983,7 @@ impl<'a> Lower<'a> {
             let values = fmt.values().zip(self.ir.formats[i].values.clone());
             let all: Vec<(&'a ast::TensorMap, MappingId)> = maps.chain(values).collect();
             for (t, id) in all {
-                let source = self.expr(&Scope::Source, &t.source);
+                let source = self.source(&t.source);
                 let binding_ty = match &source.ty {
                     Type::List(x) | Type::Tuple(x) => (**x).clone(),
                     Type::Map(k, v) => Type::MapItem(k.clone(), v.clone()),
@@ -862,6 +994,51 @@ impl<'a> Lower<'a> {
                 m.binding_ty = binding_ty;
             }
         }
+    }
+
+    /// A mapping's `from`: a layout, an entry, a path into one, or a protobuf document's
+    /// `root`.
+    fn source(&mut self, e: &ast::Expr) -> Expr {
+        let ast::ExprKind::Path(path) = &e.kind else {
+            self.gap(
+                e.span,
+                "a tensor mapping iterates a layout, an entry or a path into one",
+                "`tensor from File as f`, `tensor from member as m`, `tensor from \
+                 File.header.rest as t`",
+            );
+            return err_expr(e.span);
+        };
+        let root = path[0].name.as_str();
+        let protobuf = matches!(self.ir.format(self.cur).engine, Engine::Protobuf { .. });
+        match self.ast_fmt().item(root) {
+            _ if root == "root" && protobuf => {}
+            Some(Item::Layout(_) | Item::Entry(_)) => {}
+            Some(item) => {
+                self.error(
+                    path[0].span,
+                    format!(
+                        "a tensor mapping iterates a layout, an entry or a path into one; \
+                         '{root}' is a {}",
+                        item.kind_word()
+                    ),
+                );
+                return err_expr(e.span);
+            }
+            None => {
+                let help = if protobuf {
+                    "name a layout or entry of this format, or `root` (the protobuf document)"
+                } else {
+                    "name a layout or an entry of this format"
+                };
+                self.gap(
+                    path[0].span,
+                    format!("unknown mapping source '{root}'"),
+                    help,
+                );
+                return err_expr(e.span);
+            }
+        }
+        self.expr(&Scope::Source, e)
     }
 
     // -----------------------------------------------------------------------------------
@@ -889,73 +1066,80 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// Reports what the writers cannot do: every layout's write plan (but those read around
-    /// pickles, which are not written) and every `file` format's mapping run backwards.
-    fn write_plans(&mut self) {
-        if !self.diags.is_empty() {
-            return;
-        }
-        for i in 0..self.ir.layouts.len() {
-            let l = LayoutId(i as u32);
-            if super::plan::around_pickles(&self.ir, l) {
-                continue;
-            }
-            if let Err(gaps) = super::plan::write_plan(&self.ir, l) {
-                self.cur = self.ir.layout(l).format;
-                for g in gaps {
-                    self.gap(g.span, g.message, g.help);
-                }
-            }
-        }
-        for i in 0..self.ir.formats.len() {
-            let f = &self.ir.formats[i];
-            let [m] = f.mappings.as_slice() else { continue };
-            let m = self.ir.mapping(*m);
-            if f.engine != Engine::File
-                || super::plan::root_layout(&m.source)
-                    .is_none_or(|l| super::plan::around_pickles(&self.ir, l))
-            {
-                continue;
-            }
-            if let Err(gaps) = super::plan::inverse(&self.ir, m) {
-                self.cur = FormatId(i as u32);
-                for g in gaps {
-                    self.gap(g.span, g.message, g.help);
-                }
-            }
-        }
-    }
-
     fn layout_exprs(&mut self, id: LayoutId, l: &ast::Layout) {
-        let sc = Scope::Layout(id);
         for (i, f) in l.fields.iter().enumerate() {
+            let read = |kw: &'static str, allow_self: bool| Scope::Layout {
+                layout: id,
+                current: i,
+                read: Some(kw),
+                allow_self,
+            };
+            // Write rules (and a codec's `spare`, evaluated on write) read any field.
+            let any = Scope::Layout {
+                layout: id,
+                current: i,
+                read: None,
+                allow_self: true,
+            };
             let mut checks = Vec::new();
             let (mut write, mut size, mut align, mut at, mut count, mut pad) =
                 (None, None, None, None, None, None);
             let (mut encoding, mut spare) = (None, None);
             for m in &f.modifiers {
                 match m {
-                    ast::Modifier::Check(e) => checks.push(self.expr(&sc, e)),
-                    ast::Modifier::Write(e) => write = Some(self.expr(&sc, e)),
-                    ast::Modifier::Size(e) => size = Some(self.expr(&sc, e)),
-                    ast::Modifier::Align(e) => align = Some(self.expr(&sc, e)),
-                    ast::Modifier::At(e) => at = Some(self.expr(&sc, e)),
-                    ast::Modifier::Repeat(ast::Repeat::Count(e)) => count = Some(self.expr(&sc, e)),
+                    ast::Modifier::Check(e) => {
+                        checks.push(self.want(&read("check", true), e, Want::Bool, "`check`"))
+                    }
+                    ast::Modifier::Write(e) => write = Some(self.expr(&any, e)),
+                    ast::Modifier::Size(e) => {
+                        size = Some(self.want(&read("size", false), e, Want::Int, "`size`"))
+                    }
+                    ast::Modifier::Align(e) => {
+                        align = Some(self.want(&read("align", false), e, Want::Int, "`align`"))
+                    }
+                    ast::Modifier::At(e) => {
+                        at = Some(self.want(&read("at", false), e, Want::Int, "`at`"))
+                    }
+                    ast::Modifier::Repeat(ast::Repeat::Count(e)) => {
+                        count =
+                            Some(self.want(&read("count", false), e, Want::Int, "`repeat count`"))
+                    }
                     ast::Modifier::Codec { args, .. } => {
                         for a in args {
                             match a.name.as_ref().map(|n| n.name.as_str()) {
-                                Some("encoding") => encoding = Some(self.expr(&sc, &a.value)),
-                                Some("spare") => spare = Some(self.expr(&sc, &a.value)),
+                                Some("encoding") => {
+                                    encoding = Some(self.want(
+                                        &read("codec", false),
+                                        &a.value,
+                                        Want::Str,
+                                        "the `encoding` argument",
+                                    ))
+                                }
+                                Some("spare") => {
+                                    spare = Some(self.want(
+                                        &any,
+                                        &a.value,
+                                        Want::Int,
+                                        "the `spare` argument",
+                                    ))
+                                }
                                 _ => {}
                             }
                         }
                     }
-                    ast::Modifier::Pad { args, span } => pad = Some(self.pad(&sc, args, *span)),
+                    ast::Modifier::Pad { args, span } => {
+                        pad = Some(self.pad(&read("pad", false), args, *span))
+                    }
                     _ => {}
                 }
             }
             let cond = match &f.ty {
-                ast::FieldType::Cond { cond, .. } => Some(self.expr(&sc, cond)),
+                ast::FieldType::Cond { cond, .. } => Some(self.want(
+                    &read("if", false),
+                    cond,
+                    Want::Bool,
+                    "the condition of a conditional type",
+                )),
                 _ => None,
             };
             let fld = &mut self.ir.layouts[id.index()].fields[i];
@@ -996,8 +1180,8 @@ impl<'a> Lower<'a> {
                 _ => None,
             };
             match a.name.as_ref().map(|n| n.name.as_str()) {
-                Some("align") => p.align = self.expr(sc, &a.value),
-                Some("min") => p.min = Some(self.expr(sc, &a.value)),
+                Some("align") => p.align = self.want(sc, &a.value, Want::Int, "`pad` align"),
+                Some("min") => p.min = Some(self.want(sc, &a.value, Want::Int, "`pad` min")),
                 Some("fill") => p.fill = byte().unwrap_or(b' '),
                 Some("last") => p.last = byte(),
                 _ => {}
@@ -1059,8 +1243,8 @@ impl<'a> Lower<'a> {
         for p in &e.props {
             let Some(v) = &p.value else { continue };
             match p.name.name.as_str() {
-                "align" => align = Some(self.expr(&Scope::Entry, v)),
-                "check" => check = Some(self.expr(&Scope::Entry, v)),
+                "align" => align = Some(self.want(&Scope::Entry, v, Want::Int, "`align`")),
+                "check" => check = Some(self.want(&Scope::Entry, v, Want::Bool, "`check`")),
                 "split" => split = Some(self.expr(&Scope::Entry, v)),
                 "write" if e.prop("codec").is_some() => {
                     write = Some(self.expr(
@@ -1095,7 +1279,10 @@ impl<'a> Lower<'a> {
                  name the binding for the item (`as t`, `as blob`, `as r`)",
             );
         }
-        let filter = t.filter.as_ref().map(|f| self.expr(&sc, f));
+        let filter = t
+            .filter
+            .as_ref()
+            .map(|f| self.want(&sc, f, Want::Bool, "`where`"));
         let mut stmts = Vec::new();
         let mut write = None;
         let proto = matches!(
@@ -1144,6 +1331,10 @@ impl<'a> Lower<'a> {
             return None;
         };
         let format = self.visible(&callee.first()?.name)?;
+        if self.ir.format(format).mappings.is_empty() {
+            // "format 'x' has no tensor mapping to include", from the checker.
+            return None;
+        }
         let arg = self.expr(&Scope::Mapping(me), &args.first()?.value);
         let found = self
             .ir
@@ -1200,11 +1391,15 @@ impl<'a> Lower<'a> {
             }
             A::Call { callee, args } => self.call(sc, callee, args, span),
             A::Unary { op, expr } => {
-                let x = self.expr(sc, expr);
-                let ty = match op {
-                    UnaryOp::Not => Type::Bool,
-                    UnaryOp::Neg => Type::INT,
+                let (want, ty) = match op {
+                    UnaryOp::Not => (Want::Bool, Type::Bool),
+                    UnaryOp::Neg => (Want::Int, Type::INT),
                 };
+                let what = match op {
+                    UnaryOp::Not => "`!`",
+                    UnaryOp::Neg => "`-`",
+                };
+                let x = self.want(sc, expr, want, what);
                 mk(
                     ExprKind::Unary {
                         op: *op,
@@ -1227,20 +1422,52 @@ impl<'a> Lower<'a> {
                         Type::Message(_) | Type::Entry(_) | Type::Layout(_) | Type::Dict(_)
                     )
                 };
-                if matches!(op, Eq | Ne | Lt | Le | Gt | Ge) && (record(&l.ty) || record(&r.ty)) {
-                    let shown = self.show_ty(if record(&l.ty) { &l.ty } else { &r.ty });
-                    self.gap(
-                        span,
-                        format!("`{}` compares records ({shown})", op.symbol()),
-                        "compare the fields that identify them: `b.name == \"w\"`, \
-                         `blob.name != \"\"`",
-                    );
-                }
+                let (lk, rk) = (kind_word(&l.ty), kind_word(&r.ty));
+                let sym = format!("`{}`", op.symbol());
                 let ty = match op {
-                    Or | And | Eq | Ne | Lt | Le | Gt | Ge => Type::Bool,
-                    Add if l.ty == Type::Str || r.ty == Type::Str => Type::Str,
-                    Add if l.ty == Type::Bytes || r.ty == Type::Bytes => Type::Bytes,
-                    _ => Type::INT,
+                    Or | And => {
+                        self.need(&l, Want::Bool, &sym);
+                        self.need(&r, Want::Bool, &sym);
+                        Type::Bool
+                    }
+                    Eq | Ne | Lt | Le | Gt | Ge => {
+                        let mismatch = matches!((lk, rk), (Some(a), Some(b)) if a != b);
+                        if mismatch {
+                            let (a, b) = (lk.unwrap_or_default(), rk.unwrap_or_default());
+                            self.error(span, format!("{sym} compares {a} with {b}"));
+                        } else if record(&l.ty) || record(&r.ty) {
+                            let shown = self.show_ty(if record(&l.ty) { &l.ty } else { &r.ty });
+                            self.gap(
+                                span,
+                                format!("{sym} compares records ({shown})"),
+                                "compare the fields that identify them: `b.name == \"w\"`, \
+                                 `blob.name != \"\"`",
+                            );
+                        }
+                        Type::Bool
+                    }
+                    Add => match (lk, rk) {
+                        (Some("an integer"), Some("an integer") | None)
+                        | (None, Some("an integer")) => Type::INT,
+                        (Some("a string"), Some("a string") | None) | (None, Some("a string")) => {
+                            Type::Str
+                        }
+                        (Some("bytes"), Some("bytes") | None) | (None, Some("bytes")) => {
+                            Type::Bytes
+                        }
+                        (None, None) if l.ty == Type::Error || r.ty == Type::Error => Type::Error,
+                        (None, None) => Type::INT,
+                        (a, b) => {
+                            let (a, b) = (a.unwrap_or("a value"), b.unwrap_or("a value"));
+                            self.error(span, format!("`+` cannot add {a} and {b}"));
+                            Type::Error
+                        }
+                    },
+                    Sub | Mul | Div | Rem => {
+                        self.need(&l, Want::Int, &sym);
+                        self.need(&r, Want::Int, &sym);
+                        Type::INT
+                    }
                 };
                 mk(
                     ExprKind::Binary {
@@ -1254,7 +1481,14 @@ impl<'a> Lower<'a> {
             }
             A::In { expr, list } => {
                 let x = self.expr(sc, expr);
-                let list = list.iter().map(|y| self.expr(sc, y)).collect();
+                let list: Vec<Expr> = list.iter().map(|y| self.expr(sc, y)).collect();
+                for y in &list {
+                    if let (Some(a), Some(b)) = (kind_word(&x.ty), kind_word(&y.ty)) {
+                        if a != b {
+                            self.error(y.span, format!("`in` compares {a} with {b}"));
+                        }
+                    }
+                }
                 mk(
                     ExprKind::In {
                         expr: Box::new(x),
@@ -1269,7 +1503,7 @@ impl<'a> Lower<'a> {
                 then,
                 otherwise,
             } => {
-                let c = self.expr(sc, cond);
+                let c = self.want(sc, cond, Want::Bool, "the condition of `if`");
                 let a = self.expr(sc, then);
                 let b = self.expr(sc, otherwise);
                 let ty = self.join(&a.ty, &b.ty, span);
@@ -1318,10 +1552,17 @@ impl<'a> Lower<'a> {
     /// True when `name` is bound by the scope (a field, the binding, a tensor key).
     fn local(&self, sc: &Scope, name: &str) -> bool {
         match sc {
-            Scope::Layout(l) => self.ir.layout(*l).fields.iter().any(|f| f.name == name),
+            Scope::Layout { layout, .. } => self
+                .ir
+                .layout(*layout)
+                .fields
+                .iter()
+                .any(|f| f.name == name),
             Scope::Mapping(m) => {
                 self.ir.mapping(*m).binding == name || crate::TENSOR_KEYS.contains(&name)
             }
+            Scope::ProtoWrite { tensor } => *tensor && WriteVar::proto(name).is_some(),
+            Scope::PickleWrite { tensor, .. } => *tensor && WriteVar::pickle(name).is_some(),
             _ => false,
         }
     }
@@ -1342,14 +1583,40 @@ impl<'a> Lower<'a> {
             rest.iter().fold(base, |b, m| l.member(b, m))
         };
         match sc {
-            Scope::Layout(l) => {
+            Scope::Layout {
+                layout: l,
+                current,
+                read,
+                allow_self,
+            } => {
                 if let Some(i) = self.ir.layout(*l).fields.iter().position(|f| f.name == n) {
+                    if let Some(kw) = read {
+                        let ok = i < *current || (i == *current && *allow_self);
+                        if !ok {
+                            let me = self.ir.layout(*l).fields[*current].name.clone();
+                            let msg = if i == *current {
+                                format!("`{kw}` of '{me}' refers to '{me}' itself")
+                            } else {
+                                format!(
+                                    "`{kw}` of '{me}' refers to '{n}', which comes later in the layout"
+                                )
+                            };
+                            self.gap(
+                                root.span,
+                                msg,
+                                "read-side expressions (check, size, count, at, align, codec \
+                                 arguments, conditional types) may only use earlier fields; \
+                                 `write` rules may use any field",
+                            );
+                        }
+                    }
                     let ty = self.ir.layout(*l).fields[i].ty.clone();
                     let base = mk(ExprKind::Field(*l, FieldId(i as u32)), ty, root.span);
                     return members(self, base, &p[1..]);
                 }
-                if n == "dtype" && one {
-                    return mk(ExprKind::RecordDtype, Type::Dtype, span);
+                if n == "dtype" {
+                    let base = mk(ExprKind::RecordDtype, Type::Dtype, root.span);
+                    return members(self, base, &p[1..]);
                 }
             }
             Scope::Mapping(m) => {
@@ -1480,19 +1747,49 @@ impl<'a> Lower<'a> {
         if let Some(r) = self.item(self.cur, n) {
             return self.item_value(self.cur, r, p, span);
         }
-        if p.len() >= 2 {
-            if let Some(f) = self.visible(n) {
+        if let Some(f) = self.visible(n) {
+            if p.len() >= 2 {
                 if let Some(r) = self.item(f, &p[1].name) {
                     return self.item_value(f, r, &p[1..], span);
                 }
+                self.error(
+                    p[1].span,
+                    format!("format '{n}' has no item '{}'", p[1].name),
+                );
+                return err_expr(span);
             }
+            self.gap(
+                root.span,
+                format!("'{n}' is a format, not a value"),
+                "name one of its items: `other.NAME`, `other.TABLE[key]`, `other.tensor(x)`",
+            );
+            return err_expr(span);
+        } else if self.by_name.contains_key(n) {
+            self.gap(
+                root.span,
+                format!("format '{n}' is not imported"),
+                format!("add `use {n};` to this file"),
+            );
+            return err_expr(span);
+        } else if self.lenient && p.len() > 1 {
+            return err_expr(span);
         }
-        self.gap(
-            root.span,
-            format!("cannot resolve the name '{}'", dotted(p)),
-            "names are fields, the binding, tensor properties, items of the format or of a \
-             visible format, and the constants c, fortran, le, be, source",
-        );
+        let help = match sc {
+            Scope::Layout { .. } => {
+                "names in a layout are its fields, items of the format (tables, layouts, ...), \
+                 formats, `dtype`, or the constants c, fortran, le, be, source"
+            }
+            Scope::Mapping(_) => {
+                "names in a mapping are its binding, the tensor properties (name, dtype, ...), \
+                 items of the format, formats, `root` (protobuf), dtype names (f32, ...), or \
+                 the constants c, fortran, le, be, source"
+            }
+            _ => {
+                "names are items of the format (entries, tables, ...), formats, or the \
+                 constants c, fortran, le, be, source"
+            }
+        };
+        self.gap(root.span, format!("unknown name '{n}'"), help);
         err_expr(span)
     }
 
@@ -1537,8 +1834,31 @@ impl<'a> Lower<'a> {
                         if i + 2 == p.len() {
                             return self.enum_value(en, &p[i + 1], span);
                         }
+                        break;
                     }
-                    break;
+                    let nested: Vec<&str> = msg
+                        .messages
+                        .iter()
+                        .map(|&x| self.ir.message(x).name.as_str())
+                        .chain(msg.enums.iter().map(|&x| self.ir.enum_(x).name.as_str()))
+                        .collect();
+                    let (mname, help) = (
+                        msg.name.clone(),
+                        format!(
+                            "nested in '{}': {}; an enum value is `Message.Enum.VALUE`",
+                            msg.name,
+                            listed(nested)
+                        ),
+                    );
+                    self.gap(
+                        p[i].span,
+                        format!(
+                            "message '{mname}' has no nested message or enum '{}'",
+                            p[i].name
+                        ),
+                        help,
+                    );
+                    return err_expr(span);
                 }
                 self.gap(
                     span,
@@ -1569,7 +1889,11 @@ impl<'a> Lower<'a> {
                         self.ir.enum_(en).name,
                         v.name
                     ),
-                    "name one of the enum's values",
+                    format!(
+                        "values of '{}': {}",
+                        self.ir.enum_(en).name,
+                        listed(self.ir.enum_(en).values.iter().map(|v| v.0.as_str()))
+                    ),
                 );
                 err_expr(span)
             }
@@ -1674,16 +1998,77 @@ impl<'a> Lower<'a> {
                 span,
             ),
             None => {
-                let shown = self.show_ty(&base.ty);
-                self.gap(
-                    name.span,
-                    format!("a value of type {shown} has no member '{n}'"),
-                    "members are fields of layouts, dicts and messages, entry members \
-                     (content, value, name, captures), and source.stem/name/path",
-                );
+                self.no_member(&base.ty, name);
                 err_expr(span)
             }
         }
+    }
+
+    /// Reports that a value of type `ty` has no member `name`, listing those it has.
+    fn no_member(&mut self, ty: &Type, name: &Ident) {
+        let n = &name.name;
+        let (msg, help) = match ty {
+            Type::Layout(l) => {
+                let l = self.ir.layout(*l);
+                (
+                    format!("layout '{}' has no field '{n}'", l.name),
+                    format!(
+                        "fields of '{}': {}",
+                        l.name,
+                        listed(l.fields.iter().map(|f| f.name.as_str()))
+                    ),
+                )
+            }
+            Type::Dict(d) => {
+                let d = self.ir.dict(*d);
+                (
+                    format!("dict '{}' has no key '{n}'", d.name),
+                    format!(
+                        "keys of '{}': {}",
+                        d.name,
+                        listed(d.keys.iter().map(|k| k.key.as_str()))
+                    ),
+                )
+            }
+            Type::Entry(e) if n == "value" => {
+                let e = &self.ir.entry(*e).name;
+                (
+                    format!("entry '{e}' has no `value`"),
+                    "an entry's `value` is what its `value` property declares (`value Message;`); \
+                     its bytes are `content`"
+                        .to_string(),
+                )
+            }
+            Type::Entry(e) => {
+                let e = self.ir.entry(*e);
+                let caps: String = e
+                    .pattern
+                    .captures
+                    .iter()
+                    .filter(|c| !["content", "value", "name"].contains(&c.as_str()))
+                    .map(|c| format!(", {c}"))
+                    .collect();
+                (
+                    format!("entry '{}' has no member '{n}'", e.name),
+                    format!("entry members: content, value, name{caps}"),
+                )
+            }
+            Type::Dtype => (
+                format!("a dtype has no member '{n}'"),
+                "the bytes of one element of a dtype are `itemsize(dtype)`".to_string(),
+            ),
+            Type::Source => (
+                format!("`source` has no member '{n}'"),
+                "`source.stem`, `source.name`, `source.path`".to_string(),
+            ),
+            _ => (
+                format!("a value of type {} has no member '{n}'", self.show_ty(ty)),
+                "members are fields of layouts, dicts and messages, entry members \
+                 (content, value, name, captures), and source.stem/name/path"
+                    .to_string(),
+            ),
+        };
+        self.gap(name.span, msg, help);
     }
 
     fn field_member(&self, l: LayoutId, n: &str) -> Option<(Member, Type)> {
@@ -1699,11 +2084,56 @@ impl<'a> Lower<'a> {
             .map(|i| (Member::MessageField(m, i), msg.fields[i].ty.clone()))
     }
 
+    /// The table `p` names as the base of `p[key]` (`T` or `fmt.T`): `Some(Ok)`, or
+    /// `Some(Err(message))` for a path that names no table where one is expected, or `None`
+    /// when `p` is not a table lookup (a field, a layout, a local name...).
+    fn lookup_table(&self, sc: &Scope, p: &[Ident]) -> Option<Result<TableId, String>> {
+        let n = p[0].name.as_str();
+        let constant = matches!(n, "c" | "fortran" | "le" | "be" | "source");
+        if self.local(sc, n) || constant {
+            return None;
+        }
+        let ast_item = |f: FormatId, name: &str| self.fmts[f.index()].1.item(name);
+        match p.len() {
+            1 => match (self.item(self.cur, n), ast_item(self.cur, n)) {
+                (Some(ItemRef::Table(t)), _) => Some(Ok(t)),
+                (Some(ItemRef::Layout(_) | ItemRef::Entry(_)), _) => None,
+                (_, Some(item)) => {
+                    Some(Err(format!("'{n}' is a {}, not a table", item.kind_word())))
+                }
+                (_, None) if self.visible(n).is_some() => None,
+                (_, None) => Some(Err(format!("unknown table '{n}'"))),
+            },
+            2 if self.item(self.cur, n).is_none() => {
+                let f = self.visible(n)?;
+                let t = &p[1].name;
+                match self.item(f, t) {
+                    Some(ItemRef::Table(t)) => Some(Ok(t)),
+                    _ => Some(Err(format!(
+                        "unknown table '{n}.{t}': format '{n}' has no table '{t}'"
+                    ))),
+                }
+            }
+            _ => None,
+        }
+    }
+
     fn index(&mut self, sc: &Scope, base: &ast::Expr, index: &ast::Expr, span: Span) -> Expr {
         if let ast::ExprKind::Path(p) = &base.kind {
-            if !self.local(sc, &p[0].name) && p.len() <= 2 {
-                if let Some(t) = self.table_of(p) {
+            match self.lookup_table(sc, p) {
+                Some(Ok(t)) => {
                     let k = self.expr(sc, index);
+                    let (want, keys) = match self.ir.table(t).key {
+                        KeyKind::Str => ("a string", "string"),
+                        KeyKind::Int => ("an integer", "integer"),
+                    };
+                    if let Some(got) = kind_word(&k.ty).filter(|&g| g != want) {
+                        let name = self.ir.table(t).name.clone();
+                        self.error(
+                            index.span,
+                            format!("table '{name}' has {keys} keys, but this key is {got}"),
+                        );
+                    }
                     return mk(
                         ExprKind::Lookup {
                             table: t,
@@ -1713,6 +2143,17 @@ impl<'a> Lower<'a> {
                         span,
                     );
                 }
+                Some(Err(msg)) => {
+                    self.expr(sc, index);
+                    self.gap(
+                        base.span,
+                        msg,
+                        "`NAME[key]` looks a key up in a `table` of this format (or \
+                         `other.NAME[key]`)",
+                    );
+                    return err_expr(span);
+                }
+                None => {}
             }
         }
         let b = self.expr(sc, base);
@@ -1878,6 +2319,18 @@ impl<'a> Lower<'a> {
                 return self.builtin(sc, func, args, span);
             }
             if let Some(e) = self.entry_id(name) {
+                let caps = self.ir.entry(e).pattern.captures.clone();
+                for a in args {
+                    if !a.name.as_ref().is_some_and(|k| caps.contains(&k.name)) {
+                        let shown: Vec<String> =
+                            caps.iter().map(|c| format!("{c} = ...")).collect();
+                        self.gap(
+                            a.span,
+                            format!("entry '{name}' is looked up by its captures"),
+                            format!("`{name}({})`", shown.join(", ")),
+                        );
+                    }
+                }
                 let captures = args
                     .iter()
                     .map(|a| {
@@ -1894,29 +2347,74 @@ impl<'a> Lower<'a> {
                 );
             }
         }
-        if callee.len() == 2 && callee[1].name == "tensor" {
-            if let (Some(f), [a]) = (self.visible(name), args) {
-                let arg = self.expr(sc, &a.value);
-                return mk(
-                    ExprKind::MappingOf {
-                        format: f,
-                        arg: Box::new(arg),
-                    },
-                    Type::TensorData,
-                    span,
+        let mapping = callee.len() == 2 && callee[1].name == "tensor";
+        if let (true, Some(f), [a]) = (mapping, self.visible(name), args) {
+            let arg = self.expr(sc, &a.value);
+            return mk(
+                ExprKind::MappingOf {
+                    format: f,
+                    arg: Box::new(arg),
+                },
+                Type::TensorData,
+                span,
+            );
+        }
+        // Not resolved: the names in the arguments are still checked.
+        for a in args {
+            self.expr(sc, &a.value);
+        }
+        if let (true, Some(_)) = (mapping, self.visible(name)) {
+            self.gap(
+                span,
+                format!("`{text}` takes one argument, found {}", args.len()),
+                format!("`{text}(x)` applies the mapping of '{name}' to x"),
+            );
+            return err_expr(span);
+        }
+        if mapping {
+            if self.visible(name).is_none() && self.by_name.contains_key(name) {
+                self.gap(
+                    callee[0].span,
+                    format!("format '{name}' is not imported"),
+                    format!("add `use {name};` to this file"),
                 );
+                return err_expr(span);
+            }
+            if self.lenient && self.visible(name).is_none() {
+                return err_expr(span);
             }
         }
-        self.gap(
-            span,
-            format!("cannot resolve the function '{text}'"),
-            "functions are the builtins, entry lookups `E(capture = v)`, and in write rules \
-             messages, pickle globals and the persistent kind",
-        );
+        if callee.len() == 1 {
+            self.gap(
+                callee[0].span,
+                format!("unknown function '{name}'"),
+                format!("functions: {FUNCTIONS}, or an entry lookup `entry(capture = ...)`"),
+            );
+        } else {
+            self.gap(
+                span,
+                format!("unknown function '{text}'"),
+                "a qualified call is another format's mapping, `F.tensor(x)`, with F a format \
+                 of this file or named by `use`",
+            );
+        }
         err_expr(span)
     }
 
     fn builtin(&mut self, sc: &Scope, func: Builtin, args: &[ast::Arg], span: Span) -> Expr {
+        let name = func.name();
+        if let Some(n) = func.arity().filter(|&n| n != args.len()) {
+            let s = if n == 1 { "" } else { "s" };
+            self.error(
+                span,
+                format!("`{name}` takes {n} argument{s}, found {}", args.len()),
+            );
+        }
+        if let (Builtin::Len | Builtin::Size, Scope::Layout { .. }, [a]) = (func, sc, args) {
+            if a.value.as_path().is_none() {
+                self.error(a.span, format!("`{name}` takes a field name"));
+            }
+        }
         let args: Vec<Arg> = args
             .iter()
             .map(|a| Arg {
@@ -1952,7 +2450,13 @@ impl<'a> Lower<'a> {
                 }
                 Type::INT
             }
-            Builtin::Size | Builtin::Align | Builtin::IndexOf | Builtin::Digits => Type::INT,
+            Builtin::Align | Builtin::Digits => {
+                for a in &args {
+                    self.need(&a.value, Want::Int, &format!("`{name}`"));
+                }
+                Type::INT
+            }
+            Builtin::Size | Builtin::IndexOf => Type::INT,
             Builtin::Latin1 | Builtin::Has => Type::Bool,
             Builtin::Str => Type::Str,
             Builtin::Len => {
@@ -2053,9 +2557,10 @@ impl<'a> Lower<'a> {
                 other => {
                     let shown = self.show_ty(&other);
                     if other != Type::Error {
+                        let shown = kind_word(&other).map_or(shown, str::to_string);
                         self.gap(
-                            span,
-                            format!("`{}` takes a list, but this is {shown}", func.name()),
+                            args.first().map_or(span, |a| a.value.span),
+                            format!("`{name}` takes a list, but this is {shown}"),
                             "`first(list)`, `last(list)`",
                         );
                     }
@@ -2069,7 +2574,7 @@ impl<'a> Lower<'a> {
                 },
                 _ => {
                     self.gap(
-                        span,
+                        args.first().map_or(span, |a| a.value.span),
                         "`key_of` takes a table of this format",
                         "`key_of(TABLE, dtype)`",
                     );

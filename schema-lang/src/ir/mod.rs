@@ -36,7 +36,7 @@ pub use ty::{ByteOrder, Dtype, FloatTy, IntTy, Type};
 
 use crate::ast::{Label, Span};
 
-pub(crate) use lower::lower;
+pub(crate) use lower::{lower, lower_with, write_plan_gaps};
 
 macro_rules! ids {
     ($($(#[$m:meta])* $name:ident;)*) => {$(
