@@ -1126,7 +1126,6 @@ impl<'a> Checker<'a> {
                                 "a repeated field is written from a list `[..]`",
                             );
                         }
-                        self.proto_write(at, &o.value, false);
                     }
                     _ => self.err_help(
                         at.file,
@@ -1267,92 +1266,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// A write rule that builds a pickled value: the root object of a pickle entry
-    /// (`tensor = false`) or the object of each tensor (`write = ...` in the mapping).
-    /// Calls name declared globals (`collections.OrderedDict()`) or the persistent kind
-    /// with its items by name; paths name declared globals or, per tensor, `index`,
-    /// `numel`, `nbytes`, `shape`, `strides`, `dtype`; builtins `global(text)`,
-    /// `key_of(TABLE, dtype)` and `str(int)`.
-    /// A protobuf write rule: messages built as `M(field = value, ...)` (fields of `M`),
-    /// lists, literals, enum values, `str(int)`, `key_of(table, dtype)`, and in a
-    /// mapping's rule the tensor (`name dtype shape data`) and its placement (`external
-    /// location offset nbytes`).
-    fn proto_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
-        const TENSOR: &[&str] = &[
-            "name", "dtype", "shape", "data", "external", "location", "offset", "nbytes", "begin",
-            "end",
-        ];
-        let mut errors: Vec<(Span, String, String)> = Vec::new();
-        let calls = "calls in a protobuf write rule: `M(field = value)` for a message M of this \
-                     format, `str(x)`, `key_of(TABLE, dtype)`";
-        e.walk(&mut |x| match &x.kind {
-            ExprKind::Call { callee, args } => {
-                let name: Vec<&str> = callee.iter().map(|i| i.name.as_str()).collect();
-                match name.as_slice() {
-                    ["str"] | ["key_of"] => {}
-                    [m] => match at.fmt.messages().find(|d| d.name.name == *m) {
-                        Some(decl) => {
-                            for a in args {
-                                match &a.name {
-                                    Some(n) if decl.fields.iter().any(|f| f.name.name == n.name) => {}
-                                    Some(n) => errors.push((
-                                        n.span,
-                                        format!("message '{m}' has no field '{}'", n.name),
-                                        format!(
-                                            "fields of '{m}': {}",
-                                            listed(decl.fields.iter().map(|f| f.name.name.as_str()))
-                                        ),
-                                    )),
-                                    None => errors.push((
-                                        a.span,
-                                        format!("fields of '{m}' are given by name: `{m}(field = value)`"),
-                                        format!(
-                                            "fields of '{m}': {}",
-                                            listed(decl.fields.iter().map(|f| f.name.name.as_str()))
-                                        ),
-                                    )),
-                                }
-                            }
-                        }
-                        None => errors.push((
-                            x.span,
-                            format!("'{m}' is neither a message of this format nor a write-rule function"),
-                            calls.to_string(),
-                        )),
-                    },
-                    _ => errors.push((
-                        x.span,
-                        format!("'{}' is not a write-rule function", name.join(".")),
-                        calls.to_string(),
-                    )),
-                }
-            }
-            ExprKind::Path(p) if p.len() == 1 => {
-                let n = p[0].name.as_str();
-                let known = (tensor && TENSOR.contains(&n))
-                    || at.fmt.tables().any(|t| t.name.name == n)
-                    || DTYPES.contains(&n);
-                if !known {
-                    let help = if tensor {
-                        format!(
-                            "names in a mapping's write rule: {}, tables of this format and \
-                             dtype names",
-                            TENSOR.join(", ")
-                        )
-                    } else {
-                        "names in a field's write rule: tables of this format and dtype names"
-                            .to_string()
-                    };
-                    errors.push((x.span, format!("unknown name '{n}' in a write rule"), help));
-                }
-            }
-            _ => {}
-        });
-        for (span, msg, help) in errors {
-            self.err_help(at.file, span, msg, help);
-        }
-    }
-
     /// Where a protobuf write rule puts the tensor's bytes (`data`). A document streams
     /// them after the item it writes, so `data` is the value of a `bytes` field of the
     /// message the rule builds (not of a message inside it); a database record encodes
@@ -1455,6 +1368,12 @@ impl<'a> Checker<'a> {
         }
     }
 
+    /// A write rule that builds a pickled value: the root object of a pickle entry
+    /// (`tensor = false`) or the object of each tensor (`write = ...` in the mapping).
+    /// Calls name declared globals (`collections.OrderedDict()`) or the persistent kind
+    /// with its items by name; paths name declared globals or, per tensor, `index`,
+    /// `numel`, `nbytes`, `shape`, `strides`, `dtype`; builtins `global(text)`,
+    /// `key_of(TABLE, dtype)` and `str(int)`.
     fn pickle_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
         let pickles: Vec<&Pickle> = at.fmt.pickles().collect();
         if pickles.is_empty() {
@@ -1813,7 +1732,6 @@ impl<'a> Checker<'a> {
                     let k = key.name.as_str();
                     self.property(at.file, key, ("tensor", TENSOR_KEYS), &mut assigned);
                     if k == "write" && matches!(at.fmt.engine_kind(), "protobuf" | "kv") {
-                        self.proto_write(at, value, true);
                         self.proto_data(at, value);
                     } else if k == "write" {
                         self.pickle_write(at, value, true);
@@ -1975,16 +1893,6 @@ fn one_of(kinds: &[&str]) -> String {
         [] => String::new(),
         [one] => format!("a {one}"),
         [init @ .., last] => format!("a {} or {last}", init.join(", ")),
-    }
-}
-
-/// The names, quoted and comma separated, for help lines that list what exists.
-fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
-    let v: Vec<String> = names.into_iter().map(|n| format!("'{n}'")).collect();
-    if v.is_empty() {
-        "none".into()
-    } else {
-        v.join(", ")
     }
 }
 

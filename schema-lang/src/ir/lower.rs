@@ -1672,6 +1672,15 @@ impl<'a> Lower<'a> {
                     if let Some(d) = Dtype::from_name(n) {
                         return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
                     }
+                    let help = if *tensor {
+                        "names in a mapping's write rule: name, dtype, shape, data, external, \
+                         location, offset, nbytes, begin, end, tables of this format and dtype \
+                         names"
+                    } else {
+                        "names in a field's write rule: tables of this format and dtype names"
+                    };
+                    self.gap(span, format!("unknown name '{n}' in a write rule"), help);
+                    return err_expr(span);
                 }
             }
             Scope::PickleWrite { tensor, pickle } => {
@@ -2292,18 +2301,25 @@ impl<'a> Lower<'a> {
                 .find(|&m| self.ir.message(m).name == name);
             if let Some(m) = top {
                 let mut fields = Vec::new();
+                let all = listed(self.ir.message(m).fields.iter().map(|f| f.name.as_str()));
                 for a in args {
                     let v = self.expr(sc, &a.value);
-                    match a
-                        .name
-                        .as_ref()
-                        .and_then(|n| self.ir.message(m).field_index(&n.name))
-                    {
+                    let Some(n) = &a.name else {
+                        self.gap(
+                            a.span,
+                            format!(
+                                "fields of '{name}' are given by name: `{name}(field = value)`"
+                            ),
+                            format!("fields of '{name}': {all}"),
+                        );
+                        continue;
+                    };
+                    match self.ir.message(m).field_index(&n.name) {
                         Some(i) => fields.push((i, v)),
                         None => self.gap(
-                            a.span,
-                            format!("message '{name}' has no such field"),
-                            format!("`{name}(field = value)`"),
+                            n.span,
+                            format!("message '{name}' has no field '{}'", n.name),
+                            format!("fields of '{name}': {all}"),
                         ),
                     }
                 }
@@ -2312,6 +2328,29 @@ impl<'a> Lower<'a> {
                     Type::Message(m),
                     span,
                 );
+            }
+        }
+        if let Scope::ProtoWrite { .. } = sc {
+            // A protobuf write rule builds messages from the tensor's values, with `str`
+            // and `key_of`.
+            if !matches!(text.as_str(), "str" | "key_of") {
+                for a in args {
+                    self.expr(sc, &a.value);
+                }
+                let msg = if callee.len() == 1 {
+                    format!(
+                        "'{name}' is neither a message of this format nor a write-rule function"
+                    )
+                } else {
+                    format!("'{text}' is not a write-rule function")
+                };
+                self.gap(
+                    span,
+                    msg,
+                    "calls in a protobuf write rule: `M(field = value)` for a message M of \
+                     this format, `str(x)`, `key_of(TABLE, dtype)`",
+                );
+                return err_expr(span);
             }
         }
         if callee.len() == 1 {
