@@ -154,7 +154,12 @@ struct Progress {
 }
 
 /// Runs `job` in a child, kills it after `delay`, and returns what it printed.
-fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
+/// Starts the child on `job` and waits until it is ready to save.
+fn spawn_ready(
+    job: &str,
+    dir: &Path,
+    first: i64,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["child", "--exact", "--nocapture", "--test-threads=1"])
         .env(JOB, job)
@@ -177,6 +182,41 @@ fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress 
             break;
         }
     }
+    (child, out)
+}
+
+/// How long one whole save of `job` takes on this machine now, from the child's `ready` to
+/// its first `committed`. Kill delays are drawn up to a few times this, so that kills land
+/// before, during and after commits on a fast machine and on a loaded one alike.
+fn one_save(job: &str) -> Duration {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut out) = spawn_ready(job, dir.path(), 0);
+    let t = Instant::now();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the child ended before its first commit"
+        );
+        if line.starts_with("committed ") {
+            break;
+        }
+    }
+    let took = t.elapsed();
+    child.kill().expect("SIGKILL");
+    child.wait().unwrap();
+    took
+}
+
+/// A kill delay: between 5 ms and three saves (at least 150 ms).
+fn kill_delay(rng: &mut Rng, save: Duration) -> Duration {
+    let hi = (3 * save.as_millis() as u64).max(150);
+    Duration::from_millis(rng.between(5, hi))
+}
+
+fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
+    let (mut child, mut out) = spawn_ready(job, dir, first);
     std::thread::sleep(delay);
     child.kill().expect("SIGKILL"); // SIGKILL on unix.
     child.wait().unwrap();
@@ -233,8 +273,9 @@ fn checkpoint_survives_kill_9_whole() {
     // last started.
     let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
     let mut first = 0;
+    let save = one_save("checkpoint");
     for kill in 0..KILLS {
-        let delay = Duration::from_millis(rng.between(5, 150));
+        let delay = kill_delay(&mut rng, save);
         let p = run_and_kill("checkpoint", dir.path(), first, delay);
         eprintln!("kill {kill}: {p:?}");
         if p.started != p.committed {
@@ -283,8 +324,9 @@ fn saver_survives_kill_9_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut tally = Tally::default();
     let mut first = 0;
+    let save = one_save("saver");
     for kill in 0..KILLS {
-        let delay = Duration::from_millis(rng.between(5, 150));
+        let delay = kill_delay(&mut rng, save);
         let p = run_and_kill("saver", dir.path(), first, delay);
         eprintln!("kill {kill}: {p:?}");
         if p.started != p.committed {
