@@ -37,6 +37,7 @@ construct!(file_without_tensors_fmt, "file_without_tensors");
 construct!(repeat_sized_fmt, "repeat_sized");
 construct!(message_exprs_fmt, "message_exprs");
 construct!(pickle_exprs_fmt, "pickle_exprs");
+construct!(message_defaults_fmt, "message_defaults");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -381,6 +382,58 @@ fn a_filter_and_a_name_read_repeated_fields_of_messages() {
     assert_eq!(
         read(&message_exprs_fmt::msgx::DESC, "w.msgx", &written).unwrap(),
         vec![t("w.v2.w", rt::DType::F32, &[2], data)]
+    );
+}
+
+/// One `Tensor` of a `message_defaults` document: name, one dimension, dtype, location and
+/// version (each absent when `None`), raw bytes.
+fn msgdef_tensor(
+    name: &str,
+    dim: u8,
+    dtype: Option<u64>,
+    location: Option<u64>,
+    version: Option<u64>,
+    raw: &[u8],
+) -> Vec<u8> {
+    let mut m = Vec::new();
+    field_bytes(1, name.as_bytes(), &mut m);
+    field_bytes(2, &[dim], &mut m);
+    for (tag, v) in [(3, dtype), (5, location), (6, version)] {
+        if let Some(v) = v {
+            field_varint(tag, v, &mut m);
+        }
+    }
+    field_bytes(4, raw, &mut m);
+    m
+}
+
+#[test]
+fn a_field_with_a_default_is_none_when_absent_and_reads_as_its_default() {
+    let desc = &message_defaults_fmt::msgdef::DESC;
+    let data = f32s(&[1.0, 2.0]);
+    let mut doc = Vec::new();
+    for m in [
+        // Location absent (it reads as EXTERNAL, but `== none`): kept.
+        msgdef_tensor("absent", 2, None, None, Some(7), &data),
+        // INLINE given: kept; no version: `has` is false, the name shows the default.
+        msgdef_tensor("inline", 1, Some(2), Some(0), None, &data),
+        // EXTERNAL given: left out.
+        msgdef_tensor("external", 2, None, Some(1), Some(7), &data),
+    ] {
+        field_bytes(1, &m, &mut doc);
+    }
+    assert_eq!(
+        read(desc, "d.msgdef", &doc).unwrap(),
+        vec![
+            t("absent.v7", rt::DType::F32, &[2], data.clone()),
+            t("inline.d3", rt::DType::I64, &[1], data.clone()),
+        ]
+    );
+    // Written without a location and with version 5: kept, named by the version.
+    let written = write(desc, &[t("w", rt::DType::F32, &[2], data.clone())]).unwrap();
+    assert_eq!(
+        read(desc, "w.msgdef", &written).unwrap(),
+        vec![t("w.v5", rt::DType::F32, &[2], data)]
     );
 }
 
