@@ -38,6 +38,7 @@ construct!(repeat_sized_fmt, "repeat_sized");
 construct!(message_exprs_fmt, "message_exprs");
 construct!(pickle_exprs_fmt, "pickle_exprs");
 construct!(message_defaults_fmt, "message_defaults");
+construct!(kv_record_fields_fmt, "kv_record_fields");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -496,6 +497,41 @@ fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
     let mut bad = Vec::new();
     kv_record(b"", &a, &mut bad);
     assert!(refused(desc, &bad).contains("key_len"));
+}
+
+#[test]
+fn a_kv_record_s_computed_fields_are_written_and_checked_on_read() {
+    let desc = &kv_record_fields_fmt::kvsum::DESC;
+    let tensors = vec![
+        t("weights", rt::DType::F32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0])),
+        t("b", rt::DType::U8, &[3], vec![7, 8, 9]),
+    ];
+    let written = write(desc, &tensors).unwrap();
+    // Each record: `KR`, version 1, key and value lengths, their sum `key_len * 31 +
+    // value_len`, the key, the value.
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let (mut at, mut keys, mut sums) = (0, Vec::new(), Vec::new());
+    while at < written.len() {
+        let r = &written[at..];
+        assert_eq!(&r[..3], b"KR\x01");
+        let (key_len, value_len, sum) = (u32_at(r, 3), u32_at(r, 7), u32_at(r, 11));
+        assert_eq!(sum, key_len * 31 + value_len);
+        keys.push(r[15..15 + key_len as usize].to_vec());
+        sums.push(at + 11);
+        at += 15 + (key_len + value_len) as usize;
+    }
+    assert_eq!(at, written.len());
+    assert_eq!(keys, [b"weights".to_vec(), b"b".to_vec()]);
+    assert_eq!(read(desc, "w.kvs", &written).unwrap(), tensors);
+    // A sum that does not match its lengths, or another version, is refused by name.
+    let mut bad = written.clone();
+    bad[sums[1]] ^= 1;
+    let e = refused(desc, &bad);
+    assert!(e.contains("sum"), "{e}");
+    let mut bad = written;
+    bad[2] = 2;
+    let e = refused(desc, &bad);
+    assert!(e.contains("version"), "{e}");
 }
 
 #[test]
