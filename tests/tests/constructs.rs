@@ -502,8 +502,9 @@ fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
 #[test]
 fn a_kv_record_s_computed_fields_are_written_and_checked_on_read() {
     let desc = &kv_record_fields_fmt::kvsum::DESC;
+    let floats = f32s(&[1.0, 2.0, 3.0, 4.0]);
     let tensors = vec![
-        t("weights", rt::DType::F32, &[2, 2], f32s(&[1.0, 2.0, 3.0, 4.0])),
+        t("weights", rt::DType::F32, &[2, 2], floats),
         t("b", rt::DType::U8, &[3], vec![7, 8, 9]),
     ];
     let written = write(desc, &tensors).unwrap();
