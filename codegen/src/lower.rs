@@ -52,6 +52,10 @@ pub(crate) struct Val {
     pub ty: Type,
     /// How it is held.
     pub form: Form,
+    /// The `Option` a value with a default is read from (a protobuf field with
+    /// `[default = ..]`: `t.version.unwrap_or(3)` from `t.version`): what `has(x)` and
+    /// `x == none` test, the field's presence on the wire.
+    pub presence: Option<TokenStream>,
 }
 
 impl Val {
@@ -61,6 +65,7 @@ impl Val {
             ts,
             ty,
             form: Form::Value,
+            presence: None,
         }
     }
 
@@ -70,6 +75,7 @@ impl Val {
             ts,
             ty,
             form: Form::Place,
+            presence: None,
         }
     }
 
@@ -79,6 +85,7 @@ impl Val {
             ts,
             ty,
             form: Form::Ref,
+            presence: None,
         }
     }
 
@@ -88,6 +95,7 @@ impl Val {
             ts,
             ty,
             form: Form::Owned,
+            presence: None,
         }
     }
 
@@ -97,6 +105,7 @@ impl Val {
             ts,
             ty,
             form: Form::Opt,
+            presence: None,
         }
     }
 
@@ -106,6 +115,16 @@ impl Val {
             ts,
             ty,
             form: Form::Optional,
+            presence: None,
+        }
+    }
+
+    /// The same value, read from `option` when present and as a default otherwise (see
+    /// [`Val::presence`]).
+    pub fn with_presence(self, option: TokenStream) -> Val {
+        Val {
+            presence: Some(option),
+            ..self
         }
     }
 
@@ -564,14 +583,25 @@ impl Lower<'_> {
                 otherwise,
             } => {
                 let c = self.expr(cond)?.scalar();
-                let t = self.expr(then)?.scalar();
-                let o = self.expr(otherwise)?.scalar();
+                let (t, o) = (self.expr(then)?, self.expr(otherwise)?);
+                // Text built by either branch (`format!(..)`) is owned by the `if`.
+                let owned = t.form == Form::Owned || o.form == Form::Owned;
+                let (t, o) = if owned {
+                    (t.owned_string(), o.owned_string())
+                } else {
+                    (t.scalar(), o.scalar())
+                };
                 // `else if`, not `else { if .. }`.
                 let o = match otherwise.kind {
                     ExprKind::If { .. } => o,
                     _ => quote!({ #o }),
                 };
-                Val::value(quote!(if #c { #t } else #o), ty)
+                let ts = quote!(if #c { #t } else #o);
+                if owned {
+                    Val::owned(ts, ty)
+                } else {
+                    Val::value(ts, ty)
+                }
             }
             ExprKind::List(items) => {
                 let items = items
@@ -593,8 +623,12 @@ impl Lower<'_> {
     /// `has(v)`, or its negation (`absent`): an optional value is there, a list is not
     /// empty; anything else is always there.
     fn has(&self, v: &Val, absent: bool) -> TokenStream {
-        let ts = &v.ts;
-        match (v.form, &v.ty, absent) {
+        let ts = v.presence.as_ref().unwrap_or(&v.ts);
+        let form = match v.presence {
+            Some(_) => Form::Optional,
+            None => v.form,
+        };
+        match (form, &v.ty, absent) {
             (Form::Optional | Form::Opt, _, false) => quote!(#ts.is_some()),
             (Form::Optional | Form::Opt, _, true) => quote!(#ts.is_none()),
             (_, Type::Pickled(_), false) => quote!(!rt::pickle::is_none(#ts)),
@@ -971,11 +1005,14 @@ impl Lower<'_> {
         }
         if is_none(ye) {
             let xs = &x.ts;
+            let optional = matches!(x.form, Form::Opt | Form::Optional);
             return Some(match (&x.ty, eq) {
+                // A value read with a default is `none` when absent on the wire.
+                _ if x.presence.is_some() => self.has(x, eq),
                 (Type::Pickled(_), true) => quote!(rt::pickle::is_none(#xs)),
                 (Type::Pickled(_), false) => quote!(!rt::pickle::is_none(#xs)),
-                _ if matches!(x.form, Form::Opt | Form::Optional) && eq => quote!(#xs.is_none()),
-                _ if matches!(x.form, Form::Opt | Form::Optional) => quote!(#xs.is_some()),
+                _ if optional && eq => quote!(#xs.is_none()),
+                _ if optional => quote!(#xs.is_some()),
                 // A value that is always there is never `none`.
                 _ => {
                     let v = !eq;

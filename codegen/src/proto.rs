@@ -565,7 +565,7 @@ impl MapEnv<'_> {
                 }),
             });
             return Ok(match default {
-                Some(d) => Val::place(quote!(#ts.unwrap_or(#d)), item_ty),
+                Some(d) => Val::place(quote!(#ts.unwrap_or(#d)), item_ty).with_presence(ts),
                 None => Val::optional(ts, item_ty),
             });
         }

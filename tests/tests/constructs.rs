@@ -37,6 +37,8 @@ construct!(file_without_tensors_fmt, "file_without_tensors");
 construct!(repeat_sized_fmt, "repeat_sized");
 construct!(message_exprs_fmt, "message_exprs");
 construct!(pickle_exprs_fmt, "pickle_exprs");
+construct!(message_defaults_fmt, "message_defaults");
+construct!(kv_record_fields_fmt, "kv_record_fields");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -384,6 +386,58 @@ fn a_filter_and_a_name_read_repeated_fields_of_messages() {
     );
 }
 
+/// One `Tensor` of a `message_defaults` document: name, one dimension, dtype, location and
+/// version (each absent when `None`), raw bytes.
+fn msgdef_tensor(
+    name: &str,
+    dim: u8,
+    dtype: Option<u64>,
+    location: Option<u64>,
+    version: Option<u64>,
+    raw: &[u8],
+) -> Vec<u8> {
+    let mut m = Vec::new();
+    field_bytes(1, name.as_bytes(), &mut m);
+    field_bytes(2, &[dim], &mut m);
+    for (tag, v) in [(3, dtype), (5, location), (6, version)] {
+        if let Some(v) = v {
+            field_varint(tag, v, &mut m);
+        }
+    }
+    field_bytes(4, raw, &mut m);
+    m
+}
+
+#[test]
+fn a_field_with_a_default_is_none_when_absent_and_reads_as_its_default() {
+    let desc = &message_defaults_fmt::msgdef::DESC;
+    let data = f32s(&[1.0, 2.0]);
+    let mut doc = Vec::new();
+    for m in [
+        // Location absent (it reads as EXTERNAL, but `== none`): kept.
+        msgdef_tensor("absent", 2, None, None, Some(7), &data),
+        // INLINE given: kept; no version: `has` is false, the name shows the default.
+        msgdef_tensor("inline", 1, Some(2), Some(0), None, &data),
+        // EXTERNAL given: left out.
+        msgdef_tensor("external", 2, None, Some(1), Some(7), &data),
+    ] {
+        field_bytes(1, &m, &mut doc);
+    }
+    assert_eq!(
+        read(desc, "d.msgdef", &doc).unwrap(),
+        vec![
+            t("absent.v7", rt::DType::F32, &[2], data.clone()),
+            t("inline.d3", rt::DType::I64, &[1], data.clone()),
+        ]
+    );
+    // Written without a location and with version 5: kept, named by the version.
+    let written = write(desc, &[t("w", rt::DType::F32, &[2], data.clone())]).unwrap();
+    assert_eq!(
+        read(desc, "w.msgdef", &written).unwrap(),
+        vec![t("w.v5", rt::DType::F32, &[2], data)]
+    );
+}
+
 #[test]
 fn a_name_reads_items_lengths_and_arguments_of_pickled_values() {
     let desc = &pickle_exprs_fmt::pklx::DESC;
@@ -443,6 +497,42 @@ fn kv_records_map_each_record_by_its_key_and_write_what_they_read() {
     let mut bad = Vec::new();
     kv_record(b"", &a, &mut bad);
     assert!(refused(desc, &bad).contains("key_len"));
+}
+
+#[test]
+fn a_kv_record_s_computed_fields_are_written_and_checked_on_read() {
+    let desc = &kv_record_fields_fmt::kvsum::DESC;
+    let floats = f32s(&[1.0, 2.0, 3.0, 4.0]);
+    let tensors = vec![
+        t("weights", rt::DType::F32, &[2, 2], floats),
+        t("b", rt::DType::U8, &[3], vec![7, 8, 9]),
+    ];
+    let written = write(desc, &tensors).unwrap();
+    // Each record: `KR`, version 1, key and value lengths, their sum `key_len * 31 +
+    // value_len`, the key, the value.
+    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
+    let (mut at, mut keys, mut sums) = (0, Vec::new(), Vec::new());
+    while at < written.len() {
+        let r = &written[at..];
+        assert_eq!(&r[..3], b"KR\x01");
+        let (key_len, value_len, sum) = (u32_at(r, 3), u32_at(r, 7), u32_at(r, 11));
+        assert_eq!(sum, key_len * 31 + value_len);
+        keys.push(r[15..15 + key_len as usize].to_vec());
+        sums.push(at + 11);
+        at += 15 + (key_len + value_len) as usize;
+    }
+    assert_eq!(at, written.len());
+    assert_eq!(keys, [b"weights".to_vec(), b"b".to_vec()]);
+    assert_eq!(read(desc, "w.kvs", &written).unwrap(), tensors);
+    // A sum that does not match its lengths, or another version, is refused by name.
+    let mut bad = written.clone();
+    bad[sums[1]] ^= 1;
+    let e = refused(desc, &bad);
+    assert!(e.contains("sum"), "{e}");
+    let mut bad = written;
+    bad[2] = 2;
+    let e = refused(desc, &bad);
+    assert!(e.contains("version"), "{e}");
 }
 
 #[test]
