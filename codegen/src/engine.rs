@@ -91,6 +91,12 @@ pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> Toke
     desc_full(Some(make), doc, structure, false, None)
 }
 
+/// [`desc_around`] of a `file` format whose mapping gives no `order`: it stores C order
+/// only (`c_order_only` when `c_only`), so that a saver reorders other tensors first.
+pub(crate) fn desc_ordered(make: TokenStream, doc: &str, c_only: bool) -> TokenStream {
+    desc_with(Some(make), doc, false, false, None, c_only)
+}
+
 /// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
 /// documents can be rewritten with some tensors replaced); `db`: the `DbDesc` of a
 /// database format; `make: None`: a database written as a folder, with no writer on one
@@ -102,9 +108,24 @@ pub(crate) fn desc_full(
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
+    desc_with(make, doc, structure, rewrite, db, false)
+}
+
+/// [`desc_full`], and `c_order_only`: the format stores C order only.
+fn desc_with(
+    make: Option<TokenStream>,
+    doc: &str,
+    structure: bool,
+    rewrite: bool,
+    db: Option<TokenStream>,
+    c_order_only: bool,
+) -> TokenStream {
     // What differs from `FormatDesc::new`'s defaults. The formats that rewrite
     // documents (protobuf) are those that store C order only.
     let mut set = Vec::new();
+    if c_order_only && !rewrite {
+        set.push(quote!(c_order_only: true,));
+    }
     if structure {
         set.push(quote!(structure,));
     }

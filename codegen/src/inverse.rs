@@ -277,6 +277,10 @@ fn swaps(ir: &Ir, m: &ir::Mapping, inv: &Inverse) -> bool {
     }) || inv.requires.iter().any(|(k, _)| *k == TensorKey::Dtype)
 }
 
+/// The doc comment of a `file` format's `DESC`.
+const DESC_DOC: &str =
+    " This format for the registry: name, extensions, detector, indexer and writer.";
+
 /// The inverse functions and the `Writer` of a `file` format.
 pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
@@ -297,6 +301,16 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     };
     let requires = g.requires()?;
     let swap = swaps(ir, m, &inv);
+    // A mapping that gives no `order` reads C order: the format stores only that.
+    let c_only = !m.stmts.iter().any(|s| {
+        matches!(
+            s,
+            ir::MappingStmt::Set {
+                key: TensorKey::Order,
+                ..
+            }
+        )
+    });
     let payload = &l.fields[inv.payload.index()];
     let pname = &payload.name;
     // The given fields: built from the tensor (one per file) or held by the writer.
@@ -375,13 +389,13 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             " Writes one tensor as a `{}`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.",
             l.name
         );
-        let desc = crate::engine::desc_around(
+        let desc = crate::engine::desc_ordered(
             quote! {
                 let _ = options;
                 Ok(::std::boxed::Box::new(writer(w)))
             },
-            " This format for the registry: name, extensions, detector, indexer and writer.",
-            false,
+            DESC_DOC,
+            c_only,
         );
         return Ok(quote! {
             #(#fns)*
@@ -488,7 +502,11 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.",
         l.name
     );
-    let desc = crate::engine::desc(false);
+    let desc = crate::engine::desc_ordered(
+        quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?))),
+        DESC_DOC,
+        c_only,
+    );
     Ok(quote! {
         #[doc = #wdoc]
         pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {

@@ -198,13 +198,10 @@ pub mod numbers {
         Ok(::std::boxed::Box::new(writer(w)))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc {
+        c_order_only: true,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
+    };
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[numbers::DESC];

@@ -367,13 +367,10 @@ pub mod eofidx {
         Ok(::std::boxed::Box::new(Writer::new(w, options)?))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc {
+        c_order_only: true,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
+    };
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[eofidx::DESC];

@@ -142,13 +142,10 @@ pub mod vec1 {
         Ok(::std::boxed::Box::new(writer(w)))
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc {
+        c_order_only: true,
+        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
+    };
 }
 /// A zip of `.vec` members.
 ///
