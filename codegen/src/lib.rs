@@ -246,9 +246,20 @@ impl Default for Compiler {
 impl Compiler {
     /// The path generated code reaches the runtime by, unless [`Compiler::runtime`] says
     /// otherwise: the `tensorfmt` crate's re-export of the runtime's `gen` module.
+    ///
+    /// ```
+    /// assert_eq!(tensorfmt_codegen::Compiler::DEFAULT_RUNTIME, "::tensorfmt::runtime::gen");
+    /// ```
     pub const DEFAULT_RUNTIME: &'static str = "::tensorfmt::runtime::gen";
 
     /// A compiler whose code reaches the runtime through [`Compiler::DEFAULT_RUNTIME`].
+    ///
+    /// ```no_run
+    /// // build.rs
+    /// tensorfmt_codegen::Compiler::new()
+    ///     .compile(&["fmt/a.fmt", "fmt/b.fmt"], "formats.rs")
+    ///     .unwrap_or_else(|report| panic!("{report}"));
+    /// ```
     pub fn new() -> Self {
         Compiler {
             runtime: Self::DEFAULT_RUNTIME.to_string(),
@@ -258,6 +269,11 @@ impl Compiler {
     /// Generated code reaches the runtime through `path`, a path to the runtime's `gen`
     /// module: `::tensorfmt_runtime::gen` in a crate that depends on the runtime crate,
     /// `crate::runtime::gen` inside a crate that re-exports it.
+    ///
+    /// ```
+    /// let compiler = tensorfmt_codegen::Compiler::new().runtime("crate::runtime::gen");
+    /// # let _ = compiler;
+    /// ```
     pub fn runtime(mut self, path: &str) -> Self {
         self.runtime = path.to_string();
         self
@@ -269,6 +285,14 @@ impl Compiler {
     /// `cargo:rerun-if-changed` for every file given.
     ///
     /// On failure, returns every diagnostic rendered with file, line, column and caret.
+    ///
+    /// ```no_run
+    /// // build.rs; fmt/mine.fmt says `use npy;`: the built-in npy schema is loaded with it.
+    /// if let Err(report) = tensorfmt_codegen::Compiler::new().compile(&["fmt/mine.fmt"], "mine.rs") {
+    ///     eprintln!("{report}");
+    ///     std::process::exit(1);
+    /// }
+    /// ```
     pub fn compile(
         &self,
         fmt_files: &[impl AsRef<Path>],
