@@ -16,6 +16,12 @@
 //! println!("{} bytes", first.data.as_bytes().len());
 //! # Ok::<(), tensorfmt::Error>(())
 //! ```
+//!
+//! Formats of a user's own crate — generated from its `.fmt` schemas by
+//! [`#[derive(TensorFormat)]`](TensorFormat) or by `tensorfmt_codegen::compile` in its
+//! build script, reaching the runtime through [`runtime::gen`] —
+//! join the built-in ones in a [`Registry`], which [`OpenOptions`], [`Saver::create_in`],
+//! [`convert`] and [`cli::run_with`] take.
 #![warn(missing_docs)]
 
 use std::cell::RefCell;
@@ -50,7 +56,7 @@ mod rewrite;
 
 pub use registry::Registry;
 /// `#[derive(TensorFormat)]`: a user's format generated from its `.fmt` schema, which may
-/// `use` built-in formats, reaching the runtime through [`runtime::gen`](crate::runtime::gen).
+/// `use` built-in formats, reaching the runtime through [`runtime::gen`].
 ///
 /// ```ignore
 /// #[derive(tensorfmt::TensorFormat)]
