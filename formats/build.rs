@@ -25,7 +25,10 @@ fn main() {
     if on("NPZ") || on("PYTORCH") {
         println!("cargo::rustc-cfg=zip_formats");
     }
-    if let Err(report) = tensorfmt_codegen::compile(&schemas, "formats.rs") {
+    // This crate depends on the runtime crate itself; its users reach the runtime through
+    // its re-export (`tensorfmt::runtime::gen`), the compiler's default.
+    let compiler = tensorfmt_codegen::Compiler::new().runtime("::tensorfmt_runtime::gen");
+    if let Err(report) = compiler.compile(&schemas, "formats.rs") {
         eprintln!("{report}");
         std::process::exit(1);
     }

@@ -4,11 +4,14 @@
 //! dicts, layouts (reader and writer), tensor mapping (and its inverse), detector,
 //! indexer, streaming writer and registry descriptor. The generated code is specialized
 //! (the schema's logic is compiled in, no interpreter) and reaches the runtime only
-//! through `::tensorfmt_runtime::gen`.
+//! through the runtime's `gen` module: `::tensorfmt_runtime::gen` as [`generate`] writes
+//! it, `::tensorfmt::runtime::gen` (the re-export of the crate users depend on) from
+//! [`compile`] and the derive, or any path a [`Compiler`] is given.
 //!
 //! - [`generate`]: a checked [`Schema`] → a [`TokenStream`];
 //! - [`generate_file`]: the same, formatted, with a `@generated` header;
-//! - [`compile`]: for build scripts — load, check, generate, write to `$OUT_DIR`;
+//! - [`compile`] and [`Compiler`]: for build scripts — load (with the built-in schemas the
+//!   files `use`), check, generate, write to `$OUT_DIR`;
 //! - [`derive::expand`]: what `#[derive(TensorFormat)]` expands to.
 //!
 //! Every engine is generated from the typed IR (`tensorfmt_schema::ir`, with its write
@@ -41,55 +44,117 @@ mod model;
 mod pickle;
 mod proto;
 mod read;
+mod schemas;
 mod table;
 mod write;
 
 use model::{docs, Model};
 
 /// Generates the code of every format of `schema`: `pub mod <format>` each, then
-/// `pub static REGISTRY` listing every format's descriptor in file-load order.
+/// `pub static REGISTRY` listing every format's descriptor in file-load order. The code
+/// reaches the runtime through `::tensorfmt_runtime::gen` (the runtime crate); a build
+/// script's [`Compiler`] roots it elsewhere.
 ///
 /// It cannot fail: what an engine cannot mean, the checker rejected when it built
 /// `schema`, at its span with a help line.
 pub fn generate(schema: &Schema) -> TokenStream {
+    generate_rooted(schema, &runtime_crate_path(), 0)
+}
+
+/// The path of the runtime's `gen` module that the generators name.
+const RUNTIME_CRATE: &str = "::tensorfmt_runtime::gen";
+
+/// [`RUNTIME_CRATE`] as a path.
+fn runtime_crate_path() -> syn::Path {
+    syn::parse_str(RUNTIME_CRATE).expect("a path")
+}
+
+/// [`generate`], with the runtime reached through `runtime` (a path to the runtime's `gen`
+/// module) and `REGISTRY` listing the formats of the files from the `listed_from`-th on
+/// (the files before are generated for the formats that use them).
+fn generate_rooted(schema: &Schema, runtime: &syn::Path, listed_from: usize) -> TokenStream {
     let model = Model::new(&schema.files);
     let ir = schema.ir();
     let mut modules = Vec::new();
     for (i, fmt) in model.formats.iter().enumerate() {
         let fid = tensorfmt_schema::ir::FormatId(i as u32);
-        let items = format_items(&model, fmt, &ir, fid);
-        {
-            {
-                let m = &fmt.module;
-                let mut doc = fmt.ast.docs.clone();
-                let file_docs = &model.files[fmt.file].docs;
-                if !file_docs.is_empty() {
-                    if !doc.is_empty() {
-                        doc.push(String::new());
-                    }
-                    doc.extend(file_docs.iter().cloned());
-                }
-                let doc = docs(&doc);
-                modules.push(quote! {
-                    #doc
-                    pub mod #m {
-                        use ::tensorfmt_runtime::gen as rt;
-                        #items
-                    }
-                });
+        let items = reroot(format_items(&model, fmt, &ir, fid), runtime);
+        let m = &fmt.module;
+        let mut doc = fmt.ast.docs.clone();
+        let file_docs = &model.files[fmt.file].docs;
+        if !file_docs.is_empty() {
+            if !doc.is_empty() {
+                doc.push(String::new());
             }
+            doc.extend(file_docs.iter().cloned());
         }
+        let doc = docs(&doc);
+        modules.push(quote! {
+            #doc
+            pub mod #m {
+                use #runtime as rt;
+                #items
+            }
+        });
     }
-    let descs = model.formats.iter().map(|f| {
-        let m = &f.module;
-        quote!(#m::DESC)
-    });
+    let descs = model
+        .formats
+        .iter()
+        .filter(|f| f.file >= listed_from)
+        .map(|f| {
+            let m = &f.module;
+            quote!(#m::DESC)
+        });
     quote! {
         #(#modules)*
 
         /// Every format generated from the schema, in file-load order.
-        pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[#(#descs),*];
+        pub static REGISTRY: &[#runtime::FormatDesc] = &[#(#descs),*];
     }
+}
+
+/// `tokens` with every path through the runtime crate's `gen` module (`::tensorfmt_runtime::gen`,
+/// as the generators write it, in paths and in the `prost_path` strings of derives) rooted at
+/// `runtime` instead.
+fn reroot(tokens: TokenStream, runtime: &syn::Path) -> TokenStream {
+    use proc_macro2::{Group, Literal, TokenTree};
+    let to = quote!(#runtime).to_string().replace(' ', "");
+    if to == RUNTIME_CRATE {
+        return tokens;
+    }
+    let from: Vec<String> = [":", ":", "tensorfmt_runtime", ":", ":", "gen"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let trees: Vec<TokenTree> = tokens.into_iter().collect();
+    let mut out = Vec::with_capacity(trees.len());
+    let mut i = 0;
+    while i < trees.len() {
+        let here = trees[i..].iter().take(from.len()).map(|t| t.to_string());
+        if trees.len() - i >= from.len() && here.eq(from.iter().cloned()) {
+            out.extend(quote!(#runtime));
+            i += from.len();
+            continue;
+        }
+        out.push(match &trees[i] {
+            TokenTree::Group(g) => {
+                let mut n = Group::new(g.delimiter(), reroot(g.stream(), runtime));
+                n.set_span(g.span());
+                TokenTree::Group(n)
+            }
+            TokenTree::Literal(l) => match syn::parse2::<syn::LitStr>(quote!(#l)) {
+                Ok(s) if s.value().contains(RUNTIME_CRATE) => {
+                    let mut n = Literal::string(&s.value().replace(RUNTIME_CRATE, &to));
+                    n.set_span(l.span());
+                    TokenTree::Literal(n)
+                }
+                _ => trees[i].clone(),
+            },
+            other => other.clone(),
+        });
+        i += 1;
+    }
+    out.into_iter().collect()
 }
 
 /// [`generate`], formatted with `prettyplease`, after a header naming the schema files:
@@ -98,7 +163,11 @@ pub fn generate(schema: &Schema) -> TokenStream {
 /// Fails only if the generated tokens do not parse as a Rust file (an internal error,
 /// reported as a diagnostic of `<generated>`).
 pub fn generate_file(schema: &Schema) -> Result<String, Diagnostics> {
-    let tokens = generate(schema);
+    format_file(schema, generate(schema))
+}
+
+/// `tokens`, generated from `schema`, formatted as [`generate_file`] does.
+fn format_file(schema: &Schema, tokens: TokenStream) -> Result<String, Diagnostics> {
     let names: Vec<String> = schema
         .files
         .iter()
@@ -127,34 +196,132 @@ pub fn generate_file(schema: &Schema) -> Result<String, Diagnostics> {
 }
 
 /// For build scripts: loads and checks `fmt_files` together, generates their code and
-/// writes it to `$OUT_DIR/<out_file_name>` (only when the content changed, so that
-/// dependents are not rebuilt needlessly). Prints `cargo:rerun-if-changed` for every file.
+/// writes it to `$OUT_DIR/<out_file_name>`, as [`Compiler::compile`] does with the
+/// default settings: the code reaches the runtime through the `tensorfmt` crate
+/// (`::tensorfmt::runtime::gen`), so a crate that uses it depends on `tensorfmt` alone,
+/// and the files may `use` built-in formats (`use npy;`).
 ///
 /// On failure, returns every diagnostic rendered with file, line, column and caret.
 ///
 /// ```no_run
-/// // build.rs
-/// if let Err(report) = tensorfmt_codegen::compile(&["fmt/npy.fmt", "fmt/npz.fmt"], "formats.rs") {
+/// // build.rs (with `tensorfmt-codegen` among the build-dependencies)
+/// if let Err(report) = tensorfmt_codegen::compile(&["fmt/myformat.fmt"], "formats.rs") {
 ///     eprintln!("{report}");
 ///     std::process::exit(1);
 /// }
 /// // lib.rs: pub mod generated { include!(concat!(env!("OUT_DIR"), "/formats.rs")); }
+/// // then: tensorfmt::Registry::builtin().with_all(generated::REGISTRY)
 /// ```
 pub fn compile(fmt_files: &[impl AsRef<Path>], out_file_name: &str) -> Result<(), String> {
-    let paths: Vec<PathBuf> = fmt_files.iter().map(|p| p.as_ref().to_path_buf()).collect();
-    for p in &paths {
-        println!("cargo:rerun-if-changed={}", p.display());
+    Compiler::new().compile(fmt_files, out_file_name)
+}
+
+/// The build-script compiler of `.fmt` schemas, with its settings: where generated code
+/// finds the runtime. [`compile`] is `Compiler::new().compile(..)`.
+///
+/// The schema files may `use` built-in formats (`use npy;` with `include npy.tensor(..)`)
+/// without loading their schemas: the built-in schemas are embedded in this crate,
+/// loaded for the `use`s no given file resolves, generated beside the given formats (as
+/// the modules the given formats' code refers to) and left out of the generated
+/// `REGISTRY`, which lists the given files' formats only.
+///
+/// ```no_run
+/// // build.rs of a crate that depends on the runtime crate itself
+/// tensorfmt_codegen::Compiler::new()
+///     .runtime("::tensorfmt_runtime::gen")
+///     .compile(&["fmt/myformat.fmt"], "formats.rs")
+///     .unwrap_or_else(|report| panic!("{report}"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Compiler {
+    runtime: String,
+}
+
+impl Default for Compiler {
+    fn default() -> Self {
+        Self::new()
     }
-    let schema = tensorfmt_schema::load(&paths).map_err(|d| d.to_string())?;
-    let code = generate_file(&schema).map_err(|d| d.with_sources(&schema.files))?;
-    let out_dir = std::env::var_os("OUT_DIR").ok_or_else(|| {
-        "OUT_DIR is not set: call tensorfmt_codegen::compile from a build script".to_string()
-    })?;
-    let out = Path::new(&out_dir).join(out_file_name);
-    if std::fs::read_to_string(&out).ok().as_deref() != Some(code.as_str()) {
-        std::fs::write(&out, code).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+}
+
+impl Compiler {
+    /// The path generated code reaches the runtime by, unless [`Compiler::runtime`] says
+    /// otherwise: the `tensorfmt` crate's re-export of the runtime's `gen` module.
+    ///
+    /// ```
+    /// assert_eq!(tensorfmt_codegen::Compiler::DEFAULT_RUNTIME, "::tensorfmt::runtime::gen");
+    /// ```
+    pub const DEFAULT_RUNTIME: &'static str = "::tensorfmt::runtime::gen";
+
+    /// A compiler whose code reaches the runtime through [`Compiler::DEFAULT_RUNTIME`].
+    ///
+    /// ```no_run
+    /// // build.rs
+    /// tensorfmt_codegen::Compiler::new()
+    ///     .compile(&["fmt/a.fmt", "fmt/b.fmt"], "formats.rs")
+    ///     .unwrap_or_else(|report| panic!("{report}"));
+    /// ```
+    pub fn new() -> Self {
+        Compiler {
+            runtime: Self::DEFAULT_RUNTIME.to_string(),
+        }
     }
-    Ok(())
+
+    /// Generated code reaches the runtime through `path`, a path to the runtime's `gen`
+    /// module: `::tensorfmt_runtime::gen` in a crate that depends on the runtime crate,
+    /// `crate::runtime::gen` inside a crate that re-exports it.
+    ///
+    /// ```
+    /// let compiler = tensorfmt_codegen::Compiler::new().runtime("crate::runtime::gen");
+    /// # let _ = compiler;
+    /// ```
+    pub fn runtime(mut self, path: &str) -> Self {
+        self.runtime = path.to_string();
+        self
+    }
+
+    /// Loads and checks `fmt_files` together (with the built-in schemas their `use`s
+    /// name), generates their code and writes it to `$OUT_DIR/<out_file_name>` (only when
+    /// the content changed, so that dependents are not rebuilt needlessly). Prints
+    /// `cargo:rerun-if-changed` for every file given.
+    ///
+    /// On failure, returns every diagnostic rendered with file, line, column and caret.
+    ///
+    /// ```no_run
+    /// // build.rs; fmt/mine.fmt says `use npy;`: the built-in npy schema is loaded with it.
+    /// if let Err(report) = tensorfmt_codegen::Compiler::new().compile(&["fmt/mine.fmt"], "mine.rs") {
+    ///     eprintln!("{report}");
+    ///     std::process::exit(1);
+    /// }
+    /// ```
+    pub fn compile(
+        &self,
+        fmt_files: &[impl AsRef<Path>],
+        out_file_name: &str,
+    ) -> Result<(), String> {
+        let paths: Vec<PathBuf> = fmt_files.iter().map(|p| p.as_ref().to_path_buf()).collect();
+        for p in &paths {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        let code = self.generate_file(&paths)?;
+        let out_dir = std::env::var_os("OUT_DIR").ok_or_else(|| {
+            "OUT_DIR is not set: call tensorfmt_codegen::compile from a build script".to_string()
+        })?;
+        let out = Path::new(&out_dir).join(out_file_name);
+        if std::fs::read_to_string(&out).ok().as_deref() != Some(code.as_str()) {
+            std::fs::write(&out, code)
+                .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        }
+        Ok(())
+    }
+
+    /// The formatted code [`Compiler::compile`] writes for `paths`.
+    fn generate_file(&self, paths: &[PathBuf]) -> Result<String, String> {
+        let runtime: syn::Path = syn::parse_str(&self.runtime)
+            .map_err(|e| format!("runtime path `{}`: {e}", self.runtime))?;
+        let loaded = schemas::load_with_builtins(paths)?;
+        let tokens = generate_rooted(&loaded.schema, &runtime, loaded.builtin_files);
+        format_file(&loaded.schema, tokens).map_err(|d| d.with_sources(&loaded.schema.files))
+    }
 }
 
 /// The items of one format's module (without the module itself).

@@ -1,7 +1,8 @@
 //! The `tensorfmt` command line: inspect, convert, verify and diff tensor files.
 //!
 //! [`run`] takes the arguments and the stream to print to, so tests drive it in process;
-//! the `tensorfmt` binary is a thin wrapper around it.
+//! the `tensorfmt` binary is a thin wrapper around it. [`run_with`] is the same command
+//! line over a [`Registry`] of formats: a user's own formats beside the built-in ones.
 
 use std::ffi::OsString;
 use std::io::{IsTerminal, Write};
@@ -18,7 +19,7 @@ macro_rules! outln {
 }
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
-use crate::{Compression, ConvertOptions, DType, TensorFile, TensorInfo};
+use crate::{Compression, ConvertOptions, DType, OpenOptions, Registry, TensorFile, TensorInfo};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
@@ -56,7 +57,7 @@ enum Command {
         input: PathBuf,
         /// Output file (written atomically).
         output: PathBuf,
-        /// Output format: one of the built-in format names.
+        /// Output format: one of the format names `formats` lists.
         #[arg(long)]
         to: Option<String>,
         /// Cast every tensor to this dtype (f16 bf16 f32 f64 i8 ... c128).
@@ -96,6 +97,8 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
+    /// List the formats this command reads and writes: name and extensions.
+    Formats,
     /// Compare two files' tensors by name; exits 1 when they differ.
     Diff {
         /// First file.
@@ -190,14 +193,24 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
+/// Opens `path` as a file of one of `registry`'s formats.
+fn open(registry: &Registry, path: &PathBuf) -> crate::Result<TensorFile> {
+    let options = OpenOptions {
+        registry: registry.clone(),
+        ..Default::default()
+    };
+    TensorFile::open_with(path, &options)
+}
+
 fn inspect(
+    registry: &Registry,
     out: &mut dyn Write,
     path: &PathBuf,
     as_json: bool,
     with_sha: bool,
     with_values: bool,
 ) -> crate::Result<()> {
-    let file = TensorFile::open(path)?;
+    let file = open(registry, path)?;
     // The non-tensor values of the stored object; a tree too large to expand is noted,
     // not fatal (the tensors are listed all the same).
     let structure = match file.structure() {
@@ -336,8 +349,8 @@ fn node_json(n: &crate::Node) -> serde_json::Value {
     }
 }
 
-fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
-    let file = TensorFile::open(path)?;
+fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
+    let file = open(registry, path)?;
     let bar = progress_bar(total_bytes(file.tensors()), "verifying");
     let mut sink = Progress {
         inner: HashSink::default(),
@@ -363,6 +376,7 @@ fn verify(out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
 }
 
 fn diff(
+    registry: &Registry,
     out: &mut dyn Write,
     a: &PathBuf,
     b: &PathBuf,
@@ -370,8 +384,8 @@ fn diff(
     rtol: f64,
 ) -> crate::Result<bool> {
     use crate::runtime::convert::{to_c_order, to_f64};
-    let fa = TensorFile::open(a)?;
-    let fb = TensorFile::open(b)?;
+    let fa = open(registry, a)?;
+    let fb = open(registry, b)?;
     let mut same = true;
     for ta in fa.tensors() {
         let Some(tb) = fb.tensor(&ta.name) else {
@@ -430,7 +444,35 @@ fn diff(
 /// results to `out` and progress and notes to standard error. Returns the exit code:
 /// 0 on success, 1 when `verify` finds damage or `diff` finds differences, or on an
 /// error (whose message names the file, entry, field and offset).
+///
+/// The formats are the built-in ones; [`run_with`] takes others.
 pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> ExitCode {
+    run_with(&Registry::builtin(), args, out)
+}
+
+/// [`run`] over the formats of `registry`: every command (`inspect`, `convert`, `verify`,
+/// `diff`, `replace`, `formats`) opens, detects and writes them. A crate with formats of
+/// its own gets the whole command line for them, and for the built-in ones, from a
+/// `main` like this one:
+///
+/// ```no_run
+/// // #[derive(tensorfmt::TensorFormat)]
+/// // #[tensorfmt(schema = "fmt/myformat.fmt")]
+/// // struct MyFormat;
+///
+/// fn main() -> std::process::ExitCode {
+/// #   let my_format = tensorfmt::format_named("npy").unwrap();
+///     // `&MyFormat::DESC` in place of `my_format`.
+///     let registry = tensorfmt::Registry::builtin().with(my_format);
+///     let mut out = std::io::stdout().lock();
+///     tensorfmt::cli::run_with(&registry, std::env::args_os(), &mut out)
+/// }
+/// ```
+pub fn run_with(
+    registry: &Registry,
+    args: impl IntoIterator<Item = OsString>,
+    out: &mut dyn Write,
+) -> ExitCode {
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) => {
@@ -438,7 +480,7 @@ pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> Exi
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
-    match dispatch(cli, out) {
+    match dispatch(registry, cli, out) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
@@ -447,14 +489,14 @@ pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> Exi
     }
 }
 
-fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
+fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
     match cli.command {
         Command::Inspect {
             file,
             json,
             sha256,
             values,
-        } => inspect(out, &file, json, sha256, values)?,
+        } => inspect(registry, out, &file, json, sha256, values)?,
         Command::Convert {
             input,
             output,
@@ -478,6 +520,10 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
                 dtype,
                 flatten,
                 keep_layout,
+                open: OpenOptions {
+                    registry: registry.clone(),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             if compress {
@@ -512,7 +558,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
             allow_reshape,
             external,
         } => {
-            let new = TensorFile::open(&weights)?;
+            let new = open(registry, &weights)?;
             let mut loaded = Vec::with_capacity(new.tensors().len());
             for info in new.tensors() {
                 let t = new.load_info(info)?;
@@ -545,6 +591,10 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
                     ..Default::default()
                 },
                 allow_reshape,
+                open: OpenOptions {
+                    registry: registry.clone(),
+                    ..Default::default()
+                },
                 ..Default::default()
             };
             let s = crate::replace_tensors(
@@ -561,9 +611,16 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
                 s.kept
             );
         }
-        Command::Verify { file } => verify(out, &file)?,
+        Command::Verify { file } => verify(registry, out, &file)?,
+        Command::Formats => {
+            for f in registry.formats() {
+                let exts: Vec<String> = f.extensions.iter().map(|e| format!(".{e}")).collect();
+                let line = format!("{:16} {}", f.name, exts.join(" "));
+                outln!(out, "{}", line.trim_end());
+            }
+        }
         Command::Diff { a, b, atol, rtol } => {
-            if !diff(out, &a, &b, atol, rtol)? {
+            if !diff(registry, out, &a, &b, atol, rtol)? {
                 return Ok(ExitCode::from(1));
             }
         }

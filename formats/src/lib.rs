@@ -16,6 +16,12 @@
 //! println!("{} bytes", first.data.as_bytes().len());
 //! # Ok::<(), tensorfmt::Error>(())
 //! ```
+//!
+//! Formats of a user's own crate — generated from its `.fmt` schemas by
+//! [`#[derive(TensorFormat)]`](TensorFormat) or by `tensorfmt_codegen::compile` in its
+//! build script, reaching the runtime through [`runtime::gen`] —
+//! join the built-in ones in a [`Registry`], which [`OpenOptions`], [`Saver::create_in`],
+//! [`convert`] and [`cli::run_with`] take.
 #![warn(missing_docs)]
 
 use std::cell::RefCell;
@@ -45,7 +51,22 @@ use tensorfmt_runtime::sink::ViewSink;
 #[cfg(feature = "caffe2")]
 pub mod caffe2;
 pub mod cli;
+mod registry;
 mod rewrite;
+
+pub use registry::Registry;
+/// `#[derive(TensorFormat)]`: a user's format generated from its `.fmt` schema, which may
+/// `use` built-in formats, reaching the runtime through [`runtime::gen`].
+///
+/// ```ignore
+/// #[derive(tensorfmt::TensorFormat)]
+/// #[tensorfmt(schema = "fmt/myformat.fmt")] // relative to CARGO_MANIFEST_DIR
+/// pub struct MyFormat;
+/// // → `pub mod my_format { ... }` (its reader, writer, `index`, ...) and `MyFormat::DESC`:
+/// let registry = tensorfmt::Registry::builtin().with(&MyFormat::DESC);
+/// ```
+#[cfg(feature = "derive")]
+pub use tensorfmt_derive::TensorFormat;
 
 pub use rewrite::{
     can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary,
@@ -62,49 +83,41 @@ pub fn formats() -> &'static [FormatDesc] {
     generated::REGISTRY
 }
 
-/// The format with this public name (`npy`, `npz`, ...).
+/// The built-in format with this public name (`npy`, `npz`, ...); see
+/// [`Registry::named`] for a registry's.
 pub fn format_named(name: &str) -> Option<&'static FormatDesc> {
-    formats().iter().find(|f| f.name == name)
+    Registry::builtin().named(name)
 }
 
-/// The format a path's extension maps to by default.
+/// The built-in format a path's extension maps to by default; see [`Registry::for_path`]
+/// for a registry's.
 pub fn format_for_path(path: &Path) -> Option<&'static FormatDesc> {
-    let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-    formats()
-        .iter()
-        .find(|f| f.extensions.contains(&ext.as_str()))
+    Registry::builtin().for_path(path)
 }
 
-/// The format of `source`, by content: every format whose detector accepts it, preferring
-/// the one its path's extension names when several do.
+/// The built-in format of `source`, by content: every format whose detector accepts it,
+/// preferring the one its path's extension names when several do; see
+/// [`Registry::detect`] for a registry's.
 pub fn detect(source: &Source, limits: &Limits) -> Option<&'static FormatDesc> {
-    let hits: Vec<&'static FormatDesc> = formats()
-        .iter()
-        .filter(|f| (f.detect)(source, limits))
-        .collect();
-    if hits.len() > 1 {
-        if let Some(by_ext) = source.path().and_then(format_for_path) {
-            if hits.iter().any(|h| h.name == by_ext.name) {
-                return Some(by_ext);
-            }
-        }
-    }
-    hits.first().copied()
-}
-
-fn unknown_format(name: &str) -> Error {
-    let known: Vec<&str> = formats().iter().map(|f| f.name).collect();
-    ErrorKind::Unsupported(format!(
-        "unknown format '{name}' (known: {})",
-        known.join(", ")
-    ))
-    .into()
+    Registry::builtin().detect(source, limits)
 }
 
 /// How to open a file.
+///
+/// ```no_run
+/// use tensorfmt::{OpenOptions, Registry, TensorFile};
+/// # let my_format: &'static tensorfmt::FormatDesc = tensorfmt::format_named("npy").unwrap();
+/// // A user's format (a generated `&MyFormat::DESC`) beside the built-in ones:
+/// let options = OpenOptions { registry: Registry::builtin().with(my_format), ..Default::default() };
+/// let file = TensorFile::open_with("weights.myf", &options)?;
+/// # Ok::<(), tensorfmt::Error>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct OpenOptions {
-    /// Read as this format instead of detecting it.
+    /// The formats a file may be of (by default the built-in ones): detection and
+    /// [`OpenOptions::format`] look here. [`convert`] writes a format of this registry too.
+    pub registry: Registry,
+    /// Read as this format (a name of [`OpenOptions::registry`]) instead of detecting it.
     pub format: Option<String>,
     /// Limits applied to the file's contents.
     pub limits: Limits,
@@ -138,8 +151,8 @@ impl TensorFile {
         Self::open_with(path, &OpenOptions::default())
     }
 
-    /// [`TensorFile::open`] with options. A folder is read as the LMDB or LevelDB
-    /// database it holds.
+    /// [`TensorFile::open`] with options: among others, the [`Registry`] of formats the
+    /// file may be of. A folder is read as the LMDB or LevelDB database it holds.
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
         Self::from_source(open_source(path.as_ref())?, options)
     }
@@ -174,13 +187,16 @@ impl TensorFile {
     /// The format `options` names, or the one detected.
     fn format_of(source: &Source, options: &OpenOptions) -> Result<&'static FormatDesc> {
         match &options.format {
-            Some(name) => format_named(name).ok_or_else(|| unknown_format(name)),
-            None => detect(source, &options.limits).ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Unsupported("not a file of any known tensor format".into()),
-                    source.location(),
-                )
-            }),
+            Some(name) => options.registry.require(name),
+            None => options
+                .registry
+                .detect(source, &options.limits)
+                .ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Unsupported("not a file of any known tensor format".into()),
+                        source.location(),
+                    )
+                }),
         }
     }
 
@@ -367,16 +383,41 @@ enum SaverOut {
 }
 
 impl Saver {
-    /// Starts saving to `path` in `format` (by name), or the format its extension maps to.
+    /// Starts saving to `path` in `format` (a built-in format's name), or the built-in
+    /// format its extension maps to.
     pub fn create(
+        path: impl AsRef<Path>,
+        format: Option<&str>,
+        options: &WriteOptions,
+    ) -> Result<Self> {
+        Self::create_in(&Registry::builtin(), path, format, options)
+    }
+
+    /// [`Saver::create`] with the formats of `registry`: `format` names one of them, or
+    /// `path`'s extension maps to one.
+    ///
+    /// ```no_run
+    /// use tensorfmt::{ByteOrder, DType, Order, Registry, Saver, TensorMeta};
+    /// # let my_format: &'static tensorfmt::FormatDesc = tensorfmt::format_named("npy").unwrap();
+    /// // A user's format (a generated `&MyFormat::DESC`) beside the built-in ones:
+    /// let registry = Registry::builtin().with(my_format);
+    /// let mut saver = Saver::create_in(&registry, "out.myf", None, &Default::default())?;
+    /// let meta = TensorMeta { name: "w".into(), dtype: DType::F32, shape: vec![2],
+    ///                         order: Order::C, byte_order: ByteOrder::Little };
+    /// saver.add_bytes(&meta, &[0u8; 8])?;
+    /// saver.commit()?;
+    /// # Ok::<(), tensorfmt::Error>(())
+    /// ```
+    pub fn create_in(
+        registry: &Registry,
         path: impl AsRef<Path>,
         format: Option<&str>,
         options: &WriteOptions,
     ) -> Result<Self> {
         let path = path.as_ref();
         let format = match format {
-            Some(name) => format_named(name).ok_or_else(|| unknown_format(name))?,
-            None => format_for_path(path).ok_or_else(|| {
+            Some(name) => registry.require(name)?,
+            None => registry.for_path(path).ok_or_else(|| {
                 Error::new(
                     ErrorKind::Unsupported("no format given and the extension maps to none".into()),
                     Location::file(path),
@@ -608,7 +649,7 @@ pub fn save<'a>(
 /// Options of [`convert`].
 #[derive(Debug, Clone, Default)]
 pub struct ConvertOptions {
-    /// Output format by name; by default the output extension's.
+    /// Output format by name (of `open.registry`); by default the output extension's.
     pub to: Option<String>,
     /// Cast every tensor to this dtype.
     pub dtype: Option<DType>,
@@ -628,7 +669,7 @@ pub struct ConvertOptions {
     /// and for tensors whose storage is not a member of its own (legacy checkpoints),
     /// which are written contiguous.
     pub keep_layout: bool,
-    /// How to open the input.
+    /// How to open the input; its registry holds the output's format too.
     pub open: OpenOptions,
 }
 
@@ -646,7 +687,8 @@ pub struct ConvertSummary {
 }
 
 /// Converts `input` to `output`, one tensor at a time (memory bounded by the largest
-/// tensor), atomically. `progress` is called after each tensor with (done, total).
+/// tensor), atomically. `progress` is called after each tensor with (done, total). Both
+/// formats are looked up in `options.open.registry` (by default the built-in formats).
 pub fn convert(
     input: impl AsRef<Path>,
     output: impl AsRef<Path>,
@@ -654,9 +696,10 @@ pub fn convert(
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
     let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+    let registry = &options.open.registry;
     let target = match options.to.as_deref() {
-        Some(name) => format_named(name),
-        None => format_for_path(output.as_ref()),
+        Some(name) => registry.named(name),
+        None => registry.for_path(output.as_ref()),
     };
     if let Some(target) = target.filter(|t| t.name == file.format() && t.rewrite.is_some()) {
         // A document that holds more than tensors (an ONNX graph) converted to its own
@@ -685,7 +728,7 @@ pub fn convert(
             bytes,
         });
     }
-    let mut saver = Saver::create(output, options.to.as_deref(), &options.write)?;
+    let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
     if !options.flatten {
         if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {

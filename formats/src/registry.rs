@@ -1,0 +1,205 @@
+//! The formats a program knows: the built-in ones and those a user's crate generates from
+//! its own `.fmt` schemas. Opening ([`crate::OpenOptions::registry`]), saving
+//! ([`crate::Saver::create_in`]), converting ([`crate::convert`], through its
+//! `open.registry`) and the command line ([`crate::cli::run_with`]) look formats up here,
+//! by name, by extension and by content.
+
+use std::path::Path;
+
+use crate::{Error, ErrorKind, FormatDesc, Limits, Source};
+
+/// A set of formats: the built-in ones ([`Registry::builtin`]) and those added, each a
+/// descriptor a generated format module exports (`DESC`, or every format of a generated
+/// `REGISTRY`).
+///
+/// A format added under the name of one already there replaces it. Lookups by extension
+/// and detection by content take the first format in [`Registry::formats`] order: the
+/// built-in ones, then those added.
+///
+/// ```
+/// use tensorfmt::{Registry, TensorFile, OpenOptions};
+///
+/// // A user's format, generated from its `.fmt` schema:
+/// //   #[derive(tensorfmt::TensorFormat)]
+/// //   #[tensorfmt(schema = "fmt/myformat.fmt")]
+/// //   pub struct MyFormat;
+/// // is added with `.with(&MyFormat::DESC)`; here, a built-in one stands in for it.
+/// let npy: &'static tensorfmt::FormatDesc = tensorfmt::format_named("npy").unwrap();
+/// let registry = Registry::empty().with(npy);
+/// assert_eq!(registry.names(), vec!["npy"]);
+/// assert!(registry.named("npz").is_none());
+/// assert!(Registry::builtin().named("npz").is_some());
+///
+/// let options = OpenOptions { registry, ..Default::default() };
+/// # let _ = options;
+/// ```
+#[derive(Clone)]
+pub struct Registry {
+    /// The built-in formats (none in an [`Registry::empty`] one).
+    builtin: &'static [FormatDesc],
+    /// The formats added, in the order added.
+    added: Vec<&'static FormatDesc>,
+}
+
+impl Default for Registry {
+    /// The built-in formats.
+    fn default() -> Self {
+        Self::builtin()
+    }
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+impl Registry {
+    /// The formats built into this crate (those its features enable), in schema order.
+    ///
+    /// ```
+    /// assert!(tensorfmt::Registry::builtin().named("npy").is_some());
+    /// ```
+    pub fn builtin() -> Self {
+        Registry {
+            builtin: crate::generated::REGISTRY,
+            added: Vec::new(),
+        }
+    }
+
+    /// A registry without any format.
+    ///
+    /// ```
+    /// assert!(tensorfmt::Registry::empty().names().is_empty());
+    /// ```
+    pub fn empty() -> Self {
+        Registry {
+            builtin: &[],
+            added: Vec::new(),
+        }
+    }
+
+    /// Adds `format` (a generated `DESC`: `&MyFormat::DESC`), replacing a format of the
+    /// same name.
+    ///
+    /// ```
+    /// let mut registry = tensorfmt::Registry::empty();
+    /// registry.add(tensorfmt::format_named("npz").unwrap());
+    /// assert_eq!(registry.names(), vec!["npz"]);
+    /// ```
+    pub fn add(&mut self, format: &'static FormatDesc) -> &mut Self {
+        self.added.retain(|f| f.name != format.name);
+        self.added.push(format);
+        self
+    }
+
+    /// [`Registry::add`], by value: `Registry::builtin().with(&MyFormat::DESC)`.
+    ///
+    /// ```
+    /// let npy = tensorfmt::format_named("npy").unwrap();
+    /// let registry = tensorfmt::Registry::empty().with(npy);
+    /// assert_eq!(registry.names(), vec!["npy"]);
+    /// ```
+    pub fn with(mut self, format: &'static FormatDesc) -> Self {
+        self.add(format);
+        self
+    }
+
+    /// Adds every format of `formats`, the `REGISTRY` a build script generates
+    /// (`tensorfmt_codegen::compile`), in order.
+    ///
+    /// ```
+    /// let registry = tensorfmt::Registry::empty().with_all(tensorfmt::generated::REGISTRY);
+    /// assert_eq!(registry.names(), tensorfmt::Registry::builtin().names());
+    /// ```
+    pub fn with_all(mut self, formats: &'static [FormatDesc]) -> Self {
+        for f in formats {
+            self.add(f);
+        }
+        self
+    }
+
+    /// Every format: the built-in ones not replaced, then those added, in order.
+    ///
+    /// ```
+    /// let names: Vec<&str> = tensorfmt::Registry::builtin().formats().map(|f| f.name).collect();
+    /// assert!(names.contains(&"npz"));
+    /// ```
+    pub fn formats(&self) -> impl Iterator<Item = &'static FormatDesc> + '_ {
+        self.builtin
+            .iter()
+            .filter(|b| !self.added.iter().any(|a| a.name == b.name))
+            .chain(self.added.iter().copied())
+    }
+
+    /// The public names of every format, in [`Registry::formats`] order.
+    ///
+    /// ```
+    /// assert!(tensorfmt::Registry::builtin().names().contains(&"npy"));
+    /// ```
+    pub fn names(&self) -> Vec<&'static str> {
+        self.formats().map(|f| f.name).collect()
+    }
+
+    /// The format with this public name (`npy`, `npz`, ...).
+    ///
+    /// ```
+    /// assert_eq!(tensorfmt::Registry::builtin().named("npy").unwrap().name, "npy");
+    /// ```
+    pub fn named(&self, name: &str) -> Option<&'static FormatDesc> {
+        self.formats().find(|f| f.name == name)
+    }
+
+    /// The format with this public name, or an error listing the formats there are.
+    ///
+    /// ```
+    /// let e = tensorfmt::Registry::builtin().require("nosuch").unwrap_err();
+    /// assert!(e.to_string().contains("known: npy"), "{e}");
+    /// ```
+    pub fn require(&self, name: &str) -> crate::Result<&'static FormatDesc> {
+        self.named(name).ok_or_else(|| {
+            Error::from(ErrorKind::Unsupported(format!(
+                "unknown format '{name}' (known: {})",
+                self.names().join(", ")
+            )))
+        })
+    }
+
+    /// The format a path's extension maps to by default.
+    ///
+    /// ```
+    /// let f = tensorfmt::Registry::builtin().for_path("a/b.NPZ".as_ref()).unwrap();
+    /// assert_eq!(f.name, "npz");
+    /// ```
+    pub fn for_path(&self, path: &Path) -> Option<&'static FormatDesc> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        self.formats()
+            .find(|f| f.extensions.contains(&ext.as_str()))
+    }
+
+    /// The format of `source`, by content: every format whose detector accepts it,
+    /// preferring the one its path's extension names when several do, else the first.
+    ///
+    /// ```
+    /// use tensorfmt::{Limits, Registry, Source};
+    /// let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    /// npy.extend_from_slice(&[0; 8]);
+    /// let source = Source::from_bytes(npy);
+    /// assert_eq!(Registry::builtin().detect(&source, &Limits::default()).unwrap().name, "npy");
+    /// assert!(Registry::empty().detect(&source, &Limits::default()).is_none());
+    /// ```
+    pub fn detect(&self, source: &Source, limits: &Limits) -> Option<&'static FormatDesc> {
+        let hits: Vec<&'static FormatDesc> = self
+            .formats()
+            .filter(|f| (f.detect)(source, limits))
+            .collect();
+        if hits.len() > 1 {
+            if let Some(by_ext) = source.path().and_then(|p| self.for_path(p)) {
+                if hits.iter().any(|h| h.name == by_ext.name) {
+                    return Some(by_ext);
+                }
+            }
+        }
+        hits.first().copied()
+    }
+}
