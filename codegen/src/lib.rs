@@ -42,6 +42,7 @@ mod pickle;
 mod proto;
 mod read;
 mod table;
+mod union;
 mod write;
 
 use model::{docs, Model};
@@ -199,6 +200,7 @@ fn format_items(
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
             items.push(lowered(read::gen_layout(ir, l, &file.source)));
+            items.push(union::gen_unions(ir, l));
             items.push(lowered(write::gen_writer(ir, l, &file.source)));
         }
     }
