@@ -46,6 +46,7 @@ mod proto;
 mod read;
 mod schemas;
 mod table;
+mod union;
 mod write;
 
 use model::{docs, Model};
@@ -366,6 +367,7 @@ fn format_items(
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
             items.push(lowered(read::gen_layout(ir, l, &file.source)));
+            items.push(union::gen_unions(ir, l));
             items.push(lowered(write::gen_writer(ir, l, &file.source)));
         }
     }

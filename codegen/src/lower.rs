@@ -345,6 +345,10 @@ pub(crate) fn storage_ty(ir: &Ir, ty: &Type) -> Option<TokenStream> {
             let id = rs_ident(&ir.dict(*d).name);
             quote!(#id)
         }
+        Type::Union(l, f) => {
+            let id = crate::union::union_ident(ir, *l, *f);
+            quote!(#id)
+        }
         _ => return None,
     })
 }
@@ -888,6 +892,10 @@ impl Lower<'_> {
                 Val::owned(quote!(#v.to_string()), ty)
             }
             Builtin::Has => Val::value(self.has(&arg(0)?, false), ty),
+            Builtin::Tag => {
+                let v = arg(0)?.by_ref();
+                Val::value(quote!(#v.tag()), ty)
+            }
             Builtin::Digits => {
                 let v = arg(0)?.scalar();
                 Val::value(quote!(rt::expr::digits(#v)?), ty)

@@ -233,6 +233,11 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
                 let (t, o) = (widen(then), widen(otherwise));
                 quote!(if #c { #t } else { #o })
             }
+            FieldKind::Match { tag, .. } => {
+                let tag = lower.expr(tag)?.scalar();
+                let t = crate::union::union_ident(ir, id, ir::FieldId(i as u32));
+                quote!(#t::read(c, limits, #tag)?)
+            }
             FieldKind::Value => {
                 let size = match &f.size {
                     Some(s) => Some(int(s, "the size")?),
@@ -340,7 +345,7 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
 }
 
 /// Reading one number: `c.u32_le("name")?`.
-fn num(name: &str, ty: &Type, e: ByteOrder) -> TokenStream {
+pub(crate) fn num(name: &str, ty: &Type, e: ByteOrder) -> TokenStream {
     let (prefix, bytes) = match ty {
         Type::Int(i) => (if i.signed { "i" } else { "u" }, i.bytes.unwrap_or(8)),
         Type::Float(f) => ("f", f.bytes),
@@ -377,6 +382,7 @@ fn min_bytes(ir: &Ir, ty: &Type) -> u64 {
                     Type::Bool => 1,
                     _ => 0,
                 },
+                FieldKind::Match { .. } => 0,
             })
             .sum(),
         _ => 0,

@@ -165,9 +165,9 @@ fn given(ir: &Ir, l: LayoutId, p: &WritePlan) -> Vec<usize> {
 }
 
 /// The arguments of `Inner::put` for a nested record `v`: its given fields.
-fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> R<Vec<TokenStream>> {
+pub(crate) fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> Vec<TokenStream> {
     let p = plan_of(ir, inner);
-    Ok(given(ir, inner, &p)
+    given(ir, inner, &p)
         .into_iter()
         .map(|i| {
             let f = &ir.layout(inner).fields[i];
@@ -179,7 +179,7 @@ fn nested_args(ir: &Ir, inner: LayoutId, v: &TokenStream) -> R<Vec<TokenStream>>
                 _ => quote!(&#v.#id),
             }
         })
-        .collect())
+        .collect()
 }
 
 /// The plan of a layout of a checked schema (which lowering has verified).
@@ -191,11 +191,15 @@ pub(crate) fn plan_of(ir: &Ir, l: LayoutId) -> WritePlan {
     })
 }
 
-/// True when layout `l` is a field of another layout.
+/// True when layout `l` is a field of another layout, or a case of a `match`.
 fn nested(ir: &Ir, l: LayoutId) -> bool {
-    ir.layouts
-        .iter()
-        .any(|x| x.fields.iter().any(|f| f.item_ty == Type::Layout(l)))
+    ir.layouts.iter().any(|x| {
+        x.fields.iter().any(|f| {
+            f.item_ty == Type::Layout(l)
+                || matches!(&f.kind, FieldKind::Match { cases, .. }
+                    if cases.iter().any(|c| c.ty == Type::Layout(l)))
+        })
+    })
 }
 
 /// `impl L { put, write }` of one layout. `src` is the text of the file that declares
@@ -502,7 +506,7 @@ fn checks_at(
 }
 
 /// The `LayoutBuf` method for a number: `int_u16_le`, `put_f32_be`.
-fn num_method(prefix: &str, ty: &Type, e: ByteOrder) -> Ident {
+pub(crate) fn num_method(prefix: &str, ty: &Type, e: ByteOrder) -> Ident {
     let (k, bytes) = match ty {
         Type::Int(i) => (if i.signed { "i" } else { "u" }, i.bytes.unwrap_or(8)),
         Type::Float(f) => ("f", f.bytes),
@@ -592,8 +596,15 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
             }
             (Type::Layout(inner), None) => {
                 let t = rs_ident(&ir.layout(*inner).name);
-                let args = nested_args(ir, *inner, &item)?;
+                let args = nested_args(ir, *inner, &item);
                 quote!(#t::put(buf, #(#args),*).map_err(|e| e.in_field(#name))?;)
+            }
+            (Type::Union(..), None) => {
+                let FieldKind::Match { tag, .. } = &f.kind else {
+                    unreachable!("a union is the type of a `match` field");
+                };
+                let tag = lower.expr(tag)?.scalar();
+                quote!(#item.put(buf, #tag).map_err(|e| e.in_field(#name))?;)
             }
             (Type::Bytes, None) => {
                 let pad = pad(&lower, f)?;

@@ -285,6 +285,27 @@ pub enum FieldType {
         /// The whole type.
         span: Span,
     },
+    /// `match tag { 0 => u8, 8 => Str, ... }`: a tagged union, the type of each value
+    /// chosen by the tag, an integer over earlier fields.
+    Match {
+        /// The tag.
+        tag: Expr,
+        /// The cases, in order.
+        cases: Vec<MatchCase>,
+        /// The whole type.
+        span: Span,
+    },
+}
+
+/// One case of a tagged union: `8 => Str`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchCase {
+    /// The tag's value.
+    pub tag: i128,
+    /// The type of a value of this tag.
+    pub ty: TypeRef,
+    /// The whole case.
+    pub span: Span,
 }
 
 /// A modifier of a layout field.

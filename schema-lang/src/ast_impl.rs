@@ -436,7 +436,7 @@ impl FieldType {
         match self {
             FieldType::Named(t) => t.is_numeric(),
             FieldType::Cond { .. } => true,
-            FieldType::Magic(_) => false,
+            FieldType::Magic(_) | FieldType::Match { .. } => false,
         }
     }
 

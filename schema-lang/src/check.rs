@@ -795,6 +795,7 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+            FieldType::Match { cases, .. } => self.match_cases(at, cases),
         }
 
         let mut kinds: HashMap<&str, Span> = HashMap::new();
@@ -889,6 +890,44 @@ impl<'a> Checker<'a> {
                         "add `write = ...` computing the offset".to_string()
                     },
                 );
+            }
+        }
+    }
+
+    /// The cases of a tagged union: each tag once, each type once (a type is the name of
+    /// its variant), the types named.
+    fn match_cases(&mut self, at: At<'a>, cases: &'a [MatchCase]) {
+        let mut tags: HashMap<i128, Span> = HashMap::new();
+        let mut types: HashMap<String, Span> = HashMap::new();
+        for c in cases {
+            self.data_type(at, &c.ty);
+            if let Some(&prev) = tags.get(&c.tag) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    c.span,
+                    format!("tag {} is matched twice", c.tag),
+                    format!(
+                        "each tag selects one type; the first case of {} is at {first}",
+                        c.tag
+                    ),
+                );
+            } else {
+                tags.insert(c.tag, c.span);
+            }
+            let t = c.ty.to_string();
+            if let Some(&prev) = types.get(&t) {
+                let first = self.where_is(at.file, prev);
+                self.err_help(
+                    at.file,
+                    c.ty.span,
+                    format!("type '{t}' is selected by two tags"),
+                    format!(
+                        "a union reads into an enum with one variant per type; the first case of '{t}' is at {first}"
+                    ),
+                );
+            } else {
+                types.insert(t, c.ty.span);
             }
         }
     }

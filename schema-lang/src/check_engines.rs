@@ -222,8 +222,10 @@ impl Rules<'_> {
                         .chain(&x.align)
                         .map(|e| (e, false)),
                 );
-                if let crate::ir::FieldKind::Cond { cond, .. } = &x.kind {
-                    roots.push((cond, false));
+                if let crate::ir::FieldKind::Cond { cond: e, .. }
+                | crate::ir::FieldKind::Match { tag: e, .. } = &x.kind
+                {
+                    roots.push((e, false));
                 }
                 if let Some(Repeat::Count(e)) = &x.repeat {
                     roots.push((e, false));
@@ -364,6 +366,9 @@ impl Rules<'_> {
                     None => None,
                 };
                 let name = &x.name;
+                if let crate::ir::FieldKind::Match { cases, .. } = &x.kind {
+                    Self::match_field(ir, x, cases, &mut errors);
+                }
                 if let (Some(w), Type::Dict(_) | Type::Layout(_)) = (&x.write, &x.item_ty) {
                     errors.push((
                         w.span,
@@ -458,6 +463,59 @@ impl Rules<'_> {
         }
         for (span, msg, help) in errors {
             self.err(span, msg, help);
+        }
+    }
+
+    /// A tagged union (`match`) reads each value in place as its case's type: a number,
+    /// `bool`, or a layout holding no payload; it has no `size`, `pad`, codec or `write`
+    /// rule (its values are given; its tag may be computed by `tag(..)`).
+    fn match_field(
+        ir: &Ir,
+        x: &crate::ir::Field,
+        cases: &[crate::ir::MatchCase],
+        errors: &mut Vec<(Span, String, &'static str)>,
+    ) {
+        let name = &x.name;
+        for c in cases {
+            let ok = match &c.ty {
+                Type::Int(_) | Type::Float(_) | Type::Bool | Type::Error => true,
+                Type::Layout(l) => !ir.layout(*l).fields.iter().any(|g| g.ty == Type::Payload),
+                _ => false,
+            };
+            if !ok {
+                errors.push((
+                    c.span,
+                    format!(
+                        "case {} of '{name}' is not a number or a layout without payload",
+                        c.tag
+                    ),
+                    "a case of a `match` is read in place: a number, `bool`, or a layout \
+                     (text of a length is a layout: `layout Str little { n: u64 write = \
+                     len(text); text: str size n; }`)",
+                ));
+            }
+        }
+        let what = if x.write.is_some() {
+            Some((
+                x.write.as_ref().map_or(x.span, |w| w.span),
+                "a `write` rule",
+            ))
+        } else if x.size.is_some() {
+            Some((x.size.as_ref().map_or(x.span, |s| s.span), "a `size`"))
+        } else if x.codec.is_some() {
+            Some((x.span, "a codec"))
+        } else if x.pad.is_some() {
+            Some((x.span, "`pad`"))
+        } else {
+            None
+        };
+        if let Some((span, what)) = what {
+            errors.push((
+                span,
+                format!("the `match` field '{name}' has {what}"),
+                "each value of a `match` is read in place as the type its tag selects, and is \
+                 given when written; compute the tag instead (`kind: u32 write = tag(value);`)",
+            ));
         }
     }
 

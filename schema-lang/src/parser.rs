@@ -125,8 +125,8 @@ fn syntax_error(path: &Path, source: &str, e: pest::error::Error<Rule>) -> Diagn
 
 /// Words that cannot start a path in an expression.
 const RESERVED: &[&str] = &[
-    "check", "write", "size", "codec", "pad", "rest", "repeat", "align", "at", "if", "else", "in",
-    "true", "false", "none",
+    "check", "write", "size", "codec", "pad", "rest", "repeat", "align", "at", "match", "if",
+    "else", "in", "true", "false", "none",
 ];
 
 const MODIFIER_KWS: &[Rule] = &[
@@ -319,6 +319,8 @@ fn rule_word(r: Rule) -> Option<String> {
         Rule::field => "a field",
         Rule::magic_type => "`magic`",
         Rule::cond_type => "`if`",
+        Rule::match_type => "`match`",
+        Rule::match_case => "a `match` case",
         Rule::m_check => "`check`",
         Rule::m_write => "`write`",
         Rule::m_size => "`size`",
@@ -689,6 +691,25 @@ impl Builder<'_> {
                     cond,
                     then,
                     otherwise,
+                    span: tsp,
+                }
+            }
+            Rule::match_type => {
+                let tsp = span(&t);
+                let mut c = kids(t);
+                let tag = self.expr(c.next().expect("tag"));
+                let cases = c
+                    .map(|case| {
+                        let csp = span(&case);
+                        let mut k = kids(case);
+                        let tag = self.int(&k.next().expect("case tag"));
+                        let ty = self.type_ref(k.next().expect("case type"));
+                        MatchCase { tag, ty, span: csp }
+                    })
+                    .collect();
+                FieldType::Match {
+                    tag,
+                    cases,
                     span: tsp,
                 }
             }

@@ -39,6 +39,7 @@ construct!(message_exprs_fmt, "message_exprs");
 construct!(pickle_exprs_fmt, "pickle_exprs");
 construct!(message_defaults_fmt, "message_defaults");
 construct!(kv_record_fields_fmt, "kv_record_fields");
+construct!(tagged_union_fmt, "tagged_union");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -1051,4 +1052,154 @@ fn repeated_fields_a_write_rule_gives_are_laid_out_item_by_item() {
     let mut narrow = b"RG\x00\x02\x00\x05\x00\x06".to_vec();
     narrow.extend_from_slice(&bytes[12..]);
     assert_eq!(read_layout(&narrow, Given::read).unwrap().dims, [5, 6]);
+}
+
+/// `tagged_union` text: its length (`u64`), its bytes.
+fn tagged_text(v: &mut Vec<u8>, s: &str) {
+    v.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+}
+
+/// Reads a `tagged_union` `File` from `bytes` under `limits`.
+fn tagged_read(bytes: &[u8], limits: &rt::Limits) -> rt::Result<tagged_union_fmt::tagged::File> {
+    let src = rt::Source::from_bytes(bytes.to_vec());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    tagged_union_fmt::tagged::File::read(&mut c, limits)
+}
+
+#[test]
+fn tagged_values_read_the_case_their_tag_selects_and_write_it_back() {
+    use tagged_union_fmt::tagged::{Array, ArrayItems, Kv, KvValue, Text};
+    // `TAG1`, 4 records: an `f32`, a text, an array of `i16`, an array of arrays of text.
+    let mut v = b"TAG1".to_vec();
+    v.extend_from_slice(&4u64.to_le_bytes());
+    tagged_text(&mut v, "scale");
+    v.extend_from_slice(&2u32.to_le_bytes());
+    v.extend_from_slice(&1.5f32.to_le_bytes());
+    tagged_text(&mut v, "name");
+    v.extend_from_slice(&4u32.to_le_bytes());
+    tagged_text(&mut v, "llama");
+    tagged_text(&mut v, "dims");
+    v.extend_from_slice(&5u32.to_le_bytes());
+    v.extend_from_slice(&1u32.to_le_bytes());
+    v.extend_from_slice(&2u64.to_le_bytes());
+    v.extend_from_slice(&(-3i16).to_le_bytes());
+    v.extend_from_slice(&7i16.to_le_bytes());
+    tagged_text(&mut v, "merges");
+    v.extend_from_slice(&5u32.to_le_bytes());
+    v.extend_from_slice(&5u32.to_le_bytes());
+    v.extend_from_slice(&1u64.to_le_bytes());
+    v.extend_from_slice(&4u32.to_le_bytes());
+    v.extend_from_slice(&2u64.to_le_bytes());
+    tagged_text(&mut v, "a");
+    tagged_text(&mut v, "bc");
+    let f = tagged_read(&v, &rt::Limits::default()).unwrap();
+    let text = |s: &str| Text {
+        len: s.len() as u64,
+        text: s.to_string(),
+    };
+    let values: Vec<(&str, &KvValue)> = f
+        .kvs
+        .iter()
+        .map(|kv| (kv.key.text.as_str(), &kv.value))
+        .collect();
+    assert_eq!(values[0], ("scale", &KvValue::F32(1.5)));
+    assert_eq!(values[1], ("name", &KvValue::Text(text("llama"))));
+    let dims = Array {
+        kind: 1,
+        n: 2,
+        items: vec![ArrayItems::I16(-3), ArrayItems::I16(7)],
+    };
+    assert_eq!(values[2], ("dims", &KvValue::Array(dims)));
+    let inner = Array {
+        kind: 4,
+        n: 2,
+        items: vec![ArrayItems::Text(text("a")), ArrayItems::Text(text("bc"))],
+    };
+    let merges = Array {
+        kind: 5,
+        n: 1,
+        items: vec![ArrayItems::Array(inner)],
+    };
+    assert_eq!(values[3], ("merges", &KvValue::Array(merges)));
+    // Written back from the values alone: every tag computed from its value.
+    let mut out = Vec::new();
+    tagged_union_fmt::tagged::File::write(&mut out, &f.kvs).unwrap();
+    assert_eq!(out, v);
+    // A record built by hand: its tag (and its lengths) are computed.
+    let kv = Kv {
+        key: text("flag"),
+        kind: 0,
+        value: KvValue::Bool(true),
+    };
+    let mut out = Vec::new();
+    tagged_union_fmt::tagged::File::write(&mut out, std::slice::from_ref(&kv)).unwrap();
+    let back = tagged_read(&out, &rt::Limits::default()).unwrap();
+    assert_eq!(back.kvs[0].kind, 3);
+    assert_eq!(back.kvs[0].value, KvValue::Bool(true));
+    // An array's items of another case than its type are refused when written.
+    let bad = Kv {
+        key: text("mixed"),
+        kind: 0,
+        value: KvValue::Array(Array {
+            kind: 1,
+            n: 0,
+            items: vec![ArrayItems::U8(1)],
+        }),
+    };
+    let e = tagged_union_fmt::tagged::File::write(&mut Vec::new(), &[bad])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("items") && e.contains("tag 0") && e.contains("tag 1"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unknown_tag_or_values_nested_too_deep_are_errors_not_crashes() {
+    // An unknown tag: the error names the field, the tag and the offset.
+    let mut v = b"TAG1".to_vec();
+    v.extend_from_slice(&1u64.to_le_bytes());
+    tagged_text(&mut v, "k");
+    v.extend_from_slice(&9u32.to_le_bytes());
+    let e = tagged_read(&v, &rt::Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("value") && e.contains("unknown tag 9") && e.contains("25"),
+        "{e}"
+    );
+    // Arrays of arrays nested 100 000 deep (hostile): bounded by `max_depth`.
+    let mut v = b"TAG1".to_vec();
+    v.extend_from_slice(&1u64.to_le_bytes());
+    tagged_text(&mut v, "k");
+    v.extend_from_slice(&5u32.to_le_bytes());
+    for _ in 0..100_000 {
+        v.extend_from_slice(&5u32.to_le_bytes());
+        v.extend_from_slice(&1u64.to_le_bytes());
+    }
+    let e = tagged_read(&v, &rt::Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("deeper"), "{e}");
+    // Within the limit, a nested value reads.
+    let limits = rt::Limits {
+        max_depth: 3,
+        ..rt::Limits::default()
+    };
+    let mut v = b"TAG1".to_vec();
+    v.extend_from_slice(&1u64.to_le_bytes());
+    tagged_text(&mut v, "k");
+    v.extend_from_slice(&5u32.to_le_bytes());
+    v.extend_from_slice(&5u32.to_le_bytes());
+    v.extend_from_slice(&1u64.to_le_bytes());
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&0u64.to_le_bytes());
+    assert!(tagged_read(&v, &limits).is_ok());
+    let limits = rt::Limits {
+        max_depth: 1,
+        ..rt::Limits::default()
+    };
+    assert!(tagged_read(&v, &limits).is_err());
 }

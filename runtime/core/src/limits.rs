@@ -39,3 +39,21 @@ impl Default for Limits {
         }
     }
 }
+
+impl Limits {
+    /// These limits one level of nesting deeper: `max_depth` less one, or an error when
+    /// no level is left (a layout read inside a value of a tagged union that holds
+    /// itself, on hostile input, stops here rather than exhausting the stack).
+    pub fn deeper(&self) -> crate::error::Result<Limits> {
+        match self.max_depth.checked_sub(1) {
+            Some(max_depth) => Ok(Limits {
+                max_depth,
+                ..self.clone()
+            }),
+            None => Err(crate::error::ErrorKind::Invalid(
+                "values nested deeper than the limit on depth (`Limits::max_depth`)".into(),
+            )
+            .into()),
+        }
+    }
+}

@@ -118,6 +118,16 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
                     otherwise.name(),
                     d.ty(&fl.ty)
                 ),
+                FieldKind::Match { tag, cases } => format!(
+                    "match {} {{ {} }} -> {}",
+                    d.expr(tag),
+                    cases
+                        .iter()
+                        .map(|c| format!("{} => {}", c.tag, d.ty(&c.ty)))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    d.ty(&fl.ty)
+                ),
             };
             let _ = writeln!(out, "    {}: {kind}", fl.name);
             let rule = |out: &mut String, what: &str, e: &Expr| {
@@ -423,6 +433,9 @@ impl D<'_> {
             Type::Map(k, v) => format!("map<{}, {}>", self.ty(k), self.ty(v)),
             Type::MapItem(k, v) => format!("item<{}, {}>", self.ty(k), self.ty(v)),
             Type::Layout(l) => format!("layout {}", self.layout(*l)),
+            Type::Union(l, f) => {
+                format!("union {}.{}", self.layout(*l), self.ir.field(*l, *f).name)
+            }
             Type::Dict(x) => {
                 let x = self.ir.dict(*x);
                 format!("dict {}.{}", self.fmt_name(x.format), x.name)

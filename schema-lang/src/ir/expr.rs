@@ -91,6 +91,8 @@ pub enum Builtin {
     KeyOf,
     /// `global(text)` (pickle write rules): the declared global named by the text.
     Global,
+    /// `tag(x)`: the tag of a tagged union's value (the case its variant is).
+    Tag,
 }
 
 impl Builtin {
@@ -113,6 +115,7 @@ impl Builtin {
             "external" => Builtin::External,
             "key_of" => Builtin::KeyOf,
             "global" => Builtin::Global,
+            "tag" => Builtin::Tag,
             _ => return None,
         })
     }
@@ -146,6 +149,7 @@ impl Builtin {
             Builtin::External => "external",
             Builtin::KeyOf => "key_of",
             Builtin::Global => "global",
+            Builtin::Tag => "tag",
         }
     }
 }

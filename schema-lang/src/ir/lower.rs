@@ -189,7 +189,7 @@ fn kind_word(t: &Type) -> Option<&'static str> {
 
 /// The builtin functions as the help of an unknown function lists them.
 const FUNCTIONS: &str = "len, size, align, latin1, itemsize, slice, has, str, index_of, digits, \
-                         first, last, elements, external";
+                         first, last, elements, external, tag";
 
 /// The names, quoted and comma separated, for help lines that list what exists.
 fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
@@ -747,6 +747,23 @@ impl<'a> Lower<'a> {
                         _ => (FieldKind::Value, Type::Error),
                     }
                 }
+                ast::FieldType::Match { cases, .. } => {
+                    let cases = cases
+                        .iter()
+                        .map(|c| MatchCase {
+                            tag: c.tag,
+                            ty: self.data_type(&c.ty, Some(endian)),
+                            span: c.span,
+                        })
+                        .collect();
+                    (
+                        FieldKind::Match {
+                            tag: err_expr(f.span),
+                            cases,
+                        },
+                        Type::Union(id, FieldId(fields.len() as u32)),
+                    )
+                }
             };
             let repeat = f.repeat().map(|r| match r {
                 ast::Repeat::UntilEof(_) => Repeat::UntilEof,
@@ -1140,6 +1157,12 @@ impl<'a> Lower<'a> {
                     Want::Bool,
                     "the condition of a conditional type",
                 )),
+                ast::FieldType::Match { tag, .. } => Some(self.want(
+                    &read("match", false),
+                    tag,
+                    Want::Int,
+                    "the tag of a `match`",
+                )),
                 _ => None,
             };
             let fld = &mut self.ir.layouts[id.index()].fields[i];
@@ -1152,7 +1175,11 @@ impl<'a> Lower<'a> {
             if let (Some(c), Some(Repeat::Count(slot))) = (count, fld.repeat.as_mut()) {
                 *slot = c;
             }
-            if let (Some(c), FieldKind::Cond { cond: slot, .. }) = (cond, &mut fld.kind) {
+            if let (
+                Some(c),
+                FieldKind::Cond { cond: slot, .. } | FieldKind::Match { tag: slot, .. },
+            ) = (cond, &mut fld.kind)
+            {
                 *slot = c;
             }
             if let Some(Codec::PyDict {
@@ -2496,6 +2523,18 @@ impl<'a> Lower<'a> {
                 Type::INT
             }
             Builtin::Size | Builtin::IndexOf => Type::INT,
+            Builtin::Tag => {
+                if !matches!(arg_ty(0), Type::Union(..) | Type::Error) {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        span,
+                        format!("`tag` takes a value of a `match` field, but this is {shown}"),
+                        "`tag(value)` is the tag of the case a tagged union's value is \
+                         (`kind: u32 write = tag(value);` beside `value: match kind { .. }`)",
+                    );
+                }
+                Type::INT
+            }
             Builtin::Latin1 | Builtin::Has => Type::Bool,
             Builtin::Str => Type::Str,
             Builtin::Len => {

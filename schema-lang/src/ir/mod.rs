@@ -178,8 +178,8 @@ impl Ir {
                 continue;
             }
             for f in &l.fields {
-                if let FieldKind::Cond { cond, .. } = &f.kind {
-                    out.push(cond);
+                if let FieldKind::Cond { cond: e, .. } | FieldKind::Match { tag: e, .. } = &f.kind {
+                    out.push(e);
                 }
                 out.extend(f.checks.iter());
                 out.extend(f.write.iter());
@@ -529,6 +529,25 @@ pub enum FieldKind {
         /// The type when false.
         otherwise: IntTy,
     },
+    /// A tagged union: each value's type chosen by a tag (an integer over earlier fields).
+    /// The field's item type is [`Type::Union`] of itself.
+    Match {
+        /// The tag.
+        tag: Expr,
+        /// The cases, in order.
+        cases: Vec<MatchCase>,
+    },
+}
+
+/// One case of a tagged union.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatchCase {
+    /// The tag's value.
+    pub tag: i128,
+    /// The type of a value of this tag: a number, `bool` or a layout.
+    pub ty: Type,
+    /// Where it is declared.
+    pub span: Span,
 }
 
 /// A layout field with its read and write rules.

@@ -263,6 +263,9 @@ pub fn write_plan(ir: &Ir, l: LayoutId) -> Result<WritePlan, Vec<Gap>> {
         if let FieldKind::Cond { cond, .. } = &f.kind {
             p.needed_at(cond, i, "the width");
         }
+        if let FieldKind::Match { tag, .. } = &f.kind {
+            p.needed_at(tag, i, "the tag");
+        }
         if let Some(e) = &f.at {
             p.needed_at(e, i, "the offset");
         }

@@ -1,7 +1,7 @@
 //! The one type system of the IR: every expression, layout field, dict key and message
 //! field has a [`Type`].
 
-use super::{DictId, EntryId, EnumId, LayoutId, MessageId, PickleId, TableId};
+use super::{DictId, EntryId, EnumId, FieldId, LayoutId, MessageId, PickleId, TableId};
 
 /// Byte order of a number or of tensor elements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -198,6 +198,9 @@ pub enum Type {
     MapItem(Box<Type>, Box<Type>),
     /// A record laid out by a layout.
     Layout(LayoutId),
+    /// A value of a tagged union: the `match` type of a layout's field, one of its cases
+    /// ([`super::FieldKind::Match`]).
+    Union(LayoutId, FieldId),
     /// A record decoded by a codec, described by a dict.
     Dict(DictId),
     /// A protobuf message.
