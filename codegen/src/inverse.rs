@@ -416,8 +416,19 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             #desc
         });
     }
-    // Several tensors: the writer holds the given fields and fills in the items.
+    // Several tensors: the writer holds the given fields and fills in the items. The
+    // mapping's places are an item's, not the record's: the fields start from no place.
     let items = inv.items.clone().unwrap_or_default();
+    let record = Inverse {
+        sets: Vec::new(),
+        ..inv.clone()
+    };
+    let mut held = Gen {
+        ir,
+        inv: &record,
+        public: g.public,
+        pre: Vec::new(),
+    };
     let mut fields = Vec::new();
     let mut inits = Vec::new();
     let mut args = Vec::new();
@@ -432,7 +443,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         }
         let t = storage_ty(ir, &f.ty)
             .expect("the checker's rule layout_fields: a layout's fields have a storage type");
-        let v = g.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
+        let v = held.build(&[Step::Field(ir::FieldId(i as u32))], &f.ty)?;
         fields.push(quote!(#id: #t,));
         inits.push(init(&id, v));
         args.push(quote!(&self.#id));

@@ -40,6 +40,7 @@ construct!(pickle_exprs_fmt, "pickle_exprs");
 construct!(message_defaults_fmt, "message_defaults");
 construct!(kv_record_fields_fmt, "kv_record_fields");
 construct!(tagged_union_fmt, "tagged_union");
+construct!(record_places_fmt, "record_places");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -618,6 +619,39 @@ fn counted_records_read_by_a_field_named_count() {
     let mut bad = b"REP1".to_vec();
     bad.extend_from_slice(&5000u32.to_le_bytes());
     assert!(refused(desc, &bad).contains("count"));
+}
+
+/// Records whose dtype code sits where the file's list of records does (third field of
+/// each): read from bytes laid out by hand, written back and read again.
+#[test]
+fn a_record_field_at_the_position_of_the_records_list_is_written_per_item() {
+    let mut file = b"RCP1".to_vec();
+    file.extend_from_slice(&2u32.to_le_bytes());
+    for (name, code, dims, begin, end) in [
+        ("w", 1u8, &[2u64, 2][..], 0u64, 16u64),
+        ("i", 2, &[1], 16, 20),
+    ] {
+        file.push(name.len() as u8);
+        file.extend_from_slice(name.as_bytes());
+        file.push(code);
+        file.push(dims.len() as u8);
+        for d in dims {
+            file.extend_from_slice(&d.to_le_bytes());
+        }
+        file.extend_from_slice(&begin.to_le_bytes());
+        file.extend_from_slice(&end.to_le_bytes());
+    }
+    let data = f32s(&[1.0, 2.0, 3.0, 4.0]);
+    file.extend_from_slice(&data);
+    file.extend_from_slice(&7i32.to_le_bytes());
+    let desc = &record_places_fmt::recplaces::DESC;
+    let expected = vec![
+        t("w", rt::DType::F32, &[2, 2], data.clone()),
+        t("i", rt::DType::I32, &[1], 7i32.to_le_bytes().to_vec()),
+    ];
+    assert_eq!(read(desc, "r.rcp", &file).unwrap(), expected);
+    let written = write(desc, &expected).unwrap();
+    assert_eq!(written, file);
 }
 
 /// A zip format that maps no tensor: an archive of it lists none, an empty one is
