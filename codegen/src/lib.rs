@@ -364,11 +364,15 @@ fn format_items(
     }
     // Layouts around pickles are read by the pickle-file engine, not compiled alone.
     let pickle_file = *kind == Engine::File && pickle::is_pickle_file(ir, fid);
+    let read_only = ir.format(fid).read_only;
     if !pickle_file {
         for &l in &ir.format(fid).layouts {
             items.push(lowered(read::gen_layout(ir, l, &file.source)));
             items.push(union::gen_unions(ir, l));
-            items.push(lowered(write::gen_writer(ir, l, &file.source)));
+            // A read-only format's layouts have no write plan, and no writer.
+            if !read_only {
+                items.push(lowered(write::gen_writer(ir, l, &file.source)));
+            }
         }
     }
     items.push(match kind {
@@ -381,6 +385,15 @@ fn format_items(
         Engine::File if pickle_file => lowered(pickle::gen_file_pickle(ir, fid)),
         Engine::File if ir.format(fid).mappings.is_empty() => {
             file::gen_file_without_tensors(ir, fid)
+        }
+        Engine::File if read_only => {
+            let read = lowered(file::gen_file(ir, fid));
+            let refusal = format!(
+                "{} is read-only: its schema declares `read_only;`",
+                ir.format(fid).public_name
+            );
+            let desc = engine::read_only_desc(&refusal, false);
+            quote!(#read #desc)
         }
         Engine::File => {
             let read = lowered(file::gen_file(ir, fid));

@@ -30,6 +30,7 @@ impl<'s> Fmt<'s> {
                 // Generated from the IR (messages and enums by the engines over messages,
                 // to which the checker keeps them).
                 Item::Engine(_)
+                | Item::ReadOnly(_)
                 | Item::Detect(_)
                 | Item::Table(_)
                 | Item::Dict(_)

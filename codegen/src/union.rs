@@ -171,6 +171,25 @@ fn gen_union(
         " Reads the case of `{name}` that `tag` selects, at the cursor; an unknown tag is an error."
     );
 
+    // A read-only format's layouts have no writer to lay a case out with.
+    let put = (!ir.format(ir.layout(l).format).read_only).then(|| {
+        quote! {
+            /// Lays out the value into `buf`, checking that its case is the one `tag` (the tag
+            /// written) selects.
+            pub fn put(&self, buf: &mut rt::LayoutBuf, tag: i128) -> rt::Result<()> {
+                if tag != self.tag() {
+                    return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(
+                        "a value of tag {} written under the tag {tag}",
+                        self.tag()
+                    ))));
+                }
+                match self {
+                    #(#puts)*
+                }
+                Ok(())
+            }
+        }
+    });
     quote! {
         #[doc = #doc]
         #[derive(Debug, Clone, PartialEq)]
@@ -194,20 +213,7 @@ fn gen_union(
                 }
             }
 
-            /// Lays out the value into `buf`, checking that its case is the one `tag` (the tag
-            /// written) selects.
-            pub fn put(&self, buf: &mut rt::LayoutBuf, tag: i128) -> rt::Result<()> {
-                if tag != self.tag() {
-                    return Err(rt::Error::from(rt::ErrorKind::Invalid(format!(
-                        "a value of tag {} written under the tag {tag}",
-                        self.tag()
-                    ))));
-                }
-                match self {
-                    #(#puts)*
-                }
-                Ok(())
-            }
+            #put
         }
     }
 }

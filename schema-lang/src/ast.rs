@@ -77,6 +77,9 @@ pub enum Item {
     Engine(Engine),
     /// `extensions ["npy", ...];`
     Extensions(Vec<StrLit>),
+    /// `read_only;`: the format is read, never written (no writer is generated, and the
+    /// checker's write-side rules do not apply).
+    ReadOnly(Span),
     /// `detect ...;`
     Detect(Detect),
     /// `table name: str|int -> dtype { ... }`

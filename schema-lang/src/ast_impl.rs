@@ -141,6 +141,7 @@ impl Item {
         match self {
             Item::Engine(_) => "engine",
             Item::Extensions(_) => "extensions",
+            Item::ReadOnly(_) => "read_only",
             Item::Detect(_) => "detect",
             Item::Table(_) => "table",
             Item::Dict(_) => "dict",
@@ -162,7 +163,8 @@ impl Item {
                 (Some(a), Some(b)) => a.span.to(b.span),
                 _ => Span::default(),
             },
-            Item::Detect(Detect::Magic { span, .. } | Detect::Entries { span, .. }) => *span,
+            Item::ReadOnly(span)
+            | Item::Detect(Detect::Magic { span, .. } | Detect::Entries { span, .. }) => *span,
             Item::Table(t) => t.span,
             Item::Dict(d) => d.span,
             Item::Layout(l) => l.span,
@@ -210,6 +212,14 @@ impl Format {
     /// The engine kind's name (`"file"`, `"zip"`, ...), `""` when there is none.
     pub fn engine_kind(&self) -> &str {
         self.engine().map_or("", |e| e.kind.name.as_str())
+    }
+
+    /// The span of the (first) `read_only;` item, when the format is declared read-only.
+    pub fn read_only(&self) -> Option<Span> {
+        self.items.iter().find_map(|i| match i {
+            Item::ReadOnly(s) => Some(*s),
+            _ => None,
+        })
     }
 
     /// All file extensions (without dots), from every `extensions` item.

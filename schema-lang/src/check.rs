@@ -332,6 +332,27 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
+                Item::ReadOnly(sp) => {
+                    if fmt.read_only() != Some(*sp) {
+                        self.err(
+                            at.file,
+                            *sp,
+                            format!("format '{}' is declared `read_only` twice", fmt.name.name),
+                        );
+                    } else if !matches!(fmt.engine_kind(), "file" | "") {
+                        self.err_help(
+                            at.file,
+                            *sp,
+                            format!(
+                                "`read_only` is for formats of the `file` engine, not '{}'",
+                                fmt.engine_kind()
+                            ),
+                            "the zip, protobuf and kv engines write what they read, and a zip, \
+                             protobuf or kv format that maps no writable tensor refuses to \
+                             write by itself",
+                        );
+                    }
+                }
                 Item::Detect(d) => self.detect(at, d),
                 Item::Table(t) => self.table(at, t),
                 Item::Dict(d) => self.dict(at, d),
@@ -855,8 +876,12 @@ impl<'a> Checker<'a> {
             );
         }
 
-        // Write rules of numeric fields.
-        if f.ty.is_numeric() && f.write_rule().is_none() && f.implied_constant().is_none() {
+        // Write rules of numeric fields (a read-only format is not written).
+        if at.fmt.read_only().is_none()
+            && f.ty.is_numeric()
+            && f.write_rule().is_none()
+            && f.implied_constant().is_none()
+        {
             let name = f.name.name.as_str();
             let user = l.fields[i + 1..].iter().find_map(|g| {
                 let uses = |e: &Expr| e.referenced_names().iter().any(|n| n.name == name);

@@ -308,6 +308,7 @@ fn rule_word(r: Rule) -> Option<String> {
         Rule::format => "`format`",
         Rule::engine => "`engine`",
         Rule::extensions => "`extensions`",
+        Rule::read_only => "`read_only`",
         Rule::detect_magic | Rule::detect_entries => "`detect`",
         Rule::table => "`table`",
         Rule::table_row => "a table row",
@@ -516,6 +517,7 @@ impl Builder<'_> {
                 })
             }
             Rule::extensions => Item::Extensions(kids(p).map(|s| self.string(s)).collect()),
+            Rule::read_only => Item::ReadOnly(sp),
             Rule::detect_magic => {
                 let mut it = kids(p);
                 let bytes = self.bytes(it.next().expect("magic bytes"));

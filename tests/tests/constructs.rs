@@ -41,6 +41,7 @@ construct!(message_defaults_fmt, "message_defaults");
 construct!(kv_record_fields_fmt, "kv_record_fields");
 construct!(tagged_union_fmt, "tagged_union");
 construct!(record_places_fmt, "record_places");
+construct!(read_only_fmt, "read_only");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -652,6 +653,38 @@ fn a_record_field_at_the_position_of_the_records_list_is_written_per_item() {
     assert_eq!(read(desc, "r.rcp", &file).unwrap(), expected);
     let written = write(desc, &expected).unwrap();
     assert_eq!(written, file);
+}
+
+/// A format declared `read_only;` reads its tensors and refuses to write, by name.
+#[test]
+fn a_read_only_format_reads_and_refuses_to_write() {
+    let mut file = b"RO01".to_vec();
+    file.extend_from_slice(&2u32.to_le_bytes());
+    for (name, dims, kind, offset, nbytes) in [
+        ("a", &[3u64][..], 0u8, 0u64, 12u64),
+        ("b", &[1, 1], 1, 12, 4),
+    ] {
+        file.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        file.extend_from_slice(name.as_bytes());
+        file.push(dims.len() as u8);
+        for d in dims {
+            file.extend_from_slice(&d.to_le_bytes());
+        }
+        file.push(kind);
+        file.extend_from_slice(&offset.to_le_bytes());
+        file.extend_from_slice(&nbytes.to_le_bytes());
+    }
+    let data = f32s(&[1.0, 2.0, 3.0]);
+    file.extend_from_slice(&data);
+    file.extend_from_slice(&(-5i32).to_le_bytes());
+    let desc = &read_only_fmt::rofmt::DESC;
+    let expected = vec![
+        t("a", rt::DType::F32, &[3], data.clone()),
+        t("b", rt::DType::I32, &[1, 1], (-5i32).to_le_bytes().to_vec()),
+    ];
+    assert_eq!(read(desc, "r.ro", &file).unwrap(), expected);
+    let e = write(desc, &expected).unwrap_err().to_string();
+    assert!(e.contains("rofmt is read-only"), "{e}");
 }
 
 /// A zip format that maps no tensor: an archive of it lists none, an empty one is

@@ -45,6 +45,50 @@ pub(crate) fn lower_with(files: &[ast::SchemaFile], lenient: bool) -> (Ir, Vec<D
     (l.ir, l.diags)
 }
 
+/// Where a format that is written lays out, or includes the mapping of, a format declared
+/// `read_only;`: no writer exists for those bytes.
+fn read_only_uses(ir: &Ir, f: &Format) -> Vec<super::plan::Gap> {
+    let gap = |span: Span, of: FormatId, what: &str| {
+        let name = &ir.format(of).name;
+        super::plan::Gap {
+            span,
+            message: format!("{what} of format '{name}', which is `read_only`: it has no writer"),
+            help: format!(
+                "declare this format `read_only;` too, or remove `read_only;` from '{name}'"
+            ),
+        }
+    };
+    let ro = |l: LayoutId| {
+        let of = ir.layout(l).format;
+        ir.format(of).read_only.then_some(of)
+    };
+    let mut out = Vec::new();
+    for &l in &f.layouts {
+        for fld in &ir.layout(l).fields {
+            if let Some(of) = fld.item_ty.layout().and_then(ro) {
+                out.push(gap(fld.span, of, "this field lays out a layout"));
+            }
+        }
+    }
+    for &e in &f.entries {
+        if let Content::Layout(l) = ir.entry(e).content {
+            if let Some(of) = ro(l) {
+                out.push(gap(ir.entry(e).span, of, "this entry holds a layout"));
+            }
+        }
+    }
+    for &m in f.mappings.iter() {
+        for st in &ir.mapping(m).stmts {
+            if let MappingStmt::Include { format, arg, .. } = st {
+                if ir.format(*format).read_only {
+                    out.push(gap(arg.span, *format, "this mapping includes the mapping"));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What the writers cannot do, in the formats `clean` accepts (those whose names and types
 /// resolved: a plan over an expression that did not would only repeat its error): every
 /// layout's write plan (but those read around pickles, which are not written) and every
@@ -61,6 +105,17 @@ pub(crate) fn write_plan_gaps(
             out.push(Diagnostic::new(&f.path, &f.source, g.span, g.message).with_help(g.help));
         }
     };
+    // A read-only format is not written; nor is the plan of one that lays out a read-only
+    // format's layout made (it would only repeat that error).
+    let mut blocked = vec![false; ir.formats.len()];
+    for (i, f) in ir.formats.iter().enumerate() {
+        if clean(FormatId(i as u32)) && !f.read_only {
+            let uses = read_only_uses(ir, f);
+            blocked[i] = !uses.is_empty();
+            report(FormatId(i as u32), uses);
+        }
+    }
+    let clean = |f: FormatId| clean(f) && !ir.format(f).read_only && !blocked[f.index()];
     for i in 0..ir.layouts.len() {
         let l = LayoutId(i as u32);
         if !clean(ir.layout(l).format) || super::plan::around_pickles(ir, l) {
@@ -325,6 +380,7 @@ impl<'a> Lower<'a> {
                     uses: Vec::new(),
                     engine: Engine::Error,
                     extensions: fmt.extensions().map(|s| s.value.clone()).collect(),
+                    read_only: fmt.read_only().is_some(),
                     detects: Vec::new(),
                     tables: Vec::new(),
                     dicts: Vec::new(),
@@ -457,7 +513,7 @@ impl<'a> Lower<'a> {
                         ids.push(None);
                         continue;
                     }
-                    Item::Engine(_) | Item::Extensions(_) | Item::Detect(_) => {
+                    Item::Engine(_) | Item::Extensions(_) | Item::ReadOnly(_) | Item::Detect(_) => {
                         ids.push(None);
                         continue;
                     }

@@ -272,6 +272,8 @@ pub struct Format {
     pub engine: Engine,
     /// File extensions, without dots.
     pub extensions: Vec<String>,
+    /// Declared `read_only;`: read, never written (no writer, no write plans).
+    pub read_only: bool,
     /// Detection rules.
     pub detects: Vec<Detect>,
     /// Its tables, in order.

@@ -239,6 +239,14 @@ impl Type {
         matches!(self, Type::Int(_))
     }
 
+    /// The layout of a record laid out by a layout.
+    pub fn layout(&self) -> Option<LayoutId> {
+        match self {
+            Type::Layout(l) => Some(*l),
+            _ => None,
+        }
+    }
+
     /// The element type of a list or tuple.
     pub fn element(&self) -> Option<&Type> {
         match self {
