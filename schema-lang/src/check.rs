@@ -837,6 +837,13 @@ impl<'a> Checker<'a> {
                 }
             }
             match m {
+                Modifier::Align(e) if e.as_int().is_some_and(|v| v <= 0) => self.err_help(
+                    at.file,
+                    e.span,
+                    format!("the `align` of '{}' must be positive", f.name.name),
+                    "the field starts at a multiple of `align` bytes from the layout's start: \
+                     `align 64`",
+                ),
                 // Expressions are resolved and typed by the IR lowering.
                 Modifier::Check(_)
                 | Modifier::Write(_)
