@@ -181,6 +181,15 @@ fn properties(ir: &Ir, map: &Mapping, env: &mut MapEnv) -> Result<TokenStream, U
                 .collect::<Result<Vec<_>, Unlowered>>()?;
             quote!(vec![#(#dims),*])
         }
+        // Stored last dimension first: reversed as it is converted.
+        ExprKind::Call {
+            func: ir::Builtin::Reverse,
+            args,
+        } => {
+            let v = Lower { ir, env: &*env }.expr(&args[0].value)?;
+            let l = v.by_ref();
+            quote!(rt::expr::dims_reversed(#l)?)
+        }
         _ => {
             let v = Lower { ir, env: &*env }.expr(shape)?;
             let l = v.by_ref();

@@ -40,6 +40,19 @@ impl Env for NoEnv {
     }
 }
 
+/// The several-tensor writer's own fields, as the record (`File.kv` is `self.kv`).
+struct Held(ir::LayoutId);
+
+impl Env for Held {
+    fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+
+    fn layout(&self, l: ir::LayoutId) -> Option<Val> {
+        (l == self.0).then(|| Val::place(quote!(self), Type::Layout(l)))
+    }
+}
+
 struct Gen<'a> {
     ir: &'a Ir,
     inv: &'a Inverse,
@@ -86,6 +99,14 @@ impl Gen<'_> {
                 }
                 None => quote!(meta.shape.clone()),
             },
+            Inv::ReversedShape => {
+                let et = ty
+                    .element()
+                    .and_then(|e| storage_ty(self.ir, e))
+                    .unwrap_or_else(|| quote!(i128));
+                let name = ty.element().map_or_else(|| "the field".into(), ty_name);
+                quote!(rt::expr::ints_reversed::<#et>(&meta.shape, #name)?)
+            }
             Inv::Dim(i) => int(quote!(meta.shape[#i]), ty),
             Inv::Is(key, c) => {
                 let prop = match key {
@@ -494,6 +515,33 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     } else {
         quote!(1)
     };
+    // Each tensor's bytes start, and end, at a multiple of the alignment.
+    let (pad_before, pad_after) = match &inv.align {
+        Some(a) => {
+            let a = Lower {
+                ir,
+                env: &Held(inv.layout),
+            }
+            .expr(a)?
+            .scalar();
+            (
+                quote! {
+                    let align = rt::expr::to_u64(#a, "the alignment")?;
+                    let begin = self.data.pad_to(align)?;
+                },
+                quote!(self.data.pad_to(align)?;),
+            )
+        }
+        None => (quote!(let begin = self.data.len();), quote!()),
+    };
+    // The end, where the item stores it.
+    let end = inv.sets.iter().any(|(_, i)| *i == Inv::End).then(|| {
+        quote! {
+            let end = begin.checked_add(len).ok_or_else(|| {
+                rt::Error::from(rt::ErrorKind::Overflow("the tensors' bytes".to_string()))
+            })?;
+        }
+    });
     let public = &fmt.public_name;
     let dup = format!("{public} holds one tensor per name");
     let (names_field, names_init, dup_check) = if map {
@@ -544,14 +592,13 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 #(#requires)*
                 #dup_check
-                let begin = self.data.len();
+                #pad_before
                 let len = meta.nbytes()?;
-                let end = begin.checked_add(len).ok_or_else(|| {
-                    rt::Error::from(rt::ErrorKind::Overflow("the tensors' bytes".to_string()))
-                })?;
+                #end
                 #(#pre)*
                 let item = #item;
                 self.data.add(data, len, #unit, #pname)?;
+                #pad_after
                 #push_to.push(item);
                 Ok(())
             }

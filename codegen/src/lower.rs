@@ -880,7 +880,53 @@ impl Lower<'_> {
                         quote!(Some(#v))
                     }
                 };
+                // A start that must be a multiple of `align = A`.
+                let start = match args.get(3) {
+                    Some(_) => {
+                        let a = arg(3)?.scalar();
+                        quote!(rt::expr::aligned(#start, #a)?)
+                    }
+                    None => start,
+                };
                 Val::value(quote!(rt::expr::slice(#data, #start, #end)?), ty)
+            }
+            Builtin::Product | Builtin::Sum => {
+                let l = arg(0)?.by_ref();
+                let f = if func == Builtin::Product {
+                    quote!(product)
+                } else {
+                    quote!(sum)
+                };
+                Val::value(quote!(rt::expr::#f(#l)?), ty)
+            }
+            Builtin::Reverse => {
+                let l = arg(0)?.by_ref();
+                Val::owned(quote!(rt::expr::reverse(#l)), ty)
+            }
+            Builtin::Lookup => {
+                let l = arg(0)?.by_ref();
+                let (k, d) = (arg(1)?.scalar(), arg(2)?.scalar());
+                let value = match &args[0].value.ty {
+                    Type::List(t) => match **t {
+                        Type::Layout(r) => self.ir.layout(r).fields.iter().find(|f| f.name == "value").map(|f| f.ty.clone()),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match (&ty, value) {
+                    (Type::Str, _) => Val::value(
+                        quote!(rt::expr::lookup_text(#l, #k, #d, |r| (r.key.as_str(), r.value.as_str()))),
+                        ty,
+                    ),
+                    (_, Some(Type::Union(..))) => Val::value(
+                        quote!(rt::expr::lookup_int(#l, #k, #d, |r| (r.key.as_str(), r.value.int()))?),
+                        ty,
+                    ),
+                    _ => Val::value(
+                        quote!(rt::expr::lookup_int(#l, #k, #d, |r| (r.key.as_str(), Some(i128::from(r.value))))?),
+                        ty,
+                    ),
+                }
             }
             Builtin::Str => {
                 let a = arg(0)?;

@@ -158,6 +158,27 @@ fn gen_union(
         });
         puts.push(quote!(#ident::#v(v) => #put,));
     }
+    // The value as an integer, for `lookup(list, key, 32)` over records of this union.
+    let ints: Vec<TokenStream> = cases
+        .iter()
+        .filter(|c| matches!(c.ty, Type::Int(_)))
+        .map(|c| {
+            let v = variant(ir, &c.ty);
+            quote!(#ident::#v(v) => Some(i128::from(*v)),)
+        })
+        .collect();
+    let others = (ints.len() < cases.len()).then(|| quote!(_ => None,));
+    let int = looked_up(ir, l, fid).then(|| {
+        quote! {
+            /// The value as an integer when its case is an integer (`None` for the others).
+            pub fn int(&self) -> Option<i128> {
+                match self {
+                    #(#ints)*
+                    #others
+                }
+            }
+        }
+    });
     let limits = if deep {
         quote!(limits)
     } else {
@@ -213,7 +234,30 @@ fn gen_union(
                 }
             }
 
+            #int
+
             #put
         }
     }
+}
+
+/// True when an integer `lookup(..)` reads values of union `f` of layout `l`.
+fn looked_up(ir: &Ir, l: LayoutId, f: FieldId) -> bool {
+    ir.exprs().iter().any(|e| match &e.kind {
+        ir::ExprKind::Call {
+            func: ir::Builtin::Lookup,
+            args,
+        } if matches!(e.ty, Type::Int(_)) => match args.first().map(|a| &a.value.ty) {
+            Some(Type::List(t)) => match **t {
+                Type::Layout(r) => ir
+                    .layout(r)
+                    .fields
+                    .iter()
+                    .any(|g| g.name == "value" && g.ty == Type::Union(l, f)),
+                _ => false,
+            },
+            _ => false,
+        },
+        _ => false,
+    })
 }

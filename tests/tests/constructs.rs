@@ -42,6 +42,7 @@ construct!(kv_record_fields_fmt, "kv_record_fields");
 construct!(tagged_union_fmt, "tagged_union");
 construct!(record_places_fmt, "record_places");
 construct!(read_only_fmt, "read_only");
+construct!(gguf_like_fmt, "gguf_like");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -1269,4 +1270,165 @@ fn an_unknown_tag_or_values_nested_too_deep_are_errors_not_crashes() {
         ..rt::Limits::default()
     };
     assert!(tagged_read(&v, &limits).is_err());
+}
+
+/// A GGUF text: its length (`u64`), its bytes.
+fn gguf_text(v: &mut Vec<u8>, s: &str) {
+    v.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    v.extend_from_slice(s.as_bytes());
+}
+
+/// A GGUF v3 file laid out by hand: `kv` (key, `u32` value) records, then tensors (name,
+/// dimensions fastest first, type code, offset in the data section), the data section at
+/// `align` from the start, `data` in it.
+fn gguf_file(
+    kv: &[(&str, u32)],
+    tensors: &[(&str, &[u64], u32, u64)],
+    align: usize,
+    data: &[u8],
+) -> Vec<u8> {
+    let mut v = b"GGUF".to_vec();
+    v.extend_from_slice(&3u32.to_le_bytes());
+    v.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    v.extend_from_slice(&(kv.len() as u64).to_le_bytes());
+    for (k, x) in kv {
+        gguf_text(&mut v, k);
+        v.extend_from_slice(&4u32.to_le_bytes());
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    for (name, dims, kind, offset) in tensors {
+        gguf_text(&mut v, name);
+        v.extend_from_slice(&(dims.len() as u32).to_le_bytes());
+        for d in *dims {
+            v.extend_from_slice(&d.to_le_bytes());
+        }
+        v.extend_from_slice(&kind.to_le_bytes());
+        v.extend_from_slice(&offset.to_le_bytes());
+    }
+    v.resize(v.len().div_ceil(align) * align, 0);
+    v.extend_from_slice(data);
+    v
+}
+
+/// GGUF-like files: the dimensions stored fastest first read as the reversed shape, the
+/// data section and each tensor at the alignment a key/value gives (32 without one), an
+/// offset off the alignment refused.
+#[test]
+fn a_gguf_like_file_reads_reversed_dims_at_the_alignment_its_key_values_give() {
+    let desc = &gguf_like_fmt::gguflike::DESC;
+    let (w, i) = (f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), 7i32.to_le_bytes());
+    let mut data = w.clone();
+    data.resize(32, 0);
+    data.extend_from_slice(&i);
+    let tensors: [(&str, &[u64], u32, u64); 2] = [("w", &[3, 2], 0, 0), ("i", &[1], 26, 32)];
+    let expected = vec![
+        t("w", rt::DType::F32, &[2, 3], w.clone()),
+        t("i", rt::DType::I32, &[1], i.to_vec()),
+    ];
+    // Alignment 32 by default.
+    let file = gguf_file(&[("other", 1)], &tensors, 32, &data);
+    assert_eq!(read(desc, "a.gguf", &file).unwrap(), expected);
+    // Alignment 16 from `general.alignment`.
+    let tensors16: [(&str, &[u64], u32, u64); 2] = [("w", &[3, 2], 0, 0), ("i", &[1], 26, 32)];
+    let file = gguf_file(&[("general.alignment", 16)], &tensors16, 16, &data);
+    assert_eq!(read(desc, "a.gguf", &file).unwrap(), expected);
+    // An offset off the alignment.
+    let off: [(&str, &[u64], u32, u64); 1] = [("w", &[2], 0, 8)];
+    let file = gguf_file(&[], &off, 32, &data);
+    let e = refused(desc, &file);
+    assert!(e.contains("offset 8") && e.contains("alignment 32"), "{e}");
+    // An alignment that is not an integer names its key.
+    let mut file = gguf_file(&[], &off, 32, &data);
+    file[16..24].copy_from_slice(&1u64.to_le_bytes());
+    let mut kv = Vec::new();
+    gguf_text(&mut kv, "general.alignment");
+    kv.extend_from_slice(&6u32.to_le_bytes());
+    kv.extend_from_slice(&1.0f32.to_le_bytes());
+    file.splice(24..24, kv);
+    let e = refused(desc, &file);
+    assert!(e.contains("'general.alignment' is not an integer"), "{e}");
+}
+
+/// The `gguf` package's file (`tests/fixtures/gguf/make.py`, alignment 64, text and
+/// arrays among the key/values, f32, f16 and i32 tensors) reads, and the writer given its
+/// key/values and tensors writes it byte for byte; without key/values it writes at the
+/// default alignment, and reads back what it wrote.
+#[test]
+fn a_gguf_like_writer_writes_what_the_gguf_package_writes() {
+    use gguf_like_fmt::gguflike::{File, Kv, KvValue, Writer};
+    let desc = &gguf_like_fmt::gguflike::DESC;
+    let fixture = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/gguf/small.gguf"
+    ))
+    .unwrap();
+    let tensors = read(desc, "small.gguf", &fixture).unwrap();
+    let f16s: Vec<u8> = [0x0000u16, 0x3c00, 0x4000, 0x4200, 0x4400, 0x4500]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
+    let i32s: Vec<u8> = (0..5i32).flat_map(|x| x.to_le_bytes()).collect();
+    let w: Vec<f32> = (0..12).map(|x| x as f32).collect();
+    assert_eq!(
+        tensors,
+        vec![
+            t("tok_embd.weight", rt::DType::F32, &[3, 4], f32s(&w)),
+            t("h", rt::DType::F16, &[2, 3], f16s),
+            t("i", rt::DType::I32, &[5], i32s),
+        ]
+    );
+    let src = rt::Source::from_bytes(fixture.clone());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    let file = File::read(&mut c, &rt::Limits::default()).unwrap();
+    let keys: Vec<&str> = file.kv.iter().map(|kv| kv.key.as_str()).collect();
+    assert_eq!(keys[..2], ["general.architecture", "general.alignment"]);
+    assert_eq!(file.kv[1].value, KvValue::U32(64));
+    // Written again from its key/values and tensors: the same bytes.
+    let mut out = IoCursor::new(Vec::new());
+    let mut writer = Writer::new(&mut out, &rt::WriteOptions::default()).unwrap();
+    writer.kv().extend(file.kv.iter().cloned());
+    for (name, dtype, shape, bytes) in &tensors {
+        let meta = rt::TensorMeta {
+            name: name.clone(),
+            dtype: *dtype,
+            shape: shape.clone(),
+            order: rt::Order::C,
+            byte_order: rt::ByteOrder::Little,
+        };
+        writer.add(&meta, rt::Payload::Bytes(bytes)).unwrap();
+    }
+    writer.finish().unwrap();
+    assert_eq!(out.into_inner(), fixture);
+    // No key/values: the data and each tensor at 32 bytes.
+    let written = write(desc, &tensors).unwrap();
+    assert_eq!(read(desc, "w.gguf", &written).unwrap(), tensors);
+    let src = rt::Source::from_bytes(written.clone());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    let back = File::read(&mut c, &rt::Limits::default()).unwrap();
+    let offsets: Vec<u64> = back.tensors.iter().map(|t| t.offset).collect();
+    assert_eq!(offsets, [0, 64, 96]);
+    assert_eq!(back.tensors[0].dims, [4, 3]);
+    assert_eq!(written.len() as u64 % 32, 0);
+    // A key/value given by hand: its tag and length computed.
+    let mut out = IoCursor::new(Vec::new());
+    let mut writer = Writer::new(&mut out, &rt::WriteOptions::default()).unwrap();
+    writer.kv().push(Kv {
+        key_len: 0,
+        key: "general.alignment".into(),
+        kind: 0,
+        value: KvValue::U32(8),
+    });
+    let (name, dtype, shape, bytes) = &tensors[2];
+    let meta = rt::TensorMeta {
+        name: name.clone(),
+        dtype: *dtype,
+        shape: shape.clone(),
+        order: rt::Order::C,
+        byte_order: rt::ByteOrder::Little,
+    };
+    writer.add(&meta, rt::Payload::Bytes(bytes)).unwrap();
+    writer.finish().unwrap();
+    let written = out.into_inner();
+    assert_eq!(read(desc, "k.gguf", &written).unwrap(), tensors[2..]);
+    assert_eq!(written.len() % 8, 0);
 }

@@ -180,6 +180,82 @@ pub fn dims<T: Copy + TryInto<u64> + Display>(list: &[T]) -> Result<Vec<u64>> {
         .collect()
 }
 
+/// A shape read from a list of integers stored last dimension first (`reverse(t.dims)`):
+/// each dimension as a `u64`, an error for a negative one.
+pub fn dims_reversed<T: Copy + TryInto<u64> + Display>(list: &[T]) -> Result<Vec<u64>> {
+    let mut dims = self::dims(list)?;
+    dims.reverse();
+    Ok(dims)
+}
+
+/// `product(list)`: the product of the items (1 for none), checked.
+pub fn product<T: Copy + Into<i128>>(list: &[T]) -> Result<i128> {
+    list.iter().try_fold(1, |p, &x| mul(p, x.into()))
+}
+
+/// `sum(list)`: the sum of the items (0 for none), checked.
+pub fn sum<T: Copy + Into<i128>>(list: &[T]) -> Result<i128> {
+    list.iter().try_fold(0, |s, &x| add(s, x.into()))
+}
+
+/// `reverse(list)`: the items, last first.
+pub fn reverse<T: Clone>(list: &[T]) -> Vec<T> {
+    list.iter().rev().cloned().collect()
+}
+
+/// `lookup(list, key, default)` of integer values: the value of the first record whose
+/// key (`entry` gives a record's key and its value as an integer, `None` when it is
+/// not one) is `key`; `default` when none is. An error names the key whose value is not
+/// an integer.
+pub fn lookup_int<T>(
+    list: &[T],
+    key: &str,
+    default: i128,
+    entry: impl Fn(&T) -> (&str, Option<i128>),
+) -> Result<i128> {
+    match list.iter().map(entry).find(|(k, _)| *k == key) {
+        None => Ok(default),
+        Some((_, Some(v))) => Ok(v),
+        Some((_, None)) => Err(Error::from(ErrorKind::Invalid(format!(
+            "the value of '{key}' is not an integer"
+        )))),
+    }
+}
+
+/// `lookup(list, key, default)` of text values: the value of the first record whose key
+/// (`entry` gives a record's key and value) is `key`, or `default`.
+pub fn lookup_text<'a, T>(
+    list: &'a [T],
+    key: &str,
+    default: &'a str,
+    entry: impl Fn(&'a T) -> (&'a str, &'a str),
+) -> &'a str {
+    list.iter()
+        .map(entry)
+        .find(|(k, _)| *k == key)
+        .map_or(default, |(_, v)| v)
+}
+
+/// `start` when it is a multiple of `align` (`slice(.., align = A)` on read), else an
+/// error naming both.
+pub fn aligned(start: i128, align: i128) -> Result<i128> {
+    if align <= 0 || start % align != 0 {
+        return Err(Error::from(ErrorKind::Invalid(format!(
+            "the data's offset {start} is not a multiple of its alignment {align}"
+        ))));
+    }
+    Ok(start)
+}
+
+/// A tensor's dimensions, last first, as the items of a list field of type `T` named
+/// `ty` (`shape = reverse(t.dims)` written back): an error for one that does not fit.
+pub fn ints_reversed<T: TryFrom<i128>>(dims: &[u64], ty: &str) -> Result<Vec<T>> {
+    dims.iter()
+        .rev()
+        .map(|&d| narrow(i128::from(d), ty))
+        .collect()
+}
+
 /// Checks that `n` items of `what` (tensors, records) are within `limit`.
 pub fn within(n: usize, limit: u64, what: &'static str) -> Result<()> {
     if n as u64 > limit {
@@ -261,6 +337,27 @@ mod tests {
         assert!(first::<u64>(&[]).is_err());
         assert_eq!(index_of(&l, &4).unwrap(), 1);
         assert!(index_of(&l, &9).is_err());
+    }
+
+    #[test]
+    fn list_expressions_are_checked() {
+        assert_eq!(product(&[2u64, 3, 4]).unwrap(), 24);
+        assert_eq!(product::<u64>(&[]).unwrap(), 1);
+        assert!(product(&[u64::MAX, u64::MAX, u64::MAX]).is_err());
+        assert_eq!(sum(&[2u32, 3]).unwrap(), 5);
+        assert_eq!(reverse(&[1u8, 2, 3]), [3, 2, 1]);
+        assert_eq!(dims_reversed(&[4u64, 3]).unwrap(), [3, 4]);
+        assert_eq!(ints_reversed::<u32>(&[3, 4], "u32").unwrap(), [4, 3]);
+        let kv = [("a", Some(1)), ("b", None), ("a", Some(2))];
+        assert_eq!(lookup_int(&kv, "a", 9, |e| (e.0, e.1)).unwrap(), 1);
+        assert_eq!(lookup_int(&kv, "c", 9, |e| (e.0, e.1)).unwrap(), 9);
+        assert!(lookup_int(&kv, "b", 9, |e| (e.0, e.1)).is_err());
+        let t = [("k", "v")];
+        assert_eq!(lookup_text(&t, "k", "d", |e| (e.0, e.1)), "v");
+        assert_eq!(lookup_text(&t, "x", "d", |e| (e.0, e.1)), "d");
+        assert_eq!(aligned(64, 32).unwrap(), 64);
+        assert!(aligned(65, 32).is_err());
+        assert!(aligned(0, 0).is_err());
     }
 
     #[test]

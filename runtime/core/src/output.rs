@@ -730,6 +730,20 @@ impl Spool {
         Ok(())
     }
 
+    /// Appends zero bytes up to a multiple of `align` (an error when `align` is 0);
+    /// returns the bytes held then, where the next tensor starts.
+    pub fn pad_to(&mut self, align: u64) -> Result<u64> {
+        if align == 0 {
+            return Err(Error::from(ErrorKind::Invalid(
+                "an alignment of 0 bytes".into(),
+            )));
+        }
+        let pad = (align - self.len % align) % align;
+        io::copy(&mut io::Read::take(io::repeat(0), pad), &mut self.file)?;
+        self.len += pad;
+        Ok(self.len)
+    }
+
     /// The bytes held.
     pub fn len(&self) -> u64 {
         self.len

@@ -93,6 +93,15 @@ pub enum Builtin {
     Global,
     /// `tag(x)`: the tag of a tagged union's value (the case its variant is).
     Tag,
+    /// `lookup(list, key, default)`: the `value` of the first record of `list` whose
+    /// `key` is `key`, else `default`.
+    Lookup,
+    /// `product(list)`: the product of a list of integers (1 when empty).
+    Product,
+    /// `sum(list)`: the sum of a list of integers (0 when empty).
+    Sum,
+    /// `reverse(list)`: the items of a list, last first.
+    Reverse,
 }
 
 impl Builtin {
@@ -116,16 +125,21 @@ impl Builtin {
             "key_of" => Builtin::KeyOf,
             "global" => Builtin::Global,
             "tag" => Builtin::Tag,
+            "lookup" => Builtin::Lookup,
+            "product" => Builtin::Product,
+            "sum" => Builtin::Sum,
+            "reverse" => Builtin::Reverse,
             _ => return None,
         })
     }
 
-    /// The number of arguments it takes; `None` for any number (`external`).
+    /// The number of arguments it takes; `None` for any number (`external`) or a number
+    /// the lowering checks itself (`slice`'s named `align`).
     pub fn arity(self) -> Option<usize> {
         match self {
-            Builtin::External => None,
+            Builtin::External | Builtin::Slice => None,
             Builtin::Align | Builtin::IndexOf | Builtin::KeyOf => Some(2),
-            Builtin::Slice => Some(3),
+            Builtin::Lookup => Some(3),
             _ => Some(1),
         }
     }
@@ -150,6 +164,10 @@ impl Builtin {
             Builtin::KeyOf => "key_of",
             Builtin::Global => "global",
             Builtin::Tag => "tag",
+            Builtin::Lookup => "lookup",
+            Builtin::Product => "product",
+            Builtin::Sum => "sum",
+            Builtin::Reverse => "reverse",
         }
     }
 }

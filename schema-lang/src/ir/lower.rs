@@ -244,7 +244,7 @@ fn kind_word(t: &Type) -> Option<&'static str> {
 
 /// The builtin functions as the help of an unknown function lists them.
 const FUNCTIONS: &str = "len, size, align, latin1, itemsize, slice, has, str, index_of, digits, \
-                         first, last, elements, external, tag";
+                         first, last, elements, external, tag, lookup, product, sum, reverse";
 
 /// The names, quoted and comma separated, for help lines that list what exists.
 fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
@@ -2622,6 +2622,29 @@ impl<'a> Lower<'a> {
                 Type::INT
             }
             Builtin::Slice => {
+                // Three positional arguments, then `align = N` if any.
+                let positional = args.iter().take_while(|a| a.name.is_none()).count();
+                let named_ok = args[positional..]
+                    .iter()
+                    .all(|a| a.name.as_deref() == Some("align"));
+                if positional != 3 || args.len() > 4 || !named_ok {
+                    if args.iter().all(|a| a.name.is_none()) {
+                        self.error(
+                            span,
+                            format!("`slice` takes 3 arguments, found {}", args.len()),
+                        );
+                    } else {
+                        self.gap(
+                            span,
+                            "`slice` takes 3 arguments and an optional `align = N`",
+                            "`slice(File.data, t.offset, t.offset + n, align = 32)`: the data, \
+                             where its bytes start and end, and a multiple their start is of",
+                        );
+                    }
+                }
+                if let Some(a) = args.get(3) {
+                    self.need(&a.value, Want::Int, "`slice`'s `align`");
+                }
                 if !matches!(arg_ty(0), Type::Payload | Type::Entry(_) | Type::Error) {
                     let shown = self.show_ty(&arg_ty(0));
                     self.gap(
@@ -2685,6 +2708,33 @@ impl<'a> Lower<'a> {
                 }
                 Type::TensorData
             }
+            Builtin::Lookup => self.lookup_ty(&args, span),
+            Builtin::Product | Builtin::Sum => {
+                if !matches!(&arg_ty(0), Type::List(t) | Type::Tuple(t) if matches!(**t, Type::Int(_) | Type::Error))
+                    && arg_ty(0) != Type::Error
+                {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        args.first().map_or(span, |a| a.value.span),
+                        format!("`{name}` takes a list of integers, but this is {shown}"),
+                        "`product(t.dims)`, `sum(t.sizes)`: the items of a repeated integer field",
+                    );
+                }
+                Type::INT
+            }
+            Builtin::Reverse => match arg_ty(0) {
+                t @ (Type::List(_) | Type::Tuple(_)) => t,
+                Type::Error => Type::Error,
+                other => {
+                    let shown = self.show_ty(&other);
+                    self.gap(
+                        args.first().map_or(span, |a| a.value.span),
+                        format!("`reverse` takes a list, but this is {shown}"),
+                        "`reverse(t.dims)`: the items of a repeated field, last first",
+                    );
+                    Type::Error
+                }
+            },
             Builtin::First | Builtin::Last => match arg_ty(0) {
                 Type::List(t) | Type::Tuple(t) => *t,
                 Type::Pickled(p) => Type::Pickled(p),
@@ -2733,6 +2783,71 @@ impl<'a> Lower<'a> {
             },
         };
         mk(ExprKind::Call { func, args }, ty, span)
+    }
+}
+
+impl Lower<'_> {
+    /// The type of `lookup(list, key, default)`: the records' `value` (an integer when the
+    /// default is one and the value a tagged union with integer cases).
+    fn lookup_ty(&mut self, args: &[Arg], span: Span) -> Type {
+        let ty = |i: usize| args.get(i).map_or(Type::Error, |a| a.value.ty.clone());
+        self.need_arg(args, 1, Want::Str, "`lookup`'s key");
+        let (list, default) = (ty(0), ty(2));
+        let fields = match &list {
+            Type::List(t) => match **t {
+                Type::Layout(l) => {
+                    let fs = &self.ir.layout(l).fields;
+                    let key = fs.iter().find(|f| f.name == "key" && f.ty == Type::Str);
+                    let value = fs.iter().find(|f| f.name == "value" && f.repeat.is_none());
+                    key.and(value).map(|v| v.ty.clone())
+                }
+                _ => None,
+            },
+            Type::Error => return Type::Error,
+            _ => None,
+        };
+        let Some(value) = fields else {
+            let shown = self.show_ty(&list);
+            self.gap(
+                args.first().map_or(span, |a| a.value.span),
+                format!("`lookup` takes a list of records with a text `key` and a `value`, but this is {shown}"),
+                "`lookup(kv, \"general.alignment\", 32)` over `kv: Kv repeat count(n)`, whose \
+                 layout has `key: str size ..` and `value: ..` fields",
+            );
+            return Type::Error;
+        };
+        let int_cases = |ir: &Ir, t: &Type| match t {
+            Type::Union(l, f) => match &ir.field(*l, *f).kind {
+                FieldKind::Match { cases, .. } => {
+                    cases.iter().any(|c| matches!(c.ty, Type::Int(_)))
+                }
+                _ => false,
+            },
+            _ => false,
+        };
+        match (&value, &default) {
+            (_, Type::Error) | (Type::Error, _) => Type::Error,
+            (Type::Int(_), Type::Int(_)) => Type::INT,
+            (Type::Str, Type::Str) => Type::Str,
+            (Type::Union(..), Type::Int(_)) if int_cases(&self.ir, &value) => Type::INT,
+            _ => {
+                let (v, d) = (self.show_ty(&value), self.show_ty(&default));
+                self.gap(
+                    args.get(2).map_or(span, |a| a.value.span),
+                    format!("`lookup`'s default is {d}, but the records' values are {v}"),
+                    "an integer default reads an integer `value` (or the integer cases of a \
+                     `match` value), a text default a text `value`",
+                );
+                Type::Error
+            }
+        }
+    }
+
+    /// Reports argument `i` of a builtin call when it is not of the kind wanted.
+    fn need_arg(&mut self, args: &[Arg], i: usize, want: Want, what: &str) {
+        if let Some(a) = args.get(i) {
+            self.need(&a.value, want, what);
+        }
     }
 }
 

@@ -398,6 +398,8 @@ pub enum Inv {
     Dtype(TableId),
     /// Its shape.
     Shape,
+    /// Its shape, last dimension first (`shape = reverse(t.dims)`).
+    ReversedShape,
     /// One dimension of its shape (the mapping lists them: `shape = [f.rows, f.cols]`).
     Dim(usize),
     /// A flag: true when the tensor's property (`order`, `byte_order`) is the constant.
@@ -426,6 +428,10 @@ pub struct Inverse {
     pub rank: Option<(usize, Vec<(usize, i128)>)>,
     /// The payload field holding the tensors' bytes.
     pub payload: FieldId,
+    /// A multiple each tensor's bytes start at in the payload (`slice(.., align = A)`),
+    /// an expression over constants and the record's given fields; the writer pads the
+    /// bytes before and after each tensor to it.
+    pub align: Option<Expr>,
 }
 
 enum Root {
@@ -501,6 +507,7 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
         requires: Vec::new(),
         rank: None,
         payload: FieldId(0),
+        align: None,
     };
     let mut payload = None;
     // Properties set by the mapping (last assignment wins, as on read).
@@ -583,6 +590,16 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                 }
                 inv.rank = Some((dims.len(), fixed));
             }
+            (
+                TensorKey::Shape,
+                ExprKind::Call {
+                    func: Builtin::Reverse,
+                    args,
+                },
+            ) => match args.first().and_then(|a| target(&a.value)) {
+                Some(p) => inv.sets.push((p, Inv::ReversedShape)),
+                None => gaps.push(bad("the reversed shape is not a place of the record")),
+            },
             (TensorKey::Shape, _) => match target(e) {
                 Some(p) => inv.sets.push((p, Inv::Shape)),
                 None => gaps.push(bad("the shape is not a place of the record")),
@@ -623,18 +640,30 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                 },
             ) => {
                 let whole = args.first().and_then(|a| place(&a.value));
-                match (
-                    whole,
-                    args.get(1).and_then(|a| target(&a.value)),
-                    args.get(2).and_then(|a| target(&a.value)),
-                ) {
+                // An end that is not a place is computed from the item (`t.offset +
+                // product(t.dims) * itemsize(dtype)`): nothing to store.
+                let end = args.get(2).map(|a| target(&a.value));
+                match (whole, args.get(1).and_then(|a| target(&a.value)), end) {
                     (Some((Root::Layout, s)), Some(b), Some(end)) if matches!(s.as_slice(), [Step::Field(f)] if ir.field(layout, *f).item_ty == Type::Payload) =>
                     {
                         if let [Step::Field(f)] = s.as_slice() {
                             payload = Some(*f);
                         }
                         inv.sets.push((b, Inv::Begin));
-                        inv.sets.push((end, Inv::End));
+                        if let Some(end) = end {
+                            inv.sets.push((end, Inv::End));
+                        }
+                        if let Some(a) = args.get(3) {
+                            match held_only(ir, layout, &a.value) {
+                                Ok(()) => inv.align = Some(a.value.clone()),
+                                Err(span) => gaps.push(gap(
+                                    span,
+                                    "the writer pads each tensor's bytes to this `align` before it knows the item or the computed fields",
+                                    "compute the alignment from constants and the record's given fields \
+                                     (`align = lookup(File.kv, \"general.alignment\", 32)`)",
+                                )),
+                            }
+                        }
                     }
                     _ => gaps.push(gap(
                         e.span,
@@ -767,6 +796,12 @@ fn unset(ir: &Ir, inv: &Inverse, m: &Mapping, gaps: &mut Vec<Gap>) {
             &mut missing,
         );
     }
+    if inv.items.is_some() {
+        // The several-tensor writer holds the record's lists, empty until its caller fills
+        // them in through its accessors (GGUF's key/values).
+        let fields = &ir.layout(inv.layout).fields;
+        missing.retain(|w| !fields.iter().any(|f| f.repeat.is_some() && f.name == *w));
+    }
     for what in missing {
         gaps.push(gap(
             m.span,
@@ -848,6 +883,34 @@ fn uncovered(
         }
         _ if set(place) => {}
         _ => out.push(format!("{what}value")),
+    }
+}
+
+/// `Ok` when `e` names constants and given fields of `layout` only (`File.kv`): what the
+/// several-tensor writer holds when a tensor is added; else the span of what it names.
+fn held_only(ir: &Ir, layout: LayoutId, e: &Expr) -> Result<(), Span> {
+    match &e.kind {
+        ExprKind::Member {
+            base,
+            member: Member::Field(l, f),
+        } if matches!(base.kind, ExprKind::Layout(_)) => {
+            let field = ir.field(*l, *f);
+            if *l == layout && !is_computed(field) && field.item_ty != Type::Payload {
+                Ok(())
+            } else {
+                Err(e.span)
+            }
+        }
+        ExprKind::Binding
+        | ExprKind::Layout(_)
+        | ExprKind::Field(..)
+        | ExprKind::Position
+        | ExprKind::TensorKey(_)
+        | ExprKind::Source
+        | ExprKind::Member { .. } => Err(e.span),
+        _ => children(e)
+            .into_iter()
+            .try_for_each(|c| held_only(ir, layout, c)),
     }
 }
 
