@@ -7,6 +7,10 @@
 #
 #   py="$(scripts/pyenv.sh | tail -n 1)"
 #
+# $TENSORFMT_REQUIREMENTS (a path from the repository root) names another requirements
+# file, for an environment of its own (examples/gguf/requirements.txt): then
+# $TENSORFMT_PYENV is not used, and the check after the install is that file's imports.
+#
 # Where: $TENSORFMT_PYENV, else ${XDG_CACHE_HOME:-$HOME/.cache}/tensorfmt/pyenv-<first 12
 # hex of sha256 of tests/py/requirements.txt>, outside the clone. The base interpreter is
 # $TENSORFMT_BASE_PYTHON, else python3. When its venv module cannot make an environment
@@ -15,7 +19,7 @@
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-req="$root/tests/py/requirements.txt"
+req="$root/${TENSORFMT_REQUIREMENTS:-tests/py/requirements.txt}"
 base="${TENSORFMT_BASE_PYTHON:-python3}"
 
 log() { printf 'pyenv: %s\n' "$*" >&2; }
@@ -25,7 +29,12 @@ die() { log "error: $*"; exit 1; }
 command -v "$base" >/dev/null 2>&1 || die "no '$base' on PATH (need CPython 3.11 or later with pip)"
 
 hash="$(sha256sum "$req" | cut -c1-12)"
-venv="${TENSORFMT_PYENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tensorfmt/pyenv-$hash}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/tensorfmt/pyenv-$hash"
+if [ -n "${TENSORFMT_REQUIREMENTS:-}" ]; then
+  venv="$cache"
+else
+  venv="${TENSORFMT_PYENV:-$cache}"
+fi
 py="$venv/bin/python"
 marker="$venv/.tensorfmt-installed"
 
@@ -63,7 +72,7 @@ if ! venv_works; then
   fi
 fi
 
-log "making $venv ($("$base" --version 2>&1)) from tests/py/requirements.txt"
+log "making $venv ($("$base" --version 2>&1)) from ${req#"$root"/}"
 rm -rf "$venv"
 if venv_works; then
   "$base" -m venv "$venv" </dev/null >&2
@@ -78,6 +87,12 @@ fi
 "$py" -m pip install --disable-pip-version-check --no-input -q -r "$req" </dev/null >&2 \
   || die "pip install -r $req failed"
 cp "$req" "$marker"
-"$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb or plyvel does not import"
+if [ -n "${TENSORFMT_REQUIREMENTS:-}" ]; then
+  # Each `name==version` line's module (dashes as underscores).
+  mods="$(grep -E '^[A-Za-z0-9_.-]+==' "$req" | cut -d= -f1 | tr '-' '_' | paste -sd, -)"
+  "$py" -c "import $mods" >&2 || die "one of $mods does not import"
+else
+  "$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb or plyvel does not import"
+fi
 log "ready"
 printf '%s\n' "$py"

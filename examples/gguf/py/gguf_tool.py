@@ -4,7 +4,8 @@ examples/gguf/requirements.txt):
 
   gguf_tool.py make DIR SEED     writes GGUF files with GGUFWriter: key/values of every
                                  value type (arrays of numbers, of strings, of arrays), a
-                                 custom alignment, and tensors of every plain dtype
+                                 custom alignment, tensors of every plain dtype, and one
+                                 file with a quantized (Q8_0) tensor; prints their paths
   gguf_tool.py describe FILE     prints, read by GGUFReader, the JSON that
                                  `tensorfmt-gguf inspect --json --sha256 FILE` must print
   gguf_tool.py metadata FILE     prints the key/values as JSON
@@ -107,6 +108,19 @@ def make(d, seed):
     for i in range(int(rng.integers(1, 6))):
         shape = tuple(int(x) for x in rng.integers(1, 9, size=int(rng.integers(1, 4))))
         w.add_tensor(f"blk.{i}.weight", rng.standard_normal(shape).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    files.append(p)
+    # 3. A quantized tensor (Q8_0) beside a plain one: this example reads plain elements
+    # only, and must refuse it by name.
+    p = f"{d}/quantized.gguf"
+    w = gguf.GGUFWriter(p, "llama")
+    a = rng.standard_normal((4, 64)).astype(np.float32)
+    q = gguf.quants.quantize(a, gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("q.weight", q, raw_shape=q.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+    w.add_tensor("f", np.ones(3, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
