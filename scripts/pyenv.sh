@@ -78,6 +78,6 @@ fi
 "$py" -m pip install --disable-pip-version-check --no-input -q -r "$req" </dev/null >&2 \
   || die "pip install -r $req failed"
 cp "$req" "$marker"
-"$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb or plyvel does not import"
+"$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel, safetensors; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__, "safetensors", safetensors.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb, plyvel or safetensors does not import"
 log "ready"
 printf '%s\n' "$py"
