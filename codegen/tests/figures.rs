@@ -395,6 +395,9 @@ fn generated_code_figures_only_improve() {
     let schema = tensorfmt_schema::load(&paths).unwrap_or_else(|d| panic!("{d}"));
     let text = tensorfmt_codegen::generate_file(&schema)
         .unwrap_or_else(|d| panic!("{}", d.with_sources(&schema.files)));
+    if let Some(out) = std::env::var_os("FIGURES_OUT") {
+        std::fs::write(&out, &text).expect("FIGURES_OUT is writable");
+    }
     let file = syn::parse_file(&text).expect("the generated text parses");
 
     // The top-level `pub mod <format>` modules, by name.

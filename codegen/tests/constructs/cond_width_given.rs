@@ -171,18 +171,13 @@ pub mod condwidth {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        })
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[condwidth::DESC];

@@ -338,27 +338,20 @@ pub mod kvval {
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
         map_db(src, limits).map(|m| m.tensors)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(
+    /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(
             ::std::boxed::Box::new(
                 rt::kv::RecordWriter::new(w, options, write_record, encode_parts),
             ),
-        )
-    }
-    /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+        ))
+        .db(rt::kv::DbDesc {
             backend: "records",
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+        });
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[kvval::DESC];

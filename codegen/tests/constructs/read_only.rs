@@ -150,27 +150,13 @@ pub mod rofmt {
         let f = File::read(&mut c, limits).map_err(in_file)?;
         tensors(&f, limits).map_err(in_file)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "rofmt is read-only: its schema declares `read_only;`".to_string(),
-                ),
-            ),
-        )
-    }
     /// This format for the registry: name, extensions, detector and indexer (read-only).
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|_, _| Err(
+            rt::Error::unsupported(
+                "rofmt is read-only: its schema declares `read_only;`",
+            ),
+        ));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[rofmt::DESC];

@@ -296,17 +296,10 @@ pub mod repcount {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[repcount::DESC];

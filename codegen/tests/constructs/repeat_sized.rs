@@ -19,29 +19,16 @@ pub mod repsized {
     pub struct Entry {
         pub id: u64,
     }
-    impl Entry {
-        /// The items of this `Entry`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-            vec![("id", rt::pydict::ToPy::to_py(& self.id))]
-        }
-    }
     impl rt::pydict::Dict for Entry {
         const KEYS: &'static [rt::pydict::Key] = &[rt::pydict::Key::Required("id")];
-        fn set(
-            &mut self,
-            i: usize,
-            _key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
+        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
             if i == 0 {
                 self.id = rt::pydict::FromPy::from_py(v)?;
             }
             Ok(())
         }
-    }
-    impl rt::pydict::ToPy for Entry {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Entry::to_py(self))
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+            vec![("id", rt::pydict::ToPy::to_py(& self.id))]
         }
     }
     #[derive(Debug, Clone, PartialEq)]
@@ -205,7 +192,7 @@ pub mod repsized {
             buf.check_count("literals", literals.len(), n)?;
             for item in literals {
                 let literals_item_start = buf.pos();
-                let text = rt::pydict::encode_dict(&item.to_py(), false);
+                let text = rt::pydict::literal(item, false);
                 buf.put_text("literals", &text, "utf8")?;
                 buf.check_size("literals", literals_item_start, 9)?;
             }
@@ -389,20 +376,9 @@ pub mod repsized {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[repsized::DESC];
