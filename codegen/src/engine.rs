@@ -169,7 +169,8 @@ fn mentions(tokens: &TokenStream, name: &str) -> bool {
     })
 }
 
-/// `impl rt::TensorWriter for Writer<W>`; `structure`: the writer takes an object tree.
+/// `impl rt::TensorWriter for Writer<W>`, each method the writer's own; `structure`: the
+/// writer takes an object tree and views of storages.
 pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
     let set_structure = if structure {
         quote! {
@@ -179,26 +180,24 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
 
             fn add_view(
                 &mut self,
-                meta: &rt::TensorMeta,
+                m: &rt::TensorMeta,
                 view: &rt::StorageView,
-                storage: ::std::option::Option<rt::Payload<'_>>,
+                data: ::std::option::Option<rt::Payload<'_>>,
             ) -> rt::Result<bool> {
-                Writer::add_view(self, meta, view, storage)?;
-                Ok(true)
+                Writer::add_view(self, m, view, data).map(|()| true)
             }
         }
     } else {
         quote!()
     };
     quote! {
-        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                Writer::add(self, meta, data)
+        impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, m, data)
             }
 
             fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                Writer::finish(*self)?;
-                Ok(())
+                Writer::finish(*self).map(drop)
             }
 
             #set_structure

@@ -9,7 +9,7 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, ByteOrder, Codec, DictId, FieldKind, Ir, LayoutId, Repeat, Type};
 
-use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::lower::{storage_ty, Env, Form, Lower, Unlowered, Val};
 use crate::model::{docs, rs_ident};
 
 /// The struct of a dict, with `rt::pydict::Dict`: its keys, `set` (a `match` arm per
@@ -177,7 +177,15 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
         };
         let lower = Lower { ir, env: &before };
         let int = |e: &ir::Expr, what: &str| -> Result<TokenStream, Unlowered> {
-            let v = lower.expr(e)?.scalar();
+            let v = lower.expr(e)?;
+            // An unsigned field read is a byte count as it is; anything else is checked.
+            if let (Type::Int(t), Form::Place | Form::Ref) = (&v.ty, v.form) {
+                if !t.signed && t.bytes.is_some_and(|b| b <= 8) {
+                    let v = v.scalar_stored();
+                    return Ok(quote!(u64::from(#v)));
+                }
+            }
+            let v = v.scalar();
             Ok(quote!(rt::expr::to_u64(#v, #what).map_err(|e| c.wrap(#name, e))?))
         };
         if let Some(at) = &f.at {

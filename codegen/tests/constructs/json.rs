@@ -90,13 +90,7 @@ pub mod jsonhdr {
             let header_len: u32 = c.u32_le("header_len")?;
             let header: Header = rt::pydict::read_json::<
                 Header,
-            >(
-                c,
-                "header",
-                rt::expr::to_u64(i128::from(header_len), "the size")
-                    .map_err(|e| c.wrap("header", e))?,
-                limits,
-            )?;
+            >(c, "header", u64::from(header_len), limits)?;
             let data: (u64, u64) = c.rest("data")?;
             Ok(File { header_len, header, data })
         }
@@ -159,17 +153,7 @@ pub mod jsonhdr {
             i128::from(*rt::expr::item(&t.1.offsets, 0)?),
             Some(i128::from(*rt::expr::item(&t.1.offsets, 1)?)),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(

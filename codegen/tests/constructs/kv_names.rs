@@ -27,19 +27,9 @@ pub mod kvnames {
             let key_len: u32 = c.u32_le("key_len")?;
             let value_len: u32 = c.u32_le("value_len")?;
             let key: ::std::vec::Vec<u8> = c
-                .bytes(
-                    "key",
-                    rt::expr::to_u64(i128::from(key_len), "the size")
-                        .map_err(|e| c.wrap("key", e))?,
-                    limits.max_header_bytes,
-                )?
+                .bytes("key", u64::from(key_len), limits.max_header_bytes)?
                 .into_owned();
-            let value: (u64, u64) = c
-                .span(
-                    "value",
-                    rt::expr::to_u64(i128::from(value_len), "the size")
-                        .map_err(|e| c.wrap("value", e))?,
-                )?;
+            let value: (u64, u64) = c.span("value", u64::from(value_len))?;
             Ok(Record {
                 key_len,
                 value_len,

@@ -67,14 +67,7 @@ pub mod pyhdr {
             let header_len: u16 = c.u16_le("header_len")?;
             let header: Header = rt::pydict::read::<
                 Header,
-            >(
-                c,
-                "header",
-                rt::expr::to_u64(i128::from(header_len), "the size")
-                    .map_err(|e| c.wrap("header", e))?,
-                "latin1",
-                limits,
-            )?;
+            >(c, "header", u64::from(header_len), "latin1", limits)?;
             let data: (u64, u64) = c.rest("data")?;
             Ok(File { header_len, header, data })
         }
@@ -132,15 +125,8 @@ pub mod pyhdr {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                src.stem().as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = src.stem().as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// The `Header` describing a tensor to write: the inverse of [`tensor`].

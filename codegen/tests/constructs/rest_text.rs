@@ -130,23 +130,13 @@ pub mod resttext {
             c.magic("magic", b"RT")?;
             let label_len: u8 = c.u8("label_len")?;
             let label: Label = Label::read(
-                    &mut c
-                        .window(
-                            "label",
-                            rt::expr::to_u64(i128::from(label_len), "the size")
-                                .map_err(|e| c.wrap("label", e))?,
-                        )?,
+                    &mut c.window("label", u64::from(label_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("label", e))?;
             let meta_len: u32 = c.u32_le("meta_len")?;
             let meta: Meta = Meta::read(
-                    &mut c
-                        .window(
-                            "meta",
-                            rt::expr::to_u64(i128::from(meta_len), "the size")
-                                .map_err(|e| c.wrap("meta", e))?,
-                        )?,
+                    &mut c.window("meta", u64::from(meta_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("meta", e))?;
@@ -214,15 +204,8 @@ pub mod resttext {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                f.label.label.as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = f.label.label.as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.

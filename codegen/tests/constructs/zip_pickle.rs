@@ -238,29 +238,23 @@ pub mod ckpt {
             ],
         )
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
         fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
             Writer::set_structure(self, tree)
         }
         fn add_view(
             &mut self,
-            meta: &rt::TensorMeta,
+            m: &rt::TensorMeta,
             view: &rt::StorageView,
-            storage: ::std::option::Option<rt::Payload<'_>>,
+            data: ::std::option::Option<rt::Payload<'_>>,
         ) -> rt::Result<bool> {
-            Writer::add_view(self, meta, view, storage)?;
-            Ok(true)
+            Writer::add_view(self, m, view, data).map(|()| true)
         }
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
