@@ -304,13 +304,8 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
                 let Some(captures) = pattern.matches(&m.name) else {
                     continue;
                 };
-                if tensors.len() as u64 >= limits.max_tensors {
-                    return Err(in_file(rt::Error::from(rt::ErrorKind::Limit {
-                        what: "tensors",
-                        limit: limits.max_tensors,
-                        actual: tensors.len() as u64 + 1,
-                    })));
-                }
+                let n = tensors.len() + 1;
+                rt::expr::within(n, limits.max_tensors, "tensors").map_err(in_file)?;
                 #read_check
                 let content = rt::zip::member_source(src.data(), m, limits).map_err(in_file)?;
                 let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));

@@ -182,7 +182,11 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
             if let (Type::Int(t), Form::Place | Form::Ref) = (&v.ty, v.form) {
                 if !t.signed && t.bytes.is_some_and(|b| b <= 8) {
                     let v = v.scalar_stored();
-                    return Ok(quote!(u64::from(#v)));
+                    return Ok(if t.bytes == Some(8) {
+                        v
+                    } else {
+                        quote!(u64::from(#v))
+                    });
                 }
             }
             let v = v.scalar();

@@ -25,7 +25,7 @@ pub mod tagged {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let len: u64 = c.u64_le("len")?;
             let text: ::std::string::String = c
-                .text("text", u64::from(len), limits.max_header_bytes)?;
+                .text("text", len, limits.max_header_bytes)?;
             Ok(Text { len, text })
         }
     }
@@ -62,7 +62,7 @@ pub mod tagged {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let kind: u32 = c.u32_le("kind")?;
             let n: u64 = c.u64_le("n")?;
-            let items_count = c.count("items", u64::from(n), 1, limits.max_entries)?;
+            let items_count = c.count("items", n, 1, limits.max_entries)?;
             let mut items: ::std::vec::Vec<ArrayItems> = ::std::vec::Vec::with_capacity(
                 items_count,
             );
@@ -325,7 +325,7 @@ pub mod tagged {
             c.magic("magic", b"TAG1")?;
             let count: u64 = c.u64_le("count")?;
             c.check("count", count <= 1000, "count <= 1000", &count)?;
-            let kvs_count = c.count("kvs", u64::from(count), 4, limits.max_entries)?;
+            let kvs_count = c.count("kvs", count, 4, limits.max_entries)?;
             let mut kvs: ::std::vec::Vec<Kv> = ::std::vec::Vec::with_capacity(kvs_count);
             for _ in 0..kvs_count {
                 kvs.push(Kv::read(c, limits).map_err(|e| c.wrap("kvs", e))?);
