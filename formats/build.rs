@@ -5,6 +5,7 @@
 const SCHEMAS: &[(&str, &str)] = &[
     ("fmt/npy.fmt", "NPY"),
     ("fmt/npz.fmt", "NPZ"),
+    ("fmt/safetensors.fmt", "SAFETENSORS"),
     ("fmt/pytorch.fmt", "PYTORCH"),
     ("fmt/pytorch_legacy.fmt", "PYTORCH"),
     ("fmt/torchscript.fmt", "PYTORCH"),

@@ -76,7 +76,8 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
     }
 }
 
-/// The `DESC` constant and the writer constructor behind it; `structure`: the format's
+/// The `DESC` constant, built from `rt::FormatDesc::new` by one call per property that
+/// differs, the writer constructor a closure; `structure`: the format's
 /// module has a `structure` reader (formats around a pickled object).
 pub(crate) fn desc(structure: bool) -> TokenStream {
     desc_around(
@@ -86,7 +87,8 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
     )
 }
 
-/// `DESC` with a writer constructor whose body is `make` (given `w` and `options`).
+/// `DESC` with a writer constructor whose body is `make` (given `w` and `options`, an
+/// expression or statements).
 pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
     desc_full(Some(make), doc, structure, false, None)
 }
@@ -120,50 +122,55 @@ fn desc_with(
     db: Option<TokenStream>,
     c_order_only: bool,
 ) -> TokenStream {
-    // What differs from `FormatDesc::new`'s defaults. The formats that rewrite
-    // documents (protobuf) are those that store C order only.
+    // What differs from `FormatDesc::new`'s defaults, one builder call each. The formats
+    // that rewrite documents (protobuf) are those that store C order only.
     let mut set = Vec::new();
-    if c_order_only && !rewrite {
-        set.push(quote!(c_order_only: true,));
+    if let Some(make) = make {
+        // The constructor as a closure: its body an expression, or a block of statements.
+        let body = match syn::parse2::<syn::Expr>(make.clone()) {
+            Ok(_) => make,
+            Err(_) => quote!({ #make }),
+        };
+        // A parameter the body does not use is `_`.
+        let param = |name: &str| {
+            let id = format_ident!("{}", if mentions(&body, name) { name } else { "_" });
+            quote!(#id)
+        };
+        let (w, options) = (param("w"), param("options"));
+        set.push(quote!(.writer(|#w, #options| #body)));
+    } else {
+        set.push(quote!(.writer(rt::kv::folder_writer)));
     }
     if structure {
-        set.push(quote!(structure,));
+        set.push(quote!(.structure(structure)));
+    }
+    if c_order_only || rewrite {
+        set.push(quote!(.c_order_only()));
     }
     if rewrite {
-        set.push(quote!(c_order_only: true, rewrite: Some(rewrite),));
+        set.push(quote!(.rewrite(rewrite)));
     }
     if let Some(d) = db {
-        set.push(quote!(db: Some(#d),));
+        set.push(quote!(.db(#d)));
     }
-    let (ctor, new_writer) = match make {
-        Some(make) => (
-            quote!(new_writer),
-            quote! {
-                fn new_writer<'a>(
-                    w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-                    options: &rt::WriteOptions,
-                ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-                    #make
-                }
-            },
-        ),
-        None => (quote!(rt::kv::folder_writer), quote!()),
-    };
-    let base = quote!(rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, #ctor));
-    let value = if set.is_empty() {
-        base
-    } else {
-        quote!(rt::FormatDesc { #(#set)* ..#base })
-    };
     quote! {
-        #new_writer
-
         #[doc = #doc]
-        pub const DESC: rt::FormatDesc = #value;
+        pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+            #(#set)*;
     }
 }
 
-/// `impl rt::TensorWriter for Writer<W>`; `structure`: the writer takes an object tree.
+/// True when `tokens` hold the identifier `name`.
+fn mentions(tokens: &TokenStream, name: &str) -> bool {
+    tokens.clone().into_iter().any(|t| match t {
+        proc_macro2::TokenTree::Ident(id) => id == name,
+        proc_macro2::TokenTree::Group(g) => mentions(&g.stream(), name),
+        _ => false,
+    })
+}
+
+/// `impl rt::TensorWriter for Writer<W>`, each method the writer's own; `structure`: the
+/// writer takes an object tree and views of storages.
 pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
     let set_structure = if structure {
         quote! {
@@ -173,26 +180,24 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
 
             fn add_view(
                 &mut self,
-                meta: &rt::TensorMeta,
+                m: &rt::TensorMeta,
                 view: &rt::StorageView,
-                storage: ::std::option::Option<rt::Payload<'_>>,
+                data: ::std::option::Option<rt::Payload<'_>>,
             ) -> rt::Result<bool> {
-                Writer::add_view(self, meta, view, storage)?;
-                Ok(true)
+                Writer::add_view(self, m, view, data).map(|()| true)
             }
         }
     } else {
         quote!()
     };
     quote! {
-        impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-            fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                Writer::add(self, meta, data)
+        impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, m, data)
             }
 
             fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                Writer::finish(*self)?;
-                Ok(())
+                Writer::finish(*self).map(drop)
             }
 
             #set_structure
@@ -299,13 +304,8 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
                 let Some(captures) = pattern.matches(&m.name) else {
                     continue;
                 };
-                if tensors.len() as u64 >= limits.max_tensors {
-                    return Err(in_file(rt::Error::from(rt::ErrorKind::Limit {
-                        what: "tensors",
-                        limit: limits.max_tensors,
-                        actual: tensors.len() as u64 + 1,
-                    })));
-                }
+                let n = tensors.len() + 1;
+                rt::expr::within(n, limits.max_tensors, "tensors").map_err(in_file)?;
                 #read_check
                 let content = rt::zip::member_source(src.data(), m, limits).map_err(in_file)?;
                 let mut c = rt::Cursor::new(&*content, src.location().with_entry(m.name.as_str()));
@@ -405,10 +405,7 @@ fn gen_zip_without_tensors(ir: &Ir, fid: FormatId) -> TokenStream {
 /// and the `DESC` constant around it.
 pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
     desc_around(
-        quote! {
-            let _ = (w, options);
-            Err(rt::Error::from(rt::ErrorKind::Unsupported(#message.to_string())))
-        },
+        quote!(Err(rt::Error::unsupported(#message))),
         " This format for the registry: name, extensions, detector and indexer (read-only).",
         structure,
     )

@@ -270,8 +270,8 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
                 #in_file
                 let mut c = rt::Cursor::new(src.data(), src.location());
                 let f = #lname::read(&mut c, limits).map_err(in_file)?;
-                let t = tensor(&f, #name.to_string(), &|offset, len| rt::DataLocation::Range { offset, len })
-                    .map_err(in_file)?;
+                let name = #name.to_string();
+                let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
                 Ok(vec![t])
             }
         });
@@ -371,7 +371,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
         /// The tensor of one item, named `name`.
         fn tensor_at(f: &#lname, t: &#item_ty, name: &str, #pos_param #src_param) -> rt::Result<rt::TensorInfo> {
             #props
-            rt::TensorInfo::dense(name, dtype, shape, order, byte_order, rt::DataLocation::Range { offset, len })
+            rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
         }
 
         /// Lists the tensors of `src` without reading their bytes.

@@ -9,13 +9,12 @@ use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, ByteOrder, Codec, DictId, FieldKind, Ir, LayoutId, Repeat, Type};
 
-use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
+use crate::lower::{storage_ty, Env, Form, Lower, Unlowered, Val};
 use crate::model::{docs, rs_ident};
 
-/// The struct of a dict, with `rt::pydict::Dict` (its keys, and `set`, a `match` arm per
-/// key; the runtime reads dicts through it, key by key as a Python literal is parsed),
-/// `ToPy`, and `to_py` (its items in declared order, for the Python-literal encoder of
-/// npy headers).
+/// The struct of a dict, with `rt::pydict::Dict`: its keys, `set` (a `match` arm per
+/// key; the runtime reads dicts through it, key by key as a Python literal is parsed) and
+/// `items` (its items in declared order, which the runtime's `ToPy` and encoders write).
 pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let d = ir.dict(id);
     let ident = rs_ident(&d.name);
@@ -30,12 +29,11 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         let id = rs_ident(&k.key);
         let key = &k.key;
         let fdoc = docs(&k.docs);
-        let list = matches!(k.ty, Type::List(_));
         let to = |x: TokenStream| {
-            if list {
-                quote!(rt::pydict::to_list(&#x))
+            if matches!(k.ty, Type::List(_)) {
+                quote!(rt::pydict::to_list(#x))
             } else {
-                quote!(rt::pydict::ToPy::to_py(&#x))
+                quote!(rt::pydict::ToPy::to_py(#x))
             }
         };
         let i = Literal::usize_unsuffixed(i);
@@ -46,20 +44,17 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
                 i,
                 quote!(self.#id.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?))),
             ));
+            let v = to(quote!(v));
             items.push(quote! {
                 for (k, v) in self.#id.iter() {
-                    items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
+                    items.push((k.as_str(), #v));
                 }
             });
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
             keys.push(quote!(rt::pydict::Key::Optional(#key)));
             sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
-            let v = if list {
-                quote!(rt::pydict::to_list(v))
-            } else {
-                quote!(rt::pydict::ToPy::to_py(v))
-            };
+            let v = to(quote!(v));
             items.push(quote! {
                 if let Some(v) = &self.#id {
                     items.push((#key, #v));
@@ -69,14 +64,12 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             fields.push(quote!(#fdoc pub #id: #t,));
             keys.push(quote!(rt::pydict::Key::Required(#key)));
             sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
-            let v = to(quote!(self.#id));
+            let v = to(quote!(&self.#id));
             items.push(quote!(items.push((#key, #v));));
         }
     }
-    let name = &d.name;
-    let to_doc = format!(" The items of this `{name}`, in declared order, for encoding.");
     let plain = d.keys.iter().all(|k| !k.optional && !k.rest);
-    let to_body = if plain {
+    let items_body = if plain {
         let pairs = d.keys.iter().map(|k| {
             let id = rs_ident(&k.key);
             let key = &k.key;
@@ -117,25 +110,16 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             #(#fields)*
         }
 
-        impl #ident {
-            #[doc = #to_doc]
-            pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-                #to_body
-            }
-        }
-
         impl rt::pydict::Dict for #ident {
             const KEYS: &'static [rt::pydict::Key] = &[#(#keys),*];
 
-            fn set(&mut self, i: usize, #key_arg: &str, #v: &rt::pydict::PyValue) -> rt::Result<()> {
+            fn set(&mut self, i: usize, #key_arg: &str, #v: &rt::PyValue) -> rt::Result<()> {
                 #dispatch
                 Ok(())
             }
-        }
 
-        impl rt::pydict::ToPy for #ident {
-            fn to_py(&self) -> rt::pydict::PyValue {
-                rt::pydict::dict(#ident::to_py(self))
+            fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+                #items_body
             }
         }
     })
@@ -193,7 +177,19 @@ pub(crate) fn gen_layout(ir: &Ir, id: LayoutId, src: &str) -> Result<TokenStream
         };
         let lower = Lower { ir, env: &before };
         let int = |e: &ir::Expr, what: &str| -> Result<TokenStream, Unlowered> {
-            let v = lower.expr(e)?.scalar();
+            let v = lower.expr(e)?;
+            // An unsigned field read is a byte count as it is; anything else is checked.
+            if let (Type::Int(t), Form::Place | Form::Ref) = (&v.ty, v.form) {
+                if !t.signed && t.bytes.is_some_and(|b| b <= 8) {
+                    let v = v.scalar_stored();
+                    return Ok(if t.bytes == Some(8) {
+                        v
+                    } else {
+                        quote!(u64::from(#v))
+                    });
+                }
+            }
+            let v = v.scalar();
             Ok(quote!(rt::expr::to_u64(#v, #what).map_err(|e| c.wrap(#name, e))?))
         };
         if let Some(at) = &f.at {

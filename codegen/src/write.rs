@@ -354,7 +354,7 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
                 trailing_comma,
                 ..
             }) => {
-                let enc = quote!(rt::pydict::encode_dict(&#v.to_py(), #trailing_comma));
+                let enc = quote!(rt::pydict::literal(#v, #trailing_comma));
                 match spare {
                     Some(s) => {
                         let n = Lower { ir, env: &env }.expr(s)?.scalar();
@@ -575,7 +575,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
                     quote!(buf.put_text(#name, &#t, #enc)?; #pad)
                 } else {
                     quote! {
-                        let text = rt::pydict::encode_dict(&#item.to_py(), #trailing_comma);
+                        let text = rt::pydict::literal(#item, #trailing_comma);
                         buf.put_text(#name, &text, #enc)?;
                         #pad
                     }

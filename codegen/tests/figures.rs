@@ -30,7 +30,8 @@
 //! improves, lower its constant to the new value (the test prints which), so that the
 //! figures can only improve until they reach the targets.
 //!
-//! Run `cargo test -p tensorfmt-codegen --test figures -- --nocapture` to see the table.
+//! Run `cargo test -p tensorfmt-codegen --test figures -- --nocapture` to see the table;
+//! with `FIGURES_OUT=<path>`, the generated text measured is also written to that file.
 //!
 //! [`generate_file`]: tensorfmt_codegen::generate_file
 
@@ -52,7 +53,7 @@ const MAX_LONGEST_FN: usize = 93;
 /// Generated functions longer than [`TARGET_FN_LINES`].
 const MAX_FNS_OVER_TARGET: usize = 0;
 /// Generated lines per `.fmt` line, in total (rounded up to one decimal).
-const MAX_RATIO: f64 = 3.967;
+const MAX_RATIO: f64 = 3.956;
 /// Immediately-called closures.
 const MAX_CLOSURES: usize = 0;
 /// `#[allow(...)]` attributes.
@@ -395,6 +396,9 @@ fn generated_code_figures_only_improve() {
     let schema = tensorfmt_schema::load(&paths).unwrap_or_else(|d| panic!("{d}"));
     let text = tensorfmt_codegen::generate_file(&schema)
         .unwrap_or_else(|d| panic!("{}", d.with_sources(&schema.files)));
+    if let Some(out) = std::env::var_os("FIGURES_OUT") {
+        std::fs::write(&out, &text).expect("FIGURES_OUT is writable");
+    }
     let file = syn::parse_file(&text).expect("the generated text parses");
 
     // The top-level `pub mod <format>` modules, by name.

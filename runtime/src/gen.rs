@@ -17,7 +17,8 @@
 //!   [`Spool`], which holds tensor bytes while a header that precedes them is built, and
 //!   the registry contract ([`FormatDesc`], [`TensorWriter`], [`WriteSeek`]);
 //! - containers and codecs, each behind the runtime feature of its engine: the `zip`
-//!   engine (`ZipIndex`, `ZipWriter`, `ZipMember`), the `pydict` (Python literal) codec,
+//!   engine (`ZipIndex`, `ZipWriter`, `ZipMember`), the `pydict` (Python literal) codec and its
+//!   [`PyValue`],
 //!   the restricted `pickle` codec, `protobuf` and `protodoc`, key-value databases
 //!   (`kv`, and the interface every backend implements: [`db`]); entry-name
 //!   [`Pattern`]s and the [`Captures`] shared by an archive's entries; [`Compression`];
@@ -59,6 +60,8 @@ pub use crate::protobuf;
 pub use crate::protodoc;
 #[cfg(feature = "pylit")]
 pub use crate::pydict;
+#[cfg(feature = "pylit")]
+pub use crate::pydict::PyValue;
 #[cfg(feature = "zip")]
 pub use crate::zip;
 #[cfg(feature = "zip")]

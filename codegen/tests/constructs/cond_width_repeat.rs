@@ -30,14 +30,7 @@ pub mod condrep {
             let wide: u8 = c.u8("wide")?;
             c.check("wide", matches!(i128::from(wide), 0 | 1), "wide in [0, 1]", &wide)?;
             let ndim: u8 = c.u8("ndim")?;
-            let dims_count = c
-                .count(
-                    "dims",
-                    rt::expr::to_u64(i128::from(ndim), "the count")
-                        .map_err(|e| c.wrap("dims", e))?,
-                    2,
-                    limits.max_entries,
-                )?;
+            let dims_count = c.count("dims", u64::from(ndim), 2, limits.max_entries)?;
             let mut dims: ::std::vec::Vec<u32> = ::std::vec::Vec::with_capacity(
                 dims_count,
             );
@@ -110,15 +103,8 @@ pub mod condrep {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                src.stem().as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = src.stem().as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
@@ -158,18 +144,13 @@ pub mod condrep {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        })
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[condrep::DESC];

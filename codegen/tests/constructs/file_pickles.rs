@@ -156,18 +156,10 @@ pub mod pkls {
         )?;
         c.span("storages.bytes", size)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(rt::Error::from(rt::ErrorKind::Unsupported("pkls is read-only".to_string())))
-    }
     /// This format for the registry: name, extensions, detector and indexer (read-only).
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        structure,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|_, _| Err(rt::Error::unsupported("pkls is read-only")))
+        .structure(structure);
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[pkls::DESC];

@@ -82,33 +82,17 @@ pub mod notensors {
             Ok(self.w)
         }
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[notensors::DESC];

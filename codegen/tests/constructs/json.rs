@@ -25,28 +25,13 @@ pub mod jsonhdr {
         pub shape: ::std::vec::Vec<u64>,
         pub offsets: ::std::vec::Vec<u64>,
     }
-    impl Entry {
-        /// The items of this `Entry`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-            vec![
-                ("dtype", rt::pydict::ToPy::to_py(& self.dtype)), ("shape",
-                rt::pydict::ToPy::to_py(& self.shape)), ("offsets",
-                rt::pydict::ToPy::to_py(& self.offsets))
-            ]
-        }
-    }
     impl rt::pydict::Dict for Entry {
         const KEYS: &'static [rt::pydict::Key] = &[
             rt::pydict::Key::Required("dtype"),
             rt::pydict::Key::Required("shape"),
             rt::pydict::Key::Required("offsets"),
         ];
-        fn set(
-            &mut self,
-            i: usize,
-            _key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
+        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
             match i {
                 0 => self.dtype = rt::pydict::FromPy::from_py(v)?,
                 1 => self.shape = rt::pydict::FromPy::from_py(v)?,
@@ -55,10 +40,12 @@ pub mod jsonhdr {
             }
             Ok(())
         }
-    }
-    impl rt::pydict::ToPy for Entry {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Entry::to_py(self))
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+            vec![
+                ("dtype", rt::pydict::ToPy::to_py(& self.dtype)), ("shape",
+                rt::pydict::ToPy::to_py(& self.shape)), ("offsets",
+                rt::pydict::ToPy::to_py(& self.offsets))
+            ]
         }
     }
     #[derive(Debug, Clone, Default, PartialEq)]
@@ -66,9 +53,20 @@ pub mod jsonhdr {
         pub version: ::std::option::Option<u64>,
         pub rest: rt::pydict::Map<Entry>,
     }
-    impl Header {
-        /// The items of this `Header`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
+    impl rt::pydict::Dict for Header {
+        const KEYS: &'static [rt::pydict::Key] = &[
+            rt::pydict::Key::Optional("version"),
+            rt::pydict::Key::Rest,
+        ];
+        fn set(&mut self, i: usize, key: &str, v: &rt::PyValue) -> rt::Result<()> {
+            match i {
+                0 => self.version = rt::pydict::FromPy::from_py(v)?,
+                1 => self.rest.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),
+                _ => {}
+            }
+            Ok(())
+        }
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
             let mut items = ::std::vec::Vec::new();
             if let Some(v) = &self.version {
                 items.push(("version", rt::pydict::ToPy::to_py(v)));
@@ -77,30 +75,6 @@ pub mod jsonhdr {
                 items.push((k.as_str(), rt::pydict::ToPy::to_py(v)));
             }
             items
-        }
-    }
-    impl rt::pydict::Dict for Header {
-        const KEYS: &'static [rt::pydict::Key] = &[
-            rt::pydict::Key::Optional("version"),
-            rt::pydict::Key::Rest,
-        ];
-        fn set(
-            &mut self,
-            i: usize,
-            key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
-            match i {
-                0 => self.version = rt::pydict::FromPy::from_py(v)?,
-                1 => self.rest.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),
-                _ => {}
-            }
-            Ok(())
-        }
-    }
-    impl rt::pydict::ToPy for Header {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Header::to_py(self))
         }
     }
     #[derive(Debug, Clone, PartialEq)]
@@ -116,13 +90,7 @@ pub mod jsonhdr {
             let header_len: u32 = c.u32_le("header_len")?;
             let header: Header = rt::pydict::read_json::<
                 Header,
-            >(
-                c,
-                "header",
-                rt::expr::to_u64(i128::from(header_len), "the size")
-                    .map_err(|e| c.wrap("header", e))?,
-                limits,
-            )?;
+            >(c, "header", u64::from(header_len), limits)?;
             let data: (u64, u64) = c.rest("data")?;
             Ok(File { header_len, header, data })
         }
@@ -185,17 +153,7 @@ pub mod jsonhdr {
             i128::from(*rt::expr::item(&t.1.offsets, 0)?),
             Some(i128::from(*rt::expr::item(&t.1.offsets, 1)?)),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(
@@ -295,17 +253,10 @@ pub mod jsonhdr {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[jsonhdr::DESC];

@@ -208,16 +208,15 @@ pub mod kvl {
         map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(rt::kv::folder_writer)
+        .db(rt::kv::DbDesc {
             backend: "lmdb",
             open: rt::kv::open_lmdb,
             encode: encode_parts,
             split: SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
-    };
+        });
 }
 /// LMDB and LevelDB databases sharing one format's entries and mapping (`schema = F`);
 /// values split into records of at most `split` elements, joined back by their segments.
@@ -243,16 +242,15 @@ pub mod kvd {
         map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(rt::kv::folder_writer)
+        .db(rt::kv::DbDesc {
             backend: "leveldb",
             open: rt::kv::open_leveldb,
             encode: super::kvl::encode_parts,
             split: super::kvl::SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
-    };
+        });
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[kvl::DESC, kvd::DESC];

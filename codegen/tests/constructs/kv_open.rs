@@ -168,16 +168,15 @@ pub mod kvo {
         map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(rt::kv::folder_writer)
+        .db(rt::kv::DbDesc {
             backend: "lmdb",
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
-    };
+        });
 }
 /// How the backends open a database: the kv engine's open arguments, passed to the
 /// runtime as the constant `OPEN` by `open_db`.
@@ -214,16 +213,15 @@ pub mod kvp {
         map_db(src, limits).map(|m| m.tensors)
     }
     /// This format for the registry: name, extensions, detector, indexer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(rt::kv::folder_writer)
+        .db(rt::kv::DbDesc {
             backend: "leveldb",
             open: open_db,
             encode: super::kvo::encode_parts,
             split: super::kvo::SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, rt::kv::folder_writer)
-    };
+        });
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[kvo::DESC, kvp::DESC];

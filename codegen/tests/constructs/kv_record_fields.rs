@@ -43,19 +43,9 @@ pub mod kvsum {
                 &sum,
             )?;
             let key: ::std::vec::Vec<u8> = c
-                .bytes(
-                    "key",
-                    rt::expr::to_u64(i128::from(key_len), "the size")
-                        .map_err(|e| c.wrap("key", e))?,
-                    limits.max_header_bytes,
-                )?
+                .bytes("key", u64::from(key_len), limits.max_header_bytes)?
                 .into_owned();
-            let value: (u64, u64) = c
-                .span(
-                    "value",
-                    rt::expr::to_u64(i128::from(value_len), "the size")
-                        .map_err(|e| c.wrap("value", e))?,
-                )?;
+            let value: (u64, u64) = c.span("value", u64::from(value_len))?;
             Ok(Record {
                 version,
                 key_len,
@@ -278,27 +268,20 @@ pub mod kvsum {
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
         map_db(src, limits).map(|m| m.tensors)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(
+    /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(
             ::std::boxed::Box::new(
                 rt::kv::RecordWriter::new(w, options, write_record, encode_parts),
             ),
-        )
-    }
-    /// This format for the registry: name, extensions, detector, indexer, writer and database operations.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        db: Some(rt::kv::DbDesc {
+        ))
+        .db(rt::kv::DbDesc {
             backend: "records",
             open: open_db,
             encode: encode_parts,
             split: SPLIT,
             map: map_db,
-        }),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+        });
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[kvsum::DESC];

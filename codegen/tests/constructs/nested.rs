@@ -63,12 +63,7 @@ pub mod nested {
                 .map_err(|e| c.wrap("version", e))?;
             let tag_len: u8 = c.u8("tag_len")?;
             let tag: ::std::vec::Vec<u8> = c
-                .bytes(
-                    "tag",
-                    rt::expr::to_u64(i128::from(tag_len), "the size")
-                        .map_err(|e| c.wrap("tag", e))?,
-                    limits.max_header_bytes,
-                )?
+                .bytes("tag", u64::from(tag_len), limits.max_header_bytes)?
                 .into_owned();
             Ok(Info { version, tag_len, tag })
         }
@@ -114,12 +109,7 @@ pub mod nested {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let info_len: u32 = c.u32_le("info_len")?;
             let info: Info = Info::read(
-                    &mut c
-                        .window(
-                            "info",
-                            rt::expr::to_u64(i128::from(info_len), "the size")
-                                .map_err(|e| c.wrap("info", e))?,
-                        )?,
+                    &mut c.window("info", u64::from(info_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("info", e))?;
@@ -192,15 +182,8 @@ pub mod nested {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                src.stem().as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = src.stem().as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
@@ -246,18 +229,13 @@ pub mod nested {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        })
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[nested::DESC];

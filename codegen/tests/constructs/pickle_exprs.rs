@@ -244,42 +244,29 @@ pub mod pklx {
             ],
         )
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
         fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
             Writer::set_structure(self, tree)
         }
         fn add_view(
             &mut self,
-            meta: &rt::TensorMeta,
+            m: &rt::TensorMeta,
             view: &rt::StorageView,
-            storage: ::std::option::Option<rt::Payload<'_>>,
+            data: ::std::option::Option<rt::Payload<'_>>,
         ) -> rt::Result<bool> {
-            Writer::add_view(self, meta, view, storage)?;
-            Ok(true)
+            Writer::add_view(self, m, view, data).map(|()| true)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        structure,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .structure(structure);
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[pklx::DESC];

@@ -226,18 +226,13 @@ pub mod pbt {
     ) -> rt::Result<Vec<rt::AtomicFile>> {
         rt::protodoc::rewrite_doc(src, w, options, limits, replace, &DOC)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(rt::protodoc::Writer::new(w, options, &DOC)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer, writer and rewriter.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        rewrite: Some(rewrite),
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(
+            ::std::boxed::Box::new(rt::protodoc::Writer::new(w, options, &DOC)?),
+        ))
+        .c_order_only()
+        .rewrite(rewrite);
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[pbt::DESC];

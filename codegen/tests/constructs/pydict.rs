@@ -26,19 +26,6 @@ pub mod pyhdr {
         pub shape: ::std::vec::Vec<u64>,
         pub comment: ::std::option::Option<::std::string::String>,
     }
-    impl Header {
-        /// The items of this `Header`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-            let mut items = ::std::vec::Vec::new();
-            items.push(("descr", rt::pydict::ToPy::to_py(&self.descr)));
-            items.push(("fortran_order", rt::pydict::ToPy::to_py(&self.fortran_order)));
-            items.push(("shape", rt::pydict::ToPy::to_py(&self.shape)));
-            if let Some(v) = &self.comment {
-                items.push(("comment", rt::pydict::ToPy::to_py(v)));
-            }
-            items
-        }
-    }
     impl rt::pydict::Dict for Header {
         const KEYS: &'static [rt::pydict::Key] = &[
             rt::pydict::Key::Required("descr"),
@@ -46,12 +33,7 @@ pub mod pyhdr {
             rt::pydict::Key::Required("shape"),
             rt::pydict::Key::Optional("comment"),
         ];
-        fn set(
-            &mut self,
-            i: usize,
-            _key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
+        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
             match i {
                 0 => self.descr = rt::pydict::FromPy::from_py(v)?,
                 1 => self.fortran_order = rt::pydict::FromPy::from_py(v)?,
@@ -61,10 +43,15 @@ pub mod pyhdr {
             }
             Ok(())
         }
-    }
-    impl rt::pydict::ToPy for Header {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Header::to_py(self))
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+            let mut items = ::std::vec::Vec::new();
+            items.push(("descr", rt::pydict::ToPy::to_py(&self.descr)));
+            items.push(("fortran_order", rt::pydict::ToPy::to_py(&self.fortran_order)));
+            items.push(("shape", rt::pydict::ToPy::to_py(&self.shape)));
+            if let Some(v) = &self.comment {
+                items.push(("comment", rt::pydict::ToPy::to_py(v)));
+            }
+            items
         }
     }
     #[derive(Debug, Clone, PartialEq)]
@@ -80,14 +67,7 @@ pub mod pyhdr {
             let header_len: u16 = c.u16_le("header_len")?;
             let header: Header = rt::pydict::read::<
                 Header,
-            >(
-                c,
-                "header",
-                rt::expr::to_u64(i128::from(header_len), "the size")
-                    .map_err(|e| c.wrap("header", e))?,
-                "latin1",
-                limits,
-            )?;
+            >(c, "header", u64::from(header_len), "latin1", limits)?;
             let data: (u64, u64) = c.rest("data")?;
             Ok(File { header_len, header, data })
         }
@@ -103,7 +83,7 @@ pub mod pyhdr {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
             let start = buf.pos();
-            let header_text = rt::pydict::encode_dict(&header.to_py(), false);
+            let header_text = rt::pydict::literal(header, false);
             let header_len_slot = buf.reserve("header_len", 2);
             let header_start = buf.pos();
             buf.put_text("header", &header_text, "latin1")?;
@@ -145,15 +125,8 @@ pub mod pyhdr {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                src.stem().as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = src.stem().as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// The `Header` describing a tensor to write: the inverse of [`tensor`].
@@ -180,21 +153,12 @@ pub mod pyhdr {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        });
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[pyhdr::DESC];

@@ -34,21 +34,9 @@ pub mod rofmt {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let name_len: u16 = c.u16_le("name_len")?;
             let name: ::std::string::String = c
-                .text(
-                    "name",
-                    rt::expr::to_u64(i128::from(name_len), "the size")
-                        .map_err(|e| c.wrap("name", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("name", u64::from(name_len), limits.max_header_bytes)?;
             let rank: u8 = c.u8("rank")?;
-            let dims_count = c
-                .count(
-                    "dims",
-                    rt::expr::to_u64(i128::from(rank), "the count")
-                        .map_err(|e| c.wrap("dims", e))?,
-                    8,
-                    limits.max_entries,
-                )?;
+            let dims_count = c.count("dims", u64::from(rank), 8, limits.max_entries)?;
             let mut dims: ::std::vec::Vec<u64> = ::std::vec::Vec::with_capacity(
                 dims_count,
             );
@@ -82,14 +70,7 @@ pub mod rofmt {
             c.magic("magic", b"RO01")?;
             let n: u32 = c.u32_le("n")?;
             c.check("n", n <= 1000, "n <= 1000", &n)?;
-            let infos_count = c
-                .count(
-                    "infos",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("infos", e))?,
-                    20,
-                    limits.max_entries,
-                )?;
+            let infos_count = c.count("infos", u64::from(n), 20, limits.max_entries)?;
             let mut infos: ::std::vec::Vec<Info> = ::std::vec::Vec::with_capacity(
                 infos_count,
             );
@@ -128,17 +109,7 @@ pub mod rofmt {
             i128::from(t.offset),
             Some(rt::expr::add(i128::from(t.offset), i128::from(t.nbytes))?),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(
@@ -150,27 +121,13 @@ pub mod rofmt {
         let f = File::read(&mut c, limits).map_err(in_file)?;
         tensors(&f, limits).map_err(in_file)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = (w, options);
-        Err(
-            rt::Error::from(
-                rt::ErrorKind::Unsupported(
-                    "rofmt is read-only: its schema declares `read_only;`".to_string(),
-                ),
-            ),
-        )
-    }
     /// This format for the registry: name, extensions, detector and indexer (read-only).
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|_, _| Err(
+            rt::Error::unsupported(
+                "rofmt is read-only: its schema declares `read_only;`",
+            ),
+        ));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[rofmt::DESC];

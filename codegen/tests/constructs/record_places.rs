@@ -37,22 +37,10 @@ pub mod recplaces {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let name_len: u8 = c.u8("name_len")?;
             let name: ::std::string::String = c
-                .text(
-                    "name",
-                    rt::expr::to_u64(i128::from(name_len), "the size")
-                        .map_err(|e| c.wrap("name", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("name", u64::from(name_len), limits.max_header_bytes)?;
             let code: u8 = c.u8("code")?;
             let rank: u8 = c.u8("rank")?;
-            let dims_count = c
-                .count(
-                    "dims",
-                    rt::expr::to_u64(i128::from(rank), "the count")
-                        .map_err(|e| c.wrap("dims", e))?,
-                    8,
-                    limits.max_entries,
-                )?;
+            let dims_count = c.count("dims", u64::from(rank), 8, limits.max_entries)?;
             let mut dims: ::std::vec::Vec<u64> = ::std::vec::Vec::with_capacity(
                 dims_count,
             );
@@ -126,13 +114,7 @@ pub mod recplaces {
             let n: u32 = c.u32_le("n")?;
             c.check("n", n <= 1000, "n <= 1000", &n)?;
             let records_count = c
-                .count(
-                    "records",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("records", e))?,
-                    19,
-                    limits.max_entries,
-                )?;
+                .count("records", u64::from(n), 19, limits.max_entries)?;
             let mut records: ::std::vec::Vec<Record> = ::std::vec::Vec::with_capacity(
                 records_count,
             );
@@ -195,17 +177,7 @@ pub mod recplaces {
             i128::from(t.begin),
             Some(i128::from(t.end)),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(
@@ -292,17 +264,10 @@ pub mod recplaces {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[recplaces::DESC];

@@ -19,29 +19,16 @@ pub mod repsized {
     pub struct Entry {
         pub id: u64,
     }
-    impl Entry {
-        /// The items of this `Entry`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-            vec![("id", rt::pydict::ToPy::to_py(& self.id))]
-        }
-    }
     impl rt::pydict::Dict for Entry {
         const KEYS: &'static [rt::pydict::Key] = &[rt::pydict::Key::Required("id")];
-        fn set(
-            &mut self,
-            i: usize,
-            _key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
+        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
             if i == 0 {
                 self.id = rt::pydict::FromPy::from_py(v)?;
             }
             Ok(())
         }
-    }
-    impl rt::pydict::ToPy for Entry {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Entry::to_py(self))
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+            vec![("id", rt::pydict::ToPy::to_py(& self.id))]
         }
     }
     #[derive(Debug, Clone, PartialEq)]
@@ -61,37 +48,14 @@ pub mod repsized {
             let n: u8 = c.u8("n")?;
             let width: u8 = c.u8("width")?;
             c.check("width", width == 4, "width == 4", &width)?;
-            let names_count = c
-                .count(
-                    "names",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("names", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let names_count = c.count("names", u64::from(n), 1, limits.max_entries)?;
             let mut names: ::std::vec::Vec<::std::string::String> = ::std::vec::Vec::with_capacity(
                 names_count,
             );
             for _ in 0..names_count {
-                names
-                    .push(
-                        c
-                            .text(
-                                "names",
-                                rt::expr::to_u64(i128::from(width), "the size")
-                                    .map_err(|e| c.wrap("names", e))?,
-                                limits.max_header_bytes,
-                            )?,
-                    );
+                names.push(c.text("names", u64::from(width), limits.max_header_bytes)?);
             }
-            let tags_count = c
-                .count(
-                    "tags",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("tags", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let tags_count = c.count("tags", u64::from(n), 1, limits.max_entries)?;
             let mut tags: ::std::vec::Vec<::std::vec::Vec<u8>> = ::std::vec::Vec::with_capacity(
                 tags_count,
             );
@@ -107,14 +71,7 @@ pub mod repsized {
                         .into_owned(),
                 );
             }
-            let entries_count = c
-                .count(
-                    "entries",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("entries", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let entries_count = c.count("entries", u64::from(n), 1, limits.max_entries)?;
             let mut entries: ::std::vec::Vec<Entry> = ::std::vec::Vec::with_capacity(
                 entries_count,
             );
@@ -133,13 +90,7 @@ pub mod repsized {
                     );
             }
             let literals_count = c
-                .count(
-                    "literals",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("literals", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+                .count("literals", u64::from(n), 1, limits.max_entries)?;
             let mut literals: ::std::vec::Vec<Entry> = ::std::vec::Vec::with_capacity(
                 literals_count,
             );
@@ -205,7 +156,7 @@ pub mod repsized {
             buf.check_count("literals", literals.len(), n)?;
             for item in literals {
                 let literals_item_start = buf.pos();
-                let text = rt::pydict::encode_dict(&item.to_py(), false);
+                let text = rt::pydict::literal(item, false);
                 buf.put_text("literals", &text, "utf8")?;
                 buf.check_size("literals", literals_item_start, 9)?;
             }
@@ -231,14 +182,7 @@ pub mod repsized {
             c.check("wide", matches!(i128::from(wide), 0 | 1), "wide in [0, 1]", &wide)?;
             let n: u8 = c.u8("n")?;
             c.check("n", n == 2, "n == 2", &n)?;
-            let dims_count = c
-                .count(
-                    "dims",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("dims", e))?,
-                    2,
-                    limits.max_entries,
-                )?;
+            let dims_count = c.count("dims", u64::from(n), 2, limits.max_entries)?;
             let mut dims: ::std::vec::Vec<u32> = ::std::vec::Vec::with_capacity(
                 dims_count,
             );
@@ -251,28 +195,14 @@ pub mod repsized {
                     },
                 );
             }
-            let marks_count = c
-                .count(
-                    "marks",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("marks", e))?,
-                    2,
-                    limits.max_entries,
-                )?;
+            let marks_count = c.count("marks", u64::from(n), 2, limits.max_entries)?;
             let mut marks: ::std::vec::Vec<u16> = ::std::vec::Vec::with_capacity(
                 marks_count,
             );
             for _ in 0..marks_count {
                 marks.push(c.u16_be("marks")?);
             }
-            let labels_count = c
-                .count(
-                    "labels",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("labels", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let labels_count = c.count("labels", u64::from(n), 1, limits.max_entries)?;
             let mut labels: ::std::vec::Vec<::std::string::String> = ::std::vec::Vec::with_capacity(
                 labels_count,
             );
@@ -376,33 +306,17 @@ pub mod repsized {
             Ok(self.w)
         }
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[repsized::DESC];

@@ -61,20 +61,10 @@ pub mod eofidx {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let name_len: u8 = c.u8("name_len")?;
             let name: ::std::string::String = c
-                .text(
-                    "name",
-                    rt::expr::to_u64(i128::from(name_len), "the size")
-                        .map_err(|e| c.wrap("name", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("name", u64::from(name_len), limits.max_header_bytes)?;
             let dims_len: u8 = c.u8("dims_len")?;
             let shape: Dims = Dims::read(
-                    &mut c
-                        .window(
-                            "shape",
-                            rt::expr::to_u64(i128::from(dims_len), "the size")
-                                .map_err(|e| c.wrap("shape", e))?,
-                        )?,
+                    &mut c.window("shape", u64::from(dims_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("shape", e))?;
@@ -177,12 +167,7 @@ pub mod eofidx {
             c.magic("magic", b"EIX1")?;
             let index_len: u32 = c.u32_le("index_len")?;
             let index: Index = Index::read(
-                    &mut c
-                        .window(
-                            "index",
-                            rt::expr::to_u64(i128::from(index_len), "the size")
-                                .map_err(|e| c.wrap("index", e))?,
-                        )?,
+                    &mut c.window("index", u64::from(index_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("index", e))?;
@@ -239,17 +224,7 @@ pub mod eofidx {
             i128::from(t.begin),
             Some(i128::from(t.end)),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(
@@ -360,17 +335,10 @@ pub mod eofidx {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[eofidx::DESC];

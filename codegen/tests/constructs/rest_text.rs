@@ -24,26 +24,12 @@ pub mod resttext {
         pub dtype: ::std::string::String,
         pub shape: ::std::vec::Vec<u64>,
     }
-    impl Header {
-        /// The items of this `Header`, in declared order, for encoding.
-        pub fn to_py(&self) -> ::std::vec::Vec<(&str, rt::pydict::PyValue)> {
-            vec![
-                ("dtype", rt::pydict::ToPy::to_py(& self.dtype)), ("shape",
-                rt::pydict::ToPy::to_py(& self.shape))
-            ]
-        }
-    }
     impl rt::pydict::Dict for Header {
         const KEYS: &'static [rt::pydict::Key] = &[
             rt::pydict::Key::Required("dtype"),
             rt::pydict::Key::Required("shape"),
         ];
-        fn set(
-            &mut self,
-            i: usize,
-            _key: &str,
-            v: &rt::pydict::PyValue,
-        ) -> rt::Result<()> {
+        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
             match i {
                 0 => self.dtype = rt::pydict::FromPy::from_py(v)?,
                 1 => self.shape = rt::pydict::FromPy::from_py(v)?,
@@ -51,10 +37,11 @@ pub mod resttext {
             }
             Ok(())
         }
-    }
-    impl rt::pydict::ToPy for Header {
-        fn to_py(&self) -> rt::pydict::PyValue {
-            rt::pydict::dict(Header::to_py(self))
+        fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
+            vec![
+                ("dtype", rt::pydict::ToPy::to_py(& self.dtype)), ("shape",
+                rt::pydict::ToPy::to_py(& self.shape))
+            ]
         }
     }
     #[derive(Debug, Clone, PartialEq)]
@@ -143,23 +130,13 @@ pub mod resttext {
             c.magic("magic", b"RT")?;
             let label_len: u8 = c.u8("label_len")?;
             let label: Label = Label::read(
-                    &mut c
-                        .window(
-                            "label",
-                            rt::expr::to_u64(i128::from(label_len), "the size")
-                                .map_err(|e| c.wrap("label", e))?,
-                        )?,
+                    &mut c.window("label", u64::from(label_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("label", e))?;
             let meta_len: u32 = c.u32_le("meta_len")?;
             let meta: Meta = Meta::read(
-                    &mut c
-                        .window(
-                            "meta",
-                            rt::expr::to_u64(i128::from(meta_len), "the size")
-                                .map_err(|e| c.wrap("meta", e))?,
-                        )?,
+                    &mut c.window("meta", u64::from(meta_len))?,
                     limits,
                 )
                 .map_err(|e| c.wrap("meta", e))?;
@@ -227,15 +204,8 @@ pub mod resttext {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                f.label.label.as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = f.label.label.as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
@@ -268,18 +238,13 @@ pub mod resttext {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        })
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[resttext::DESC];

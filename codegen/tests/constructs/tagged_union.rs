@@ -25,12 +25,7 @@ pub mod tagged {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let len: u64 = c.u64_le("len")?;
             let text: ::std::string::String = c
-                .text(
-                    "text",
-                    rt::expr::to_u64(i128::from(len), "the size")
-                        .map_err(|e| c.wrap("text", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("text", len, limits.max_header_bytes)?;
             Ok(Text { len, text })
         }
     }
@@ -67,14 +62,7 @@ pub mod tagged {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let kind: u32 = c.u32_le("kind")?;
             let n: u64 = c.u64_le("n")?;
-            let items_count = c
-                .count(
-                    "items",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("items", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let items_count = c.count("items", n, 1, limits.max_entries)?;
             let mut items: ::std::vec::Vec<ArrayItems> = ::std::vec::Vec::with_capacity(
                 items_count,
             );
@@ -337,14 +325,7 @@ pub mod tagged {
             c.magic("magic", b"TAG1")?;
             let count: u64 = c.u64_le("count")?;
             c.check("count", count <= 1000, "count <= 1000", &count)?;
-            let kvs_count = c
-                .count(
-                    "kvs",
-                    rt::expr::to_u64(i128::from(count), "the count")
-                        .map_err(|e| c.wrap("kvs", e))?,
-                    4,
-                    limits.max_entries,
-                )?;
+            let kvs_count = c.count("kvs", count, 4, limits.max_entries)?;
             let mut kvs: ::std::vec::Vec<Kv> = ::std::vec::Vec::with_capacity(kvs_count);
             for _ in 0..kvs_count {
                 kvs.push(Kv::read(c, limits).map_err(|e| c.wrap("kvs", e))?);
@@ -410,33 +391,17 @@ pub mod tagged {
             Ok(self.w)
         }
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[tagged::DESC];

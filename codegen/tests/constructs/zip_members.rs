@@ -91,15 +91,8 @@ pub mod vec1 {
         let in_file = |e: rt::Error| src.in_file(e);
         let mut c = rt::Cursor::new(src.data(), src.location());
         let f = File::read(&mut c, limits).map_err(in_file)?;
-        let t = tensor(
-                &f,
-                src.stem().as_str().to_string(),
-                &|offset, len| rt::DataLocation::Range {
-                    offset,
-                    len,
-                },
-            )
-            .map_err(in_file)?;
+        let name = src.stem().as_str().to_string();
+        let t = tensor(&f, name, &rt::DataLocation::range).map_err(in_file)?;
         Ok(vec![t])
     }
     /// Writes one tensor as a `File`: `meta` gives the header, `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order. Returns the number of bytes written.
@@ -134,18 +127,13 @@ pub mod vec1 {
     ) -> rt::SingleTensorWriter<W> {
         rt::SingleTensorWriter::new(w, NAME, write_tensor)
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        let _ = options;
-        Ok(::std::boxed::Box::new(writer(w)))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| {
+            let _ = options;
+            Ok(::std::boxed::Box::new(writer(w)))
+        })
+        .c_order_only();
 }
 /// A zip of `.vec` members.
 ///
@@ -178,17 +166,8 @@ pub mod vecs {
             let Some(captures) = pattern.matches(&m.name) else {
                 continue;
             };
-            if tensors.len() as u64 >= limits.max_tensors {
-                return Err(
-                    in_file(
-                        rt::Error::from(rt::ErrorKind::Limit {
-                            what: "tensors",
-                            limit: limits.max_tensors,
-                            actual: tensors.len() as u64 + 1,
-                        }),
-                    ),
-                );
-            }
+            let n = tensors.len() + 1;
+            rt::expr::within(n, limits.max_tensors, "tensors").map_err(in_file)?;
             let content = rt::zip::member_source(src.data(), m, limits)
                 .map_err(in_file)?;
             let mut c = rt::Cursor::new(
@@ -237,33 +216,17 @@ pub mod vecs {
             self.zip.finish()
         }
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// A zip of text notes that maps no tensor: indexing lists none, writing one is refused.
 ///
@@ -322,33 +285,17 @@ pub mod vecnotes {
             self.zip.finish()
         }
     }
-    impl<W: ::std::io::Write + ::std::io::Seek> rt::TensorWriter for Writer<W> {
-        fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            Writer::add(self, meta, data)
+    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+            Writer::add(self, m, data)
         }
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self)?;
-            Ok(())
+            Writer::finish(*self).map(drop)
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(
-        NAME,
-        EXTENSIONS,
-        detect,
-        index,
-        new_writer,
-    );
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[

@@ -166,6 +166,11 @@ impl Error {
         }
     }
 
+    /// An [`ErrorKind::Unsupported`] error, saying what is not supported.
+    pub fn unsupported(what: impl Into<String>) -> Self {
+        Error::from(ErrorKind::Unsupported(what.into()))
+    }
+
     /// Sets the file, unless one is set already.
     pub fn in_file(mut self, path: impl Into<PathBuf>) -> Self {
         if self.location.file.is_none() {

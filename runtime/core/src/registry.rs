@@ -292,15 +292,15 @@ pub struct FormatDesc {
 }
 
 impl FormatDesc {
-    /// A format of tensors alone, with a streaming writer: no object `structure`, Fortran
-    /// order accepted, not a database, no rewriter. Generated `DESC`s start from it and
-    /// set what their format has (`FormatDesc { db: Some(..), ..FormatDesc::new(..) }`).
+    /// A format of tensors alone, without a writer (a save refused): no object
+    /// `structure`, Fortran order accepted, not a database, no rewriter. Generated `DESC`s
+    /// start from it and set what their format has, one builder call each
+    /// (`FormatDesc::new(..).writer(..).structure(structure)`).
     pub const fn new(
         name: &'static str,
         extensions: &'static [&'static str],
         detect: fn(&Source, &Limits) -> bool,
         index: fn(&Source, &Limits) -> Result<Vec<TensorInfo>>,
-        writer: WriterCtor,
     ) -> Self {
         FormatDesc {
             name,
@@ -308,12 +308,56 @@ impl FormatDesc {
             detect,
             index,
             structure: no_structure,
-            writer,
+            writer: no_writer,
             c_order_only: false,
             db: None,
             rewrite: None,
         }
     }
+
+    /// The format with its streaming writer.
+    pub const fn writer(self, writer: WriterCtor) -> Self {
+        FormatDesc { writer, ..self }
+    }
+
+    /// The format with the object its tensors are stored in ([`FormatDesc::structure`]).
+    pub const fn structure(self, structure: fn(&Source, &Limits) -> Result<Option<Node>>) -> Self {
+        FormatDesc { structure, ..self }
+    }
+
+    /// The format storing C-order tensors only.
+    pub const fn c_order_only(self) -> Self {
+        FormatDesc {
+            c_order_only: true,
+            ..self
+        }
+    }
+
+    /// The format with its document rewriter.
+    pub const fn rewrite(self, rewrite: RewriteFn) -> Self {
+        FormatDesc {
+            rewrite: Some(rewrite),
+            ..self
+        }
+    }
+
+    /// The format as a database of records.
+    pub const fn db(self, db: crate::db::DbDesc) -> Self {
+        FormatDesc {
+            db: Some(db),
+            ..self
+        }
+    }
+}
+
+/// The writer of a [`FormatDesc`] that was given none: refuses to write.
+fn no_writer<'a>(
+    _: Box<dyn WriteSeek + 'a>,
+    _: &WriteOptions,
+) -> Result<Box<dyn TensorWriter + 'a>> {
+    Err(Error::from(ErrorKind::Unsupported(
+        "writing: the format has no writer".to_string(),
+    )))
 }
 
 impl std::fmt::Debug for FormatDesc {

@@ -156,6 +156,11 @@ impl PartialEq for EncodedBytes {
 impl Eq for EncodedBytes {}
 
 impl DataLocation {
+    /// [`DataLocation::Range`]: `len` bytes from `offset` of the container file.
+    pub const fn range(offset: u64, len: u64) -> Self {
+        DataLocation::Range { offset, len }
+    }
+
     /// The number of bytes of the tensor.
     pub fn len(&self) -> u64 {
         match self {
@@ -294,6 +299,21 @@ impl TensorInfo {
             byte_order,
             location,
         })
+    }
+
+    /// [`TensorInfo::dense`] of a tensor stored at `len` bytes from `offset` of the
+    /// container file ([`DataLocation::Range`]).
+    pub fn dense_range(
+        name: impl Into<String>,
+        dtype: DType,
+        shape: Vec<u64>,
+        order: Order,
+        byte_order: ByteOrder,
+        offset: u64,
+        len: u64,
+    ) -> Result<Self> {
+        let location = DataLocation::Range { offset, len };
+        TensorInfo::dense(name, dtype, shape, order, byte_order, location)
     }
 
     /// Builds the metadata of a strided view (`strides` in elements, as PyTorch saves

@@ -22,7 +22,8 @@ pub mod json;
 mod value;
 
 pub use value::{
-    decode, dict, expected, from_dict, read, read_json, to_list, Dict, FromPy, Key, Map, ToPy,
+    decode, dict, expected, from_dict, literal, read, read_json, to_list, Dict, FromPy, Key, Map,
+    ToPy,
 };
 
 const CODEC: &str = "python literal";
@@ -1309,6 +1310,9 @@ mod tests {
                 _ => {}
             }
             Ok(())
+        }
+        fn items(&self) -> Vec<(&str, PyValue)> {
+            Vec::new()
         }
     }
 

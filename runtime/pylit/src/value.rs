@@ -3,9 +3,9 @@
 //! A `dict` of a schema is a plain struct whose fields have types implementing
 //! [`FromPy`] and [`ToPy`]: strings, booleans, integers, floats, lists and tuples of
 //! those, [`Map`]s and other dicts. The struct implements [`Dict`]: its keys ([`Key`])
-//! and `set`, which reads the value of one; [`FromPy`] follows. A Python literal is read
-//! into it key by key as it is parsed; a decoded [`PyValue`] (JSON, a nested dict) through
-//! [`from_dict`]. A wrong type or a missing key is an error naming the key, as the user
+//! `set`, which reads the value of one, and `items`, which lists its items for encoding;
+//! [`FromPy`] and [`ToPy`] follow. A Python literal is read into it key by key as it is
+//! parsed; a decoded [`PyValue`] (JSON, a nested dict) through [`from_dict`]. A wrong type or a missing key is an error naming the key, as the user
 //! wrote it.
 
 use std::borrow::Cow;
@@ -51,8 +51,8 @@ impl Key {
     }
 }
 
-/// A generated dict struct: its keys in declared order, and how the value of each is
-/// read. Missing keys, values of another type and undeclared items are the runtime's
+/// A generated dict struct: its keys in declared order, how the value of each is read,
+/// and its items for encoding. Missing keys, values of another type and undeclared items are the runtime's
 /// ([`from_dict`], and the Python-literal parser), which call `set` once per item found.
 pub trait Dict: Default {
     /// The keys, in declared order.
@@ -62,6 +62,10 @@ pub trait Dict: Default {
     /// the undeclared `key`), into its field; an error when it has another type (the
     /// caller places it under the key).
     fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()>;
+
+    /// The items, in declared order (the undeclared ones where the `rest` key is), an
+    /// optional key that is `None` left out: what [`ToPy`] and [`literal`] encode.
+    fn items(&self) -> Vec<(&str, PyValue)>;
 }
 
 /// Reads the dict `value` as `T`: keys in declared order, a missing required key or a
@@ -131,6 +135,18 @@ pub fn expected(what: &str, found: &PyValue) -> Error {
 pub trait ToPy {
     /// The value.
     fn to_py(&self) -> PyValue;
+}
+
+/// A dict struct: a dict of its [`Dict::items`].
+impl<T: Dict> ToPy for T {
+    fn to_py(&self) -> PyValue {
+        dict(self.items())
+    }
+}
+
+/// The dict struct `d` as a Python literal ([`crate::encode_dict`] of its items).
+pub fn literal<T: Dict>(d: &T, trailing_comma: bool) -> String {
+    crate::encode_dict(&d.items(), trailing_comma)
 }
 
 /// A map with string keys, in the order of the text (`map<str, V>` of a schema). The
@@ -384,6 +400,10 @@ mod tests {
                 _ => self.rest.0.push((key.to_string(), FromPy::from_py(v)?)),
             }
             Ok(())
+        }
+
+        fn items(&self) -> Vec<(&str, PyValue)> {
+            Vec::new()
         }
     }
 

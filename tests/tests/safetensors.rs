@@ -1,0 +1,391 @@
+//! safetensors, built in (`formats/fmt/safetensors.fmt`): `tensorfmt inspect --json
+//! --sha256` on every fixture the real `safetensors` package made gives what the package
+//! describes (`tests/fixtures/safetensors/expected/*.json`), and so do files it makes
+//! afresh each run; files tensorfmt writes load in the package equal to their source, and
+//! are byte for byte what the package writes for the same tensors in the same order;
+//! every other format converts to and from safetensors; hostile files get clear errors.
+
+use std::path::{Path, PathBuf};
+
+use tensorfmt::generated::safetensors as st;
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed};
+
+fn dir() -> PathBuf {
+    fixtures().join("safetensors")
+}
+
+/// The fixtures of `tests/fixtures/safetensors`.
+const FIXTURES: &[&str] = &[
+    "all_dtypes.safetensors",
+    "numpy_model.safetensors",
+    "scalars_and_empty.safetensors",
+    "no_tensors.safetensors",
+];
+
+/// Runs `tests/py/tfcheck_safetensors.py ARGS` (the pinned `safetensors` package);
+/// returns (success, stdout and stderr).
+fn tfcheck_st(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(tensorfmt_tests::python())
+        .arg(tensorfmt_tests::repo_root().join("tests/py/tfcheck_safetensors.py"))
+        .args(args)
+        .output()
+        .expect("running tfcheck_safetensors.py");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// `tfcheck_st` that must succeed; its output.
+fn tfcheck_ok(args: &[&str]) -> String {
+    let (ok, text) = tfcheck_st(args);
+    assert!(ok, "tfcheck_safetensors.py {args:?} failed:\n{text}");
+    text
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// `tensorfmt convert IN OUT`, which must succeed.
+fn convert(input: &Path, output: &Path) {
+    let (code, out) = cli(&["convert", path_str(input), path_str(output)]);
+    assert_eq!(
+        code,
+        std::process::ExitCode::SUCCESS,
+        "convert {} -> {}: {out}",
+        input.display(),
+        output.display()
+    );
+}
+
+/// A description without its format: the tensors alone.
+fn tensors_of(mut d: serde_json::Value) -> serde_json::Value {
+    d["tensors"].take()
+}
+
+#[test]
+fn every_fixture_matches_the_package() {
+    for f in FIXTURES {
+        let expected =
+            std::fs::read_to_string(dir().join("expected").join(format!("{f}.json"))).unwrap();
+        assert_eq!(inspect_json(&dir().join(f)), json(&expected), "{f}");
+    }
+}
+
+#[test]
+fn unseen_files_made_by_the_package_read_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = run_seed();
+    let listed = tfcheck_ok(&["make-random", path_str(tmp.path()), &seed, "24"]);
+    let paths: Vec<&str> = listed.lines().collect();
+    assert_eq!(paths.len(), 24);
+    let described = tfcheck_ok(&[&["describe"], &paths[..]].concat());
+    for (p, line) in paths.iter().zip(described.lines()) {
+        assert_eq!(inspect_json(Path::new(p)), json(line), "{p} (seed {seed})");
+    }
+}
+
+#[test]
+fn detected_by_content_indexed_without_reading_and_loaded_in_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let renamed = tmp.path().join("weights.bin");
+    std::fs::copy(dir().join("numpy_model.safetensors"), &renamed).unwrap();
+    for p in [dir().join("numpy_model.safetensors"), renamed] {
+        let file = tensorfmt::TensorFile::open(&p).unwrap();
+        assert_eq!(file.format(), "safetensors", "{}", p.display());
+        assert_eq!(file.tensors().len(), 6);
+        let t = file.load("model.layer.0.bias").unwrap();
+        assert!(t.data.is_mapped(), "the bytes are a view of the map");
+        let values: Vec<f32> = t
+            .data
+            .as_bytes()
+            .chunks(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        assert_eq!(values, [0.0, 1.0, 2.0, 3.0]);
+    }
+    // Every tensor's bytes start 8-byte aligned in the file (the header is padded).
+    let file = tensorfmt::TensorFile::open(dir().join("all_dtypes.safetensors")).unwrap();
+    let first = file.tensors().iter().filter_map(|t| match t.location {
+        tensorfmt::DataLocation::Range { offset, .. } => Some(offset),
+        _ => None,
+    });
+    assert_eq!(first.min().unwrap() % 8, 0);
+}
+
+#[test]
+fn metadata_reads_as_the_package_gives_it() {
+    for f in FIXTURES {
+        let p = dir().join(f);
+        let want = json(&tfcheck_ok(&["metadata", path_str(&p)]));
+        let src = tensorfmt::Source::open(&p).unwrap();
+        let mut c = tensorfmt::runtime::gen::Cursor::new(src.data(), src.location());
+        let file = st::File::read(&mut c, &tensorfmt::Limits::default()).unwrap();
+        let got = match file.header.__metadata__ {
+            None => serde_json::Value::Null,
+            Some(m) => serde_json::Value::Object(
+                m.0.into_iter()
+                    .map(|(k, v)| (k, serde_json::Value::String(v)))
+                    .collect(),
+            ),
+        };
+        assert_eq!(got, want, "{f}");
+    }
+}
+
+/// Writes the tensors of `from`, in its order, with the generated writer, `__metadata__`
+/// as `metadata`.
+fn rewrite_with_metadata(from: &Path, to: &Path, metadata: Option<Vec<(String, String)>>) {
+    let file = tensorfmt::TensorFile::open(from).unwrap();
+    let options = tensorfmt::WriteOptions {
+        destination: Some(to.to_path_buf()),
+        ..Default::default()
+    };
+    let mut w = st::Writer::new(std::fs::File::create(to).unwrap(), &options).unwrap();
+    w.header().__metadata__ = metadata.map(tensorfmt::runtime::gen::pydict::Map);
+    for t in file.tensors() {
+        let loaded = file.load_info(t).unwrap();
+        let meta = tensorfmt::TensorMeta {
+            name: t.name.clone(),
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            order: tensorfmt::Order::C,
+            byte_order: t.byte_order,
+        };
+        w.add(&meta, tensorfmt::Payload::Bytes(loaded.data.as_bytes()))
+            .unwrap();
+    }
+    w.finish().unwrap();
+}
+
+#[test]
+fn written_files_are_byte_identical_to_the_package_s_for_tensors_in_its_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Without metadata: `convert` keeps the order, and so the package's bytes.
+    for f in ["all_dtypes.safetensors", "scalars_and_empty.safetensors"] {
+        let out = tmp.path().join(f);
+        convert(&dir().join(f), &out);
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(dir().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // With `__metadata__`, written first, as the package does.
+    for (f, metadata) in [
+        ("numpy_model.safetensors", vec![("format", "np")]),
+        ("no_tensors.safetensors", vec![("note", "none")]),
+    ] {
+        let out = tmp.path().join(f);
+        let metadata = metadata
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        rewrite_with_metadata(&dir().join(f), &out, Some(metadata));
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(dir().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    // The package's `save_file` of the tensors tensorfmt read from its own file.
+    let npz = tmp.path().join("m.npz");
+    convert(&dir().join("numpy_model.safetensors"), &npz);
+    let again = tmp.path().join("again.safetensors");
+    tfcheck_ok(&["save", path_str(&npz), path_str(&again), "format=np"]);
+    assert_eq!(
+        std::fs::read(&again).unwrap(),
+        std::fs::read(dir().join("numpy_model.safetensors")).unwrap()
+    );
+}
+
+#[test]
+fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in [
+        "savez_stored.npz",
+        "savez_compressed.npz",
+        "single.npz",
+        "empty.npz",
+    ] {
+        let src = fixtures().join("npz").join(f);
+        let out = tmp.path().join(format!("{f}.safetensors"));
+        convert(&src, &out);
+        let (ok, text) = tfcheck_st(&["compare-npz", path_str(&out), path_str(&src)]);
+        assert!(ok, "{f}: {text}");
+        // And back: the same tensors as the source, by tensorfmt.
+        let back = tmp.path().join(format!("{f}.back.npz"));
+        convert(&out, &back);
+        assert_eq!(
+            tensors_of(inspect_json(&back)),
+            tensors_of(inspect_json(&src)),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn pytorch_and_npy_fixtures_convert_to_safetensors_and_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    // safetensors has no c128: refused, naming the tensor and the dtype.
+    for src in [
+        fixtures().join("npz/all_dtypes.npz"),
+        fixtures().join("pytorch/all_dtypes.pt"),
+    ] {
+        let out = tmp.path().join("c128.safetensors");
+        let (code, text) = cli(&["convert", path_str(&src), path_str(&out)]);
+        assert_ne!(code, std::process::ExitCode::SUCCESS, "{text}");
+        assert!(!out.exists());
+    }
+    for src in [
+        fixtures().join("pytorch/parameters.pt"),
+        fixtures().join("pytorch/noncontiguous.pt"),
+        fixtures().join("pytorch/module_state_dict.pt"),
+        fixtures().join("npy/dtype_f32.npy"),
+        fixtures().join("npy/fortran_2d.npy"),
+    ] {
+        let name = src.file_name().unwrap().to_str().unwrap().to_string();
+        let out = tmp.path().join(format!("{name}.safetensors"));
+        convert(&src, &out);
+        // The package describes what tensorfmt wrote as tensorfmt describes the source.
+        let described = json(&tfcheck_ok(&["describe", path_str(&out)]));
+        let mut want = tensors_of(inspect_json(&src));
+        let mut got = tensors_of(described);
+        sort_by_name(&mut want);
+        sort_by_name(&mut got);
+        assert_eq!(got, want, "{name}");
+    }
+    // Each safetensors fixture to npz (which has no bf16 nor float8) and pt, and back.
+    for f in FIXTURES {
+        let exts: &[&str] = if *f == "all_dtypes.safetensors" {
+            &["pt"]
+        } else {
+            &["npz", "pt"]
+        };
+        for ext in exts {
+            let there = tmp.path().join(format!("{f}.{ext}"));
+            convert(&dir().join(f), &there);
+            let back = tmp.path().join(format!("{f}.{ext}.safetensors"));
+            convert(&there, &back);
+            assert_eq!(
+                tensors_of(inspect_json(&back)),
+                tensors_of(inspect_json(&dir().join(f))),
+                "{f} via {ext}"
+            );
+        }
+    }
+}
+
+fn sort_by_name(v: &mut serde_json::Value) {
+    if let Some(items) = v.as_array_mut() {
+        items.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    }
+}
+
+/// A safetensors file of `header` (padded with spaces to 8 bytes) and `data`.
+fn file_of(header: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut h = header.to_vec();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+    out
+}
+
+#[test]
+fn hostile_files_are_refused_with_the_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("bad.safetensors");
+    let err = |bytes: &[u8]| -> String {
+        std::fs::write(&p, bytes).unwrap();
+        let e = tensorfmt_tests::open_err_as(&p, "safetensors");
+        assert!(e.contains("bad.safetensors"), "{e}");
+        e
+    };
+    let entry = |name: &str, dtype: &str, shape: &str, begin: u64, end: u64| {
+        format!(r#""{name}":{{"dtype":"{dtype}","shape":{shape},"data_offsets":[{begin},{end}]}}"#)
+    };
+    // A header length beyond the file, 2^63, and over the crate's 100 MB.
+    for n in [1000u64, 1 << 63, u64::MAX, 100_000_008] {
+        let mut b = file_of(b"{}", &[]);
+        b[..8].copy_from_slice(&n.to_le_bytes());
+        let e = err(&b);
+        assert!(e.contains("header"), "{n}: {e}");
+    }
+    // shape x dtype size != the span.
+    let e = err(&file_of(
+        format!("{{{}}}", entry("w", "F32", "[3]", 0, 8)).as_bytes(),
+        &[0; 8],
+    ));
+    assert!(e.contains("'w'") && e.contains("12 bytes"), "{e}");
+    // A span past the data, and an end before its begin.
+    for (b, e_) in [(0, 400), (8, 4)] {
+        let e = err(&file_of(
+            format!("{{{}}}", entry("w", "U8", "[4]", b, e_)).as_bytes(),
+            &[0; 8],
+        ));
+        assert!(e.contains("w") && e.contains("byte range"), "{e}");
+    }
+    // A dimension product that overflows.
+    let e = err(&file_of(
+        format!(
+            "{{{}}}",
+            entry("w", "F64", "[4294967296,4294967296,4294967296]", 0, 8)
+        )
+        .as_bytes(),
+        &[0; 8],
+    ));
+    assert!(e.contains("w"), "{e}");
+    // Non-UTF-8 text in the header, a dtype the table lacks, broken JSON.
+    let mut bad = format!("{{{}}}", entry("wX", "U8", "[1]", 0, 1)).into_bytes();
+    let at = bad.iter().position(|&c| c == b'X').unwrap();
+    bad[at] = 0xff;
+    let e = err(&file_of(&bad, &[0]));
+    assert!(e.contains("header") && e.contains("json"), "{e}");
+    let e = err(&file_of(
+        format!("{{{}}}", entry("w", "F4", "[1]", 0, 1)).as_bytes(),
+        &[0],
+    ));
+    assert!(e.contains("F4") && e.contains("w"), "{e}");
+    let e = err(&file_of(b"{\"w\": [1, 2", &[]));
+    assert!(e.contains("json"), "{e}");
+}
+
+#[test]
+fn every_truncation_and_byte_flip_is_an_error_or_a_file_never_a_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let good = std::fs::read(dir().join("numpy_model.safetensors")).unwrap();
+    let p = tmp.path().join("cut.safetensors");
+    let header_end = 8 + u64::from_le_bytes(good[..8].try_into().unwrap()) as usize;
+    for n in 0..good.len() {
+        std::fs::write(&p, &good[..n]).unwrap();
+        let opened = tensorfmt::TensorFile::open_with(
+            &p,
+            &tensorfmt::OpenOptions {
+                format: Some("safetensors".into()),
+                ..Default::default()
+            },
+        );
+        // Cut anywhere, the header or the last tensor's span no longer fits.
+        assert!(opened.is_err(), "cut at {n}");
+    }
+    for i in 0..header_end {
+        let mut b = good.clone();
+        b[i] ^= 0x5a;
+        std::fs::write(&p, &b).unwrap();
+        if let Ok(f) = tensorfmt::TensorFile::open_with(
+            &p,
+            &tensorfmt::OpenOptions {
+                format: Some("safetensors".into()),
+                ..Default::default()
+            },
+        ) {
+            let _ = f.read_all(&mut tensorfmt::runtime::hash::HashSink::new());
+        }
+    }
+}
