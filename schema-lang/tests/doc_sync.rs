@@ -21,5 +21,5 @@ fn reference_embeds_every_schema_verbatim() {
             }
         }
     }
-    assert_eq!(n, 9);
+    assert_eq!(n, 10);
 }

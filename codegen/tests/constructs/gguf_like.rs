@@ -39,12 +39,7 @@ pub mod gguflike {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let len: u64 = c.u64_le("len")?;
             let text: ::std::string::String = c
-                .text(
-                    "text",
-                    rt::expr::to_u64(i128::from(len), "the size")
-                        .map_err(|e| c.wrap("text", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("text", len, limits.max_header_bytes)?;
             Ok(Text { len, text })
         }
     }
@@ -81,14 +76,7 @@ pub mod gguflike {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let kind: u32 = c.u32_le("kind")?;
             let n: u64 = c.u64_le("n")?;
-            let items_count = c
-                .count(
-                    "items",
-                    rt::expr::to_u64(i128::from(n), "the count")
-                        .map_err(|e| c.wrap("items", e))?,
-                    1,
-                    limits.max_entries,
-                )?;
+            let items_count = c.count("items", n, 1, limits.max_entries)?;
             let mut items: ::std::vec::Vec<ArrayItems> = ::std::vec::Vec::with_capacity(
                 items_count,
             );
@@ -253,12 +241,7 @@ pub mod gguflike {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let key_len: u64 = c.u64_le("key_len")?;
             let key: ::std::string::String = c
-                .text(
-                    "key",
-                    rt::expr::to_u64(i128::from(key_len), "the size")
-                        .map_err(|e| c.wrap("key", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("key", key_len, limits.max_header_bytes)?;
             let kind: u32 = c.u32_le("kind")?;
             let value: KvValue = KvValue::read(c, limits, i128::from(kind))?;
             Ok(Kv { key_len, key, kind, value })
@@ -435,22 +418,10 @@ pub mod gguflike {
         pub fn read(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<Self> {
             let name_len: u64 = c.u64_le("name_len")?;
             let name: ::std::string::String = c
-                .text(
-                    "name",
-                    rt::expr::to_u64(i128::from(name_len), "the size")
-                        .map_err(|e| c.wrap("name", e))?,
-                    limits.max_header_bytes,
-                )?;
+                .text("name", name_len, limits.max_header_bytes)?;
             let rank: u32 = c.u32_le("rank")?;
             c.check("rank", rank <= 8, "rank <= 8", &rank)?;
-            let dims_count = c
-                .count(
-                    "dims",
-                    rt::expr::to_u64(i128::from(rank), "the count")
-                        .map_err(|e| c.wrap("dims", e))?,
-                    8,
-                    limits.max_entries,
-                )?;
+            let dims_count = c.count("dims", u64::from(rank), 8, limits.max_entries)?;
             let mut dims: ::std::vec::Vec<u64> = ::std::vec::Vec::with_capacity(
                 dims_count,
             );
@@ -533,26 +504,12 @@ pub mod gguflike {
             )?;
             let n_kv: u64 = c.u64_le("n_kv")?;
             c.check("n_kv", n_kv <= 100000, "n_kv <= 100000", &n_kv)?;
-            let kv_count = c
-                .count(
-                    "kv",
-                    rt::expr::to_u64(i128::from(n_kv), "the count")
-                        .map_err(|e| c.wrap("kv", e))?,
-                    12,
-                    limits.max_entries,
-                )?;
+            let kv_count = c.count("kv", n_kv, 12, limits.max_entries)?;
             let mut kv: ::std::vec::Vec<Kv> = ::std::vec::Vec::with_capacity(kv_count);
             for _ in 0..kv_count {
                 kv.push(Kv::read(c, limits).map_err(|e| c.wrap("kv", e))?);
             }
-            let tensors_count = c
-                .count(
-                    "tensors",
-                    rt::expr::to_u64(i128::from(n_tensors), "the count")
-                        .map_err(|e| c.wrap("tensors", e))?,
-                    24,
-                    limits.max_entries,
-                )?;
+            let tensors_count = c.count("tensors", n_tensors, 24, limits.max_entries)?;
             let mut tensors: ::std::vec::Vec<TensorInfo> = ::std::vec::Vec::with_capacity(
                 tensors_count,
             );
@@ -679,17 +636,7 @@ pub mod gguflike {
                 )?,
             ),
         )?;
-        rt::TensorInfo::dense(
-            name,
-            dtype,
-            shape,
-            order,
-            byte_order,
-            rt::DataLocation::Range {
-                offset,
-                len,
-            },
-        )
+        rt::TensorInfo::dense_range(name, dtype, shape, order, byte_order, offset, len)
     }
     /// Lists the tensors of `src` without reading their bytes.
     pub fn index(
@@ -785,17 +732,10 @@ pub mod gguflike {
             Ok(())
         }
     }
-    fn new_writer<'a>(
-        w: ::std::boxed::Box<dyn rt::WriteSeek + 'a>,
-        options: &rt::WriteOptions,
-    ) -> rt::Result<::std::boxed::Box<dyn rt::TensorWriter + 'a>> {
-        Ok(::std::boxed::Box::new(Writer::new(w, options)?))
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
-    pub const DESC: rt::FormatDesc = rt::FormatDesc {
-        c_order_only: true,
-        ..rt::FormatDesc::new(NAME, EXTENSIONS, detect, index, new_writer)
-    };
+    pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.
 pub static REGISTRY: &[::tensorfmt_runtime::gen::FormatDesc] = &[gguflike::DESC];
