@@ -6,13 +6,17 @@
 #   --suite onnx: benches/compare_onnx.py, onnx.load + numpy_helper vs tensorfmt on a model
 #     written by onnx, inline and with external data, with the memcpy limit;
 #   --suite caffe2: benches/compare_caffe2.py, the Caffe2 input pipeline vs LMDB's cursor
-#     (the limit) vs a Python lmdb + protobuf + NumPy loop on a 1 GB LMDB dataset.
+#     (the limit) vs a Python lmdb + protobuf + NumPy loop on a 1 GB LMDB dataset;
+#   --suite safetensors: benches/compare_safetensors.py, Python safetensors vs tensorfmt vs
+#     the safetensors crate vs candle (tfbench built with --features candle) on a file
+#     written by safetensors.torch.save_file, with the memcpy limit.
 # Other arguments are passed to the suite's script (--runs, --only, --json, --markdown,
-# --dir ...; npy: --no-1g; pytorch: --layers, --small).
+# --dir ...; npy: --no-1g; pytorch, safetensors: --layers, --small).
 #
 #   bash benches/compare.sh
 #   PYTHON=/path/to/python bash benches/compare.sh --runs 7 --markdown /tmp/table.md
 #   bash benches/compare.sh --suite pytorch --runs 7
+#   bash benches/compare.sh --suite safetensors --runs 5
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -32,7 +36,8 @@ case "$suite" in
   pytorch) script=benches/compare_torch.py; features=(--features candle); module=torch ;;
   onnx) script=benches/compare_onnx.py; features=(); module=onnx ;;
   caffe2) script=benches/compare_caffe2.py; features=(); module=lmdb ;;
-  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2)" >&2; exit 2 ;;
+  safetensors) script=benches/compare_safetensors.py; features=(--features candle); module=safetensors ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2, safetensors)" >&2; exit 2 ;;
 esac
 
 cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}

@@ -1,9 +1,11 @@
 //! Workloads shared by the criterion benches (`benches/benches/*.rs`) and the `tfbench`
-//! timing binary (`src/bin/tfbench.rs`, driven by `compare.py` against NumPy).
+//! timing binary (`src/bin/tfbench.rs`, driven by `compare*.py` against the Python
+//! libraries).
 //!
-//! Every operation exists once here, for tensorfmt ([`tf`]) and for ndarray-npy ([`nd`]),
-//! so that the criterion groups and the NumPy comparison time exactly the same code.
-//! tensorfmt is used through its public API only.
+//! Every operation exists once here, for tensorfmt ([`tf`]), ndarray-npy ([`nd`]), the
+//! safetensors crate ([`st`]), candle (`candle`, with the feature of that name) and the
+//! memcpy reference ([`mem`]), so that the criterion groups and the comparisons time
+//! exactly the same code. tensorfmt is used through its public API only.
 
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -121,6 +123,18 @@ pub mod tf {
             ..OpenOptions::default()
         };
         Ok(TensorFile::open_with(path, &options)?)
+    }
+
+    /// Index-only open ([`open`], or [`open_as`] the format `format`) and the tensors
+    /// listed (their names collected), everything dropped before returning: what the
+    /// other libraries' "open and list the keys" does. Returns how many tensors.
+    pub fn open_list(path: &Path, format: Option<&str>) -> Result<usize> {
+        let file = match format {
+            Some(f) => open_as(path, f)?,
+            None => open(path)?,
+        };
+        let names: Vec<&str> = file.tensors().iter().map(|t| t.name.as_str()).collect();
+        Ok(names.len())
     }
 
     /// Opens a file and reads every tensor into owned, aligned memory ([`OwnedSink`]).
@@ -652,7 +666,95 @@ pub mod mem {
     }
 }
 
-/// candle's PyTorch reader (`candle_core::pickle`), as its documentation shows.
+/// The `safetensors` crate (0.8), the reader and writer under the Python package
+/// `safetensors`, used as its documentation shows: the fastest peer of the safetensors suite.
+pub mod st {
+    use super::*;
+    use memmap2::Mmap;
+    use safetensors::tensor::TensorView;
+    use safetensors::{Dtype, SafeTensors};
+
+    fn map(path: &Path) -> Result<Mmap> {
+        let file = File::open(path)?;
+        // SAFETY: benchmark files are not modified while mapped.
+        Ok(unsafe { Mmap::map(&file)? })
+    }
+
+    /// Index-only open: memory map, `SafeTensors::deserialize` (the header parsed and
+    /// checked), and the tensors listed (`names`); no payload byte is read. Returns how
+    /// many tensors were listed (the index borrows the map, so both are dropped here).
+    pub fn open(path: &Path) -> Result<usize> {
+        let map = map(path)?;
+        let st = SafeTensors::deserialize(&map)?;
+        Ok(st.names().len())
+    }
+
+    /// Full load into owned memory: memory map, `SafeTensors::deserialize`, then every
+    /// tensor's `data()` copied into a fresh `Vec<u8>` (with its name).
+    pub fn read_owned(path: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+        let map = map(path)?;
+        let st = SafeTensors::deserialize(&map)?;
+        Ok(st
+            .iter()
+            .map(|(name, view)| (name.to_string(), view.data().to_vec()))
+            .collect())
+    }
+
+    /// The crate's dtype of a tensorfmt dtype, for the ones safetensors stores.
+    pub fn dtype(d: DType) -> Result<Dtype> {
+        Ok(match d {
+            DType::Bool => Dtype::BOOL,
+            DType::U8 => Dtype::U8,
+            DType::I8 => Dtype::I8,
+            DType::F8E5M2 => Dtype::F8_E5M2,
+            DType::F8E4M3FN => Dtype::F8_E4M3,
+            DType::I16 => Dtype::I16,
+            DType::U16 => Dtype::U16,
+            DType::F16 => Dtype::F16,
+            DType::BF16 => Dtype::BF16,
+            DType::I32 => Dtype::I32,
+            DType::U32 => Dtype::U32,
+            DType::F32 => Dtype::F32,
+            DType::C64 => Dtype::C64,
+            DType::F64 => Dtype::F64,
+            DType::I64 => Dtype::I64,
+            DType::U64 => Dtype::U64,
+            other => return Err(format!("safetensors stores no {other:?}").into()),
+        })
+    }
+
+    /// The crate's views of tensors given as tensorfmt metadata and bytes: what
+    /// [`save`] writes.
+    pub fn views<'a>(tensors: &[(TensorMeta, &'a [u8])]) -> Result<Vec<(String, TensorView<'a>)>> {
+        tensors
+            .iter()
+            .map(|(meta, bytes)| {
+                let shape = meta
+                    .shape
+                    .iter()
+                    .map(|&d| usize::try_from(d))
+                    .collect::<std::result::Result<Vec<_>, _>>()?;
+                let view = TensorView::new(dtype(meta.dtype)?, shape, bytes)?;
+                Ok((meta.name.clone(), view))
+            })
+            .collect()
+    }
+
+    /// `safetensors::serialize_to_file(views, None, path)` (a temporary file beside
+    /// `path`, a 1 MiB `BufWriter`, then a rename; no fsync), followed by an fsync of the
+    /// file when `fsync` is set.
+    pub fn save(path: &Path, views: &[(String, TensorView<'_>)], fsync: bool) -> Result<()> {
+        let data = views.iter().map(|(name, view)| (name.as_str(), view));
+        safetensors::serialize_to_file(data, None, path)?;
+        if fsync {
+            File::open(path)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// candle's PyTorch reader (`candle_core::pickle`) and safetensors reader
+/// (`candle_core::safetensors::MmapedSafetensors`), as its documentation shows.
 #[cfg(feature = "candle")]
 pub mod candle {
     use super::*;
@@ -668,6 +770,29 @@ pub mod candle {
     /// (`PthTensors::new`, then `PthTensors::get` for each name).
     pub fn read_all(path: &Path) -> Result<Vec<(String, candle_core::Tensor)>> {
         Ok(candle_core::pickle::read_all(path)?)
+    }
+
+    /// `MmapedSafetensors::new(path)` (memory map and `SafeTensors::deserialize`), then
+    /// the tensors listed (`tensors`); no payload byte is read. Returns how many.
+    pub fn st_open(path: &Path) -> Result<usize> {
+        // SAFETY: benchmark files are not modified while mapped.
+        let st = unsafe { candle_core::safetensors::MmapedSafetensors::new(path)? };
+        Ok(st.tensors().len())
+    }
+
+    /// `MmapedSafetensors::new(path)`, then `load(name, &Device::Cpu)` of every tensor:
+    /// each one copied into owned CPU memory.
+    pub fn st_read_all(path: &Path) -> Result<Vec<(String, candle_core::Tensor)>> {
+        // SAFETY: benchmark files are not modified while mapped.
+        let st = unsafe { candle_core::safetensors::MmapedSafetensors::new(path)? };
+        let names: Vec<String> = st.tensors().into_iter().map(|(name, _)| name).collect();
+        names
+            .into_iter()
+            .map(|name| {
+                let t = st.load(&name, &candle_core::Device::Cpu)?;
+                Ok((name, t))
+            })
+            .collect()
     }
 }
 
@@ -839,6 +964,92 @@ mod tests {
             assert_eq!(embed.dims(), &[64, 16]);
             let values = embed.flatten_all()?.to_vec1::<f32>()?;
             assert_eq!(values, nd::array(&written[0].1).to_vec());
+        }
+        Ok(())
+    }
+
+    /// The safetensors workloads (tensorfmt, the safetensors crate, the memcpy reference
+    /// and, with the `candle` feature, candle) on a small checkpoint: each reader sees
+    /// the bytes written, each writer's file reads back equal.
+    #[test]
+    fn safetensors_workloads() -> Result<()> {
+        let dir = tempfile::tempdir()?;
+        let p = dir.path().join("in.safetensors");
+        let meta = |name: &str, dtype, shape: Vec<u64>| TensorMeta {
+            name: name.to_string(),
+            dtype,
+            shape,
+            order: Order::C,
+            byte_order: ByteOrder::Little,
+        };
+        let written = vec![
+            (
+                meta("embed.weight", DType::F32, vec![64, 16]),
+                f32_bytes(4096, 1),
+            ),
+            (
+                meta("layers.0.attn.weight", DType::BF16, vec![16, 16]),
+                f32_bytes(512, 2),
+            ),
+            (
+                meta("layers.0.mlp.weight", DType::F16, vec![8, 16]),
+                f32_bytes(256, 3),
+            ),
+        ];
+        let refs: Vec<(TensorMeta, &[u8])> = written
+            .iter()
+            .map(|(m, b)| (m.clone(), b.as_slice()))
+            .collect();
+        tf::save_with_meta(&p, "safetensors", &refs, None)?;
+        assert_eq!(tf::open(&p)?.format(), "safetensors");
+        assert_eq!(tf::open_list(&p, None)?, 3);
+        assert_eq!(tf::open_list(&p, Some("safetensors"))?, 3);
+        assert_eq!(st::open(&p)?, 3);
+        let bytes_of = |name: &str| -> &[u8] {
+            &written.iter().find(|(m, _)| m.name == name).unwrap().1
+        };
+        let by_crate = st::read_owned(&p)?;
+        assert_eq!(by_crate.len(), 3);
+        for (name, b) in &by_crate {
+            assert_eq!(&b[..], bytes_of(name), "{name}");
+        }
+        let owned = tf::read_owned(&p)?;
+        for t in &owned {
+            assert_eq!(t.data.as_bytes(), bytes_of(&t.info.name), "{}", t.info.name);
+        }
+
+        let ranges = tf::payload_ranges(&p)?;
+        let fresh = mem::copy_fresh(&p, &ranges)?;
+        for (buf, t) in fresh.iter().zip(&owned) {
+            assert_eq!(buf.as_slice(), t.data.as_bytes());
+        }
+
+        // The crate's writer and tensorfmt's no-fsync writer: both read back equal.
+        let views = st::views(&refs)?;
+        let out = dir.path().join("out.safetensors");
+        for fsync in [false, true] {
+            st::save(&out, &views, fsync)?;
+            for t in tf::read_owned(&out)? {
+                assert_eq!(t.data.as_bytes(), bytes_of(&t.info.name), "{}", t.info.name);
+            }
+        }
+        tf::save_with_meta_no_fsync(&out, "safetensors", &refs, None)?;
+        for (name, b) in st::read_owned(&out)? {
+            assert_eq!(&b[..], bytes_of(&name), "{name}");
+        }
+
+        #[cfg(feature = "candle")]
+        {
+            assert_eq!(candle::st_open(&p)?, 3);
+            let all = candle::st_read_all(&p)?;
+            assert_eq!(all.len(), 3);
+            let (_, embed) = all
+                .iter()
+                .find(|(n, _)| n == "embed.weight")
+                .ok_or("no embed.weight")?;
+            assert_eq!(embed.dims(), &[64, 16]);
+            let values = embed.flatten_all()?.to_vec1::<f32>()?;
+            assert_eq!(values, nd::array(bytes_of("embed.weight")).to_vec());
         }
         Ok(())
     }

@@ -1,4 +1,5 @@
-//! `tfbench`: times the tensorfmt and ndarray-npy side of `benches/compare.py` and prints
+//! `tfbench`: times the Rust side of the `benches/compare*.py` suites (tensorfmt,
+//! ndarray-npy, the safetensors crate, candle, LMDB and the memcpy references) and prints
 //! the timings as JSON on stdout (progress on stderr).
 //!
 //! ```text
@@ -6,15 +7,18 @@
 //! ```
 //!
 //! `--only` keeps the operations whose name starts with a prefix, `--lib` those of a
-//! library (`tensorfmt`, `ndarray-npy`, `candle`, `memcpy`), for profiling one of them.
+//! library (`tensorfmt`, `ndarray-npy`, `safetensors`, `candle`, `memcpy`, `lmdb`), for
+//! profiling one of them.
 //!
 //! `DIR` holds the input files `compare.py` wrote with NumPy (`in.npy`, `open_*.npy`,
-//! `in_stored.npz`, `in_deflate.npz`) or `compare_torch.py` with `torch.save` (`in.pt`);
+//! `in_stored.npz`, `in_deflate.npz`), `compare_torch.py` with `torch.save` (`in.pt`),
+//! `compare_onnx.py` with onnx (`onnx_*/in.onnx`), `compare_caffe2.py` (`caffe2_data.lmdb`)
+//! or `compare_safetensors.py` with `safetensors.torch.save_file` (`st/in.safetensors`);
 //! every workload whose input is there runs. Outputs are written next to them (`out_*`).
-//! Built with the `candle` feature, the PyTorch workloads are also timed with candle. Each
-//! operation runs once untimed (page cache warm), then `N` times (`M` for the open-only
-//! operations); every run is timed with the wall clock around the operation alone and the
-//! median is reported, exactly as `compare.py` times NumPy. Before each write run the
+//! Built with the `candle` feature, the PyTorch and safetensors workloads are also timed
+//! with candle. Each operation runs once untimed (page cache warm), then `N` times (`M` for
+//! the open-only operations); every run is timed with the wall clock around the operation
+//! alone and the median is reported, exactly as `compare.py` times NumPy. Before each write run the
 //! output is removed and `sync(2)` is called, outside the timed region.
 
 use std::path::{Path, PathBuf};
@@ -23,7 +27,7 @@ use std::time::Instant;
 use serde_json::{json, Value};
 use tensorfmt::Compression;
 use tensorfmt::TensorMeta;
-use tensorfmt_benches::{mem, nd, remove_if_exists, sync_all, tf, Result};
+use tensorfmt_benches::{mem, nd, remove_if_exists, st, sync_all, tf, Result};
 
 struct Args {
     dir: PathBuf,
@@ -594,6 +598,206 @@ fn pytorch(b: &mut Bench) -> Result<()> {
     Ok(())
 }
 
+/// The safetensors suite on `st/in.safetensors` (written by `safetensors.torch.save_file`
+/// in `compare_safetensors.py`): index-only open (tensorfmt with and without detection,
+/// the safetensors crate, candle), full load into owned memory, the memcpy references over
+/// the same payload bytes, and saves of the same tensors (tensorfmt, the crate).
+fn safetensors(b: &mut Bench) -> Result<()> {
+    let dir = b.args.dir.join("st");
+    let input = dir.join("in.safetensors");
+    if !input.exists() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let open_runs = b.args.open_runs;
+    let ranges = tf::payload_ranges(&input)?;
+    let bytes: usize = ranges.iter().map(|r| r.len()).sum();
+    let count = ranges.len();
+    // Every reader must index every tensor for its rows to count.
+    let seen = [
+        ("tensorfmt", tf::open_list(&input, None)?),
+        ("safetensors", st::open(&input)?),
+        #[cfg(feature = "candle")]
+        ("candle", tensorfmt_benches::candle::st_open(&input)?),
+    ];
+    for (lib, n) in seen {
+        if n != count {
+            return Err(format!("{lib} lists {n} tensors of {}, not {count}", input.display()).into());
+        }
+    }
+    let none = || Ok(());
+
+    // Index only: open and list the tensors, everything dropped inside the timed region.
+    b.time(
+        Case {
+            op: "st.open",
+            lib: "tensorfmt",
+            how: "TensorFile::open (map + detect + index) + names listed",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open_list(&input, None),
+    )?;
+    b.time(
+        Case {
+            op: "st.open.nodetect",
+            lib: "tensorfmt",
+            how: "TensorFile::open_with(format: safetensors) (map + index, no detection) + names listed",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open_list(&input, Some("safetensors")),
+    )?;
+    b.time(
+        Case {
+            op: "st.open",
+            lib: "safetensors",
+            how: "mmap + SafeTensors::deserialize + names()",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || st::open(&input),
+    )?;
+    #[cfg(feature = "candle")]
+    b.time(
+        Case {
+            op: "st.open",
+            lib: "candle",
+            how: "candle_core::safetensors::MmapedSafetensors::new(path) + tensors()",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tensorfmt_benches::candle::st_open(&input),
+    )?;
+
+    // Full loads into owned memory, and the memcpy references.
+    b.time(
+        Case {
+            op: "st.read.owned",
+            lib: "tensorfmt",
+            how: "open + read_all(OwnedSink)",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned(&input),
+    )?;
+    b.time(
+        Case {
+            op: "st.read.owned",
+            lib: "safetensors",
+            how: "mmap + SafeTensors::deserialize + every tensor's data().to_vec()",
+            bytes,
+            runs,
+        },
+        none,
+        || st::read_owned(&input),
+    )?;
+    #[cfg(feature = "candle")]
+    b.time(
+        Case {
+            op: "st.read.owned",
+            lib: "candle",
+            how: "MmapedSafetensors::new + load(name, &Device::Cpu) of every tensor",
+            bytes,
+            runs,
+        },
+        none,
+        || tensorfmt_benches::candle::st_read_all(&input),
+    )?;
+    b.time(
+        Case {
+            op: "st.memcpy.fresh",
+            lib: "memcpy",
+            how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
+            bytes,
+            runs,
+        },
+        none,
+        || mem::copy_fresh(&input, &ranges),
+    )?;
+    if b.wanted("st.memcpy.hot") && b.wanted_lib("memcpy") {
+        let mut hot = mem::HotCopy::new(&input, &ranges)?;
+        b.time(
+            Case {
+                op: "st.memcpy.hot",
+                lib: "memcpy",
+                how: "copy into one reused buffer, source and destination already faulted in",
+                bytes,
+                runs,
+            },
+            none,
+            || hot.run(),
+        )?;
+    }
+
+    // Saves of the same tensors, from owned memory.
+    let writes = ["st.write.fsync", "st.write.nofsync"];
+    if !writes.iter().any(|op| b.wanted(op)) {
+        return Ok(());
+    }
+    let tensors = tf::read_owned(&input)?;
+    let metas = tf::metas(&tensors)?;
+    let refs: Vec<(TensorMeta, &[u8])> = metas
+        .into_iter()
+        .zip(tensors.iter().map(|t| t.data.as_bytes()))
+        .collect();
+    let views = st::views(&refs)?;
+    let out = dir.join("out_tf.safetensors");
+    b.time(
+        Case {
+            op: "st.write.fsync",
+            lib: "tensorfmt",
+            how: "Saver: temp file + fsync + rename",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_with_meta(&out, "safetensors", &refs, None),
+    )?;
+    b.time(
+        Case {
+            op: "st.write.nofsync",
+            lib: "tensorfmt",
+            how: "FormatDesc::writer over BufWriter<File>, no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || tf::save_with_meta_no_fsync(&out, "safetensors", &refs, None),
+    )?;
+    remove_if_exists(&out)?;
+    let out = dir.join("out_st.safetensors");
+    b.time(
+        Case {
+            op: "st.write.fsync",
+            lib: "safetensors",
+            how: "serialize_to_file (temp file + BufWriter + rename) + fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || st::save(&out, &views, true),
+    )?;
+    b.time(
+        Case {
+            op: "st.write.nofsync",
+            lib: "safetensors",
+            how: "serialize_to_file (temp file + BufWriter + rename), no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(&out),
+        || st::save(&out, &views, false),
+    )?;
+    remove_if_exists(&out)?;
+    Ok(())
+}
+
 /// The ONNX suite on `onnx_inline/in.onnx` and `onnx_external/in.onnx` (written by
 /// onnx in `compare_onnx.py`): open (index only); every initializer into owned memory,
 /// into buffers kept from the previous read, and as zero-copy views; and the memcpy
@@ -809,6 +1013,7 @@ fn main() {
         npz(&mut b, "deflate", Compression::Deflate)?;
         pytorch(&mut b)?;
         onnx(&mut b)?;
+        safetensors(&mut b)?;
         caffe2(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
