@@ -92,8 +92,9 @@ def open_keys(path):
 
 
 def get_every_tensor(path):
-    """safe_open, then get_tensor of every key."""
-    with safe_open(path, framework="pt") as f:
+    """safe_open (pread backend: each tensor read into memory of its own), then get_tensor
+    of every key."""
+    with safe_open(path, framework="pt", backend="pread") as f:
         return {k: f.get_tensor(k) for k in f.keys()}
 
 
@@ -112,10 +113,13 @@ def python_side(b, d, sd, nbytes):
     out = os.path.join(d, "out_py.safetensors")
     b.time("st.open", "safe_open(path, framework='pt') + list(keys())", nbytes,
            lambda: open_keys(inp), runs=b.open_runs)
-    b.time("st.read.owned", "safetensors.torch.load_file(path)", nbytes,
-           lambda: load_file(inp))
-    b.time("st.read.get_tensor", "safe_open(path, framework='pt') + get_tensor(k) for every key",
-           nbytes, lambda: get_every_tensor(inp))
+    b.time("st.read.owned", "safetensors.torch.load_file(path, backend='pread'): every tensor read "
+           "into memory of its own", nbytes, lambda: load_file(inp, backend="pread"))
+    b.time("st.read.get_tensor", "safe_open(path, framework='pt', backend='pread') + get_tensor(k) "
+           "for every key", nbytes, lambda: get_every_tensor(inp))
+    b.time("st.read.view", "safetensors.torch.load_file(path) (default mmap backend: tensors over a "
+           "private map of the file, no byte read until used)", nbytes, lambda: load_file(inp),
+           runs=b.open_runs)
     b.time("st.write.fsync", "safetensors.torch.save_file(sd, path) + os.fsync", nbytes,
            lambda: save_fsync(sd, out), before=fresh(out))
     b.time("st.write.nofsync", "safetensors.torch.save_file(sd, path)", nbytes,
@@ -132,10 +136,12 @@ ROWS = [
      {PY: "st.open", TF: "st.open", CRATE: "st.open", CANDLE: "st.open"}),
     ("index-only open, format given to tensorfmt (no detection)",
      {PY: "st.open", TF: "st.open.nodetect", CRATE: "st.open", CANDLE: "st.open"}),
-    ("full load into memory (Python: `load_file`)",
+    ("full load into owned memory (Python: `load_file(backend='pread')`)",
      {PY: "st.read.owned", TF: "st.read.owned", CRATE: "st.read.owned", CANDLE: "st.read.owned"}),
-    ("full load into memory (Python: `safe_open` + `get_tensor` every key)",
+    ("full load into owned memory (Python: `safe_open(backend='pread')` + `get_tensor` every key)",
      {PY: "st.read.get_tensor", TF: "st.read.owned", CRATE: "st.read.owned", CANDLE: "st.read.owned"}),
+    ("every tensor as a view of the map, no byte read (Python: `load_file`, mmap backend)",
+     {PY: "st.read.view", TF: "st.read.view"}),
     ("save, with fsync", {PY: "st.write.fsync", TF: "st.write.fsync", CRATE: "st.write.fsync"}),
     ("save, no fsync", {PY: "st.write.nofsync", TF: "st.write.nofsync", CRATE: "st.write.nofsync"}),
 ]
@@ -147,8 +153,8 @@ LOADS = [
     ("tensorfmt full load", "st.read.owned", TF),
     ("safetensors crate: every data().to_vec()", "st.read.owned", CRATE),
     ("candle: MmapedSafetensors load of every tensor", "st.read.owned", CANDLE),
-    ("Python safetensors.torch.load_file", "st.read.owned", PY),
-    ("Python safe_open + get_tensor every key", "st.read.get_tensor", PY),
+    ("Python safetensors.torch.load_file(backend='pread')", "st.read.owned", PY),
+    ("Python safe_open(backend='pread') + get_tensor every key", "st.read.get_tensor", PY),
 ]
 
 

@@ -1018,6 +1018,11 @@ mod tests {
             assert_eq!(t.data.as_bytes(), bytes_of(&t.info.name), "{}", t.info.name);
         }
 
+        for v in tf::read_view(&p)? {
+            assert!(v.data.is_mapped(), "{}", v.info.name);
+            assert_eq!(v.data.as_bytes(), bytes_of(&v.info.name), "{}", v.info.name);
+        }
+
         let ranges = tf::payload_ranges(&p)?;
         let fresh = mem::copy_fresh(&p, &ranges)?;
         for (buf, t) in fresh.iter().zip(&owned) {

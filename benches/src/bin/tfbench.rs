@@ -711,6 +711,17 @@ fn safetensors(b: &mut Bench) -> Result<()> {
     )?;
     b.time(
         Case {
+            op: "st.read.view",
+            lib: "tensorfmt",
+            how: "open + load_all: every tensor as a zero-copy view of the map",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::read_view(&input),
+    )?;
+    b.time(
+        Case {
             op: "st.memcpy.fresh",
             lib: "memcpy",
             how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",

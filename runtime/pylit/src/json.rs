@@ -7,13 +7,14 @@
 //! fit 64 bits stay integers; text longer than `limits.max_header_bytes` is refused
 //! before parsing.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use tensorfmt_core::error::{ErrorKind, Result};
+use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::limits::Limits;
 
-use crate::PyValue;
+use crate::{from_dict, Dict, Key, PyValue};
 
 const CODEC: &str = "json";
 
@@ -35,6 +36,131 @@ pub fn parse(text: &[u8], limits: &Limits) -> Result<PyValue> {
         message: e.to_string(),
     })?;
     Ok(v)
+}
+
+/// Parses JSON text as the dict `T`, its top-level items handed to [`Dict::set`] as they
+/// are parsed (each value parsed as a [`PyValue`] and dropped once set), with no value
+/// tree for the object itself. What it returns and reports is what [`parse`] then
+/// [`from_dict`] would: errors of the text first, then those of the keys in declared
+/// order, a `rest` key's items in text order. An object that repeats a key (one item per
+/// key is kept, see [`parse`]) or text that is not an object goes through them.
+pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits) -> Result<T> {
+    let keys = T::KEYS;
+    let is_object = text
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    if keys.len() > 64 || !is_object || text.len() as u64 > limits.max_header_bytes {
+        return from_dict(&parse(text, limits)?);
+    }
+    let mut items = Items {
+        out: T::default(),
+        seen: 0,
+        failed: Vec::new(),
+        hashes: Vec::new(),
+    };
+    let mut de = serde_json::Deserializer::from_slice(text);
+    (&mut de)
+        .deserialize_map(&mut items)
+        .and_then(|()| de.end())
+        .map_err(|e| ErrorKind::Codec {
+            codec: CODEC,
+            message: e.to_string(),
+        })?;
+    items.hashes.sort_unstable();
+    if items.hashes.windows(2).any(|w| w[0] == w[1]) {
+        return from_dict(&parse(text, limits)?);
+    }
+    let Items {
+        out,
+        seen,
+        mut failed,
+        ..
+    } = items;
+    for (i, k) in keys.iter().enumerate() {
+        if let Some(at) = failed.iter().position(|(j, _)| *j == i) {
+            return Err(failed.swap_remove(at).1);
+        }
+        if let Key::Required(name) = k {
+            if seen & (1 << i) == 0 {
+                return Err(crate::missing(name));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The state of [`parse_dict`]: the dict being filled, the keys set (bit `i` for
+/// `T::KEYS[i]`), the first error of each key (its field named), and a hash of every key
+/// met, to find a repeated one.
+struct Items<T> {
+    out: T,
+    seen: u64,
+    failed: Vec<(usize, Error)>,
+    hashes: Vec<u64>,
+}
+
+impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+        let rest = T::KEYS.iter().position(|k| matches!(k, Key::Rest));
+        while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            let Json(value) = map.next_value()?;
+            // FNV-1a: a repeated key gives a repeated hash (and so does a rare collision,
+            // which only costs the slower path).
+            let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            self.hashes.push(hash);
+            let i = match T::KEYS.iter().position(|k| k.name() == Some(&*key)) {
+                Some(i) => {
+                    self.seen |= 1 << i;
+                    i
+                }
+                None => match rest {
+                    Some(i) => i,
+                    None => continue,
+                },
+            };
+            if self.failed.iter().any(|(j, _)| *j == i) {
+                continue;
+            }
+            if let Err(e) = self.out.set(i, &key, &value) {
+                self.failed.push((i, e.in_field(&key)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key as serde hands it: borrowed from the text when it has no escape.
+struct Text<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, s: &'de str) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(s)))
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> std::result::Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
 }
 
 /// Encodes a value as compact JSON (`{"a":[1,2]}`, no spaces, keys in the given order).
@@ -152,18 +278,57 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<PyValue, A::Error> {
         let mut items: Vec<(PyValue, PyValue)> = Vec::new();
-        let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
         while let Some((k, Json(v))) = map.next_entry::<String, Json>()? {
-            match seen.get(&k) {
-                Some(&at) => items[at].1 = v,
-                None => {
-                    seen.insert(k.clone(), items.len());
-                    items.push((PyValue::Str(k), v));
-                }
-            }
+            items.push((PyValue::Str(k), v));
         }
+        one_item_per_key(&mut items);
         Ok(PyValue::Dict(items))
     }
+}
+
+/// Keeps one item per key of an object's items (all keyed by strings), as Python's `json`
+/// module does: the first position, the last value. The keys are compared in place (a
+/// sort of their indices; small objects pairwise), with no copy and no hashing: the
+/// common object, with no repeated key, costs no allocation beyond the index.
+fn one_item_per_key(items: &mut Vec<(PyValue, PyValue)>) {
+    fn key(item: &(PyValue, PyValue)) -> &str {
+        item.0.as_str().unwrap_or_default()
+    }
+    let n = items.len();
+    // Index pairs (first, later) of the same key, in the order the later ones came.
+    let mut repeats: Vec<(usize, usize)> = Vec::new();
+    if n <= 8 {
+        for later in 1..n {
+            if let Some(first) = (0..later).find(|&i| key(&items[i]) == key(&items[later])) {
+                repeats.push((first, later));
+            }
+        }
+    } else {
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_unstable_by(|&a, &b| key(&items[a]).cmp(key(&items[b])).then(a.cmp(&b)));
+        let mut first = order[0];
+        for pair in order.windows(2) {
+            if key(&items[pair[0]]) == key(&items[pair[1]]) {
+                repeats.push((first, pair[1]));
+            } else {
+                first = pair[1];
+            }
+        }
+        repeats.sort_unstable_by_key(|&(_, later)| later);
+    }
+    if repeats.is_empty() {
+        return;
+    }
+    let mut dropped = vec![false; n];
+    for &(first, later) in &repeats {
+        items[first].1 = std::mem::replace(&mut items[later].1, PyValue::None);
+        dropped[later] = true;
+    }
+    let mut at = 0;
+    items.retain(|_| {
+        at += 1;
+        !dropped[at - 1]
+    });
 }
 
 #[cfg(test)]
@@ -183,6 +348,37 @@ mod tests {
         assert_eq!(items.len(), 2);
         assert_eq!(items[0], (PyValue::Str("b".into()), PyValue::Int(-3)));
         assert_eq!(encode(&v).unwrap(), r#"{"b":-3,"a":{"x":"y"}}"#);
+    }
+
+    /// Repeated keys, in a small object and in one sorted to find them: the first
+    /// position, the last value, as Python's `json.loads` keeps them.
+    #[test]
+    fn repeated_keys_keep_the_first_position_and_the_last_value() {
+        let v = parse(
+            br#"{"a": 1, "b": 2, "a": 3, "c": 4, "b": 5, "a": 6}"#,
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(encode(&v).unwrap(), r#"{"a":6,"b":5,"c":4}"#);
+        let mut text = String::from("{");
+        for i in 0..20 {
+            text += &format!("\"k{}\": {i}, ", i % 7);
+        }
+        text += "\"z\": -1}";
+        let v = parse(text.as_bytes(), &Limits::default()).unwrap();
+        assert_eq!(
+            encode(&v).unwrap(),
+            r#"{"k0":14,"k1":15,"k2":16,"k3":17,"k4":18,"k5":19,"k6":13,"z":-1}"#
+        );
+        let distinct = parse(
+            br#"{"j": 0, "i": 1, "h": 2, "g": 3, "f": 4, "e": 5, "d": 6, "c": 7, "b": 8, "a": 9}"#,
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            encode(&distinct).unwrap(),
+            r#"{"j":0,"i":1,"h":2,"g":3,"f":4,"e":5,"d":6,"c":7,"b":8,"a":9}"#
+        );
     }
 
     #[test]

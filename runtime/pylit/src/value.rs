@@ -28,6 +28,13 @@ pub trait FromPy: Sized {
     fn from_literal(text: &str, limits: &Limits) -> Result<Self> {
         Self::from_py(&crate::parse(text, limits)?)
     }
+
+    /// The value of the JSON text `text` (errors as [`crate::json::parse`], then
+    /// [`FromPy::from_py`]): parsed into a [`PyValue`] then read, except for a [`Dict`],
+    /// whose top-level items are read as they are parsed.
+    fn from_json(text: &[u8], limits: &Limits) -> Result<Self> {
+        Self::from_py(&crate::json::parse(text, limits)?)
+    }
 }
 
 /// A key of a [`Dict`], as the schema declares it.
@@ -110,6 +117,10 @@ impl<T: Dict> FromPy for T {
 
     fn from_literal(text: &str, limits: &Limits) -> Result<Self> {
         crate::parse_dict(text, limits)
+    }
+
+    fn from_json(text: &[u8], limits: &Limits) -> Result<Self> {
+        crate::json::parse_dict(text, limits)
     }
 }
 
@@ -357,9 +368,7 @@ pub fn read_json<T: FromPy>(
     limits: &Limits,
 ) -> Result<T> {
     let bytes = c.bytes(field, len, limits.max_header_bytes)?;
-    crate::json::parse(&bytes, limits)
-        .and_then(|v| T::from_py(&v))
-        .map_err(|e| c.wrap(field, e))
+    T::from_json(&bytes, limits).map_err(|e| c.wrap(field, e))
 }
 
 /// A dict of items, for encoding.
@@ -442,5 +451,46 @@ mod tests {
         );
         let e = u8::from_py(&s("x")).unwrap_err();
         assert!(e.to_string().contains("found a str"), "{e}");
+    }
+
+    /// A dict read from JSON as its items are parsed ([`FromPy::from_json`]) gives what
+    /// the value tree then [`from_dict`] gives: the same dict, or the same error at the
+    /// same field (text errors first, keys in declared order, the first bad `rest` item,
+    /// a missing key); repeated keys keep the first position and the last value.
+    #[test]
+    fn json_dicts_read_as_parsed_equal_the_tree() {
+        type M = Meta<Vec<u64>, Vec<u64>>;
+        let limits = Limits::default();
+        for text in [
+            r#"{"b": [1], "w": [2, 3], "__metadata__": {"a": "b"}, "c": []}"#,
+            r#"  {"w": [1]}"#,
+            r#"{"w": [1], "b": [1], "b": [2], "c": [3]}"#,
+            r#"{"w": [1], "w": "x"}"#,
+            r#"{"w": "x", "b": "y", "__metadata__": 3}"#,
+            r#"{"b": "y", "c": [1], "d": "z", "w": [1]}"#,
+            r#"{"b": [1]}"#,
+            r#"{"b\u0041": [1], "w": [2]}"#,
+            r#"{"w": [1], "b": [1]"#,
+            r#"{"w": [1]} x"#,
+            r#"[1, 2]"#,
+        ] {
+            let tree =
+                crate::json::parse(text.as_bytes(), &limits).and_then(|v| from_dict::<M>(&v));
+            let streamed = M::from_json(text.as_bytes(), &limits);
+            match (tree, streamed) {
+                (Ok(a), Ok(b)) => {
+                    assert_eq!(a.w, b.w, "{text}");
+                    assert_eq!(a.rest, b.rest, "{text}");
+                    assert_eq!(a.metadata, b.metadata, "{text}");
+                }
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.to_string(), b.to_string(), "{text}");
+                    assert_eq!(a.location.field, b.location.field, "{text}");
+                }
+                (a, b) => panic!("{text}: {:?} / {:?}", a.is_ok(), b.is_ok()),
+            }
+        }
+        let m = M::from_json(br#"{"w": [1], "b": [1], "c": [2], "b": [3]}"#, &limits).unwrap();
+        assert_eq!(m.rest.0, vec![("b".into(), vec![3]), ("c".into(), vec![2])]);
     }
 }
