@@ -5,7 +5,8 @@
 //! [`PyValue`] directly: objects keep their keys in text order, one item per key (the
 //! last value at the first position, as Python's `json` module keeps it); integers that
 //! fit 64 bits stay integers; text longer than `limits.max_header_bytes` is refused
-//! before parsing.
+//! before parsing. A dict field is read as its top-level items are parsed
+//! ([`FromPy::from_json`](crate::FromPy::from_json)), with no tree for the object itself.
 
 use std::borrow::Cow;
 use std::fmt;
