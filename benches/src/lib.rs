@@ -982,7 +982,7 @@ mod tests {
             order: Order::C,
             byte_order: ByteOrder::Little,
         };
-        let written = vec![
+        let written = [
             (
                 meta("embed.weight", DType::F32, vec![64, 16]),
                 f32_bytes(4096, 1),
@@ -1005,9 +1005,8 @@ mod tests {
         assert_eq!(tf::open_list(&p, None)?, 3);
         assert_eq!(tf::open_list(&p, Some("safetensors"))?, 3);
         assert_eq!(st::open(&p)?, 3);
-        let bytes_of = |name: &str| -> &[u8] {
-            &written.iter().find(|(m, _)| m.name == name).unwrap().1
-        };
+        let bytes_of =
+            |name: &str| -> &[u8] { &written.iter().find(|(m, _)| m.name == name).unwrap().1 };
         let by_crate = st::read_owned(&p)?;
         assert_eq!(by_crate.len(), 3);
         for (name, b) in &by_crate {

@@ -622,7 +622,11 @@ fn safetensors(b: &mut Bench) -> Result<()> {
     ];
     for (lib, n) in seen {
         if n != count {
-            return Err(format!("{lib} lists {n} tensors of {}, not {count}", input.display()).into());
+            return Err(format!(
+                "{lib} lists {n} tensors of {}, not {count}",
+                input.display()
+            )
+            .into());
         }
     }
     let none = || Ok(());
