@@ -11,8 +11,8 @@ describe FILE [FILE...]
         {"format": "safetensors", "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
 
     Read with ``safe_open(FILE, framework="pt")``: tensors in file order
-    (``offset_keys()``: by data offset, the header order of every file the package
-    writes), each ``get_tensor``. dtype is the canonical name (f16 bf16 f32 f64 i8 i16
+    (in the order of the file's JSON header: by data offset for every file the
+    package writes), each ``get_tensor``. dtype is the canonical name (f16 bf16 f32 f64 i8 i16
     i32 i64 u8 u16 u32 u64 bool c64 f8e4m3fn f8e5m2); sha256 is over the element bytes
     in C order, little-endian, bool as one byte 0/1.
 
@@ -63,10 +63,20 @@ def element_bytes(t):
     return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
+def header_keys(path):
+    """The tensors' names in the order of the file's JSON header (the order the package
+    writes its data in; its ``offset_keys()`` orders tensors of one offset — empty ones —
+    by a hash map, differently from run to run)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return [k for k in header if k != "__metadata__"]
+
+
 def describe(path):
     tensors = []
     with safe_open(path, framework="pt") as f:
-        for name in f.offset_keys():
+        for name in header_keys(path):
             t = f.get_tensor(name)
             tensors.append({
                 "name": name,
