@@ -332,6 +332,22 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
     };
     let name = required(map, TensorKey::Name);
     let name = Lower { ir, env: &env }.expr(name)?.scalar();
+    // `slice(DATA, .., tile = true)`: the items' slices cover DATA exactly.
+    let tiled = match &required(map, TensorKey::Data).kind {
+        ExprKind::Call {
+            func: ir::Builtin::Slice,
+            args,
+        } if ir::named_arg(args, "tile").is_some() => {
+            let data = Lower {
+                ir,
+                env: &source_env,
+            }
+            .expr(&args[0].value)?
+            .scalar();
+            quote!(rt::expr::tiled(&out, #data)?;)
+        }
+        _ => quote!(),
+    };
     let props = properties(ir, map, &mut env)?;
     let (pos_param, pos_arg) = if uses_position {
         (quote!(position: usize,), quote!(position,))
@@ -365,6 +381,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
                 let name = #name;
                 out.push(tensor_at(f, t, name, #pos_arg #src_arg).map_err(|e| e.in_entry(name))?);
             }
+            #tiled
             Ok(out)
         }
 

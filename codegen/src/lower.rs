@@ -881,9 +881,10 @@ impl Lower<'_> {
                     }
                 };
                 // A start that must be a multiple of `align = A`.
-                let start = match args.get(3) {
-                    Some(_) => {
-                        let a = arg(3)?.scalar();
+                let align = args.iter().position(|a| a.name.as_deref() == Some("align"));
+                let start = match align {
+                    Some(i) => {
+                        let a = arg(i)?.scalar();
                         quote!(rt::expr::aligned(#start, #a)?)
                     }
                     None => start,

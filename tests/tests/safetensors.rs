@@ -354,6 +354,50 @@ fn hostile_files_are_refused_with_the_place() {
     assert!(e.contains("F4") && e.contains("w"), "{e}");
     let e = err(&file_of(b"{\"w\": [1, 2", &[]));
     assert!(e.contains("json"), "{e}");
+    // Data offsets that leave a hole, overlap, or leave bytes after the last tensor, as
+    // the safetensors crate refuses them (in the order of their starts, whatever the
+    // header's order).
+    let two = |a: (u64, u64), b: (u64, u64), data: usize| {
+        let h = format!(
+            "{{{},{}}}",
+            entry("b", "U8", &format!("[{}]", b.1 - b.0), b.0, b.1),
+            entry("a", "U8", &format!("[{}]", a.1 - a.0), a.0, a.1)
+        );
+        err(&file_of(h.as_bytes(), &vec![0; data]))
+    };
+    let e = two((0, 4), (6, 8), 8);
+    assert!(
+        e.contains("bytes 4..6") && e.contains("hole after 'a'"),
+        "{e}"
+    );
+    let e = two((0, 4), (2, 8), 8);
+    assert!(
+        e.contains("'b'") && e.contains("overlaps") && e.contains("'a'"),
+        "{e}"
+    );
+    let e = two((0, 4), (4, 8), 12);
+    assert!(e.contains("bytes 8..12 at the end"), "{e}");
+    let e = two((2, 4), (4, 8), 8);
+    assert!(
+        e.contains("bytes 0..2") && e.contains("before the first tensor"),
+        "{e}"
+    );
+    // Tiled in another order than the header's, and empty tensors between: read.
+    std::fs::write(
+        &p,
+        file_of(
+            format!(
+                "{{{},{},{}}}",
+                entry("b", "U8", "[4]", 4, 8),
+                entry("e", "U8", "[0]", 4, 4),
+                entry("a", "U8", "[4]", 0, 4)
+            )
+            .as_bytes(),
+            &[1; 8],
+        ),
+    )
+    .unwrap();
+    assert_eq!(tensorfmt::TensorFile::open(&p).unwrap().tensors().len(), 3);
 }
 
 #[test]

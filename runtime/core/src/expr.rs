@@ -302,6 +302,56 @@ pub fn check_on_write(field: &str, ok: bool, text: &str, value: impl Display) ->
     .in_field(field))
 }
 
+/// Checks that the byte ranges of `tensors` tile the payload `data` (`(offset, len)`,
+/// absolute): in the order of their starts, the first starts where the payload does, each
+/// starts where the one before it ends, and the last ends where the payload does — no
+/// holes, no overlaps, no bytes after them (`slice(.., tile = true)`: safetensors' data
+/// offsets). Tensors not at a byte range of the file are left out. Offsets in errors
+/// count from the payload's start.
+pub fn tiled(tensors: &[crate::tensor::TensorInfo], data: (u64, u64)) -> Result<()> {
+    let mut ranges: Vec<(u64, u64, &str)> = tensors
+        .iter()
+        .filter_map(|t| match t.location {
+            crate::tensor::DataLocation::Range { offset, len } => {
+                Some((offset.saturating_sub(data.0), len, t.name.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    ranges.sort_by_key(|&(start, len, _)| (start, len));
+    let invalid = |msg: String| Err(Error::from(ErrorKind::Invalid(msg)));
+    let mut end = 0u64;
+    let mut before: Option<&str> = None;
+    for &(start, len, name) in &ranges {
+        if start > end {
+            let after = before.map_or("before the first tensor".to_string(), |b| {
+                format!("after '{b}'")
+            });
+            return invalid(format!(
+                "bytes {end}..{start} of the data belong to no tensor (a hole {after}): \
+                 the tensors' data offsets must follow each other"
+            ));
+        }
+        if start < end {
+            return invalid(format!(
+                "the data of '{name}' (from byte {start}) overlaps that of '{}' (to byte {end})",
+                before.unwrap_or_default()
+            ));
+        }
+        end = start
+            .checked_add(len)
+            .ok_or_else(|| Error::from(ErrorKind::Overflow(format!("the end of '{name}'"))))?;
+        before = Some(name);
+    }
+    if end != data.1 {
+        return invalid(format!(
+            "bytes {end}..{} at the end of the data belong to no tensor",
+            data.1
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -612,3 +612,8 @@ impl Expr {
         }
     }
 }
+
+/// The argument named `name` of a call, if given.
+pub fn named_arg<'a>(args: &'a [Arg], name: &str) -> Option<&'a Arg> {
+    args.iter().find(|a| a.name.as_deref() == Some(name))
+}

@@ -2622,12 +2622,16 @@ impl<'a> Lower<'a> {
                 Type::INT
             }
             Builtin::Slice => {
-                // Three positional arguments, then `align = N` if any.
+                // Three positional arguments, then `align = N` and `tile = true`, each once.
                 let positional = args.iter().take_while(|a| a.name.is_none()).count();
-                let named_ok = args[positional..]
+                let named: Vec<&str> = args[positional..]
                     .iter()
-                    .all(|a| a.name.as_deref() == Some("align"));
-                if positional != 3 || args.len() > 4 || !named_ok {
+                    .filter_map(|a| a.name.as_deref())
+                    .collect();
+                let named_ok = named.len() == args.len() - positional
+                    && named.iter().all(|n| matches!(*n, "align" | "tile"))
+                    && !(named.len() == 2 && named[0] == named[1]);
+                if positional != 3 || args.len() > 5 || !named_ok {
                     if args.iter().all(|a| a.name.is_none()) {
                         self.error(
                             span,
@@ -2636,14 +2640,26 @@ impl<'a> Lower<'a> {
                     } else {
                         self.gap(
                             span,
-                            "`slice` takes 3 arguments and an optional `align = N`",
+                            "`slice` takes 3 arguments, then an optional `align = N` and \
+                             `tile = true`",
                             "`slice(File.data, t.offset, t.offset + n, align = 32)`: the data, \
-                             where its bytes start and end, and a multiple their start is of",
+                             where its bytes start and end, and a multiple their start is of; \
+                             `tile = true`: the slices of all items cover the data exactly",
                         );
                     }
                 }
-                if let Some(a) = args.get(3) {
+                if let Some(a) = super::expr::named_arg(&args, "align") {
                     self.need(&a.value, Want::Int, "`slice`'s `align`");
+                }
+                if let Some(a) = super::expr::named_arg(&args, "tile") {
+                    if a.value.kind != ExprKind::Const(Const::Bool(true)) {
+                        self.gap(
+                            a.value.span,
+                            "`slice`'s `tile` is `true` or left out",
+                            "`tile = true`: in the order of their starts, the items' slices \
+                             cover the data without holes or overlaps (safetensors' data offsets)",
+                        );
+                    }
                 }
                 if !matches!(arg_ty(0), Type::Payload | Type::Entry(_) | Type::Error) {
                     let shown = self.show_ty(&arg_ty(0));

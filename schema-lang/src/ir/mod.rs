@@ -30,7 +30,7 @@ mod ty;
 
 pub use dump::{dump, dump_format};
 pub use expr::{
-    Arg, Builtin, Const, Expr, ExprKind, IndexKind, Member, Order, TensorKey, WriteVar,
+    named_arg, Arg, Builtin, Const, Expr, ExprKind, IndexKind, Member, Order, TensorKey, WriteVar,
 };
 pub use ty::{ByteOrder, Dtype, FloatTy, IntTy, Type};
 

@@ -653,7 +653,7 @@ pub fn inverse(ir: &Ir, m: &Mapping) -> Result<Inverse, Vec<Gap>> {
                         if let Some(end) = end {
                             inv.sets.push((end, Inv::End));
                         }
-                        if let Some(a) = args.get(3) {
+                        if let Some(a) = super::expr::named_arg(args, "align") {
                             match held_only(ir, layout, &a.value) {
                                 Ok(()) => inv.align = Some(a.value.clone()),
                                 Err(span) => gaps.push(gap(
