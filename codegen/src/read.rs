@@ -434,10 +434,14 @@ fn value(
             };
             quote!(rt::pydict::read::<#t>(c, #name, #n, #enc, limits)?)
         }
-        (Type::Dict(d), Some(Codec::Json)) => {
+        (Type::Dict(d), Some(Codec::Json { unique_keys })) => {
             let n = sized();
             let t = rs_ident(&ir.dict(*d).name);
-            quote!(rt::pydict::read_json::<#t>(c, #name, #n, limits)?)
+            if *unique_keys {
+                quote!(rt::pydict::read_json_unique::<#t>(c, #name, #n, limits)?)
+            } else {
+                quote!(rt::pydict::read_json::<#t>(c, #name, #n, limits)?)
+            }
         }
         _ => unreachable!(
             "the checker's rule layout_fields: a layout lays out numbers, text, bytes, \

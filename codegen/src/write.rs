@@ -88,8 +88,8 @@ impl Env for WriteEnv<'_> {
             return None;
         };
         let f = self.ir.field(l, g);
-        let coded =
-            matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json)) && f.repeat.is_none();
+        let coded = matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json { .. }))
+            && f.repeat.is_none();
         Some(match func {
             Builtin::Len | Builtin::Size if f.ty == Type::Payload => {
                 let len = local(self.ir.layout(l), f, "len");
@@ -366,7 +366,7 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
                     None => out.push(quote!(let #t = #enc;)),
                 }
             }
-            Some(Codec::Json) => {
+            Some(Codec::Json { .. }) => {
                 out.push(quote! {
                     let #t = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(#v)).map_err(|e| e.in_field(#name))?;
                 });
@@ -581,7 +581,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
                     }
                 }
             }
-            (_, Some(Codec::Json)) => {
+            (_, Some(Codec::Json { .. })) => {
                 let pad = pad(&lower, f)?;
                 if f.repeat.is_none() {
                     let t = local(env.ir.layout(env.layout), f, "text");

@@ -1029,6 +1029,23 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+            "json" => {
+                for a in args {
+                    match &a.name {
+                        Some(k)
+                            if k.name == "unique_keys"
+                                && matches!(a.value.kind, ExprKind::Bool(_)) => {}
+                        _ => self.err_help(
+                            at.file,
+                            a.span,
+                            "codec 'json' takes the named argument `unique_keys`, true or false",
+                            "`codec json(unique_keys = true)`: a key repeated in an object of \
+                             the text is an error (by default one item per key is kept, the \
+                             last value, as Python's `json` keeps it)",
+                        ),
+                    }
+                }
+            }
             _ => {
                 for a in args {
                     self.err(at.file, a.span, format!("codec '{n}' takes no arguments"));

@@ -268,7 +268,7 @@ impl Rules<'_> {
                             };
                             let ok = match (func, field) {
                                 (Builtin::Size, Some(_)) => true,
-                                (Builtin::Latin1, Some(f)) => matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json)) && f.repeat.is_none(),
+                                (Builtin::Latin1, Some(f)) => matches!(f.codec, Some(Codec::PyDict { .. } | Codec::Json { .. })) && f.repeat.is_none(),
                                 _ => false,
                             };
                             if !ok {
@@ -362,7 +362,7 @@ impl Rules<'_> {
                 let text_codec = match &x.codec {
                     Some(Codec::Pickle(_) | Codec::Protobuf(_)) => continue,
                     Some(Codec::PyDict { .. }) => Some("pydict"),
-                    Some(Codec::Json) => Some("json"),
+                    Some(Codec::Json { .. }) => Some("json"),
                     None => None,
                 };
                 let name = &x.name;

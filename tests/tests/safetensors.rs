@@ -382,6 +382,18 @@ fn hostile_files_are_refused_with_the_place() {
         e.contains("bytes 0..2") && e.contains("before the first tensor"),
         "{e}"
     );
+    // A tensor named twice, and a key repeated in a tensor's entry: refused by name, as
+    // the crate refuses them (Python's `json` would keep the last).
+    let h = format!(
+        "{{{},{}}}",
+        entry("w", "U8", "[4]", 0, 4),
+        entry("w", "U8", "[4]", 4, 8)
+    );
+    let e = err(&file_of(h.as_bytes(), &[0; 8]));
+    assert!(e.contains("\"w\" appears twice"), "{e}");
+    let h = r#"{"w":{"dtype":"U8","dtype":"F32","shape":[4],"data_offsets":[0,4]}}"#;
+    let e = err(&file_of(h.as_bytes(), &[0; 4]));
+    assert!(e.contains("\"dtype\" appears twice"), "{e}");
     // Tiled in another order than the header's, and empty tensors between: read.
     std::fs::write(
         &p,

@@ -11,7 +11,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{Deserialize, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::limits::Limits;
 
@@ -24,6 +24,12 @@ const CODEC: &str = "json";
 /// Errors are [`ErrorKind::Codec`] naming the line and column; text longer than
 /// `limits.max_header_bytes` is an [`ErrorKind::Limit`].
 pub fn parse(text: &[u8], limits: &Limits) -> Result<PyValue> {
+    parse_with(text, limits, false)
+}
+
+/// [`parse`]; `unique`: an object that repeats a key is an error naming the key (the
+/// safetensors crate refuses such headers), not one item per key.
+pub fn parse_with(text: &[u8], limits: &Limits, unique: bool) -> Result<PyValue> {
     if text.len() as u64 > limits.max_header_bytes {
         return Err(ErrorKind::Limit {
             what: "json length",
@@ -32,10 +38,14 @@ pub fn parse(text: &[u8], limits: &Limits) -> Result<PyValue> {
         }
         .into());
     }
-    let Json(v) = serde_json::from_slice(text).map_err(|e| ErrorKind::Codec {
-        codec: CODEC,
-        message: e.to_string(),
-    })?;
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let v = JsonVisitor { unique }
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v))
+        .map_err(|e| ErrorKind::Codec {
+            codec: CODEC,
+            message: e.to_string(),
+        })?;
     Ok(v)
 }
 
@@ -45,16 +55,18 @@ pub fn parse(text: &[u8], limits: &Limits) -> Result<PyValue> {
 /// [`from_dict`] would: errors of the text first, then those of the keys in declared
 /// order, a `rest` key's items in text order. An object that repeats a key (one item per
 /// key is kept, see [`parse`]) or text that is not an object goes through them.
-pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits) -> Result<T> {
+/// `unique`: a key repeated in any object is an error ([`parse_with`]).
+pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits, unique: bool) -> Result<T> {
     let keys = T::KEYS;
     let is_object = text
         .iter()
         .find(|b| !b.is_ascii_whitespace())
         .is_some_and(|&b| b == b'{');
     if keys.len() > 64 || !is_object || text.len() as u64 > limits.max_header_bytes {
-        return from_dict(&parse(text, limits)?);
+        return from_dict(&parse_with(text, limits, unique)?);
     }
     let mut items = Items {
+        unique,
         out: T::default(),
         seen: 0,
         failed: Vec::new(),
@@ -70,7 +82,7 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits) -> Result<T> {
         })?;
     items.hashes.sort_unstable();
     if items.hashes.windows(2).any(|w| w[0] == w[1]) {
-        return from_dict(&parse(text, limits)?);
+        return from_dict(&parse_with(text, limits, unique)?);
     }
     let Items {
         out,
@@ -95,6 +107,7 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits) -> Result<T> {
 /// `T::KEYS[i]`), the first error of each key (its field named), and a hash of every key
 /// met, to find a repeated one.
 struct Items<T> {
+    unique: bool,
     out: T,
     seen: u64,
     failed: Vec<(usize, Error)>,
@@ -111,7 +124,9 @@ impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
         let rest = T::KEYS.iter().position(|k| matches!(k, Key::Rest));
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
-            let Json(value) = map.next_value()?;
+            let value = map.next_value_seed(JsonVisitor {
+                unique: self.unique,
+            })?;
             // FNV-1a: a repeated key gives a repeated hash (and so does a rare collision,
             // which only costs the slower path).
             let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
@@ -228,11 +243,24 @@ struct Json(PyValue);
 
 impl<'de> Deserialize<'de> for Json {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        d.deserialize_any(JsonVisitor).map(Json)
+        d.deserialize_any(JsonVisitor { unique: false }).map(Json)
     }
 }
 
-struct JsonVisitor;
+/// Reads a value; `unique`: an object that repeats a key is an error (otherwise one item
+/// per key is kept, as Python's `json` keeps it).
+#[derive(Clone, Copy)]
+struct JsonVisitor {
+    unique: bool,
+}
+
+impl<'de> DeserializeSeed<'de> for JsonVisitor {
+    type Value = PyValue;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<PyValue, D::Error> {
+        d.deserialize_any(self)
+    }
+}
 
 impl<'de> Visitor<'de> for JsonVisitor {
     type Value = PyValue;
@@ -271,7 +299,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<PyValue, A::Error> {
         let mut items = Vec::new();
-        while let Some(Json(v)) = seq.next_element()? {
+        while let Some(v) = seq.next_element_seed(self)? {
             items.push(v);
         }
         Ok(PyValue::List(items))
@@ -279,19 +307,25 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<PyValue, A::Error> {
         let mut items: Vec<(PyValue, PyValue)> = Vec::new();
-        while let Some((k, Json(v))) = map.next_entry::<String, Json>()? {
+        while let Some(k) = map.next_key::<String>()? {
+            let v = map.next_value_seed(self)?;
             items.push((PyValue::Str(k), v));
         }
-        one_item_per_key(&mut items);
+        if let Some(k) = one_item_per_key(&mut items, self.unique) {
+            return Err(serde::de::Error::custom(format!(
+                "the key \"{k}\" appears twice in an object"
+            )));
+        }
         Ok(PyValue::Dict(items))
     }
 }
 
 /// Keeps one item per key of an object's items (all keyed by strings), as Python's `json`
-/// module does: the first position, the last value. The keys are compared in place (a
+/// module does: the first position, the last value; or, `unique`, changes nothing and
+/// returns the first key repeated. The keys are compared in place (a
 /// sort of their indices; small objects pairwise), with no copy and no hashing: the
 /// common object, with no repeated key, costs no allocation beyond the index.
-fn one_item_per_key(items: &mut Vec<(PyValue, PyValue)>) {
+fn one_item_per_key(items: &mut Vec<(PyValue, PyValue)>, unique: bool) -> Option<String> {
     fn key(item: &(PyValue, PyValue)) -> &str {
         item.0.as_str().unwrap_or_default()
     }
@@ -318,7 +352,10 @@ fn one_item_per_key(items: &mut Vec<(PyValue, PyValue)>) {
         repeats.sort_unstable_by_key(|&(_, later)| later);
     }
     if repeats.is_empty() {
-        return;
+        return None;
+    }
+    if unique {
+        return Some(key(&items[repeats[0].1]).to_string());
     }
     let mut dropped = vec![false; n];
     for &(first, later) in &repeats {
@@ -330,11 +367,34 @@ fn one_item_per_key(items: &mut Vec<(PyValue, PyValue)>) {
         at += 1;
         !dropped[at - 1]
     });
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unique_keys_refuse_a_repeated_key_at_any_depth() {
+        let l = Limits::default();
+        for text in [
+            &br#"{"a": 1, "b": 2, "a": 3}"#[..],
+            br#"{"x": {"b": 1, "b": 2}}"#,
+            br#"[{"k": 1, "k": 1}]"#,
+        ] {
+            let e = parse_with(text, &l, true).unwrap_err().to_string();
+            assert!(e.contains("appears twice"), "{e}");
+            parse(text, &l).unwrap();
+        }
+        let e = parse_with(br#"{"x": {"b": 1, "b": 2}}"#, &l, true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("\"b\""), "{e}");
+        assert_eq!(
+            parse_with(br#"{"a": [1, {"b": 2}]}"#, &l, true).unwrap(),
+            parse(br#"{"a": [1, {"b": 2}]}"#, &l).unwrap()
+        );
+    }
 
     #[test]
     fn objects_keep_order_and_one_item_per_key() {

@@ -22,8 +22,8 @@ pub mod json;
 mod value;
 
 pub use value::{
-    decode, dict, expected, from_dict, literal, read, read_json, to_list, Dict, FromPy, Key, Map,
-    ToPy,
+    decode, dict, expected, from_dict, literal, read, read_json, read_json_unique, to_list, Dict,
+    FromPy, Key, Map, ToPy,
 };
 
 const CODEC: &str = "python literal";

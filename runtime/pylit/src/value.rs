@@ -120,7 +120,7 @@ impl<T: Dict> FromPy for T {
     }
 
     fn from_json(text: &[u8], limits: &Limits) -> Result<Self> {
-        crate::json::parse_dict(text, limits)
+        crate::json::parse_dict(text, limits, false)
     }
 }
 
@@ -369,6 +369,18 @@ pub fn read_json<T: FromPy>(
 ) -> Result<T> {
     let bytes = c.bytes(field, len, limits.max_header_bytes)?;
     T::from_json(&bytes, limits).map_err(|e| c.wrap(field, e))
+}
+
+/// [`read_json`] of a dict whose JSON text may not repeat a key in any object (`codec
+/// json(unique_keys = true)`): a repeated key is an error naming it.
+pub fn read_json_unique<T: Dict>(
+    c: &mut Cursor<'_>,
+    field: &str,
+    len: u64,
+    limits: &Limits,
+) -> Result<T> {
+    let bytes = c.bytes(field, len, limits.max_header_bytes)?;
+    crate::json::parse_dict(&bytes, limits, true).map_err(|e| c.wrap(field, e))
 }
 
 /// A dict of items, for encoding.

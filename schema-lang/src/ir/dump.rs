@@ -401,7 +401,8 @@ impl D<'_> {
     fn codec(&self, c: &Codec) -> String {
         match c {
             Codec::PyDict { .. } => "pydict".to_string(),
-            Codec::Json => "json".to_string(),
+            Codec::Json { unique_keys: false } => "json".to_string(),
+            Codec::Json { unique_keys: true } => "json(unique_keys = true)".to_string(),
             Codec::Pickle(p) => format!("pickle({})", self.ir.pickle(*p).name),
             Codec::Protobuf(m) => format!("protobuf({})", self.msg(*m)),
         }

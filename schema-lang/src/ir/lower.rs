@@ -855,7 +855,12 @@ impl<'a> Lower<'a> {
     /// A codec's declaration part (its expressions come later).
     fn codec_decl(&mut self, name: &Ident, args: &[ast::Arg]) -> Option<Codec> {
         match name.name.as_str() {
-            "json" => Some(Codec::Json),
+            "json" => Some(Codec::Json {
+                unique_keys: args.iter().any(|a| {
+                    a.name.as_ref().is_some_and(|n| n.name == "unique_keys")
+                        && matches!(a.value.kind, ast::ExprKind::Bool(true))
+                }),
+            }),
             "pydict" => Some(Codec::PyDict {
                 encoding: None,
                 spare: None,

@@ -612,8 +612,12 @@ pub enum Codec {
         /// dict); otherwise items are separated as Python's `repr` separates them.
         trailing_comma: bool,
     },
-    /// JSON.
-    Json,
+    /// JSON (`json(unique_keys = true)`: an object that repeats a key is an error, as the
+    /// safetensors crate refuses it; otherwise one item per key, as Python's `json`).
+    Json {
+        /// A repeated key is an error.
+        unique_keys: bool,
+    },
     /// A pickle, with declaration `P`.
     Pickle(PickleId),
     /// A protobuf message.
