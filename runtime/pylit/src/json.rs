@@ -238,15 +238,6 @@ fn to_json(v: &PyValue) -> Result<serde_json::Value> {
     })
 }
 
-/// A [`PyValue`] read by serde.
-struct Json(PyValue);
-
-impl<'de> Deserialize<'de> for Json {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        d.deserialize_any(JsonVisitor { unique: false }).map(Json)
-    }
-}
-
 /// Reads a value; `unique`: an object that repeats a key is an error (otherwise one item
 /// per key is kept, as Python's `json` keeps it).
 #[derive(Clone, Copy)]
