@@ -14,7 +14,9 @@
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::plan::{self, Inv, Inverse, Step};
-use tensorfmt_schema::ir::{self, Const, FormatId, Ir, KeyKind, TensorKey, Type};
+use tensorfmt_schema::ir::{
+    self, Const, ExprKind, FormatId, Ir, KeyKind, TensorKey, Type, WriteVar,
+};
 
 use crate::lower::{storage_ty, Env, Lower, Unlowered, Val};
 use crate::model::rs_ident;
@@ -557,6 +559,69 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     } else {
         (quote!(), quote!(), quote!())
     };
+    // `write_order`: `add` spools the bytes and keeps the tensor's keys and metadata;
+    // `finish` builds the items in the keys' order, then streams the bytes in that order.
+    let (order_field, order_init, add_body, place_items) = match &m.write_order {
+        Some(ir::Expr {
+            kind: ExprKind::List(keys),
+            ..
+        }) => {
+            let env = OrderEnv { ir, fid };
+            let lower = Lower { ir, env: &env };
+            let mut ks = Vec::new();
+            for k in keys {
+                let v = lower.expr(k)?.scalar();
+                ks.push(match k.ty {
+                    Type::Str => quote!(rt::expr::SortKey::text(#v)),
+                    _ => quote!(rt::expr::SortKey::Int(#v)),
+                });
+            }
+            (
+                quote!(order: ::std::vec::Vec<(::std::vec::Vec<rt::expr::SortKey>, rt::TensorMeta, u64, u64)>,),
+                quote!(order: ::std::vec::Vec::new(),),
+                quote! {
+                    let len = meta.nbytes()?;
+                    let at = self.data.len();
+                    let keys = vec![#(#ks),*];
+                    self.data.add(data, len, #unit, #pname)?;
+                    self.order.push((keys, meta.clone(), at, len));
+                },
+                quote! {
+                    let mut order = ::std::mem::take(&mut self.order);
+                    order.sort_by(|a, b| a.0.cmp(&b.0));
+                    let mut begin = 0u64;
+                    for &(_, ref meta, _, len) in &order {
+                        #end
+                        #(#pre)*
+                        let item = #item;
+                        #push_to.push(item);
+                        begin += len;
+                    }
+                    let len = self.data.len();
+                    let ranges = order.iter().map(|o| (o.2, o.3)).collect();
+                    let mut data = self.data.into_ranges(ranges)?;
+                },
+            )
+        }
+        _ => (
+            quote!(),
+            quote!(),
+            quote! {
+                #pad_before
+                let len = meta.nbytes()?;
+                #end
+                #(#pre)*
+                let item = #item;
+                self.data.add(data, len, #unit, #pname)?;
+                #pad_after
+                #push_to.push(item);
+            },
+            quote! {
+                let len = self.data.len();
+                let mut data = self.data.into_reader()?;
+            },
+        ),
+    };
     let wdoc = format!(
         " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.",
         l.name
@@ -572,6 +637,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             out: W,
             #(#fields)*
             #names_field
+            #order_field
             data: rt::Spool,
         }
 
@@ -582,6 +648,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     out: w,
                     #(#inits,)*
                     #names_init
+                    #order_init
                     data: rt::Spool::new(options.destination.as_deref())?,
                 })
             }
@@ -592,21 +659,13 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 #(#requires)*
                 #dup_check
-                #pad_before
-                let len = meta.nbytes()?;
-                #end
-                #(#pre)*
-                let item = #item;
-                self.data.add(data, len, #unit, #pname)?;
-                #pad_after
-                #push_to.push(item);
+                #add_body
                 Ok(())
             }
 
             /// Writes the layout, then the tensors' bytes; returns the output.
             pub fn finish(mut self) -> rt::Result<W> {
-                let len = self.data.len();
-                let mut data = self.data.into_reader()?;
+                #place_items
                 #lname::write(&mut self.out, #(#args),*)?;
                 self.out.flush()?;
                 Ok(self.out)
@@ -626,4 +685,49 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 
         #desc
     })
+}
+
+/// The tensor being added, for the keys of `write_order`: its `name`, `dtype` and
+/// `shape`, and `index_of(TABLE, dtype)`, the position of its dtype's row.
+struct OrderEnv<'a> {
+    ir: &'a Ir,
+    fid: ir::FormatId,
+}
+
+impl Env for OrderEnv<'_> {
+    fn field(&self, _l: ir::LayoutId, _f: ir::FieldId) -> Option<Val> {
+        None
+    }
+    fn format(&self) -> Option<ir::FormatId> {
+        Some(self.fid)
+    }
+    fn write_var(&self, v: WriteVar) -> Option<Val> {
+        Some(match v {
+            WriteVar::Name => Val::place(quote!(meta.name), Type::Str),
+            WriteVar::Dtype => Val::value(quote!((meta.dtype, Some(meta.byte_order))), Type::Dtype),
+            WriteVar::Shape => Val::place(quote!(meta.shape), v.ty()),
+            _ => return None,
+        })
+    }
+    fn builtin(&self, func: ir::Builtin, args: &[ir::Arg]) -> Option<Val> {
+        let (ir::Builtin::IndexOf, [t, d]) = (func, args) else {
+            return None;
+        };
+        let ExprKind::Table(t) = t.value.kind else {
+            return None;
+        };
+        let lower = Lower {
+            ir: self.ir,
+            env: self,
+        };
+        let table = lower.table_path(t);
+        let d = match d.value.kind {
+            ExprKind::WriteVar(WriteVar::Dtype) => quote!(meta.dtype),
+            _ => {
+                let d = lower.expr(&d.value).ok()?.scalar();
+                quote!(#d.0)
+            }
+        };
+        Some(Val::value(quote!(#table.row_of(#d)?), Type::INT))
+    }
 }

@@ -34,7 +34,7 @@ pub use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 pub use tensorfmt_core::expr;
 pub use tensorfmt_core::layout_writer::{LayoutBuf, Patch};
 pub use tensorfmt_core::limits::Limits;
-pub use tensorfmt_core::output::{AtomicFile, Spool};
+pub use tensorfmt_core::output::{AtomicFile, Spool, SpoolRanges};
 pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{

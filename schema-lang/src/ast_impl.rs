@@ -53,6 +53,7 @@ pub const TENSOR_KEYS: &[&str] = &[
     "data",
     "segment",
     "write",
+    "write_order",
 ];
 
 /// The keys a `value` mapping may assign: the value's name and bytes, and which of its

@@ -202,6 +202,57 @@ fn written_files_are_byte_identical_to_the_package_s_for_tensors_in_its_order() 
     );
 }
 
+/// Tensors given in any order are written as the package writes them (by dtype, then
+/// name): the same bytes as its `save_file` of the same arrays. (Arrays in C order: the
+/// package's `safetensors.numpy.save_file` writes a Fortran-order array's memory as it
+/// lies, under its C-order shape, so that the file does not load equal to the array;
+/// tensorfmt reorders it.)
+#[test]
+fn tensors_in_any_order_are_written_as_the_package_writes_them() {
+    use tensorfmt::{ByteOrder, DType, Order, TensorMeta};
+    let tmp = tempfile::tempdir().unwrap();
+    let meta = |name: &str, dtype: DType, shape: &[u64]| TensorMeta {
+        name: name.into(),
+        dtype,
+        shape: shape.to_vec(),
+        order: Order::C,
+        byte_order: ByteOrder::Little,
+    };
+    let tensors: Vec<(TensorMeta, Vec<u8>)> = vec![
+        (meta("z.last", DType::U8, &[3]), vec![1, 2, 3]),
+        (
+            meta("b", DType::F32, &[2]),
+            vec![0, 0, 128, 63, 0, 0, 0, 64],
+        ),
+        (meta("a", DType::F32, &[1]), vec![0, 0, 64, 64]),
+        (meta("e", DType::F16, &[0, 2]), vec![]),
+        (meta("i", DType::I64, &[1]), 7i64.to_le_bytes().to_vec()),
+        (meta("m", DType::Bool, &[2]), vec![1, 0]),
+    ];
+    let npz = tmp.path().join("t.npz");
+    tensorfmt::save(
+        &npz,
+        None,
+        tensors.iter().map(|(m, b)| (m.clone(), &b[..])),
+        &Default::default(),
+    )
+    .unwrap();
+    let ours = tmp.path().join("ours.safetensors");
+    tensorfmt::save(
+        &ours,
+        None,
+        tensors.iter().map(|(m, b)| (m.clone(), &b[..])),
+        &Default::default(),
+    )
+    .unwrap();
+    let theirs = tmp.path().join("theirs.safetensors");
+    tfcheck_ok(&["save", path_str(&npz), path_str(&theirs)]);
+    assert!(
+        std::fs::read(&ours).unwrap() == std::fs::read(&theirs).unwrap(),
+        "not the package's bytes"
+    );
+}
+
 #[test]
 fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
     let tmp = tempfile::tempdir().unwrap();
@@ -216,12 +267,18 @@ fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
         convert(&src, &out);
         let (ok, text) = tfcheck_st(&["compare-npz", path_str(&out), path_str(&src)]);
         assert!(ok, "{f}: {text}");
-        // And back: the same tensors as the source, by tensorfmt.
+        // And back: the same tensors as the source, by tensorfmt (in the order the
+        // package writes, by dtype then name, as the file holds them).
         let back = tmp.path().join(format!("{f}.back.npz"));
         convert(&out, &back);
+        let by_name = |v: serde_json::Value| {
+            let mut v = v.as_array().cloned().unwrap_or_default();
+            v.sort_by_key(|t| t["name"].as_str().unwrap_or_default().to_string());
+            v
+        };
         assert_eq!(
-            tensors_of(inspect_json(&back)),
-            tensors_of(inspect_json(&src)),
+            by_name(tensors_of(inspect_json(&back))),
+            by_name(tensors_of(inspect_json(&src))),
             "{f}"
         );
     }

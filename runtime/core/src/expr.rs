@@ -352,6 +352,41 @@ pub fn tiled(tensors: &[crate::tensor::TensorInfo], data: (u64, u64)) -> Result<
     Ok(())
 }
 
+/// One part of an item's place in a writer's order (`write_order = [..]`): integers
+/// before text, each in its natural order.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum SortKey {
+    /// An integer.
+    Int(i128),
+    /// Text, by its bytes.
+    Text(String),
+}
+
+impl SortKey {
+    /// A text key.
+    pub fn text(s: impl AsRef<str>) -> SortKey {
+        SortKey::Text(s.as_ref().to_string())
+    }
+}
+
+impl From<i128> for SortKey {
+    fn from(v: i128) -> SortKey {
+        SortKey::Int(v)
+    }
+}
+
+impl From<&str> for SortKey {
+    fn from(v: &str) -> SortKey {
+        SortKey::Text(v.to_string())
+    }
+}
+
+impl From<String> for SortKey {
+    fn from(v: String) -> SortKey {
+        SortKey::Text(v)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -754,6 +754,16 @@ impl Spool {
         self.len == 0
     }
 
+    /// The bytes of `ranges` (`(offset, len)` of what was added), in that order: the
+    /// tensors of a writer that writes them in another order than they came in.
+    pub fn into_ranges(self, ranges: Vec<(u64, u64)>) -> Result<SpoolRanges> {
+        Ok(SpoolRanges {
+            file: self.into_reader()?,
+            ranges: ranges.into_iter(),
+            left: 0,
+        })
+    }
+
     /// The bytes, to be read from the start.
     pub fn into_reader(self) -> Result<File> {
         let mut f = self
@@ -762,5 +772,39 @@ impl Spool {
             .map_err(|e| Error::from(e.into_error()))?;
         f.seek(SeekFrom::Start(0))?;
         Ok(f)
+    }
+}
+
+/// Byte ranges of a [`Spool`], read one after the other ([`Spool::into_ranges`]).
+#[derive(Debug)]
+pub struct SpoolRanges {
+    file: File,
+    ranges: std::vec::IntoIter<(u64, u64)>,
+    left: u64,
+}
+
+impl io::Read for SpoolRanges {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.left == 0 {
+            match self.ranges.next() {
+                Some((offset, len)) => {
+                    self.file.seek(SeekFrom::Start(offset))?;
+                    self.left = len;
+                }
+                None => return Ok(0),
+            }
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = io::Read::read(&mut self.file, &mut buf[..want])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the spool ended inside a tensor's bytes",
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
 }

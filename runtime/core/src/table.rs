@@ -69,6 +69,22 @@ impl<K: 'static> Table<K> {
             )))
         })
     }
+
+    /// The position of the first row of `dtype` (any byte order): where the table lists
+    /// it, a rank (`index_of(TABLE, dtype)`: safetensors orders tensors by its dtypes'
+    /// order). An [`ErrorKind::Unsupported`] error when no row has it.
+    pub fn row_of(&self, dtype: DType) -> Result<i128> {
+        self.rows
+            .iter()
+            .position(|r| r.1 == dtype)
+            .map(|i| i as i128)
+            .ok_or_else(|| {
+                Error::from(ErrorKind::Unsupported(format!(
+                    "table `{}` has no row for dtype {dtype}",
+                    self.name
+                )))
+            })
+    }
 }
 
 #[cfg(test)]

@@ -173,6 +173,9 @@ enum Scope {
     Mapping(MappingId),
     /// A protobuf write rule (message options, a protobuf or kv mapping's `write`).
     ProtoWrite { tensor: bool },
+    /// A mapping's `write_order`: the tensor written (`name`, `dtype`, `shape`), tables,
+    /// dtype names and the builtins.
+    Order,
     /// A pickle write rule (a pickle entry's `write`, a mapping's `write`).
     PickleWrite {
         tensor: bool,
@@ -503,6 +506,7 @@ impl<'a> Lower<'a> {
                             filter: None,
                             stmts: Vec::new(),
                             write: None,
+                            write_order: None,
                             span: t.span,
                         });
                         if matches!(item, Item::Value(_)) {
@@ -1372,7 +1376,7 @@ impl<'a> Lower<'a> {
             .as_ref()
             .map(|f| self.want(&sc, f, Want::Bool, "`where`"));
         let mut stmts = Vec::new();
-        let mut write = None;
+        let (mut write, mut write_order) = (None, None);
         let proto = matches!(
             self.ir.format(self.cur).engine,
             Engine::Protobuf { .. } | Engine::Kv { .. }
@@ -1395,6 +1399,9 @@ impl<'a> Lower<'a> {
                     };
                     write = Some(self.expr(&ws, value));
                 }
+                ast::TensorStmt::Assign { key, value, .. } if key.name == "write_order" => {
+                    write_order = Some(self.write_order(id, key.span, value));
+                }
                 ast::TensorStmt::Assign { key, value, .. } => {
                     let value = self.expr(&sc, value);
                     let key = if self.ir.format(self.cur).values.contains(&id) {
@@ -1408,10 +1415,72 @@ impl<'a> Lower<'a> {
                 }
             }
         }
+        let padded = stmts.iter().any(|s| match s {
+            MappingStmt::Set {
+                key: TensorKey::Data,
+                value:
+                    Expr {
+                        kind:
+                            ExprKind::Call {
+                                func: Builtin::Slice,
+                                args,
+                            },
+                        ..
+                    },
+            } => super::expr::named_arg(args, "align").is_some(),
+            _ => false,
+        });
+        if let (Some(o), true) = (&write_order, padded) {
+            let span = o.span;
+            self.gap(
+                span,
+                "`write_order` with a padded `slice(.., align = ..)`",
+                "the writer pads each tensor as it comes; order the tensors before adding them, \
+                 or drop one of the two",
+            );
+        }
         let m = &mut self.ir.mappings[id.index()];
         m.filter = filter;
         m.stmts = stmts;
         m.write = write;
+        m.write_order = write_order;
+    }
+
+    /// `write_order = [K, ..]`: a list of integer or text keys over the tensor written, in
+    /// a `file` format whose mapping iterates a list or map (several tensors), whose data is
+    /// not padded (`slice(.., align = ..)`: the offsets follow the order written).
+    fn write_order(&mut self, id: MappingId, at: Span, value: &ast::Expr) -> Expr {
+        let e = self.expr(&Scope::Order, value);
+        let help = "`write_order = [-index_of(TABLE, dtype), name];`: the keys, integers or \
+                    text over the tensor's `name`, `dtype` and `shape`, that the writer \
+                    orders its tensors by (first key first; ties keep the order added)";
+        let several = matches!(self.ir.mapping(id).source.ty, Type::List(_) | Type::Map(..));
+        if self.ir.format(self.cur).engine != Engine::File || !several {
+            self.gap(
+                at,
+                "`write_order` is for a `file` format whose mapping iterates a list or map",
+                "a format of one tensor, or of another engine, writes its tensors as they \
+                 come",
+            );
+            return e;
+        }
+        match &e.kind {
+            ExprKind::List(keys) => {
+                for k in keys {
+                    if !matches!(k.ty, Type::Int(_) | Type::Str | Type::Error) {
+                        let shown = self.show_ty(&k.ty);
+                        self.gap(
+                            k.span,
+                            format!("a `write_order` key is an integer or text, not {shown}"),
+                            help,
+                        );
+                    }
+                }
+            }
+            ExprKind::Error => {}
+            _ => self.gap(value.span, "`write_order` is a list of keys", help),
+        }
+        e
     }
 
     fn include(&mut self, me: MappingId, e: &ast::Expr) -> Option<MappingStmt> {
@@ -1650,6 +1719,7 @@ impl<'a> Lower<'a> {
                 self.ir.mapping(*m).binding == name || crate::TENSOR_KEYS.contains(&name)
             }
             Scope::ProtoWrite { tensor } => *tensor && WriteVar::proto(name).is_some(),
+            Scope::Order => WriteVar::proto(name).is_some(),
             Scope::PickleWrite { tensor, .. } => *tensor && WriteVar::pickle(name).is_some(),
             _ => false,
         }
@@ -1747,6 +1817,28 @@ impl<'a> Lower<'a> {
                         ty,
                         span,
                     );
+                }
+            }
+            Scope::Order => {
+                if one {
+                    if let Some(v) = WriteVar::proto(n)
+                        .filter(|v| matches!(v, WriteVar::Name | WriteVar::Dtype | WriteVar::Shape))
+                    {
+                        return mk(ExprKind::WriteVar(v), v.ty(), span);
+                    }
+                    if let Some(t) = self.table_of(p) {
+                        return mk(ExprKind::Table(t), Type::Table(t), span);
+                    }
+                    if let Some(d) = Dtype::from_name(n) {
+                        return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
+                    }
+                    self.gap(
+                        span,
+                        format!("unknown name '{n}' in a `write_order`"),
+                        "names in a `write_order`: the tensor's name, dtype and shape, tables \
+                         of this format and dtype names",
+                    );
+                    return err_expr(span);
                 }
             }
             Scope::ProtoWrite { tensor } => {
@@ -2551,7 +2643,11 @@ impl<'a> Lower<'a> {
             .collect();
         // A table is read by key (`kinds[k]`); as a value it is only `key_of`'s table.
         for (i, a) in args.iter().enumerate() {
-            if matches!(a.value.ty, Type::Table(_)) && !(func == Builtin::KeyOf && i == 0) {
+            // `index_of(TABLE, dtype)`: the row of a dtype, in a `write_order`.
+            let table_arg = i == 0
+                && (func == Builtin::KeyOf
+                    || (func == Builtin::IndexOf && matches!(sc, Scope::Order)));
+            if matches!(a.value.ty, Type::Table(_)) && !table_arg {
                 self.gap(
                     a.value.span,
                     format!("the table is passed to `{}` as a value", func.name()),

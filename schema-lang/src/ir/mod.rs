@@ -984,6 +984,10 @@ pub struct Mapping {
     pub stmts: Vec<MappingStmt>,
     /// `write = ...`: the value written per tensor (a message, a pickle object).
     pub write: Option<Expr>,
+    /// `write_order = [K, ..]` (a several-tensor `file` writer): the tensors are written
+    /// in the order of these keys (integers or text, over the tensor's `name`, `dtype`,
+    /// `shape`), then in the order they were added.
+    pub write_order: Option<Expr>,
     /// The whole mapping.
     pub span: Span,
 }
