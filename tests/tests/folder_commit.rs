@@ -170,19 +170,29 @@ fn spawn_ready(
         .spawn()
         .expect("spawning the child");
     let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
     // The harness prints its own lines first (and `test child ... ` before `ready`).
+    wait_for(&mut out, |l| l.trim_end().ends_with("ready"), "ready");
+    (child, out)
+}
+
+/// Reads the child's lines until one that `done` accepts; the child ending first is a
+/// failure naming `what` it was expected to print.
+fn wait_for(
+    out: &mut BufReader<std::process::ChildStdout>,
+    done: impl Fn(&str) -> bool,
+    what: &str,
+) {
+    let mut line = String::new();
     loop {
         line.clear();
         assert!(
             out.read_line(&mut line).unwrap() > 0,
-            "the child ended before it was ready"
+            "the child ended before it printed {what}"
         );
-        if line.trim_end().ends_with("ready") {
-            break;
+        if done(&line) {
+            return;
         }
     }
-    (child, out)
 }
 
 /// How long one whole save of `job` takes on this machine now, from the child's `ready` to
@@ -192,17 +202,11 @@ fn one_save(job: &str) -> Duration {
     let dir = tempfile::tempdir().unwrap();
     let (mut child, mut out) = spawn_ready(job, dir.path(), 0);
     let t = Instant::now();
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended before its first commit"
-        );
-        if line.starts_with("committed ") {
-            break;
-        }
-    }
+    wait_for(
+        &mut out,
+        |l| l.starts_with("committed "),
+        "its first commit",
+    );
     let took = t.elapsed();
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
