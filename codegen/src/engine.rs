@@ -447,6 +447,18 @@ fn gen_zip_without_tensors(ir: &Ir, fid: FormatId) -> TokenStream {
 
 /// The writer constructor of a format that is only read, which refuses with `message`,
 /// and the `DESC` constant around it.
+/// [`read_only_desc`] of a `file` format: `values` when it has `value` mappings.
+pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
+    desc_with(
+        Some(quote!(Err(rt::Error::unsupported(#message)))),
+        " This format for the registry: name, extensions, detector and indexer (read-only).",
+        Structure::values(values),
+        false,
+        None,
+        false,
+    )
+}
+
 pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
     desc_around(
         quote!(Err(rt::Error::unsupported(#message))),
