@@ -94,9 +94,51 @@ pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> Toke
 }
 
 /// [`desc_around`] of a `file` format whose mapping gives no `order`: it stores C order
-/// only (`c_order_only` when `c_only`), so that a saver reorders other tensors first.
-pub(crate) fn desc_ordered(make: TokenStream, doc: &str, c_only: bool) -> TokenStream {
-    desc_with(Some(make), doc, false, false, None, c_only)
+/// only (`c_order_only` when `c_only`), so that a saver reorders other tensors first;
+/// `structure` when it has `value` mappings (its module's `structure`).
+pub(crate) fn desc_ordered(
+    make: TokenStream,
+    doc: &str,
+    c_only: bool,
+    structure: bool,
+) -> TokenStream {
+    desc_with(
+        Some(make),
+        doc,
+        Structure::values(structure),
+        false,
+        None,
+        c_only,
+    )
+}
+
+/// What a format's `DESC` says of its structure.
+#[derive(Clone, Copy, PartialEq)]
+enum Structure {
+    /// It has none.
+    None,
+    /// An object the tensors are stored in (a pickle): `.structure(structure)`.
+    Object,
+    /// Values beside the tensors (a `file` format's `value` mappings): `.values(structure)`.
+    Values,
+}
+
+impl Structure {
+    fn object(yes: bool) -> Structure {
+        if yes {
+            Structure::Object
+        } else {
+            Structure::None
+        }
+    }
+
+    fn values(yes: bool) -> Structure {
+        if yes {
+            Structure::Values
+        } else {
+            Structure::None
+        }
+    }
 }
 
 /// [`desc_around`], and `rewrite`: the module has a `rewrite` function (formats whose
@@ -110,14 +152,14 @@ pub(crate) fn desc_full(
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
-    desc_with(make, doc, structure, rewrite, db, false)
+    desc_with(make, doc, Structure::object(structure), rewrite, db, false)
 }
 
 /// [`desc_full`], and `c_order_only`: the format stores C order only.
 fn desc_with(
     make: Option<TokenStream>,
     doc: &str,
-    structure: bool,
+    structure: Structure,
     rewrite: bool,
     db: Option<TokenStream>,
     c_order_only: bool,
@@ -141,8 +183,10 @@ fn desc_with(
     } else {
         set.push(quote!(.writer(rt::kv::folder_writer)));
     }
-    if structure {
-        set.push(quote!(.structure(structure)));
+    match structure {
+        Structure::Object => set.push(quote!(.structure(structure))),
+        Structure::Values => set.push(quote!(.values(structure))),
+        Structure::None => {}
     }
     if c_order_only || rewrite {
         set.push(quote!(.c_order_only()));
@@ -403,6 +447,18 @@ fn gen_zip_without_tensors(ir: &Ir, fid: FormatId) -> TokenStream {
 
 /// The writer constructor of a format that is only read, which refuses with `message`,
 /// and the `DESC` constant around it.
+/// [`read_only_desc`] of a `file` format: `values` when it has `value` mappings.
+pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
+    desc_with(
+        Some(quote!(Err(rt::Error::unsupported(#message)))),
+        " This format for the registry: name, extensions, detector and indexer (read-only).",
+        Structure::values(values),
+        false,
+        None,
+        false,
+    )
+}
+
 pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
     desc_around(
         quote!(Err(rt::Error::unsupported(#message))),

@@ -19,13 +19,13 @@ use crate::model::{docs, rs_ident};
 
 /// Names in reach in a mapping: the record (`f`), the binding (`t`), the item's
 /// position, the source, and the properties set so far.
-struct MapEnv {
-    layout: LayoutId,
-    binding: Val,
-    position: bool,
-    keys: Vec<TensorKey>,
+pub(crate) struct MapEnv {
+    pub(crate) layout: LayoutId,
+    pub(crate) binding: Val,
+    pub(crate) position: bool,
+    pub(crate) keys: Vec<TensorKey>,
     /// The tensor's name as a `&str`.
-    name: TokenStream,
+    pub(crate) name: TokenStream,
 }
 
 impl Env for MapEnv {
@@ -402,7 +402,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
 }
 
 /// The layout a mapping's source starts at (`File`, `File.header.rest`).
-fn root_layout(e: &Expr) -> Option<LayoutId> {
+pub(crate) fn root_layout(e: &Expr) -> Option<LayoutId> {
     match &e.kind {
         ExprKind::Layout(l) => Some(*l),
         ExprKind::Member { base, .. } => root_layout(base),

@@ -419,6 +419,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             },
             DESC_DOC,
             c_only,
+            !ir.format(fid).values.is_empty(),
         );
         return Ok(quote! {
             #(#fns)*
@@ -630,6 +631,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?))),
         DESC_DOC,
         c_only,
+        !ir.format(fid).values.is_empty(),
     );
     Ok(quote! {
         #[doc = #wdoc]

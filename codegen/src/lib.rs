@@ -47,6 +47,7 @@ mod read;
 mod schemas;
 mod table;
 mod union;
+mod values;
 mod write;
 
 use model::{docs, Model};
@@ -392,13 +393,15 @@ fn format_items(
                 "{} is read-only: its schema declares `read_only;`",
                 ir.format(fid).public_name
             );
-            let desc = engine::read_only_desc(&refusal, false);
-            quote!(#read #desc)
+            let values = lowered(values::gen_values(ir, fid));
+            let desc = engine::read_only_file_desc(&refusal, values::has_values(ir, fid));
+            quote!(#read #values #desc)
         }
         Engine::File => {
             let read = lowered(file::gen_file(ir, fid));
+            let values = lowered(values::gen_values(ir, fid));
             let write = lowered(inverse::gen_file_writer(ir, fid));
-            quote!(#read #write)
+            quote!(#read #values #write)
         }
         Engine::Zip if pickle::is_pickle_zip(ir, fid) => lowered(pickle::gen_zip_pickle(ir, fid)),
         Engine::Zip => engine::gen_zip(ir, fid),

@@ -33,7 +33,7 @@ pub(crate) fn union_ident(ir: &Ir, l: LayoutId, f: FieldId) -> Ident {
 }
 
 /// The variant of a case: its type's name (`U8`, `F32`, `Bool`, the layout's name).
-fn variant(ir: &Ir, ty: &Type) -> Ident {
+pub(crate) fn variant(ir: &Ir, ty: &Type) -> Ident {
     match ty {
         Type::Int(i) => format_ident!("{}", i.name().to_ascii_uppercase()),
         Type::Float(x) => format_ident!("F{}", u32::from(x.bytes) * 8),

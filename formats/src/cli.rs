@@ -246,8 +246,7 @@ fn inspect(
         let mut doc = json!({ "format": file.format(), "tensors": tensors });
         if with_values {
             let values: Vec<serde_json::Value> = match structure {
-                Ok(Some(tree)) => tree
-                    .values()
+                Ok(Some(tree)) => listed_values(&file, &tree)
                     .into_iter()
                     .map(|(name, v)| json!({ "name": name, "value": node_json(v), "repr": v.to_string() }))
                     .collect(),
@@ -293,7 +292,7 @@ fn inspect(
         }
         match &structure {
             Ok(Some(tree)) => {
-                let values = tree.values();
+                let values = listed_values(&file, tree);
                 if !values.is_empty() {
                     outln!(out, "values:");
                     for (name, v) in values {
@@ -307,6 +306,20 @@ fn inspect(
         }
     }
     Ok(())
+}
+
+/// The values `inspect` lists, with their names: a format's values beside its tensors
+/// (safetensors `__metadata__`, GGUF key/values) each under its name, even where the file
+/// holds no tensor; otherwise what the stored object holds besides its tensors.
+fn listed_values<'t>(file: &TensorFile, tree: &'t crate::Node) -> Vec<(String, &'t crate::Node)> {
+    match tree {
+        crate::Node::Dict(items) if file.format_desc().values => items
+            .iter()
+            .filter(|(_, v)| !matches!(v, crate::Node::Tensor(_)))
+            .map(|(k, v)| (crate::runtime::tree::key_text(k).unwrap_or_default(), v))
+            .collect(),
+        _ => tree.values(),
+    }
 }
 
 /// `s` cut to at most `max` characters, with an ellipsis when cut.

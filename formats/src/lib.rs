@@ -730,7 +730,11 @@ pub fn convert(
     }
     let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
-    if !options.flatten {
+    // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
+    // go to formats of such values alone: an object format would store them in the
+    // object its tensors are in.
+    let carried = !file.format_desc().values || saver.format.values;
+    if !options.flatten && carried {
         if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {
             saver.set_structure(tree)?;
         }
@@ -739,7 +743,10 @@ pub fn convert(
     let mut bytes = 0u64;
     // Storages are members of their own in formats around a stored object (PyTorch,
     // TorchScript); an npz member is an npy file, not a storage.
-    let mut keep_layout = options.keep_layout && options.dtype.is_none() && tree.is_some();
+    let mut keep_layout = options.keep_layout
+        && options.dtype.is_none()
+        && tree.is_some()
+        && !file.format_desc().values;
     let mut storages: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for (i, info) in file.tensors().iter().enumerate() {
         if keep_layout {

@@ -24,7 +24,8 @@
 //!   [`Pattern`]s and the [`Captures`] shared by an archive's entries; [`Compression`];
 //! - storages named by key ([`StorageRef`], [`Storages`]), which a pickle's tensors
 //!   point into and a container (a zip archive) locates;
-//! - object trees: [`Node`], what a container holds besides its tensors
+//! - object trees: [`Node`], what a container holds besides its tensors, and
+//!   [`ToNode`], which turns a generated record's values into nodes
 //!   ([`FormatDesc::structure`], [`TensorWriter::set_structure`]).
 
 pub use tensorfmt_core::cursor::Cursor;
@@ -48,7 +49,7 @@ pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,
 };
-pub use tensorfmt_core::tree::Node;
+pub use tensorfmt_core::tree::{Node, ToNode};
 
 #[cfg(feature = "kv")]
 pub use crate::kv;

@@ -1852,19 +1852,21 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// A `value` mapping: kv formats only; it assigns `name` and `data`, and `part` and
-    /// `parts` both or neither (their types are the engine rules', on the IR).
+    /// A `value` mapping: kv and `file` formats only; it assigns `name` and `data`, and
+    /// `part` and `parts` both or neither (kv), or neither (`file`); their types are the
+    /// engine rules', on the IR.
     fn value_map(&mut self, at: At<'a>, t: &'a TensorMap) {
         let head = Span {
             start: t.span.start,
             end: t.binding.span.end,
         };
-        if at.fmt.engine_kind() != "kv" {
+        let file = at.fmt.engine_kind() == "file";
+        if !file && at.fmt.engine_kind() != "kv" {
             self.err_help(
                 at.file,
                 head,
-                "a `value` mapping outside a kv format",
-                "only key-value databases hold values that are not tensors; map this format's tensors with `tensor from ..`",
+                "a `value` mapping outside a kv or file format",
+                "only key-value databases and `file` formats expose values that are not tensors; map this format's tensors with `tensor from ..`",
             );
             return;
         }
@@ -1887,6 +1889,17 @@ impl<'a> Checker<'a> {
                 format!("value mapping does not set {}", missing.join(", ")),
                 "a value mapping sets the value's name and data",
             );
+        }
+        if file {
+            if let Some(&sp) = assigned.get("part").or(assigned.get("parts")) {
+                self.err_help(
+                    at.file,
+                    sp,
+                    "a `file` format's values are whole: `part` and `parts` belong to kv formats",
+                    "set the value's `name` and `data` (`data = k.value;`) alone",
+                );
+            }
+            return;
         }
         if let (Some(&sp), None) | (None, Some(&sp)) = (assigned.get("part"), assigned.get("parts"))
         {

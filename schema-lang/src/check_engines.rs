@@ -1486,6 +1486,43 @@ impl Rules<'_> {
         }
     }
 
+    /// A `file` format's `value` mappings (its record's values that are not tensors, the
+    /// format's structure): each iterates a list or map of the record, names its value
+    /// with text, and its `data` is a value a structure holds — numbers, `bool`, text,
+    /// lists, maps, options, records and tagged unions of them.
+    fn file_values(&mut self) {
+        let ir = self.ir;
+        for &m in &ir.format(self.fid).values {
+            let map = ir.mapping(m);
+            let over_item = !matches!(map.source.kind, ExprKind::Layout(_))
+                && crate::ir::plan::root_layout(&map.source).is_some()
+                && matches!(
+                    map.source.ty,
+                    Type::List(_) | Type::Tuple(_) | Type::Map(..)
+                );
+            if !over_item {
+                self.err(
+                    map.source.span,
+                    "a `file` format's `value` mapping iterates a list or map of its record",
+                    "`value from File.kv as k` (a repeated field), `value from File.header.meta as m` (a map)",
+                );
+                continue;
+            }
+            if let Some(n) = map.key(TensorKey::Name).filter(|n| n.ty != Type::Str) {
+                self.err(n.span, "a value's `name` is text", "`name = k.key;`");
+            }
+            if let Some(d) = map.key(TensorKey::Data) {
+                if let Some(bad) = node_less(ir, &d.ty, &mut Vec::new()) {
+                    self.err(
+                        d.span,
+                        format!("a value's `data` holds {bad}, which a structure cannot show"),
+                        "give numbers, `bool`, text, lists, maps, records or tagged unions of them",
+                    );
+                }
+            }
+        }
+    }
+
     fn file_pickle(&mut self) {
         let ir = self.ir;
         let f = ir.format(self.fid);
@@ -1502,8 +1539,16 @@ impl Rules<'_> {
             .collect();
         let Some(&lid) = pickled.first() else {
             self.file_layout();
+            self.file_values();
             return;
         };
+        for &m in &f.values {
+            self.err(
+                ir.mapping(m).span,
+                "a file of pickles exposes its stored object, not `value` mappings",
+                "remove the `value` mapping: the pickled object's values are shown as they are",
+            );
+        }
         let source = |m: &Mapping| match &m.source.kind {
             ExprKind::Member {
                 base,
@@ -1869,5 +1914,39 @@ impl Rules<'_> {
                 );
             }
         }
+    }
+}
+
+/// What of `ty` has no node of a structure (a payload, a dtype, a decoded dict), or `None`
+/// when all of it has one. `seen` holds the layouts being walked (records of themselves).
+fn node_less(ir: &Ir, ty: &Type, seen: &mut Vec<LayoutId>) -> Option<String> {
+    match ty {
+        Type::Int(_) | Type::Float(_) | Type::Bool | Type::Str | Type::Bytes => None,
+        Type::List(t) | Type::Tuple(t) => node_less(ir, t, seen),
+        Type::Map(k, v) => node_less(ir, k, seen).or_else(|| node_less(ir, v, seen)),
+        Type::Layout(l) => {
+            if seen.contains(l) {
+                return None;
+            }
+            seen.push(*l);
+            ir.layout(*l).fields.iter().find_map(|f| {
+                let given = !crate::ir::plan::is_computed(f)
+                    && !matches!(f.kind, crate::ir::FieldKind::Magic(_))
+                    && f.item_ty != Type::Payload;
+                given.then(|| node_less(ir, &f.ty, seen)).flatten()
+            })
+        }
+        Type::Union(l, f) => match &ir.field(*l, *f).kind {
+            crate::ir::FieldKind::Match { cases, .. } => {
+                cases.iter().find_map(|c| node_less(ir, &c.ty, seen))
+            }
+            _ => None,
+        },
+        Type::Payload => Some("tensor bytes (a payload)".into()),
+        Type::Dict(d) => Some(format!("a decoded dict ('{}')", ir.dict(*d).name)),
+        other => Some(format!(
+            "a value of type {}",
+            crate::ir::dump::type_name(ir, other)
+        )),
     }
 }

@@ -1349,6 +1349,35 @@ fn a_gguf_like_file_reads_reversed_dims_at_the_alignment_its_key_values_give() {
     assert!(e.contains("'general.alignment' is not an integer"), "{e}");
 }
 
+/// `value from File.kv as k`: the structure holds each key/value under its key — numbers,
+/// text and arrays as their natural values — then the tensors as leaves.
+#[test]
+fn a_gguf_like_file_s_key_values_are_its_structure_beside_its_tensors() {
+    let desc = &gguf_like_fmt::gguflike::DESC;
+    assert!(desc.values);
+    let fixture = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/fixtures/gguf/small.gguf"
+    ))
+    .unwrap();
+    let src = rt::Source::from_bytes(fixture);
+    let tree = (desc.structure)(&src, &rt::Limits::default())
+        .unwrap()
+        .unwrap();
+    assert_eq!(tree.tensor_names(), ["tok_embd.weight", "h", "i"]);
+    let values: Vec<(String, String)> = tree
+        .values()
+        .into_iter()
+        .map(|(k, v)| (k, v.to_string()))
+        .collect();
+    assert_eq!(values[0], ("general.architecture".into(), "'llama'".into()));
+    assert_eq!(values[1], ("general.alignment".into(), "64".into()));
+    assert!(values.len() > 2, "{values:?}");
+    for (k, v) in &values[2..] {
+        assert!(!v.is_empty(), "{k}");
+    }
+}
+
 /// The `gguf` package's file (`tests/fixtures/gguf/make.py`, alignment 64, text and
 /// arrays among the key/values, f32, f16 and i32 tensors) reads, and the writer given its
 /// key/values and tensors writes it byte for byte; without key/values it writes at the

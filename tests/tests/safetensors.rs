@@ -136,6 +136,34 @@ fn metadata_reads_as_the_package_gives_it() {
     }
 }
 
+/// `__metadata__` is the format's structure (`value from File.header.__metadata__`):
+/// `inspect --json --values` lists each of its keys with its text, as the package gives
+/// them, and nothing for a file without; the tensors are leaves beside them.
+#[test]
+fn metadata_is_the_structure_inspect_shows() {
+    for f in FIXTURES {
+        let p = dir().join(f);
+        let want = json(&tfcheck_ok(&["metadata", path_str(&p)]));
+        let (code, out) = cli(&["inspect", "--json", "--values", path_str(&p)]);
+        assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+        let values = json(&out)["values"].clone();
+        let got: serde_json::Map<String, serde_json::Value> = values
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| (v["name"].as_str().unwrap().to_string(), v["value"].clone()))
+            .collect();
+        match want {
+            serde_json::Value::Null => assert!(got.is_empty(), "{f}: {got:?}"),
+            want => assert_eq!(serde_json::Value::Object(got), want, "{f}"),
+        }
+        let file = tensorfmt::TensorFile::open(&p).unwrap();
+        let tree = file.structure().unwrap().unwrap();
+        let names: Vec<&str> = file.tensors().iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(tree.tensor_names(), names, "{f}");
+    }
+}
+
 /// Writes the tensors of `from`, in its order, with the generated writer, `__metadata__`
 /// as `metadata`.
 fn rewrite_with_metadata(from: &Path, to: &Path, metadata: Option<Vec<(String, String)>>) {

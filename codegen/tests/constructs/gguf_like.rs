@@ -648,6 +648,75 @@ pub mod gguflike {
         let f = File::read(&mut c, limits).map_err(in_file)?;
         tensors(&f, limits).map_err(in_file)
     }
+    /// The values of a `File` that are not tensors (its `value` mappings), each under its name, then its tensors as leaves under theirs: the format's structure.
+    pub fn structure(
+        src: &rt::Source,
+        limits: &rt::Limits,
+    ) -> rt::Result<Option<rt::Node>> {
+        let mut c = rt::Cursor::new(src.data(), src.location());
+        let f = File::read(&mut c, limits).map_err(|e| src.in_file(e))?;
+        let mut out = ::std::vec::Vec::new();
+        let values = &f.kv;
+        for t in values.iter() {
+            out.push((rt::Node::str(t.key.as_str()), rt::ToNode::to_node(&t.value)));
+        }
+        for t in index(src, limits)? {
+            out.push((rt::Node::str(&t.name), rt::Node::Tensor(t.name)));
+        }
+        Ok(Some(rt::Node::Dict(out)))
+    }
+    /// The value of the case, as a value of the format's structure.
+    impl rt::ToNode for KvValue {
+        fn to_node(&self) -> rt::Node {
+            match self {
+                KvValue::U8(v) => rt::ToNode::to_node(v),
+                KvValue::I8(v) => rt::ToNode::to_node(v),
+                KvValue::U16(v) => rt::ToNode::to_node(v),
+                KvValue::I16(v) => rt::ToNode::to_node(v),
+                KvValue::U32(v) => rt::ToNode::to_node(v),
+                KvValue::I32(v) => rt::ToNode::to_node(v),
+                KvValue::F32(v) => rt::ToNode::to_node(v),
+                KvValue::Bool(v) => rt::ToNode::to_node(v),
+                KvValue::Text(v) => rt::ToNode::to_node(v),
+                KvValue::Array(v) => rt::ToNode::to_node(v),
+                KvValue::U64(v) => rt::ToNode::to_node(v),
+                KvValue::I64(v) => rt::ToNode::to_node(v),
+                KvValue::F64(v) => rt::ToNode::to_node(v),
+            }
+        }
+    }
+    /// A `Text` as a value of the format's structure.
+    impl rt::ToNode for Text {
+        fn to_node(&self) -> rt::Node {
+            rt::ToNode::to_node(&self.text)
+        }
+    }
+    /// A `Array` as a value of the format's structure.
+    impl rt::ToNode for Array {
+        fn to_node(&self) -> rt::Node {
+            rt::ToNode::to_node(&self.items)
+        }
+    }
+    /// The value of the case, as a value of the format's structure.
+    impl rt::ToNode for ArrayItems {
+        fn to_node(&self) -> rt::Node {
+            match self {
+                ArrayItems::U8(v) => rt::ToNode::to_node(v),
+                ArrayItems::I8(v) => rt::ToNode::to_node(v),
+                ArrayItems::U16(v) => rt::ToNode::to_node(v),
+                ArrayItems::I16(v) => rt::ToNode::to_node(v),
+                ArrayItems::U32(v) => rt::ToNode::to_node(v),
+                ArrayItems::I32(v) => rt::ToNode::to_node(v),
+                ArrayItems::F32(v) => rt::ToNode::to_node(v),
+                ArrayItems::Bool(v) => rt::ToNode::to_node(v),
+                ArrayItems::Text(v) => rt::ToNode::to_node(v),
+                ArrayItems::Array(v) => rt::ToNode::to_node(v),
+                ArrayItems::U64(v) => rt::ToNode::to_node(v),
+                ArrayItems::I64(v) => rt::ToNode::to_node(v),
+                ArrayItems::F64(v) => rt::ToNode::to_node(v),
+            }
+        }
+    }
     /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
     pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
         out: W,
@@ -735,6 +804,7 @@ pub mod gguflike {
     /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
         .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .values(structure)
         .c_order_only();
 }
 /// Every format generated from the schema, in file-load order.

@@ -118,6 +118,44 @@ fn files_made_by_the_gguf_package_read_as_the_package_reads_them() {
     }
 }
 
+/// `inspect --json --values` lists the key/values as the package's reader gives them:
+/// numbers, text and arrays as natural JSON, in the file's order (`GGUFReader`'s
+/// `contents()` flattens an array of arrays, which tensorfmt keeps nested).
+#[test]
+fn key_values_are_the_values_inspect_shows() {
+    let py = python();
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, made) = tool(&py, &["make", s(dir.path()), &seed()]);
+    assert!(ok);
+    let files: Vec<String> = serde_json::from_str(&made).unwrap();
+    for f in files.iter().filter(|f| !f.ends_with("quantized.gguf")) {
+        let (code, ours) = cli(&["inspect", "--json", "--values", f]);
+        assert_eq!(code, ExitCode::SUCCESS, "{ours}");
+        let (ok, theirs) = tool(&py, &["metadata", f]);
+        assert!(ok);
+        let theirs = json(&theirs);
+        let ours = json(&ours);
+        let values = ours["values"].as_array().unwrap();
+        let names: Vec<&str> = values.iter().map(|v| v["name"].as_str().unwrap()).collect();
+        let keys: Vec<&str> = theirs
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| k.as_str())
+            .collect();
+        assert_eq!(names, keys, "{f}");
+        for v in values {
+            let name = v["name"].as_str().unwrap();
+            let mut value = v["value"].clone();
+            if name == "t.nested" {
+                assert_eq!(value, serde_json::json!([[1, 2], [3]]));
+                value = serde_json::json!([1, 2, 3]);
+            }
+            assert_eq!(value, theirs[name], "{f}: {name}");
+        }
+    }
+}
+
 /// An npz made by this crate's own writer converted to GGUF: the package reads every tensor
 /// equal to the npz's; a GGUF file of the package converted to GGUF and to npz keeps its
 /// tensors.

@@ -278,6 +278,10 @@ pub struct FormatDesc {
     /// checkpoint's pickled object): its [`Node::Tensor`] leaves carry the names `index`
     /// gives. `None` for formats that store tensors alone.
     pub structure: fn(&Source, &Limits) -> Result<Option<Node>>,
+    /// The structure is the format's values beside its tensors (a `file` format's `value`
+    /// mappings: safetensors `__metadata__`, GGUF key/values), not an object they are
+    /// stored in: `convert` hands it to formats of values alone.
+    pub values: bool,
     /// A streaming writer.
     pub writer: WriterCtor,
     /// The format stores C-order tensors only: the high-level API reorders Fortran-order
@@ -308,6 +312,7 @@ impl FormatDesc {
             detect,
             index,
             structure: no_structure,
+            values: false,
             writer: no_writer,
             c_order_only: false,
             db: None,
@@ -323,6 +328,16 @@ impl FormatDesc {
     /// The format with the object its tensors are stored in ([`FormatDesc::structure`]).
     pub const fn structure(self, structure: fn(&Source, &Limits) -> Result<Option<Node>>) -> Self {
         FormatDesc { structure, ..self }
+    }
+
+    /// The format with values beside its tensors, given as its structure
+    /// ([`FormatDesc::values`]).
+    pub const fn values(self, structure: fn(&Source, &Limits) -> Result<Option<Node>>) -> Self {
+        FormatDesc {
+            structure,
+            values: true,
+            ..self
+        }
     }
 
     /// The format storing C-order tensors only.

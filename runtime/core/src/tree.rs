@@ -173,6 +173,86 @@ impl Node {
     }
 }
 
+/// A value that becomes a [`Node`]: numbers, text, lists and options of them, and the
+/// records and tagged unions generated from a schema (a `value` mapping of a `file`
+/// format exposes them as the format's structure).
+pub trait ToNode {
+    /// The value as a node.
+    fn to_node(&self) -> Node;
+}
+
+macro_rules! int_to_node {
+    ($($t:ty),*) => {$(
+        impl ToNode for $t {
+            fn to_node(&self) -> Node {
+                Node::Int(i128::from(*self))
+            }
+        }
+    )*};
+}
+
+int_to_node!(u8, i8, u16, i16, u32, i32, u64, i64);
+
+impl ToNode for f32 {
+    fn to_node(&self) -> Node {
+        Node::Float(f64::from(*self))
+    }
+}
+
+impl ToNode for f64 {
+    fn to_node(&self) -> Node {
+        Node::Float(*self)
+    }
+}
+
+impl ToNode for bool {
+    fn to_node(&self) -> Node {
+        Node::Bool(*self)
+    }
+}
+
+impl ToNode for str {
+    fn to_node(&self) -> Node {
+        Node::str(self)
+    }
+}
+
+impl ToNode for String {
+    fn to_node(&self) -> Node {
+        Node::str(self)
+    }
+}
+
+impl<T: ToNode> ToNode for [T] {
+    fn to_node(&self) -> Node {
+        Node::List(self.iter().map(ToNode::to_node).collect())
+    }
+}
+
+impl<T: ToNode> ToNode for Vec<T> {
+    fn to_node(&self) -> Node {
+        self.as_slice().to_node()
+    }
+}
+
+impl<T: ToNode> ToNode for Option<T> {
+    fn to_node(&self) -> Node {
+        self.as_ref().map_or(Node::None, ToNode::to_node)
+    }
+}
+
+impl<T: ToNode + ?Sized> ToNode for Box<T> {
+    fn to_node(&self) -> Node {
+        (**self).to_node()
+    }
+}
+
+impl<T: ToNode + ?Sized> ToNode for &T {
+    fn to_node(&self) -> Node {
+        (**self).to_node()
+    }
+}
+
 fn write_seq(f: &mut fmt::Formatter<'_>, open: &str, items: &[Node], close: &str) -> fmt::Result {
     f.write_str(open)?;
     for (i, n) in items.iter().enumerate() {

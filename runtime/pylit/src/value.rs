@@ -286,6 +286,19 @@ pub fn to_list<T: ToPy>(v: &[T]) -> PyValue {
     PyValue::List(v.iter().map(ToPy::to_py).collect())
 }
 
+/// A map is a dict of its keys, in order.
+impl<V: tensorfmt_core::tree::ToNode> tensorfmt_core::tree::ToNode for Map<V> {
+    fn to_node(&self) -> tensorfmt_core::tree::Node {
+        use tensorfmt_core::tree::Node;
+        Node::Dict(
+            self.0
+                .iter()
+                .map(|(k, v)| (Node::str(k), v.to_node()))
+                .collect(),
+        )
+    }
+}
+
 impl<V: FromPy> FromPy for Map<V> {
     fn from_py(v: &PyValue) -> Result<Self> {
         map_items(v)

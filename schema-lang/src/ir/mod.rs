@@ -22,7 +22,7 @@
 //! `e.value` of an entry without `value`), an `include` whose value no mapping of the
 //! format maps, and the mapped `segment` used as a name.
 
-mod dump;
+pub(crate) mod dump;
 mod expr;
 mod lower;
 pub mod plan;

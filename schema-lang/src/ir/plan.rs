@@ -61,7 +61,7 @@ pub struct WritePlan {
 
 /// True for a field whose writer computes it: a number (every number has a rule or an
 /// implied constant, the checker enforces it) or a field with a `write` rule.
-pub(crate) fn is_computed(f: &super::Field) -> bool {
+pub fn is_computed(f: &super::Field) -> bool {
     f.write.is_some() || (f.implied.is_some() && matches!(f.item_ty, Type::Int(_) | Type::Float(_)))
 }
 
