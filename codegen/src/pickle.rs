@@ -893,9 +893,9 @@ fn gen_writer(
             /// root object), each [`rt::Node::Tensor`] leaf as the tensor added under that
             /// name. Every tensor added must be named in it, and every name added; checked
             /// by [`Writer::finish`].
-            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
                 self.objects.set_structure(tree);
-                Ok(true)
+                Ok(rt::StructureKept::all())
             }
 
             /// Writes the pickled object and the fixed members, then the central directory; returns the output.

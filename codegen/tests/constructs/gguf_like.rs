@@ -665,24 +665,62 @@ pub mod gguflike {
         }
         Ok(Some(rt::Node::Dict(out)))
     }
-    /// The value of the case, as a value of the format's structure.
+    /// The value of the case, with its tag, as a value of the format's structure.
     impl rt::ToNode for KvValue {
         fn to_node(&self) -> rt::Node {
             match self {
-                KvValue::U8(v) => rt::ToNode::to_node(v),
-                KvValue::I8(v) => rt::ToNode::to_node(v),
-                KvValue::U16(v) => rt::ToNode::to_node(v),
-                KvValue::I16(v) => rt::ToNode::to_node(v),
-                KvValue::U32(v) => rt::ToNode::to_node(v),
-                KvValue::I32(v) => rt::ToNode::to_node(v),
-                KvValue::F32(v) => rt::ToNode::to_node(v),
-                KvValue::Bool(v) => rt::ToNode::to_node(v),
-                KvValue::Text(v) => rt::ToNode::to_node(v),
-                KvValue::Array(v) => rt::ToNode::to_node(v),
-                KvValue::U64(v) => rt::ToNode::to_node(v),
-                KvValue::I64(v) => rt::ToNode::to_node(v),
-                KvValue::F64(v) => rt::ToNode::to_node(v),
+                KvValue::U8(v) => rt::Node::typed(0, rt::ToNode::to_node(v)),
+                KvValue::I8(v) => rt::Node::typed(1, rt::ToNode::to_node(v)),
+                KvValue::U16(v) => rt::Node::typed(2, rt::ToNode::to_node(v)),
+                KvValue::I16(v) => rt::Node::typed(3, rt::ToNode::to_node(v)),
+                KvValue::U32(v) => rt::Node::typed(4, rt::ToNode::to_node(v)),
+                KvValue::I32(v) => rt::Node::typed(5, rt::ToNode::to_node(v)),
+                KvValue::F32(v) => rt::Node::typed(6, rt::ToNode::to_node(v)),
+                KvValue::Bool(v) => rt::Node::typed(7, rt::ToNode::to_node(v)),
+                KvValue::Text(v) => rt::Node::typed(8, rt::ToNode::to_node(v)),
+                KvValue::Array(v) => rt::Node::typed(9, rt::ToNode::to_node(v)),
+                KvValue::U64(v) => rt::Node::typed(10, rt::ToNode::to_node(v)),
+                KvValue::I64(v) => rt::Node::typed(11, rt::ToNode::to_node(v)),
+                KvValue::F64(v) => rt::Node::typed(12, rt::ToNode::to_node(v)),
             }
+        }
+    }
+    /// The case a value of a structure carries the tag of; for a value without
+    /// one, the first case that holds it (wider numbers first, signed before unsigned).
+    impl rt::FromNode for KvValue {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            match node {
+                rt::Node::Typed { tag, .. } => KvValue::from_case(*tag, node),
+                _ => {
+                    [11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9]
+                        .into_iter()
+                        .find_map(|t| KvValue::from_case(t, node))
+                }
+            }
+        }
+    }
+    impl KvValue {
+        /// The case `tag` holding the value of `node`, if it can.
+        pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
+            let node = node.as_case(tag)?;
+            Some(
+                match tag {
+                    0 => KvValue::U8(rt::FromNode::from_node(node)?),
+                    1 => KvValue::I8(rt::FromNode::from_node(node)?),
+                    2 => KvValue::U16(rt::FromNode::from_node(node)?),
+                    3 => KvValue::I16(rt::FromNode::from_node(node)?),
+                    4 => KvValue::U32(rt::FromNode::from_node(node)?),
+                    5 => KvValue::I32(rt::FromNode::from_node(node)?),
+                    6 => KvValue::F32(rt::FromNode::from_node(node)?),
+                    7 => KvValue::Bool(rt::FromNode::from_node(node)?),
+                    8 => KvValue::Text(rt::FromNode::from_node(node)?),
+                    9 => KvValue::Array(rt::FromNode::from_node(node)?),
+                    10 => KvValue::U64(rt::FromNode::from_node(node)?),
+                    11 => KvValue::I64(rt::FromNode::from_node(node)?),
+                    12 => KvValue::F64(rt::FromNode::from_node(node)?),
+                    _ => return None,
+                },
+            )
         }
     }
     /// A `Text` as a value of the format's structure.
@@ -691,30 +729,93 @@ pub mod gguflike {
             rt::ToNode::to_node(&self.text)
         }
     }
+    /// A `Text` from a value of a structure, its fields computed when written.
+    impl rt::FromNode for Text {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            let text = rt::FromNode::from_node(node)?;
+            Some(Text {
+                len: ::std::default::Default::default(),
+                text,
+            })
+        }
+    }
     /// A `Array` as a value of the format's structure.
     impl rt::ToNode for Array {
         fn to_node(&self) -> rt::Node {
-            rt::ToNode::to_node(&self.items)
+            rt::Node::typed(i128::from(self.kind), rt::ToNode::to_node(&self.items))
         }
     }
-    /// The value of the case, as a value of the format's structure.
+    /// A `Array` from a value of a structure, its fields computed when written.
+    impl rt::FromNode for Array {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            let (kind, items) = rt::tagged_items(
+                node,
+                |n| ArrayItems::from_node(n).map(|v| v.tag()),
+                ArrayItems::from_case,
+            )?;
+            Some(Array {
+                kind: kind.try_into().ok()?,
+                n: ::std::default::Default::default(),
+                items,
+            })
+        }
+    }
+    /// The value of the case, with its tag, as a value of the format's structure.
     impl rt::ToNode for ArrayItems {
         fn to_node(&self) -> rt::Node {
             match self {
-                ArrayItems::U8(v) => rt::ToNode::to_node(v),
-                ArrayItems::I8(v) => rt::ToNode::to_node(v),
-                ArrayItems::U16(v) => rt::ToNode::to_node(v),
-                ArrayItems::I16(v) => rt::ToNode::to_node(v),
-                ArrayItems::U32(v) => rt::ToNode::to_node(v),
-                ArrayItems::I32(v) => rt::ToNode::to_node(v),
-                ArrayItems::F32(v) => rt::ToNode::to_node(v),
-                ArrayItems::Bool(v) => rt::ToNode::to_node(v),
-                ArrayItems::Text(v) => rt::ToNode::to_node(v),
-                ArrayItems::Array(v) => rt::ToNode::to_node(v),
-                ArrayItems::U64(v) => rt::ToNode::to_node(v),
-                ArrayItems::I64(v) => rt::ToNode::to_node(v),
-                ArrayItems::F64(v) => rt::ToNode::to_node(v),
+                ArrayItems::U8(v) => rt::Node::typed(0, rt::ToNode::to_node(v)),
+                ArrayItems::I8(v) => rt::Node::typed(1, rt::ToNode::to_node(v)),
+                ArrayItems::U16(v) => rt::Node::typed(2, rt::ToNode::to_node(v)),
+                ArrayItems::I16(v) => rt::Node::typed(3, rt::ToNode::to_node(v)),
+                ArrayItems::U32(v) => rt::Node::typed(4, rt::ToNode::to_node(v)),
+                ArrayItems::I32(v) => rt::Node::typed(5, rt::ToNode::to_node(v)),
+                ArrayItems::F32(v) => rt::Node::typed(6, rt::ToNode::to_node(v)),
+                ArrayItems::Bool(v) => rt::Node::typed(7, rt::ToNode::to_node(v)),
+                ArrayItems::Text(v) => rt::Node::typed(8, rt::ToNode::to_node(v)),
+                ArrayItems::Array(v) => rt::Node::typed(9, rt::ToNode::to_node(v)),
+                ArrayItems::U64(v) => rt::Node::typed(10, rt::ToNode::to_node(v)),
+                ArrayItems::I64(v) => rt::Node::typed(11, rt::ToNode::to_node(v)),
+                ArrayItems::F64(v) => rt::Node::typed(12, rt::ToNode::to_node(v)),
             }
+        }
+    }
+    /// The case a value of a structure carries the tag of; for a value without
+    /// one, the first case that holds it (wider numbers first, signed before unsigned).
+    impl rt::FromNode for ArrayItems {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            match node {
+                rt::Node::Typed { tag, .. } => ArrayItems::from_case(*tag, node),
+                _ => {
+                    [11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9]
+                        .into_iter()
+                        .find_map(|t| ArrayItems::from_case(t, node))
+                }
+            }
+        }
+    }
+    impl ArrayItems {
+        /// The case `tag` holding the value of `node`, if it can.
+        pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
+            let node = node.as_case(tag)?;
+            Some(
+                match tag {
+                    0 => ArrayItems::U8(rt::FromNode::from_node(node)?),
+                    1 => ArrayItems::I8(rt::FromNode::from_node(node)?),
+                    2 => ArrayItems::U16(rt::FromNode::from_node(node)?),
+                    3 => ArrayItems::I16(rt::FromNode::from_node(node)?),
+                    4 => ArrayItems::U32(rt::FromNode::from_node(node)?),
+                    5 => ArrayItems::I32(rt::FromNode::from_node(node)?),
+                    6 => ArrayItems::F32(rt::FromNode::from_node(node)?),
+                    7 => ArrayItems::Bool(rt::FromNode::from_node(node)?),
+                    8 => ArrayItems::Text(rt::FromNode::from_node(node)?),
+                    9 => ArrayItems::Array(rt::FromNode::from_node(node)?),
+                    10 => ArrayItems::U64(rt::FromNode::from_node(node)?),
+                    11 => ArrayItems::I64(rt::FromNode::from_node(node)?),
+                    12 => ArrayItems::F64(rt::FromNode::from_node(node)?),
+                    _ => return None,
+                },
+            )
         }
     }
     /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
@@ -741,6 +842,40 @@ pub mod gguflike {
         /// The `tensors` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.
         pub fn tensors(&mut self) -> &mut ::std::vec::Vec<TensorInfo> {
             &mut self.tensors
+        }
+        /// Sets the format's values from a structure: each entry of its top dict that holds no tensor, under its name, into `File.kv` (one of the same name replaced). Returns the paths of the values left out: those these cannot hold, and those beside tensors.
+        pub fn set_structure(
+            &mut self,
+            tree: &rt::Node,
+        ) -> rt::Result<rt::StructureKept> {
+            if !self.tensors.is_empty() {
+                return Err(
+                    rt::Error::from(
+                        rt::ErrorKind::Invalid(
+                            "gguflike: set the values before the first tensor (its tensors' alignment is among them)"
+                                .to_string(),
+                        ),
+                    ),
+                );
+            }
+            let mut dropped = ::std::vec::Vec::new();
+            for (name, node) in tree.top_values(&mut dropped) {
+                if let Some(value) = <KvValue as rt::FromNode>::from_node(node) {
+                    let item = Kv {
+                        key_len: ::std::default::Default::default(),
+                        key: name.clone(),
+                        kind: ::std::default::Default::default(),
+                        value,
+                    };
+                    rt::set_item(&mut self.kv, item, |r| r.key == name);
+                    continue;
+                }
+                dropped.push(name);
+            }
+            Ok(rt::StructureKept {
+                stored: true,
+                dropped,
+            })
         }
         /// Adds a tensor: its item, and its bytes after the previous tensor's.
         pub fn add(
@@ -799,6 +934,9 @@ pub mod gguflike {
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
             Writer::finish(*self)?;
             Ok(())
+        }
+        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+            Writer::set_structure(self, tree)
         }
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.

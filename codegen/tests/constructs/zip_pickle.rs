@@ -196,9 +196,12 @@ pub mod ckpt {
         /// root object), each [`rt::Node::Tensor`] leaf as the tensor added under that
         /// name. Every tensor added must be named in it, and every name added; checked
         /// by [`Writer::finish`].
-        pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+        pub fn set_structure(
+            &mut self,
+            tree: &rt::Node,
+        ) -> rt::Result<rt::StructureKept> {
             self.objects.set_structure(tree);
-            Ok(true)
+            Ok(rt::StructureKept::all())
         }
         /// Writes the pickled object and the fixed members, then the central directory; returns the output.
         pub fn finish(mut self) -> rt::Result<W> {
@@ -245,7 +248,7 @@ pub mod ckpt {
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
             Writer::finish(*self).map(drop)
         }
-        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
             Writer::set_structure(self, tree)
         }
         fn add_view(

@@ -186,6 +186,14 @@ impl<V> Map<V> {
     pub fn get(&self, key: &str) -> Option<&V> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
+
+    /// Sets the value of `key`: in place where the map has it, else last.
+    pub fn insert(&mut self, key: String, value: V) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
 }
 
 impl<'m, V> IntoIterator for &'m Map<V> {
@@ -296,6 +304,21 @@ impl<V: tensorfmt_core::tree::ToNode> tensorfmt_core::tree::ToNode for Map<V> {
                 .map(|(k, v)| (Node::str(k), v.to_node()))
                 .collect(),
         )
+    }
+}
+
+/// A map is made from a dict with text keys, in order.
+impl<V: tensorfmt_core::tree::FromNode> tensorfmt_core::tree::FromNode for Map<V> {
+    fn from_node(node: &tensorfmt_core::tree::Node) -> Option<Self> {
+        use tensorfmt_core::tree::Node;
+        let Node::Dict(items) = node.untyped() else {
+            return None;
+        };
+        let items = items.iter().map(|(k, v)| match k {
+            Node::Str(k) => Some((k.clone(), V::from_node(v)?)),
+            _ => None,
+        });
+        items.collect::<Option<_>>().map(Map)
     }
 }
 
