@@ -219,7 +219,7 @@ pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
     let set_structure = if structure {
         quote! {
             fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-                Writer::set_structure(self, tree)
+                Writer::set_structure(self, tree).map(Into::into)
             }
 
             fn add_view(

@@ -641,9 +641,9 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         None => false,
     };
     let added = held_align.then_some(added);
-    let (set_structure, set_structure_impl) = crate::values::gen_set_structure(ir, fid, added)?;
+    let (set_structure, set_value, values_doc) = crate::values::gen_set_structure(ir, fid, added)?;
     let wdoc = format!(
-        " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.",
+        " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.{values_doc}",
         l.name
     );
     let desc = crate::engine::desc_ordered(
@@ -676,7 +676,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 
             #(#access)*
 
-            #set_structure
+            #set_value
 
             /// Adds a tensor: its item, and its bytes after the previous tensor's.
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
@@ -705,7 +705,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 Ok(())
             }
 
-            #set_structure_impl
+            #set_structure
         }
 
         #desc

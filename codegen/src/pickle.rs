@@ -893,9 +893,9 @@ fn gen_writer(
             /// root object), each [`rt::Node::Tensor`] leaf as the tensor added under that
             /// name. Every tensor added must be named in it, and every name added; checked
             /// by [`Writer::finish`].
-            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
                 self.objects.set_structure(tree);
-                Ok(rt::StructureKept::all())
+                Ok(true)
             }
 
             /// Writes the pickled object and the fixed members, then the central directory; returns the output.

@@ -348,7 +348,7 @@ fn from_node_impl(ir: &Ir, r: &Record) -> TokenStream {
             let arms = cases.iter().map(|c| {
                 let v = crate::union::variant(ir, &c.ty);
                 let tag = Literal::i128_unsuffixed(c.tag);
-                quote!(#tag => #name::#v(rt::FromNode::from_node(node)?))
+                quote!(#tag => rt::FromNode::from_node(node).map(#name::#v))
             });
             // An untagged value: the first case that holds it, wider numbers first, signed
             // integers before unsigned, then the cases in order.
@@ -364,10 +364,7 @@ fn from_node_impl(ir: &Ir, r: &Record) -> TokenStream {
                 /// one, the first case that holds it (wider numbers first, signed before unsigned).
                 impl rt::FromNode for #name {
                     fn from_node(node: &rt::Node) -> Option<Self> {
-                        match node {
-                            rt::Node::Typed { tag, .. } => #name::from_case(*tag, node),
-                            _ => [#(#order),*].into_iter().find_map(|t| #name::from_case(t, node)),
-                        }
+                        rt::case_of(node, &[#(#order),*], #name::from_case)
                     }
                 }
 
@@ -375,10 +372,10 @@ fn from_node_impl(ir: &Ir, r: &Record) -> TokenStream {
                     /// The case `tag` holding the value of `node`, if it can.
                     pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
                         let node = node.as_case(tag)?;
-                        Some(match tag {
+                        match tag {
                             #(#arms,)*
-                            _ => return None,
-                        })
+                            _ => None,
+                        }
                     }
                 }
             }
@@ -392,30 +389,41 @@ fn from_node_impl(ir: &Ir, r: &Record) -> TokenStream {
 /// mapping run backwards (`name = k.key; data = k.value` → a `Kv` of that key and value,
 /// replacing one of the same key); the others are dropped and their paths returned.
 /// `added`: true once a tensor is added, when the format's alignment is read from these
-/// values (GGUF's `general.alignment`), which must then be set first. Returns the
-/// inherent method and the `rt::TensorWriter` one.
+/// values (GGUF's `general.alignment`), which must then be set first. The method of the
+/// writer's `rt::TensorWriter` impl, the writer's `set_value` it calls (one value into
+/// its place, replacing one of the same name; `None` when the place cannot hold it), and
+/// a sentence for the writer's doc saying where the values go.
 pub(crate) fn gen_set_structure(
     ir: &Ir,
     fid: FormatId,
     added: Option<TokenStream>,
-) -> Result<(TokenStream, TokenStream), Unlowered> {
+) -> Result<(TokenStream, TokenStream, String), Unlowered> {
     let fmt = ir.format(fid);
     if fmt.values.is_empty() {
-        return Ok((quote!(), quote!()));
+        return Ok((quote!(), quote!(), String::new()));
     }
     let mut tries = Vec::new();
     let mut places = Vec::new();
     for &m in &fmt.values {
         let map = ir.mapping(m);
-        let (path, place) = place_path(ir, &map.source);
+        let (path, place) = place_path(
+            ir,
+            &map.source,
+            !matches!(map.binding_ty, Type::MapItem(..)),
+        );
         places.push(format!("`{place}`"));
         let data = map
             .key(ir::TensorKey::Data)
             .expect("the checker requires `name` and `data` in a `value` mapping");
         let t = crate::lower::storage_ty(ir, &data.ty)
             .expect("the checker's rule file_values: a value's `data` has a storage type");
-        let set = match &map.binding_ty {
-            Type::MapItem(..) => quote!(#path.insert(name, value);),
+        // The mapping's setting, as the last tried (an `Option<()>`) and as one tried before
+        // others (returning when it holds the value).
+        let (last, early) = match &map.binding_ty {
+            Type::MapItem(..) => {
+                let set = quote!(rt::pydict::SetValue::set_value(&mut #path, name, node));
+                (set.clone(), quote!(if #set.is_some() { return Some(()); }))
+            }
             Type::Layout(l) => {
                 let field_of = |k| {
                     let e = map
@@ -444,71 +452,74 @@ pub(crate) fn gen_set_structure(
                         let fid = ir::FieldId(i as u32);
                         match &f.kind {
                             FieldKind::Magic(_) => None,
-                            _ if fid == n => Some(quote!(#id: name.clone())),
+                            _ if fid == n => Some(quote!(#id: name.to_string())),
                             _ if fid == d && f.name == "value" => Some(quote!(value)),
                             _ if fid == d => Some(quote!(#id: value)),
                             _ => Some(quote!(#id: ::std::default::Default::default())),
                         }
                     });
-                quote! {
+                let set = quote! {
                     let item = #rname { #(#inits),* };
                     rt::set_item(&mut #path, item, |r| r.#nid == name);
-                }
+                };
+                (
+                    quote! {
+                        let value = rt::FromNode::from_node(node)?;
+                        #set
+                        Some(())
+                    },
+                    quote! {
+                        if let Some(value) = <#t as rt::FromNode>::from_node(node) {
+                            #set
+                            return Some(());
+                        }
+                    },
+                )
             }
             _ => unreachable!(
                 "the checker's rule file_values: a value mapping iterates a list or map"
             ),
         };
-        tries.push(quote! {
-            if let Some(value) = <#t as rt::FromNode>::from_node(node) {
-                #set
-                continue;
-            }
-        });
+        tries.push((last, early));
     }
+    // Each mapping but the last takes what it can hold; the last, what is left.
+    let (last, _) = tries.pop().expect("the format has `value` mappings");
+    let tries = tries.iter().map(|(_, early)| early);
     let refuse = added.map(|added| {
         let msg = format!(
             "{}: set the values before the first tensor (its tensors' alignment is among them)",
             fmt.public_name
         );
-        quote! {
-            if #added {
-                return Err(rt::Error::from(rt::ErrorKind::Invalid(#msg.to_string())));
-            }
-        }
+        quote!(rt::refuse_if(#added, #msg)?;)
     });
-    let doc = format!(
-        " Sets the format's values from a structure: each entry of its top dict that holds no tensor, under its name, into {} (one of the same name replaced). Returns the paths of the values left out: those these cannot hold, and those beside tensors.",
-        places.join(" or ")
-    );
     Ok((
         quote! {
-            #[doc = #doc]
-            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
                 #refuse
-                let mut dropped = ::std::vec::Vec::new();
-                for (name, node) in tree.top_values(&mut dropped) {
-                    #(#tries)*
-                    dropped.push(name);
-                }
-                Ok(rt::StructureKept { stored: true, dropped })
+                Ok(rt::set_values(tree, |name, node| self.set_value(name, node)))
             }
         },
         quote! {
-            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-                Writer::set_structure(self, tree)
+            fn set_value(&mut self, name: &str, node: &rt::Node) -> Option<()> {
+                #(#tries)*
+                #last
             }
         },
+        format!(
+            " The values of a structure (`set_structure`) go to {}.",
+            places.join(" or ")
+        ),
     ))
 }
 
-/// The writer's place of what a `value` mapping iterates (`self.kv`, an optional map
-/// inserted where absent: `self.header.__metadata__.get_or_insert_with(..)`), as a
-/// mutable reference, and its path in the schema (`File.kv`).
-fn place_path(ir: &Ir, e: &ir::Expr) -> (TokenStream, String) {
+/// The writer's place of what a `value` mapping iterates (`self.kv`; an optional map
+/// inserted where absent, `self.header.__metadata__.get_or_insert_with(..)`, or left
+/// optional when it is the place itself and not `unwrap`), and its path in the schema
+/// (`File.kv`).
+fn place_path(ir: &Ir, e: &ir::Expr, unwrap: bool) -> (TokenStream, String) {
     match &e.kind {
         ExprKind::Member { base, member } => {
-            let (b, text) = place_path(ir, base);
+            let (b, text) = place_path(ir, base, true);
             let (key, optional) = match member {
                 Member::Field(l, f) => (&ir.field(*l, *f).name, false),
                 Member::DictKey(d, k) => {
@@ -518,7 +529,7 @@ fn place_path(ir: &Ir, e: &ir::Expr) -> (TokenStream, String) {
                 _ => unreachable!("the checker's rule file_values: a value mapping iterates a place of the record"),
             };
             let id = rs_ident(key);
-            let path = if optional {
+            let path = if optional && unwrap {
                 quote!(#b.#id.get_or_insert_with(::std::default::Default::default))
             } else {
                 quote!(#b.#id)

@@ -49,7 +49,9 @@ pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,
 };
-pub use tensorfmt_core::tree::{dict_item, set_item, tagged_items, FromNode, Node, ToNode};
+pub use tensorfmt_core::tree::{
+    case_of, dict_item, refuse_if, set_item, set_values, tagged_items, FromNode, Node, ToNode,
+};
 
 #[cfg(feature = "kv")]
 pub use crate::kv;

@@ -689,38 +689,33 @@ pub mod gguflike {
     /// one, the first case that holds it (wider numbers first, signed before unsigned).
     impl rt::FromNode for KvValue {
         fn from_node(node: &rt::Node) -> Option<Self> {
-            match node {
-                rt::Node::Typed { tag, .. } => KvValue::from_case(*tag, node),
-                _ => {
-                    [11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9]
-                        .into_iter()
-                        .find_map(|t| KvValue::from_case(t, node))
-                }
-            }
+            rt::case_of(
+                node,
+                &[11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9],
+                KvValue::from_case,
+            )
         }
     }
     impl KvValue {
         /// The case `tag` holding the value of `node`, if it can.
         pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
             let node = node.as_case(tag)?;
-            Some(
-                match tag {
-                    0 => KvValue::U8(rt::FromNode::from_node(node)?),
-                    1 => KvValue::I8(rt::FromNode::from_node(node)?),
-                    2 => KvValue::U16(rt::FromNode::from_node(node)?),
-                    3 => KvValue::I16(rt::FromNode::from_node(node)?),
-                    4 => KvValue::U32(rt::FromNode::from_node(node)?),
-                    5 => KvValue::I32(rt::FromNode::from_node(node)?),
-                    6 => KvValue::F32(rt::FromNode::from_node(node)?),
-                    7 => KvValue::Bool(rt::FromNode::from_node(node)?),
-                    8 => KvValue::Text(rt::FromNode::from_node(node)?),
-                    9 => KvValue::Array(rt::FromNode::from_node(node)?),
-                    10 => KvValue::U64(rt::FromNode::from_node(node)?),
-                    11 => KvValue::I64(rt::FromNode::from_node(node)?),
-                    12 => KvValue::F64(rt::FromNode::from_node(node)?),
-                    _ => return None,
-                },
-            )
+            match tag {
+                0 => rt::FromNode::from_node(node).map(KvValue::U8),
+                1 => rt::FromNode::from_node(node).map(KvValue::I8),
+                2 => rt::FromNode::from_node(node).map(KvValue::U16),
+                3 => rt::FromNode::from_node(node).map(KvValue::I16),
+                4 => rt::FromNode::from_node(node).map(KvValue::U32),
+                5 => rt::FromNode::from_node(node).map(KvValue::I32),
+                6 => rt::FromNode::from_node(node).map(KvValue::F32),
+                7 => rt::FromNode::from_node(node).map(KvValue::Bool),
+                8 => rt::FromNode::from_node(node).map(KvValue::Text),
+                9 => rt::FromNode::from_node(node).map(KvValue::Array),
+                10 => rt::FromNode::from_node(node).map(KvValue::U64),
+                11 => rt::FromNode::from_node(node).map(KvValue::I64),
+                12 => rt::FromNode::from_node(node).map(KvValue::F64),
+                _ => None,
+            }
         }
     }
     /// A `Text` as a value of the format's structure.
@@ -784,41 +779,36 @@ pub mod gguflike {
     /// one, the first case that holds it (wider numbers first, signed before unsigned).
     impl rt::FromNode for ArrayItems {
         fn from_node(node: &rt::Node) -> Option<Self> {
-            match node {
-                rt::Node::Typed { tag, .. } => ArrayItems::from_case(*tag, node),
-                _ => {
-                    [11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9]
-                        .into_iter()
-                        .find_map(|t| ArrayItems::from_case(t, node))
-                }
-            }
+            rt::case_of(
+                node,
+                &[11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9],
+                ArrayItems::from_case,
+            )
         }
     }
     impl ArrayItems {
         /// The case `tag` holding the value of `node`, if it can.
         pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
             let node = node.as_case(tag)?;
-            Some(
-                match tag {
-                    0 => ArrayItems::U8(rt::FromNode::from_node(node)?),
-                    1 => ArrayItems::I8(rt::FromNode::from_node(node)?),
-                    2 => ArrayItems::U16(rt::FromNode::from_node(node)?),
-                    3 => ArrayItems::I16(rt::FromNode::from_node(node)?),
-                    4 => ArrayItems::U32(rt::FromNode::from_node(node)?),
-                    5 => ArrayItems::I32(rt::FromNode::from_node(node)?),
-                    6 => ArrayItems::F32(rt::FromNode::from_node(node)?),
-                    7 => ArrayItems::Bool(rt::FromNode::from_node(node)?),
-                    8 => ArrayItems::Text(rt::FromNode::from_node(node)?),
-                    9 => ArrayItems::Array(rt::FromNode::from_node(node)?),
-                    10 => ArrayItems::U64(rt::FromNode::from_node(node)?),
-                    11 => ArrayItems::I64(rt::FromNode::from_node(node)?),
-                    12 => ArrayItems::F64(rt::FromNode::from_node(node)?),
-                    _ => return None,
-                },
-            )
+            match tag {
+                0 => rt::FromNode::from_node(node).map(ArrayItems::U8),
+                1 => rt::FromNode::from_node(node).map(ArrayItems::I8),
+                2 => rt::FromNode::from_node(node).map(ArrayItems::U16),
+                3 => rt::FromNode::from_node(node).map(ArrayItems::I16),
+                4 => rt::FromNode::from_node(node).map(ArrayItems::U32),
+                5 => rt::FromNode::from_node(node).map(ArrayItems::I32),
+                6 => rt::FromNode::from_node(node).map(ArrayItems::F32),
+                7 => rt::FromNode::from_node(node).map(ArrayItems::Bool),
+                8 => rt::FromNode::from_node(node).map(ArrayItems::Text),
+                9 => rt::FromNode::from_node(node).map(ArrayItems::Array),
+                10 => rt::FromNode::from_node(node).map(ArrayItems::U64),
+                11 => rt::FromNode::from_node(node).map(ArrayItems::I64),
+                12 => rt::FromNode::from_node(node).map(ArrayItems::F64),
+                _ => None,
+            }
         }
     }
-    /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
+    /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone. The values of a structure (`set_structure`) go to `File.kv`.
     pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
         out: W,
         kv: ::std::vec::Vec<Kv>,
@@ -843,39 +833,16 @@ pub mod gguflike {
         pub fn tensors(&mut self) -> &mut ::std::vec::Vec<TensorInfo> {
             &mut self.tensors
         }
-        /// Sets the format's values from a structure: each entry of its top dict that holds no tensor, under its name, into `File.kv` (one of the same name replaced). Returns the paths of the values left out: those these cannot hold, and those beside tensors.
-        pub fn set_structure(
-            &mut self,
-            tree: &rt::Node,
-        ) -> rt::Result<rt::StructureKept> {
-            if !self.tensors.is_empty() {
-                return Err(
-                    rt::Error::from(
-                        rt::ErrorKind::Invalid(
-                            "gguflike: set the values before the first tensor (its tensors' alignment is among them)"
-                                .to_string(),
-                        ),
-                    ),
-                );
-            }
-            let mut dropped = ::std::vec::Vec::new();
-            for (name, node) in tree.top_values(&mut dropped) {
-                if let Some(value) = <KvValue as rt::FromNode>::from_node(node) {
-                    let item = Kv {
-                        key_len: ::std::default::Default::default(),
-                        key: name.clone(),
-                        kind: ::std::default::Default::default(),
-                        value,
-                    };
-                    rt::set_item(&mut self.kv, item, |r| r.key == name);
-                    continue;
-                }
-                dropped.push(name);
-            }
-            Ok(rt::StructureKept {
-                stored: true,
-                dropped,
-            })
+        fn set_value(&mut self, name: &str, node: &rt::Node) -> Option<()> {
+            let value = rt::FromNode::from_node(node)?;
+            let item = Kv {
+                key_len: ::std::default::Default::default(),
+                key: name.to_string(),
+                kind: ::std::default::Default::default(),
+                value,
+            };
+            rt::set_item(&mut self.kv, item, |r| r.key == name);
+            Some(())
         }
         /// Adds a tensor: its item, and its bytes after the previous tensor's.
         pub fn add(
@@ -936,7 +903,11 @@ pub mod gguflike {
             Ok(())
         }
         fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-            Writer::set_structure(self, tree)
+            rt::refuse_if(
+                !self.tensors.is_empty(),
+                "gguflike: set the values before the first tensor (its tensors' alignment is among them)",
+            )?;
+            Ok(rt::set_values(tree, |name, node| self.set_value(name, node)))
         }
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.

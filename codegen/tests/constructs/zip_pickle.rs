@@ -196,12 +196,9 @@ pub mod ckpt {
         /// root object), each [`rt::Node::Tensor`] leaf as the tensor added under that
         /// name. Every tensor added must be named in it, and every name added; checked
         /// by [`Writer::finish`].
-        pub fn set_structure(
-            &mut self,
-            tree: &rt::Node,
-        ) -> rt::Result<rt::StructureKept> {
+        pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
             self.objects.set_structure(tree);
-            Ok(rt::StructureKept::all())
+            Ok(true)
         }
         /// Writes the pickled object and the fixed members, then the central directory; returns the output.
         pub fn finish(mut self) -> rt::Result<W> {
@@ -249,7 +246,7 @@ pub mod ckpt {
             Writer::finish(*self).map(drop)
         }
         fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-            Writer::set_structure(self, tree)
+            Writer::set_structure(self, tree).map(Into::into)
         }
         fn add_view(
             &mut self,

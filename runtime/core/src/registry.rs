@@ -148,6 +148,24 @@ impl StructureKept {
             dropped: Vec::new(),
         }
     }
+
+    /// The structure kept but for the values at these paths.
+    pub fn dropping(dropped: Vec<String>) -> Self {
+        StructureKept {
+            stored: true,
+            dropped,
+        }
+    }
+}
+
+/// A structure stored whole (`true`) or not at all.
+impl From<bool> for StructureKept {
+    fn from(stored: bool) -> Self {
+        StructureKept {
+            stored,
+            dropped: Vec::new(),
+        }
+    }
 }
 
 /// Where a tensor added as a view ([`TensorWriter::add_view`]) lies in a storage that

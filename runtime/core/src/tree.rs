@@ -431,6 +431,44 @@ pub fn tagged_items<T>(
     Some((tag, items))
 }
 
+/// The case of a tagged union a node is given as: the one whose tag it carries
+/// ([`Node::Typed`]), or for a node without one, the first of `order` that holds it;
+/// `from_case` makes the value of a case.
+pub fn case_of<T>(
+    node: &Node,
+    order: &[i128],
+    from_case: impl Fn(i128, &Node) -> Option<T>,
+) -> Option<T> {
+    match node {
+        Node::Typed { tag, .. } => from_case(*tag, node),
+        _ => order.iter().find_map(|&t| from_case(t, node)),
+    }
+}
+
+/// Hands each value of a structure ([`Node::top_values`]) to `set`, by name; what it
+/// takes not (`None`) is dropped, its path listed with those of the values beside tensors.
+pub fn set_values(
+    tree: &Node,
+    mut set: impl FnMut(&str, &Node) -> Option<()>,
+) -> crate::registry::StructureKept {
+    let mut dropped = Vec::new();
+    for (name, node) in tree.top_values(&mut dropped) {
+        if set(&name, node).is_none() {
+            dropped.push(name);
+        }
+    }
+    crate::registry::StructureKept::dropping(dropped)
+}
+
+/// An error when `refused` (values set after the first tensor of a format whose
+/// alignment is among them): `why` says what to do.
+pub fn refuse_if(refused: bool, why: &str) -> crate::error::Result<()> {
+    if refused {
+        return Err(crate::error::ErrorKind::Invalid(why.to_string()).into());
+    }
+    Ok(())
+}
+
 /// The value of `key` in a dict node (a record's field in the node of a record of
 /// several fields).
 pub fn dict_item<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {

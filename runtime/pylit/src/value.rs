@@ -307,6 +307,30 @@ impl<V: tensorfmt_core::tree::ToNode> tensorfmt_core::tree::ToNode for Map<V> {
     }
 }
 
+/// A map a structure's values are set into, one by name (a `value` mapping over a
+/// `map<str, V>` run backwards), or an optional one, made at the first value.
+pub trait SetValue {
+    /// Sets `name` to the value of `node`, in place where the map has it, else last;
+    /// `None`, and nothing changed, when `node` is not a value of the map.
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()>;
+}
+
+impl<V: tensorfmt_core::tree::FromNode> SetValue for Map<V> {
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()> {
+        self.insert(name.to_string(), V::from_node(node)?);
+        Some(())
+    }
+}
+
+impl<V: tensorfmt_core::tree::FromNode> SetValue for Option<Map<V>> {
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()> {
+        let value = V::from_node(node)?;
+        self.get_or_insert_with(|| Map(Vec::new()))
+            .insert(name.to_string(), value);
+        Some(())
+    }
+}
+
 /// A map is made from a dict with text keys, in order.
 impl<V: tensorfmt_core::tree::FromNode> tensorfmt_core::tree::FromNode for Map<V> {
     fn from_node(node: &tensorfmt_core::tree::Node) -> Option<Self> {
