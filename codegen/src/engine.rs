@@ -205,7 +205,7 @@ fn desc_with(
 }
 
 /// True when `tokens` hold the identifier `name`.
-fn mentions(tokens: &TokenStream, name: &str) -> bool {
+pub(crate) fn mentions(tokens: &TokenStream, name: &str) -> bool {
     tokens.clone().into_iter().any(|t| match t {
         proc_macro2::TokenTree::Ident(id) => id == name,
         proc_macro2::TokenTree::Group(g) => mentions(&g.stream(), name),
@@ -218,8 +218,8 @@ fn mentions(tokens: &TokenStream, name: &str) -> bool {
 pub(crate) fn tensor_writer_impl(structure: bool) -> TokenStream {
     let set_structure = if structure {
         quote! {
-            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
-                Writer::set_structure(self, tree)
+            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+                Writer::set_structure(self, tree).map(Into::into)
             }
 
             fn add_view(

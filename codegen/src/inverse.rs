@@ -623,8 +623,27 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             },
         ),
     };
+    // The format's values, set before the first tensor where its alignment is among them.
+    let added = match &m.write_order {
+        Some(_) => quote!(!self.order.is_empty()),
+        None => quote!(!#push_to.is_empty()),
+    };
+    let held_align = match &inv.align {
+        Some(a) => {
+            let a = Lower {
+                ir,
+                env: &Held(inv.layout),
+            }
+            .expr(a)?
+            .scalar();
+            crate::engine::mentions(&a, "self")
+        }
+        None => false,
+    };
+    let added = held_align.then_some(added);
+    let (set_structure, set_value, values_doc) = crate::values::gen_set_structure(ir, fid, added)?;
     let wdoc = format!(
-        " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.",
+        " Streaming writer of `{public}` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `{}` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.{values_doc}",
         l.name
     );
     let desc = crate::engine::desc_ordered(
@@ -657,6 +676,8 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
 
             #(#access)*
 
+            #set_value
+
             /// Adds a tensor: its item, and its bytes after the previous tensor's.
             pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
                 #(#requires)*
@@ -683,6 +704,8 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 Writer::finish(*self)?;
                 Ok(())
             }
+
+            #set_structure
         }
 
         #desc

@@ -5,9 +5,13 @@
 //! hold implement `rt::ToNode`: a record is the node of the one field its writer is given
 //! (GGUF's `Text` is its text; an `Array`, whose other given field is the tag of its
 //! items, is the list of them), or a dict of its given fields by name; a union is the
-//! node of its case.
+//! node of its case, with the case's tag ([`rt::Node::Typed`]: a GGUF value keeps its type).
+//! Backwards, for the writer: those records and unions implement `rt::FromNode` (an
+//! untagged node takes the first case that holds it, wider numbers first, signed before
+//! unsigned), and `set_structure` (see [`gen_set_structure`]) runs the mappings backwards,
+//! each value of a structure into the list or map the mapping iterates.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Literal, TokenStream};
 use quote::quote;
 use tensorfmt_schema::ir::{self, ExprKind, FieldKind, FormatId, Ir, LayoutId, Member, Type};
 
@@ -40,7 +44,9 @@ pub(crate) fn gen_values(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowere
             reachable(ir, &d.ty, &mut records);
         }
     }
-    let impls = records.iter().map(|r| to_node_impl(ir, r));
+    let impls = records
+        .iter()
+        .map(|r| [to_node_impl(ir, r), from_node_impl(ir, r)]);
     let doc = format!(
         " The values of a `{}` that are not tensors (its `value` mappings), each under its name, then its tensors as leaves under theirs: the format's structure.",
         ir.layout(layout).name
@@ -58,7 +64,7 @@ pub(crate) fn gen_values(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowere
             Ok(Some(rt::Node::Dict(out)))
         }
 
-        #(#impls)*
+        #(#(#impls)*)*
     })
 }
 
@@ -195,15 +201,12 @@ fn to_node_impl(ir: &Ir, r: &Record) -> TokenStream {
             let fields = given(ir, l);
             let body = match fields.as_slice() {
                 [] => quote!(rt::Node::None),
-                [f] => {
-                    let id = rs_ident(&ir.field(l, *f).name);
-                    quote!(rt::ToNode::to_node(&self.#id))
-                }
+                [f] => field_node(ir, l, *f),
                 fs => {
                     let items = fs.iter().map(|f| {
                         let text = &ir.field(l, *f).name;
-                        let id = rs_ident(text);
-                        quote!((rt::Node::str(#text), rt::ToNode::to_node(&self.#id)))
+                        let v = field_node(ir, l, *f);
+                        quote!((rt::Node::str(#text), #v))
                     });
                     quote!(rt::Node::Dict(vec![#(#items),*]))
                 }
@@ -228,10 +231,11 @@ fn to_node_impl(ir: &Ir, r: &Record) -> TokenStream {
             };
             let arms = cases.iter().map(|c| {
                 let v = crate::union::variant(ir, &c.ty);
-                quote!(#name::#v(v) => rt::ToNode::to_node(v))
+                let tag = Literal::i128_unsuffixed(c.tag);
+                quote!(#name::#v(v) => rt::Node::typed(#tag, rt::ToNode::to_node(v)))
             });
             quote! {
-                /// The value of the case, as a value of the format's structure.
+                /// The value of the case, with its tag, as a value of the format's structure.
                 impl rt::ToNode for #name {
                     fn to_node(&self) -> rt::Node {
                         match self {
@@ -241,5 +245,300 @@ fn to_node_impl(ir: &Ir, r: &Record) -> TokenStream {
                 }
             }
         }
+    }
+}
+
+/// The tag field of `match` field `f` of layout `l` when the writer is given it (an
+/// `Array`'s `kind`, which the items share), not computed from the value.
+fn given_tag(ir: &Ir, l: LayoutId, f: ir::FieldId) -> Option<ir::FieldId> {
+    let FieldKind::Match { tag, .. } = &ir.field(l, f).kind else {
+        return None;
+    };
+    match tag.kind {
+        ExprKind::Field(tl, t) if tl == l && !ir::plan::is_computed(ir.field(l, t)) => Some(t),
+        _ => None,
+    }
+}
+
+/// The node of field `f` of `self`: a list of a union's values that share a given tag
+/// carries that tag, so that an empty list keeps it.
+fn field_node(ir: &Ir, l: LayoutId, f: ir::FieldId) -> TokenStream {
+    let id = rs_ident(&ir.field(l, f).name);
+    match given_tag(ir, l, f).filter(|_| ir.field(l, f).repeat.is_some()) {
+        Some(t) => {
+            let tag = rs_ident(&ir.field(l, t).name);
+            quote!(rt::Node::typed(i128::from(self.#tag), rt::ToNode::to_node(&self.#id)))
+        }
+        None => quote!(rt::ToNode::to_node(&self.#id)),
+    }
+}
+
+/// `impl rt::FromNode` of a record or union: the inverse of [`to_node_impl`].
+fn from_node_impl(ir: &Ir, r: &Record) -> TokenStream {
+    match *r {
+        Record::Layout(l) => {
+            let name = rs_ident(&ir.layout(l).name);
+            let fields = given(ir, l);
+            // Each given field from its node; the record's other fields: a given tag from
+            // its value, the rest computed when written.
+            let mut lets = Vec::new();
+            let mut tags: Vec<(ir::FieldId, TokenStream)> = Vec::new();
+            for &f in &fields {
+                let field = ir.field(l, f);
+                let id = rs_ident(&field.name);
+                let node = match fields.as_slice() {
+                    [_] => quote!(node),
+                    _ => {
+                        let text = &field.name;
+                        quote!(rt::dict_item(node, #text)?)
+                    }
+                };
+                let Some(t) = given_tag(ir, l, f) else {
+                    lets.push(quote!(let #id = rt::FromNode::from_node(#node)?;));
+                    continue;
+                };
+                let tag = rs_ident(&ir.field(l, t).name);
+                let u = crate::union::union_ident(ir, l, f);
+                if field.repeat.is_some() {
+                    lets.push(quote! {
+                        let (#tag, #id) = rt::tagged_items(
+                            #node,
+                            |n| #u::from_node(n).map(|v| v.tag()),
+                            #u::from_case,
+                        )?;
+                    });
+                } else {
+                    lets.push(quote!(let #id: #u = rt::FromNode::from_node(#node)?;));
+                    lets.push(quote!(let #tag = #id.tag();));
+                }
+                tags.push((t, quote!(#tag)));
+            }
+            let inits = ir.layout(l).fields.iter().enumerate().filter_map(|(i, f)| {
+                let fid = ir::FieldId(i as u32);
+                let id = rs_ident(&f.name);
+                if matches!(f.kind, FieldKind::Magic(_)) {
+                    None
+                } else if let Some((_, t)) = tags.iter().find(|(t, _)| *t == fid) {
+                    Some(quote!(#id: #t.try_into().ok()?))
+                } else if fields.contains(&fid) {
+                    Some(quote!(#id))
+                } else {
+                    Some(quote!(#id: ::std::default::Default::default()))
+                }
+            });
+            let doc = format!(
+                " A `{}` from a value of a structure, its fields computed when written.",
+                ir.layout(l).name
+            );
+            quote! {
+                #[doc = #doc]
+                impl rt::FromNode for #name {
+                    fn from_node(node: &rt::Node) -> Option<Self> {
+                        #(#lets)*
+                        Some(#name { #(#inits),* })
+                    }
+                }
+            }
+        }
+        Record::Union(l, f) => {
+            let name = crate::union::union_ident(ir, l, f);
+            let FieldKind::Match { cases, .. } = &ir.field(l, f).kind else {
+                unreachable!("a union type is the type of a `match` field");
+            };
+            let arms = cases.iter().map(|c| {
+                let v = crate::union::variant(ir, &c.ty);
+                let tag = Literal::i128_unsuffixed(c.tag);
+                quote!(#tag => rt::FromNode::from_node(node).map(#name::#v))
+            });
+            // An untagged value: the first case that holds it, wider numbers first, signed
+            // integers before unsigned, then the cases in order.
+            let mut order: Vec<&ir::MatchCase> = cases.iter().collect();
+            order.sort_by_key(|c| match &c.ty {
+                Type::Int(i) => (0, !i.signed, -i64::from(i.bytes.unwrap_or(16))),
+                Type::Float(x) => (1, false, -i64::from(x.bytes)),
+                _ => (2, false, 0),
+            });
+            let order = order.iter().map(|c| Literal::i128_unsuffixed(c.tag));
+            quote! {
+                /// The case a value of a structure carries the tag of; for a value without
+                /// one, the first case that holds it (wider numbers first, signed before unsigned).
+                impl rt::FromNode for #name {
+                    fn from_node(node: &rt::Node) -> Option<Self> {
+                        rt::case_of(node, &[#(#order),*], #name::from_case)
+                    }
+                }
+
+                impl #name {
+                    /// The case `tag` holding the value of `node`, if it can.
+                    pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
+                        let node = node.as_case(tag)?;
+                        match tag {
+                            #(#arms,)*
+                            _ => None,
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `set_structure` of the writer of a format with `value` mappings (nothing for one
+/// without): each value of a structure (an entry of its top dict that holds no tensor)
+/// becomes an item of the list or map the first mapping that can hold it iterates, the
+/// mapping run backwards (`name = k.key; data = k.value` → a `Kv` of that key and value,
+/// replacing one of the same key); the others are dropped and their paths returned.
+/// `added`: true once a tensor is added, when the format's alignment is read from these
+/// values (GGUF's `general.alignment`), which must then be set first. The method of the
+/// writer's `rt::TensorWriter` impl, the writer's `set_value` it calls (one value into
+/// its place, replacing one of the same name; `None` when the place cannot hold it), and
+/// a sentence for the writer's doc saying where the values go.
+pub(crate) fn gen_set_structure(
+    ir: &Ir,
+    fid: FormatId,
+    added: Option<TokenStream>,
+) -> Result<(TokenStream, TokenStream, String), Unlowered> {
+    let fmt = ir.format(fid);
+    if fmt.values.is_empty() {
+        return Ok((quote!(), quote!(), String::new()));
+    }
+    let mut tries = Vec::new();
+    let mut places = Vec::new();
+    for &m in &fmt.values {
+        let map = ir.mapping(m);
+        let (path, place) = place_path(
+            ir,
+            &map.source,
+            !matches!(map.binding_ty, Type::MapItem(..)),
+        );
+        places.push(format!("`{place}`"));
+        let data = map
+            .key(ir::TensorKey::Data)
+            .expect("the checker requires `name` and `data` in a `value` mapping");
+        let t = crate::lower::storage_ty(ir, &data.ty)
+            .expect("the checker's rule file_values: a value's `data` has a storage type");
+        // The mapping's setting, as the last tried (an `Option<()>`) and as one tried before
+        // others (returning when it holds the value).
+        let (last, early) = match &map.binding_ty {
+            Type::MapItem(..) => {
+                let set = quote!(rt::pydict::SetValue::set_value(&mut #path, name, node));
+                (set.clone(), quote!(if #set.is_some() { return Some(()); }))
+            }
+            Type::Layout(l) => {
+                let field_of = |k| {
+                    let e = map
+                        .key(k)
+                        .expect("the checker requires `name` and `data` in a `value` mapping");
+                    match e.kind {
+                        ExprKind::Member {
+                            member: Member::Field(_, f),
+                            ..
+                        } => f,
+                        _ => unreachable!(
+                            "the checker's rule file_values: a written value is a field of the item"
+                        ),
+                    }
+                };
+                let (n, d) = (field_of(ir::TensorKey::Name), field_of(ir::TensorKey::Data));
+                let rname = rs_ident(&ir.layout(*l).name);
+                let nid = rs_ident(&ir.field(*l, n).name);
+                let inits = ir
+                    .layout(*l)
+                    .fields
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, f)| {
+                        let id = rs_ident(&f.name);
+                        let fid = ir::FieldId(i as u32);
+                        match &f.kind {
+                            FieldKind::Magic(_) => None,
+                            _ if fid == n => Some(quote!(#id: name.to_string())),
+                            _ if fid == d && f.name == "value" => Some(quote!(value)),
+                            _ if fid == d => Some(quote!(#id: value)),
+                            _ => Some(quote!(#id: ::std::default::Default::default())),
+                        }
+                    });
+                let set = quote! {
+                    let item = #rname { #(#inits),* };
+                    rt::set_item(&mut #path, item, |r| r.#nid == name);
+                };
+                (
+                    quote! {
+                        let value = rt::FromNode::from_node(node)?;
+                        #set
+                        Some(())
+                    },
+                    quote! {
+                        if let Some(value) = <#t as rt::FromNode>::from_node(node) {
+                            #set
+                            return Some(());
+                        }
+                    },
+                )
+            }
+            _ => unreachable!(
+                "the checker's rule file_values: a value mapping iterates a list or map"
+            ),
+        };
+        tries.push((last, early));
+    }
+    // Each mapping but the last takes what it can hold; the last, what is left.
+    let (last, _) = tries.pop().expect("the format has `value` mappings");
+    let tries = tries.iter().map(|(_, early)| early);
+    let refuse = added.map(|added| {
+        let msg = format!(
+            "{}: set the values before the first tensor (its tensors' alignment is among them)",
+            fmt.public_name
+        );
+        quote!(rt::refuse_if(#added, #msg)?;)
+    });
+    Ok((
+        quote! {
+            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+                #refuse
+                Ok(rt::set_values(tree, |name, node| self.set_value(name, node)))
+            }
+        },
+        quote! {
+            fn set_value(&mut self, name: &str, node: &rt::Node) -> Option<()> {
+                #(#tries)*
+                #last
+            }
+        },
+        format!(
+            " The values of a structure (`set_structure`) go to {}.",
+            places.join(" or ")
+        ),
+    ))
+}
+
+/// The writer's place of what a `value` mapping iterates (`self.kv`; an optional map
+/// inserted where absent, `self.header.__metadata__.get_or_insert_with(..)`, or left
+/// optional when it is the place itself and not `unwrap`), and its path in the schema
+/// (`File.kv`).
+fn place_path(ir: &Ir, e: &ir::Expr, unwrap: bool) -> (TokenStream, String) {
+    match &e.kind {
+        ExprKind::Member { base, member } => {
+            let (b, text) = place_path(ir, base, true);
+            let (key, optional) = match member {
+                Member::Field(l, f) => (&ir.field(*l, *f).name, false),
+                Member::DictKey(d, k) => {
+                    let key = &ir.dict(*d).keys[k.index()];
+                    (&key.key, key.optional)
+                }
+                _ => unreachable!("the checker's rule file_values: a value mapping iterates a place of the record"),
+            };
+            let id = rs_ident(key);
+            let path = if optional && unwrap {
+                quote!(#b.#id.get_or_insert_with(::std::default::Default::default))
+            } else {
+                quote!(#b.#id)
+            };
+            (path, format!("{text}.{key}"))
+        }
+        ExprKind::Layout(l) => (quote!(self), ir.layout(*l).name.clone()),
+        _ => unreachable!(
+            "the checker's rule file_values: a value mapping iterates a place of the record"
+        ),
     }
 }

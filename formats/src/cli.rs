@@ -343,6 +343,7 @@ fn node_json(n: &crate::Node) -> serde_json::Value {
             Err(_) => json!(i.to_string()),
         },
         Node::Float(x) if x.is_finite() => json!(x),
+        Node::Typed { value, .. } => node_json(value),
         Node::Str(s) => json!(s),
         Node::List(v) | Node::Tuple(v) => json!(v.iter().map(node_json).collect::<Vec<_>>()),
         Node::Dict(e) if e.iter().all(|(k, _)| matches!(k, Node::Str(_))) => {
@@ -563,6 +564,14 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 summary.bytes,
                 summary.from
             );
+            if !summary.dropped.is_empty() {
+                eprintln!(
+                    "note: {} cannot hold {} value(s) of the input, not written: {}",
+                    summary.to,
+                    summary.dropped.len(),
+                    shorten(&summary.dropped.join(", "), 200)
+                );
+            }
         }
         Command::Replace {
             model,

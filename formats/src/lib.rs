@@ -34,7 +34,7 @@ use std::rc::Rc;
 #[cfg(any(feature = "onnx", feature = "caffe2"))]
 pub use prost;
 pub use tensorfmt_runtime as runtime;
-pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView};
+pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView, StructureKept};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
 pub use tensorfmt_runtime::Compression;
@@ -472,10 +472,14 @@ impl Saver {
 
     /// Writes the tensors inside `tree` (nested dicts, lists, tuples, numbers, strings,
     /// bytes and `None`, tensors as [`Node::Tensor`] leaves named as they are added) instead
-    /// of a flat name → tensor dict, for formats that store such an object (`pytorch`).
-    /// Returns false, and changes nothing, for formats that store tensors alone. Checked on
-    /// [`Saver::commit`]: every tensor added must be in the tree, and every tensor of the
-    /// tree added.
+    /// of a flat name → tensor dict, for formats that store such an object (`pytorch`;
+    /// checked on [`Saver::commit`]: every tensor added must be in the tree, and every
+    /// tensor of the tree added). Formats of values beside their tensors (`safetensors`
+    /// `__metadata__`, GGUF key/values) take the entries of its top dict that hold no
+    /// tensor, each under its name, before the first tensor is added where the values hold
+    /// the alignment (GGUF); what they cannot hold is left out and listed in
+    /// [`StructureKept::dropped`]. Formats that store tensors alone keep nothing and
+    /// change nothing.
     ///
     /// ```no_run
     /// use tensorfmt::{Node, Saver, TensorMeta, DType, Order, ByteOrder};
@@ -490,12 +494,12 @@ impl Saver {
     /// saver.commit()?;
     /// # Ok::<(), tensorfmt::Error>(())
     /// ```
-    pub fn set_structure(&mut self, tree: &Node) -> Result<bool> {
+    pub fn set_structure(&mut self, tree: &Node) -> Result<StructureKept> {
         match &mut self.out {
             SaverOut::File { writer, .. } => writer
                 .set_structure(tree)
                 .map_err(|e| e.in_file(&self.path)),
-            SaverOut::Db { .. } => Ok(false),
+            SaverOut::Db { .. } => Ok(StructureKept::default()),
         }
     }
 
@@ -684,6 +688,11 @@ pub struct ConvertSummary {
     pub tensors: usize,
     /// Payload bytes written.
     pub bytes: u64,
+    /// The values of the input beside its tensors that the output could not hold, by
+    /// path: the keys of safetensors `__metadata__` or GGUF key/values written to a format
+    /// without such values, a checkpoint's values that are not text written to
+    /// safetensors.
+    pub dropped: Vec<String>,
 }
 
 /// Converts `input` to `output`, one tensor at a time (memory bounded by the largest
@@ -726,6 +735,7 @@ pub fn convert(
             to: target.name,
             tensors: total,
             bytes,
+            dropped: Vec::new(),
         });
     }
     let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
@@ -733,12 +743,27 @@ pub fn convert(
     // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
     // go to formats of such values alone: an object format would store them in the
     // object its tensors are in.
+    // They are set before the first tensor (GGUF's alignment is among them); those the
+    // output cannot hold are noted.
     let carried = !file.format_desc().values || saver.format.values;
+    let mut kept = StructureKept::default();
     if !options.flatten && carried {
         if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {
-            saver.set_structure(tree)?;
+            kept = saver.set_structure(tree)?;
         }
     }
+    let dropped = match tree.as_ref() {
+        Some(tree) if file.format_desc().values && !kept.stored => {
+            let mut dropped = Vec::new();
+            let values = tree.top_values(&mut dropped);
+            values
+                .into_iter()
+                .map(|(name, _)| name)
+                .chain(dropped)
+                .collect()
+        }
+        _ => kept.dropped,
+    };
     let total = file.tensors().len();
     let mut bytes = 0u64;
     // Storages are members of their own in formats around a stored object (PyTorch,
@@ -779,6 +804,7 @@ pub fn convert(
         to,
         tensors: total,
         bytes,
+        dropped,
     })
 }
 

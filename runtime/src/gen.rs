@@ -40,7 +40,7 @@ pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{
     no_structure, FormatDesc, Payload, Replacement, RewriteFn, SingleTensorWriter, StorageView,
-    TensorWriter, WriteOneFn, WriteSeek,
+    StructureKept, TensorWriter, WriteOneFn, WriteSeek,
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
 pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};
@@ -49,7 +49,9 @@ pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,
 };
-pub use tensorfmt_core::tree::{Node, ToNode};
+pub use tensorfmt_core::tree::{
+    case_of, dict_item, refuse_if, set_item, set_values, tagged_items, FromNode, Node, ToNode,
+};
 
 #[cfg(feature = "kv")]
 pub use crate::kv;

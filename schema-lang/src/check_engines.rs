@@ -1520,6 +1520,70 @@ impl Rules<'_> {
                     );
                 }
             }
+            if !ir.format(self.fid).read_only {
+                self.file_value_places(map);
+            }
+        }
+    }
+
+    /// A written `file` format's `value` mapping runs backwards (the writer's
+    /// `set_structure`): its `name` and `data` are places of the item — a map item's key
+    /// and value, or fields of a record whose other fields are computed when written.
+    fn file_value_places(&mut self, map: &crate::ir::Mapping) {
+        let ir = self.ir;
+        let mut fields = Vec::new();
+        for k in [TensorKey::Name, TensorKey::Data] {
+            let Some(e) = map.key(k) else { continue };
+            let ok = match (&e.kind, &map.binding_ty) {
+                (ExprKind::Member { base, member }, Type::MapItem(..))
+                    if base.kind == ExprKind::Binding =>
+                {
+                    *member
+                        == if k == TensorKey::Name {
+                            Member::MapKey
+                        } else {
+                            Member::MapValue
+                        }
+                }
+                (
+                    ExprKind::Member {
+                        base,
+                        member: Member::Field(l, f),
+                    },
+                    Type::Layout(item),
+                ) if base.kind == ExprKind::Binding && l == item => {
+                    fields.push(*f);
+                    true
+                }
+                _ => false,
+            };
+            if !ok {
+                self.err(
+                    e.span,
+                    "a written `file` format's value is a place of the item: the writer sets it back",
+                    "`name = k.key; data = k.value;` (fields of a record, or a map item's key and \
+                     value), or declare the format `read_only;`",
+                );
+                return;
+            }
+        }
+        if let (Type::Layout(l), [_, _]) = (&map.binding_ty, fields.as_slice()) {
+            let layout = ir.layout(*l);
+            let other = layout.fields.iter().enumerate().find(|(i, f)| {
+                !fields.contains(&crate::ir::FieldId(*i as u32))
+                    && !crate::ir::plan::is_computed(f)
+                    && !matches!(f.kind, crate::ir::FieldKind::Magic(_))
+            });
+            if let Some((_, f)) = other {
+                self.err(
+                    map.span,
+                    format!(
+                        "the writer makes a `{}` of each value, but cannot give its field `{}`",
+                        layout.name, f.name
+                    ),
+                    "compute the field when written (`write = ...`), or declare the format `read_only;`",
+                );
+            }
         }
     }
 

@@ -230,6 +230,95 @@ fn written_files_are_byte_identical_to_the_package_s_for_tensors_in_its_order() 
     );
 }
 
+/// `convert` carries `__metadata__` (the `value` mapping run backwards): every fixture
+/// converted to safetensors is its own bytes again, `__metadata__` first as the package
+/// writes it; converted to a format without such values, its keys are reported dropped.
+#[test]
+fn convert_carries_metadata_byte_identical_to_the_package() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in FIXTURES {
+        let out = tmp.path().join(f);
+        let summary =
+            tensorfmt::convert(dir().join(f), &out, &Default::default(), |_, _| {}).unwrap();
+        assert!(summary.dropped.is_empty(), "{f}: {:?}", summary.dropped);
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            std::fs::read(dir().join(f)).unwrap(),
+            "{f}"
+        );
+        assert_eq!(
+            json(&tfcheck_ok(&["metadata", path_str(&out)])),
+            json(&tfcheck_ok(&["metadata", path_str(&dir().join(f))])),
+            "{f}"
+        );
+    }
+    let npz = tmp.path().join("m.npz");
+    let summary = tensorfmt::convert(
+        dir().join("numpy_model.safetensors"),
+        &npz,
+        &Default::default(),
+        |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(summary.dropped, ["format"]);
+}
+
+/// A PyTorch checkpoint's top-level text values become `__metadata__`; its other values
+/// (numbers, values beside tensors) are left out and reported.
+#[test]
+fn checkpoint_text_values_become_metadata() {
+    use tensorfmt::{ByteOrder, DType, Node, Order, Saver, TensorMeta};
+    let tmp = tempfile::tempdir().unwrap();
+    let pt = tmp.path().join("ckpt.pt");
+    let mut saver = Saver::create(&pt, None, &Default::default()).unwrap();
+    let kept = saver
+        .set_structure(&Node::Dict(vec![
+            (
+                Node::str("model"),
+                Node::Dict(vec![
+                    (Node::str("w"), Node::Tensor("model.w".into())),
+                    (Node::str("scale"), Node::Float(0.5)),
+                ]),
+            ),
+            (Node::str("arch"), Node::str("mlp")),
+            (Node::str("epoch"), Node::Int(3)),
+            (Node::str("note"), Node::str("it's")),
+        ]))
+        .unwrap();
+    assert!(kept.stored);
+    let meta = TensorMeta {
+        name: "model.w".into(),
+        dtype: DType::F32,
+        shape: vec![2],
+        order: Order::C,
+        byte_order: ByteOrder::Little,
+    };
+    saver.add_bytes(&meta, &[0u8; 8]).unwrap();
+    saver.commit().unwrap();
+    let out = tmp.path().join("ckpt.safetensors");
+    let summary = tensorfmt::convert(&pt, &out, &Default::default(), |_, _| {}).unwrap();
+    assert_eq!(summary.dropped, ["model.scale", "epoch"]);
+    assert_eq!(
+        json(&tfcheck_ok(&["metadata", path_str(&out)])),
+        serde_json::json!({"arch": "mlp", "note": "it's"})
+    );
+    // The safetensors writer itself: the same values, in order.
+    let mut saver = Saver::create(
+        tmp.path().join("direct.safetensors"),
+        None,
+        &Default::default(),
+    )
+    .unwrap();
+    let kept = saver
+        .set_structure(&Node::Dict(vec![
+            (Node::str("b"), Node::Bool(true)),
+            (Node::str("a"), Node::str("x")),
+        ]))
+        .unwrap();
+    assert!(kept.stored);
+    assert_eq!(kept.dropped, ["b"]);
+}
+
 /// Tensors given in any order are written as the package writes them (by dtype, then
 /// name): the same bytes as its `save_file` of the same arrays. (Arrays in C order: the
 /// package's `safetensors.numpy.save_file` writes a Fortran-order array's memory as it

@@ -665,23 +665,56 @@ pub mod gguflike {
         }
         Ok(Some(rt::Node::Dict(out)))
     }
-    /// The value of the case, as a value of the format's structure.
+    /// The value of the case, with its tag, as a value of the format's structure.
     impl rt::ToNode for KvValue {
         fn to_node(&self) -> rt::Node {
             match self {
-                KvValue::U8(v) => rt::ToNode::to_node(v),
-                KvValue::I8(v) => rt::ToNode::to_node(v),
-                KvValue::U16(v) => rt::ToNode::to_node(v),
-                KvValue::I16(v) => rt::ToNode::to_node(v),
-                KvValue::U32(v) => rt::ToNode::to_node(v),
-                KvValue::I32(v) => rt::ToNode::to_node(v),
-                KvValue::F32(v) => rt::ToNode::to_node(v),
-                KvValue::Bool(v) => rt::ToNode::to_node(v),
-                KvValue::Text(v) => rt::ToNode::to_node(v),
-                KvValue::Array(v) => rt::ToNode::to_node(v),
-                KvValue::U64(v) => rt::ToNode::to_node(v),
-                KvValue::I64(v) => rt::ToNode::to_node(v),
-                KvValue::F64(v) => rt::ToNode::to_node(v),
+                KvValue::U8(v) => rt::Node::typed(0, rt::ToNode::to_node(v)),
+                KvValue::I8(v) => rt::Node::typed(1, rt::ToNode::to_node(v)),
+                KvValue::U16(v) => rt::Node::typed(2, rt::ToNode::to_node(v)),
+                KvValue::I16(v) => rt::Node::typed(3, rt::ToNode::to_node(v)),
+                KvValue::U32(v) => rt::Node::typed(4, rt::ToNode::to_node(v)),
+                KvValue::I32(v) => rt::Node::typed(5, rt::ToNode::to_node(v)),
+                KvValue::F32(v) => rt::Node::typed(6, rt::ToNode::to_node(v)),
+                KvValue::Bool(v) => rt::Node::typed(7, rt::ToNode::to_node(v)),
+                KvValue::Text(v) => rt::Node::typed(8, rt::ToNode::to_node(v)),
+                KvValue::Array(v) => rt::Node::typed(9, rt::ToNode::to_node(v)),
+                KvValue::U64(v) => rt::Node::typed(10, rt::ToNode::to_node(v)),
+                KvValue::I64(v) => rt::Node::typed(11, rt::ToNode::to_node(v)),
+                KvValue::F64(v) => rt::Node::typed(12, rt::ToNode::to_node(v)),
+            }
+        }
+    }
+    /// The case a value of a structure carries the tag of; for a value without
+    /// one, the first case that holds it (wider numbers first, signed before unsigned).
+    impl rt::FromNode for KvValue {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            rt::case_of(
+                node,
+                &[11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9],
+                KvValue::from_case,
+            )
+        }
+    }
+    impl KvValue {
+        /// The case `tag` holding the value of `node`, if it can.
+        pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
+            let node = node.as_case(tag)?;
+            match tag {
+                0 => rt::FromNode::from_node(node).map(KvValue::U8),
+                1 => rt::FromNode::from_node(node).map(KvValue::I8),
+                2 => rt::FromNode::from_node(node).map(KvValue::U16),
+                3 => rt::FromNode::from_node(node).map(KvValue::I16),
+                4 => rt::FromNode::from_node(node).map(KvValue::U32),
+                5 => rt::FromNode::from_node(node).map(KvValue::I32),
+                6 => rt::FromNode::from_node(node).map(KvValue::F32),
+                7 => rt::FromNode::from_node(node).map(KvValue::Bool),
+                8 => rt::FromNode::from_node(node).map(KvValue::Text),
+                9 => rt::FromNode::from_node(node).map(KvValue::Array),
+                10 => rt::FromNode::from_node(node).map(KvValue::U64),
+                11 => rt::FromNode::from_node(node).map(KvValue::I64),
+                12 => rt::FromNode::from_node(node).map(KvValue::F64),
+                _ => None,
             }
         }
     }
@@ -691,33 +724,91 @@ pub mod gguflike {
             rt::ToNode::to_node(&self.text)
         }
     }
+    /// A `Text` from a value of a structure, its fields computed when written.
+    impl rt::FromNode for Text {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            let text = rt::FromNode::from_node(node)?;
+            Some(Text {
+                len: ::std::default::Default::default(),
+                text,
+            })
+        }
+    }
     /// A `Array` as a value of the format's structure.
     impl rt::ToNode for Array {
         fn to_node(&self) -> rt::Node {
-            rt::ToNode::to_node(&self.items)
+            rt::Node::typed(i128::from(self.kind), rt::ToNode::to_node(&self.items))
         }
     }
-    /// The value of the case, as a value of the format's structure.
+    /// A `Array` from a value of a structure, its fields computed when written.
+    impl rt::FromNode for Array {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            let (kind, items) = rt::tagged_items(
+                node,
+                |n| ArrayItems::from_node(n).map(|v| v.tag()),
+                ArrayItems::from_case,
+            )?;
+            Some(Array {
+                kind: kind.try_into().ok()?,
+                n: ::std::default::Default::default(),
+                items,
+            })
+        }
+    }
+    /// The value of the case, with its tag, as a value of the format's structure.
     impl rt::ToNode for ArrayItems {
         fn to_node(&self) -> rt::Node {
             match self {
-                ArrayItems::U8(v) => rt::ToNode::to_node(v),
-                ArrayItems::I8(v) => rt::ToNode::to_node(v),
-                ArrayItems::U16(v) => rt::ToNode::to_node(v),
-                ArrayItems::I16(v) => rt::ToNode::to_node(v),
-                ArrayItems::U32(v) => rt::ToNode::to_node(v),
-                ArrayItems::I32(v) => rt::ToNode::to_node(v),
-                ArrayItems::F32(v) => rt::ToNode::to_node(v),
-                ArrayItems::Bool(v) => rt::ToNode::to_node(v),
-                ArrayItems::Text(v) => rt::ToNode::to_node(v),
-                ArrayItems::Array(v) => rt::ToNode::to_node(v),
-                ArrayItems::U64(v) => rt::ToNode::to_node(v),
-                ArrayItems::I64(v) => rt::ToNode::to_node(v),
-                ArrayItems::F64(v) => rt::ToNode::to_node(v),
+                ArrayItems::U8(v) => rt::Node::typed(0, rt::ToNode::to_node(v)),
+                ArrayItems::I8(v) => rt::Node::typed(1, rt::ToNode::to_node(v)),
+                ArrayItems::U16(v) => rt::Node::typed(2, rt::ToNode::to_node(v)),
+                ArrayItems::I16(v) => rt::Node::typed(3, rt::ToNode::to_node(v)),
+                ArrayItems::U32(v) => rt::Node::typed(4, rt::ToNode::to_node(v)),
+                ArrayItems::I32(v) => rt::Node::typed(5, rt::ToNode::to_node(v)),
+                ArrayItems::F32(v) => rt::Node::typed(6, rt::ToNode::to_node(v)),
+                ArrayItems::Bool(v) => rt::Node::typed(7, rt::ToNode::to_node(v)),
+                ArrayItems::Text(v) => rt::Node::typed(8, rt::ToNode::to_node(v)),
+                ArrayItems::Array(v) => rt::Node::typed(9, rt::ToNode::to_node(v)),
+                ArrayItems::U64(v) => rt::Node::typed(10, rt::ToNode::to_node(v)),
+                ArrayItems::I64(v) => rt::Node::typed(11, rt::ToNode::to_node(v)),
+                ArrayItems::F64(v) => rt::Node::typed(12, rt::ToNode::to_node(v)),
             }
         }
     }
-    /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone.
+    /// The case a value of a structure carries the tag of; for a value without
+    /// one, the first case that holds it (wider numbers first, signed before unsigned).
+    impl rt::FromNode for ArrayItems {
+        fn from_node(node: &rt::Node) -> Option<Self> {
+            rt::case_of(
+                node,
+                &[11, 5, 3, 1, 10, 4, 2, 0, 12, 6, 7, 8, 9],
+                ArrayItems::from_case,
+            )
+        }
+    }
+    impl ArrayItems {
+        /// The case `tag` holding the value of `node`, if it can.
+        pub fn from_case(tag: i128, node: &rt::Node) -> Option<Self> {
+            let node = node.as_case(tag)?;
+            match tag {
+                0 => rt::FromNode::from_node(node).map(ArrayItems::U8),
+                1 => rt::FromNode::from_node(node).map(ArrayItems::I8),
+                2 => rt::FromNode::from_node(node).map(ArrayItems::U16),
+                3 => rt::FromNode::from_node(node).map(ArrayItems::I16),
+                4 => rt::FromNode::from_node(node).map(ArrayItems::U32),
+                5 => rt::FromNode::from_node(node).map(ArrayItems::I32),
+                6 => rt::FromNode::from_node(node).map(ArrayItems::F32),
+                7 => rt::FromNode::from_node(node).map(ArrayItems::Bool),
+                8 => rt::FromNode::from_node(node).map(ArrayItems::Text),
+                9 => rt::FromNode::from_node(node).map(ArrayItems::Array),
+                10 => rt::FromNode::from_node(node).map(ArrayItems::U64),
+                11 => rt::FromNode::from_node(node).map(ArrayItems::I64),
+                12 => rt::FromNode::from_node(node).map(ArrayItems::F64),
+                _ => None,
+            }
+        }
+    }
+    /// Streaming writer of `gguflike` files: the tensors' bytes wait in a spool (a temporary file beside the destination), so that [`Writer::finish`] can write the `File` — whose header, before the bytes, describes every tensor — and then stream them: memory holds the header alone. The values of a structure (`set_structure`) go to `File.kv`.
     pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
         out: W,
         kv: ::std::vec::Vec<Kv>,
@@ -741,6 +832,17 @@ pub mod gguflike {
         /// The `tensors` written by [`Writer::finish`], with an item per tensor added: what the tensor mapping does not give (an optional key) may be set here.
         pub fn tensors(&mut self) -> &mut ::std::vec::Vec<TensorInfo> {
             &mut self.tensors
+        }
+        fn set_value(&mut self, name: &str, node: &rt::Node) -> Option<()> {
+            let value = rt::FromNode::from_node(node)?;
+            let item = Kv {
+                key_len: ::std::default::Default::default(),
+                key: name.to_string(),
+                kind: ::std::default::Default::default(),
+                value,
+            };
+            rt::set_item(&mut self.kv, item, |r| r.key == name);
+            Some(())
         }
         /// Adds a tensor: its item, and its bytes after the previous tensor's.
         pub fn add(
@@ -799,6 +901,13 @@ pub mod gguflike {
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
             Writer::finish(*self)?;
             Ok(())
+        }
+        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+            rt::refuse_if(
+                !self.tensors.is_empty(),
+                "gguflike: set the values before the first tensor (its tensors' alignment is among them)",
+            )?;
+            Ok(rt::set_values(tree, |name, node| self.set_value(name, node)))
         }
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.

@@ -251,8 +251,8 @@ pub mod pklx {
         fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
             Writer::finish(*self).map(drop)
         }
-        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
-            Writer::set_structure(self, tree)
+        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+            Writer::set_structure(self, tree).map(Into::into)
         }
         fn add_view(
             &mut self,

@@ -9,6 +9,8 @@ examples/gguf/requirements.txt):
   gguf_tool.py describe FILE     prints, read by GGUFReader, the JSON that
                                  `tensorfmt-gguf inspect --json --sha256 FILE` must print
   gguf_tool.py metadata FILE     prints the key/values as JSON
+  gguf_tool.py types FILE        prints each key's stored value type as JSON (an array's
+                                 item types after `ARRAY`)
   gguf_tool.py check FILE NPZ    loads FILE with GGUFReader and checks every tensor equal
                                  to the NPZ's array of that name (exit 1 if not)
 """
@@ -65,6 +67,21 @@ def metadata(path):
         if k.startswith("GGUF."):
             continue
         out[k] = f.contents()
+    return out
+
+
+def types(path):
+    r = gguf.GGUFReader(path)
+    out = {}
+    for k, f in r.fields.items():
+        if k.startswith("GGUF."):
+            continue
+        names = [t.name for t in f.types]
+        if names == ["ARRAY"]:
+            # An empty array: its item type is stored all the same (the part after the
+            # value type), though `types` lists none.
+            names.append(gguf.GGUFValueType(int(f.parts[3][0])).name)
+        out[k] = names
     return out
 
 
@@ -155,6 +172,9 @@ def main(argv):
         return 0
     if len(argv) == 2 and argv[0] == "metadata":
         print(json.dumps(metadata(argv[1]), default=str))
+        return 0
+    if len(argv) == 2 and argv[0] == "types":
+        print(json.dumps(types(argv[1])))
         return 0
     if len(argv) == 3 and argv[0] == "check":
         return check(argv[1], argv[2])

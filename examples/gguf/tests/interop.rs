@@ -181,14 +181,115 @@ fn files_this_crate_writes_load_in_the_gguf_package() {
     let (_, b) = tool(&py, &["describe", s(&back)]);
     assert_eq!(json(&a)["tensors"], json(&b)["tensors"]);
 
-    // A file with a custom alignment converted to GGUF: tensors kept, bytes aligned to
-    // the default 32 (the key/values are not carried by `convert`).
-    let aligned = Path::new(&files[1]);
-    let copy = dir.path().join("copy.gguf");
-    assert_eq!(cli(&["convert", s(aligned), s(&copy)]).0, ExitCode::SUCCESS);
-    let (_, a) = tool(&py, &["describe", s(aligned)]);
-    let (_, b) = tool(&py, &["describe", s(&copy)]);
-    assert_eq!(json(&a)["tensors"], json(&b)["tensors"]);
+    // GGUF → GGUF: `convert` carries the key/values, each with its stored type, set
+    // before the tensors: a custom alignment
+    // aligns the copy's tensors as it did the source's.
+    for f in &files[..2] {
+        let copy = dir.path().join("copy.gguf");
+        assert_eq!(cli(&["convert", f, s(&copy)]).0, ExitCode::SUCCESS);
+        for what in ["describe", "metadata", "types"] {
+            let (_, a) = tool(&py, &[what, f]);
+            let (_, b) = tool(&py, &[what, s(&copy)]);
+            assert_eq!(json(&a), json(&b), "{f}: {what}");
+        }
+        if !f.ends_with("all_types.gguf") {
+            let (_, types) = tool(&py, &["types", s(&copy)]);
+            assert_eq!(
+                json(&types)["general.alignment"],
+                serde_json::json!(["UINT32"])
+            );
+        }
+    }
+
+    // GGUF → npz: the key/values are reported dropped, never an error.
+    let options = tensorfmt::ConvertOptions {
+        open: tensorfmt::OpenOptions {
+            registry: tensorfmt_example_gguf::registry(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let summary = tensorfmt::convert(&files[1], &npz, &options, |_, _| {}).unwrap();
+    assert!(summary.dropped.contains(&"general.alignment".to_string()));
+}
+
+/// Values given to the writer as a structure: a node tagged with a GGUF type is stored
+/// with it (an empty array keeps its item type), an untagged one as the widest type that
+/// holds it; what GGUF cannot hold (`None`) is reported. Values set after a tensor are
+/// refused: the tensors' alignment is among them.
+#[test]
+fn values_are_set_before_the_first_tensor() {
+    use tensorfmt::Node;
+    let py = python();
+    let dir = tempfile::tempdir().unwrap();
+    let registry = tensorfmt_example_gguf::registry();
+    let path = dir.path().join("v.gguf");
+    let mut saver =
+        tensorfmt::Saver::create_in(&registry, &path, None, &Default::default()).unwrap();
+    let kept = saver
+        .set_structure(&Node::Dict(vec![
+            (
+                Node::str("general.alignment"),
+                Node::typed(4, Node::Int(64)),
+            ),
+            (
+                Node::str("t.empty"),
+                Node::typed(9, Node::typed(5, Node::List(Vec::new()))),
+            ),
+            (Node::str("t.int"), Node::Int(-3)),
+            (Node::str("t.text"), Node::str("x")),
+            (
+                Node::str("t.list"),
+                Node::List(vec![Node::Float(0.5), Node::Float(1.5)]),
+            ),
+            (Node::str("t.none"), Node::None),
+        ]))
+        .unwrap();
+    assert_eq!(kept.dropped, ["t.none"]);
+    let meta = tensorfmt::TensorMeta {
+        name: "w".into(),
+        dtype: tensorfmt::DType::F32,
+        shape: vec![1],
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    };
+    saver.add_bytes(&meta, &[0u8; 4]).unwrap();
+    saver.commit().unwrap();
+    let (_, types) = tool(&py, &["types", s(&path)]);
+    assert_eq!(
+        json(&types),
+        serde_json::json!({
+            "general.alignment": ["UINT32"],
+            "t.empty": ["ARRAY", "INT32"],
+            "t.int": ["INT64"],
+            "t.text": ["STRING"],
+            "t.list": ["ARRAY", "FLOAT64"],
+        })
+    );
+    let (_, values) = tool(&py, &["metadata", s(&path)]);
+    assert_eq!(json(&values)["t.empty"], serde_json::json!([]));
+
+    let mut saver = tensorfmt::Saver::create_in(
+        &registry,
+        dir.path().join("x.gguf"),
+        None,
+        &Default::default(),
+    )
+    .unwrap();
+    let meta = tensorfmt::TensorMeta {
+        name: "w".into(),
+        dtype: tensorfmt::DType::F32,
+        shape: vec![1],
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    };
+    saver.add_bytes(&meta, &[0u8; 4]).unwrap();
+    let tree = tensorfmt::Node::Dict(vec![(
+        tensorfmt::Node::str("general.alignment"),
+        tensorfmt::Node::Int(64),
+    )]);
+    let e = saver.set_structure(&tree).unwrap_err().to_string();
+    assert!(e.contains("before the first tensor"), "{e}");
 }
 
 /// Damaged files get an error naming the file, never a panic or a huge allocation.

@@ -130,6 +130,44 @@ impl Payload<'_> {
     }
 }
 
+/// What a writer kept of a structure given to it ([`TensorWriter::set_structure`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StructureKept {
+    /// The format stores the structure, or the values of it listed nowhere below.
+    pub stored: bool,
+    /// The paths of the values the format cannot hold, left out (a number where
+    /// safetensors' `__metadata__` holds text alone).
+    pub dropped: Vec<String>,
+}
+
+impl StructureKept {
+    /// The whole structure kept.
+    pub fn all() -> Self {
+        StructureKept {
+            stored: true,
+            dropped: Vec::new(),
+        }
+    }
+
+    /// The structure kept but for the values at these paths.
+    pub fn dropping(dropped: Vec<String>) -> Self {
+        StructureKept {
+            stored: true,
+            dropped,
+        }
+    }
+}
+
+/// A structure stored whole (`true`) or not at all.
+impl From<bool> for StructureKept {
+    fn from(stored: bool) -> Self {
+        StructureKept {
+            stored,
+            dropped: Vec::new(),
+        }
+    }
+}
+
 /// Where a tensor added as a view ([`TensorWriter::add_view`]) lies in a storage that
 /// several tensors may share: a `torch.save` storage viewed at an offset with strides.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -154,11 +192,14 @@ pub trait TensorWriter {
     fn finish(self: Box<Self>) -> Result<()>;
     /// Gives the object the tensors are to be written in (nested dicts, lists, tuples,
     /// numbers and strings whose [`Node::Tensor`] leaves name the tensors added), for
-    /// formats that store one (PyTorch); checked when the writer finishes. Returns false,
-    /// and changes nothing, where the format stores tensors alone (the default).
-    fn set_structure(&mut self, tree: &Node) -> Result<bool> {
+    /// formats that store one (PyTorch; checked when the writer finishes), or the values
+    /// to write beside them, for formats of values beside their tensors (safetensors
+    /// `__metadata__`, GGUF key/values: each entry of the top dict that holds no tensor).
+    /// Says what the format kept: nothing, and nothing changed, where it stores tensors
+    /// alone (the default).
+    fn set_structure(&mut self, tree: &Node) -> Result<StructureKept> {
         let _ = tree;
-        Ok(false)
+        Ok(StructureKept::default())
     }
     /// Adds a tensor that views a storage at an offset with strides, for formats that
     /// store views (PyTorch): `storage` holds the storage's `view.storage_nbytes` bytes

@@ -47,6 +47,15 @@ pub enum Node {
     /// A value that can be shown but not written back (an integer beyond 128 bits, a
     /// persistent id outside a tensor): its Python-like text.
     Other(String),
+    /// A value with the tag its format stores it under: the case of a tagged union (a
+    /// GGUF value's type code, `4` for UINT32), so that the format writes it back as it
+    /// was stored. Shown, and written by other formats, as its value.
+    Typed {
+        /// The tag of the case.
+        tag: i128,
+        /// The value.
+        value: Box<Node>,
+    },
 }
 
 /// The name of a dict key in a path, when it has one: strings as they are, integers in
@@ -75,6 +84,61 @@ impl Node {
         Node::Str(s.to_string())
     }
 
+    /// `value` with the tag its format stores it under ([`Node::Typed`]).
+    pub fn typed(tag: i128, value: Node) -> Node {
+        Node::Typed {
+            tag,
+            value: Box::new(value),
+        }
+    }
+
+    /// The value without the tags it carries ([`Node::Typed`]).
+    pub fn untyped(&self) -> &Node {
+        match self {
+            Node::Typed { value, .. } => value.untyped(),
+            n => n,
+        }
+    }
+
+    /// The value of a node given as the case `tag` of a tagged union: the node itself
+    /// when it carries no tag, its value when it carries `tag`, `None` when it carries
+    /// another.
+    pub fn as_case(&self, tag: i128) -> Option<&Node> {
+        match self {
+            Node::Typed { tag: t, value } if *t == tag => Some(value),
+            Node::Typed { .. } => None,
+            n => Some(n),
+        }
+    }
+
+    /// The values a format of values beside its tensors (safetensors `__metadata__`,
+    /// GGUF key/values) can take from this structure: each entry of the top dict with no
+    /// tensor below it, by its key's text. The paths of the values it cannot take (a
+    /// value beside a tensor inside an entry, an entry whose key has no text, anything
+    /// but tensors in a tree that is not a dict) are added to `dropped`.
+    pub fn top_values(&self, dropped: &mut Vec<String>) -> Vec<(String, &Node)> {
+        let Node::Dict(items) = self.untyped() else {
+            dropped.extend(self.values().into_iter().map(|(p, _)| p));
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (k, v) in items {
+            match key_text(k) {
+                Some(name) if !v.has_tensor() => out.push((name, v)),
+                Some(name) => dropped.extend(v.values().into_iter().map(|(p, _)| {
+                    if p.is_empty() {
+                        name.clone()
+                    } else {
+                        join(&name, &p)
+                    }
+                })),
+                None if !v.has_tensor() => dropped.push(format!("[{k}]")),
+                None => {}
+            }
+        }
+        out
+    }
+
     /// True when a tensor leaf is somewhere below (or at) this node.
     pub fn has_tensor(&self) -> bool {
         match self {
@@ -84,6 +148,7 @@ impl Node {
             Node::Object { args, state, .. } => {
                 args.iter().any(Node::has_tensor) || state.as_deref().is_some_and(Node::has_tensor)
             }
+            Node::Typed { value, .. } => value.has_tensor(),
             _ => false,
         }
     }
@@ -96,6 +161,7 @@ impl Node {
             Node::Global(_) | Node::Object { .. } | Node::Other(_) => false,
             Node::List(v) | Node::Tuple(v) => v.iter().all(Node::is_plain),
             Node::Dict(e) => e.iter().all(|(k, v)| k.is_plain() && v.is_plain()),
+            Node::Typed { value, .. } => value.is_plain(),
             _ => true,
         }
     }
@@ -253,6 +319,176 @@ impl<T: ToNode + ?Sized> ToNode for &T {
     }
 }
 
+/// A value made from a [`Node`]: the inverse of [`ToNode`], for the records a format of
+/// values beside its tensors writes back. `None` when the node is not a value of the type
+/// (text for a number, an integer out of range); the tags a node carries
+/// ([`Node::Typed`]) are looked through, but by tagged unions.
+pub trait FromNode: Sized {
+    /// The value of the node, if it is one of the type.
+    fn from_node(node: &Node) -> Option<Self>;
+}
+
+macro_rules! int_from_node {
+    ($($t:ty),*) => {$(
+        impl FromNode for $t {
+            fn from_node(node: &Node) -> Option<Self> {
+                match node.untyped() {
+                    Node::Int(i) => <$t>::try_from(*i).ok(),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+
+int_from_node!(u8, i8, u16, i16, u32, i32, u64, i64);
+
+impl FromNode for f32 {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::Float(x) => Some(*x as f32),
+            _ => None,
+        }
+    }
+}
+
+impl FromNode for f64 {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::Float(x) => Some(*x),
+            _ => None,
+        }
+    }
+}
+
+impl FromNode for bool {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+}
+
+impl FromNode for String {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::Str(s) => Some(s.clone()),
+            _ => None,
+        }
+    }
+}
+
+impl<T: FromNode> FromNode for Vec<T> {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::List(v) | Node::Tuple(v) => v.iter().map(T::from_node).collect(),
+            _ => None,
+        }
+    }
+}
+
+impl<T: FromNode> FromNode for Option<T> {
+    fn from_node(node: &Node) -> Option<Self> {
+        match node.untyped() {
+            Node::None => Some(None),
+            n => T::from_node(n).map(Some),
+        }
+    }
+}
+
+impl<T: FromNode> FromNode for Box<T> {
+    fn from_node(node: &Node) -> Option<Self> {
+        T::from_node(node).map(Box::new)
+    }
+}
+
+/// The tag and items of a list of a tagged union's values that share one tag (a GGUF
+/// array: the type of its items, then the items), from a node: the tag it carries
+/// ([`Node::Typed`] around the list), or else the tag `case_of` gives its first item;
+/// each item made by `as_case` with that tag. `None` when the node is not such a list
+/// or an item is not a value of the case (an empty list without a tag has none).
+pub fn tagged_items<T>(
+    node: &Node,
+    case_of: impl Fn(&Node) -> Option<i128>,
+    as_case: impl Fn(i128, &Node) -> Option<T>,
+) -> Option<(i128, Vec<T>)> {
+    let (tag, list) = match node {
+        Node::Typed { tag, value } => (Some(*tag), value.untyped()),
+        n => (None, n),
+    };
+    let (Node::List(items) | Node::Tuple(items)) = list else {
+        return None;
+    };
+    let tag = match tag {
+        Some(t) => t,
+        None => case_of(items.first()?)?,
+    };
+    let items = items
+        .iter()
+        .map(|n| as_case(tag, n))
+        .collect::<Option<_>>()?;
+    Some((tag, items))
+}
+
+/// The case of a tagged union a node is given as: the one whose tag it carries
+/// ([`Node::Typed`]), or for a node without one, the first of `order` that holds it;
+/// `from_case` makes the value of a case.
+pub fn case_of<T>(
+    node: &Node,
+    order: &[i128],
+    from_case: impl Fn(i128, &Node) -> Option<T>,
+) -> Option<T> {
+    match node {
+        Node::Typed { tag, .. } => from_case(*tag, node),
+        _ => order.iter().find_map(|&t| from_case(t, node)),
+    }
+}
+
+/// Hands each value of a structure ([`Node::top_values`]) to `set`, by name; what it
+/// takes not (`None`) is dropped, its path listed with those of the values beside tensors.
+pub fn set_values(
+    tree: &Node,
+    mut set: impl FnMut(&str, &Node) -> Option<()>,
+) -> crate::registry::StructureKept {
+    let mut dropped = Vec::new();
+    for (name, node) in tree.top_values(&mut dropped) {
+        if set(&name, node).is_none() {
+            dropped.push(name);
+        }
+    }
+    crate::registry::StructureKept::dropping(dropped)
+}
+
+/// An error when `refused` (values set after the first tensor of a format whose
+/// alignment is among them): `why` says what to do.
+pub fn refuse_if(refused: bool, why: &str) -> crate::error::Result<()> {
+    if refused {
+        return Err(crate::error::ErrorKind::Invalid(why.to_string()).into());
+    }
+    Ok(())
+}
+
+/// The value of `key` in a dict node (a record's field in the node of a record of
+/// several fields).
+pub fn dict_item<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
+    let Node::Dict(items) = node.untyped() else {
+        return None;
+    };
+    items
+        .iter()
+        .find(|(k, _)| matches!(k, Node::Str(s) if s == key))
+        .map(|(_, v)| v)
+}
+
+/// Replaces the first item of `items` that is `same` as `item` by it, or adds it last.
+pub fn set_item<T>(items: &mut Vec<T>, item: T, same: impl Fn(&T) -> bool) {
+    match items.iter_mut().find(|i| same(i)) {
+        Some(old) => *old = item,
+        None => items.push(item),
+    }
+}
+
 fn write_seq(f: &mut fmt::Formatter<'_>, open: &str, items: &[Node], close: &str) -> fmt::Result {
     f.write_str(open)?;
     for (i, n) in items.iter().enumerate() {
@@ -351,6 +587,7 @@ impl fmt::Display for Node {
                 Ok(())
             }
             Node::Other(s) => f.write_str(s),
+            Node::Typed { value, .. } => write!(f, "{value}"),
         }
     }
 }

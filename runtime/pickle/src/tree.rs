@@ -174,6 +174,7 @@ fn build(n: &Node, path: &str, tensor: &mut dyn FnMut(&str) -> Result<Value>) ->
                 .collect::<Result<_>>()?,
         ),
         Node::Tensor(name) => tensor(name)?,
+        Node::Typed { value, .. } => build(value, path, tensor)?,
         Node::Global(_) | Node::Object { .. } | Node::Other(_) => {
             let place = if path.is_empty() { "<root>" } else { path };
             return Err(ErrorKind::Unsupported(format!(

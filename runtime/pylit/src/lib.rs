@@ -23,7 +23,7 @@ mod value;
 
 pub use value::{
     decode, dict, expected, from_dict, literal, read, read_json, read_json_unique, to_list, Dict,
-    FromPy, Key, Map, ToPy,
+    FromPy, Key, Map, SetValue, ToPy,
 };
 
 const CODEC: &str = "python literal";

@@ -186,6 +186,14 @@ impl<V> Map<V> {
     pub fn get(&self, key: &str) -> Option<&V> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
+
+    /// Sets the value of `key`: in place where the map has it, else last.
+    pub fn insert(&mut self, key: String, value: V) {
+        match self.0.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, v)) => *v = value,
+            None => self.0.push((key, value)),
+        }
+    }
 }
 
 impl<'m, V> IntoIterator for &'m Map<V> {
@@ -296,6 +304,45 @@ impl<V: tensorfmt_core::tree::ToNode> tensorfmt_core::tree::ToNode for Map<V> {
                 .map(|(k, v)| (Node::str(k), v.to_node()))
                 .collect(),
         )
+    }
+}
+
+/// A map a structure's values are set into, one by name (a `value` mapping over a
+/// `map<str, V>` run backwards), or an optional one, made at the first value.
+pub trait SetValue {
+    /// Sets `name` to the value of `node`, in place where the map has it, else last;
+    /// `None`, and nothing changed, when `node` is not a value of the map.
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()>;
+}
+
+impl<V: tensorfmt_core::tree::FromNode> SetValue for Map<V> {
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()> {
+        self.insert(name.to_string(), V::from_node(node)?);
+        Some(())
+    }
+}
+
+impl<V: tensorfmt_core::tree::FromNode> SetValue for Option<Map<V>> {
+    fn set_value(&mut self, name: &str, node: &tensorfmt_core::tree::Node) -> Option<()> {
+        let value = V::from_node(node)?;
+        self.get_or_insert_with(|| Map(Vec::new()))
+            .insert(name.to_string(), value);
+        Some(())
+    }
+}
+
+/// A map is made from a dict with text keys, in order.
+impl<V: tensorfmt_core::tree::FromNode> tensorfmt_core::tree::FromNode for Map<V> {
+    fn from_node(node: &tensorfmt_core::tree::Node) -> Option<Self> {
+        use tensorfmt_core::tree::Node;
+        let Node::Dict(items) = node.untyped() else {
+            return None;
+        };
+        let items = items.iter().map(|(k, v)| match k {
+            Node::Str(k) => Some((k.clone(), V::from_node(v)?)),
+            _ => None,
+        });
+        items.collect::<Option<_>>().map(Map)
     }
 }
 
