@@ -10,6 +10,7 @@ pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickl
 onnx_model       the onnx-made models of tests/fixtures/onnx/ (inline ones: external
                  data files are not beside a fuzz input)
 caffe2_minidb    the MiniDB fixtures of tests/fixtures/caffe2/
+safetensors      the safetensors-made fixtures of tests/fixtures/safetensors/
 
 Run from anywhere; existing seed folders are emptied first.
 """
@@ -80,4 +81,4 @@ seeds("pytorch_pickle", members + legacy + raw)
 ONNX = os.path.join(FIX, "onnx")
 seeds("onnx_model", list(files(ONNX, lambda n: n.endswith(".onnx") and "external" not in n)))
 seeds("caffe2_minidb", list(files(os.path.join(FIX, "caffe2"), lambda n: n.endswith(".minidb"))))
-
+seeds("safetensors", list(files(os.path.join(FIX, "safetensors"), lambda n: n.endswith(".safetensors"))))
