@@ -753,6 +753,7 @@ impl Env for OrderEnv<'_> {
                 quote!(#d.0)
             }
         };
-        Some(Val::value(quote!(#table.row_of(#d)?), Type::INT))
+        let public = &self.ir.format(self.fid).public_name;
+        Some(Val::value(quote!(#table.row_of(#public, #d)?), Type::INT))
     }
 }

@@ -370,6 +370,54 @@ fn tensors_in_any_order_are_written_as_the_package_writes_them() {
     );
 }
 
+/// The other formats convert to safetensors and back with the same tensors: an ONNX
+/// model's initializers (and back to ONNX), a MiniDB's blob, a PyTorch checkpoint's
+/// tensors; a dtype safetensors has no code for (c128) is refused by name.
+#[test]
+fn onnx_caffe2_and_pytorch_convert_to_and_from_safetensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let by_name = |v: serde_json::Value| {
+        let mut v = v.as_array().cloned().unwrap_or_default();
+        v.sort_by_key(|t| t["name"].as_str().unwrap_or_default().to_string());
+        v
+    };
+    for (src, back_ext) in [
+        (fixtures().join("onnx/mlp.onnx"), "onnx"),
+        (fixtures().join("caffe2/spec_example.minidb"), "npz"),
+        (fixtures().join("pytorch/checkpoint_adam.pt"), "pt"),
+    ] {
+        let name = src.file_name().unwrap().to_string_lossy().into_owned();
+        let st = tmp.path().join(format!("{name}.safetensors"));
+        convert(&src, &st);
+        let back = tmp.path().join(format!("{name}.back.{back_ext}"));
+        convert(&st, &back);
+        for p in [&st, &back] {
+            assert_eq!(
+                by_name(tensors_of(inspect_json(p))),
+                by_name(tensors_of(inspect_json(&src))),
+                "{name} → {}",
+                p.display()
+            );
+        }
+    }
+    let out = tmp.path().join("c128.safetensors");
+    let meta = tensorfmt::TensorMeta {
+        name: "z".into(),
+        dtype: tensorfmt::DType::C128,
+        shape: vec![1],
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    };
+    let e = tensorfmt::save(&out, None, [(meta, &[0u8; 16][..])], &Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("'z'") && e.contains("safetensors has no `st_dtype` code for dtype c128"),
+        "{e}"
+    );
+    assert!(!out.exists(), "nothing is left at the destination");
+}
+
 #[test]
 fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
     let tmp = tempfile::tempdir().unwrap();

@@ -72,15 +72,16 @@ impl<K: 'static> Table<K> {
 
     /// The position of the first row of `dtype` (any byte order): where the table lists
     /// it, a rank (`index_of(TABLE, dtype)`: safetensors orders tensors by its dtypes'
-    /// order). An [`ErrorKind::Unsupported`] error when no row has it.
-    pub fn row_of(&self, dtype: DType) -> Result<i128> {
+    /// order). An [`ErrorKind::Unsupported`] error, as [`Table::require_key`]'s, saying
+    /// that the format (`format`) has no key of this table for `dtype`.
+    pub fn row_of(&self, format: &str, dtype: DType) -> Result<i128> {
         self.rows
             .iter()
             .position(|r| r.1 == dtype)
             .map(|i| i as i128)
             .ok_or_else(|| {
                 Error::from(ErrorKind::Unsupported(format!(
-                    "table `{}` has no row for dtype {dtype}",
+                    "{format} has no `{}` code for dtype {dtype}",
                     self.name
                 )))
             })
