@@ -183,6 +183,20 @@ enum Scope {
     },
 }
 
+impl Scope {
+    /// The value of the tensor written that `name` names in a write rule over a tensor
+    /// (`write_order` reads only its name, dtype and shape).
+    fn write_var(&self, name: &str) -> Option<WriteVar> {
+        match self {
+            Scope::ProtoWrite { tensor: true } => WriteVar::proto(name),
+            Scope::Order => WriteVar::proto(name)
+                .filter(|v| matches!(v, WriteVar::Name | WriteVar::Dtype | WriteVar::Shape)),
+            Scope::PickleWrite { tensor: true, .. } => WriteVar::pickle(name),
+            _ => None,
+        }
+    }
+}
+
 struct Lower<'a> {
     files: &'a [ast::SchemaFile],
     /// Some files could not be parsed (see [`lower_with`]).
@@ -1718,10 +1732,10 @@ impl<'a> Lower<'a> {
             Scope::Mapping(m) => {
                 self.ir.mapping(*m).binding == name || crate::TENSOR_KEYS.contains(&name)
             }
-            Scope::ProtoWrite { tensor } => *tensor && WriteVar::proto(name).is_some(),
+            // The write variables a `write_order` does not read are still its own names
+            // (refused as such), never tables.
             Scope::Order => WriteVar::proto(name).is_some(),
-            Scope::PickleWrite { tensor, .. } => *tensor && WriteVar::pickle(name).is_some(),
-            _ => false,
+            _ => sc.write_var(name).is_some(),
         }
     }
 
@@ -1819,11 +1833,9 @@ impl<'a> Lower<'a> {
                     );
                 }
             }
-            Scope::Order => {
+            Scope::ProtoWrite { .. } | Scope::Order => {
                 if one {
-                    if let Some(v) = WriteVar::proto(n)
-                        .filter(|v| matches!(v, WriteVar::Name | WriteVar::Dtype | WriteVar::Shape))
-                    {
+                    if let Some(v) = sc.write_var(n) {
                         return mk(ExprKind::WriteVar(v), v.ty(), span);
                     }
                     if let Some(t) = self.table_of(p) {
@@ -1832,40 +1844,30 @@ impl<'a> Lower<'a> {
                     if let Some(d) = Dtype::from_name(n) {
                         return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
                     }
-                    self.gap(
-                        span,
-                        format!("unknown name '{n}' in a `write_order`"),
-                        "names in a `write_order`: the tensor's name, dtype and shape, tables \
-                         of this format and dtype names",
-                    );
-                    return err_expr(span);
-                }
-            }
-            Scope::ProtoWrite { tensor } => {
-                if one {
-                    if let Some(v) = WriteVar::proto(n).filter(|_| *tensor) {
-                        return mk(ExprKind::WriteVar(v), v.ty(), span);
-                    }
-                    if let Some(t) = self.table_of(p) {
-                        return mk(ExprKind::Table(t), Type::Table(t), span);
-                    }
-                    if let Some(d) = Dtype::from_name(n) {
-                        return mk(ExprKind::Const(Const::Dtype(d)), Type::Dtype, span);
-                    }
-                    let help = if *tensor {
-                        "names in a mapping's write rule: name, dtype, shape, data, external, \
-                         location, offset, nbytes, begin, end, tables of this format and dtype \
-                         names"
-                    } else {
-                        "names in a field's write rule: tables of this format and dtype names"
+                    let (within, help) = match sc {
+                        Scope::Order => (
+                            "a `write_order`",
+                            "names in a `write_order`: the tensor's name, dtype and shape, \
+                             tables of this format and dtype names",
+                        ),
+                        Scope::ProtoWrite { tensor: true } => (
+                            "a write rule",
+                            "names in a mapping's write rule: name, dtype, shape, data, \
+                             external, location, offset, nbytes, begin, end, tables of this \
+                             format and dtype names",
+                        ),
+                        _ => (
+                            "a write rule",
+                            "names in a field's write rule: tables of this format and dtype names",
+                        ),
                     };
-                    self.gap(span, format!("unknown name '{n}' in a write rule"), help);
+                    self.gap(span, format!("unknown name '{n}' in {within}"), help);
                     return err_expr(span);
                 }
             }
-            Scope::PickleWrite { tensor, pickle } => {
+            Scope::PickleWrite { pickle, .. } => {
                 if one {
-                    if let Some(v) = WriteVar::pickle(n).filter(|_| *tensor) {
+                    if let Some(v) = sc.write_var(n) {
                         return mk(ExprKind::WriteVar(v), v.ty(), span);
                     }
                     if let Some(t) = self.table_of(p) {
@@ -1954,12 +1956,7 @@ impl<'a> Lower<'a> {
             );
             return err_expr(span);
         } else if self.by_name.contains_key(n) {
-            self.gap(
-                root.span,
-                format!("format '{n}' is not imported"),
-                format!("add `use {n};` to this file"),
-            );
-            return err_expr(span);
+            return self.not_imported(root, span);
         } else if self.lenient && p.len() > 1 {
             return err_expr(span);
         }
@@ -2406,10 +2403,16 @@ impl<'a> Lower<'a> {
     }
 
     /// The pickle global `text` (exact path) of the current format, preferring `pickle`.
+    /// The pickles a pickle write rule names into: the entry's own (`pickle`) first, then
+    /// the format's.
+    fn pickles_in_reach(&self, pickle: Option<PickleId>) -> impl Iterator<Item = PickleId> + '_ {
+        pickle
+            .into_iter()
+            .chain(self.ir.format(self.cur).pickles.iter().copied())
+    }
+
     fn global(&self, pickle: Option<PickleId>, text: &str) -> Option<(PickleId, usize)> {
-        let mut order: Vec<PickleId> = pickle.into_iter().collect();
-        order.extend(self.ir.format(self.cur).pickles.iter().copied());
-        order.into_iter().find_map(|p| {
+        self.pickles_in_reach(pickle).find_map(|p| {
             self.ir
                 .pickle(p)
                 .globals
@@ -2419,24 +2422,30 @@ impl<'a> Lower<'a> {
         })
     }
 
+    /// `name` is a format of the schema that this file does not `use`.
+    fn not_imported(&mut self, name: &Ident, span: Span) -> Expr {
+        self.gap(
+            name.span,
+            format!("format '{}' is not imported", name.name),
+            format!("add `use {};` to this file", name.name),
+        );
+        err_expr(span)
+    }
+
     fn call(&mut self, sc: &Scope, callee: &[Ident], args: &[ast::Arg], span: Span) -> Expr {
         let name = callee[0].name.as_str();
         let text = dotted(callee);
         // Write-rule constructors first: they shadow entries (`storage(...)`).
         if let Scope::PickleWrite { pickle, .. } = sc {
-            let pickles: Vec<PickleId> = pickle
-                .iter()
-                .copied()
-                .chain(self.ir.format(self.cur).pickles.iter().copied())
-                .collect();
-            if let Some((p, items)) = pickles.iter().find_map(|&p| {
+            let persistent = self.pickles_in_reach(*pickle).find_map(|p| {
                 self.ir
                     .pickle(p)
                     .persistent
                     .as_ref()
                     .filter(|(k, _)| *k == text)
                     .map(|(_, items)| (p, items.clone()))
-            }) {
+            });
+            if let Some((p, items)) = persistent {
                 let mut out = Vec::new();
                 for it in &items {
                     match args
@@ -2567,7 +2576,8 @@ impl<'a> Lower<'a> {
             }
         }
         let mapping = callee.len() == 2 && callee[1].name == "tensor";
-        if let (true, Some(f), [a]) = (mapping, self.visible(name), args) {
+        let format = mapping.then(|| self.visible(name)).flatten();
+        if let (Some(f), [a]) = (format, args) {
             let arg = self.expr(sc, &a.value);
             return mk(
                 ExprKind::MappingOf {
@@ -2582,7 +2592,7 @@ impl<'a> Lower<'a> {
         for a in args {
             self.expr(sc, &a.value);
         }
-        if let (true, Some(_)) = (mapping, self.visible(name)) {
+        if format.is_some() {
             self.gap(
                 span,
                 format!("`{text}` takes one argument, found {}", args.len()),
@@ -2590,18 +2600,11 @@ impl<'a> Lower<'a> {
             );
             return err_expr(span);
         }
-        if mapping {
-            if self.visible(name).is_none() && self.by_name.contains_key(name) {
-                self.gap(
-                    callee[0].span,
-                    format!("format '{name}' is not imported"),
-                    format!("add `use {name};` to this file"),
-                );
-                return err_expr(span);
-            }
-            if self.lenient && self.visible(name).is_none() {
-                return err_expr(span);
-            }
+        if mapping && self.by_name.contains_key(name) {
+            return self.not_imported(&callee[0], span);
+        }
+        if mapping && self.lenient {
+            return err_expr(span);
         }
         if callee.len() == 1 {
             self.gap(
