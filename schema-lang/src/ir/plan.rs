@@ -901,33 +901,30 @@ fn held_only(ir: &Ir, layout: LayoutId, e: &Expr) -> Result<(), Span> {
                 Err(e.span)
             }
         }
-        ExprKind::Binding
-        | ExprKind::Layout(_)
-        | ExprKind::Field(..)
-        | ExprKind::Position
-        | ExprKind::TensorKey(_)
-        | ExprKind::Source
-        | ExprKind::Member { .. } => Err(e.span),
+        k if names_record(k) || matches!(k, ExprKind::Member { .. }) => Err(e.span),
         _ => children(e)
             .into_iter()
             .try_for_each(|c| held_only(ir, layout, c)),
     }
 }
 
+/// True for an expression that names the record, its items or the file read.
+fn names_record(k: &ExprKind) -> bool {
+    matches!(
+        k,
+        ExprKind::Binding
+            | ExprKind::Layout(_)
+            | ExprKind::Field(..)
+            | ExprKind::Position
+            | ExprKind::TensorKey(_)
+            | ExprKind::Source
+    )
+}
+
 /// True when `e` names nothing of the record or its items.
 fn constant(e: &Expr) -> bool {
     let mut c = true;
-    e.walk(&mut |x| {
-        c &= !matches!(
-            x.kind,
-            ExprKind::Binding
-                | ExprKind::Layout(_)
-                | ExprKind::Field(..)
-                | ExprKind::Position
-                | ExprKind::TensorKey(_)
-                | ExprKind::Source
-        )
-    });
+    e.walk(&mut |x| c &= !names_record(&x.kind));
     c
 }
 
