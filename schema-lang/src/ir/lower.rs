@@ -1429,35 +1429,23 @@ impl<'a> Lower<'a> {
                 }
             }
         }
-        let padded = stmts.iter().any(|s| match s {
-            MappingStmt::Set {
-                key: TensorKey::Data,
-                value:
-                    Expr {
-                        kind:
-                            ExprKind::Call {
-                                func: Builtin::Slice,
-                                args,
-                            },
-                        ..
-                    },
-            } => super::expr::named_arg(args, "align").is_some(),
-            _ => false,
+        let m = &mut self.ir.mappings[id.index()];
+        m.filter = filter;
+        m.stmts = stmts;
+        m.write = write;
+        let padded = m.key(TensorKey::Data).is_some_and(|d| {
+            matches!(&d.kind, ExprKind::Call { func: Builtin::Slice, args }
+                if super::expr::named_arg(args, "align").is_some())
         });
         if let (Some(o), true) = (&write_order, padded) {
-            let span = o.span;
             self.gap(
-                span,
+                o.span,
                 "`write_order` with a padded `slice(.., align = ..)`",
                 "the writer pads each tensor as it comes; order the tensors before adding them, \
                  or drop one of the two",
             );
         }
-        let m = &mut self.ir.mappings[id.index()];
-        m.filter = filter;
-        m.stmts = stmts;
-        m.write = write;
-        m.write_order = write_order;
+        self.ir.mappings[id.index()].write_order = write_order;
     }
 
     /// `write_order = [K, ..]`: a list of integer or text keys over the tensor written, in
