@@ -6,7 +6,8 @@
 //! expression is typed once ([`Expr`], [`Type`]); engines, codecs, detections, entry
 //! properties and padding are enums. Code generators read this and never the AST.
 //!
-//! Lowering runs as the checker's last step: a schema the checker accepts lowers with no
+//! Lowering runs inside the checker, after its declaration rules and before the engine
+//! rules and write plans over the IR: a schema the checker accepts lowers with no
 //! [`Type::Error`] or [`ExprKind::Error`] left, and whatever lowering cannot resolve is
 //! reported by the checker as a diagnostic.
 //!
@@ -36,7 +37,8 @@ pub use ty::{ByteOrder, Dtype, FloatTy, IntTy, Type};
 
 use crate::ast::{Label, Span};
 
-pub(crate) use lower::{lower, lower_with, write_plan_gaps};
+pub(crate) use lower::{lower, lower_with};
+pub(crate) use plan::write_plan_gaps;
 
 macro_rules! ids {
     ($($(#[$m:meta])* $name:ident;)*) => {$(

@@ -10,15 +10,17 @@
 //! field's placement needs (its conditional width, `at`, `align`, codec encoding, `pad`)
 //! must be known before it is laid out, and a codec's `spare` only uses given values.
 //!
-//! Lowering runs [`write_plan`] on every layout a writer is generated for and
-//! [`inverse`] on every `file` format's mapping, and reports what cannot be written as
-//! diagnostics; code generators read the plans of checked schemas, which always exist.
+//! The checker runs [`write_plan`] on every layout a writer is generated for and
+//! [`inverse`] on every `file` format's mapping (`write_plan_gaps`), and reports what
+//! cannot be written as diagnostics; code generators read the plans of checked schemas,
+//! which always exist.
 
 use super::{
-    Builtin, Codec, Const, DictId, Expr, ExprKind, FieldId, FieldKind, Ir, KeyId, LayoutId,
-    Mapping, MappingStmt, Member, TableId, TensorKey, Type,
+    Builtin, Codec, Const, Content, DictId, Engine, Expr, ExprKind, FieldId, FieldKind, Format,
+    FormatId, Ir, KeyId, LayoutId, Mapping, MappingStmt, Member, TableId, TensorKey, Type,
 };
-use crate::ast::Span;
+use crate::ast::{SchemaFile, Span};
+use crate::diag::Diagnostic;
 
 /// Something a writer cannot do, at its span, with a help line.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,6 +59,87 @@ pub struct WritePlan {
     /// Per field: the checks evaluated on write, with when each can run (checks of a
     /// field computed from its implied constant are not evaluated: they hold).
     pub checks: Vec<Vec<(usize, Ready)>>,
+}
+
+/// What the writers cannot do, in the formats `clean` accepts (those whose names and types
+/// resolved: a plan over an expression that did not would only repeat its error): a
+/// written format's uses of `read_only` formats, then, when it has none (the plans would
+/// only repeat them), every layout's write plan (but those read around pickles, which are
+/// not written) and a `file` format's mapping run backwards.
+pub(crate) fn write_plan_gaps(
+    files: &[SchemaFile],
+    ir: &Ir,
+    clean: &dyn Fn(FormatId) -> bool,
+) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    for (i, f) in ir.formats.iter().enumerate() {
+        if !clean(FormatId(i as u32)) || f.read_only {
+            continue;
+        }
+        let mut gaps = read_only_uses(ir, f);
+        if gaps.is_empty() {
+            for &l in &f.layouts {
+                if !around_pickles(ir, l) {
+                    gaps.extend(write_plan(ir, l).err().unwrap_or_default());
+                }
+            }
+            if let ([m], Engine::File) = (f.mappings.as_slice(), &f.engine) {
+                let m = ir.mapping(*m);
+                if root_layout(&m.source).is_some_and(|l| !around_pickles(ir, l)) {
+                    gaps.extend(inverse(ir, m).err().unwrap_or_default());
+                }
+            }
+        }
+        let file = &files[f.file];
+        out.extend(gaps.into_iter().map(|g| {
+            Diagnostic::new(&file.path, &file.source, g.span, g.message).with_help(g.help)
+        }));
+    }
+    out
+}
+
+/// Where a format that is written lays out, or includes the mapping of, a format declared
+/// `read_only;`: no writer exists for those bytes.
+fn read_only_uses(ir: &Ir, f: &Format) -> Vec<Gap> {
+    let gap = |span: Span, of: FormatId, what: &str| {
+        let name = &ir.format(of).name;
+        Gap {
+            span,
+            message: format!("{what} of format '{name}', which is `read_only`: it has no writer"),
+            help: format!(
+                "declare this format `read_only;` too, or remove `read_only;` from '{name}'"
+            ),
+        }
+    };
+    let ro = |l: LayoutId| {
+        let of = ir.layout(l).format;
+        ir.format(of).read_only.then_some(of)
+    };
+    let mut out = Vec::new();
+    for &l in &f.layouts {
+        for fld in &ir.layout(l).fields {
+            if let Some(of) = fld.item_ty.layout().and_then(ro) {
+                out.push(gap(fld.span, of, "this field lays out a layout"));
+            }
+        }
+    }
+    for &e in &f.entries {
+        if let Content::Layout(l) = ir.entry(e).content {
+            if let Some(of) = ro(l) {
+                out.push(gap(ir.entry(e).span, of, "this entry holds a layout"));
+            }
+        }
+    }
+    for &m in f.mappings.iter() {
+        for st in &ir.mapping(m).stmts {
+            if let MappingStmt::Include { format, arg, .. } = st {
+                if ir.format(*format).read_only {
+                    out.push(gap(arg.span, *format, "this mapping includes the mapping"));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// True for a field whose writer computes it: a number (every number has a rule or an
