@@ -93,17 +93,7 @@ fn snake(name: &str) -> String {
 
 /// The struct of a `kv` entry's record: `blob` → `BlobEntry`.
 pub(crate) fn entry_struct(ir: &Ir, name: &str) -> Ident {
-    let camel: String = name
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut ch = w.chars();
-            match ch.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + ch.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect();
+    let camel = crate::model::upper_camel(name);
     // `BlobEntry`, unless a message's view (in any format: `schema = F` shares them) has
     // that name; then `BlobEntryRecord`.
     let st = format!("{camel}Entry");
