@@ -90,7 +90,7 @@ fn expand_inner(input: TokenStream) -> syn::Result<TokenStream> {
     // One module per format, the derived one named after the item.
     let module = |i: usize, fmt: &crate::model::Fmt<'_>, vis: TokenStream| {
         let fid = tensorfmt_schema::ir::FormatId(i as u32);
-        let items = crate::reroot(crate::format_items(&model, fmt, &ir, fid), &runtime);
+        let items = crate::format_items(&model, fmt, &ir, fid, &runtime);
         let (name, doc) = if fmt.file == loaded.builtin_files {
             (m.clone(), docs(&fmt.ast.docs))
         } else {

@@ -290,15 +290,7 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
          a dict's maps have a storage type",
     );
     let uses_position = mentions(map, &|e| matches!(e.kind, ExprKind::Position));
-    let uses_source = mentions(map, &|e| {
-        matches!(
-            e.kind,
-            ExprKind::Member {
-                member: Member::SourceStem | Member::SourceName | Member::SourcePath,
-                ..
-            }
-        )
-    });
+    let uses_source = uses_source(map);
     let mut env = MapEnv {
         layout,
         binding: Val::reference(quote!(t), map.binding_ty.clone()),
@@ -399,6 +391,31 @@ pub(crate) fn gen_file(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowered>
             tensors(&f, #src_arg limits).map_err(in_file)
         }
     })
+}
+
+/// True when mapping `map` names its source (`src.stem`): `tensors` is then given `src`.
+fn uses_source(map: &Mapping) -> bool {
+    mentions(map, &|e| {
+        matches!(
+            e.kind,
+            ExprKind::Member {
+                member: Member::SourceStem | Member::SourceName | Member::SourcePath,
+                ..
+            }
+        )
+    })
+}
+
+/// The tensors of the record `f` read from `src` (`tensors(&f, limits)`), where the
+/// format's mapping iterates a list or map of it; `None` for one tensor per file, whose
+/// tensors only `index` lists.
+pub(crate) fn tensors_of_record(ir: &Ir, fid: FormatId) -> Option<TokenStream> {
+    let map = ir.mapping(*ir.format(fid).mappings.first()?);
+    if matches!(map.source.kind, ExprKind::Layout(_)) {
+        return None;
+    }
+    let src = uses_source(map).then(|| quote!(src,));
+    Some(quote!(tensors(&f, #src limits).map_err(|e| src.in_file(e))?))
 }
 
 /// The layout a mapping's source starts at (`File`, `File.header.rest`).

@@ -519,22 +519,24 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         quote!(1)
     };
     // Each tensor's bytes start, and end, at a multiple of the alignment.
-    let (pad_before, pad_after) = match &inv.align {
-        Some(a) => {
-            let a = Lower {
-                ir,
-                env: &Held(inv.layout),
-            }
-            .expr(a)?
-            .scalar();
-            (
-                quote! {
-                    let align = rt::expr::to_u64(#a, "the alignment")?;
-                    let begin = self.data.pad_to(align)?;
-                },
-                quote!(self.data.pad_to(align)?;),
-            )
-        }
+    let of_writer = Lower {
+        ir,
+        env: &Held(inv.layout),
+    };
+    let align = inv
+        .align
+        .as_ref()
+        .map(|a| of_writer.expr(a))
+        .transpose()?
+        .map(|a| a.scalar());
+    let (pad_before, pad_after) = match &align {
+        Some(a) => (
+            quote! {
+                let align = rt::expr::to_u64(#a, "the alignment")?;
+                let begin = self.data.pad_to(align)?;
+            },
+            quote!(self.data.pad_to(align)?;),
+        ),
         None => (quote!(let begin = self.data.len();), quote!()),
     };
     // The end, where the item stores it.
@@ -628,18 +630,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         Some(_) => quote!(!self.order.is_empty()),
         None => quote!(!#push_to.is_empty()),
     };
-    let held_align = match &inv.align {
-        Some(a) => {
-            let a = Lower {
-                ir,
-                env: &Held(inv.layout),
-            }
-            .expr(a)?
-            .scalar();
-            crate::engine::mentions(&a, "self")
-        }
-        None => false,
-    };
+    let held_align = align.is_some_and(|a| crate::engine::mentions(&a, "self"));
     let added = held_align.then_some(added);
     let (set_structure, set_value, values_doc) = crate::values::gen_set_structure(ir, fid, added)?;
     let wdoc = format!(

@@ -38,13 +38,15 @@ fn backend_name(b: KvBackend) -> &'static str {
 
 /// The items of a `kv` format's module: the format's records kept by `backend`, mapped by
 /// the entries and mappings of `schema` (this format's own when `None`), the database
-/// opened as `options` say (the fields of its `ir::Engine::Kv`).
+/// opened as `options` say (the fields of its `ir::Engine::Kv`); `runtime`: the path of
+/// the runtime's `gen` module, which the messages' prost derives name.
 pub(crate) fn gen_kv(
     ir: &Ir,
     fid: FormatId,
     backend: KvBackend,
     schema: Option<FormatId>,
     options: ir::KvOpen,
+    runtime: &syn::Path,
 ) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let backend = backend_name(backend);
@@ -101,7 +103,7 @@ pub(crate) fn gen_kv(
         });
     }
 
-    let mut items = vec![proto::gen_messages(ir, fid)];
+    let mut items = vec![proto::gen_messages(ir, fid, runtime)];
     let (parts, parts_items) = proto::parts_fns(ir, fid)?;
     items.extend(parts_items);
 

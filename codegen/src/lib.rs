@@ -60,15 +60,7 @@ use model::{docs, Model};
 /// It cannot fail: what an engine cannot mean, the checker rejected when it built
 /// `schema`, at its span with a help line.
 pub fn generate(schema: &Schema) -> TokenStream {
-    generate_rooted(schema, &runtime_crate_path(), 0)
-}
-
-/// The path of the runtime's `gen` module that the generators name.
-const RUNTIME_CRATE: &str = "::tensorfmt_runtime::gen";
-
-/// [`RUNTIME_CRATE`] as a path.
-fn runtime_crate_path() -> syn::Path {
-    syn::parse_str(RUNTIME_CRATE).expect("a path")
+    generate_rooted(schema, &syn::parse_quote!(::tensorfmt_runtime::gen), 0)
 }
 
 /// [`generate`], with the runtime reached through `runtime` (a path to the runtime's `gen`
@@ -80,7 +72,7 @@ fn generate_rooted(schema: &Schema, runtime: &syn::Path, listed_from: usize) -> 
     let mut modules = Vec::new();
     for (i, fmt) in model.formats.iter().enumerate() {
         let fid = tensorfmt_schema::ir::FormatId(i as u32);
-        let items = reroot(format_items(&model, fmt, &ir, fid), runtime);
+        let items = format_items(&model, fmt, &ir, fid, runtime);
         let m = &fmt.module;
         let mut doc = fmt.ast.docs.clone();
         let file_docs = &model.files[fmt.file].docs;
@@ -113,50 +105,6 @@ fn generate_rooted(schema: &Schema, runtime: &syn::Path, listed_from: usize) -> 
         /// Every format generated from the schema, in file-load order.
         pub static REGISTRY: &[#runtime::FormatDesc] = &[#(#descs),*];
     }
-}
-
-/// `tokens` with every path through the runtime crate's `gen` module (`::tensorfmt_runtime::gen`,
-/// as the generators write it, in paths and in the `prost_path` strings of derives) rooted at
-/// `runtime` instead.
-fn reroot(tokens: TokenStream, runtime: &syn::Path) -> TokenStream {
-    use proc_macro2::{Group, Literal, TokenTree};
-    let to = quote!(#runtime).to_string().replace(' ', "");
-    if to == RUNTIME_CRATE {
-        return tokens;
-    }
-    let from: Vec<String> = [":", ":", "tensorfmt_runtime", ":", ":", "gen"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    let trees: Vec<TokenTree> = tokens.into_iter().collect();
-    let mut out = Vec::with_capacity(trees.len());
-    let mut i = 0;
-    while i < trees.len() {
-        let here = trees[i..].iter().take(from.len()).map(|t| t.to_string());
-        if trees.len() - i >= from.len() && here.eq(from.iter().cloned()) {
-            out.extend(quote!(#runtime));
-            i += from.len();
-            continue;
-        }
-        out.push(match &trees[i] {
-            TokenTree::Group(g) => {
-                let mut n = Group::new(g.delimiter(), reroot(g.stream(), runtime));
-                n.set_span(g.span());
-                TokenTree::Group(n)
-            }
-            TokenTree::Literal(l) => match syn::parse2::<syn::LitStr>(quote!(#l)) {
-                Ok(s) if s.value().contains(RUNTIME_CRATE) => {
-                    let mut n = Literal::string(&s.value().replace(RUNTIME_CRATE, &to));
-                    n.set_span(l.span());
-                    TokenTree::Literal(n)
-                }
-                _ => trees[i].clone(),
-            },
-            other => other.clone(),
-        });
-        i += 1;
-    }
-    out.into_iter().collect()
 }
 
 /// [`generate`], formatted with `prettyplease`, after a header naming the schema files:
@@ -326,12 +274,15 @@ impl Compiler {
     }
 }
 
-/// The items of one format's module (without the module itself).
+/// The items of one format's module (without the module itself, which imports `runtime`,
+/// the path of the runtime's `gen` module, as `rt`; the prost derives of a protobuf or kv
+/// format's messages name `runtime` itself).
 fn format_items(
     model: &Model<'_>,
     fmt: &model::Fmt<'_>,
     ir: &tensorfmt_schema::ir::Ir,
     fid: tensorfmt_schema::ir::FormatId,
+    runtime: &syn::Path,
 ) -> TokenStream {
     use lower::lowered;
     let file = &model.files[fmt.file];
@@ -377,12 +328,12 @@ fn format_items(
         }
     }
     items.push(match kind {
-        Engine::Protobuf { root } => lowered(proto::gen_protobuf(ir, fid, *root)),
+        Engine::Protobuf { root } => lowered(proto::gen_protobuf(ir, fid, *root, runtime)),
         Engine::Kv {
             backend,
             schema,
             open,
-        } => lowered(kv::gen_kv(ir, fid, *backend, *schema, *open)),
+        } => lowered(kv::gen_kv(ir, fid, *backend, *schema, *open, runtime)),
         Engine::File if pickle_file => lowered(pickle::gen_file_pickle(ir, fid)),
         Engine::File if ir.format(fid).mappings.is_empty() => {
             file::gen_file_without_tensors(ir, fid)

@@ -88,6 +88,20 @@ pub(crate) fn binding_ident(name: &str) -> RsIdent {
     }
 }
 
+/// `snake_case` words run together, each with its first letter upper case: `kv_value` →
+/// `KvValue` (the rest of each word as written).
+pub(crate) fn upper_camel(name: &str) -> String {
+    name.split('_')
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|h| h.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
 /// A Rust identifier for a schema name, raw when it is a keyword.
 pub(crate) fn rs_ident(name: &str) -> RsIdent {
     let clean: String = name

@@ -93,17 +93,7 @@ fn snake(name: &str) -> String {
 
 /// The struct of a `kv` entry's record: `blob` → `BlobEntry`.
 pub(crate) fn entry_struct(ir: &Ir, name: &str) -> Ident {
-    let camel: String = name
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut ch = w.chars();
-            match ch.next() {
-                Some(f) => f.to_ascii_uppercase().to_string() + ch.as_str(),
-                None => String::new(),
-            }
-        })
-        .collect();
+    let camel = crate::model::upper_camel(name);
     // `BlobEntry`, unless a message's view (in any format: `schema = F` shares them) has
     // that name; then `BlobEntryRecord`.
     let st = format!("{camel}Entry");
@@ -294,10 +284,11 @@ pub(crate) fn messages_of(ir: &Ir, fid: FormatId) -> Vec<MessageId> {
     out
 }
 
-/// The view types of every message of format `fid`, then their `prost` types.
-pub(crate) fn gen_messages(ir: &Ir, fid: FormatId) -> TokenStream {
+/// The view types of every message of format `fid`, then their `prost` types (deriving
+/// prost's traits through `runtime`, the path of the runtime's `gen` module).
+pub(crate) fn gen_messages(ir: &Ir, fid: FormatId, runtime: &syn::Path) -> TokenStream {
     let views = messages_of(ir, fid).into_iter().map(|m| gen_message(ir, m));
-    let prost = gen_prost(ir, fid);
+    let prost = gen_prost(ir, fid, runtime);
     quote!(#(#views)* #prost)
 }
 
@@ -310,8 +301,8 @@ fn enum_path(ir: &Ir, e: ir::EnumId) -> String {
     }
 }
 
-/// An enum as a `prost::Enumeration`.
-fn gen_prost_enum(ir: &Ir, e: ir::EnumId) -> TokenStream {
+/// An enum as a `prost::Enumeration`; `prost`: the path of the runtime's `prost`.
+fn gen_prost_enum(ir: &Ir, e: ir::EnumId, prost: &TokenStream) -> TokenStream {
     let en = ir.enum_(e);
     let ty = rs_ident(&en.name);
     let doc = if en.docs.is_empty() {
@@ -326,10 +317,11 @@ fn gen_prost_enum(ir: &Ir, e: ir::EnumId) -> TokenStream {
         let n = Literal::i64_unsuffixed(*n);
         quote!(#[doc = #d] #v = #n,)
     });
+    let path = prost_path(prost);
     quote! {
         #doc
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::tensorfmt_runtime::gen::protobuf::prost::Enumeration)]
-        #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, #prost::Enumeration)]
+        #[prost(prost_path = #path)]
         #[repr(i32)]
         pub enum #ty {
             #(#variants)*
@@ -374,7 +366,10 @@ fn prost_ty(ir: &Ir, f: &MessageField) -> (TokenStream, TokenStream) {
 /// the declared fields only, for building and decoding messages with prost. The
 /// readers and writers of the format work on the wire in place and keep undeclared
 /// fields; these types drop them.
-fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
+fn gen_prost(ir: &Ir, fid: FormatId, runtime: &syn::Path) -> TokenStream {
+    // The derives' paths are absolute: `messages` and its modules do not see `rt`.
+    let prost = quote!(#runtime::protobuf::prost);
+    let path = prost_path(&prost);
     let mut items = Vec::new();
     for mid in messages_of(ir, fid) {
         let m = ir.message(mid);
@@ -409,7 +404,11 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
                 pub #id: #rust_ty,
             });
         }
-        let enums: Vec<TokenStream> = m.enums.iter().map(|&e| gen_prost_enum(ir, e)).collect();
+        let enums: Vec<TokenStream> = m
+            .enums
+            .iter()
+            .map(|&e| gen_prost_enum(ir, e, &prost))
+            .collect();
         let enum_mod = if enums.is_empty() {
             quote!()
         } else {
@@ -424,8 +423,8 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
         };
         items.push(quote! {
             #doc
-            #[derive(Clone, PartialEq, ::tensorfmt_runtime::gen::protobuf::prost::Message)]
-            #[prost(prost_path = "::tensorfmt_runtime::gen::protobuf::prost")]
+            #[derive(Clone, PartialEq, #prost::Message)]
+            #[prost(prost_path = #path)]
             pub struct #ty {
                 #(#fields)*
             }
@@ -433,7 +432,7 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
         });
     }
     for &e in &ir.format(fid).enums {
-        items.push(gen_prost_enum(ir, e));
+        items.push(gen_prost_enum(ir, e, &prost));
     }
     let doc = format!(
         " The messages of `{}` as owned `prost` types, their declared fields only (encode and decode with `prost::Message`; undeclared fields are dropped on decode, where the format's own reader and writer keep them).",
@@ -445,6 +444,11 @@ fn gen_prost(ir: &Ir, fid: FormatId) -> TokenStream {
             #(#items)*
         }
     }
+}
+
+/// The `prost_path` of a prost derive: `prost` as a string (`"::tensorfmt_runtime::gen::protobuf::prost"`).
+fn prost_path(prost: &TokenStream) -> String {
+    prost.to_string().replace(' ', "")
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1409,9 +1413,14 @@ pub(crate) fn gen_mapping(
 
 /// The `protobuf` engine of format `fid`: message views, `detect`, `index`, and the
 /// writer and rewriter when its first mapping has a `write` rule.
-pub(crate) fn gen_protobuf(ir: &Ir, fid: FormatId, root: MessageId) -> R<TokenStream> {
+pub(crate) fn gen_protobuf(
+    ir: &Ir,
+    fid: FormatId,
+    root: MessageId,
+    runtime: &syn::Path,
+) -> R<TokenStream> {
     let fmt = ir.format(fid);
-    let messages = gen_messages(ir, fid);
+    let messages = gen_messages(ir, fid, runtime);
     let (parts, parts_items) = parts_fns(ir, fid)?;
     let mut item_fns = Vec::new();
     let mut calls = Vec::new();

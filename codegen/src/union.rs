@@ -11,24 +11,14 @@ use proc_macro2::{Ident, Literal, TokenStream};
 use quote::{format_ident, quote};
 use tensorfmt_schema::ir::{self, ByteOrder, FieldId, FieldKind, Ir, LayoutId, MatchCase, Type};
 
-use crate::model::rs_ident;
+use crate::model::{rs_ident, upper_camel};
 
 /// The enum of `match` field `f` of layout `l`: the layout's name and the field's, in
 /// upper camel case (`KvValue`).
 pub(crate) fn union_ident(ir: &Ir, l: LayoutId, f: FieldId) -> Ident {
     let layout = ir.layout(l);
     let field = ir.field(l, f);
-    let camel: String = field
-        .name
-        .split('_')
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let mut c = w.chars();
-            c.next()
-                .map(|h| h.to_ascii_uppercase().to_string() + c.as_str())
-                .unwrap_or_default()
-        })
-        .collect();
+    let camel = upper_camel(&field.name);
     format_ident!("{}{camel}", rs_ident(&layout.name).to_string())
 }
 

@@ -47,6 +47,9 @@ pub(crate) fn gen_values(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowere
     let impls = records
         .iter()
         .map(|r| [to_node_impl(ir, r), from_node_impl(ir, r)]);
+    // The tensors of the record read, or of `src` read again where the format has one.
+    let tensors =
+        crate::file::tensors_of_record(ir, fid).unwrap_or_else(|| quote!(index(src, limits)?));
     let doc = format!(
         " The values of a `{}` that are not tensors (its `value` mappings), each under its name, then its tensors as leaves under theirs: the format's structure.",
         ir.layout(layout).name
@@ -58,7 +61,7 @@ pub(crate) fn gen_values(ir: &Ir, fid: FormatId) -> Result<TokenStream, Unlowere
             let f = #lname::read(&mut c, limits).map_err(|e| src.in_file(e))?;
             let mut out = ::std::vec::Vec::new();
             #(#loops)*
-            for t in index(src, limits)? {
+            for t in #tensors {
                 out.push((rt::Node::str(&t.name), rt::Node::Tensor(t.name)));
             }
             Ok(Some(rt::Node::Dict(out)))

@@ -660,7 +660,7 @@ pub mod gguflike {
         for t in values.iter() {
             out.push((rt::Node::str(t.key.as_str()), rt::ToNode::to_node(&t.value)));
         }
-        for t in index(src, limits)? {
+        for t in tensors(&f, limits).map_err(|e| src.in_file(e))? {
             out.push((rt::Node::str(&t.name), rt::Node::Tensor(t.name)));
         }
         Ok(Some(rt::Node::Dict(out)))

@@ -369,24 +369,6 @@ impl SortKey {
     }
 }
 
-impl From<i128> for SortKey {
-    fn from(v: i128) -> SortKey {
-        SortKey::Int(v)
-    }
-}
-
-impl From<&str> for SortKey {
-    fn from(v: &str) -> SortKey {
-        SortKey::Text(v.to_string())
-    }
-}
-
-impl From<String> for SortKey {
-    fn from(v: String) -> SortKey {
-        SortKey::Text(v)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
