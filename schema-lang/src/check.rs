@@ -33,10 +33,12 @@ pub(crate) fn check_with(files: &[SchemaFile], lenient: bool) -> Diagnostics {
     c.run();
     let (ir, lowered) = crate::ir::lower_with(files, lenient);
     // One mistake, one error: what the lowering finds where this checker already reported
-    // (a field's unknown type, a write rule's unknown name) is not reported twice.
+    // (a type that names no item, or an item that is not a type) is not reported twice.
+    // Distinct findings of the lowering at one place (a global called with named arguments
+    // and with too few) are all reported.
+    let declared = c.errors.len();
     for d in lowered {
-        if !c
-            .errors
+        if !c.errors[..declared]
             .iter()
             .any(|e| e.path == d.path && e.span.start == d.span.start)
         {
@@ -1456,177 +1458,6 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// A write rule that builds a pickled value: the root object of a pickle entry
-    /// (`tensor = false`) or the object of each tensor (`write = ...` in the mapping).
-    /// Calls name declared globals (`collections.OrderedDict()`) or the persistent kind
-    /// with its items by name; paths name declared globals or, per tensor, `index`,
-    /// `numel`, `nbytes`, `shape`, `strides`, `dtype`; builtins `global(text)`,
-    /// `key_of(TABLE, dtype)` and `str(int)`.
-    fn pickle_write(&mut self, at: At<'a>, e: &Expr, tensor: bool) {
-        let pickles: Vec<&Pickle> = at.fmt.pickles().collect();
-        if pickles.is_empty() {
-            self.err(
-                at.file,
-                e.span,
-                "a pickle `write` rule needs a `pickle` declaration in the format",
-            );
-            return;
-        }
-        let global = |path: &str| {
-            pickles.iter().find_map(|p| {
-                p.items.iter().find_map(|i| match i {
-                    PickleItem::Global {
-                        path: g,
-                        kind,
-                        params,
-                        ..
-                    } if g.value == path => Some((kind.name.clone(), params.len())),
-                    _ => None,
-                })
-            })
-        };
-        let persistent = pickles.iter().find_map(|p| {
-            p.items.iter().find_map(|i| match i {
-                PickleItem::Persistent { kind, params, .. } => Some((
-                    kind.name.clone(),
-                    params.iter().map(|x| x.name.clone()).collect::<Vec<_>>(),
-                )),
-                _ => None,
-            })
-        });
-        match &e.kind {
-            ExprKind::Int(_) | ExprKind::Str(_) | ExprKind::Bool(_) | ExprKind::None => {}
-            ExprKind::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                self.pickle_write(at, cond, tensor);
-                self.pickle_write(at, then, tensor);
-                self.pickle_write(at, otherwise, tensor);
-            }
-            ExprKind::Binary {
-                op: BinaryOp::Eq | BinaryOp::Ne,
-                lhs,
-                rhs,
-            } => {
-                // The tensor's dtype is compared here, not held by the pickle.
-                for side in [lhs, rhs] {
-                    if !(tensor && side.path_name() == Some("dtype")) {
-                        self.pickle_write(at, side, tensor);
-                    }
-                }
-            }
-            ExprKind::Path(p) if tensor && p.len() == 1 && p[0].name == "dtype" => {
-                self.err_help(
-                    at.file,
-                    e.span,
-                    "a pickle cannot hold the tensor's `dtype`",
-                    "a pickle names a dtype by a global: `global(key_of(TABLE, dtype))`",
-                );
-            }
-            ExprKind::Path(p) => {
-                let text = p
-                    .iter()
-                    .map(|i| i.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(".");
-                let local = tensor
-                    && p.len() == 1
-                    && matches!(
-                        p[0].name.as_str(),
-                        "index" | "numel" | "nbytes" | "offset" | "shape" | "strides" | "dtype"
-                    );
-                if !local && global(&text).is_none() {
-                    self.err_help(
-                        at.file,
-                        e.span,
-                        format!("'{text}' is not a declared pickle global"),
-                        if tensor {
-                            "names here: declared globals, index, numel, nbytes, offset, shape, strides, dtype"
-                        } else {
-                            "names here: declared globals"
-                        },
-                    );
-                }
-            }
-            ExprKind::Call { callee, args } => {
-                let text = callee
-                    .iter()
-                    .map(|i| i.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(".");
-                match (text.as_str(), args.as_slice()) {
-                    ("global" | "str", [a]) if a.name.is_none() => {
-                        self.pickle_write(at, &a.value, tensor)
-                    }
-                    ("key_of", [t, d]) if t.name.is_none() && d.name.is_none() => {
-                        match t.value.as_path() {
-                            Some([n]) if at.fmt.table(&n.name).is_some() => {}
-                            _ => self.err_help(
-                                at.file,
-                                t.value.span,
-                                "`key_of` takes a table",
-                                "`key_of(TABLE, dtype)` with TABLE a `table` of this format",
-                            ),
-                        }
-                        if d.value.path_name() != Some("dtype") || !tensor {
-                            self.err_help(
-                                at.file,
-                                d.value.span,
-                                "`key_of` takes the tensor's `dtype` as its second argument",
-                                "`key_of(TABLE, dtype)`, in a tensor mapping's `write` rule",
-                            );
-                        }
-                    }
-                    _ => {
-                        for a in args {
-                            self.pickle_write(at, &a.value, tensor);
-                        }
-                        if let Some((kind, items)) = persistent.as_ref().filter(|(k, _)| *k == text)
-                        {
-                            let names: Vec<&str> = args
-                                .iter()
-                                .map(|a| a.name.as_ref().map_or("", |n| n.name.as_str()))
-                                .collect();
-                            if names != items.iter().map(|s| s.as_str()).collect::<Vec<_>>() {
-                                self.err_help(
-                                    at.file,
-                                    e.span,
-                                    format!("a `{kind}` persistent id names its items in order"),
-                                    format!("`{kind}({})`", items.join(" = .., ")),
-                                );
-                            }
-                        } else {
-                            match global(&text) {
-                                Some((kind, n)) if kind != "class" => {
-                                    if args.iter().any(|a| a.name.is_some()) {
-                                        self.err(at.file, e.span, "a global is called with positional arguments");
-                                    }
-                                    if n > 0 && args.len() != n {
-                                        self.err(
-                                            at.file,
-                                            e.span,
-                                            format!("'{text}' takes {n} arguments, found {}", args.len()),
-                                        );
-                                    }
-                                }
-                                Some(_) => self.err(at.file, e.span, format!("'{text}' is declared `class`: it cannot be called")),
-                                None => self.err_help(
-                                    at.file,
-                                    callee[0].span,
-                                    format!("'{text}' is not a declared pickle global"),
-                                    "calls here: declared globals, the persistent kind, global(), key_of(), str()",
-                                ),
-                            }
-                        }
-                    }
-                }
-            }
-            _ => self.err(at.file, e.span, "not supported in a pickle write rule"),
-        }
-    }
-
     fn pattern(&mut self, at: At<'a>, p: &StrLit) {
         let mut depth = 0;
         for ch in p.value.chars() {
@@ -1762,7 +1593,6 @@ impl<'a> Checker<'a> {
                         }
                     }
                 }
-                "write" if e.prop("codec").is_some() => self.pickle_write(at, v, false),
                 "preferred" => match &v.kind {
                     ExprKind::Str(s) => {
                         let mut a = pattern_captures(s);
@@ -1821,8 +1651,6 @@ impl<'a> Checker<'a> {
                     self.property(at.file, key, ("tensor", TENSOR_KEYS), &mut assigned);
                     if k == "write" && matches!(at.fmt.engine_kind(), "protobuf" | "kv") {
                         self.proto_data(at, value);
-                    } else if k == "write" {
-                        self.pickle_write(at, value, true);
                     }
                 }
             }

@@ -18,6 +18,8 @@ use crate::ast::{self, BinaryOp, Ident, Item, Span, UnaryOp};
 use crate::ast_impl::pattern_captures;
 use crate::diag::Diagnostic;
 
+mod pickle_write;
+
 /// Lowers `files` (the whole schema) into the IR, with the diagnostics of whatever could
 /// not be resolved.
 pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
@@ -79,7 +81,8 @@ enum Scope {
     /// A mapping's `write_order`: the tensor written (`name`, `dtype`, `shape`), tables,
     /// dtype names and the builtins.
     Order,
-    /// A pickle write rule (a pickle entry's `write`, a mapping's `write`).
+    /// A pickle write rule (a pickle entry's `write`, a mapping's `write`), lowered by
+    /// [`Lower::pickle_write`].
     PickleWrite {
         tensor: bool,
         pickle: Option<PickleId>,
@@ -1256,13 +1259,7 @@ impl<'a> Lower<'a> {
                 "check" => check = Some(self.want(&Scope::Entry, v, Want::Bool, "`check`")),
                 "split" => split = Some(self.expr(&Scope::Entry, v)),
                 "write" if e.prop("codec").is_some() => {
-                    write = Some(self.expr(
-                        &Scope::PickleWrite {
-                            tensor: false,
-                            pickle,
-                        },
-                        v,
-                    ))
+                    write = Some(self.pickle_write(v, false, pickle))
                 }
                 "write" => write = Some(self.expr(&Scope::Entry, v)),
                 _ => {}
@@ -1294,10 +1291,10 @@ impl<'a> Lower<'a> {
             .map(|f| self.want(&sc, f, Want::Bool, "`where`"));
         let mut stmts = Vec::new();
         let (mut write, mut write_order) = (None, None);
-        let proto = matches!(
-            self.ir.format(self.cur).engine,
-            Engine::Protobuf { .. } | Engine::Kv { .. }
-        );
+        // By the engine named, even one that did not resolve: a protobuf or kv format's
+        // `write` builds messages, never a pickle.
+        let proto = matches!(self.ast_fmt().engine_kind(), "protobuf" | "kv");
+        let value_map = self.ir.format(self.cur).values.contains(&id);
         for s in &t.stmts {
             match s {
                 ast::TensorStmt::Include(e) => {
@@ -1305,23 +1302,21 @@ impl<'a> Lower<'a> {
                         stmts.push(st);
                     }
                 }
-                ast::TensorStmt::Assign { key, value, .. } if key.name == "write" => {
-                    let ws = if proto {
-                        Scope::ProtoWrite { tensor: true }
-                    } else {
-                        Scope::PickleWrite {
-                            tensor: true,
-                            pickle: None,
-                        }
-                    };
-                    write = Some(self.expr(&ws, value));
+                // Outside protobuf and kv formats a `value` mapping has no `write`: the
+                // checker reports the property at its key.
+                ast::TensorStmt::Assign { key, value: v, .. } if key.name == "write" => {
+                    if proto {
+                        write = Some(self.expr(&Scope::ProtoWrite { tensor: true }, v));
+                    } else if !value_map {
+                        write = Some(self.pickle_write(v, true, None));
+                    }
                 }
                 ast::TensorStmt::Assign { key, value, .. } if key.name == "write_order" => {
                     write_order = Some(self.write_order(id, key.span, value));
                 }
-                ast::TensorStmt::Assign { key, value, .. } => {
-                    let value = self.expr(&sc, value);
-                    let key = if self.ir.format(self.cur).values.contains(&id) {
+                ast::TensorStmt::Assign { key, value: v, .. } => {
+                    let value = self.expr(&sc, v);
+                    let key = if value_map {
                         TensorKey::of_value(&key.name)
                     } else {
                         TensorKey::from_name(&key.name)
@@ -1430,6 +1425,10 @@ impl<'a> Lower<'a> {
     fn expr(&mut self, sc: &Scope, e: &ast::Expr) -> Expr {
         use ast::ExprKind as A;
         let span = e.span;
+        if matches!(sc, Scope::PickleWrite { .. }) && !pickle_write::supported(e) {
+            self.error(span, "not supported in a pickle write rule");
+            return err_expr(span);
+        }
         match &e.kind {
             A::Int(v) => mk(ExprKind::Const(Const::Int(*v)), Type::INT, span),
             A::Str(s) => mk(ExprKind::Const(Const::Str(s.clone())), Type::Str, span),
@@ -1756,13 +1755,12 @@ impl<'a> Lower<'a> {
                     return err_expr(span);
                 }
             }
-            Scope::PickleWrite { pickle, .. } => {
+            // Declared globals and, over a tensor, its values; a table only as `key_of`'s
+            // first argument (see `pickle_call`).
+            Scope::PickleWrite { tensor, pickle } => {
                 if one {
                     if let Some(v) = sc.write_var(n) {
                         return mk(ExprKind::WriteVar(v), v.ty(), span);
-                    }
-                    if let Some(t) = self.table_of(p) {
-                        return mk(ExprKind::Table(t), Type::Table(t), span);
                     }
                 }
                 let text = dotted(p);
@@ -1779,7 +1777,12 @@ impl<'a> Lower<'a> {
                 self.gap(
                     span,
                     format!("'{text}' is not a declared pickle global"),
-                    "names in a pickle write rule are declared globals and the tensor's values",
+                    if *tensor {
+                        "names here: declared globals, index, numel, nbytes, offset, shape, \
+                         strides, dtype"
+                    } else {
+                        "names here: declared globals"
+                    },
                 );
                 return err_expr(span);
             }
@@ -2293,15 +2296,17 @@ impl<'a> Lower<'a> {
         }
     }
 
-    /// The pickle global `text` (exact path) of the current format, preferring `pickle`.
-    /// The pickles a pickle write rule names into: the entry's own (`pickle`) first, then
-    /// the format's.
+    /// The pickles a pickle write rule names into: the format's declarations, the entry's
+    /// own (`pickle`) first when it is one of them.
     fn pickles_in_reach(&self, pickle: Option<PickleId>) -> impl Iterator<Item = PickleId> + '_ {
+        let own = &self.ir.format(self.cur).pickles;
         pickle
+            .filter(|p| own.contains(p))
             .into_iter()
-            .chain(self.ir.format(self.cur).pickles.iter().copied())
+            .chain(own.iter().copied())
     }
 
+    /// The pickle global `text` (exact path) of the current format, preferring `pickle`.
     fn global(&self, pickle: Option<PickleId>, text: &str) -> Option<(PickleId, usize)> {
         self.pickles_in_reach(pickle).find_map(|p| {
             self.ir
@@ -2311,6 +2316,14 @@ impl<'a> Lower<'a> {
                 .position(|g| g.path == text)
                 .map(|i| (p, i))
         })
+    }
+
+    /// The type of table `t`'s keys.
+    fn key_ty(&self, t: TableId) -> Type {
+        match self.ir.table(t).key {
+            KeyKind::Str => Type::Str,
+            KeyKind::Int => Type::INT,
+        }
     }
 
     /// `name` is a format of the schema that this file does not `use`.
@@ -2326,50 +2339,8 @@ impl<'a> Lower<'a> {
     fn call(&mut self, sc: &Scope, callee: &[Ident], args: &[ast::Arg], span: Span) -> Expr {
         let name = callee[0].name.as_str();
         let text = dotted(callee);
-        // Write-rule constructors first: they shadow entries (`storage(...)`).
-        if let Scope::PickleWrite { pickle, .. } = sc {
-            let persistent = self.pickles_in_reach(*pickle).find_map(|p| {
-                self.ir
-                    .pickle(p)
-                    .persistent
-                    .as_ref()
-                    .filter(|(k, _)| *k == text)
-                    .map(|(_, items)| (p, items.clone()))
-            });
-            if let Some((p, items)) = persistent {
-                let mut out = Vec::new();
-                for it in &items {
-                    match args
-                        .iter()
-                        .find(|a| a.name.as_ref().is_some_and(|n| n.name == *it))
-                    {
-                        Some(a) => out.push(self.expr(sc, &a.value)),
-                        None => out.push(err_expr(span)),
-                    }
-                }
-                return mk(
-                    ExprKind::PersistentId {
-                        pickle: p,
-                        items: out,
-                    },
-                    Type::PickleObject(p),
-                    span,
-                );
-            }
-            if Builtin::from_name(&text).is_none() {
-                if let Some((p, g)) = self.global(*pickle, &text) {
-                    let args = args.iter().map(|a| self.expr(sc, &a.value)).collect();
-                    return mk(
-                        ExprKind::PickleCall {
-                            pickle: p,
-                            global: g,
-                            args,
-                        },
-                        Type::PickleObject(p),
-                        span,
-                    );
-                }
-            }
+        if let &Scope::PickleWrite { tensor, pickle } = sc {
+            return self.pickle_call(tensor, pickle, callee, args, span);
         }
         if let (Scope::ProtoWrite { .. }, 1) = (sc, callee.len()) {
             let top = self
@@ -2763,10 +2734,7 @@ impl<'a> Lower<'a> {
                 }
             },
             Builtin::KeyOf => match arg_ty(0) {
-                Type::Table(t) => match self.ir.table(t).key {
-                    KeyKind::Str => Type::Str,
-                    KeyKind::Int => Type::INT,
-                },
+                Type::Table(t) => self.key_ty(t),
                 _ => {
                     self.gap(
                         args.first().map_or(span, |a| a.value.span),
