@@ -363,7 +363,7 @@ fn gen_encode(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     };
     let pattern = &en.pattern.text;
     let doc = format!(
-        " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`{entry}_value`], keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
+        " Writes a tensor as records of entry `{entry}` (`{pattern}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by `{entry}_value`, keyed by the pattern with the tensor's name as `{name_cap}` and the part's index as the other capture."
     );
     // The value's statements: a block's own, its last expression returned; `Ok(x?)` is `x`.
     let tokens: Vec<_> = value.clone().into_iter().collect();

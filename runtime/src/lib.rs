@@ -12,7 +12,7 @@
 //! | [`pydict`] | `tensorfmt-pylit` | `pylit` |
 //! | [`protobuf`], [`protodoc`] | `tensorfmt-protobuf` | `protobuf` |
 //! | [`kv`] | `tensorfmt-kv` | `kv` (record files), `lmdb`, `leveldb` |
-//! | [`cuda`] | `tensorfmt-cuda` | `cuda` |
+//! | `cuda` | `tensorfmt-cuda` | `cuda` |
 //!
 //! It knows nothing of the schema language. Generated code reaches the runtime only
 //! through [`gen`].

@@ -1,7 +1,7 @@
 //! The `.fmt` schema language of tensorfmt: parser, semantic checks and diagnostics.
 //!
 //! A schema is one or more `.fmt` files, each defining formats (see `docs/fmt-language.md`).
-//! [`parse`] turns one file into an [`ast::SchemaFile`]; [`check`] runs the semantic checks
+//! [`parse`] turns one file into an [`ast::SchemaFile`]; [`check()`] runs the semantic checks
 //! over a set of parsed files; [`load`] does both for files on disk and returns a [`Schema`].
 //! Every error is a [`Diagnostic`] with file, line, column and a caret rendering; all errors
 //! found are reported at once as [`Diagnostics`].

@@ -394,7 +394,7 @@ pub mod kvnames {
     }
     /// Elements per record when a tensor is split into several (the entry's `split`).
     pub const SPLIT: u64 = 1000000;
-    /// Writes a tensor as records of entry `r` (`r/{name}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`r_value`], keyed by the pattern with the tensor's name as `name` and the part's index as the other capture.
+    /// Writes a tensor as records of entry `r` (`r/{name}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by `r_value`, keyed by the pattern with the tensor's name as `name` and the part's index as the other capture.
     pub fn encode_parts(
         meta: &rt::TensorMeta,
         all: &[u8],

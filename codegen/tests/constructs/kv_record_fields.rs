@@ -190,7 +190,7 @@ pub mod kvsum {
     }
     /// Elements per record when a tensor is split into several (the entry's `split`).
     pub const SPLIT: u64 = 1000000;
-    /// Writes a tensor as records of entry `blob` (`{name}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by [`blob_value`], keyed by the pattern with the tensor's name as `name` and the part's index as the other capture.
+    /// Writes a tensor as records of entry `blob` (`{name}`): parts of at most `split` elements (by default `SPLIT`; an empty tensor is one part), each encoded by `blob_value`, keyed by the pattern with the tensor's name as `name` and the part's index as the other capture.
     pub fn encode_parts(
         meta: &rt::TensorMeta,
         all: &[u8],

@@ -68,7 +68,7 @@ pub trait Db {
 }
 
 /// One record of a database read whole: its key and where its value is in the
-/// [`Source`] it was read with.
+/// [`Source`](crate::source::Source) it was read with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// The key.

@@ -26,7 +26,7 @@ pub(crate) fn lower(files: &[ast::SchemaFile]) -> (Ir, Vec<Diagnostic>) {
     lower_with(files, false)
 }
 
-/// [`lower`]; `lenient`: some files of the schema could not be parsed, so a name that
+/// [`lower()`]; `lenient`: some files of the schema could not be parsed, so a name that
 /// may come from one of them (a qualified path, another format's mapping) is not reported.
 pub(crate) fn lower_with(files: &[ast::SchemaFile], lenient: bool) -> (Ir, Vec<Diagnostic>) {
     let mut l = Lower {
