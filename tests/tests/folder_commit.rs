@@ -153,7 +153,6 @@ struct Progress {
     committed: Option<i64>,
 }
 
-/// Runs `job` in a child, kills it after `delay`, and returns what it printed.
 /// Starts the child on `job` and waits until it is ready to save.
 fn spawn_ready(
     job: &str,
@@ -219,6 +218,7 @@ fn kill_delay(rng: &mut Rng, save: Duration) -> Duration {
     Duration::from_millis(rng.between(5, hi))
 }
 
+/// Runs `job` in a child, kills it after `delay`, and returns what it printed.
 fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
     let (mut child, mut out) = spawn_ready(job, dir, first);
     std::thread::sleep(delay);
