@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
-use tensorfmt::{ByteOrder, DType, Order, Saver, TensorMeta};
+use tensorfmt::{DType, Saver, TensorMeta};
+use tensorfmt_tests::meta;
 
 /// The environment variable that makes `child` run: `checkpoint` or `saver`.
 const JOB: &str = "FOLDER_COMMIT_CHILD";
@@ -33,16 +34,6 @@ const ITER: i64 = 7;
 const A_LEN: usize = 1_500_000;
 /// Bytes of `b` (u8).
 const B_LEN: usize = 1 << 20;
-
-fn meta(name: &str, dtype: DType, shape: &[u64]) -> TensorMeta {
-    TensorMeta {
-        name: name.into(),
-        dtype,
-        shape: shape.to_vec(),
-        order: Order::C,
-        byte_order: ByteOrder::Little,
-    }
-}
 
 /// The tensors of generation `g`: `gen` (i64 [1]), `a` and `b`, filled with bytes of `g`
 /// (cheap to make in a debug build, so that the child spends its time saving).
