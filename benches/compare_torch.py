@@ -22,18 +22,21 @@ Ratios are time(other) / time(tensorfmt): above 1 means tensorfmt is faster.
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time, fresh  # noqa: E402
+from compare import (  # noqa: E402
+    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
+    verdict,
+)
 
 import torch  # noqa: E402
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 # Shapes of the state dict: (layers, d_model, d_ffn, vocab, context).
 FULL = dict(layers=24, d=1024, ffn=4096, vocab=65536, ctx=2048)
@@ -56,16 +59,20 @@ def state_dict_spec(layers, d, ffn, vocab, ctx):
     return spec
 
 
-def make_state_dict(shapes):
+def make_state_dict(spec):
+    """The state dict of `spec` ((name, shape, dtype) of every tensor), random values."""
     g = torch.Generator().manual_seed(0)
     sd = {}
-    for name, shape, dtype in state_dict_spec(**shapes):
+    for name, shape, dtype in spec:
         t = torch.randn(shape, generator=g) * 0.02
         sd[name] = t.to(dtype)
     return sd
 
 
-def describe(sd):
+def describe(sd, unit="GiB"):
+    """The state dict's tensor count, payload bytes and a line on it (sizes in `unit`,
+    GiB or MiB)."""
+    size = {"GiB": lambda b: f"{b / GIB:.2f} GiB", "MiB": lambda b: f"{b / MIB:.0f} MiB"}[unit]
     n = len(sd)
     total = sum(t.numel() * t.element_size() for t in sd.values())
     by = {}
@@ -73,14 +80,15 @@ def describe(sd):
         k = str(t.dtype).replace("torch.", "")
         c, b = by.get(k, (0, 0))
         by[k] = (c + 1, b + t.numel() * t.element_size())
-    parts = ", ".join(f"{c} {k} ({b / GIB:.2f} GiB)" for k, (c, b) in sorted(by.items()))
-    big = sum(1 for t in sd.values() if t.numel() * t.element_size() >= 1 << 20)
-    return n, total, f"{n} tensors, {total / GIB:.2f} GiB of payload: {parts}; {big} of them ≥ 1 MiB"
+    parts = ", ".join(f"{c} {k} ({size(b)})" for k, (c, b) in sorted(by.items()))
+    big = sum(1 for t in sd.values() if t.numel() * t.element_size() >= MIB)
+    return n, total, f"{n} tensors, {size(total)} of payload: {parts}; {big} of them ≥ 1 MiB"
 
 
-def save_fsync(sd, path):
-    """torch.save to the path (its C++ file writer), then fsync of the file."""
-    torch.save(sd, path)
+def save_fsync(sd, path, save=torch.save):
+    """`save(sd, path)` (by default torch.save to the path: its C++ file writer), then
+    fsync of the file."""
+    save(sd, path)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -127,15 +135,6 @@ LOADS = [
     ("torch.load", "pt.read.owned", "torch"),
     ("candle read_all", "pt.read.owned", "candle"),
 ]
-
-
-def median(by, op, lib):
-    r = by.get((op, lib))
-    return r["median_s"] if r else None
-
-
-def verdict(ok):
-    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
 
 
 def table(results, nbytes):
@@ -195,26 +194,8 @@ def table(results, nbytes):
         f"{verdict(None if saves[1] is None else saves[1] >= 1.5)} without |",
     ]
 
-    lines += ["", "What each cell times (median wall clock):", ""]
-    seen = []
-    for r in results:
-        if (r["lib"], r["how"]) not in seen:
-            seen.append((r["lib"], r["how"]))
-    order = ["torch", "tensorfmt", "candle", "memcpy"]
-    for lib, how in sorted(seen, key=lambda x: order.index(x[0])):
-        lines.append(f"- {lib}: {how}")
+    lines += cell_notes(results, ["torch", "tensorfmt", "candle", "memcpy"])
     return "\n".join(lines)
-
-
-def candle_version():
-    """The candle-core version Cargo.lock pins (what tfbench was built with)."""
-    lock = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Cargo.lock")
-    try:
-        with open(lock) as f:
-            m = re.search(r'name = "candle-core"\nversion = "([^"]+)"', f.read())
-    except OSError:
-        return "?"
-    return m.group(1) if m else "?"
 
 
 def main():
@@ -238,12 +219,12 @@ def main():
         shapes["layers"] = args.layers
     env = environment()
     env["torch"] = torch.__version__
-    env["candle"] = candle_version()
+    env["candle"] = locked_version("candle-core")
     load_before = os.getloadavg()[0]
     d = tempfile.mkdtemp(prefix="tfcompare-torch-", dir=args.dir)
     try:
         print(f"compare_torch.py: writing the state dict with torch.save in {d}", file=sys.stderr)
-        sd = make_state_dict(shapes)
+        sd = make_state_dict(state_dict_spec(**shapes))
         _, nbytes, what = describe(sd)
         torch.save(sd, os.path.join(d, "in.pt"))
         b = Bench(args.runs, args.open_runs, args.only, lib="torch")
@@ -278,14 +259,7 @@ def main():
         f"files in {env['dir']}; 1-min load average {load_before:.2f} before, "
         f"{env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results, nbytes) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results, nbytes) + "\n", env, results, args)
 
 
 if __name__ == "__main__":
