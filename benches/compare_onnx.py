@@ -38,7 +38,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time  # noqa: E402
+from compare import Bench, environment, fmt_ratio, fmt_time, median, report  # noqa: E402
 
 import google.protobuf  # noqa: E402
 import numpy as np  # noqa: E402
@@ -138,11 +138,6 @@ def onnx_side(b, d, nbytes):
                lambda p=p: onnx.load(p, load_external_data=False), runs=b.open_runs)
         b.time(f"onnx.{kind}.read.owned", "onnx.load(path) + numpy_helper.to_array(each)",
                nbytes, lambda p=p: load_all(p))
-
-
-def median(by, op, lib):
-    r = by.get((op, lib))
-    return r["median_s"] if r else None
 
 
 def table(results, nbytes):
@@ -257,14 +252,7 @@ def main():
         f"({args.open_runs} for index-only opens), page cache warm, files in {env['dir']}; "
         f"1-min load average {load_before:.2f} before, {env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results, nbytes) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results, nbytes) + "\n", env, results, args)
 
 
 if __name__ == "__main__":
