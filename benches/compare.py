@@ -272,6 +272,24 @@ def locked_version(crate):
     return m.group(1) if m else "?"
 
 
+def run_tfbench(args, d, only):
+    """tfbench's JSON on the inputs in `d`: `args.tfbench` run with `args.runs` and
+    `args.open_runs`, on the ops whose names start with a prefix of `only` (all without)."""
+    cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs)]
+    for p in only:
+        cmd += ["--only", p]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
+    return json.loads(proc.stdout)
+
+
+def same_payload(results, nbytes, script, side):
+    """Exits, naming `script`, when one of tfbench's `results` timed another payload than
+    the `nbytes` the Python `side` timed."""
+    for r in results:
+        if r["bytes"] != nbytes:
+            sys.exit(f"{script}: tfbench saw {r['bytes']} payload bytes, {side} {nbytes}")
+
+
 def report(md, env, results, args):
     """Prints the Markdown `md`, and writes it to `--markdown` and the timings with the
     environment to `--json` where given."""
@@ -340,13 +358,7 @@ def main():
         b = Bench(args.runs, args.open_runs, args.only)
         numpy_side(b, d, a, stored, deflate)
         del a, stored, deflate
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        results = b.results + rust["results"]
+        results = b.results + run_tfbench(args, d, args.only)["results"]
     finally:
         if args.keep:
             print(f"compare.py: kept {d}", file=sys.stderr)

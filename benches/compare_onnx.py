@@ -33,12 +33,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time, median, report  # noqa: E402
+from compare import (  # noqa: E402
+    Bench, environment, fmt_ratio, fmt_time, median, report, run_tfbench, same_payload,
+)
 
 import google.protobuf  # noqa: E402
 import numpy as np  # noqa: E402
@@ -225,14 +226,8 @@ def main():
         load_before = os.getloadavg()[0]
         b = Bench(args.runs, args.open_runs, only, lib="onnx")
         onnx_side(b, d, nbytes)
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs)]
-        for p in only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_onnx.py: tfbench saw {r['bytes']} payload bytes, onnx {nbytes}")
+        rust = run_tfbench(args, d, only)
+        same_payload(rust["results"], nbytes, "compare_onnx.py", "onnx")
         results = b.results + rust["results"]
     finally:
         if args.clean:

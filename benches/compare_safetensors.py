@@ -22,11 +22,8 @@ Usage (see benches/compare.sh --suite safetensors, which builds tfbench first):
 Ratios are time(other) / time(tensorfmt): above 1 means tensorfmt is faster.
 """
 
-import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -35,7 +32,9 @@ from compare import (  # noqa: E402
     Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
     verdict,
 )
-from compare_torch import GIB, MIB, describe, make_state_dict, save_fsync  # noqa: E402
+from compare_torch import (  # noqa: E402
+    GIB, MIB, describe, make_state_dict, save_fsync, state_dict_args, tfbench_results,
+)
 
 import safetensors  # noqa: E402
 import torch  # noqa: E402
@@ -189,25 +188,7 @@ def table(results, nbytes):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tfbench", default="target/release/tfbench",
-                    help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
-    ap.add_argument("--runs", type=int, default=5, help="timed runs per load/save")
-    ap.add_argument("--open-runs", type=int, default=50, help="timed runs per index-only open")
-    ap.add_argument("--layers", type=int,
-                    help=f"transformer layers (default {FULL['layers']}: 197 tensors, about 306 MiB)")
-    ap.add_argument("--small", action="store_true", help="a tiny state dict (checks the pipeline)")
-    ap.add_argument("--dir", default=os.environ.get("TFBENCH_DIR"),
-                    help="parent of the temporary directory (default: system temp dir)")
-    ap.add_argument("--only", action="append", default=[], help="op prefix to run (repeatable)")
-    ap.add_argument("--json", help="also write all timings as JSON here")
-    ap.add_argument("--markdown", help="also write the table as Markdown here")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = ap.parse_args()
-
-    shapes = dict(SMALL if args.small else FULL)
-    if args.layers is not None:
-        shapes["layers"] = args.layers
+    args, shapes = state_dict_args(__doc__, 50, FULL, SMALL, "197 tensors, about 306 MiB")
     env = environment()
     env["torch"] = torch.__version__
     env["safetensors"] = safetensors.__version__
@@ -225,19 +206,8 @@ def main():
         b = Bench(args.runs, args.open_runs, args.only, lib=PY)
         python_side(b, d, sd, nbytes)
         del sd
-        cmd = [args.tfbench, "--dir", top, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
         # The directory holds no other suite's input: tfbench runs the safetensors ones.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        if not rust.get("candle"):
-            print("compare_safetensors.py: tfbench was built without the candle feature", file=sys.stderr)
-        results = b.results + rust["results"]
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_safetensors.py: tfbench saw {r['bytes']} payload bytes, Python {nbytes}")
+        results = b.results + tfbench_results(args, top, nbytes, "compare_safetensors.py", "Python")
     finally:
         if args.keep:
             print(f"compare_safetensors.py: kept {top}", file=sys.stderr)

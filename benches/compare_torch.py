@@ -20,17 +20,15 @@ Ratios are time(other) / time(tensorfmt): above 1 means tensorfmt is faster.
 """
 
 import argparse
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
     Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
-    verdict,
+    run_tfbench, same_payload, verdict,
 )
 
 import torch  # noqa: E402
@@ -198,13 +196,16 @@ def table(results, nbytes):
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def state_dict_args(doc, open_runs, full, small, full_is):
+    """The command line of a suite on a transformer-like state dict (this one and
+    compare_safetensors.py), `doc` its docstring, `full` its default shapes (`full_is`:
+    what they make) and `small` those of `--small`; the arguments and the shapes asked for."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--tfbench", default="target/release/tfbench",
                     help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per load/save")
-    ap.add_argument("--open-runs", type=int, default=20, help="timed runs per index-only open")
-    ap.add_argument("--layers", type=int, help=f"transformer layers (default {FULL['layers']}: 389 tensors, 1.07 GiB)")
+    ap.add_argument("--open-runs", type=int, default=open_runs, help="timed runs per index-only open")
+    ap.add_argument("--layers", type=int, help=f"transformer layers (default {full['layers']}: {full_is})")
     ap.add_argument("--small", action="store_true", help="a tiny state dict (checks the pipeline)")
     ap.add_argument("--dir", default=os.environ.get("TFBENCH_DIR"),
                     help="parent of the temporary directory (default: system temp dir)")
@@ -213,10 +214,24 @@ def main():
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
-
-    shapes = dict(SMALL if args.small else FULL)
+    shapes = dict(small if args.small else full)
     if args.layers is not None:
         shapes["layers"] = args.layers
+    return args, shapes
+
+
+def tfbench_results(args, d, nbytes, script, side):
+    """tfbench's results on the state dict in `d` (`nbytes` of payload, as the Python
+    `side` timed it), saying when tfbench was built without candle."""
+    rust = run_tfbench(args, d, args.only)
+    if not rust.get("candle"):
+        print(f"{script}: tfbench was built without the candle feature", file=sys.stderr)
+    same_payload(rust["results"], nbytes, script, side)
+    return rust["results"]
+
+
+def main():
+    args, shapes = state_dict_args(__doc__, 20, FULL, SMALL, "389 tensors, 1.07 GiB")
     env = environment()
     env["torch"] = torch.__version__
     env["candle"] = locked_version("candle-core")
@@ -230,18 +245,7 @@ def main():
         b = Bench(args.runs, args.open_runs, args.only, lib="torch")
         torch_side(b, d, sd, nbytes)
         del sd
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        if not rust.get("candle"):
-            print("compare_torch.py: tfbench was built without the candle feature", file=sys.stderr)
-        results = b.results + rust["results"]
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_torch.py: tfbench saw {r['bytes']} payload bytes, torch {nbytes}")
+        results = b.results + tfbench_results(args, d, nbytes, "compare_torch.py", "torch")
     finally:
         if args.keep:
             print(f"compare_torch.py: kept {d}", file=sys.stderr)
