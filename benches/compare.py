@@ -23,6 +23,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -237,6 +238,70 @@ def table(results):
     return "\n".join(lines)
 
 
+def median(by, op, lib):
+    """The median time of `op` by `lib` in `by` ((op, lib) -> result), or None."""
+    r = by.get((op, lib))
+    return r["median_s"] if r else None
+
+
+def verdict(ok):
+    """A target's status: met, not met, or n/a when it was not measured (None)."""
+    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def cell_notes(results, order):
+    """The lines saying what each cell times: each library's (`order`) descriptions."""
+    seen = []
+    for r in results:
+        if (r["lib"], r["how"]) not in seen:
+            seen.append((r["lib"], r["how"]))
+    lines = ["", "What each cell times (median wall clock):", ""]
+    for lib, how in sorted(seen, key=lambda x: order.index(x[0])):
+        lines.append(f"- {lib}: {how}")
+    return lines
+
+
+def locked_version(crate):
+    """The version of `crate` Cargo.lock pins (what tfbench was built with)."""
+    lock = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Cargo.lock")
+    try:
+        with open(lock) as f:
+            m = re.search(rf'name = "{re.escape(crate)}"\nversion = "([^"]+)"', f.read())
+    except OSError:
+        return "?"
+    return m.group(1) if m else "?"
+
+
+def run_tfbench(args, d, only):
+    """tfbench's JSON on the inputs in `d`: `args.tfbench` run with `args.runs` and
+    `args.open_runs`, on the ops whose names start with a prefix of `only` (all without)."""
+    cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs)]
+    for p in only:
+        cmd += ["--only", p]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
+    return json.loads(proc.stdout)
+
+
+def same_payload(results, nbytes, script, side):
+    """Exits, naming `script`, when one of tfbench's `results` timed another payload than
+    the `nbytes` the Python `side` timed."""
+    for r in results:
+        if r["bytes"] != nbytes:
+            sys.exit(f"{script}: tfbench saw {r['bytes']} payload bytes, {side} {nbytes}")
+
+
+def report(md, env, results, args):
+    """Prints the Markdown `md`, and writes it to `--markdown` and the timings with the
+    environment to `--json` where given."""
+    print(md)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(md)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"environment": env, "results": results}, f, indent=1)
+
+
 def environment():
     try:
         with open("/proc/cpuinfo") as f:
@@ -293,13 +358,7 @@ def main():
         b = Bench(args.runs, args.open_runs, args.only)
         numpy_side(b, d, a, stored, deflate)
         del a, stored, deflate
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        results = b.results + rust["results"]
+        results = b.results + run_tfbench(args, d, args.only)["results"]
     finally:
         if args.keep:
             print(f"compare.py: kept {d}", file=sys.stderr)
@@ -315,14 +374,7 @@ def main():
         f"files in {env['dir']}; 1-min load average {load_before:.2f} before, "
         f"{env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results) + "\n", env, results, args)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,13 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time  # noqa: E402
+from compare import (  # noqa: E402
+    Bench, environment, fmt_ratio, fmt_time, median, report, run_tfbench, same_payload,
+)
 
 import google.protobuf  # noqa: E402
 import numpy as np  # noqa: E402
@@ -140,11 +141,6 @@ def onnx_side(b, d, nbytes):
                nbytes, lambda p=p: load_all(p))
 
 
-def median(by, op, lib):
-    r = by.get((op, lib))
-    return r["median_s"] if r else None
-
-
 def table(results, nbytes):
     by = {(r["op"], r["lib"]): r for r in results}
     lines = ["| model | workload | onnx | tensorfmt | onnx / tensorfmt |", "|---|---|---:|---:|---:|"]
@@ -230,14 +226,8 @@ def main():
         load_before = os.getloadavg()[0]
         b = Bench(args.runs, args.open_runs, only, lib="onnx")
         onnx_side(b, d, nbytes)
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs), "--open-runs", str(args.open_runs)]
-        for p in only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_onnx.py: tfbench saw {r['bytes']} payload bytes, onnx {nbytes}")
+        rust = run_tfbench(args, d, only)
+        same_payload(rust["results"], nbytes, "compare_onnx.py", "onnx")
         results = b.results + rust["results"]
     finally:
         if args.clean:
@@ -257,14 +247,7 @@ def main():
         f"({args.open_runs} for index-only opens), page cache warm, files in {env['dir']}; "
         f"1-min load average {load_before:.2f} before, {env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results, nbytes) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results, nbytes) + "\n", env, results, args)
 
 
 if __name__ == "__main__":

@@ -22,25 +22,24 @@ Usage (see benches/compare.sh --suite safetensors, which builds tfbench first):
 Ratios are time(other) / time(tensorfmt): above 1 means tensorfmt is faster.
 """
 
-import argparse
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time, fresh  # noqa: E402
+from compare import (  # noqa: E402
+    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
+    verdict,
+)
+from compare_torch import (  # noqa: E402
+    GIB, MIB, describe, make_state_dict, save_fsync, state_dict_args, tfbench_results,
+)
 
 import safetensors  # noqa: E402
 import torch  # noqa: E402
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import load_file, save_file  # noqa: E402
-
-GIB = 1 << 30
-MIB = 1 << 20
 
 # Shapes of the state dict: (layers, d_model, d_ffn, vocab, context).
 FULL = dict(layers=12, d=768, ffn=3072, vocab=32000, ctx=1024)
@@ -63,28 +62,6 @@ def state_dict_spec(layers, d, ffn, vocab, ctx):
     return spec
 
 
-def make_state_dict(shapes):
-    g = torch.Generator().manual_seed(0)
-    sd = {}
-    for name, shape, dtype in state_dict_spec(**shapes):
-        t = torch.randn(shape, generator=g) * 0.02
-        sd[name] = t.to(dtype)
-    return sd
-
-
-def describe(sd):
-    n = len(sd)
-    total = sum(t.numel() * t.element_size() for t in sd.values())
-    by = {}
-    for t in sd.values():
-        k = str(t.dtype).replace("torch.", "")
-        c, b = by.get(k, (0, 0))
-        by[k] = (c + 1, b + t.numel() * t.element_size())
-    parts = ", ".join(f"{c} {k} ({b / MIB:.0f} MiB)" for k, (c, b) in sorted(by.items()))
-    big = sum(1 for t in sd.values() if t.numel() * t.element_size() >= MIB)
-    return n, total, f"{n} tensors, {total / MIB:.0f} MiB of payload: {parts}; {big} of them ≥ 1 MiB"
-
-
 def open_keys(path):
     """safe_open (map + header) and the keys listed; no tensor read."""
     with safe_open(path, framework="pt") as f:
@@ -96,16 +73,6 @@ def get_every_tensor(path):
     of every key."""
     with safe_open(path, framework="pt", backend="pread") as f:
         return {k: f.get_tensor(k) for k in f.keys()}
-
-
-def save_fsync(sd, path):
-    """safetensors.torch.save_file, then fsync of the file."""
-    save_file(sd, path)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def python_side(b, d, sd, nbytes):
@@ -121,7 +88,7 @@ def python_side(b, d, sd, nbytes):
            "private map of the file, no byte read until used)", nbytes, lambda: load_file(inp),
            runs=b.open_runs)
     b.time("st.write.fsync", "safetensors.torch.save_file(sd, path) + os.fsync", nbytes,
-           lambda: save_fsync(sd, out), before=fresh(out))
+           lambda: save_fsync(sd, out, save=save_file), before=fresh(out))
     b.time("st.write.nofsync", "safetensors.torch.save_file(sd, path)", nbytes,
            lambda: save_file(sd, out), before=fresh(out))
     fresh(out)()
@@ -156,15 +123,6 @@ LOADS = [
     ("Python safetensors.torch.load_file(backend='pread')", "st.read.owned", PY),
     ("Python safe_open(backend='pread') + get_tensor every key", "st.read.get_tensor", PY),
 ]
-
-
-def median(by, op, lib):
-    r = by.get((op, lib))
-    return r["median_s"] if r else None
-
-
-def verdict(ok):
-    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
 
 
 def table(results, nbytes):
@@ -225,48 +183,12 @@ def table(results, nbytes):
         f"{show(saves[0])} with fsync, {show(saves[1])} without | — |",
     ]
 
-    lines += ["", "What each cell times (median wall clock):", ""]
-    seen = []
-    for r in results:
-        if (r["lib"], r["how"]) not in seen:
-            seen.append((r["lib"], r["how"]))
-    order = [PY, TF, CRATE, CANDLE, "memcpy"]
-    for lib, how in sorted(seen, key=lambda x: order.index(x[0])):
-        lines.append(f"- {lib}: {how}")
+    lines += cell_notes(results, [PY, TF, CRATE, CANDLE, "memcpy"])
     return "\n".join(lines)
 
 
-def locked_version(crate):
-    """The version of `crate` Cargo.lock pins (what tfbench was built with)."""
-    lock = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Cargo.lock")
-    try:
-        with open(lock) as f:
-            m = re.search(rf'name = "{re.escape(crate)}"\nversion = "([^"]+)"', f.read())
-    except OSError:
-        return "?"
-    return m.group(1) if m else "?"
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tfbench", default="target/release/tfbench",
-                    help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
-    ap.add_argument("--runs", type=int, default=5, help="timed runs per load/save")
-    ap.add_argument("--open-runs", type=int, default=50, help="timed runs per index-only open")
-    ap.add_argument("--layers", type=int,
-                    help=f"transformer layers (default {FULL['layers']}: 197 tensors, about 306 MiB)")
-    ap.add_argument("--small", action="store_true", help="a tiny state dict (checks the pipeline)")
-    ap.add_argument("--dir", default=os.environ.get("TFBENCH_DIR"),
-                    help="parent of the temporary directory (default: system temp dir)")
-    ap.add_argument("--only", action="append", default=[], help="op prefix to run (repeatable)")
-    ap.add_argument("--json", help="also write all timings as JSON here")
-    ap.add_argument("--markdown", help="also write the table as Markdown here")
-    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
-    args = ap.parse_args()
-
-    shapes = dict(SMALL if args.small else FULL)
-    if args.layers is not None:
-        shapes["layers"] = args.layers
+    args, shapes = state_dict_args(__doc__, 50, FULL, SMALL, "197 tensors, about 306 MiB")
     env = environment()
     env["torch"] = torch.__version__
     env["safetensors"] = safetensors.__version__
@@ -278,25 +200,14 @@ def main():
     os.mkdir(d)
     try:
         print(f"compare_safetensors.py: writing the state dict with save_file in {d}", file=sys.stderr)
-        sd = make_state_dict(shapes)
-        _, nbytes, what = describe(sd)
+        sd = make_state_dict(state_dict_spec(**shapes))
+        _, nbytes, what = describe(sd, unit="MiB")
         save_file(sd, os.path.join(d, "in.safetensors"))
         b = Bench(args.runs, args.open_runs, args.only, lib=PY)
         python_side(b, d, sd, nbytes)
         del sd
-        cmd = [args.tfbench, "--dir", top, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
         # The directory holds no other suite's input: tfbench runs the safetensors ones.
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        if not rust.get("candle"):
-            print("compare_safetensors.py: tfbench was built without the candle feature", file=sys.stderr)
-        results = b.results + rust["results"]
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_safetensors.py: tfbench saw {r['bytes']} payload bytes, Python {nbytes}")
+        results = b.results + tfbench_results(args, top, nbytes, "compare_safetensors.py", "Python")
     finally:
         if args.keep:
             print(f"compare_safetensors.py: kept {top}", file=sys.stderr)
@@ -315,14 +226,7 @@ def main():
         f"files in {env['dir']}; 1-min load average {load_before:.2f} before, "
         f"{env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results, nbytes) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results, nbytes) + "\n", env, results, args)
 
 
 if __name__ == "__main__":

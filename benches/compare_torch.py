@@ -20,20 +20,21 @@ Ratios are time(other) / time(tensorfmt): above 1 means tensorfmt is faster.
 """
 
 import argparse
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from compare import Bench, environment, fmt_ratio, fmt_time, fresh  # noqa: E402
+from compare import (  # noqa: E402
+    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
+    run_tfbench, same_payload, verdict,
+)
 
 import torch  # noqa: E402
 
 GIB = 1 << 30
+MIB = 1 << 20
 
 # Shapes of the state dict: (layers, d_model, d_ffn, vocab, context).
 FULL = dict(layers=24, d=1024, ffn=4096, vocab=65536, ctx=2048)
@@ -56,16 +57,20 @@ def state_dict_spec(layers, d, ffn, vocab, ctx):
     return spec
 
 
-def make_state_dict(shapes):
+def make_state_dict(spec):
+    """The state dict of `spec` ((name, shape, dtype) of every tensor), random values."""
     g = torch.Generator().manual_seed(0)
     sd = {}
-    for name, shape, dtype in state_dict_spec(**shapes):
+    for name, shape, dtype in spec:
         t = torch.randn(shape, generator=g) * 0.02
         sd[name] = t.to(dtype)
     return sd
 
 
-def describe(sd):
+def describe(sd, unit="GiB"):
+    """The state dict's tensor count, payload bytes and a line on it (sizes in `unit`,
+    GiB or MiB)."""
+    size = {"GiB": lambda b: f"{b / GIB:.2f} GiB", "MiB": lambda b: f"{b / MIB:.0f} MiB"}[unit]
     n = len(sd)
     total = sum(t.numel() * t.element_size() for t in sd.values())
     by = {}
@@ -73,14 +78,15 @@ def describe(sd):
         k = str(t.dtype).replace("torch.", "")
         c, b = by.get(k, (0, 0))
         by[k] = (c + 1, b + t.numel() * t.element_size())
-    parts = ", ".join(f"{c} {k} ({b / GIB:.2f} GiB)" for k, (c, b) in sorted(by.items()))
-    big = sum(1 for t in sd.values() if t.numel() * t.element_size() >= 1 << 20)
-    return n, total, f"{n} tensors, {total / GIB:.2f} GiB of payload: {parts}; {big} of them ≥ 1 MiB"
+    parts = ", ".join(f"{c} {k} ({size(b)})" for k, (c, b) in sorted(by.items()))
+    big = sum(1 for t in sd.values() if t.numel() * t.element_size() >= MIB)
+    return n, total, f"{n} tensors, {size(total)} of payload: {parts}; {big} of them ≥ 1 MiB"
 
 
-def save_fsync(sd, path):
-    """torch.save to the path (its C++ file writer), then fsync of the file."""
-    torch.save(sd, path)
+def save_fsync(sd, path, save=torch.save):
+    """`save(sd, path)` (by default torch.save to the path: its C++ file writer), then
+    fsync of the file."""
+    save(sd, path)
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -127,15 +133,6 @@ LOADS = [
     ("torch.load", "pt.read.owned", "torch"),
     ("candle read_all", "pt.read.owned", "candle"),
 ]
-
-
-def median(by, op, lib):
-    r = by.get((op, lib))
-    return r["median_s"] if r else None
-
-
-def verdict(ok):
-    return "n/a" if ok is None else ("**met**" if ok else "**not met**")
 
 
 def table(results, nbytes):
@@ -195,35 +192,20 @@ def table(results, nbytes):
         f"{verdict(None if saves[1] is None else saves[1] >= 1.5)} without |",
     ]
 
-    lines += ["", "What each cell times (median wall clock):", ""]
-    seen = []
-    for r in results:
-        if (r["lib"], r["how"]) not in seen:
-            seen.append((r["lib"], r["how"]))
-    order = ["torch", "tensorfmt", "candle", "memcpy"]
-    for lib, how in sorted(seen, key=lambda x: order.index(x[0])):
-        lines.append(f"- {lib}: {how}")
+    lines += cell_notes(results, ["torch", "tensorfmt", "candle", "memcpy"])
     return "\n".join(lines)
 
 
-def candle_version():
-    """The candle-core version Cargo.lock pins (what tfbench was built with)."""
-    lock = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Cargo.lock")
-    try:
-        with open(lock) as f:
-            m = re.search(r'name = "candle-core"\nversion = "([^"]+)"', f.read())
-    except OSError:
-        return "?"
-    return m.group(1) if m else "?"
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def state_dict_args(doc, open_runs, full, small, full_is):
+    """The command line of a suite on a transformer-like state dict (this one and
+    compare_safetensors.py), `doc` its docstring, `full` its default shapes (`full_is`:
+    what they make) and `small` those of `--small`; the arguments and the shapes asked for."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--tfbench", default="target/release/tfbench",
                     help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
     ap.add_argument("--runs", type=int, default=5, help="timed runs per load/save")
-    ap.add_argument("--open-runs", type=int, default=20, help="timed runs per index-only open")
-    ap.add_argument("--layers", type=int, help=f"transformer layers (default {FULL['layers']}: 389 tensors, 1.07 GiB)")
+    ap.add_argument("--open-runs", type=int, default=open_runs, help="timed runs per index-only open")
+    ap.add_argument("--layers", type=int, help=f"transformer layers (default {full['layers']}: {full_is})")
     ap.add_argument("--small", action="store_true", help="a tiny state dict (checks the pipeline)")
     ap.add_argument("--dir", default=os.environ.get("TFBENCH_DIR"),
                     help="parent of the temporary directory (default: system temp dir)")
@@ -232,35 +214,38 @@ def main():
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = ap.parse_args()
-
-    shapes = dict(SMALL if args.small else FULL)
+    shapes = dict(small if args.small else full)
     if args.layers is not None:
         shapes["layers"] = args.layers
+    return args, shapes
+
+
+def tfbench_results(args, d, nbytes, script, side):
+    """tfbench's results on the state dict in `d` (`nbytes` of payload, as the Python
+    `side` timed it), saying when tfbench was built without candle."""
+    rust = run_tfbench(args, d, args.only)
+    if not rust.get("candle"):
+        print(f"{script}: tfbench was built without the candle feature", file=sys.stderr)
+    same_payload(rust["results"], nbytes, script, side)
+    return rust["results"]
+
+
+def main():
+    args, shapes = state_dict_args(__doc__, 20, FULL, SMALL, "389 tensors, 1.07 GiB")
     env = environment()
     env["torch"] = torch.__version__
-    env["candle"] = candle_version()
+    env["candle"] = locked_version("candle-core")
     load_before = os.getloadavg()[0]
     d = tempfile.mkdtemp(prefix="tfcompare-torch-", dir=args.dir)
     try:
         print(f"compare_torch.py: writing the state dict with torch.save in {d}", file=sys.stderr)
-        sd = make_state_dict(shapes)
+        sd = make_state_dict(state_dict_spec(**shapes))
         _, nbytes, what = describe(sd)
         torch.save(sd, os.path.join(d, "in.pt"))
         b = Bench(args.runs, args.open_runs, args.only, lib="torch")
         torch_side(b, d, sd, nbytes)
         del sd
-        cmd = [args.tfbench, "--dir", d, "--runs", str(args.runs),
-               "--open-runs", str(args.open_runs)]
-        for p in args.only:
-            cmd += ["--only", p]
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, check=True)
-        rust = json.loads(proc.stdout)
-        if not rust.get("candle"):
-            print("compare_torch.py: tfbench was built without the candle feature", file=sys.stderr)
-        results = b.results + rust["results"]
-        for r in rust["results"]:
-            if r["bytes"] != nbytes:
-                sys.exit(f"compare_torch.py: tfbench saw {r['bytes']} payload bytes, torch {nbytes}")
+        results = b.results + tfbench_results(args, d, nbytes, "compare_torch.py", "torch")
     finally:
         if args.keep:
             print(f"compare_torch.py: kept {d}", file=sys.stderr)
@@ -278,14 +263,7 @@ def main():
         f"files in {env['dir']}; 1-min load average {load_before:.2f} before, "
         f"{env['loadavg_1min'][1]:.2f} after"
     )
-    md = header + "\n\n" + table(results, nbytes) + "\n"
-    print(md)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(md)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "results": results}, f, indent=1)
+    report(header + "\n\n" + table(results, nbytes) + "\n", env, results, args)
 
 
 if __name__ == "__main__":

@@ -193,13 +193,17 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
-/// Opens `path` as a file of one of `registry`'s formats.
-fn open(registry: &Registry, path: &PathBuf) -> crate::Result<TensorFile> {
-    let options = OpenOptions {
+/// The default options of opening a file of one of `registry`'s formats.
+fn open_options(registry: &Registry) -> OpenOptions {
+    OpenOptions {
         registry: registry.clone(),
         ..Default::default()
-    };
-    TensorFile::open_with(path, &options)
+    }
+}
+
+/// Opens `path` as a file of one of `registry`'s formats.
+fn open(registry: &Registry, path: &PathBuf) -> crate::Result<TensorFile> {
+    TensorFile::open_with(path, &open_options(registry))
 }
 
 fn inspect(
@@ -312,13 +316,10 @@ fn inspect(
 /// (safetensors `__metadata__`, GGUF key/values) each under its name, even where the file
 /// holds no tensor; otherwise what the stored object holds besides its tensors.
 fn listed_values<'t>(file: &TensorFile, tree: &'t crate::Node) -> Vec<(String, &'t crate::Node)> {
-    match tree {
-        crate::Node::Dict(items) if file.format_desc().values => items
-            .iter()
-            .filter(|(_, v)| !matches!(v, crate::Node::Tensor(_)))
-            .map(|(k, v)| (crate::runtime::tree::key_text(k).unwrap_or_default(), v))
-            .collect(),
-        _ => tree.values(),
+    if file.format_desc().values {
+        tree.top_values(&mut Vec::new())
+    } else {
+        tree.values()
     }
 }
 
@@ -534,10 +535,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 dtype,
                 flatten,
                 keep_layout,
-                open: OpenOptions {
-                    registry: registry.clone(),
-                    ..Default::default()
-                },
+                open: open_options(registry),
                 ..Default::default()
             };
             if compress {
@@ -613,10 +611,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     ..Default::default()
                 },
                 allow_reshape,
-                open: OpenOptions {
-                    registry: registry.clone(),
-                    ..Default::default()
-                },
+                open: open_options(registry),
                 ..Default::default()
             };
             let s = crate::replace_tensors(

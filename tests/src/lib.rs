@@ -84,6 +84,12 @@ pub fn tfcheck_onnx(args: &[&str]) -> String {
     run_script("tfcheck_onnx.py", args)
 }
 
+/// Runs `tests/py/tfcheck_safetensors.py` (the pinned `safetensors` package) with
+/// `args`; returns stdout, panicking with its output on failure.
+pub fn tfcheck_safetensors(args: &[&str]) -> String {
+    run_script("tfcheck_safetensors.py", args)
+}
+
 /// The seed of this run's unseen files: `TENSORFMT_SEED` when set (to reproduce a run),
 /// else a new one, printed either way.
 pub fn run_seed() -> String {
@@ -111,6 +117,30 @@ pub fn python_snippet(code: &str, args: &[&str]) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     (out.status.success(), text)
+}
+
+/// The metadata of a tensor in C order, little-endian.
+pub fn meta(name: &str, dtype: tensorfmt::DType, shape: &[u64]) -> tensorfmt::TensorMeta {
+    tensorfmt::TensorMeta {
+        name: name.into(),
+        dtype,
+        shape: shape.to_vec(),
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    }
+}
+
+/// A safetensors file as the format's specification lays it out: the header's length
+/// (`u64` little-endian), the JSON `header` padded with spaces to 8 bytes, the `data`.
+pub fn safetensors_bytes(header: &[u8], data: &[u8]) -> Vec<u8> {
+    let mut h = header.to_vec();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut out = (h.len() as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&h);
+    out.extend_from_slice(data);
+    out
 }
 
 /// Runs the `tensorfmt` command line in process; returns its exit code and stdout.

@@ -9,19 +9,10 @@ use tensorfmt::caffe2::{self, ChunkSize, DbInput, DbInputOptions, LoadOptions, S
 use tensorfmt::generated::caffe2_lmdb::messages::{BlobProto, Segment, TensorProto, TensorProtos};
 use tensorfmt::prost::Message;
 use tensorfmt::runtime::kv::{self, Db, Mode};
-use tensorfmt::{ByteOrder, DType, Order, TensorMeta};
+use tensorfmt::{DType, TensorMeta};
+use tensorfmt_tests::meta;
 
 const DBS: [&str; 3] = ["minidb", "lmdb", "leveldb"];
-
-fn meta(name: &str, dtype: DType, shape: &[u64]) -> TensorMeta {
-    TensorMeta {
-        name: name.into(),
-        dtype,
-        shape: shape.to_vec(),
-        order: Order::C,
-        byte_order: ByteOrder::Little,
-    }
-}
 
 /// Deterministic bytes for every Caffe2 dtype (bool as 0/1), and a string tensor.
 fn tensors() -> Vec<(TensorMeta, Vec<u8>)> {

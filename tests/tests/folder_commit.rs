@@ -14,7 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
-use tensorfmt::{ByteOrder, DType, Order, Saver, TensorMeta};
+use tensorfmt::{DType, Saver, TensorMeta};
+use tensorfmt_tests::meta;
 
 /// The environment variable that makes `child` run: `checkpoint` or `saver`.
 const JOB: &str = "FOLDER_COMMIT_CHILD";
@@ -33,16 +34,6 @@ const ITER: i64 = 7;
 const A_LEN: usize = 1_500_000;
 /// Bytes of `b` (u8).
 const B_LEN: usize = 1 << 20;
-
-fn meta(name: &str, dtype: DType, shape: &[u64]) -> TensorMeta {
-    TensorMeta {
-        name: name.into(),
-        dtype,
-        shape: shape.to_vec(),
-        order: Order::C,
-        byte_order: ByteOrder::Little,
-    }
-}
 
 /// The tensors of generation `g`: `gen` (i64 [1]), `a` and `b`, filled with bytes of `g`
 /// (cheap to make in a debug build, so that the child spends its time saving).
@@ -153,7 +144,6 @@ struct Progress {
     committed: Option<i64>,
 }
 
-/// Runs `job` in a child, kills it after `delay`, and returns what it printed.
 /// Starts the child on `job` and waits until it is ready to save.
 fn spawn_ready(
     job: &str,
@@ -219,6 +209,7 @@ fn kill_delay(rng: &mut Rng, save: Duration) -> Duration {
     Duration::from_millis(rng.between(5, hi))
 }
 
+/// Runs `job` in a child, kills it after `delay`, and returns what it printed.
 fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
     let (mut child, mut out) = spawn_ready(job, dir, first);
     std::thread::sleep(delay);

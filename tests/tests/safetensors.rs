@@ -8,7 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use tensorfmt::generated::safetensors as st;
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed};
+use tensorfmt_tests::{
+    cli, fixtures, inspect_json, json, meta, run_seed, safetensors_bytes as file_of,
+    tfcheck_safetensors as tfcheck_ok,
+};
 
 fn dir() -> PathBuf {
     fixtures().join("safetensors")
@@ -21,29 +24,6 @@ const FIXTURES: &[&str] = &[
     "scalars_and_empty.safetensors",
     "no_tensors.safetensors",
 ];
-
-/// Runs `tests/py/tfcheck_safetensors.py ARGS` (the pinned `safetensors` package);
-/// returns (success, stdout and stderr).
-fn tfcheck_st(args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(tensorfmt_tests::python())
-        .arg(tensorfmt_tests::repo_root().join("tests/py/tfcheck_safetensors.py"))
-        .args(args)
-        .output()
-        .expect("running tfcheck_safetensors.py");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-/// `tfcheck_st` that must succeed; its output.
-fn tfcheck_ok(args: &[&str]) -> String {
-    let (ok, text) = tfcheck_st(args);
-    assert!(ok, "tfcheck_safetensors.py {args:?} failed:\n{text}");
-    text
-}
 
 fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -64,6 +44,13 @@ fn convert(input: &Path, output: &Path) {
 /// A description without its format: the tensors alone.
 fn tensors_of(mut d: serde_json::Value) -> serde_json::Value {
     d["tensors"].take()
+}
+
+/// The items of a list of tensors' descriptions, sorted by name.
+fn by_name(v: serde_json::Value) -> Vec<serde_json::Value> {
+    let mut v = v.as_array().cloned().unwrap_or_default();
+    v.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    v
 }
 
 #[test]
@@ -176,13 +163,7 @@ fn rewrite_with_metadata(from: &Path, to: &Path, metadata: Option<Vec<(String, S
     w.header().__metadata__ = metadata.map(tensorfmt::runtime::gen::pydict::Map);
     for t in file.tensors() {
         let loaded = file.load_info(t).unwrap();
-        let meta = tensorfmt::TensorMeta {
-            name: t.name.clone(),
-            dtype: t.dtype,
-            shape: t.shape.clone(),
-            order: tensorfmt::Order::C,
-            byte_order: t.byte_order,
-        };
+        let meta = tensorfmt::TensorMeta::from_info(t).expect("a C-order tensor");
         w.add(&meta, tensorfmt::Payload::Bytes(loaded.data.as_bytes()))
             .unwrap();
     }
@@ -267,7 +248,7 @@ fn convert_carries_metadata_byte_identical_to_the_package() {
 /// (numbers, values beside tensors) are left out and reported.
 #[test]
 fn checkpoint_text_values_become_metadata() {
-    use tensorfmt::{ByteOrder, DType, Node, Order, Saver, TensorMeta};
+    use tensorfmt::{DType, Node, Saver};
     let tmp = tempfile::tempdir().unwrap();
     let pt = tmp.path().join("ckpt.pt");
     let mut saver = Saver::create(&pt, None, &Default::default()).unwrap();
@@ -286,14 +267,9 @@ fn checkpoint_text_values_become_metadata() {
         ]))
         .unwrap();
     assert!(kept.stored);
-    let meta = TensorMeta {
-        name: "model.w".into(),
-        dtype: DType::F32,
-        shape: vec![2],
-        order: Order::C,
-        byte_order: ByteOrder::Little,
-    };
-    saver.add_bytes(&meta, &[0u8; 8]).unwrap();
+    saver
+        .add_bytes(&meta("model.w", DType::F32, &[2]), &[0u8; 8])
+        .unwrap();
     saver.commit().unwrap();
     let out = tmp.path().join("ckpt.safetensors");
     let summary = tensorfmt::convert(&pt, &out, &Default::default(), |_, _| {}).unwrap();
@@ -326,15 +302,8 @@ fn checkpoint_text_values_become_metadata() {
 /// tensorfmt reorders it.)
 #[test]
 fn tensors_in_any_order_are_written_as_the_package_writes_them() {
-    use tensorfmt::{ByteOrder, DType, Order, TensorMeta};
+    use tensorfmt::{DType, TensorMeta};
     let tmp = tempfile::tempdir().unwrap();
-    let meta = |name: &str, dtype: DType, shape: &[u64]| TensorMeta {
-        name: name.into(),
-        dtype,
-        shape: shape.to_vec(),
-        order: Order::C,
-        byte_order: ByteOrder::Little,
-    };
     let tensors: Vec<(TensorMeta, Vec<u8>)> = vec![
         (meta("z.last", DType::U8, &[3]), vec![1, 2, 3]),
         (
@@ -376,11 +345,6 @@ fn tensors_in_any_order_are_written_as_the_package_writes_them() {
 #[test]
 fn onnx_caffe2_and_pytorch_convert_to_and_from_safetensors() {
     let tmp = tempfile::tempdir().unwrap();
-    let by_name = |v: serde_json::Value| {
-        let mut v = v.as_array().cloned().unwrap_or_default();
-        v.sort_by_key(|t| t["name"].as_str().unwrap_or_default().to_string());
-        v
-    };
     for (src, back_ext) in [
         (fixtures().join("onnx/mlp.onnx"), "onnx"),
         (fixtures().join("caffe2/spec_example.minidb"), "npz"),
@@ -401,14 +365,8 @@ fn onnx_caffe2_and_pytorch_convert_to_and_from_safetensors() {
         }
     }
     let out = tmp.path().join("c128.safetensors");
-    let meta = tensorfmt::TensorMeta {
-        name: "z".into(),
-        dtype: tensorfmt::DType::C128,
-        shape: vec![1],
-        order: tensorfmt::Order::C,
-        byte_order: tensorfmt::ByteOrder::Little,
-    };
-    let e = tensorfmt::save(&out, None, [(meta, &[0u8; 16][..])], &Default::default())
+    let c128 = meta("z", tensorfmt::DType::C128, &[1]);
+    let e = tensorfmt::save(&out, None, [(c128, &[0u8; 16][..])], &Default::default())
         .unwrap_err()
         .to_string();
     assert!(
@@ -430,17 +388,11 @@ fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
         let src = fixtures().join("npz").join(f);
         let out = tmp.path().join(format!("{f}.safetensors"));
         convert(&src, &out);
-        let (ok, text) = tfcheck_st(&["compare-npz", path_str(&out), path_str(&src)]);
-        assert!(ok, "{f}: {text}");
+        tfcheck_ok(&["compare-npz", path_str(&out), path_str(&src)]);
         // And back: the same tensors as the source, by tensorfmt (in the order the
         // package writes, by dtype then name, as the file holds them).
         let back = tmp.path().join(format!("{f}.back.npz"));
         convert(&out, &back);
-        let by_name = |v: serde_json::Value| {
-            let mut v = v.as_array().cloned().unwrap_or_default();
-            v.sort_by_key(|t| t["name"].as_str().unwrap_or_default().to_string());
-            v
-        };
         assert_eq!(
             by_name(tensors_of(inspect_json(&back))),
             by_name(tensors_of(inspect_json(&src))),
@@ -474,10 +426,8 @@ fn pytorch_and_npy_fixtures_convert_to_safetensors_and_back() {
         convert(&src, &out);
         // The package describes what tensorfmt wrote as tensorfmt describes the source.
         let described = json(&tfcheck_ok(&["describe", path_str(&out)]));
-        let mut want = tensors_of(inspect_json(&src));
-        let mut got = tensors_of(described);
-        sort_by_name(&mut want);
-        sort_by_name(&mut got);
+        let want = by_name(tensors_of(inspect_json(&src)));
+        let got = by_name(tensors_of(described));
         assert_eq!(got, want, "{name}");
     }
     // Each safetensors fixture to npz (which has no bf16 nor float8) and pt, and back.
@@ -499,24 +449,6 @@ fn pytorch_and_npy_fixtures_convert_to_safetensors_and_back() {
             );
         }
     }
-}
-
-fn sort_by_name(v: &mut serde_json::Value) {
-    if let Some(items) = v.as_array_mut() {
-        items.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    }
-}
-
-/// A safetensors file of `header` (padded with spaces to 8 bytes) and `data`.
-fn file_of(header: &[u8], data: &[u8]) -> Vec<u8> {
-    let mut h = header.to_vec();
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
-    out
 }
 
 #[test]

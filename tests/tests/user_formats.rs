@@ -7,6 +7,7 @@
 
 use tensorfmt_derive::TensorFormat;
 use tensorfmt_runtime::gen as rt;
+use tensorfmt_tests::{meta, safetensors_bytes};
 
 /// The safetensors design.
 #[derive(TensorFormat)]
@@ -36,24 +37,11 @@ fn range(t: &rt::TensorInfo) -> (u64, u64) {
     }
 }
 
-/// A safetensors file as the format's specification lays it out: the header length, the
-/// JSON header padded with spaces to 8 bytes, the data.
-fn safetensors_bytes(header: &str, data: &[u8]) -> Vec<u8> {
-    let mut h = header.as_bytes().to_vec();
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut out = (h.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(&h);
-    out.extend_from_slice(data);
-    out
-}
-
 #[test]
 fn safetensors_design_reads_every_tensor_and_skips_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let header = r#"{"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"b":{"dtype":"I64","shape":[3],"data_offsets":[16,40]},"e":{"dtype":"BF16","shape":[0],"data_offsets":[40,40]}}"#;
-    let bytes = safetensors_bytes(header, &[7u8; 40]);
+    let bytes = safetensors_bytes(header.as_bytes(), &[7u8; 40]);
     let p = write(&dir, "m.safetensors", &bytes);
     let src = rt::Source::open(&p).unwrap();
     let ts = safetensors::index(&src, &rt::Limits::default()).unwrap();
@@ -99,7 +87,7 @@ fn safetensors_design_refuses_bad_headers_with_the_place() {
         let p = write(
             &dir,
             "bad.safetensors",
-            &safetensors_bytes(header, &[0u8; 4]),
+            &safetensors_bytes(header.as_bytes(), &[0u8; 4]),
         );
         let src = rt::Source::open(&p).unwrap();
         let e = safetensors::index(&src, &rt::Limits::default()).unwrap_err();
@@ -108,7 +96,7 @@ fn safetensors_design_refuses_bad_headers_with_the_place() {
         assert!(text.contains("bad.safetensors"), "{header}: {text}");
     }
     // A header length past the end of the file.
-    let mut bytes = safetensors_bytes("{}", &[]);
+    let mut bytes = safetensors_bytes(b"{}", &[]);
     bytes[..8].copy_from_slice(&u64::MAX.to_le_bytes());
     let p = write(&dir, "long.safetensors", &bytes);
     let src = rt::Source::open(&p).unwrap();
@@ -120,7 +108,7 @@ fn safetensors_design_survives_every_truncation_and_byte_flip() {
     let dir = tempfile::tempdir().unwrap();
     let header =
         r#"{"__metadata__":{"k":"v"},"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}}"#;
-    let good = safetensors_bytes(header, &[3u8; 16]);
+    let good = safetensors_bytes(header.as_bytes(), &[3u8; 16]);
     let p = dir.path().join("m.safetensors");
     for n in 0..good.len() {
         std::fs::write(&p, &good[..n]).unwrap();
@@ -139,16 +127,6 @@ fn safetensors_design_survives_every_truncation_and_byte_flip() {
         let src = rt::Source::open(&p).unwrap();
         // Some flips keep a valid file (inside a string); none panics.
         let _ = safetensors::index(&src, &rt::Limits::default());
-    }
-}
-
-fn meta(name: &str, dtype: rt::DType, shape: &[u64]) -> rt::TensorMeta {
-    rt::TensorMeta {
-        name: name.into(),
-        dtype,
-        shape: shape.to_vec(),
-        order: rt::Order::C,
-        byte_order: rt::ByteOrder::Little,
     }
 }
 
@@ -195,7 +173,7 @@ fn safetensors_design_writes_what_its_specification_lays_out() {
         };
         let mut data: Vec<u8> = (0..16u8).collect();
         data.extend(100..124u8);
-        assert_eq!(bytes, safetensors_bytes(&header, &data));
+        assert_eq!(bytes, safetensors_bytes(header.as_bytes(), &data));
         let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
         assert_eq!((8 + n) % 8, 0);
         // Read back: the same tensors, the same bytes.

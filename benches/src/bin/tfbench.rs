@@ -158,6 +158,82 @@ fn total(tensors: &[(String, Vec<u8>)]) -> usize {
     tensors.iter().map(|(_, b)| b.len()).sum()
 }
 
+/// The memcpy references of a suite's full loads (`{prefix}.memcpy.fresh` and
+/// `{prefix}.memcpy.hot`): the payload `ranges` of `file` copied into fresh buffers, and
+/// into one buffer already faulted in.
+fn memcpy_references(
+    b: &mut Bench,
+    prefix: &str,
+    file: &Path,
+    ranges: &[std::ops::Range<usize>],
+    bytes: usize,
+) -> Result<()> {
+    let runs = b.args.runs;
+    b.time(
+        Case {
+            op: &format!("{prefix}.memcpy.fresh"),
+            lib: "memcpy",
+            how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
+            bytes,
+            runs,
+        },
+        || Ok(()),
+        || mem::copy_fresh(file, ranges),
+    )?;
+    let hot_op = format!("{prefix}.memcpy.hot");
+    if b.wanted(&hot_op) && b.wanted_lib("memcpy") {
+        let mut hot = mem::HotCopy::new(file, ranges)?;
+        b.time(
+            Case {
+                op: &hot_op,
+                lib: "memcpy",
+                how: "copy into one reused buffer, source and destination already faulted in",
+                bytes,
+                runs,
+            },
+            || Ok(()),
+            || hot.run(),
+        )?;
+    }
+    Ok(())
+}
+
+/// tensorfmt's saves of `tensors` as `format` to `out` (`{prefix}.write.fsync` through
+/// the Saver, `{prefix}.write.nofsync` through the format's writer), `out` removed after.
+fn tf_saves(
+    b: &mut Bench,
+    prefix: &str,
+    format: &str,
+    out: &Path,
+    tensors: &[(TensorMeta, &[u8])],
+    bytes: usize,
+) -> Result<()> {
+    let runs = b.args.runs;
+    b.time(
+        Case {
+            op: &format!("{prefix}.write.fsync"),
+            lib: "tensorfmt",
+            how: "Saver: temp file + fsync + rename",
+            bytes,
+            runs,
+        },
+        || fresh(out),
+        || tf::save_with_meta(out, format, tensors, None),
+    )?;
+    b.time(
+        Case {
+            op: &format!("{prefix}.write.nofsync"),
+            lib: "tensorfmt",
+            how: "FormatDesc::writer over BufWriter<File>, no fsync",
+            bytes,
+            runs,
+        },
+        || fresh(out),
+        || tf::save_with_meta_no_fsync(out, format, tensors, None),
+    )?;
+    remove_if_exists(out)
+}
+
 fn npy(b: &mut Bench) -> Result<()> {
     let dir = b.args.dir.clone();
     let input = dir.join("in.npy");
@@ -534,31 +610,7 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         none,
         || tensorfmt_benches::candle::read_all(&input),
     )?;
-    b.time(
-        Case {
-            op: "pt.memcpy.fresh",
-            lib: "memcpy",
-            how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
-            bytes,
-            runs,
-        },
-        none,
-        || mem::copy_fresh(&input, &ranges),
-    )?;
-    if b.wanted("pt.memcpy.hot") && b.wanted_lib("memcpy") {
-        let mut hot = mem::HotCopy::new(&input, &ranges)?;
-        b.time(
-            Case {
-                op: "pt.memcpy.hot",
-                lib: "memcpy",
-                how: "copy into one reused buffer, source and destination already faulted in",
-                bytes,
-                runs,
-            },
-            none,
-            || hot.run(),
-        )?;
-    }
+    memcpy_references(b, "pt", &input, &ranges, bytes)?;
 
     // Saves of the same tensors, from owned memory.
     let writes = ["pt.write.fsync", "pt.write.nofsync"];
@@ -571,31 +623,7 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         .into_iter()
         .zip(tensors.iter().map(|t| t.data.as_bytes()))
         .collect();
-    let out = dir.join("out_tf.pt");
-    b.time(
-        Case {
-            op: "pt.write.fsync",
-            lib: "tensorfmt",
-            how: "Saver: temp file + fsync + rename",
-            bytes,
-            runs,
-        },
-        || fresh(&out),
-        || tf::save_with_meta(&out, "pytorch", &refs, None),
-    )?;
-    b.time(
-        Case {
-            op: "pt.write.nofsync",
-            lib: "tensorfmt",
-            how: "FormatDesc::writer over BufWriter<File>, no fsync",
-            bytes,
-            runs,
-        },
-        || fresh(&out),
-        || tf::save_with_meta_no_fsync(&out, "pytorch", &refs, None),
-    )?;
-    remove_if_exists(&out)?;
-    Ok(())
+    tf_saves(b, "pt", "pytorch", &dir.join("out_tf.pt"), &refs, bytes)
 }
 
 /// The safetensors suite on `st/in.safetensors` (written by `safetensors.torch.save_file`
@@ -724,31 +752,7 @@ fn safetensors(b: &mut Bench) -> Result<()> {
         none,
         || tf::read_view(&input),
     )?;
-    b.time(
-        Case {
-            op: "st.memcpy.fresh",
-            lib: "memcpy",
-            how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
-            bytes,
-            runs,
-        },
-        none,
-        || mem::copy_fresh(&input, &ranges),
-    )?;
-    if b.wanted("st.memcpy.hot") && b.wanted_lib("memcpy") {
-        let mut hot = mem::HotCopy::new(&input, &ranges)?;
-        b.time(
-            Case {
-                op: "st.memcpy.hot",
-                lib: "memcpy",
-                how: "copy into one reused buffer, source and destination already faulted in",
-                bytes,
-                runs,
-            },
-            none,
-            || hot.run(),
-        )?;
-    }
+    memcpy_references(b, "st", &input, &ranges, bytes)?;
 
     // Saves of the same tensors, from owned memory.
     let writes = ["st.write.fsync", "st.write.nofsync"];
@@ -763,29 +767,7 @@ fn safetensors(b: &mut Bench) -> Result<()> {
         .collect();
     let views = st::views(&refs)?;
     let out = dir.join("out_tf.safetensors");
-    b.time(
-        Case {
-            op: "st.write.fsync",
-            lib: "tensorfmt",
-            how: "Saver: temp file + fsync + rename",
-            bytes,
-            runs,
-        },
-        || fresh(&out),
-        || tf::save_with_meta(&out, "safetensors", &refs, None),
-    )?;
-    b.time(
-        Case {
-            op: "st.write.nofsync",
-            lib: "tensorfmt",
-            how: "FormatDesc::writer over BufWriter<File>, no fsync",
-            bytes,
-            runs,
-        },
-        || fresh(&out),
-        || tf::save_with_meta_no_fsync(&out, "safetensors", &refs, None),
-    )?;
-    remove_if_exists(&out)?;
+    tf_saves(b, "st", "safetensors", &out, &refs, bytes)?;
     let out = dir.join("out_st.safetensors");
     b.time(
         Case {
@@ -875,32 +857,7 @@ fn onnx(b: &mut Bench) -> Result<()> {
             none,
             || tf::read_view(&input),
         )?;
-        b.time(
-            Case {
-                op: &format!("onnx.{kind}.memcpy.fresh"),
-                lib: "memcpy",
-                how: "mmap + per tensor: fresh buffer (huge pages from 2 MiB) + copy",
-                bytes,
-                runs: b.args.runs,
-            },
-            none,
-            || mem::copy_fresh(&data_file, &ranges),
-        )?;
-        let hot_op = format!("onnx.{kind}.memcpy.hot");
-        if b.wanted(&hot_op) && b.wanted_lib("memcpy") {
-            let mut hot = mem::HotCopy::new(&data_file, &ranges)?;
-            b.time(
-                Case {
-                    op: &hot_op,
-                    lib: "memcpy",
-                    how: "copy into one reused buffer, source and destination already faulted in",
-                    bytes,
-                    runs: b.args.runs,
-                },
-                none,
-                || hot.run(),
-            )?;
-        }
+        memcpy_references(b, &format!("onnx.{kind}"), &data_file, &ranges, bytes)?;
     }
     Ok(())
 }

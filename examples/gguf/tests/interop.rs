@@ -224,6 +224,14 @@ fn values_are_set_before_the_first_tensor() {
     let dir = tempfile::tempdir().unwrap();
     let registry = tensorfmt_example_gguf::registry();
     let path = dir.path().join("v.gguf");
+    // One tensor, saved after the values and, refused, before them.
+    let meta = tensorfmt::TensorMeta {
+        name: "w".into(),
+        dtype: tensorfmt::DType::F32,
+        shape: vec![1],
+        order: tensorfmt::Order::C,
+        byte_order: tensorfmt::ByteOrder::Little,
+    };
     let mut saver =
         tensorfmt::Saver::create_in(&registry, &path, None, &Default::default()).unwrap();
     let kept = saver
@@ -246,13 +254,6 @@ fn values_are_set_before_the_first_tensor() {
         ]))
         .unwrap();
     assert_eq!(kept.dropped, ["t.none"]);
-    let meta = tensorfmt::TensorMeta {
-        name: "w".into(),
-        dtype: tensorfmt::DType::F32,
-        shape: vec![1],
-        order: tensorfmt::Order::C,
-        byte_order: tensorfmt::ByteOrder::Little,
-    };
     saver.add_bytes(&meta, &[0u8; 4]).unwrap();
     saver.commit().unwrap();
     let (_, types) = tool(&py, &["types", s(&path)]);
@@ -276,13 +277,6 @@ fn values_are_set_before_the_first_tensor() {
         &Default::default(),
     )
     .unwrap();
-    let meta = tensorfmt::TensorMeta {
-        name: "w".into(),
-        dtype: tensorfmt::DType::F32,
-        shape: vec![1],
-        order: tensorfmt::Order::C,
-        byte_order: tensorfmt::ByteOrder::Little,
-    };
     saver.add_bytes(&meta, &[0u8; 4]).unwrap();
     let tree = tensorfmt::Node::Dict(vec![(
         tensorfmt::Node::str("general.alignment"),
