@@ -12,8 +12,9 @@ use tensorfmt_schema::ir::{self, ByteOrder, Codec, DictId, FieldKind, Ir, Layout
 use crate::lower::{storage_ty, Env, Form, Lower, Unlowered, Val};
 use crate::model::{docs, rs_ident};
 
-/// The struct of a dict, with `rt::pydict::Dict`: its keys, `set` (a `match` arm per
-/// key; the runtime reads dicts through it, key by key as a Python literal is parsed) and
+/// The struct of a dict, with `rt::pydict::Dict`: its keys, `read` (a `match` arm per
+/// key; the runtime reads dicts through it, key by key as a Python literal or JSON text is
+/// parsed, or from a value tree) and
 /// `items` (its items in declared order, which the runtime's `ToPy` and encoders write).
 pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let d = ir.dict(id);
@@ -42,7 +43,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             keys.push(quote!(rt::pydict::Key::Rest));
             sets.push((
                 i,
-                quote!(self.#id.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?))),
+                quote!(self.#id.0.push((key.to_string(), rt::ItemValue::get(v)?))),
             ));
             let v = to(quote!(v));
             items.push(quote! {
@@ -53,7 +54,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
             keys.push(quote!(rt::pydict::Key::Optional(#key)));
-            sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
+            sets.push((i, quote!(self.#id = rt::ItemValue::get(v)?)));
             let v = to(quote!(v));
             items.push(quote! {
                 if let Some(v) = &self.#id {
@@ -63,7 +64,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         } else {
             fields.push(quote!(#fdoc pub #id: #t,));
             keys.push(quote!(rt::pydict::Key::Required(#key)));
-            sets.push((i, quote!(self.#id = rt::pydict::FromPy::from_py(v)?)));
+            sets.push((i, quote!(self.#id = rt::ItemValue::get(v)?)));
             let v = to(quote!(&self.#id));
             items.push(quote!(items.push((#key, #v));));
         }
@@ -113,7 +114,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
         impl rt::pydict::Dict for #ident {
             const KEYS: &'static [rt::pydict::Key] = &[#(#keys),*];
 
-            fn set(&mut self, i: usize, #key_arg: &str, #v: &rt::PyValue) -> rt::Result<()> {
+            fn read<V: rt::ItemValue>(&mut self, i: usize, #key_arg: &str, #v: V) -> rt::Got<V> {
                 #dispatch
                 Ok(())
             }

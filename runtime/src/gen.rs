@@ -64,7 +64,7 @@ pub use crate::protodoc;
 #[cfg(feature = "pylit")]
 pub use crate::pydict;
 #[cfg(feature = "pylit")]
-pub use crate::pydict::PyValue;
+pub use crate::pydict::{Got, ItemValue, PyValue};
 #[cfg(feature = "zip")]
 pub use crate::zip;
 #[cfg(feature = "zip")]

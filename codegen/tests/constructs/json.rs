@@ -31,11 +31,11 @@ pub mod jsonhdr {
             rt::pydict::Key::Required("shape"),
             rt::pydict::Key::Required("offsets"),
         ];
-        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
+        fn read<V: rt::ItemValue>(&mut self, i: usize, _key: &str, v: V) -> rt::Got<V> {
             match i {
-                0 => self.dtype = rt::pydict::FromPy::from_py(v)?,
-                1 => self.shape = rt::pydict::FromPy::from_py(v)?,
-                2 => self.offsets = rt::pydict::FromPy::from_py(v)?,
+                0 => self.dtype = rt::ItemValue::get(v)?,
+                1 => self.shape = rt::ItemValue::get(v)?,
+                2 => self.offsets = rt::ItemValue::get(v)?,
                 _ => {}
             }
             Ok(())
@@ -58,10 +58,10 @@ pub mod jsonhdr {
             rt::pydict::Key::Optional("version"),
             rt::pydict::Key::Rest,
         ];
-        fn set(&mut self, i: usize, key: &str, v: &rt::PyValue) -> rt::Result<()> {
+        fn read<V: rt::ItemValue>(&mut self, i: usize, key: &str, v: V) -> rt::Got<V> {
             match i {
-                0 => self.version = rt::pydict::FromPy::from_py(v)?,
-                1 => self.rest.0.push((key.to_string(), rt::pydict::FromPy::from_py(v)?)),
+                0 => self.version = rt::ItemValue::get(v)?,
+                1 => self.rest.0.push((key.to_string(), rt::ItemValue::get(v)?)),
                 _ => {}
             }
             Ok(())

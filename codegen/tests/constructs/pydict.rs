@@ -33,12 +33,12 @@ pub mod pyhdr {
             rt::pydict::Key::Required("shape"),
             rt::pydict::Key::Optional("comment"),
         ];
-        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
+        fn read<V: rt::ItemValue>(&mut self, i: usize, _key: &str, v: V) -> rt::Got<V> {
             match i {
-                0 => self.descr = rt::pydict::FromPy::from_py(v)?,
-                1 => self.fortran_order = rt::pydict::FromPy::from_py(v)?,
-                2 => self.shape = rt::pydict::FromPy::from_py(v)?,
-                3 => self.comment = rt::pydict::FromPy::from_py(v)?,
+                0 => self.descr = rt::ItemValue::get(v)?,
+                1 => self.fortran_order = rt::ItemValue::get(v)?,
+                2 => self.shape = rt::ItemValue::get(v)?,
+                3 => self.comment = rt::ItemValue::get(v)?,
                 _ => {}
             }
             Ok(())

@@ -21,9 +21,9 @@ pub mod repsized {
     }
     impl rt::pydict::Dict for Entry {
         const KEYS: &'static [rt::pydict::Key] = &[rt::pydict::Key::Required("id")];
-        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
+        fn read<V: rt::ItemValue>(&mut self, i: usize, _key: &str, v: V) -> rt::Got<V> {
             if i == 0 {
-                self.id = rt::pydict::FromPy::from_py(v)?;
+                self.id = rt::ItemValue::get(v)?;
             }
             Ok(())
         }

@@ -29,10 +29,10 @@ pub mod resttext {
             rt::pydict::Key::Required("dtype"),
             rt::pydict::Key::Required("shape"),
         ];
-        fn set(&mut self, i: usize, _key: &str, v: &rt::PyValue) -> rt::Result<()> {
+        fn read<V: rt::ItemValue>(&mut self, i: usize, _key: &str, v: V) -> rt::Got<V> {
             match i {
-                0 => self.dtype = rt::pydict::FromPy::from_py(v)?,
-                1 => self.shape = rt::pydict::FromPy::from_py(v)?,
+                0 => self.dtype = rt::ItemValue::get(v)?,
+                1 => self.shape = rt::ItemValue::get(v)?,
                 _ => {}
             }
             Ok(())

@@ -65,6 +65,14 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits, unique: bool) ->
     if keys.len() > 64 || !is_object || text.len() as u64 > limits.max_header_bytes {
         return from_dict(&parse_with(text, limits, unique)?);
     }
+    // The direct path: no value tree at all, when the text reads plainly (see
+    // `crate::direct`); anything else is read below, which gives the result or the error.
+    let mut de = serde_json::Deserializer::from_slice(text);
+    if let Ok(out) =
+        <T as crate::FromPy>::from_json_direct(&mut de).and_then(|out| de.end().map(|()| out))
+    {
+        return Ok(out);
+    }
     let mut items = Items {
         unique,
         out: T::default(),
@@ -127,12 +135,7 @@ impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
             let value = map.next_value_seed(JsonVisitor {
                 unique: self.unique,
             })?;
-            // FNV-1a: a repeated key gives a repeated hash (and so does a rare collision,
-            // which only costs the slower path).
-            let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
-            self.hashes.push(hash);
+            self.hashes.push(fnv(&key));
             let i = match T::KEYS.iter().position(|k| k.name() == Some(&*key)) {
                 Some(i) => {
                     self.seen |= 1 << i;
@@ -154,8 +157,16 @@ impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
     }
 }
 
+/// FNV-1a of a key: a repeated key gives a repeated hash (and so does a rare collision,
+/// which only costs the slower path).
+pub(crate) fn fnv(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// A key as serde hands it: borrowed from the text when it has no escape.
-struct Text<'de>(Cow<'de, str>);
+pub(crate) struct Text<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for Text<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
@@ -236,6 +247,19 @@ fn to_json(v: &PyValue) -> Result<serde_json::Value> {
             Value::Object(m)
         }
     })
+}
+
+/// Reads a value tree, a key repeated in any object an error: how the direct path
+/// ([`crate::direct`]) reads a value its type leaves to [`crate::FromPy::from_py`].
+#[derive(Clone, Copy)]
+pub(crate) struct Tree;
+
+impl<'de> DeserializeSeed<'de> for Tree {
+    type Value = PyValue;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<PyValue, D::Error> {
+        JsonVisitor { unique: true }.deserialize(d)
+    }
 }
 
 /// Reads a value; `unique`: an object that repeats a key is an error (otherwise one item

@@ -18,12 +18,13 @@
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
 
+mod direct;
 pub mod json;
 mod value;
 
 pub use value::{
     decode, dict, expected, from_dict, literal, read, read_json, read_json_unique, to_list, Dict,
-    FromPy, Key, Map, SetValue, ToPy,
+    FromPy, Got, ItemValue, Key, Map, SetValue, ToPy,
 };
 
 const CODEC: &str = "python literal";
@@ -1302,11 +1303,16 @@ mod tests {
             Key::Required("shape"),
             Key::Optional("fortran"),
         ];
-        fn set(&mut self, i: usize, _key: &str, v: &PyValue) -> Result<()> {
+        fn read<V: ItemValue>(
+            &mut self,
+            i: usize,
+            _key: &str,
+            v: V,
+        ) -> std::result::Result<(), V::Error> {
             match i {
-                0 => self.descr = FromPy::from_py(v)?,
-                1 => self.shape = FromPy::from_py(v)?,
-                2 => self.fortran = FromPy::from_py(v)?,
+                0 => self.descr = v.get()?,
+                1 => self.shape = v.get()?,
+                2 => self.fortran = v.get()?,
                 _ => {}
             }
             Ok(())

@@ -35,6 +35,43 @@ pub trait FromPy: Sized {
     fn from_json(text: &[u8], limits: &Limits) -> Result<Self> {
         Self::from_py(&crate::json::parse(text, limits)?)
     }
+
+    /// Reads the value straight from JSON, with no value tree: the fast path of
+    /// [`FromPy::from_json`] for a [`Dict`] (see the `direct` module). An error of any kind
+    /// sends the caller back to the value-tree path, which gives the result or the exact
+    /// error, so an implementation refuses whatever it would not read exactly as
+    /// [`FromPy::from_py`] reads the value tree. The default reads the value tree (a key
+    /// repeated in any object refused) and calls [`FromPy::from_py`].
+    #[doc(hidden)]
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        let v = serde::de::DeserializeSeed::deserialize(crate::json::Tree, d)?;
+        Self::from_py(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// The value of one item of a dict, wherever it is: a value tree (`&PyValue`), or the
+/// next value of JSON text being parsed (read straight into its type, see
+/// [`FromPy::from_json_direct`]). [`Dict::read`] takes either.
+pub trait ItemValue {
+    /// What a value of another type gives.
+    type Error;
+
+    /// The value, as a `T`.
+    fn get<T: FromPy>(self) -> std::result::Result<T, Self::Error>;
+}
+
+/// What [`Dict::read`] got from an [`ItemValue`]: its value in the field (`Ok(())`), or
+/// the error of the value's source.
+pub type Got<V> = std::result::Result<(), <V as ItemValue>::Error>;
+
+impl ItemValue for &PyValue {
+    type Error = Error;
+
+    fn get<T: FromPy>(self) -> Result<T> {
+        T::from_py(self)
+    }
 }
 
 /// A key of a [`Dict`], as the schema declares it.
@@ -66,9 +103,15 @@ pub trait Dict: Default {
     const KEYS: &'static [Key];
 
     /// Reads `v`, the value of key number `i` of [`Dict::KEYS`] (for [`Key::Rest`], of
-    /// the undeclared `key`), into its field; an error when it has another type (the
-    /// caller places it under the key).
-    fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()>;
+    /// the undeclared `key`), into its field, with [`ItemValue::get`] once; an error when
+    /// it has another type (the caller places it under the key). Generated dicts have a
+    /// `match` arm per key.
+    fn read<V: ItemValue>(&mut self, i: usize, key: &str, v: V) -> Got<V>;
+
+    /// [`Dict::read`] from a value tree.
+    fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()> {
+        self.read(i, key, v)
+    }
 
     /// The items, in declared order (the undeclared ones where the `rest` key is), an
     /// optional key that is `None` left out: what [`ToPy`] and [`literal`] encode.
@@ -122,6 +165,12 @@ impl<T: Dict> FromPy for T {
     fn from_json(text: &[u8], limits: &Limits) -> Result<Self> {
         crate::json::parse_dict(text, limits, false)
     }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        d.deserialize_map(crate::direct::DictVisitor::new())
+    }
 }
 
 /// An optional key: `None` for `None`.
@@ -131,6 +180,12 @@ impl<T: FromPy> FromPy for Option<T> {
             PyValue::None => Ok(None),
             v => T::from_py(v).map(Some),
         }
+    }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::option(d)
     }
 }
 
@@ -210,6 +265,12 @@ impl FromPy for String {
             .map(str::to_string)
             .ok_or_else(|| expected("str", v))
     }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::string(d)
+    }
 }
 
 impl ToPy for String {
@@ -221,6 +282,12 @@ impl ToPy for String {
 impl FromPy for bool {
     fn from_py(v: &PyValue) -> Result<Self> {
         v.as_bool().ok_or_else(|| expected("bool", v))
+    }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::boolean(d)
     }
 }
 
@@ -240,6 +307,12 @@ macro_rules! ints {
                     }),
                     None => Err(expected($what, v)),
                 }
+            }
+
+            fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+                d: D,
+            ) -> std::result::Result<Self, D::Error> {
+                crate::direct::int(d)
             }
         }
         impl ToPy for $t {
@@ -262,6 +335,12 @@ impl FromPy for f64 {
             _ => Err(expected("float", v)),
         }
     }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::float(d)
+    }
 }
 
 impl ToPy for f64 {
@@ -280,6 +359,12 @@ impl<T: FromPy> FromPy for Vec<T> {
             .enumerate()
             .map(|(i, x)| T::from_py(x).map_err(|e| e.in_field(&i.to_string())))
             .collect()
+    }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::seq(d)
     }
 }
 
@@ -349,6 +434,12 @@ impl<V: tensorfmt_core::tree::FromNode> tensorfmt_core::tree::FromNode for Map<V
 impl<V: FromPy> FromPy for Map<V> {
     fn from_py(v: &PyValue) -> Result<Self> {
         map_items(v)
+    }
+
+    fn from_json_direct<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> std::result::Result<Self, D::Error> {
+        crate::direct::map(d)
     }
 }
 
@@ -463,7 +554,7 @@ mod tests {
 
     /// A dict as generated code declares one: an optional key, a required one, and the
     /// rest.
-    #[derive(Default)]
+    #[derive(Default, Debug, PartialEq)]
     struct Meta<W, R> {
         metadata: Option<Map<String>>,
         w: W,
@@ -474,11 +565,16 @@ mod tests {
         const KEYS: &'static [Key] =
             &[Key::Optional("__metadata__"), Key::Required("w"), Key::Rest];
 
-        fn set(&mut self, i: usize, key: &str, v: &PyValue) -> Result<()> {
+        fn read<V: ItemValue>(
+            &mut self,
+            i: usize,
+            key: &str,
+            v: V,
+        ) -> std::result::Result<(), V::Error> {
             match i {
-                0 => self.metadata = FromPy::from_py(v)?,
-                1 => self.w = FromPy::from_py(v)?,
-                _ => self.rest.0.push((key.to_string(), FromPy::from_py(v)?)),
+                0 => self.metadata = v.get()?,
+                1 => self.w = v.get()?,
+                _ => self.rest.0.push((key.to_string(), v.get()?)),
             }
             Ok(())
         }
@@ -525,6 +621,21 @@ mod tests {
         assert!(e.to_string().contains("found a str"), "{e}");
     }
 
+    /// Reads `text` as a `T` from JSON ([`FromPy::from_json`]: straight into the type, or
+    /// item by item) and from the value tree: the same dict, or the same error at the
+    /// same field.
+    fn same_as_tree<T: Dict + PartialEq + std::fmt::Debug>(text: &str, limits: &Limits) {
+        let tree = crate::json::parse(text.as_bytes(), limits).and_then(|v| from_dict::<T>(&v));
+        match (tree, T::from_json(text.as_bytes(), limits)) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string(), "{text}");
+                assert_eq!(a.location.field, b.location.field, "{text}");
+            }
+            (a, b) => panic!("{text}: {a:?} / {b:?}"),
+        }
+    }
+
     /// A dict read from JSON as its items are parsed ([`FromPy::from_json`]) gives what
     /// the value tree then [`from_dict`] gives: the same dict, or the same error at the
     /// same field (text errors first, keys in declared order, the first bad `rest` item,
@@ -545,22 +656,26 @@ mod tests {
             r#"{"w": [1], "b": [1]"#,
             r#"{"w": [1]} x"#,
             r#"[1, 2]"#,
+            r#"{"w": [1.0]}"#,
+            r#"{"w": [18446744073709551615], "b": [0]}"#,
+            r#"{"w": [18446744073709551616]}"#,
+            r#"{"w": [1], "b": [-1]}"#,
+            r#"{"w": [1], "__metadata__": null}"#,
+            r#"{"w": [1], "__metadata__": {"a": "b", "a": "c"}}"#,
+            r#"{"w": [1], "__metadata__": {"a": 1}}"#,
+            r#"{"w": [1], "b": {"x": 1}}"#,
+            r#"{"w": null}"#,
         ] {
-            let tree =
-                crate::json::parse(text.as_bytes(), &limits).and_then(|v| from_dict::<M>(&v));
-            let streamed = M::from_json(text.as_bytes(), &limits);
-            match (tree, streamed) {
-                (Ok(a), Ok(b)) => {
-                    assert_eq!(a.w, b.w, "{text}");
-                    assert_eq!(a.rest, b.rest, "{text}");
-                    assert_eq!(a.metadata, b.metadata, "{text}");
-                }
-                (Err(a), Err(b)) => {
-                    assert_eq!(a.to_string(), b.to_string(), "{text}");
-                    assert_eq!(a.location.field, b.location.field, "{text}");
-                }
-                (a, b) => panic!("{text}: {:?} / {:?}", a.is_ok(), b.is_ok()),
-            }
+            same_as_tree::<M>(text, &limits);
+        }
+        type F = Meta<f64, Option<bool>>;
+        for text in [
+            r#"{"w": 3, "b": true, "c": null}"#,
+            r#"{"w": -2.5, "b": 1}"#,
+            r#"{"w": 1e400}"#,
+            r#"{"w": "1"}"#,
+        ] {
+            same_as_tree::<F>(text, &limits);
         }
         let m = M::from_json(br#"{"w": [1], "b": [1], "c": [2], "b": [3]}"#, &limits).unwrap();
         assert_eq!(m.rest.0, vec![("b".into(), vec![3]), ("c".into(), vec![2])]);
