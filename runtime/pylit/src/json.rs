@@ -49,7 +49,8 @@ pub fn parse_with(text: &[u8], limits: &Limits, unique: bool) -> Result<PyValue>
     Ok(v)
 }
 
-/// Parses JSON text as the dict `T`, its top-level items handed to [`Dict::set`] as they
+/// Parses JSON text as the dict `T`: straight into its typed fields where the text reads
+/// plainly (`crate::direct`), else its top-level items handed to [`Dict::set`] as they
 /// are parsed (each value parsed as a [`PyValue`] and dropped once set), with no value
 /// tree for the object itself. What it returns and reports is what [`parse`] then
 /// [`from_dict`] would: errors of the text first, then those of the keys in declared

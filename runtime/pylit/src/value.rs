@@ -2,11 +2,13 @@
 //!
 //! A `dict` of a schema is a plain struct whose fields have types implementing
 //! [`FromPy`] and [`ToPy`]: strings, booleans, integers, floats, lists and tuples of
-//! those, [`Map`]s and other dicts. The struct implements [`Dict`]: its keys ([`Key`])
-//! `set`, which reads the value of one, and `items`, which lists its items for encoding;
-//! [`FromPy`] and [`ToPy`] follow. A Python literal is read into it key by key as it is
-//! parsed; a decoded [`PyValue`] (JSON, a nested dict) through [`from_dict`]. A wrong type or a missing key is an error naming the key, as the user
-//! wrote it.
+//! those, [`Map`]s and other dicts. The struct implements [`Dict`]: its keys ([`Key`]),
+//! `read`, which reads the value of one from wherever it is ([`ItemValue`]: a value tree,
+//! or JSON text being parsed), and `items`, which lists its items for encoding; [`FromPy`]
+//! and [`ToPy`] follow. A Python literal is read into it key by key as it is parsed, JSON
+//! text straight into its fields (the `direct` module), a decoded [`PyValue`] (a nested
+//! dict) through [`from_dict`]. A wrong type or a missing key is an error naming the key,
+//! as the user wrote it.
 
 use std::borrow::Cow;
 
@@ -96,8 +98,9 @@ impl Key {
 }
 
 /// A generated dict struct: its keys in declared order, how the value of each is read,
-/// and its items for encoding. Missing keys, values of another type and undeclared items are the runtime's
-/// ([`from_dict`], and the Python-literal parser), which call `set` once per item found.
+/// and its items for encoding. Missing keys, values of another type and undeclared items
+/// are the runtime's ([`from_dict`], the Python-literal and JSON parsers), which call
+/// `read` once per item found.
 pub trait Dict: Default {
     /// The keys, in declared order.
     const KEYS: &'static [Key];
