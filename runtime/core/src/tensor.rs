@@ -662,6 +662,31 @@ pub struct WriteOptions {
     /// Databases of records (Caffe2): the most elements one record holds; `None` takes
     /// the format's default (Caffe2's 1,000,000), `Some(u64::MAX)` never splits.
     pub chunk_elements: Option<u64>,
+    /// The alignment the save asks for, in bytes (a power of two, 1 to 1 GiB): formats
+    /// whose schema uses `write_align` honour it (safetensors: the data starts at a
+    /// multiple of it, and every tensor whose size is a multiple of it starts at one);
+    /// `None` writes as the format's own tools do. A format that does not align its
+    /// tensors' data refuses a save that asks for it ([`FormatDesc::aligns`]).
+    ///
+    /// [`FormatDesc::aligns`]: crate::registry::FormatDesc::aligns
+    pub align: Option<u64>,
+}
+
+/// The largest alignment a save may ask for ([`WriteOptions::align`]): 1 GiB.
+pub const MAX_WRITE_ALIGN: u64 = 1 << 30;
+
+impl WriteOptions {
+    /// [`WriteOptions::align`], checked: a power of two from 1 to 1 GiB, else an error
+    /// naming the value.
+    pub fn checked_align(&self) -> Result<Option<u64>> {
+        match self.align {
+            Some(n) if !n.is_power_of_two() || n > MAX_WRITE_ALIGN => Err(ErrorKind::Unsupported(
+                format!("alignment {n}: an alignment is a power of two from 1 to 1 GiB ({MAX_WRITE_ALIGN})"),
+            )
+            .into()),
+            a => Ok(a),
+        }
+    }
 }
 
 /// How a container entry's content is compressed (a zip member's method).
