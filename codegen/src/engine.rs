@@ -155,7 +155,15 @@ pub(crate) fn desc_full(
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
-    desc_with(make, doc, Structure::object(structure), rewrite, db, false, false)
+    desc_with(
+        make,
+        doc,
+        Structure::object(structure),
+        rewrite,
+        db,
+        false,
+        false,
+    )
 }
 
 /// [`desc_full`], and `c_order_only`: the format stores C order only; `aligns`: its

@@ -640,7 +640,11 @@ impl Saver {
 /// Refuses a save that asks for an alignment ([`WriteOptions::align`]) that is not a power
 /// of two from 1 to 1 GiB, or of a format whose writer does not align its tensors' data
 /// (naming those of `registry` that do).
-pub(crate) fn check_align(registry: &Registry, format: &FormatDesc, options: &WriteOptions) -> Result<()> {
+pub(crate) fn check_align(
+    registry: &Registry,
+    format: &FormatDesc,
+    options: &WriteOptions,
+) -> Result<()> {
     if options.checked_align()?.is_none() || format.aligns {
         return Ok(());
     }

@@ -1520,7 +1520,13 @@ fn write_align_is_the_alignment_the_save_asks_for() {
     assert_eq!(file.alignment, 64);
     assert_eq!(file.data.0 % 64, 0);
     assert_eq!(names(&file), ["b", "c", "d", "a"]);
-    let offsets: Vec<u64> = file.header.rest.0.iter().map(|(_, e)| e.offsets[0]).collect();
+    let offsets: Vec<u64> = file
+        .header
+        .rest
+        .0
+        .iter()
+        .map(|(_, e)| e.offsets[0])
+        .collect();
     assert_eq!(offsets, [0, 64, 128, 140]);
     let mut back = read(desc, "x.ah", &bytes).unwrap();
     back.sort();
@@ -1531,7 +1537,10 @@ fn write_align_is_the_alignment_the_save_asks_for() {
     assert_eq!(names(&file), ["b", "d", "c", "a"]);
     // Not a power of two, or past 1 GiB: refused, naming the value.
     for bad in [3, 48, 1 << 31] {
-        let e = write_aligned(&tensors, Some(bad)).err().unwrap().to_string();
+        let e = write_aligned(&tensors, Some(bad))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains(&bad.to_string()), "{e}");
     }
 }

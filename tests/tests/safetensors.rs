@@ -660,7 +660,12 @@ fn assert_aligned(path: &Path, n: u64) {
         };
         let (at, size) = (start + b, end - b);
         if size % n == 0 {
-            assert_eq!(at % n, 0, "{}: '{name}' of {size} bytes at {at}", path.display());
+            assert_eq!(
+                at % n,
+                0,
+                "{}: '{name}' of {size} bytes at {at}",
+                path.display()
+            );
         }
         assert_eq!(at % item, 0, "{}: '{name}' at {at}", path.display());
         ranges.push((b, end));
@@ -726,7 +731,12 @@ fn aligned_files_are_aligned_and_load_equal_in_the_package() {
         for p in [&api, &from_st] {
             let got = by_name(tensors_of(json(&tfcheck_ok(&["describe", path_str(p)]))));
             assert_eq!(got, want, "{}", p.display());
-            assert_eq!(by_name(tensors_of(inspect_json(p))), want, "{}", p.display());
+            assert_eq!(
+                by_name(tensors_of(inspect_json(p))),
+                want,
+                "{}",
+                p.display()
+            );
         }
     }
     // Without `--align`, the package's bytes (as before).

@@ -395,7 +395,11 @@ mod tests {
         // safetensors with `--align 64`: sizes that are multiples of 64 first, then by
         // dtype (decreasing alignment), then by name.
         let key = |odd: bool, dtype: i128, name: &str| {
-            vec![SortKey::Bool(odd), SortKey::Int(-dtype), SortKey::text(name)]
+            vec![
+                SortKey::Bool(odd),
+                SortKey::Int(-dtype),
+                SortKey::text(name),
+            ]
         };
         let mut keys = vec![
             key(true, 1, "a"),

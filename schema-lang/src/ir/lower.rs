@@ -95,13 +95,12 @@ impl Scope {
     fn write_var(&self, name: &str) -> Option<WriteVar> {
         match self {
             Scope::ProtoWrite { tensor: true } => WriteVar::proto(name),
-            Scope::Order => WriteVar::proto(name)
-                .filter(|v| {
-                    matches!(
-                        v,
-                        WriteVar::Name | WriteVar::Dtype | WriteVar::Shape | WriteVar::Nbytes
-                    )
-                }),
+            Scope::Order => WriteVar::proto(name).filter(|v| {
+                matches!(
+                    v,
+                    WriteVar::Name | WriteVar::Dtype | WriteVar::Shape | WriteVar::Nbytes
+                )
+            }),
             Scope::PickleWrite { tensor: true, .. } => WriteVar::pickle(name),
             _ => None,
         }
