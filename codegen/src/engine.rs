@@ -95,12 +95,14 @@ pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> Toke
 
 /// [`desc_around`] of a `file` format whose mapping gives no `order`: it stores C order
 /// only (`c_order_only` when `c_only`), so that a saver reorders other tensors first;
-/// `structure` when it has `value` mappings (its module's `structure`).
+/// `structure` when it has `value` mappings (its module's `structure`); `aligns` when its
+/// writer aligns the tensors' data as the save asks (`write_align`).
 pub(crate) fn desc_ordered(
     make: TokenStream,
     doc: &str,
     c_only: bool,
     structure: bool,
+    aligns: bool,
 ) -> TokenStream {
     desc_with(
         Some(make),
@@ -109,6 +111,7 @@ pub(crate) fn desc_ordered(
         false,
         None,
         c_only,
+        aligns,
     )
 }
 
@@ -152,10 +155,19 @@ pub(crate) fn desc_full(
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
-    desc_with(make, doc, Structure::object(structure), rewrite, db, false)
+    desc_with(
+        make,
+        doc,
+        Structure::object(structure),
+        rewrite,
+        db,
+        false,
+        false,
+    )
 }
 
-/// [`desc_full`], and `c_order_only`: the format stores C order only.
+/// [`desc_full`], and `c_order_only`: the format stores C order only; `aligns`: its
+/// writer aligns the tensors' data as the save asks.
 fn desc_with(
     make: Option<TokenStream>,
     doc: &str,
@@ -163,6 +175,7 @@ fn desc_with(
     rewrite: bool,
     db: Option<TokenStream>,
     c_order_only: bool,
+    aligns: bool,
 ) -> TokenStream {
     // What differs from `FormatDesc::new`'s defaults, one builder call each. The formats
     // that rewrite documents (protobuf) are those that store C order only.
@@ -196,6 +209,9 @@ fn desc_with(
     }
     if let Some(d) = db {
         set.push(quote!(.db(#d)));
+    }
+    if aligns {
+        set.push(quote!(.aligns()));
     }
     quote! {
         #[doc = #doc]
@@ -455,6 +471,7 @@ pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
         Structure::values(values),
         false,
         None,
+        false,
         false,
     )
 }

@@ -420,6 +420,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             DESC_DOC,
             c_only,
             !ir.format(fid).values.is_empty(),
+            false,
         );
         return Ok(quote! {
             #(#fns)*
@@ -482,6 +483,20 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             }
         });
     }
+    // The alignment the save asks for, held by the writer where the schema reads it
+    // (`write_align`): passed to the layout's writer, read by the order's keys.
+    let aligns = ir.format_reads_write_align(fid);
+    if ir.layout_reads_write_align(inv.layout) {
+        args.push(quote!(self.align));
+    }
+    let (align_field, align_init) = if aligns {
+        (
+            quote!(align: Option<u64>,),
+            quote!(align: options.checked_align()?,),
+        )
+    } else {
+        (quote!(), quote!())
+    };
     // The place of the items, from the writer.
     let mut path = quote!(self);
     let mut map = false;
@@ -569,13 +584,14 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             kind: ExprKind::List(keys),
             ..
         }) => {
-            let env = OrderEnv { ir, fid };
+            let env = OrderEnv { ir, fid, aligns };
             let lower = Lower { ir, env: &env };
             let mut ks = Vec::new();
             for k in keys {
                 let v = lower.expr(k)?.scalar();
                 ks.push(match k.ty {
                     Type::Str => quote!(rt::expr::SortKey::text(#v)),
+                    Type::Bool => quote!(rt::expr::SortKey::Bool(#v)),
                     _ => quote!(rt::expr::SortKey::Int(#v)),
                 });
             }
@@ -642,6 +658,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         DESC_DOC,
         c_only,
         !ir.format(fid).values.is_empty(),
+        aligns,
     );
     Ok(quote! {
         #[doc = #wdoc]
@@ -650,6 +667,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             #(#fields)*
             #names_field
             #order_field
+            #align_field
             data: rt::Spool,
         }
 
@@ -661,6 +679,7 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                     #(#inits,)*
                     #names_init
                     #order_init
+                    #align_init
                     data: rt::Spool::new(options.destination.as_deref())?,
                 })
             }
@@ -703,11 +722,13 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     })
 }
 
-/// The tensor being added, for the keys of `write_order`: its `name`, `dtype` and
-/// `shape`, and `index_of(TABLE, dtype)`, the position of its dtype's row.
+/// The tensor being added, for the keys of `write_order`: its `name`, `dtype`, `shape`
+/// and `nbytes`, `index_of(TABLE, dtype)`, the position of its dtype's row, and
+/// `write_align(n)`, from the alignment the writer holds (`aligns`).
 struct OrderEnv<'a> {
     ir: &'a Ir,
     fid: ir::FormatId,
+    aligns: bool,
 }
 
 impl Env for OrderEnv<'_> {
@@ -722,8 +743,12 @@ impl Env for OrderEnv<'_> {
             WriteVar::Name => Val::place(quote!(meta.name), Type::Str),
             WriteVar::Dtype => Val::value(quote!((meta.dtype, Some(meta.byte_order))), Type::Dtype),
             WriteVar::Shape => Val::place(quote!(meta.shape), v.ty()),
+            WriteVar::Nbytes => Val::value(quote!(i128::from(len)), Type::INT),
             _ => return None,
         })
+    }
+    fn write_align(&self) -> Option<TokenStream> {
+        self.aligns.then(|| quote!(self.align))
     }
     fn builtin(&self, func: ir::Builtin, args: &[ir::Arg]) -> Option<Val> {
         let (ir::Builtin::IndexOf, [t, d]) = (func, args) else {

@@ -291,6 +291,11 @@ pub(crate) trait Env {
     fn record_dtype(&self) -> Option<Val> {
         None
     }
+    /// The alignment the save asks for (an `Option<u64>`), where a writer holding the
+    /// save's options computes the expression (`write_align(n)`).
+    fn write_align(&self) -> Option<TokenStream> {
+        None
+    }
 }
 
 /// What a lowering fails with: nothing. The checker rejects, at its span with a help
@@ -978,6 +983,13 @@ impl Lower<'_> {
                     _ => x.by_ref(),
                 };
                 Val::value(quote!(rt::expr::index_of(#l, #x)?), ty)
+            }
+            Builtin::WriteAlign => {
+                let asked = self.env.write_align().unwrap_or_else(|| {
+                    unreachable!("the checker keeps `write_align` to a several-tensor `file` writer's layout and `write_order` (`write_align_outside_writer`)")
+                });
+                let n = arg(0)?.scalar();
+                Val::value(quote!(rt::expr::write_align(#asked, #n)), ty)
             }
             other => unreachable!(
                 "`{}(..)` is lowered by the engine where the checker keeps it (`size`/`latin1` in layout write rules, `elements`/`external` in the data of mappings over messages, `key_of`/`global` in write rules)",

@@ -42,6 +42,8 @@ struct WriteEnv<'a> {
     known: Vec<bool>,
     /// Codec texts are encoded.
     texts: bool,
+    /// The writer takes the alignment the save asks for (`write_align`).
+    write_align: bool,
 }
 
 impl Env for WriteEnv<'_> {
@@ -109,6 +111,10 @@ impl Env for WriteEnv<'_> {
             ),
             _ => return None,
         })
+    }
+
+    fn write_align(&self) -> Option<TokenStream> {
+        self.write_align.then(|| quote!(write_align))
     }
 }
 
@@ -245,6 +251,10 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
         docs.pop();
         docs.push(format!("`{len}` bytes of payload"));
     }
+    let aligned = ir.layout_reads_write_align(id);
+    if aligned {
+        docs.push("`write_align`, the alignment the save asks for".to_string());
+    }
     let of = if docs.is_empty() {
         String::new()
     } else {
@@ -269,6 +279,13 @@ pub(crate) fn gen_writer(ir: &Ir, id: LayoutId, src: &str) -> R<TokenStream> {
         None => (params.clone(), quote!(Ok(prefix.len() as u64))),
     };
     wparams.insert(0, quote!(w: &mut W));
+    // The alignment the save asks for, last (`write_align(..)`).
+    if aligned {
+        for ps in [&mut params, &mut wparams] {
+            ps.push(quote!(write_align: Option<u64>));
+        }
+        args.push(quote!(write_align));
+    }
     let (put, fill) = if nested(ir, id) {
         let pdoc = format!(" Lays out a `{}`{of} into `buf`, computing every other field (the payload's bytes excepted).", l.name);
         (
@@ -309,6 +326,7 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
         plan: p,
         known: vec![false; l.fields.len()],
         texts: false,
+        write_align: ir.layout_reads_write_align(id),
     };
     let mut out = Vec::new();
     // What is measured, and whether positions are relative to the layout's start.

@@ -74,6 +74,12 @@ enum Command {
         /// copied whole) where both formats hold them, instead of contiguous tensors.
         #[arg(long)]
         keep_layout: bool,
+        /// Align the tensors' data to N bytes (a power of two, at most 1 GiB), in formats
+        /// that can (safetensors: the data starts at a multiple of N, and every tensor
+        /// whose size is a multiple of N starts at one; the others at a multiple of
+        /// their element size). Refused by formats that cannot.
+        #[arg(long, value_name = "N")]
+        align: Option<u64>,
         #[command(flatten)]
         external: ExternalArgs,
     },
@@ -520,6 +526,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             compress,
             flatten,
             keep_layout,
+            align,
             external,
         } => {
             let dtype = match dtype {
@@ -542,6 +549,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 options.write.compression = Some(Compression::Deflate);
             }
             options.write.external = external.policy()?;
+            options.write.align = align;
             let bar = progress_bar(0, "converting");
             if std::io::stderr().is_terminal() {
                 bar.set_style(

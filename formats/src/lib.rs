@@ -424,6 +424,7 @@ impl Saver {
                 )
             })?,
         };
+        check_align(registry, format, options).map_err(|e| e.in_file(path))?;
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
             // A database folder: created (it must not exist, as Caffe2's NEW mode), written
             // beside and renamed into place by `commit` (`AtomicDir`, create-new policy:
@@ -634,6 +635,33 @@ impl Saver {
             .into_inner();
         file.commit().map_err(|e| e.in_file(&path))
     }
+}
+
+/// Refuses a save that asks for an alignment ([`WriteOptions::align`]) that is not a power
+/// of two from 1 to 1 GiB, or of a format whose writer does not align its tensors' data
+/// (naming those of `registry` that do).
+pub(crate) fn check_align(
+    registry: &Registry,
+    format: &FormatDesc,
+    options: &WriteOptions,
+) -> Result<()> {
+    if options.checked_align()?.is_none() || format.aligns {
+        return Ok(());
+    }
+    let aligning: Vec<&str> = registry
+        .formats()
+        .filter(|f| f.aligns)
+        .map(|f| f.name)
+        .collect();
+    let applies = if aligning.is_empty() {
+        "no format of this build aligns".to_string()
+    } else {
+        format!("--align applies to {}", aligning.join(", "))
+    };
+    Err(Error::from(ErrorKind::Unsupported(format!(
+        "{} does not align its tensors' data; {applies}",
+        format.name
+    ))))
 }
 
 /// Saves tensors given as metadata and bytes to `path`, atomically.

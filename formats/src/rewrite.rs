@@ -102,6 +102,8 @@ pub fn rewrite<'a>(
             Location::file(input),
         ));
     };
+    crate::check_align(&options.open.registry, file.format_desc(), &options.write)
+        .map_err(|e| e.in_file(output))?;
     let by_name: HashMap<&str, &TensorInfo> = file
         .tensors()
         .iter()

@@ -43,6 +43,7 @@ construct!(tagged_union_fmt, "tagged_union");
 construct!(record_places_fmt, "record_places");
 construct!(read_only_fmt, "read_only");
 construct!(gguf_like_fmt, "gguf_like");
+construct!(write_align_fmt, "write_align");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -1460,4 +1461,86 @@ fn a_gguf_like_writer_writes_what_the_gguf_package_writes() {
     let written = out.into_inner();
     assert_eq!(read(desc, "k.gguf", &written).unwrap(), tensors[2..]);
     assert_eq!(written.len() % 8, 0);
+}
+
+/// Writes `tensors` with the `alignhdr` writer, asking for `align`; returns the bytes and
+/// the layout read back.
+fn write_aligned(
+    tensors: &[Read],
+    align: Option<u64>,
+) -> rt::Result<(Vec<u8>, write_align_fmt::alignhdr::File)> {
+    use write_align_fmt::alignhdr::{File, Writer};
+    let mut out = IoCursor::new(Vec::new());
+    let options = rt::WriteOptions {
+        align,
+        ..Default::default()
+    };
+    let mut w = Writer::new(&mut out, &options)?;
+    for (name, dtype, shape, bytes) in tensors {
+        let meta = rt::TensorMeta {
+            name: name.clone(),
+            dtype: *dtype,
+            shape: shape.clone(),
+            order: rt::Order::C,
+            byte_order: rt::ByteOrder::Little,
+        };
+        w.add(&meta, rt::Payload::Bytes(bytes))?;
+    }
+    w.finish()?;
+    let bytes = out.into_inner();
+    let src = rt::Source::from_bytes(bytes.clone());
+    let mut c = rt::Cursor::new(src.data(), src.location());
+    let file = File::read(&mut c, &rt::Limits::default())?;
+    Ok((bytes, file))
+}
+
+#[test]
+fn write_align_is_the_alignment_the_save_asks_for() {
+    let desc = &write_align_fmt::alignhdr::DESC;
+    assert!(desc.aligns);
+    let tensors = vec![
+        t("a", rt::DType::U8, &[3], vec![1, 2, 3]),
+        t("b", rt::DType::F32, &[16], f32s(&[0.5; 16])),
+        t("c", rt::DType::U8, &[64], vec![7; 64]),
+        t("d", rt::DType::F32, &[3], f32s(&[1.0, 2.0, 3.0])),
+    ];
+    let names = |f: &write_align_fmt::alignhdr::File| -> Vec<String> {
+        f.header.rest.0.iter().map(|(n, _)| n.clone()).collect()
+    };
+    // Asked for none: 16, and the order by dtype then name.
+    let (bytes, file) = write_aligned(&tensors, None).unwrap();
+    assert_eq!(file.alignment, 16);
+    assert_eq!(file.data.0 % 16, 0);
+    assert_eq!(names(&file), ["b", "d", "a", "c"]);
+    let mut back = read(desc, "x.ah", &bytes).unwrap();
+    back.sort();
+    assert_eq!(back, tensors);
+    // Asked for 64: the data at 64, the tensors of 64 bytes first, each at 64.
+    let (bytes, file) = write_aligned(&tensors, Some(64)).unwrap();
+    assert_eq!(file.alignment, 64);
+    assert_eq!(file.data.0 % 64, 0);
+    assert_eq!(names(&file), ["b", "c", "d", "a"]);
+    let offsets: Vec<u64> = file
+        .header
+        .rest
+        .0
+        .iter()
+        .map(|(_, e)| e.offsets[0])
+        .collect();
+    assert_eq!(offsets, [0, 64, 128, 140]);
+    let mut back = read(desc, "x.ah", &bytes).unwrap();
+    back.sort();
+    assert_eq!(back, tensors);
+    // Less than the schema's 16: 16 for the data; every size is a multiple of 4.
+    let (_, file) = write_aligned(&tensors, Some(4)).unwrap();
+    assert_eq!((file.alignment, file.data.0 % 16), (16, 0));
+    assert_eq!(names(&file), ["b", "d", "c", "a"]);
+    // Not a power of two, or past 1 GiB: refused, naming the value.
+    for bad in [3, 48, 1 << 31] {
+        let e = write_aligned(&tensors, Some(bad))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(&bad.to_string()), "{e}");
+    }
 }

@@ -599,3 +599,191 @@ fn every_truncation_and_byte_flip_is_an_error_or_a_file_never_a_panic() {
         }
     }
 }
+
+/// Tensors of every alignment class: sizes that are multiples of 64 and 4096 and sizes
+/// that are not (odd `u8`, `f16`, `bf16`), a scalar and an empty tensor. With `bf16`
+/// when `bf16` (NumPy's npz cannot hold it).
+fn alignment_tensors(bf16: bool) -> Vec<(tensorfmt::TensorMeta, Vec<u8>)> {
+    use tensorfmt::DType;
+    let bytes = |n: usize, seed: u8| -> Vec<u8> {
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect()
+    };
+    let mut v = vec![
+        (meta("odd.u8", DType::U8, &[3]), bytes(3, 1)),
+        (meta("u8.64", DType::U8, &[64]), bytes(64, 2)),
+        (meta("f16.odd", DType::F16, &[5]), bytes(10, 3)),
+        (meta("f16.64", DType::F16, &[2, 16]), bytes(64, 4)),
+        (meta("f32.odd", DType::F32, &[7]), bytes(28, 5)),
+        (meta("f32.4096", DType::F32, &[1024]), bytes(4096, 6)),
+        (meta("f64.odd", DType::F64, &[3]), bytes(24, 7)),
+        (meta("f64.64", DType::F64, &[8]), bytes(64, 8)),
+        (meta("i64.one", DType::I64, &[1]), bytes(8, 9)),
+        (meta("mask", DType::Bool, &[5]), vec![1, 0, 1, 1, 0]),
+        (meta("scalar", DType::F32, &[]), bytes(4, 10)),
+        (meta("empty", DType::F16, &[0, 2]), vec![]),
+        (meta("u8.4096", DType::U8, &[4096]), bytes(4096, 11)),
+    ];
+    if bf16 {
+        v.push((meta("bf16.odd", DType::BF16, &[3]), bytes(6, 12)));
+        v.push((meta("bf16.4096", DType::BF16, &[2048]), bytes(4096, 13)));
+    }
+    v
+}
+
+/// Checks from a file's bytes that it is aligned to `n` as `--align n` promises: the data
+/// starts at a multiple of max(8, n); every tensor whose size is a multiple of `n` starts
+/// at an absolute offset that is one; every tensor at a multiple of its element size; the
+/// tensors cover the data exactly (what the package's reader requires).
+fn assert_aligned(path: &Path, n: u64) {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let start = 8 + len;
+    assert_eq!(start % n.max(8), 0, "{}: data at {start}", path.display());
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..start as usize]).unwrap();
+    let mut ranges = Vec::new();
+    for (name, e) in header.as_object().unwrap() {
+        if name == "__metadata__" {
+            continue;
+        }
+        let (b, end) = (
+            e["data_offsets"][0].as_u64().unwrap(),
+            e["data_offsets"][1].as_u64().unwrap(),
+        );
+        let item = match e["dtype"].as_str().unwrap() {
+            "BOOL" | "U8" | "I8" => 1,
+            "F16" | "BF16" => 2,
+            "F32" => 4,
+            "F64" | "I64" => 8,
+            other => panic!("dtype {other}"),
+        };
+        let (at, size) = (start + b, end - b);
+        if size % n == 0 {
+            assert_eq!(
+                at % n,
+                0,
+                "{}: '{name}' of {size} bytes at {at}",
+                path.display()
+            );
+        }
+        assert_eq!(at % item, 0, "{}: '{name}' at {at}", path.display());
+        ranges.push((b, end));
+    }
+    ranges.sort();
+    let mut next = 0;
+    for (b, e) in ranges {
+        assert_eq!(b, next, "{}: a hole or an overlap", path.display());
+        next = e;
+    }
+    assert_eq!(start + next, bytes.len() as u64, "{}", path.display());
+}
+
+/// `--align N` (`WriteOptions::align`): the data and the tensors whose size is a multiple
+/// of N start at multiples of N, every other tensor at a multiple of its element size,
+/// and the package reads every tensor equal to its source — through the API, through
+/// `convert --align` from npz (`safetensors.numpy.load_file` against the arrays NumPy
+/// loads) and from safetensors (`safe_open(framework="pt")` against the package's own
+/// file of the same tensors).
+#[test]
+fn aligned_files_are_aligned_and_load_equal_in_the_package() {
+    let tmp = tempfile::tempdir().unwrap();
+    let save = |path: &Path, tensors: &[(tensorfmt::TensorMeta, Vec<u8>)], align| {
+        let options = tensorfmt::WriteOptions {
+            align,
+            ..Default::default()
+        };
+        tensorfmt::save(
+            path,
+            None,
+            tensors.iter().map(|(m, b)| (m.clone(), &b[..])),
+            &options,
+        )
+        .unwrap();
+    };
+    // The source files: npz (NumPy's side), and safetensors with bf16 as the package
+    // writes it (the same bytes, the existing tests say).
+    let npz = tmp.path().join("src.npz");
+    save(&npz, &alignment_tensors(false), None);
+    let plain = tmp.path().join("plain.safetensors");
+    save(&plain, &alignment_tensors(true), None);
+    let theirs = tfcheck_ok(&["describe", path_str(&plain)]);
+    let want = by_name(tensors_of(json(&theirs)));
+    for n in [64u64, 4096] {
+        let api = tmp.path().join(format!("api{n}.safetensors"));
+        save(&api, &alignment_tensors(true), Some(n));
+        let from_npz = tmp.path().join(format!("npz{n}.safetensors"));
+        let from_st = tmp.path().join(format!("st{n}.safetensors"));
+        for (src, out) in [(&npz, &from_npz), (&plain, &from_st)] {
+            let (code, text) = cli(&[
+                "convert",
+                path_str(src),
+                path_str(out),
+                "--align",
+                &n.to_string(),
+            ]);
+            assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+        }
+        for p in [&api, &from_npz, &from_st] {
+            assert_aligned(p, n);
+        }
+        tfcheck_ok(&["compare-npz", path_str(&from_npz), path_str(&npz)]);
+        for p in [&api, &from_st] {
+            let got = by_name(tensors_of(json(&tfcheck_ok(&["describe", path_str(p)]))));
+            assert_eq!(got, want, "{}", p.display());
+            assert_eq!(
+                by_name(tensors_of(inspect_json(p))),
+                want,
+                "{}",
+                p.display()
+            );
+        }
+    }
+    // Without `--align`, the package's bytes (as before).
+    let again = tmp.path().join("again.safetensors");
+    convert(&plain, &again);
+    assert!(std::fs::read(&again).unwrap() == std::fs::read(&plain).unwrap());
+}
+
+/// An alignment that is not a power of two (or past 1 GiB) is refused naming it, and so
+/// is one asked of a format that does not align its tensors (npz), naming the format and
+/// the formats that do; nothing is written.
+#[test]
+fn alignments_that_mean_nothing_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = dir().join("numpy_model.safetensors");
+    let convert_err = |out: &Path, align: u64| -> String {
+        let options = tensorfmt::ConvertOptions {
+            write: tensorfmt::WriteOptions {
+                align: Some(align),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let e = tensorfmt::convert(&src, out, &options, |_, _| {})
+            .unwrap_err()
+            .to_string();
+        assert!(!out.exists(), "{}", out.display());
+        e
+    };
+    let out = tmp.path().join("bad.safetensors");
+    for bad in [3u64, 0, 96, 1 << 31] {
+        let e = convert_err(&out, bad);
+        assert!(
+            e.contains(&format!("alignment {bad}")) && e.contains("power of two"),
+            "{e}"
+        );
+    }
+    let npz = tmp.path().join("bad.npz");
+    let e = convert_err(&npz, 64);
+    assert!(
+        e.contains("npz does not align its tensors' data; --align applies to safetensors"),
+        "{e}"
+    );
+    // The command line: the same refusals, exit code 1, nothing written.
+    for (out, n) in [(&out, "3"), (&npz, "64")] {
+        let (code, _) = cli(&["convert", path_str(&src), path_str(out), "--align", n]);
+        assert_eq!(code, std::process::ExitCode::from(1));
+        assert!(!out.exists());
+    }
+}

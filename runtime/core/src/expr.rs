@@ -59,6 +59,12 @@ pub fn align(n: i128, a: i128) -> Result<i128> {
     }
 }
 
+/// `write_align(n)`: the alignment a save asks for (`asked`, [`crate::WriteOptions::align`]),
+/// at least `n`; `n` when it asks none.
+pub fn write_align(asked: Option<u64>, n: i128) -> i128 {
+    asked.map_or(n, |a| n.max(i128::from(a)))
+}
+
 /// `digits(n)`: the number of decimal digits of `n` (not negative), Python's
 /// `len(repr(n))`; `digits(0)` is 1.
 pub fn digits(n: i128) -> Result<i128> {
@@ -352,14 +358,17 @@ pub fn tiled(tensors: &[crate::tensor::TensorInfo], data: (u64, u64)) -> Result<
     Ok(())
 }
 
-/// One part of an item's place in a writer's order (`write_order = [..]`): integers
-/// before text, each in its natural order.
+/// One part of an item's place in a writer's order (`write_order = [..]`), each in its
+/// natural order: integers by value, text by its bytes, `false` before `true`. The keys
+/// at one place of the list are of one type (the schema's).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum SortKey {
     /// An integer.
     Int(i128),
     /// Text, by its bytes.
     Text(String),
+    /// A condition: items for which it is false first.
+    Bool(bool),
 }
 
 impl SortKey {
@@ -372,6 +381,45 @@ impl SortKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn write_align_is_the_asked_alignment_at_least_n() {
+        assert_eq!(write_align(None, 8), 8);
+        assert_eq!(write_align(Some(4096), 8), 4096);
+        assert_eq!(write_align(Some(4), 8), 8);
+        assert_eq!(write_align(Some(1), 1), 1);
+    }
+
+    #[test]
+    fn sort_keys_put_false_before_true_then_the_later_keys() {
+        // safetensors with `--align 64`: sizes that are multiples of 64 first, then by
+        // dtype (decreasing alignment), then by name.
+        let key = |odd: bool, dtype: i128, name: &str| {
+            vec![
+                SortKey::Bool(odd),
+                SortKey::Int(-dtype),
+                SortKey::text(name),
+            ]
+        };
+        let mut keys = vec![
+            key(true, 1, "a"),
+            key(false, 1, "z"),
+            key(true, 8, "b"),
+            key(false, 8, "c"),
+            key(false, 8, "a"),
+        ];
+        keys.sort();
+        assert_eq!(
+            keys,
+            vec![
+                key(false, 8, "a"),
+                key(false, 8, "c"),
+                key(false, 1, "z"),
+                key(true, 8, "b"),
+                key(true, 1, "a"),
+            ]
+        );
+    }
 
     #[test]
     fn arithmetic_is_checked() {

@@ -334,6 +334,10 @@ pub struct FormatDesc {
     /// Rewrites a document with some tensors replaced and everything else kept, for
     /// formats whose documents hold more than tensors (ONNX graphs); `None` elsewhere.
     pub rewrite: Option<RewriteFn>,
+    /// The format's writer aligns its tensors' data as [`WriteOptions::align`] asks (its
+    /// schema uses `write_align`); a save of another format that asks for an alignment
+    /// is refused.
+    pub aligns: bool,
 }
 
 impl FormatDesc {
@@ -358,6 +362,7 @@ impl FormatDesc {
             c_order_only: false,
             db: None,
             rewrite: None,
+            aligns: false,
         }
     }
 
@@ -385,6 +390,14 @@ impl FormatDesc {
     pub const fn c_order_only(self) -> Self {
         FormatDesc {
             c_order_only: true,
+            ..self
+        }
+    }
+
+    /// The format whose writer aligns its tensors' data ([`FormatDesc::aligns`]).
+    pub const fn aligns(self) -> Self {
+        FormatDesc {
+            aligns: true,
             ..self
         }
     }

@@ -662,6 +662,37 @@ pub struct WriteOptions {
     /// Databases of records (Caffe2): the most elements one record holds; `None` takes
     /// the format's default (Caffe2's 1,000,000), `Some(u64::MAX)` never splits.
     pub chunk_elements: Option<u64>,
+    /// The alignment the save asks for, in bytes (a power of two, 1 to 1 GiB): formats
+    /// whose schema uses `write_align` honour it; `None` writes as the format's own tools
+    /// do. A format that does not align its tensors' data refuses a save that asks for it
+    /// ([`FormatDesc::aligns`]).
+    ///
+    /// safetensors: the data starts at a multiple of max(8, N); the tensors whose size is
+    /// a multiple of N come first (each then at a multiple of N), then the others (each at
+    /// a multiple of its element size), each group in the package's order. Its readers
+    /// refuse a hole between tensors, so a tensor whose size is not a multiple of N cannot
+    /// be N-aligned without an extra entry, which they would list as a tensor: none is
+    /// added, and the package reads the file.
+    ///
+    /// [`FormatDesc::aligns`]: crate::registry::FormatDesc::aligns
+    pub align: Option<u64>,
+}
+
+/// The largest alignment a save may ask for ([`WriteOptions::align`]): 1 GiB.
+pub const MAX_WRITE_ALIGN: u64 = 1 << 30;
+
+impl WriteOptions {
+    /// [`WriteOptions::align`], checked: a power of two from 1 to 1 GiB, else an error
+    /// naming the value.
+    pub fn checked_align(&self) -> Result<Option<u64>> {
+        match self.align {
+            Some(n) if !n.is_power_of_two() || n > MAX_WRITE_ALIGN => Err(ErrorKind::Unsupported(
+                format!("alignment {n}: an alignment is a power of two from 1 to 1 GiB ({MAX_WRITE_ALIGN})"),
+            )
+            .into()),
+            a => Ok(a),
+        }
+    }
 }
 
 /// How a container entry's content is compressed (a zip member's method).

@@ -102,6 +102,10 @@ pub enum Builtin {
     Sum,
     /// `reverse(list)`: the items of a list, last first.
     Reverse,
+    /// `write_align(n)` (what a several-tensor `file` writer computes: its layout's `pad`,
+    /// `write` rules, its `write_order`): the alignment the save asks for, at least `n`;
+    /// `n` when it asks none.
+    WriteAlign,
 }
 
 impl Builtin {
@@ -129,6 +133,7 @@ impl Builtin {
             "product" => Builtin::Product,
             "sum" => Builtin::Sum,
             "reverse" => Builtin::Reverse,
+            "write_align" => Builtin::WriteAlign,
             _ => return None,
         })
     }
@@ -168,6 +173,7 @@ impl Builtin {
             Builtin::Product => "product",
             Builtin::Sum => "sum",
             Builtin::Reverse => "reverse",
+            Builtin::WriteAlign => "write_align",
         }
     }
 }

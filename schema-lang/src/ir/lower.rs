@@ -78,8 +78,8 @@ enum Scope {
     Mapping(MappingId),
     /// A protobuf write rule (message options, a protobuf or kv mapping's `write`).
     ProtoWrite { tensor: bool },
-    /// A mapping's `write_order`: the tensor written (`name`, `dtype`, `shape`), tables,
-    /// dtype names and the builtins.
+    /// A mapping's `write_order`: the tensor written (`name`, `dtype`, `shape`, `nbytes`),
+    /// tables, dtype names and the builtins.
     Order,
     /// A pickle write rule (a pickle entry's `write`, a mapping's `write`), lowered by
     /// [`Lower::pickle_write`].
@@ -91,12 +91,16 @@ enum Scope {
 
 impl Scope {
     /// The value of the tensor written that `name` names in a write rule over a tensor
-    /// (`write_order` reads only its name, dtype and shape).
+    /// (`write_order` reads only its name, dtype, shape and byte size).
     fn write_var(&self, name: &str) -> Option<WriteVar> {
         match self {
             Scope::ProtoWrite { tensor: true } => WriteVar::proto(name),
-            Scope::Order => WriteVar::proto(name)
-                .filter(|v| matches!(v, WriteVar::Name | WriteVar::Dtype | WriteVar::Shape)),
+            Scope::Order => WriteVar::proto(name).filter(|v| {
+                matches!(
+                    v,
+                    WriteVar::Name | WriteVar::Dtype | WriteVar::Shape | WriteVar::Nbytes
+                )
+            }),
             Scope::PickleWrite { tensor: true, .. } => WriteVar::pickle(name),
             _ => None,
         }
@@ -167,7 +171,8 @@ fn kind_word(t: &Type) -> Option<&'static str> {
 
 /// The builtin functions as the help of an unknown function lists them.
 const FUNCTIONS: &str = "len, size, align, latin1, itemsize, slice, has, str, index_of, digits, \
-                         first, last, elements, external, tag, lookup, product, sum, reverse";
+                         first, last, elements, external, tag, lookup, product, sum, reverse, \
+                         write_align";
 
 /// The names, quoted and comma separated, for help lines that list what exists.
 fn listed<'n>(names: impl IntoIterator<Item = &'n str>) -> String {
@@ -1351,9 +1356,10 @@ impl<'a> Lower<'a> {
     /// not padded (`slice(.., align = ..)`: the offsets follow the order written).
     fn write_order(&mut self, id: MappingId, at: Span, value: &ast::Expr) -> Expr {
         let e = self.expr(&Scope::Order, value);
-        let help = "`write_order = [-index_of(TABLE, dtype), name];`: the keys, integers or \
-                    text over the tensor's `name`, `dtype` and `shape`, that the writer \
-                    orders its tensors by (first key first; ties keep the order added)";
+        let help = "`write_order = [-index_of(TABLE, dtype), name];`: the keys, integers, \
+                    text or conditions over the tensor's `name`, `dtype`, `shape` and \
+                    `nbytes`, that the writer orders its tensors by (first key first, \
+                    `false` before `true`; ties keep the order added)";
         let several = matches!(self.ir.mapping(id).source.ty, Type::List(_) | Type::Map(..));
         if self.ir.format(self.cur).engine != Engine::File || !several {
             self.gap(
@@ -1367,11 +1373,13 @@ impl<'a> Lower<'a> {
         match &e.kind {
             ExprKind::List(keys) => {
                 for k in keys {
-                    if !matches!(k.ty, Type::Int(_) | Type::Str | Type::Error) {
+                    if !matches!(k.ty, Type::Int(_) | Type::Str | Type::Bool | Type::Error) {
                         let shown = self.show_ty(&k.ty);
                         self.gap(
                             k.span,
-                            format!("a `write_order` key is an integer or text, not {shown}"),
+                            format!(
+                                "a `write_order` key is an integer, text or a condition, not {shown}"
+                            ),
                             help,
                         );
                     }
@@ -1737,8 +1745,8 @@ impl<'a> Lower<'a> {
                     let (within, help) = match sc {
                         Scope::Order => (
                             "a `write_order`",
-                            "names in a `write_order`: the tensor's name, dtype and shape, \
-                             tables of this format and dtype names",
+                            "names in a `write_order`: the tensor's name, dtype, shape and \
+                             nbytes, tables of this format and dtype names",
                         ),
                         Scope::ProtoWrite { tensor: true } => (
                             "a write rule",
@@ -2691,6 +2699,22 @@ impl<'a> Lower<'a> {
                 Type::TensorData
             }
             Builtin::Lookup => self.lookup_ty(&args, span),
+            Builtin::WriteAlign => {
+                for a in &args {
+                    self.need(&a.value, Want::Int, "`write_align`");
+                }
+                if let Some(msg) = self.write_align_refused(sc) {
+                    self.gap(
+                        span,
+                        msg,
+                        "`write_align(n)` is the alignment a save asks for (at least `n`; `n` \
+                         when it asks none): a several-tensor `file` format's writer reads it, \
+                         in its layout's `pad(align = ..)` and `write` rules and in its \
+                         `write_order` (safetensors: `pad(align = write_align(8), ..)`)",
+                    );
+                }
+                Type::INT
+            }
             Builtin::Product | Builtin::Sum => {
                 if !matches!(&arg_ty(0), Type::List(t) | Type::Tuple(t) if matches!(**t, Type::Int(_) | Type::Error))
                     && arg_ty(0) != Type::Error
@@ -2766,6 +2790,46 @@ impl<'a> Lower<'a> {
 }
 
 impl Lower<'_> {
+    /// Why `write_align(..)` means nothing where `sc` evaluates it, or `None` where a
+    /// writer that holds the save's options computes it: a `write_order`, and the `pad`,
+    /// `write` rules and `spare` of the layout a several-tensor `file` format writes (not
+    /// nested in another layout, whose writer would not pass the alignment on).
+    fn write_align_refused(&self, sc: &Scope) -> Option<String> {
+        match sc {
+            Scope::Order => None,
+            Scope::Layout { read: Some(kw), .. } if *kw != "pad" => Some(format!(
+                "`write_align` in a `{kw}`, which reading evaluates: reading never depends \
+                 on how a file was saved"
+            )),
+            Scope::Layout { layout, .. } => {
+                let lay = self.ir.layout(*layout);
+                let fmt = self.ir.format(lay.format);
+                let source = fmt.mappings.first().map(|m| &self.ir.mapping(*m).source);
+                let several = source.is_some_and(|s| {
+                    matches!(s.ty, Type::List(_) | Type::Map(..))
+                        && super::plan::root_layout(s) == Some(*layout)
+                });
+                let nested = self.ir.layouts.iter().any(|x| {
+                    x.fields.iter().any(|f| {
+                        f.item_ty == Type::Layout(*layout)
+                            || matches!(&f.kind, FieldKind::Match { cases, .. }
+                                if cases.iter().any(|c| c.ty == Type::Layout(*layout)))
+                    })
+                });
+                (fmt.engine != Engine::File || !several || nested).then(|| {
+                    format!(
+                        "`write_align` in layout '{}', which no several-tensor `file` writer \
+                         lays out as its file",
+                        lay.name
+                    )
+                })
+            }
+            _ => Some(
+                "`write_align` outside what a several-tensor `file` writer computes".to_string(),
+            ),
+        }
+    }
+
     /// The type of `lookup(list, key, default)`: the records' `value` (an integer when the
     /// default is one and the value a tagged union with integer cases).
     fn lookup_ty(&mut self, args: &[Arg], span: Span) -> Type {

@@ -166,6 +166,27 @@ impl Ir {
         &self.layout(l).fields[f.index()]
     }
 
+    /// True when layout `l`'s writer reads the alignment a save asks for
+    /// (`write_align(..)` in its fields' `pad`, `write` rules or `spare`).
+    pub fn layout_reads_write_align(&self, l: LayoutId) -> bool {
+        self.exprs_of(|o| o == ExprOwner::Layout(l))
+            .iter()
+            .any(|e| is_write_align(e))
+    }
+
+    /// True when format `fmt`'s writer aligns its tensors' data as the save asks: its
+    /// written layout or its `write_order` reads `write_align(..)`.
+    pub fn format_reads_write_align(&self, fmt: FormatId) -> bool {
+        self.format(fmt).mappings.iter().any(|&m| {
+            let m = self.mapping(m);
+            let mut order = false;
+            if let Some(o) = &m.write_order {
+                o.walk(&mut |x| order |= is_write_align(x));
+            }
+            order || plan::root_layout(&m.source).is_some_and(|l| self.layout_reads_write_align(l))
+        })
+    }
+
     /// Every expression of the IR and all their sub-expressions.
     pub fn exprs(&self) -> Vec<&Expr> {
         self.exprs_of(|_| true)
@@ -242,6 +263,17 @@ impl Ir {
         }
         all
     }
+}
+
+/// True when `e` is a call of `write_align`.
+fn is_write_align(e: &Expr) -> bool {
+    matches!(
+        e.kind,
+        ExprKind::Call {
+            func: Builtin::WriteAlign,
+            ..
+        }
+    )
 }
 
 /// The item an expression belongs to ([`Ir::exprs_of`]).
