@@ -75,8 +75,17 @@ fn refused(desc: &rt::FormatDesc, bytes: &[u8]) -> String {
 
 /// Writes `tensors` with `desc`'s generated writer into memory.
 fn write(desc: &rt::FormatDesc, tensors: &[Read]) -> rt::Result<Vec<u8>> {
+    write_with(desc, tensors, &rt::WriteOptions::default())
+}
+
+/// [`write`] with the save's `options`.
+fn write_with(
+    desc: &rt::FormatDesc,
+    tensors: &[Read],
+    options: &rt::WriteOptions,
+) -> rt::Result<Vec<u8>> {
     let mut out = IoCursor::new(Vec::new());
-    let mut w = (desc.writer)(Box::new(&mut out), &rt::WriteOptions::default())?;
+    let mut w = (desc.writer)(Box::new(&mut out), options)?;
     for (name, dtype, shape, bytes) in tensors {
         let meta = rt::TensorMeta {
             name: name.clone(),
@@ -1469,25 +1478,12 @@ fn write_aligned(
     tensors: &[Read],
     align: Option<u64>,
 ) -> rt::Result<(Vec<u8>, write_align_fmt::alignhdr::File)> {
-    use write_align_fmt::alignhdr::{File, Writer};
-    let mut out = IoCursor::new(Vec::new());
+    use write_align_fmt::alignhdr::{File, DESC};
     let options = rt::WriteOptions {
         align,
         ..Default::default()
     };
-    let mut w = Writer::new(&mut out, &options)?;
-    for (name, dtype, shape, bytes) in tensors {
-        let meta = rt::TensorMeta {
-            name: name.clone(),
-            dtype: *dtype,
-            shape: shape.clone(),
-            order: rt::Order::C,
-            byte_order: rt::ByteOrder::Little,
-        };
-        w.add(&meta, rt::Payload::Bytes(bytes))?;
-    }
-    w.finish()?;
-    let bytes = out.into_inner();
+    let bytes = write_with(&DESC, tensors, &options)?;
     let src = rt::Source::from_bytes(bytes.clone());
     let mut c = rt::Cursor::new(src.data(), src.location());
     let file = File::read(&mut c, &rt::Limits::default())?;
