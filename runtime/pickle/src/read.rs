@@ -550,8 +550,8 @@ impl<'a> Machine<'a> {
 
     fn global(&mut self, module: &str, name: &str) -> Result<N> {
         let kind = self.rules.kind(module, name).cloned();
-        let allowed = kind.is_some()
-            || (module == "_codecs" && name == "encode" && self.rules.codecs_encode());
+        let allowed =
+            kind.is_some() || (is_bytes_codec(module, name) && self.rules.codecs_encode());
         if !allowed {
             return Err(self.err(format!("global '{module}.{name}' is not allowed")));
         }
@@ -713,8 +713,24 @@ impl<'a> Machine<'a> {
     }
 
     fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
-        if &*g.module != "_codecs" || &*g.name != "encode" || !self.rules.codecs_encode() {
+        if !is_bytes_codec(&g.module, &g.name) || !self.rules.codecs_encode() {
             return Err(self.err(format!("global '{g}' is not allowed")));
+        }
+        if &*g.name == "bytes" {
+            // `bytes()`: how Python 3 pickles `b''` at protocols 2 and 3.
+            if !args.is_empty() {
+                return Err(self.err(format!("global '{g}' called with arguments")));
+            }
+            return Ok(match self.rules.keeps_byte_ranges() {
+                true => N::Range(ByteRange {
+                    offset: self.op_start as u64,
+                    stored: 0,
+                    len: 0,
+                    latin1: false,
+                    text: None,
+                }),
+                false => N::Bytes(Arc::from(&[][..])),
+            });
         }
         let (text, enc) = match args {
             [s] => (s, "utf-8".to_string()),
@@ -1212,6 +1228,15 @@ impl<'a> Machine<'a> {
             }
         }
     }
+}
+
+/// `_codecs.encode`, and `bytes` (`__builtin__.bytes`, `builtins.bytes`) called with no
+/// argument: what protocol-2 pickles written by Python 3 store byte strings with.
+fn is_bytes_codec(module: &str, name: &str) -> bool {
+    matches!(
+        (module, name),
+        ("_codecs", "encode") | ("__builtin__" | "builtins", "bytes")
+    )
 }
 
 fn pairs(v: Vec<N>) -> Vec<(N, N)> {

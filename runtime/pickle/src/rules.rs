@@ -120,7 +120,9 @@ impl Rules {
     /// Allows `_codecs.encode(str, 'latin1')`, which protocol-2 pickles written by
     /// Python 3 use to store `bytes` (any other encoding is refused); the reader turns
     /// such a call into [`Value::Bytes`](super::Value::Bytes), or a latin-1
-    /// [`Value::Range`](super::Value::Range) under [`Rules::byte_ranges`].
+    /// [`Value::Range`](super::Value::Range) under [`Rules::byte_ranges`]; and
+    /// `bytes()` (`__builtin__.bytes`, `builtins.bytes`) with no argument, how they store
+    /// an empty one.
     pub fn allow_codecs_encode(mut self) -> Self {
         self.codecs_encode = true;
         self

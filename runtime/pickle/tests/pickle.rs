@@ -539,6 +539,10 @@ fn mutation_fuzz_never_panics() {
     }
     let hooks = Value::object(ordered_dict(vec![]));
     seeds.push(pickle::write(&tensor_call("0", 0, hooks)).unwrap());
+    for name in ["p2_arrays.pkl", "p5_arrays.pkl", "detectron_py2.pkl"] {
+        seeds.push(std::fs::read(fixtures().join("../numpy_pickle").join(name)).unwrap());
+    }
+    let numpy = numpy_all_paths();
     let rules = torch_rules()
         .allow("builtins", "set", Kind::Set)
         .allow_codecs_encode();
@@ -576,6 +580,17 @@ fn mutation_fuzz_never_panics() {
         match pickle::read(&data, &rules, &limits) {
             Ok(_) => ok += 1,
             Err(_) => err += 1,
+        }
+        // Byte strings left in the pickle: every range found lies in it.
+        if let Ok(v) = pickle::read(&data, &numpy, &limits) {
+            for (_, a) in pickle::find_objects(&v, &is_array, &limits).unwrap_or_default() {
+                let d = a.arg("buffer").or(pickle::index(a.state.as_ref(), 4));
+                if let Ok(tensorfmt_core::DataLocation::Range { offset, len }) =
+                    pickle::data(d, 0, "data")
+                {
+                    assert!(offset + len <= data.len() as u64);
+                }
+            }
         }
     }
     eprintln!(
@@ -698,4 +713,112 @@ fn big_array_data_is_never_copied() {
         (t[1].as_str().map(str::len), pickle::data_len(Some(&t[1]))),
         (Some(512), Some(256))
     );
+}
+
+/// The rules of `numpy_rules` with every module path NumPy and Python 2 pickles name.
+fn numpy_all_paths() -> Rules {
+    numpy_rules()
+        .allow_call(
+            "numpy.core.multiarray._reconstruct",
+            &["subtype", "shape", "typecode"],
+        )
+        .allow_call(
+            "numpy.core.numeric._frombuffer",
+            &["buffer", "dtype", "shape", "order"],
+        )
+        .allow_call("numpy._core.multiarray.scalar", &["dtype", "data"])
+        .allow_call("numpy.core.multiarray.scalar", &["dtype", "data"])
+}
+
+fn is_array(o: &Object) -> bool {
+    matches!(&*o.global.name, "_reconstruct" | "_frombuffer")
+}
+
+#[test]
+fn numpy_pickles_by_the_real_tools() {
+    // Every array of the fixtures (`tests/fixtures/numpy_pickle/generate.py`): found by its
+    // path, its bytes left in the pickle, their SHA-256 NumPy's.
+    let dir = fixtures().join("../numpy_pickle");
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("arrays.json")).unwrap()).unwrap();
+    let expected = expected.as_object().unwrap();
+    assert_eq!(expected.len(), 5);
+    for (file, arrays) in expected {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let v = pickle::read(&bytes, &numpy_all_paths(), &Limits::default())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let found = pickle::find_objects(&v, &is_array, &Limits::default()).unwrap();
+        let arrays = arrays.as_object().unwrap();
+        assert_eq!(found.len(), arrays.len(), "{file}");
+        for (path, a) in found {
+            let want = &arrays[&path];
+            let data = match &*a.global.name {
+                "_frombuffer" => a.arg("buffer"),
+                _ => pickle::index(a.state.as_ref(), 4),
+            };
+            let data = data.unwrap();
+            let got = range_bytes(&bytes, data);
+            assert_eq!(
+                got.len() as u64,
+                want["nbytes"].as_u64().unwrap(),
+                "{file} {path}"
+            );
+            let info = tensorfmt_core::TensorInfo::dense(
+                "t",
+                tensorfmt_core::DType::U8,
+                vec![got.len() as u64],
+                tensorfmt_core::Order::C,
+                tensorfmt_core::ByteOrder::Little,
+                tensorfmt_core::DataLocation::range(0, got.len() as u64),
+            )
+            .unwrap();
+            let digest = tensorfmt_core::hash::tensor_sha256(&info, &got).unwrap();
+            assert_eq!(
+                tensorfmt_core::hash::hex(&digest),
+                want["sha256"].as_str().unwrap(),
+                "{file} {path}"
+            );
+            let dtype = match &*a.global.name {
+                "_frombuffer" => a.arg("dtype"),
+                _ => pickle::index(a.state.as_ref(), 2),
+            };
+            let dtype = dtype.and_then(Value::as_object).unwrap();
+            assert_eq!(
+                dtype.arg("descr").and_then(Value::as_str),
+                want["descr"].as_str(),
+                "{file} {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn latin1_text_beyond_u00ff_is_refused_when_read() {
+    // `_codecs.encode('\u0100' * 300, 'latin1')`: Python refuses it when loading; the
+    // index leaves it in the pickle, and reading it says why it cannot be had.
+    let mut p = b"\x80\x02c_codecs\nencode\nX".to_vec();
+    let text = "\u{100}".repeat(300);
+    p.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    p.extend_from_slice(text.as_bytes());
+    p.extend_from_slice(b"X\x06\x00\x00\x00latin1\x86R.");
+    let v = pickle::read(&p, &numpy_rules(), &Limits::default()).unwrap();
+    assert_eq!(pickle::data_len(Some(&v)), Some(300));
+    let src = tensorfmt_core::Source::from_bytes(p.clone());
+    let loc = pickle::data(Some(&v), 0, "data").unwrap();
+    let info = tensorfmt_core::TensorInfo::dense(
+        "t",
+        tensorfmt_core::DType::U8,
+        vec![300],
+        tensorfmt_core::Order::C,
+        tensorfmt_core::ByteOrder::Little,
+        loc,
+    )
+    .unwrap();
+    let mut out = tensorfmt_core::sink::OwnedSink::new();
+    let e =
+        tensorfmt_core::read::read_tensor(&src, &info, &mut out, &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("above U+00FF"), "{e}");
+    // Without the byte-range rule the same pickle is refused at once.
+    let e = pickle::read(&p, &numpy_rules().byte_ranges(false), &Limits::default()).unwrap_err();
+    assert!(e.to_string().contains("outside latin-1"), "{e}");
 }
