@@ -41,6 +41,7 @@ pub fn len(v: Option<&Value>, field: &str) -> Result<i128> {
     let n = match v {
         Some(Value::Str(s)) => s.chars().count(),
         Some(Value::Bytes(b)) => b.len(),
+        Some(Value::Range(r)) => usize::try_from(r.len).unwrap_or(usize::MAX),
         Some(Value::Dict(d)) => d.len(),
         Some(x) => x
             .as_items()
@@ -70,9 +71,12 @@ pub fn is_none(v: Option<&Value>) -> bool {
 pub fn name<'v>(v: Option<&'v Value>, field: &str) -> Result<Cow<'v, str>> {
     match v {
         Some(Value::Global(g)) => Ok(Cow::Borrowed(&g.path)),
-        Some(Value::Str(s)) => Ok(Cow::Borrowed(s)),
         Some(Value::Int(i)) => Ok(Cow::Owned(i.to_string())),
-        _ => Err(invalid(field, "is not a name")),
+        Some(v) => v
+            .as_str()
+            .map(Cow::Borrowed)
+            .ok_or_else(|| invalid(field, "is not a name")),
+        None => Err(invalid(field, "is not a name")),
     }
 }
 

@@ -17,6 +17,11 @@
 //! for pickles read back to back followed by records); and the bookkeeping of a writer
 //! ([`Objects`]: storages shared by views, the root object, its pickle).
 //!
+//! Pickles whose byte strings are array data (NumPy's) are read with
+//! [`Rules::byte_ranges`]: their byte strings stay in the file ([`Value::Range`]), and
+//! [`data`] gives a tensor's location in it, so nothing of an array is copied at index
+//! time.
+//!
 //! Values that the pickle memoizes are shared (`Arc`), never copied, so a pickle that
 //! references one big object a million times costs memory in proportion to its
 //! references. The tree is therefore a DAG: code that walks it should not assume every
@@ -24,6 +29,7 @@
 #![warn(missing_docs)]
 
 mod args;
+mod data;
 mod index;
 mod objects;
 mod read;
@@ -34,12 +40,13 @@ mod walk;
 mod write;
 
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, uint};
+pub use data::{data, data_len, Latin1Text};
 pub use index::{read_file, Check, Field, FileSpec, Index, Mapped, Record};
 pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};
-pub use value::{Global, Object, Value};
+pub use value::{ByteRange, Global, Object, Value};
 pub use walk::find_objects;
 pub use write::{write, write_to, Writer};
 

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use super::rules::{Kind, Rules};
-use super::value::{minimal_le, Global, Object, Value};
+use super::value::{minimal_le, ByteRange, Global, Object, Value};
 use super::{codec_error, CODEC};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
@@ -27,8 +27,11 @@ pub fn read(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<Value> {
 
 /// Reads the pickle at the start of `bytes` and returns its value and the number of bytes
 /// it took (up to and including its `STOP`), for inputs that concatenate several pickles.
+///
+/// Under [`Rules::byte_ranges`] the pickle may be of any size (its byte strings are not
+/// copied); otherwise it must fit in `limits.max_header_bytes`.
 pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Value, usize)> {
-    if bytes.len() as u64 > limits.max_header_bytes {
+    if bytes.len() as u64 > limits.max_header_bytes && !rules.keeps_byte_ranges() {
         return Err(Error::new(
             ErrorKind::Limit {
                 what: "pickle size",
@@ -66,8 +69,27 @@ enum N {
     Float(f64),
     Str(Arc<str>),
     Bytes(Arc<[u8]>),
+    /// A byte string left in the buffer ([`Rules::byte_ranges`]).
+    Range(ByteRange),
+    /// A text left in the buffer ([`Rules::byte_ranges`]): its UTF-8 bytes, not yet
+    /// checked, and the text itself when it is short (checked, copied).
+    Utf8 {
+        offset: u64,
+        len: u64,
+        short: Option<Arc<str>>,
+    },
     Global(Rc<GlobalN>),
     Ref(u32),
+}
+
+impl N {
+    /// The text of a string node, when it is known without the buffer.
+    fn text(&self) -> Option<&Arc<str>> {
+        match self {
+            N::Str(s) | N::Utf8 { short: Some(s), .. } => Some(s),
+            _ => None,
+        }
+    }
 }
 
 /// An allowed global and what the rules say calling it builds (`None`: the
@@ -346,7 +368,8 @@ impl<'a> Machine<'a> {
             N::Int(_) | N::Big(_) => "int".into(),
             N::Float(_) => "float".into(),
             N::Str(_) => "str".into(),
-            N::Bytes(_) => "bytes".into(),
+            N::Bytes(_) | N::Range(ByteRange { text: None, .. }) => "bytes".into(),
+            N::Range(_) | N::Utf8 { .. } => "str".into(),
             N::Global(g) => format!("global '{}'", g.global),
             N::Ref(i) => match &self.objs[*i as usize].body {
                 Body::Tuple(_) => "tuple".into(),
@@ -527,8 +550,8 @@ impl<'a> Machine<'a> {
 
     fn global(&mut self, module: &str, name: &str) -> Result<N> {
         let kind = self.rules.kind(module, name).cloned();
-        let allowed = kind.is_some()
-            || (module == "_codecs" && name == "encode" && self.rules.codecs_encode());
+        let allowed =
+            kind.is_some() || (is_bytes_codec(module, name) && self.rules.codecs_encode());
         if !allowed {
             return Err(self.err(format!("global '{module}.{name}' is not allowed")));
         }
@@ -690,28 +713,87 @@ impl<'a> Machine<'a> {
     }
 
     fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
-        if &*g.module != "_codecs" || &*g.name != "encode" || !self.rules.codecs_encode() {
+        if !is_bytes_codec(&g.module, &g.name) || !self.rules.codecs_encode() {
             return Err(self.err(format!("global '{g}' is not allowed")));
         }
-        let (s, enc) = match args {
-            [N::Str(s)] => (s.clone(), "utf-8".to_string()),
-            [N::Str(s), N::Str(e)] => (s.clone(), e.to_ascii_lowercase().replace('_', "-")),
+        if &*g.name == "bytes" {
+            // `bytes()`: how Python 3 pickles `b''` at protocols 2 and 3.
+            if !args.is_empty() {
+                return Err(self.err(format!("global '{g}' called with arguments")));
+            }
+            return Ok(match self.rules.keeps_byte_ranges() {
+                true => N::Range(ByteRange {
+                    offset: self.op_start as u64,
+                    stored: 0,
+                    len: 0,
+                    latin1: false,
+                    text: None,
+                }),
+                false => N::Bytes(Arc::from(&[][..])),
+            });
+        }
+        let (text, enc) = match args {
+            [s] => (s, "utf-8".to_string()),
+            [s, e] => match e.text() {
+                Some(e) => (s, e.to_ascii_lowercase().replace('_', "-")),
+                None => return Err(self.err("_codecs.encode called with unsupported arguments")),
+            },
             _ => return Err(self.err("_codecs.encode called with unsupported arguments")),
         };
-        match enc.as_str() {
-            "latin1" | "latin-1" | "iso-8859-1" | "iso8859-1" | "l1" => {
-                let mut out = Vec::with_capacity(s.len());
-                for c in s.chars() {
-                    match u8::try_from(c as u32) {
-                        Ok(b) => out.push(b),
-                        Err(_) => return Err(self.err("_codecs.encode: character outside latin-1")),
-                    }
-                }
-                Ok(N::Bytes(out.into()))
-            }
-            "utf-8" | "utf8" => Ok(N::Bytes(s.as_bytes().into())),
-            _ => Err(self.err(format!("_codecs.encode: unsupported encoding '{enc}'"))),
+        if !matches!(
+            enc.as_str(),
+            "latin1" | "latin-1" | "iso-8859-1" | "iso8859-1" | "l1"
+        ) {
+            return Err(self.err(format!(
+                "_codecs.encode: encoding '{enc}' is not allowed (only latin1)"
+            )));
         }
+        if let N::Utf8 { offset, len, short } = text {
+            // Left in the buffer: one byte per character, checked when read.
+            let stored = &self.data[*offset as usize..(*offset + *len) as usize];
+            let chars = match short {
+                Some(s) => s.chars().count(),
+                None => stored.iter().filter(|&&b| b & 0xc0 != 0x80).count(),
+            };
+            return Ok(N::Range(ByteRange {
+                offset: *offset,
+                stored: *len,
+                len: chars as u64,
+                latin1: true,
+                text: None,
+            }));
+        }
+        let Some(s) = text.text() else {
+            return Err(self.err("_codecs.encode called with unsupported arguments"));
+        };
+        let mut out = Vec::with_capacity(s.len());
+        for c in s.chars() {
+            match u8::try_from(c as u32) {
+                Ok(b) => out.push(b),
+                Err(_) => return Err(self.err("_codecs.encode: character outside latin-1")),
+            }
+        }
+        Ok(N::Bytes(out.into()))
+    }
+
+    /// A Python 2 `str` of `n` bytes (`BINSTRING`, `SHORT_BINSTRING`): text when it is
+    /// UTF-8, else bytes; under [`Rules::byte_ranges`], left in the buffer (and read as
+    /// `pickle.load(..., encoding='latin1')` does, each byte one character).
+    fn py2_str(&mut self, n: u64) -> Result<N> {
+        let offset = self.pos as u64;
+        let b = self.take(n)?;
+        if !self.rules.keeps_byte_ranges() {
+            return Ok(str_or_bytes(b.to_vec()));
+        }
+        let text = (n <= ByteRange::TEXT_MAX)
+            .then(|| b.iter().map(|&c| c as char).collect::<String>().into());
+        Ok(N::Range(ByteRange {
+            offset,
+            stored: n,
+            len: n,
+            latin1: false,
+            text,
+        }))
     }
 
     fn persistent_ok(&self) -> Result<()> {
@@ -759,10 +841,15 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let value =
-                        Converter::new(&self.objs, &self.pool, &self.calls, self.limits.max_depth)
-                            .convert(&v)
-                            .map_err(|m| self.err(m))?;
+                    let value = Converter::new(
+                        self.data,
+                        &self.objs,
+                        &self.pool,
+                        &self.calls,
+                        self.limits.max_depth,
+                    )
+                    .convert(&v)
+                    .map_err(|m| self.err(m))?;
                     return Ok((value, self.pos));
                 }
                 op::MARK => {
@@ -863,13 +950,13 @@ impl<'a> Machine<'a> {
                     if n < 0 {
                         return Err(self.err("BINSTRING with a negative length"));
                     }
-                    let b = self.take(n as u64)?.to_vec();
-                    self.push(str_or_bytes(b));
+                    let n = self.py2_str(n as u64)?;
+                    self.push(n);
                 }
                 op::SHORT_BINSTRING => {
                     let [n] = self.fixed::<1>()?;
-                    let b = self.take(n as u64)?.to_vec();
-                    self.push(str_or_bytes(b));
+                    let n = self.py2_str(n as u64)?;
+                    self.push(n);
                 }
                 op::UNICODE => {
                     let l = self.line()?;
@@ -883,10 +970,22 @@ impl<'a> Machine<'a> {
                         op::BINUNICODE => u32::from_le_bytes(self.fixed::<4>()?) as u64,
                         _ => u64::from_le_bytes(self.fixed::<8>()?),
                     };
+                    let offset = self.pos as u64;
                     let b = self.take(n)?;
-                    let s = std::str::from_utf8(b)
-                        .map_err(|_| self.err("string is not valid UTF-8"))?;
-                    self.push(N::Str(s.into()));
+                    let short = || -> Result<Arc<str>> {
+                        std::str::from_utf8(b)
+                            .map(Arc::from)
+                            .map_err(|_| self.err("string is not valid UTF-8"))
+                    };
+                    let node = match self.rules.keeps_byte_ranges() {
+                        true => N::Utf8 {
+                            offset,
+                            len: n,
+                            short: (n <= ByteRange::TEXT_MAX).then(short).transpose()?,
+                        },
+                        false => N::Str(short()?),
+                    };
+                    self.push(node);
                 }
                 op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
                     let n = match code {
@@ -894,8 +993,18 @@ impl<'a> Machine<'a> {
                         op::BINBYTES => u32::from_le_bytes(self.fixed::<4>()?) as u64,
                         _ => u64::from_le_bytes(self.fixed::<8>()?),
                     };
+                    let offset = self.pos as u64;
                     let b = self.take(n)?;
-                    self.push(N::Bytes(b.into()));
+                    self.push(match self.rules.keeps_byte_ranges() {
+                        true => N::Range(ByteRange {
+                            offset,
+                            stored: n,
+                            len: n,
+                            latin1: false,
+                            text: None,
+                        }),
+                        false => N::Bytes(b.into()),
+                    });
                 }
                 op::EMPTY_TUPLE => {
                     let n = self.tuple_from_stack(self.stack.len())?;
@@ -1020,7 +1129,7 @@ impl<'a> Machine<'a> {
                 op::STACK_GLOBAL => {
                     let name = self.pop()?;
                     let module = self.pop()?;
-                    let (N::Str(module), N::Str(name)) = (&module, &name) else {
+                    let (Some(module), Some(name)) = (module.text(), name.text()) else {
                         return Err(self.err(format!(
                             "STACK_GLOBAL with a {} and a {} (needs two str)",
                             self.type_name(&module),
@@ -1121,6 +1230,15 @@ impl<'a> Machine<'a> {
     }
 }
 
+/// `_codecs.encode`, and `bytes` (`__builtin__.bytes`, `builtins.bytes`) called with no
+/// argument: what protocol-2 pickles written by Python 3 store byte strings with.
+fn is_bytes_codec(module: &str, name: &str) -> bool {
+    matches!(
+        (module, name),
+        ("_codecs", "encode") | ("__builtin__" | "builtins", "bytes")
+    )
+}
+
 fn pairs(v: Vec<N>) -> Vec<(N, N)> {
     let mut out = Vec::with_capacity(v.len() / 2);
     let mut it = v.into_iter();
@@ -1135,6 +1253,8 @@ fn pairs(v: Vec<N>) -> Vec<(N, N)> {
 /// a cycle or nesting beyond `max_depth` stops the conversion (its recursion is bounded
 /// by `max_depth`) and [`Converter::convert`] reports it.
 struct Converter<'m> {
+    /// The pickle (the texts left in it).
+    data: &'m [u8],
     objs: &'m [Obj],
     /// The items of tuples.
     pool: &'m [N],
@@ -1160,8 +1280,15 @@ enum Done {
 }
 
 impl<'m> Converter<'m> {
-    fn new(objs: &'m [Obj], pool: &'m [N], calls: &'m [ObjN], max_depth: u64) -> Self {
+    fn new(
+        data: &'m [u8],
+        objs: &'m [Obj],
+        pool: &'m [N],
+        calls: &'m [ObjN],
+        max_depth: u64,
+    ) -> Self {
         Converter {
+            data,
             objs,
             pool,
             calls,
@@ -1196,6 +1323,16 @@ impl<'m> Converter<'m> {
             N::Float(f) => return (Value::Float(*f), 0),
             N::Str(s) => return (Value::Str(s.clone()), 0),
             N::Bytes(b) => return (Value::Bytes(b.clone()), 0),
+            N::Range(r) => return (Value::Range(r.clone()), 0),
+            N::Utf8 { short: Some(s), .. } => return (Value::Str(s.clone()), 0),
+            N::Utf8 { offset, len, .. } => {
+                // A long text that is not array data: checked and copied now.
+                let b = &self.data[*offset as usize..(*offset + *len) as usize];
+                return match std::str::from_utf8(b) {
+                    Ok(s) => (Value::Str(s.into()), 0),
+                    Err(_) => self.fail("string is not valid UTF-8".into()),
+                };
+            }
             N::Global(g) => return (Value::Global(g.global.clone()), 0),
             N::Ref(i) => *i as usize,
         };

@@ -51,6 +51,7 @@ pub struct Rules {
     /// Modules every global of which is allowed (`__torch__` and its submodules).
     modules: Vec<(String, Kind)>,
     codecs_encode: bool,
+    byte_ranges: bool,
     persistent: bool,
     protocols: RangeInclusive<u8>,
 }
@@ -77,6 +78,7 @@ impl Rules {
             globals: HashMap::new(),
             modules: Vec::new(),
             codecs_encode: false,
+            byte_ranges: false,
             persistent: false,
             protocols: 0..=5,
         }
@@ -115,11 +117,31 @@ impl Rules {
         self.allow_path(path, Kind::Call { params })
     }
 
-    /// Allows `_codecs.encode(str, 'latin1')`, which protocol-2 pickles use to store
-    /// `bytes`; the reader turns such a call into [`Value::Bytes`](super::Value::Bytes).
+    /// Allows `_codecs.encode(str, 'latin1')`, which protocol-2 pickles written by
+    /// Python 3 use to store `bytes` (any other encoding is refused); the reader turns
+    /// such a call into [`Value::Bytes`](super::Value::Bytes), or a latin-1
+    /// [`Value::Range`](super::Value::Range) under [`Rules::byte_ranges`]; and
+    /// `bytes()` (`__builtin__.bytes`, `builtins.bytes`) with no argument, how they store
+    /// an empty one.
     pub fn allow_codecs_encode(mut self) -> Self {
         self.codecs_encode = true;
         self
+    }
+
+    /// Leaves the byte strings the pickle stores plain (`BINBYTES`, `SHORT_BINBYTES`,
+    /// `BINBYTES8`, `BYTEARRAY8`, Python 2 `str`: `BINSTRING`, `SHORT_BINSTRING`) and the
+    /// texts `_codecs.encode` turns into bytes where they are, as
+    /// [`Value::Range`](super::Value::Range)s of the pickle's buffer, instead of copying
+    /// them: for pickles whose byte strings are array data. The pickle's size is then
+    /// not bounded by `Limits::max_header_bytes` (what it copies is).
+    pub fn byte_ranges(mut self, keep: bool) -> Self {
+        self.byte_ranges = keep;
+        self
+    }
+
+    /// Whether byte strings are left in the pickle (see [`Rules::byte_ranges`]).
+    pub fn keeps_byte_ranges(&self) -> bool {
+        self.byte_ranges
     }
 
     /// Accepts (`true`) or refuses persistent ids (`PERSID`, `BINPERSID`).

@@ -80,6 +80,13 @@ impl TreeBuilder<'_> {
             Value::Float(x) => Node::Float(*x),
             Value::Str(s) => Node::Str(s.to_string()),
             Value::Bytes(b) => Node::Bytes(b.to_vec()),
+            Value::Range(r) => match &r.text {
+                Some(t) => Node::Str(t.to_string()),
+                None => Node::Other(format!(
+                    "<{} bytes at offset {} of the pickle>",
+                    r.len, r.offset
+                )),
+            },
             Value::Tuple(items) => Node::Tuple(self.seq(items, depth)?),
             Value::List(items) | Value::Set(items) | Value::FrozenSet(items) => {
                 Node::List(self.seq(items, depth)?)

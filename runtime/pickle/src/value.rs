@@ -141,6 +141,35 @@ pub enum Value {
     /// A persistent id (`PERSID`, `BINPERSID`): what the pickler's `persistent_id`
     /// returned, for the application to resolve.
     Persistent(Arc<Value>),
+    /// A byte string left where the pickle stores it (only under
+    /// [`Rules::byte_ranges`](super::Rules::byte_ranges)): never copied.
+    Range(ByteRange),
+}
+
+/// A byte string that the reader left in the pickle's buffer instead of copying it
+/// ([`Value::Range`]): `BINBYTES`, `SHORT_BINBYTES`, `BINBYTES8`, `BYTEARRAY8`, a Python 2
+/// `str` (`BINSTRING`, `SHORT_BINSTRING`), or `_codecs.encode(text, 'latin1')` (the text
+/// as the pickle stores it, UTF-8, each character one byte of the value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ByteRange {
+    /// Offset of the first stored byte from the start of the pickle.
+    pub offset: u64,
+    /// Number of bytes stored.
+    pub stored: u64,
+    /// Number of bytes of the value (`stored`, or the characters of a latin-1 text).
+    pub len: u64,
+    /// True when the stored bytes are UTF-8 text whose characters are the value's bytes
+    /// (`_codecs.encode(text, 'latin1')`); decoding refuses a character above U+00FF.
+    pub latin1: bool,
+    /// A Python 2 `str` of at most [`ByteRange::TEXT_MAX`] bytes as text, each byte one
+    /// character, as `pickle.load(..., encoding='latin1')` reads it (dict keys, dtype
+    /// codes): what [`Value::as_str`] gives.
+    pub text: Option<Arc<str>>,
+}
+
+impl ByteRange {
+    /// The longest Python 2 `str` also kept as text.
+    pub const TEXT_MAX: u64 = 256;
 }
 
 impl Value {
@@ -211,10 +240,12 @@ impl Value {
         }
     }
 
-    /// The string, when this is a [`Value::Str`].
+    /// The string, when this is a [`Value::Str`] (or a short Python 2 `str` left in the
+    /// pickle, [`ByteRange::text`]).
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
+            Value::Range(r) => r.text.as_deref(),
             _ => None,
         }
     }
@@ -294,6 +325,8 @@ impl Value {
             Value::Global(_) => "global",
             Value::Object(_) => "object",
             Value::Persistent(_) => "persistent id",
+            Value::Range(r) if r.text.is_some() => "str",
+            Value::Range(_) => "bytes",
         }
     }
 }

@@ -56,7 +56,7 @@ struct Walker<'a, 'v> {
 /// The name of a dict key in a path, when it has one.
 fn key_text(k: &Value) -> Option<Cow<'_, str>> {
     match k {
-        Value::Str(s) => Some(Cow::Borrowed(s)),
+        Value::Str(_) | Value::Range(_) => k.as_str().map(Cow::Borrowed),
         Value::Int(_) | Value::BigInt(_) => k.as_i128().map(|v| Cow::Owned(v.to_string())),
         Value::Bool(b) => Some(Cow::Borrowed(if *b { "True" } else { "False" })),
         Value::None => Some(Cow::Borrowed("None")),

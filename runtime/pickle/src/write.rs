@@ -321,6 +321,11 @@ impl Writer {
                 self.out.extend_from_slice(&[0x86, b'R']);
             }
             Value::Global(g) => self.global(g)?,
+            Value::Range(_) => {
+                return Err(Error::from(ErrorKind::Unsupported(
+                    "a byte string left in the pickle it was read from cannot be written".into(),
+                )))
+            }
             Value::Persistent(p) => {
                 self.value(p)?;
                 self.out.push(b'Q');

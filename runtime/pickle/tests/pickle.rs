@@ -539,6 +539,10 @@ fn mutation_fuzz_never_panics() {
     }
     let hooks = Value::object(ordered_dict(vec![]));
     seeds.push(pickle::write(&tensor_call("0", 0, hooks)).unwrap());
+    for name in ["p2_arrays.pkl", "p5_arrays.pkl", "detectron_py2.pkl"] {
+        seeds.push(std::fs::read(fixtures().join("../numpy_pickle").join(name)).unwrap());
+    }
+    let numpy = numpy_all_paths();
     let rules = torch_rules()
         .allow("builtins", "set", Kind::Set)
         .allow_codecs_encode();
@@ -577,10 +581,244 @@ fn mutation_fuzz_never_panics() {
             Ok(_) => ok += 1,
             Err(_) => err += 1,
         }
+        // Byte strings left in the pickle: every range found lies in it.
+        if let Ok(v) = pickle::read(&data, &numpy, &limits) {
+            for (_, a) in pickle::find_objects(&v, &is_array, &limits).unwrap_or_default() {
+                let d = a.arg("buffer").or(pickle::index(a.state.as_ref(), 4));
+                if let Ok(tensorfmt_core::DataLocation::Range { offset, len }) =
+                    pickle::data(d, 0, "data")
+                {
+                    assert!(offset + len <= data.len() as u64);
+                }
+            }
+        }
     }
     eprintln!(
         "fuzz: {iterations} inputs, {ok} accepted, {err} refused, {:?}",
         start.elapsed()
     );
     assert!(start.elapsed().as_secs() < 10);
+}
+
+/// The rules of pickled NumPy arrays, their byte strings left in the pickle.
+fn numpy_rules() -> Rules {
+    Rules::new()
+        .allow_call(
+            "numpy._core.multiarray._reconstruct",
+            &["subtype", "shape", "typecode"],
+        )
+        .allow_call(
+            "numpy._core.numeric._frombuffer",
+            &["buffer", "dtype", "shape", "order"],
+        )
+        .allow_path("numpy.ndarray", Kind::Class)
+        .allow_call("numpy.dtype", &["descr", "align", "copy"])
+        .allow_codecs_encode()
+        .byte_ranges(true)
+}
+
+/// The bytes of the byte string `v` of `pickle`, as a tensor read would have them.
+fn range_bytes(pickle: &[u8], v: &Value) -> Vec<u8> {
+    let src = tensorfmt_core::Source::from_bytes(pickle.to_vec());
+    let loc = pickle::data(Some(v), 0, "data").unwrap();
+    let info = tensorfmt_core::TensorInfo::dense(
+        "t",
+        tensorfmt_core::DType::U8,
+        vec![loc.len()],
+        tensorfmt_core::Order::C,
+        tensorfmt_core::ByteOrder::Little,
+        loc,
+    )
+    .unwrap();
+    let mut out = tensorfmt_core::sink::OwnedSink::new();
+    tensorfmt_core::read::read_tensor(&src, &info, &mut out, &Default::default()).unwrap();
+    out.tensors[0].data.as_bytes().to_vec()
+}
+
+#[test]
+fn numpy_array_data_stays_in_the_pickle() {
+    // `pickle.dumps({'w': np.arange(6, dtype='>i4').reshape(2, 3), 'lr': 0.1}, protocol=P)`
+    // (NumPy 2.4, CPython 3.11).
+    let p2: &[u8] = b"\x80\x02}q\x00(X\x01\x00\x00\x00wq\x01cnumpy._core.multiarray\n_reconstruct\nq\x02cnumpy\nndarray\nq\x03K\x00\x85q\x04c_codecs\nencode\nq\x05X\x01\x00\x00\x00bq\x06X\x06\x00\x00\x00latin1q\x07\x86q\x08Rq\t\x87q\nRq\x0b(K\x01K\x02K\x03\x86q\x0ccnumpy\ndtype\nq\rX\x02\x00\x00\x00i4q\x0e\x89\x88\x87q\x0fRq\x10(K\x03X\x01\x00\x00\x00>q\x11NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tq\x12b\x89h\x05X\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00\x05q\x13h\x07\x86q\x14Rq\x15tq\x16bX\x02\x00\x00\x00lrq\x17G?\xb9\x99\x99\x99\x99\x99\x9au.";
+    let p4: &[u8] = b"\x80\x04\x95\xb9\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01w\x94\x8c\x16numpy._core.multiarray\x94\x8c\x0c_reconstruct\x94\x93\x94\x8c\x05numpy\x94\x8c\x07ndarray\x94\x93\x94K\x00\x85\x94C\x01b\x94\x87\x94R\x94(K\x01K\x02K\x03\x86\x94h\x05\x8c\x05dtype\x94\x93\x94\x8c\x02i4\x94\x89\x88\x87\x94R\x94(K\x03\x8c\x01>\x94NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t\x94b\x89C\x18\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00\x05\x94t\x94b\x8c\x02lr\x94G?\xb9\x99\x99\x99\x99\x99\x9au.";
+    let p5: &[u8] = b"\x80\x05\x95\xa4\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x01w\x94\x8c\x13numpy._core.numeric\x94\x8c\x0b_frombuffer\x94\x93\x94(\x96\x18\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00\x03\x00\x00\x00\x04\x00\x00\x00\x05\x94\x8c\x05numpy\x94\x8c\x05dtype\x94\x93\x94\x8c\x02i4\x94\x89\x88\x87\x94R\x94(K\x03\x8c\x01>\x94NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00t\x94bK\x02K\x03\x86\x94\x8c\x01C\x94t\x94R\x94\x8c\x02lr\x94G?\xb9\x99\x99\x99\x99\x99\x9au.";
+    let expected: Vec<u8> = (0u32..6).flat_map(|i| i.to_be_bytes()).collect();
+    for (p, latin1) in [(p2, true), (p4, false)] {
+        let v = pickle::read(p, &numpy_rules(), &Limits::default()).unwrap();
+        let a = v.get("w").and_then(Value::as_object).unwrap();
+        let state = a.state.as_ref().and_then(Value::as_seq).unwrap();
+        let Value::Range(r) = &state[4] else {
+            panic!("{:?}", state[4])
+        };
+        assert_eq!((r.len, r.latin1), (24, latin1));
+        assert_eq!(range_bytes(p, &state[4]), expected);
+        let dtype = state[2].as_object().unwrap();
+        assert_eq!(dtype.arg("descr").and_then(Value::as_str), Some("i4"));
+        let order = dtype.state.as_ref().and_then(Value::as_seq).unwrap();
+        assert_eq!(order[1].as_str(), Some(">"));
+        assert_eq!(v.get("lr"), Some(&Value::Float(0.1)));
+    }
+    let v = pickle::read(p5, &numpy_rules(), &Limits::default()).unwrap();
+    let a = v.get("w").and_then(Value::as_object).unwrap();
+    assert_eq!(range_bytes(p5, a.arg("buffer").unwrap()), expected);
+    // Without the flag, byte strings are copied, as for PyTorch's pickles.
+    let v = pickle::read(p4, &numpy_rules().byte_ranges(false), &Limits::default()).unwrap();
+    let a = v.get("w").and_then(Value::as_object).unwrap();
+    let state = a.state.as_ref().and_then(Value::as_seq).unwrap();
+    assert!(matches!(&state[4], Value::Bytes(b) if b.len() == 24));
+    // Another encoding than latin1 is refused, naming it.
+    let mut bad = p2.to_vec();
+    let at = bad.windows(6).position(|w| w == b"latin1").unwrap();
+    bad[at..at + 6].copy_from_slice(b"utf-16");
+    let e = pickle::read(&bad, &numpy_rules(), &Limits::default()).unwrap_err();
+    assert!(
+        e.to_string().contains("encoding 'utf-16' is not allowed"),
+        "{e}"
+    );
+}
+
+#[test]
+fn big_array_data_is_never_copied() {
+    // A 64 MiB BINBYTES8 and a 64 MiB latin-1 text: nothing near their size is allocated.
+    let n: u64 = 64 << 20;
+    let mut p = b"\x80\x04\x8e".to_vec();
+    p.extend_from_slice(&n.to_le_bytes());
+    p.resize(p.len() + n as usize, 7);
+    p.extend_from_slice(b"c_codecs\nencode\n\x8d");
+    p.extend_from_slice(&n.to_le_bytes());
+    p.resize(p.len() + n as usize, b'a');
+    p.extend_from_slice(b"\x8c\x06latin1\x86R\x86.");
+    let limits = Limits {
+        max_header_bytes: 1 << 20,
+        ..Limits::default()
+    };
+    LARGEST.with(|l| l.set(0));
+    ARMED.with(|a| a.set(true));
+    let r = pickle::read(&p, &numpy_rules(), &limits);
+    ARMED.with(|a| a.set(false));
+    let v = r.unwrap();
+    assert!(LARGEST.with(|l| l.get()) < 1 << 20);
+    let t = v.as_seq().unwrap();
+    assert_eq!(pickle::data_len(Some(&t[0])), Some(n));
+    assert_eq!(pickle::data_len(Some(&t[1])), Some(n));
+    // Python 2 strings: short ones are text too (latin-1), long ones only a range.
+    let py2 = b"(U\x02f4q\x00T\x00\x01\x00\x00";
+    let mut p = py2.to_vec();
+    p.resize(p.len() + 256, 0xe9);
+    p.extend_from_slice(b"t.");
+    let v = pickle::read(&p, &numpy_rules(), &Limits::default()).unwrap();
+    let t = v.as_seq().unwrap();
+    assert_eq!(t[0].as_str(), Some("f4"));
+    assert_eq!(
+        (t[1].as_str().map(str::len), pickle::data_len(Some(&t[1]))),
+        (Some(512), Some(256))
+    );
+}
+
+/// The rules of `numpy_rules` with every module path NumPy and Python 2 pickles name.
+fn numpy_all_paths() -> Rules {
+    numpy_rules()
+        .allow_call(
+            "numpy.core.multiarray._reconstruct",
+            &["subtype", "shape", "typecode"],
+        )
+        .allow_call(
+            "numpy.core.numeric._frombuffer",
+            &["buffer", "dtype", "shape", "order"],
+        )
+        .allow_call("numpy._core.multiarray.scalar", &["dtype", "data"])
+        .allow_call("numpy.core.multiarray.scalar", &["dtype", "data"])
+}
+
+fn is_array(o: &Object) -> bool {
+    matches!(&*o.global.name, "_reconstruct" | "_frombuffer")
+}
+
+#[test]
+fn numpy_pickles_by_the_real_tools() {
+    // Every array of the fixtures (`tests/fixtures/numpy_pickle/generate.py`): found by its
+    // path, its bytes left in the pickle, their SHA-256 NumPy's.
+    let dir = fixtures().join("../numpy_pickle");
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("arrays.json")).unwrap()).unwrap();
+    let expected = expected.as_object().unwrap();
+    assert_eq!(expected.len(), 5);
+    for (file, arrays) in expected {
+        let bytes = std::fs::read(dir.join(file)).unwrap();
+        let v = pickle::read(&bytes, &numpy_all_paths(), &Limits::default())
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let found = pickle::find_objects(&v, &is_array, &Limits::default()).unwrap();
+        let arrays = arrays.as_object().unwrap();
+        assert_eq!(found.len(), arrays.len(), "{file}");
+        for (path, a) in found {
+            let want = &arrays[&path];
+            let data = match &*a.global.name {
+                "_frombuffer" => a.arg("buffer"),
+                _ => pickle::index(a.state.as_ref(), 4),
+            };
+            let data = data.unwrap();
+            let got = range_bytes(&bytes, data);
+            assert_eq!(
+                got.len() as u64,
+                want["nbytes"].as_u64().unwrap(),
+                "{file} {path}"
+            );
+            let info = tensorfmt_core::TensorInfo::dense(
+                "t",
+                tensorfmt_core::DType::U8,
+                vec![got.len() as u64],
+                tensorfmt_core::Order::C,
+                tensorfmt_core::ByteOrder::Little,
+                tensorfmt_core::DataLocation::range(0, got.len() as u64),
+            )
+            .unwrap();
+            let digest = tensorfmt_core::hash::tensor_sha256(&info, &got).unwrap();
+            assert_eq!(
+                tensorfmt_core::hash::hex(&digest),
+                want["sha256"].as_str().unwrap(),
+                "{file} {path}"
+            );
+            let dtype = match &*a.global.name {
+                "_frombuffer" => a.arg("dtype"),
+                _ => pickle::index(a.state.as_ref(), 2),
+            };
+            let dtype = dtype.and_then(Value::as_object).unwrap();
+            assert_eq!(
+                dtype.arg("descr").and_then(Value::as_str),
+                want["descr"].as_str(),
+                "{file} {path}"
+            );
+        }
+    }
+}
+
+#[test]
+fn latin1_text_beyond_u00ff_is_refused_when_read() {
+    // `_codecs.encode('\u0100' * 300, 'latin1')`: Python refuses it when loading; the
+    // index leaves it in the pickle, and reading it says why it cannot be had.
+    let mut p = b"\x80\x02c_codecs\nencode\nX".to_vec();
+    let text = "\u{100}".repeat(300);
+    p.extend_from_slice(&(text.len() as u32).to_le_bytes());
+    p.extend_from_slice(text.as_bytes());
+    p.extend_from_slice(b"X\x06\x00\x00\x00latin1\x86R.");
+    let v = pickle::read(&p, &numpy_rules(), &Limits::default()).unwrap();
+    assert_eq!(pickle::data_len(Some(&v)), Some(300));
+    let src = tensorfmt_core::Source::from_bytes(p.clone());
+    let loc = pickle::data(Some(&v), 0, "data").unwrap();
+    let info = tensorfmt_core::TensorInfo::dense(
+        "t",
+        tensorfmt_core::DType::U8,
+        vec![300],
+        tensorfmt_core::Order::C,
+        tensorfmt_core::ByteOrder::Little,
+        loc,
+    )
+    .unwrap();
+    let mut out = tensorfmt_core::sink::OwnedSink::new();
+    let e =
+        tensorfmt_core::read::read_tensor(&src, &info, &mut out, &Default::default()).unwrap_err();
+    assert!(e.to_string().contains("above U+00FF"), "{e}");
+    // Without the byte-range rule the same pickle is refused at once.
+    let e = pickle::read(&p, &numpy_rules().byte_ranges(false), &Limits::default()).unwrap_err();
+    assert!(e.to_string().contains("outside latin-1"), "{e}");
 }
