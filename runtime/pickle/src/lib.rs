@@ -39,9 +39,9 @@ pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};
-pub use value::{Global, Object, Value};
+pub use value::{Global, Object, Stream, Value};
 pub use walk::find_objects;
-pub use write::{write, write_to, Writer};
+pub use write::{write, write_to, Streams, Writer};
 
 const CODEC: &str = "pickle";
 

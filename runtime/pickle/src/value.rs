@@ -141,6 +141,20 @@ pub enum Value {
     /// A persistent id (`PERSID`, `BINPERSID`): what the pickler's `persistent_id`
     /// returned, for the application to resolve.
     Persistent(Arc<Value>),
+    /// A byte string that the writer takes from a source as it reaches it
+    /// ([`Writer::write_streamed`](crate::Writer::write_streamed)), so that a tree of
+    /// arrays can be written without their bytes in memory. The reader never builds one.
+    Stream(Stream),
+}
+
+/// A placeholder for a byte string written from a source ([`Value::Stream`]): which one
+/// (the source's numbering) and its length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stream {
+    /// The source's number of the byte string.
+    pub index: usize,
+    /// Its length in bytes.
+    pub len: u64,
 }
 
 impl Value {
@@ -179,6 +193,11 @@ impl Value {
     /// A persistent id whose content is the tuple of `items`.
     pub fn persistent<const N: usize>(items: [Value; N]) -> Value {
         Value::Persistent(Arc::new(Value::tuple(Vec::from(items))))
+    }
+
+    /// The byte string number `index` of the writer's source, `len` bytes long.
+    pub fn stream(index: usize, len: u64) -> Value {
+        Value::Stream(Stream { index, len })
     }
 
     /// A tuple of integers (a shape, strides).
@@ -294,6 +313,7 @@ impl Value {
             Value::Global(_) => "global",
             Value::Object(_) => "object",
             Value::Persistent(_) => "persistent id",
+            Value::Stream(_) => "bytes",
         }
     }
 }
