@@ -543,14 +543,9 @@ impl Pickler<'_> {
         Ok(())
     }
 
+    /// The items of a list: one `APPEND` for a list of one item, else batches of
+    /// `MARK`..`APPENDS` (CPython's `batch_list_exact`).
     fn appends(&mut self, items: &[Value]) -> Result<()> {
-        if self.proto4 {
-            // CPython: a batch of one is `APPEND`, and a list's last batch may be one.
-            for chunk in items.chunks(BATCH) {
-                self.batch(chunk, b'a', b'e')?;
-            }
-            return Ok(());
-        }
         if items.len() == 1 {
             return self.batch(items, b'a', b'e');
         }
@@ -579,23 +574,60 @@ impl Pickler<'_> {
         Ok(())
     }
 
-    fn setitems(&mut self, entries: &[(Value, Value)]) -> Result<()> {
-        // Protocol 2 writes one `SETITEM` for a dict of one entry alone, protocol 4 (as
-        // CPython) for any batch of one.
-        let batch_of_one = self.proto4 || entries.len() == 1;
-        for chunk in entries.chunks(BATCH) {
-            if batch_of_one && chunk.len() == 1 {
-                self.value(&chunk[0].0)?;
-                self.value(&chunk[0].1)?;
-                self.buf.push(b's');
-                continue;
+    /// What later opcodes add to a call's result, at protocol 4 batched as CPython
+    /// batches items it iterates (`batch_list`, `batch_dict`: a batch of one is
+    /// `APPEND`/`SETITEM`); at protocol 2 as a list's or dict's.
+    fn added(&mut self, items: &[Value], entries: &[(Value, Value)]) -> Result<()> {
+        if !self.proto4 {
+            if !items.is_empty() {
+                self.appends(items)?;
             }
-            self.buf.push(b'(');
-            for (k, v) in chunk {
+            if !entries.is_empty() {
+                self.setitems(entries)?;
+            }
+            return Ok(());
+        }
+        for chunk in items.chunks(BATCH) {
+            self.batch(chunk, b'a', b'e')?;
+        }
+        for chunk in entries.chunks(BATCH) {
+            if let [(k, v)] = chunk {
                 self.value(k)?;
                 self.value(v)?;
+                self.buf.push(b's');
+            } else {
+                self.pairs(chunk)?;
             }
-            self.buf.push(b'u');
+        }
+        Ok(())
+    }
+
+    /// `MARK`, the keys and values, `SETITEMS`.
+    fn pairs(&mut self, entries: &[(Value, Value)]) -> Result<()> {
+        self.buf.push(b'(');
+        for (k, v) in entries {
+            self.value(k)?;
+            self.value(v)?;
+        }
+        self.buf.push(b'u');
+        Ok(())
+    }
+
+    /// The entries of a dict: one `SETITEM` for a dict of one entry, else batches of
+    /// `MARK`..`SETITEMS`; at protocol 4, as CPython's `batch_dict_exact`, an empty
+    /// batch after a last full one.
+    fn setitems(&mut self, entries: &[(Value, Value)]) -> Result<()> {
+        if let [(k, v)] = entries {
+            self.value(k)?;
+            self.value(v)?;
+            self.buf.push(b's');
+            return Ok(());
+        }
+        for chunk in entries.chunks(BATCH) {
+            self.pairs(chunk)?;
+        }
+        if self.proto4 && entries.len() % BATCH == 0 {
+            self.buf.extend_from_slice(b"(u");
         }
         Ok(())
     }
@@ -623,6 +655,8 @@ impl Pickler<'_> {
             self.remember(s);
             return Ok(());
         }
+        // CPython's `save_set`: batches of `MARK`..`ADDITEMS`, an empty one after a last
+        // full one.
         self.buf.push(op::EMPTY_SET);
         self.remember(s);
         for chunk in items.chunks(BATCH) {
@@ -631,6 +665,9 @@ impl Pickler<'_> {
                 self.value(v)?;
             }
             self.buf.push(op::ADDITEMS);
+        }
+        if !items.is_empty() && items.len() % BATCH == 0 {
+            self.buf.extend_from_slice(&[b'(', op::ADDITEMS]);
         }
         Ok(())
     }
@@ -693,12 +730,8 @@ impl Pickler<'_> {
         if self.proto4 {
             self.remember(s);
         }
-        if !items_as_arg && !o.items.is_empty() {
-            self.appends(&o.items)?;
-        }
-        if !o.entries.is_empty() {
-            self.setitems(&o.entries)?;
-        }
+        let items: &[Value] = if items_as_arg { &[] } else { &o.items };
+        self.added(items, &o.entries)?;
         if let Some(state) = &o.state {
             self.value(state)?;
             self.buf.push(b'b');
@@ -859,7 +892,8 @@ impl<W: Write> Write for Latin1<W> {
                 self.scratch.push(b);
             } else {
                 self.high += 1;
-                self.scratch.extend_from_slice(&[0xc0 | (b >> 6), 0x80 | (b & 0x3f)]);
+                self.scratch
+                    .extend_from_slice(&[0xc0 | (b >> 6), 0x80 | (b & 0x3f)]);
             }
         }
         Ok(buf.len())
