@@ -484,11 +484,11 @@ impl Pickler<'_> {
     /// Protocol 2: `_codecs.encode(text, 'latin1')` of a stream, its UTF-8 length counted
     /// in a first pass.
     fn latin1_stream(&mut self, s: Stream) -> Result<()> {
-        let mut count = Latin1::new(std::io::sink());
+        let mut count = High(0);
         let mut out = Exact::new(&mut count, s);
         self.streams.write_stream(s, &mut out)?;
         out.done()?;
-        let utf8 = s.len + count.high;
+        let utf8 = s.len + count.0;
         let n = u32::try_from(utf8).map_err(|_| {
             unwritable(format!(
                 "byte string {} is {utf8} bytes as latin-1 text, over the 4 GiB of protocol 2",
@@ -508,7 +508,7 @@ impl Pickler<'_> {
         self.streams.write_stream(s, &mut out)?;
         out.done()?;
         text.flush_all()?;
-        if text.high != count.high {
+        if text.high != count.0 {
             return Err(unwritable(format!(
                 "byte string {} changed between the two passes of protocol 2",
                 s.index
@@ -855,6 +855,21 @@ impl Write for Exact<'_> {
     }
 }
 
+/// Counts the bytes from 0x80 on written to it: the first pass over a stream at
+/// protocol 2.
+struct High(u64);
+
+impl Write for High {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.iter().filter(|&&b| b >= 0x80).count() as u64;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Writes bytes as Latin-1 characters in UTF-8 (each byte from 0x80 on becomes two),
 /// through a fixed buffer, counting those bytes.
 struct Latin1<W: Write> {
@@ -927,5 +942,169 @@ mod tests {
         assert_eq!(sop(255), op::SHORT_BINUNICODE);
         assert_eq!(sop(256), b'X');
         assert_eq!(sop(u32::MAX as u64 + 1), op::BINUNICODE8);
+    }
+
+    fn v4(v: &Value) -> Vec<u8> {
+        Writer::new().protocol(4).write(v).unwrap()
+    }
+
+    /// The frames of a protocol-4 pickle after `PROTO 4`: (offset of the frame's data,
+    /// its length), walking from frame to frame, and the bytes outside frames skipped by
+    /// `outside` (a byte string's header and data) until the next `FRAME`.
+    fn frames(b: &[u8]) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let mut i = 2;
+        while i < b.len() && b[i] == op::FRAME {
+            let n = u64::from_le_bytes(b[i + 1..i + 9].try_into().unwrap()) as usize;
+            out.push((i + 9, n));
+            i += 9 + n;
+        }
+        out
+    }
+
+    #[test]
+    fn small_pickles_have_no_frame_opcode() {
+        assert_eq!(v4(&Value::None), b"\x80\x04N.");
+        assert_eq!(v4(&Value::Int(1)), b"\x80\x04K\x01.");
+        // Four bytes and more are a frame.
+        assert_eq!(
+            v4(&Value::Int(256)),
+            b"\x80\x04\x95\x04\0\0\0\0\0\0\0M\x00\x01."
+        );
+    }
+
+    #[test]
+    fn frames_are_committed_at_their_target_between_opcodes() {
+        let v = Value::list((0..40_000).map(|i| Value::Int(i + 70_000)).collect());
+        let b = v4(&v);
+        let f = frames(&b);
+        assert!(f.len() >= 3, "{f:?}");
+        // Every frame but the last reaches the target and overshoots it by less than one
+        // item; the frames cover the pickle.
+        for &(_, n) in &f[..f.len() - 1] {
+            assert!((FRAME_TARGET..FRAME_TARGET + 8).contains(&n), "{n}");
+        }
+        let (start, n) = f[f.len() - 1];
+        assert_eq!(start + n, b.len());
+        assert_eq!(b[b.len() - 1], b'.');
+    }
+
+    #[test]
+    fn large_byte_strings_are_outside_frames() {
+        let big: Arc<[u8]> = vec![7u8; FRAME_TARGET].into();
+        let small: Arc<[u8]> = vec![8u8; FRAME_TARGET - 1].into();
+        let v = Value::list(vec![Value::Bytes(small), Value::Bytes(big)]);
+        let b = v4(&v);
+        // FRAME [ ] MEMOIZE MARK BINBYTES small MEMOIZE ], then BINBYTES big unframed,
+        // then a frame of MEMOIZE APPENDS STOP.
+        let f = frames(&b);
+        assert_eq!(f.len(), 1);
+        let (start, n) = f[0];
+        assert_eq!(&b[start..start + 8], b"]\x94(B\xff\xff\x00\x00");
+        let after = start + n;
+        assert_eq!(b[after], op::BINBYTES);
+        assert_eq!(
+            &b[after + 1..after + 5],
+            &(FRAME_TARGET as u32).to_le_bytes()
+        );
+        let rest = after + 5 + FRAME_TARGET;
+        assert_eq!(&b[rest..], b"\x94e.");
+    }
+
+    /// A source of `len` bytes `i as u8` for stream `i`, written in pieces.
+    fn pattern(s: Stream, out: &mut dyn Write) -> Result<()> {
+        let piece = vec![s.index as u8; 1000];
+        let mut left = s.len;
+        while left > 0 {
+            let n = left.min(1000) as usize;
+            out.write_all(&piece[..n])?;
+            left -= n as u64;
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn streams_are_written_as_byte_strings_would_be() {
+        for len in [
+            0u64,
+            5,
+            300,
+            FRAME_TARGET as u64 - 1,
+            FRAME_TARGET as u64,
+            200_000,
+        ] {
+            for index in [3usize, 0xc5] {
+                let tree = |data: Value| Value::dict(vec![(Value::str("w"), data)]);
+                let bytes = Value::Bytes(vec![index as u8; len as usize].into());
+                for proto in [2, 4] {
+                    let mut w = Writer::new().protocol(proto);
+                    let want = w.write(&tree(bytes.clone())).unwrap();
+                    let mut got = Vec::new();
+                    let mut src = pattern;
+                    w.write_streamed(&tree(Value::stream(index, len)), &mut got, &mut src)
+                        .unwrap();
+                    if proto == 2 {
+                        // Streams are memoized (BINPUT after their REDUCE).
+                        assert_eq!(got[..got.len() - 4], want[..want.len() - 2], "{len}");
+                        assert_eq!(&got[got.len() - 4..], b"q\x01s.");
+                    } else {
+                        assert_eq!(got, want, "{len} {proto}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_named_twice_is_written_once() {
+        let v = Value::list(vec![Value::stream(1, 10), Value::stream(1, 10)]);
+        for proto in [2, 4] {
+            let mut calls = 0;
+            let mut src = |s: Stream, out: &mut dyn Write| {
+                calls += 1;
+                pattern(s, out)
+            };
+            let mut out = Vec::new();
+            Writer::new()
+                .protocol(proto)
+                .write_streamed(&v, &mut out, &mut src)
+                .unwrap();
+            // Protocol 2 asks twice (count, then write).
+            assert_eq!(calls, if proto == 2 { 2 } else { 1 });
+        }
+    }
+
+    #[test]
+    fn streams_of_the_wrong_length_and_missing_sources_are_errors() {
+        let v = Value::list(vec![Value::stream(0, 10)]);
+        for proto in [2, 4] {
+            let mut w = Writer::new().protocol(proto);
+            let mut short = |_: Stream, out: &mut dyn Write| Ok(out.write_all(&[1; 9])?);
+            let e = w
+                .write_streamed(&v, &mut Vec::new(), &mut short)
+                .unwrap_err();
+            assert!(e.to_string().contains("10 bytes expected, 9 given"), "{e}");
+            let mut long = |_: Stream, out: &mut dyn Write| Ok(out.write_all(&[1; 11])?);
+            let e = w
+                .write_streamed(&v, &mut Vec::new(), &mut long)
+                .unwrap_err();
+            assert!(e.to_string().contains("more than its 10 bytes"), "{e}");
+            let e = w.write(&v).unwrap_err();
+            assert!(e.to_string().contains("no source of streams"), "{e}");
+        }
+        let mut flip = 0u8;
+        let mut changing = |_: Stream, out: &mut dyn Write| {
+            flip ^= 0x80;
+            Ok(out.write_all(&[flip; 10])?)
+        };
+        let e = Writer::new()
+            .write_streamed(&v, &mut Vec::new(), &mut changing)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("changed between the two passes"),
+            "{e}"
+        );
+        let e = Writer::new().protocol(3).write(&Value::None).unwrap_err();
+        assert!(e.to_string().contains("protocol 3"), "{e}");
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tensorfmt_core::Limits;
-use tensorfmt_pickle::{self as pickle, Global, Kind, Object, Rules, Value};
+use tensorfmt_pickle::{self as pickle, Global, Kind, Object, Rules, Stream, Value};
 
 /// Records the largest single allocation made by this thread while armed.
 struct Counting;
@@ -583,4 +583,52 @@ fn mutation_fuzz_never_panics() {
         start.elapsed()
     );
     assert!(start.elapsed().as_secs() < 10);
+}
+
+/// Counts what is written.
+struct Tally {
+    len: u64,
+}
+
+impl std::io::Write for Tally {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.len += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A 100 MB byte string streamed from a reader is never held: the largest allocation
+/// made while writing is the payload's copy buffer, at both protocols.
+#[test]
+fn streamed_byte_strings_are_never_held_whole() {
+    use std::io::{Read, Write};
+    use tensorfmt_core::registry::Payload;
+    const LEN: u64 = 100_000_000;
+    let tree = Value::dict(vec![(s("w"), Value::stream(0, LEN))]);
+    for proto in [4u8, 2] {
+        let mut out = Tally { len: 0 };
+        let mut source = |st: Stream, w: &mut dyn Write| {
+            let mut r = std::io::repeat(0xab).take(st.len);
+            Payload::Reader(&mut r).write_to(w, st.len, "w")
+        };
+        LARGEST.with(|l| l.set(0));
+        ARMED.with(|a| a.set(true));
+        let written =
+            pickle::Writer::new()
+                .protocol(proto)
+                .write_streamed(&tree, &mut out, &mut source);
+        ARMED.with(|a| a.set(false));
+        written.unwrap();
+        let largest = LARGEST.with(|l| l.get());
+        assert!(
+            largest <= 4 << 20,
+            "protocol {proto}: {largest} bytes allocated at once"
+        );
+        // Protocol 2 writes each byte 0xab as two UTF-8 bytes (0xc2 0xab).
+        let data = if proto == 4 { LEN } else { 2 * LEN };
+        assert!(out.len > data && out.len < data + 100, "{}", out.len);
+    }
 }
