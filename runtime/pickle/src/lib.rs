@@ -1,5 +1,6 @@
 //! The pickle codec: a restricted pickle reader ([`read`], [`read_prefix`]) and a
-//! protocol-2 writer ([`write()`], [`Writer`]).
+//! writer of protocol 2 or 4 ([`write()`], [`Writer`]) that can take byte strings from
+//! a source as it writes them ([`Value::Stream`], [`Streams`]).
 //!
 //! Nothing here is specific to one framework. What a pickle may name is data: a
 //! [`Rules`] value lists the allowed globals (`module.name`) and what calling each one

@@ -274,12 +274,29 @@ fn writer_round_trips() {
     let rules = torch_rules()
         .allow("builtins", "set", Kind::Set)
         .allow("builtins", "frozenset", Kind::Set)
+        .allow("pkg", "Thing", Kind::Object)
         .allow_codecs_encode();
+    // Protocol 4 also writes calls with keyword arguments (`NEWOBJ_EX`).
+    let kwargs =
+        Object::new(Global::new("pkg", "Thing"), Kind::Object).with_args(vec![Value::Int(1)]);
+    let mut kwargs4 = kwargs.clone();
+    kwargs4.kwargs = vec![(s("device"), s("cpu"))];
+    values.push(Value::list(vec![
+        Value::object(kwargs),
+        Value::object(kwargs4),
+    ]));
     for v in &values {
-        for memo in [true, false] {
-            let bytes = pickle::Writer::new().memoize(memo).write(v).unwrap();
-            let back = pickle::read(&bytes, &rules, &Limits::default()).unwrap();
-            assert_eq!(normalize_sets(&back), normalize_sets(v));
+        for (memo, proto) in [(true, 2), (false, 2), (true, 4), (false, 4)] {
+            let written = pickle::Writer::new().memoize(memo).protocol(proto).write(v);
+            if proto == 2 && v == values.last().unwrap() {
+                assert!(written
+                    .unwrap_err()
+                    .to_string()
+                    .contains("keyword arguments"));
+                continue;
+            }
+            let back = pickle::read(&written.unwrap(), &rules, &Limits::default()).unwrap();
+            assert_eq!(normalize_sets(&back), normalize_sets(v), "protocol {proto}");
         }
     }
 }
