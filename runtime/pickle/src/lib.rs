@@ -1,5 +1,6 @@
 //! The pickle codec: a restricted pickle reader ([`read`], [`read_prefix`]) and a
-//! protocol-2 writer ([`write()`], [`Writer`]).
+//! writer of protocol 2 or 4 ([`write()`], [`Writer`]) that can take byte strings from
+//! a source as it writes them ([`Value::Stream`], [`Streams`]).
 //!
 //! Nothing here is specific to one framework. What a pickle may name is data: a
 //! [`Rules`] value lists the allowed globals (`module.name`) and what calling each one
@@ -46,9 +47,9 @@ pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};
-pub use value::{ByteRange, Global, Object, Value};
+pub use value::{ByteRange, Global, Object, Stream, Value};
 pub use walk::find_objects;
-pub use write::{write, write_to, Writer};
+pub use write::{write, write_to, Streams, Writer};
 
 const CODEC: &str = "pickle";
 

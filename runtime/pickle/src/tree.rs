@@ -93,6 +93,7 @@ impl TreeBuilder<'_> {
             }
             Value::Dict(entries) => Node::Dict(self.pairs(entries, depth)?),
             Value::Global(g) => Node::Global(g.to_string()),
+            Value::Stream(s) => Node::Other(format!("<{} bytes streamed>", s.len)),
             Value::Persistent(id) => {
                 Node::Other(format!("persistent_id({})", self.node(id, depth + 1)?))
             }

@@ -144,6 +144,10 @@ pub enum Value {
     /// A byte string left where the pickle stores it (only under
     /// [`Rules::byte_ranges`](super::Rules::byte_ranges)): never copied.
     Range(ByteRange),
+    /// A byte string that the writer takes from a source as it reaches it
+    /// ([`Writer::write_streamed`](crate::Writer::write_streamed)), so that a tree of
+    /// arrays can be written without their bytes in memory. The reader never builds one.
+    Stream(Stream),
 }
 
 /// A byte string that the reader left in the pickle's buffer instead of copying it
@@ -170,6 +174,16 @@ pub struct ByteRange {
 impl ByteRange {
     /// The longest Python 2 `str` also kept as text.
     pub const TEXT_MAX: u64 = 256;
+}
+
+/// A placeholder for a byte string written from a source ([`Value::Stream`]): which one
+/// (the source's numbering) and its length in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stream {
+    /// The source's number of the byte string.
+    pub index: usize,
+    /// Its length in bytes.
+    pub len: u64,
 }
 
 impl Value {
@@ -208,6 +222,11 @@ impl Value {
     /// A persistent id whose content is the tuple of `items`.
     pub fn persistent<const N: usize>(items: [Value; N]) -> Value {
         Value::Persistent(Arc::new(Value::tuple(Vec::from(items))))
+    }
+
+    /// The byte string number `index` of the writer's source, `len` bytes long.
+    pub fn stream(index: usize, len: u64) -> Value {
+        Value::Stream(Stream { index, len })
     }
 
     /// A tuple of integers (a shape, strides).
@@ -327,6 +346,7 @@ impl Value {
             Value::Persistent(_) => "persistent id",
             Value::Range(r) if r.text.is_some() => "str",
             Value::Range(_) => "bytes",
+            Value::Stream(_) => "bytes",
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tensorfmt_core::Limits;
-use tensorfmt_pickle::{self as pickle, Global, Kind, Object, Rules, Value};
+use tensorfmt_pickle::{self as pickle, Global, Kind, Object, Rules, Stream, Value};
 
 /// Records the largest single allocation made by this thread while armed.
 struct Counting;
@@ -274,12 +274,29 @@ fn writer_round_trips() {
     let rules = torch_rules()
         .allow("builtins", "set", Kind::Set)
         .allow("builtins", "frozenset", Kind::Set)
+        .allow("pkg", "Thing", Kind::Object)
         .allow_codecs_encode();
+    // Protocol 4 also writes calls with keyword arguments (`NEWOBJ_EX`).
+    let kwargs =
+        Object::new(Global::new("pkg", "Thing"), Kind::Object).with_args(vec![Value::Int(1)]);
+    let mut kwargs4 = kwargs.clone();
+    kwargs4.kwargs = vec![(s("device"), s("cpu"))];
+    values.push(Value::list(vec![
+        Value::object(kwargs),
+        Value::object(kwargs4),
+    ]));
     for v in &values {
-        for memo in [true, false] {
-            let bytes = pickle::Writer::new().memoize(memo).write(v).unwrap();
-            let back = pickle::read(&bytes, &rules, &Limits::default()).unwrap();
-            assert_eq!(normalize_sets(&back), normalize_sets(v));
+        for (memo, proto) in [(true, 2), (false, 2), (true, 4), (false, 4)] {
+            let written = pickle::Writer::new().memoize(memo).protocol(proto).write(v);
+            if proto == 2 && v == values.last().unwrap() {
+                assert!(written
+                    .unwrap_err()
+                    .to_string()
+                    .contains("keyword arguments"));
+                continue;
+            }
+            let back = pickle::read(&written.unwrap(), &rules, &Limits::default()).unwrap();
+            assert_eq!(normalize_sets(&back), normalize_sets(v), "protocol {proto}");
         }
     }
 }
@@ -821,4 +838,52 @@ fn latin1_text_beyond_u00ff_is_refused_when_read() {
     // Without the byte-range rule the same pickle is refused at once.
     let e = pickle::read(&p, &numpy_rules().byte_ranges(false), &Limits::default()).unwrap_err();
     assert!(e.to_string().contains("outside latin-1"), "{e}");
+}
+
+/// Counts what is written.
+struct Tally {
+    len: u64,
+}
+
+impl std::io::Write for Tally {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.len += buf.len() as u64;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A 100 MB byte string streamed from a reader is never held: the largest allocation
+/// made while writing is the payload's copy buffer, at both protocols.
+#[test]
+fn streamed_byte_strings_are_never_held_whole() {
+    use std::io::{Read, Write};
+    use tensorfmt_core::registry::Payload;
+    const LEN: u64 = 100_000_000;
+    let tree = Value::dict(vec![(s("w"), Value::stream(0, LEN))]);
+    for proto in [4u8, 2] {
+        let mut out = Tally { len: 0 };
+        let mut source = |st: Stream, w: &mut dyn Write| {
+            let mut r = std::io::repeat(0xab).take(st.len);
+            Payload::Reader(&mut r).write_to(w, st.len, "w")
+        };
+        LARGEST.with(|l| l.set(0));
+        ARMED.with(|a| a.set(true));
+        let written =
+            pickle::Writer::new()
+                .protocol(proto)
+                .write_streamed(&tree, &mut out, &mut source);
+        ARMED.with(|a| a.set(false));
+        written.unwrap();
+        let largest = LARGEST.with(|l| l.get());
+        assert!(
+            largest <= 4 << 20,
+            "protocol {proto}: {largest} bytes allocated at once"
+        );
+        // Protocol 2 writes each byte 0xab as two UTF-8 bytes (0xc2 0xab).
+        let data = if proto == 4 { LEN } else { 2 * LEN };
+        assert!(out.len > data && out.len < data + 100, "{}", out.len);
+    }
 }

@@ -1,0 +1,577 @@
+//! The pickle writer against CPython and NumPy (the pinned environment): plain values
+//! written at protocols 2 and 4 load equal, the protocol-4 pickles byte for byte what
+//! `pickle.dumps(value, protocol=4)` writes; NumPy arrays built as values (the
+//! `_reconstruct` call, `ndarray`, the `dtype` call and the states NumPy writes) with
+//! their data streamed from payloads load as the equal arrays, at both protocols, and a
+//! dict of them at protocol 4 is byte for byte what `pickle.dumps` writes.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use tensorfmt::Payload;
+use tensorfmt_runtime::pickle::{Global, Kind, Object, Stream, Value, Writer};
+use tensorfmt_tests::python_snippet;
+
+fn s(text: &str) -> Value {
+    Value::str(text)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A Python expression that evaluates to `v` (plain values only).
+fn py(v: &Value) -> String {
+    let seq = |items: &[Value]| items.iter().map(py).collect::<Vec<_>>().join(", ");
+    match v {
+        Value::None => "None".into(),
+        Value::Bool(b) => if *b { "True" } else { "False" }.into(),
+        Value::Int(i) => i.to_string(),
+        Value::BigInt(b) => format!(
+            "int.from_bytes(bytes.fromhex('{}'), 'little', signed=True)",
+            hex(b)
+        ),
+        Value::Float(f) => format!(
+            "struct.unpack('>d', bytes.fromhex('{:016x}'))[0]",
+            f.to_bits()
+        ),
+        Value::Str(t) => format!("bytes.fromhex('{}').decode('utf-8')", hex(t.as_bytes())),
+        Value::Bytes(b) => format!("bytes.fromhex('{}')", hex(b)),
+        Value::Tuple(t) => format!("tuple([{}])", seq(t)),
+        Value::List(l) => format!("[{}]", seq(l)),
+        Value::Set(x) => format!("set([{}])", seq(x)),
+        Value::FrozenSet(x) => format!("frozenset([{}])", seq(x)),
+        Value::Dict(d) => {
+            let items: Vec<String> = d
+                .iter()
+                .map(|(k, v)| format!("{}: {}", py(k), py(v)))
+                .collect();
+            format!("{{{}}}", items.join(", "))
+        }
+        other => panic!("no Python literal for {other:?}"),
+    }
+}
+
+fn ints(range: std::ops::Range<i64>) -> Vec<Value> {
+    range.map(Value::Int).collect()
+}
+
+/// Plain values, none shared and no one-character string or byte string repeated
+/// (CPython shares those, so its pickle of what it loaded would memoize them).
+fn plain_values() -> Vec<Value> {
+    let big = |v: i128| Value::int(v);
+    let mut huge = vec![0u8; 40];
+    huge[39] = 0x80;
+    vec![
+        Value::None,
+        Value::Bool(true),
+        Value::list(vec![
+            Value::Bool(false),
+            Value::Int(0),
+            Value::Int(255),
+            Value::Int(256),
+            Value::Int(65535),
+            Value::Int(65536),
+            Value::Int(-1),
+            Value::Int(-(1 << 31)),
+            Value::Int((1 << 31) - 1),
+            Value::Int(1 << 31),
+            Value::Int(i64::MAX),
+            Value::Int(i64::MIN),
+            big(1 << 100),
+            big(-(1 << 90)),
+            Value::BigInt(huge.into()),
+        ]),
+        Value::list(vec![
+            Value::Float(1.5),
+            Value::Float(-0.0),
+            Value::Float(f64::INFINITY),
+            Value::Float(1e300),
+        ]),
+        Value::list(vec![
+            s(""),
+            s("a"),
+            s("héllo"),
+            s("\u{1F600} wide"),
+            s(&"x".repeat(300)),
+            s(&"long text ".repeat(7000)),
+        ]),
+        Value::list(vec![
+            Value::Bytes(Arc::from(Vec::new())),
+            Value::Bytes(Arc::from(vec![0u8, 0xff])),
+            Value::Bytes(Arc::from((0..300).map(|i| i as u8).collect::<Vec<_>>())),
+            Value::Bytes(Arc::from(
+                (0..70_000).map(|i| (i * 7) as u8).collect::<Vec<_>>(),
+            )),
+        ]),
+        Value::list(vec![
+            Value::tuple(vec![]),
+            Value::tuple(ints(1..2)),
+            Value::tuple(ints(2..4)),
+            Value::tuple(ints(4..7)),
+            Value::tuple(ints(7..12)),
+            Value::list(vec![]),
+            Value::list(vec![Value::list(ints(20..22)), Value::dict(vec![])]),
+        ]),
+        Value::list(ints(0..2500)),
+        Value::list(ints(0..1001)),
+        Value::dict((0..1001).map(|i| (Value::Int(i), Value::Int(-i))).collect()),
+        Value::dict(vec![
+            (s("key one"), Value::Int(1)),
+            (Value::tuple(ints(3..5)), Value::None),
+            (Value::Int(7), s("seven")),
+        ]),
+        Value::list(vec![
+            Value::Set(Arc::from(Vec::new())),
+            Value::Set(Arc::from(ints(1..4))),
+            Value::Set(Arc::from(ints(0..1500))),
+            Value::FrozenSet(Arc::from(Vec::new())),
+            Value::FrozenSet(Arc::from(ints(10..12))),
+        ]),
+        // Many small values across frame boundaries.
+        Value::list((0..30_000).map(|i| s(&format!("item {i}"))).collect()),
+        Value::dict(
+            (0..5000)
+                .map(|i| {
+                    let inner = Value::tuple(vec![Value::Int(i), Value::Float(i as f64 / 3.0)]);
+                    (
+                        s(&format!("k{i}")),
+                        Value::list(vec![inner, s(&"v".repeat(i as usize % 40 + 2))]),
+                    )
+                })
+                .collect(),
+        ),
+    ]
+}
+
+fn run(code: &str, args: &[&str]) {
+    let (ok, out) = python_snippet(code, args);
+    assert!(ok, "{out}");
+    eprintln!("{out}");
+}
+
+const PLAIN_CHECK: &str = r#"
+import os, pickle, struct, sys
+d = sys.argv[1]
+n = 0
+for name in sorted(os.listdir(d)):
+    if not name.endswith('.expr'):
+        continue
+    stem = name[:-5]
+    want = eval(open(os.path.join(d, name)).read())
+    for proto in (2, 4):
+        data = open(os.path.join(d, f'{stem}.p{proto}'), 'rb').read()
+        got = pickle.loads(data)
+        assert type(got) is type(want) and got == want and repr(got) == repr(want), (stem, proto)
+        if proto == 4:
+            again = pickle.dumps(got, protocol=4)
+            assert again == data, (stem, len(again), len(data), next(
+                i for i in range(min(len(again), len(data))) if again[i] != data[i]))
+        n += 1
+print('checked', n)
+"#;
+
+#[test]
+fn plain_values_load_equal_and_protocol_4_is_what_cpython_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    for (i, v) in plain_values().iter().enumerate() {
+        std::fs::write(dir.path().join(format!("{i:03}.expr")), py(v)).unwrap();
+        for proto in [2u8, 4] {
+            let bytes = Writer::new().protocol(proto).write(v).unwrap();
+            std::fs::write(dir.path().join(format!("{i:03}.p{proto}")), bytes).unwrap();
+        }
+    }
+    run(PLAIN_CHECK, &[dir.path().to_str().unwrap()]);
+}
+
+/// The globals and shared parts of NumPy pickles, shared as CPython shares them (the
+/// one-character strings and byte strings, a dtype's object among arrays of it).
+struct Numpy {
+    dtypes: Vec<(String, Value)>,
+    b: Value,
+    orders: Vec<(char, Value)>,
+}
+
+impl Numpy {
+    fn new() -> Self {
+        Numpy {
+            dtypes: Vec::new(),
+            b: Value::Bytes(Arc::from(&b"b"[..])),
+            orders: Vec::new(),
+        }
+    }
+
+    fn call(path: &str, args: Vec<Value>, state: Value) -> Value {
+        let (module, name) = path.rsplit_once('.').unwrap();
+        let kind = Kind::Call {
+            params: Arc::from(Vec::new()),
+        };
+        Value::object(
+            Object::new(Global::new(module, name), kind)
+                .with_args(args)
+                .with_state(state),
+        )
+    }
+
+    /// `numpy.dtype(name, False, True)` with state `(3, order, None, None, None, -1, -1,
+    /// 0)`, one object per distinct dtype.
+    fn dtype(&mut self, name: &str, order: char) -> Value {
+        let key = format!("{order}{name}");
+        if let Some((_, v)) = self.dtypes.iter().find(|(k, _)| *k == key) {
+            return v.clone();
+        }
+        let order_str = match self.orders.iter().find(|(c, _)| *c == order) {
+            Some((_, v)) => v.clone(),
+            None => {
+                let v = s(&order.to_string());
+                self.orders.push((order, v.clone()));
+                v
+            }
+        };
+        let state = Value::tuple(vec![
+            Value::Int(3),
+            order_str,
+            Value::None,
+            Value::None,
+            Value::None,
+            Value::Int(-1),
+            Value::Int(-1),
+            Value::Int(0),
+        ]);
+        let args = vec![s(name), Value::Bool(false), Value::Bool(true)];
+        let v = Self::call("numpy.dtype", args, state);
+        self.dtypes.push((key, v.clone()));
+        v
+    }
+
+    /// `_reconstruct(ndarray, (0,), b'b')` with state `(1, shape, dtype, fortran, data)`.
+    fn array(&mut self, dtype: Value, shape: &[u64], fortran: bool, data: Value) -> Value {
+        let args = vec![
+            Value::global("numpy.ndarray"),
+            Value::tuple(vec![Value::Int(0)]),
+            self.b.clone(),
+        ];
+        let state = Value::tuple(vec![
+            Value::Int(1),
+            Value::int_tuple(shape),
+            dtype,
+            Value::Bool(fortran),
+            data,
+        ]);
+        Self::call("numpy._core.multiarray._reconstruct", args, state)
+    }
+}
+
+/// An array to write: name, NumPy dtype (kind and size, byte order), shape, Fortran order.
+struct Case {
+    name: &'static str,
+    dtype: &'static str,
+    order: char,
+    shape: &'static [u64],
+    fortran: bool,
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "f4",
+        dtype: "f4",
+        order: '<',
+        shape: &[2, 3],
+        fortran: false,
+    },
+    Case {
+        name: "f4_big_endian",
+        dtype: "f4",
+        order: '>',
+        shape: &[5],
+        fortran: false,
+    },
+    Case {
+        name: "f8_fortran",
+        dtype: "f8",
+        order: '<',
+        shape: &[2, 3, 4],
+        fortran: true,
+    },
+    Case {
+        name: "f2",
+        dtype: "f2",
+        order: '<',
+        shape: &[7],
+        fortran: false,
+    },
+    Case {
+        name: "i8",
+        dtype: "i8",
+        order: '<',
+        shape: &[3, 2],
+        fortran: false,
+    },
+    Case {
+        name: "i4_big_endian",
+        dtype: "i4",
+        order: '>',
+        shape: &[4],
+        fortran: false,
+    },
+    Case {
+        name: "i2",
+        dtype: "i2",
+        order: '<',
+        shape: &[3],
+        fortran: false,
+    },
+    Case {
+        name: "i1",
+        dtype: "i1",
+        order: '|',
+        shape: &[9],
+        fortran: false,
+    },
+    Case {
+        name: "u1_fortran",
+        dtype: "u1",
+        order: '|',
+        shape: &[3, 5],
+        fortran: true,
+    },
+    Case {
+        name: "u2",
+        dtype: "u2",
+        order: '<',
+        shape: &[2],
+        fortran: false,
+    },
+    Case {
+        name: "u4",
+        dtype: "u4",
+        order: '<',
+        shape: &[2, 2],
+        fortran: false,
+    },
+    Case {
+        name: "u8_big_endian",
+        dtype: "u8",
+        order: '>',
+        shape: &[3],
+        fortran: false,
+    },
+    Case {
+        name: "bool",
+        dtype: "b1",
+        order: '|',
+        shape: &[6],
+        fortran: false,
+    },
+    Case {
+        name: "c8",
+        dtype: "c8",
+        order: '<',
+        shape: &[2],
+        fortran: false,
+    },
+    Case {
+        name: "c16",
+        dtype: "c16",
+        order: '<',
+        shape: &[2, 1],
+        fortran: false,
+    },
+    Case {
+        name: "scalar",
+        dtype: "f8",
+        order: '<',
+        shape: &[],
+        fortran: false,
+    },
+    Case {
+        name: "empty",
+        dtype: "f4",
+        order: '<',
+        shape: &[0, 3],
+        fortran: false,
+    },
+    Case {
+        name: "large",
+        dtype: "f4",
+        order: '<',
+        shape: &[300, 100],
+        fortran: false,
+    },
+    Case {
+        name: "large_high_bytes",
+        dtype: "u1",
+        order: '|',
+        shape: &[70_000],
+        fortran: false,
+    },
+];
+
+/// The bytes of a case: a pattern with every byte value (0/1 for booleans), with no NaN
+/// for floats (the high byte of each element kept below 0x7f).
+fn data_of(c: &Case) -> Vec<u8> {
+    let size: usize = c.dtype[1..].parse().unwrap();
+    let n = c.shape.iter().product::<u64>() as usize * size;
+    (0..n)
+        .map(|i| match c.dtype {
+            "b1" => (i % 3 == 0) as u8,
+            d if d.starts_with('f') || d.starts_with('c') => {
+                let top = if c.order == '>' {
+                    i % size == 0
+                } else {
+                    i % size == size - 1
+                };
+                if top {
+                    (i % 0x3f) as u8
+                } else {
+                    (i * 37 + 11) as u8
+                }
+            }
+            _ => (i * 37 + 11) as u8,
+        })
+        .collect()
+}
+
+const NUMPY_CHECK: &str = r#"
+import os, pickle, sys
+import numpy as np
+d, names = sys.argv[1], sys.argv[2].split(',')
+for proto in (2, 4):
+    got = pickle.load(open(os.path.join(d, f'arrays.p{proto}'), 'rb'))
+    assert list(got) == names, (proto, list(got))
+    for name in names:
+        spec = open(os.path.join(d, name + '.spec')).read().split()
+        dt, fortran = np.dtype(spec[0]), spec[1] == 'F'
+        shape = tuple(int(x) for x in spec[2:])
+        raw = open(os.path.join(d, name + '.raw'), 'rb').read()
+        want = np.frombuffer(raw, dtype=dt).reshape(shape, order='F' if fortran else 'C')
+        a = got[name]
+        # What NumPy loads from its own pickle of the array (at protocols 2 and 4 it
+        # loads big-endian arrays in native order).
+        ref = pickle.loads(pickle.dumps(want, protocol=proto))
+        assert type(a) is np.ndarray, (proto, name, type(a))
+        assert a.dtype.str == ref.dtype.str and a.shape == shape, (proto, name, a.dtype, a.shape)
+        assert a.dtype.newbyteorder('<') == dt.newbyteorder('<'), (proto, name, a.dtype)
+        assert np.array_equal(a, want) and np.array_equal(a, ref), (proto, name)
+        assert a.tobytes(order='A') == ref.tobytes(order='A'), (proto, name)
+        assert (a.flags.f_contiguous, a.flags.c_contiguous) == (ref.flags.f_contiguous, ref.flags.c_contiguous), (proto, name)
+        if a.ndim > 1 and min(a.shape) > 1:
+            assert a.flags.f_contiguous == fortran and a.flags.c_contiguous != fortran, (proto, name)
+print('checked', len(names), 'arrays at protocols 2 and 4')
+"#;
+
+/// The arrays' tree with one stream per case, and their bytes.
+fn arrays(np: &mut Numpy, cases: &[&Case]) -> (Value, Vec<Vec<u8>>) {
+    let mut entries = Vec::new();
+    let mut data = Vec::new();
+    for (i, c) in cases.iter().enumerate() {
+        let bytes = data_of(c);
+        let dtype = np.dtype(c.dtype, c.order);
+        let stream = Value::stream(i, bytes.len() as u64);
+        entries.push((s(c.name), np.array(dtype, c.shape, c.fortran, stream)));
+        data.push(bytes);
+    }
+    (Value::dict(entries), data)
+}
+
+/// Writes `tree` with its streams taken from payloads over `data`.
+fn write_streamed(tree: &Value, data: &[Vec<u8>], proto: u8, path: &Path) {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut streams = |st: Stream, w: &mut dyn Write| {
+        let mut r = &data[st.index][..];
+        Payload::Reader(&mut r).write_to(w, st.len, "data")
+    };
+    Writer::new()
+        .protocol(proto)
+        .write_streamed(tree, &mut out, &mut streams)
+        .unwrap();
+}
+
+#[test]
+fn numpy_arrays_with_streamed_data_load_equal() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: Vec<&Case> = CASES.iter().collect();
+    let (tree, data) = arrays(&mut Numpy::new(), &cases);
+    for (c, bytes) in cases.iter().zip(&data) {
+        std::fs::write(dir.path().join(format!("{}.raw", c.name)), bytes).unwrap();
+        let shape: Vec<String> = c.shape.iter().map(u64::to_string).collect();
+        let spec = format!(
+            "{}{} {} {}",
+            c.order,
+            c.dtype,
+            if c.fortran { "F" } else { "C" },
+            shape.join(" ")
+        );
+        std::fs::write(dir.path().join(format!("{}.spec", c.name)), spec).unwrap();
+    }
+    for proto in [2, 4] {
+        write_streamed(
+            &tree,
+            &data,
+            proto,
+            &dir.path().join(format!("arrays.p{proto}")),
+        );
+    }
+    let names: Vec<&str> = cases.iter().map(|c| c.name).collect();
+    run(
+        NUMPY_CHECK,
+        &[dir.path().to_str().unwrap(), &names.join(",")],
+    );
+}
+
+const NUMPY_SAME: &str = r#"
+import pickle, sys
+import numpy as np
+data = open(sys.argv[1], 'rb').read()
+want = {
+    'a': np.arange(6, dtype='<i8').reshape(2, 3),
+    'b': np.arange(70000, dtype='<f4').reshape(350, 200),
+    'c': np.asfortranarray(np.arange(12, dtype='<i8').reshape(3, 4)),
+    'd': np.array(2.5),
+    'e': np.zeros((0,), dtype='<f4'),
+}
+mine = pickle.dumps(want, protocol=4)
+assert mine == data, (len(mine), len(data), next(
+    (i for i in range(min(len(mine), len(data))) if mine[i] != data[i]), None))
+print('identical', len(data), 'bytes')
+"#;
+
+#[test]
+fn numpy_dict_at_protocol_4_is_what_cpython_writes() {
+    let mut np = Numpy::new();
+    let le = |v: Vec<i64>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let f4 = |n: usize| {
+        (0..n)
+            .flat_map(|x| (x as f32).to_le_bytes())
+            .collect::<Vec<u8>>()
+    };
+    // Fortran order: the bytes of arange(12).reshape(3, 4) by columns.
+    let fortran: Vec<i64> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| i * 4 + j))
+        .collect();
+    let data = vec![
+        le((0..6).collect()),
+        f4(70_000),
+        le(fortran),
+        2.5f64.to_le_bytes().to_vec(),
+        Vec::new(),
+    ];
+    let specs: [(&str, &str, &[u64], bool); 5] = [
+        ("a", "i8", &[2, 3], false),
+        ("b", "f4", &[350, 200], false),
+        ("c", "i8", &[3, 4], true),
+        ("d", "f8", &[], false),
+        ("e", "f4", &[0], false),
+    ];
+    let mut entries = Vec::new();
+    for (i, (name, dtype, shape, fortran)) in specs.iter().enumerate() {
+        let dtype = np.dtype(dtype, '<');
+        let stream = Value::stream(i, data[i].len() as u64);
+        entries.push((s(name), np.array(dtype, shape, *fortran, stream)));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("same.pkl");
+    write_streamed(&Value::dict(entries), &data, 4, &path);
+    run(NUMPY_SAME, &[path.to_str().unwrap()]);
+}
