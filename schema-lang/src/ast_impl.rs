@@ -166,7 +166,9 @@ impl Item {
             },
             Item::ReadOnly(span)
             | Item::Detect(
-                Detect::Magic { span, .. } | Detect::Pickle { span, .. } | Detect::Entries { span, .. },
+                Detect::Magic { span, .. }
+                | Detect::Pickle { span, .. }
+                | Detect::Entries { span, .. },
             ) => *span,
             Item::Table(t) => t.span,
             Item::Dict(d) => d.span,

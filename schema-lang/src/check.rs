@@ -538,9 +538,9 @@ impl<'a> Checker<'a> {
                 }
             }
             Detect::Pickle { pickle, window, .. } => {
-                let declared = at.fmt.items.iter().any(|i| {
-                    matches!(i, crate::ast::Item::Pickle(p) if p.name.name == pickle.name)
-                });
+                let declared = at.fmt.items.iter().any(
+                    |i| matches!(i, crate::ast::Item::Pickle(p) if p.name.name == pickle.name),
+                );
                 if !declared {
                     self.err_help(
                         at.file,

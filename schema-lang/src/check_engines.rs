@@ -1720,7 +1720,11 @@ impl Rules<'_> {
     /// one pickle field, whose declaration keeps byte strings in the file
     /// (`byte_ranges;`), and mappings over the objects of that field whose `data` is a
     /// pickled byte string (`data = a.state[4];`), laid out in `order` (no `strides`).
-    fn file_one_pickle(&mut self, lid: LayoutId, source: &dyn Fn(&Mapping) -> Option<crate::ir::PickleId>) {
+    fn file_one_pickle(
+        &mut self,
+        lid: LayoutId,
+        source: &dyn Fn(&Mapping) -> Option<crate::ir::PickleId>,
+    ) {
         let ir = self.ir;
         let f = ir.format(self.fid);
         let field = &ir.layout(lid).fields[0];

@@ -382,7 +382,9 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let field = &ir.layout(lid).fields[0];
     let Some(Codec::Pickle(pid)) = field.codec else {
-        unreachable!("checker rule file_pickle: the field of a file that is one pickle is a pickle");
+        unreachable!(
+            "checker rule file_pickle: the field of a file that is one pickle is a pickle"
+        );
     };
     let pk = ir.pickle(pid);
     let lower_name = pk.name.to_lowercase();

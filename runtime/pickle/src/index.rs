@@ -444,6 +444,9 @@ pub fn read_file(
 /// file) to a tensor whose bytes the pickle holds ([`data`](super::data)).
 pub type Place = for<'v> fn(&str, &'v Object, u64) -> Result<TensorInfo>;
 
+/// A call kind of a [`OneSpec`]: which calls are of it, and their mapping.
+pub type OneKind = (fn(&Object) -> bool, Place);
+
 /// A file that is one pickle, whose arrays' bytes it holds itself (NumPy's `.pkl`):
 /// what [`read_one`] reads.
 #[derive(Clone, Copy)]
@@ -455,7 +458,7 @@ pub struct OneSpec {
     pub rules: fn() -> &'static Rules,
     /// The calls that build tensors, each kind with its mapping, in the format's order:
     /// a call is mapped by the first kind it is of.
-    pub kinds: &'static [(fn(&Object) -> bool, Place)],
+    pub kinds: &'static [OneKind],
 }
 
 /// Reads the pickle that fills `src` (mapped, or read whole when the source is not)

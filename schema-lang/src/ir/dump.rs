@@ -65,7 +65,11 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
                 let _ = writeln!(out, "  detect magic {} at {at}", bytes_lit(bytes));
             }
             Detect::Pickle { pickle, window } => {
-                let _ = writeln!(out, "  detect pickle({}, {window})", ir.pickle(*pickle).name);
+                let _ = writeln!(
+                    out,
+                    "  detect pickle({}, {window})",
+                    ir.pickle(*pickle).name
+                );
             }
             Detect::Entries { mode, pattern } => {
                 let _ = writeln!(out, "  detect entries {mode:?} {:?}", pattern.text);
@@ -207,7 +211,10 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
         if let Some((k, items)) = &p.persistent {
             let _ = writeln!(out, "    persistent {k}({})", items.join(", "));
         }
-        for (on, name) in [(p.byte_ranges, "byte_ranges"), (p.codecs_encode, "codecs_encode")] {
+        for (on, name) in [
+            (p.byte_ranges, "byte_ranges"),
+            (p.codecs_encode, "codecs_encode"),
+        ] {
             if on {
                 let _ = writeln!(out, "    {name}");
             }

@@ -519,39 +519,43 @@ impl<'a> Lower<'a> {
             let fmt = self.ast_fmt();
             self.ir.formats[i].engine = self.engine(fmt);
             let pickles = self.ir.formats[i].pickles.clone();
-            let pickle_named = |n: &str| pickles.iter().copied().find(|&p| self.ir.pickle(p).name == n);
-            self.ir.formats[i].detects = fmt
-                .detects()
-                .filter_map(|d| match d {
-                    ast::Detect::Magic { bytes, at, .. } => Some(Detect::Magic {
-                        bytes: bytes.value.clone(),
-                        at: *at,
-                        span: bytes.span,
-                    }),
-                    // The checker keeps the name to a declaration of the format.
-                    ast::Detect::Pickle { pickle, window, .. } => {
-                        pickle_named(&pickle.name).map(|pickle| Detect::Pickle {
-                            pickle,
-                            window: *window,
-                        })
-                    }
-                    ast::Detect::Entries {
-                        all,
-                        none,
-                        pattern: p,
-                        ..
-                    } => Some(Detect::Entries {
-                        mode: if *none {
-                            EntriesMode::None
-                        } else if *all {
-                            EntriesMode::All
-                        } else {
-                            EntriesMode::Any
-                        },
-                        pattern: pattern(&p.value),
-                    }),
-                })
-                .collect();
+            let pickle_named = |n: &str| {
+                pickles
+                    .iter()
+                    .copied()
+                    .find(|&p| self.ir.pickle(p).name == n)
+            };
+            self.ir.formats[i].detects =
+                fmt.detects()
+                    .filter_map(|d| match d {
+                        ast::Detect::Magic { bytes, at, .. } => Some(Detect::Magic {
+                            bytes: bytes.value.clone(),
+                            at: *at,
+                            span: bytes.span,
+                        }),
+                        // The checker keeps the name to a declaration of the format.
+                        ast::Detect::Pickle { pickle, window, .. } => pickle_named(&pickle.name)
+                            .map(|pickle| Detect::Pickle {
+                                pickle,
+                                window: *window,
+                            }),
+                        ast::Detect::Entries {
+                            all,
+                            none,
+                            pattern: p,
+                            ..
+                        } => Some(Detect::Entries {
+                            mode: if *none {
+                                EntriesMode::None
+                            } else if *all {
+                                EntriesMode::All
+                            } else {
+                                EntriesMode::Any
+                            },
+                            pattern: pattern(&p.value),
+                        }),
+                    })
+                    .collect();
             let ids = self.item_ids[i].clone();
             for (item, id) in fmt.items.iter().zip(ids) {
                 match (item, id) {
