@@ -12,6 +12,7 @@ const SCHEMAS: &[(&str, &str)] = &[
     ("fmt/onnx.fmt", "ONNX"),
     ("fmt/caffe2.fmt", "CAFFE2"),
     ("fmt/minidb.fmt", "CAFFE2"),
+    ("fmt/pickle.fmt", "PICKLE"),
 ];
 
 fn main() {

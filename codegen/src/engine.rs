@@ -26,6 +26,22 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
                 described.push(format!("the magic `{}`", ir.text(fid, *span)));
                 tests.push(quote!(src.has_magic(#at, #b)));
             }
+            Detect::Pickle { pickle, window } => {
+                let pk = ir.pickle(*pickle);
+                let calls = pk.globals.iter().filter_map(|g| match g.kind {
+                    ir::GlobalKind::Call { .. } => {
+                        let (m, n) = g.path.rsplit_once('.').unwrap_or(("", &g.path));
+                        Some(quote!((#m, #n)))
+                    }
+                    _ => None,
+                });
+                let w = Literal::u64_unsuffixed(*window);
+                described.push(format!(
+                    "a pickle naming a call of `{}` in its first {window} bytes",
+                    pk.name
+                ));
+                tests.push(quote!(rt::pickle::starts_naming(src, #w, &[#(#calls),*])));
+            }
             // The checker keeps member rules to zip formats.
             Detect::Entries { mode, pattern } => {
                 let p = &pattern.text;

@@ -757,6 +757,16 @@ impl Lower<'_> {
                 let b = self.expr(base)?.ts;
                 return Ok(Val::value(quote!(#b.arg(#p)), ty));
             }
+            Member::PickleState => {
+                let b = self.expr(base)?.ts;
+                return Ok(Val::value(
+                    match &base.ty {
+                        Type::PickleCall(..) => quote!(#b.state.as_ref()),
+                        _ => quote!(rt::pickle::state(#b)),
+                    },
+                    ty,
+                ));
+            }
             Member::PickleAttr(a) => {
                 let b = self.expr(base)?.ts;
                 let item = match &base.ty {
@@ -1103,6 +1113,9 @@ impl Lower<'_> {
         match (&x.ty, like) {
             (Type::Pickled(_), Some(Type::Int(_))) => {
                 quote!(#xs.and_then(rt::pickle::Value::as_i128))
+            }
+            (Type::Pickled(_), Some(Type::Bool)) => {
+                quote!(#xs.and_then(rt::pickle::Value::as_bool))
             }
             (Type::Pickled(_), _) => quote!(#xs.and_then(rt::pickle::Value::as_str)),
             _ => xs.clone(),

@@ -61,6 +61,8 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
     }
     let persistent = pk.persistent.is_some();
     let protocols = pk.protocol.map(|v| quote!(.protocols(0..=#v)));
+    let codecs = pk.codecs_encode.then(|| quote!(.allow_codecs_encode()));
+    let ranges = pk.byte_ranges.then(|| quote!(.byte_ranges(true)));
     let lower = pk.name.to_lowercase();
     let f = format_ident!("{}_rules", lower);
     let doc = format!(
@@ -91,6 +93,8 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
                     #(#allow)*
                     .persistent_ids(#persistent)
                     #protocols
+                    #codecs
+                    #ranges
             })
         }
         #(#preds)*

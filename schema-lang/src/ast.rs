@@ -127,6 +127,16 @@ pub enum Detect {
         /// The whole item.
         span: Span,
     },
+    /// `detect pickle(P, N);` — the file starts as a pickle whose first `N` bytes name
+    /// one of the calls `P` declares (a pickle of arrays).
+    Pickle {
+        /// The pickle declaration.
+        pickle: Ident,
+        /// How many bytes from the start are searched.
+        window: u64,
+        /// The whole item.
+        span: Span,
+    },
     /// `detect entries all|any|none "pattern";` (the zip engine)
     Entries {
         /// True for `all`, false for `any` and `none`.
@@ -454,7 +464,22 @@ pub enum PickleItem {
         /// The whole line.
         span: Span,
     },
+    /// `byte_ranges;`, `codecs_encode;` — a reading option (see
+    /// [`PICKLE_OPTIONS`]).
+    Option(Ident),
 }
+
+/// The options a pickle declaration may set (`byte_ranges;`), each with what it means.
+pub const PICKLE_OPTIONS: &[(&str, &str)] = &[
+    (
+        "byte_ranges",
+        "byte strings stay in the file (array data), not copied",
+    ),
+    (
+        "codecs_encode",
+        "`_codecs.encode(text, 'latin1')` and `bytes()` build byte strings",
+    ),
+];
 
 /// `entry name "pattern" { props }` — entries of a container (zip members, DB records).
 #[derive(Debug, Clone, PartialEq)]

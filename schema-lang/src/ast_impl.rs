@@ -165,7 +165,11 @@ impl Item {
                 _ => Span::default(),
             },
             Item::ReadOnly(span)
-            | Item::Detect(Detect::Magic { span, .. } | Detect::Entries { span, .. }) => *span,
+            | Item::Detect(
+                Detect::Magic { span, .. }
+                | Detect::Pickle { span, .. }
+                | Detect::Entries { span, .. },
+            ) => *span,
             Item::Table(t) => t.span,
             Item::Dict(d) => d.span,
             Item::Layout(l) => l.span,

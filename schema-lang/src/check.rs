@@ -537,6 +537,27 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
+            Detect::Pickle { pickle, window, .. } => {
+                let declared = at.fmt.items.iter().any(
+                    |i| matches!(i, crate::ast::Item::Pickle(p) if p.name.name == pickle.name),
+                );
+                if !declared {
+                    self.err_help(
+                        at.file,
+                        pickle.span,
+                        format!("`detect pickle` names no pickle declaration '{}' of this format", pickle.name),
+                        "name a `pickle P { ... }` of the format, whose calls the first bytes must name",
+                    );
+                }
+                if *window == 0 {
+                    self.err_help(
+                        at.file,
+                        pickle.span,
+                        "`detect pickle` searches no bytes",
+                        "give how many bytes from the start are searched: `detect pickle(P, 4096);`",
+                    );
+                }
+            }
             Detect::Entries { pattern, span, .. } => {
                 // A kv format has no `detect` rules at all (an engine rule over the IR).
                 if !matches!(at.fmt.engine_kind(), "zip" | "kv") {
@@ -1314,6 +1335,7 @@ impl<'a> Checker<'a> {
     fn pickle(&mut self, at: At<'a>, p: &Pickle) {
         let mut protocol = false;
         let mut persistent = false;
+        let mut options = std::collections::HashSet::new();
         let mut globals: HashMap<&str, Span> = HashMap::new();
         for item in &p.items {
             match item {
@@ -1328,6 +1350,22 @@ impl<'a> Checker<'a> {
                             *sp,
                             format!("pickle protocol {v} does not exist (0 to 5)"),
                         );
+                    }
+                }
+                PickleItem::Option(name) => {
+                    if !crate::ast::PICKLE_OPTIONS.iter().any(|o| o.0 == name.name) {
+                        let known: Vec<String> = crate::ast::PICKLE_OPTIONS
+                            .iter()
+                            .map(|(o, what)| format!("`{o};` ({what})"))
+                            .collect();
+                        self.err_help(
+                            at.file,
+                            name.span,
+                            format!("unknown pickle option `{}`", name.name),
+                            format!("the options are {}", known.join(", ")),
+                        );
+                    } else if !options.insert(name.name.as_str()) {
+                        self.err(at.file, name.span, format!("`{}` given twice", name.name));
                     }
                 }
                 PickleItem::Persistent { span, .. } => {

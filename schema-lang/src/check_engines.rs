@@ -1620,6 +1620,12 @@ impl Rules<'_> {
             } => base.field_of().filter(|(l, _)| *l == lid).map(|_| *p),
             _ => None,
         };
+        if let [x] = ir.layout(lid).fields.as_slice() {
+            if x.repeat.is_none() && pickled.len() == 1 {
+                self.file_one_pickle(lid, &source);
+                return;
+            }
+        }
         let [m] = f.mappings.as_slice() else {
             self.err(
                 f.name_span,
@@ -1708,6 +1714,83 @@ impl Rules<'_> {
             &data_ok,
             "`data = slice(File.storages.bytes[index_of(File.keys, t.storage.key)], offset, none);`",
         );
+    }
+
+    /// A `file` that is one pickle holding its arrays' bytes (NumPy's `.pkl`): a layout of
+    /// one pickle field, whose declaration keeps byte strings in the file
+    /// (`byte_ranges;`), and mappings over the objects of that field whose `data` is a
+    /// pickled byte string (`data = a.state[4];`), laid out in `order` (no `strides`).
+    fn file_one_pickle(
+        &mut self,
+        lid: LayoutId,
+        source: &dyn Fn(&Mapping) -> Option<crate::ir::PickleId>,
+    ) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let field = &ir.layout(lid).fields[0];
+        self.pickle_checks(lid, FieldId(0));
+        if let Some(Codec::Pickle(p)) = field.codec {
+            if !f.mappings.is_empty() && !ir.pickle(p).byte_ranges {
+                self.err(
+                    field.span,
+                    "a file that is one pickle reads its arrays' bytes in place, but the pickle's declaration copies byte strings",
+                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
+                );
+            }
+        }
+        for &m in &f.mappings {
+            let map = ir.mapping(m);
+            if source(map).is_none() {
+                self.err(
+                    map.source.span,
+                    "a mapping of a file that is one pickle iterates the objects of that pickle",
+                    "`tensor from File.object.arrays as a`, `object` the field of `codec pickle(P)`",
+                );
+                continue;
+            }
+            if let Some(w) = &map.filter {
+                self.err(
+                    w.span,
+                    "a `where` filter on a mapping over pickled objects",
+                    "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
+                );
+            }
+            for st in &map.stmts {
+                match st {
+                    MappingStmt::Set { key, value }
+                        if matches!(key, TensorKey::Strides | TensorKey::Segment) =>
+                    {
+                        self.err(
+                            value.span,
+                            format!("`{}` in a mapping of a file that is one pickle", key.name()),
+                            "its arrays are dense where the pickle holds them: give `order` (`order = if a.state[3] == true { fortran } else { c };`)",
+                        )
+                    }
+                    MappingStmt::Include { arg, .. } => self.err(
+                        arg.span,
+                        "`include` in a mapping over pickled objects",
+                        "the mapping sets `name`, `dtype`, `shape` and `data` itself",
+                    ),
+                    MappingStmt::Set { .. } => {}
+                }
+            }
+            if let Some(e) = map.key(TensorKey::Shape).filter(|e| !pickled_int_list(e)) {
+                self.err(
+                    e.span,
+                    "the `shape` of a pickled tensor is a list of integers",
+                    "a pickled tuple (`shape = a.state[1];`), a list of integers or pickled integers",
+                );
+            }
+            if let Some(d) = map.key(TensorKey::Data) {
+                if !matches!(d.ty, Type::Pickled(_)) {
+                    self.err(
+                        d.span,
+                        "the `data` of a tensor of a file that is one pickle is a pickled byte string",
+                        "`data = a.state[4];` (the array's bytes, left in the file)",
+                    );
+                }
+            }
+        }
     }
 
     /// A record layout: integers, then a sized `payload`, last. Its payload field.

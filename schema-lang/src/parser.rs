@@ -341,6 +341,7 @@ fn rule_word(r: Rule) -> Option<String> {
         Rule::p_protocol => "`protocol`",
         Rule::p_global => "`global`",
         Rule::p_persistent => "`persistent`",
+        Rule::p_option => "a pickle option",
         Rule::ident_list => "a parameter list",
         Rule::entry => "`entry`",
         Rule::entry_prop => "an entry property",
@@ -526,6 +527,16 @@ impl Builder<'_> {
                 Item::Detect(Detect::Magic {
                     bytes,
                     at,
+                    span: sp,
+                })
+            }
+            Rule::detect_pickle => {
+                let mut it = kids(p);
+                let pickle = self.ident(it.next().expect("pickle"));
+                let window = self.uint::<u64>(&it.next().expect("window"), "window");
+                Item::Detect(Detect::Pickle {
+                    pickle,
+                    window,
                     span: sp,
                 })
             }
@@ -884,6 +895,10 @@ impl Builder<'_> {
                         params,
                         span: isp,
                     });
+                }
+                Rule::p_option => {
+                    let name = self.ident(kids(c).next().expect("option"));
+                    items.push(PickleItem::Option(name));
                 }
                 _ => {} // docs of pickle lines have no place in the AST
             }

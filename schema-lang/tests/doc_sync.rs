@@ -21,5 +21,5 @@ fn reference_embeds_every_schema_verbatim() {
             }
         }
     }
-    assert_eq!(n, 10);
+    assert_eq!(n, 11);
 }

@@ -118,10 +118,10 @@ fn snake(name: &str) -> String {
 pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let public = &fmt.public_name;
-    let [m] = fmt.mappings.as_slice() else {
-        unreachable!("checker rule file_pickle: a file of pickles has one tensor mapping");
+    let Some(&m) = fmt.mappings.first() else {
+        unreachable!("checker rule file_pickle: a file of pickles has a tensor mapping");
     };
-    let map = ir.mapping(*m);
+    let map = ir.mapping(m);
     // `tensor from L.object.<kind>s as t`
     let objects = match &map.source.kind {
         ExprKind::Member {
@@ -136,6 +136,9 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         );
     };
     let layout = ir.layout(lid);
+    if layout.fields.len() == 1 {
+        return gen_file_one(ir, fid, lid);
+    }
     let pk = ir.pickle(pid);
 
     // The layout: pickle fields, then the repeated records (last).
@@ -368,5 +371,137 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         }
 
         #desc
+    })
+}
+
+/// `FILE` (an `rt::pickle::OneSpec`), `index` and one mapping function per tensor
+/// mapping of a `file` that is one pickle holding its arrays' bytes (`layout File {
+/// object: bytes codec pickle(P); }`): each call of a mapped kind becomes a dense tensor
+/// whose `data`, a pickled byte string, is located in the file by `rt::pickle::data`.
+fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
+    let fmt = ir.format(fid);
+    let field = &ir.layout(lid).fields[0];
+    let Some(Codec::Pickle(pid)) = field.codec else {
+        unreachable!(
+            "checker rule file_pickle: the field of a file that is one pickle is a pickle"
+        );
+    };
+    let pk = ir.pickle(pid);
+    let lower_name = pk.name.to_lowercase();
+    let mut kinds = Vec::new();
+    let mut fns = Vec::new();
+    for (j, &m) in fmt.mappings.iter().enumerate() {
+        let map = ir.mapping(m);
+        let ExprKind::Member {
+            member: Member::PickleObjects(_, kind),
+            ..
+        } = &map.source.kind
+        else {
+            unreachable!("checker rule file_pickle: a mapping iterates the objects of the pickle");
+        };
+        let f = match j {
+            0 => format_ident!("{}_{}", snake(&ir.layout(lid).name), kind),
+            _ => format_ident!("{}_{}_{}", snake(&ir.layout(lid).name), kind, j),
+        };
+        let is_kind = format_ident!("is_{}_{}", lower_name, kind);
+        kinds.push(quote!((#is_kind, #f)));
+        fns.push(gen_place_fn(ir, fid, map, &f, kind)?);
+    }
+    let name = &field.name;
+    let rules = format_ident!("{}_rules", lower_name);
+    let fdoc = format!(
+        " The `{}` layout: one pickle, `{name}`, holding its arrays' bytes, and the calls mapped to tensors.",
+        ir.layout(lid).name
+    );
+    let entry_points = super::index_and_structure(
+        " Lists the tensors of `src` without reading their bytes: reads the pickle (its byte\n strings left in the file), then maps every object of the mapped kinds.",
+        "the pickled object",
+    );
+    let desc = crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true);
+    Ok(quote! {
+        #[doc = #fdoc]
+        pub const FILE: rt::pickle::OneSpec = rt::pickle::OneSpec {
+            field: #name,
+            rules: #rules,
+            kinds: &[#(#kinds),*],
+        };
+
+        #entry_points {
+            rt::pickle::read_one(src, limits, &FILE, with_structure)
+        }
+
+        #(#fns)*
+
+        #desc
+    })
+}
+
+/// The mapping function `name` of `map` over the `kind` calls of a file that is one
+/// pickle: `fn <name>(path, <binding>, base) -> rt::Result<rt::TensorInfo>`.
+fn gen_place_fn(
+    ir: &Ir,
+    fid: FormatId,
+    map: &ir::Mapping,
+    name: &proc_macro2::Ident,
+    kind: &str,
+) -> R<TokenStream> {
+    let env = super::MapEnv {
+        fid,
+        binding: map,
+        texts: &[],
+        uses_texts: Cell::new(false),
+        uses_path: Cell::new(false),
+        dtype: Cell::new(false),
+    };
+    let lower = Lower { ir, env: &env };
+    let need = |k: ir::TensorKey| {
+        map.key(k).unwrap_or_else(|| {
+            unreachable!(
+                "checker rules: a mapping over pickled objects sets `{}` itself",
+                k.name()
+            )
+        })
+    };
+    let name_e = need(ir::TensorKey::Name);
+    let name_v = lower.expr(name_e)?;
+    let name_ts = match name_v.ty {
+        Type::Pickled(_) => {
+            let (x, what) = (&name_v.ts, lower.text(name_e));
+            quote!(rt::pickle::name(#x, #what)?.into_owned())
+        }
+        _ => name_v.owned_string(),
+    };
+    let dtype_ts = lower.expr(need(ir::TensorKey::Dtype))?.scalar();
+    env.dtype.set(true);
+    let shape_ts = super::int_list(&lower, need(ir::TensorKey::Shape), true)?;
+    let order_ts = match map.key(ir::TensorKey::Order) {
+        Some(o) => lower.expr(o)?.scalar(),
+        None => quote!(rt::Order::C),
+    };
+    let bo_ts = match map.key(ir::TensorKey::ByteOrder) {
+        Some(b) => lower.expr(b)?.scalar(),
+        None => quote!(dtype.1.unwrap_or(rt::ByteOrder::Little)),
+    };
+    let data_e = need(ir::TensorKey::Data);
+    let data_v = lower.expr(data_e)?.ts;
+    let data_what = lower.text(data_e);
+    let b = crate::model::binding_ident(&map.binding);
+    let path = if env.uses_path.get() {
+        quote!(path)
+    } else {
+        quote!(_path)
+    };
+    let doc = format!(
+        " The tensor that a `{kind}` call builds (`{}` at `path`, the pickle at `base`): the mapping `tensor from {}`.",
+        map.binding,
+        ir.text(fid, map.source.span),
+    );
+    Ok(quote! {
+        #[doc = #doc]
+        fn #name(#path: &str, #b: &rt::pickle::Object, base: u64) -> rt::Result<rt::TensorInfo> {
+            let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = #dtype_ts;
+            let data = rt::pickle::data(#data_v, base, #data_what)?;
+            rt::TensorInfo::dense(#name_ts, dtype.0, #shape_ts, #order_ts, #bo_ts, data)
+        }
     })
 }

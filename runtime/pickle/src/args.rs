@@ -52,12 +52,25 @@ pub fn len(v: Option<&Value>, field: &str) -> Result<i128> {
     Ok(n as i128)
 }
 
-/// The attribute `name` of an object (its `BUILD` state's entry, or a dict-kind
-/// object's), or the entry `name` of a dict; `None` when there is no such value.
+/// The attribute `name` of an object (the call's argument of that name — a dtype's
+/// `descr` —, else its `BUILD` state's entry, or a dict-kind object's), or the entry
+/// `name` of a dict; `None` when there is no such value.
 pub fn attr<'v>(v: Option<&'v Value>, name: &str) -> Option<&'v Value> {
     match v? {
-        Value::Object(o) if o.kind != crate::Kind::Dict => o.state.as_ref()?.get(name),
+        Value::Object(o) if o.kind != crate::Kind::Dict => o
+            .arg(name)
+            .or_else(|| o.state.as_ref().and_then(|s| s.get(name))),
         other => other.get(name),
+    }
+}
+
+/// The state `BUILD` gave an object (a NumPy array's `(version, shape, dtype,
+/// is_fortran, data)`); for a dict or a dict-kind object, its entry `"state"`; `None`
+/// when there is none.
+pub fn state(v: Option<&Value>) -> Option<&Value> {
+    match v? {
+        Value::Object(o) if o.kind != crate::Kind::Dict => o.state.as_ref(),
+        other => other.get("state"),
     }
 }
 

@@ -439,3 +439,74 @@ pub fn read_file(
     };
     Ok((tensors, structure))
 }
+
+/// The format's mapping of one call (given its path, and the offset of the pickle in the
+/// file) to a tensor whose bytes the pickle holds ([`data`](super::data)).
+pub type Place = for<'v> fn(&str, &'v Object, u64) -> Result<TensorInfo>;
+
+/// A call kind of a [`OneSpec`]: which calls are of it, and their mapping.
+pub type OneKind = (fn(&Object) -> bool, Place);
+
+/// A file that is one pickle, whose arrays' bytes it holds itself (NumPy's `.pkl`):
+/// what [`read_one`] reads.
+#[derive(Clone, Copy)]
+pub struct OneSpec {
+    /// The pickle's field in the format (errors name it).
+    pub field: &'static str,
+    /// What the pickle may contain (with [`Rules::byte_ranges`], so that the arrays'
+    /// bytes stay in the file).
+    pub rules: fn() -> &'static Rules,
+    /// The calls that build tensors, each kind with its mapping, in the format's order:
+    /// a call is mapped by the first kind it is of.
+    pub kinds: &'static [OneKind],
+}
+
+/// Reads the pickle that fills `src` (mapped, or read whole when the source is not)
+/// with `spec.rules`, finds every call of `spec.kinds` in the order of the unpickled
+/// object and maps it; with `with_structure`, returns the object tree too.
+///
+/// Errors name the file, the pickle's field (with the offset of the pickle's error), or
+/// the path of a call (as [`Index::read`]).
+pub fn read_one(
+    src: &Source,
+    limits: &Limits,
+    spec: &OneSpec,
+    with_structure: bool,
+) -> Result<(Vec<TensorInfo>, Option<Node>)> {
+    let in_file = |e: Error| src.in_file(e.in_field(spec.field));
+    let owned;
+    let bytes: &[u8] = match src.data().as_slice() {
+        Some(all) => all,
+        None => {
+            let len = usize::try_from(src.data().len())
+                .map_err(|_| in_file(ErrorKind::Overflow("file size".to_string()).into()))?;
+            let mut v = vec![0u8; len];
+            src.data().read_exact_at(0, &mut v).map_err(in_file)?;
+            owned = v;
+            &owned
+        }
+    };
+    let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
+    let is_target = |o: &Object| spec.kinds.iter().any(|(is, _)| is(o));
+    let objects = find_objects(&value, &is_target, limits).map_err(in_file)?;
+    let mut tensors = Vec::with_capacity(objects.len());
+    let mut names = Names::default();
+    for (path, o) in objects {
+        let place = spec
+            .kinds
+            .iter()
+            .find(|(is, _)| is(o))
+            .map(|k| k.1)
+            .expect("find_objects gives objects of the kinds");
+        let t = place(&path, o, 0).map_err(|e| src.in_file(e.in_field(field_of(&path))))?;
+        if with_structure {
+            names.add(o, &t.name);
+        }
+        tensors.push(t);
+    }
+    let structure = match with_structure {
+        true => Some(names.tree(&value, limits).map_err(in_file)?),
+        false => None,
+    };
+    Ok((tensors, structure))
+}

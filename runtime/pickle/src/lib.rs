@@ -31,6 +31,7 @@
 
 mod args;
 mod data;
+mod detect;
 mod index;
 mod objects;
 mod read;
@@ -40,9 +41,12 @@ mod value;
 mod walk;
 mod write;
 
-pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, uint};
+pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
 pub use data::{data, data_len, Latin1Text};
-pub use index::{read_file, Check, Field, FileSpec, Index, Mapped, Record};
+pub use detect::starts_naming;
+pub use index::{
+    read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec, Place, Record,
+};
 pub use objects::{call, table_global, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};

@@ -269,6 +269,14 @@ impl Value {
         }
     }
 
+    /// The boolean, when this is a [`Value::Bool`].
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Value::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
     /// The items of a tuple, list, set or frozenset.
     pub fn as_seq(&self) -> Option<&[Value]> {
         match self {

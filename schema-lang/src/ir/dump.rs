@@ -64,6 +64,13 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
             Detect::Magic { bytes, at, .. } => {
                 let _ = writeln!(out, "  detect magic {} at {at}", bytes_lit(bytes));
             }
+            Detect::Pickle { pickle, window } => {
+                let _ = writeln!(
+                    out,
+                    "  detect pickle({}, {window})",
+                    ir.pickle(*pickle).name
+                );
+            }
             Detect::Entries { mode, pattern } => {
                 let _ = writeln!(out, "  detect entries {mode:?} {:?}", pattern.text);
             }
@@ -203,6 +210,14 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
         }
         if let Some((k, items)) = &p.persistent {
             let _ = writeln!(out, "    persistent {k}({})", items.join(", "));
+        }
+        for (on, name) in [
+            (p.byte_ranges, "byte_ranges"),
+            (p.codecs_encode, "codecs_encode"),
+        ] {
+            if on {
+                let _ = writeln!(out, "    {name}");
+            }
         }
     }
     for &e in &f.entries {
@@ -521,6 +536,7 @@ impl D<'_> {
                     Member::PicklePath => "path".into(),
                     Member::PickleParam(p) => p.clone(),
                     Member::PickleAttr(a) => format!("<{a}>"),
+                    Member::PickleState => "<state>".into(),
                 };
                 format!("{b}.{m}")
             }

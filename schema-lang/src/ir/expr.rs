@@ -394,6 +394,10 @@ pub enum Member {
     /// A dynamic attribute of a pickled value (`t.storage.key`: an item of a persistent
     /// id, an attribute of an object).
     PickleAttr(String),
+    /// The state `BUILD` gave a pickled object (`a.state`, `a.state[2].state`): of a
+    /// call's object, or of a pickled value that is one (a pickled dict's entry
+    /// `"state"` otherwise).
+    PickleState,
 }
 
 /// How `base[index]` looks up.

@@ -518,31 +518,44 @@ impl<'a> Lower<'a> {
             self.cur = FormatId(i as u32);
             let fmt = self.ast_fmt();
             self.ir.formats[i].engine = self.engine(fmt);
-            self.ir.formats[i].detects = fmt
-                .detects()
-                .map(|d| match d {
-                    ast::Detect::Magic { bytes, at, .. } => Detect::Magic {
-                        bytes: bytes.value.clone(),
-                        at: *at,
-                        span: bytes.span,
-                    },
-                    ast::Detect::Entries {
-                        all,
-                        none,
-                        pattern: p,
-                        ..
-                    } => Detect::Entries {
-                        mode: if *none {
-                            EntriesMode::None
-                        } else if *all {
-                            EntriesMode::All
-                        } else {
-                            EntriesMode::Any
-                        },
-                        pattern: pattern(&p.value),
-                    },
-                })
-                .collect();
+            let pickles = self.ir.formats[i].pickles.clone();
+            let pickle_named = |n: &str| {
+                pickles
+                    .iter()
+                    .copied()
+                    .find(|&p| self.ir.pickle(p).name == n)
+            };
+            self.ir.formats[i].detects =
+                fmt.detects()
+                    .filter_map(|d| match d {
+                        ast::Detect::Magic { bytes, at, .. } => Some(Detect::Magic {
+                            bytes: bytes.value.clone(),
+                            at: *at,
+                            span: bytes.span,
+                        }),
+                        // The checker keeps the name to a declaration of the format.
+                        ast::Detect::Pickle { pickle, window, .. } => pickle_named(&pickle.name)
+                            .map(|pickle| Detect::Pickle {
+                                pickle,
+                                window: *window,
+                            }),
+                        ast::Detect::Entries {
+                            all,
+                            none,
+                            pattern: p,
+                            ..
+                        } => Some(Detect::Entries {
+                            mode: if *none {
+                                EntriesMode::None
+                            } else if *all {
+                                EntriesMode::All
+                            } else {
+                                EntriesMode::Any
+                            },
+                            pattern: pattern(&p.value),
+                        }),
+                    })
+                    .collect();
             let ids = self.item_ids[i].clone();
             for (item, id) in fmt.items.iter().zip(ids) {
                 match (item, id) {
@@ -2039,6 +2052,7 @@ impl<'a> Lower<'a> {
                         Member::PickleObjects(*p, k.to_string()),
                         Type::List(Box::new(Type::PickleCall(*p, k.to_string()))),
                     )),
+                    None if n == "state" => Some((Member::PickleState, Type::Pickled(*p))),
                     None => Some((Member::PickleAttr(n.to_string()), Type::Pickled(*p))),
                 }
             }
@@ -2052,6 +2066,8 @@ impl<'a> Lower<'a> {
                     .is_some_and(|ps| ps.contains(&n))
                 {
                     Some((Member::PickleParam(n.to_string()), Type::Pickled(*p)))
+                } else if n == "state" {
+                    Some((Member::PickleState, Type::Pickled(*p)))
                 } else {
                     None
                 }
@@ -2902,11 +2918,18 @@ fn lower_pickle(fmt: FormatId, p: &ast::Pickle) -> Pickle {
         protocol: p.protocol().map(|v| v.min(255) as u8),
         globals: Vec::new(),
         persistent: None,
+        byte_ranges: false,
+        codecs_encode: false,
         span: p.span,
     };
     for item in &p.items {
         match item {
             ast::PickleItem::Protocol(..) => {}
+            ast::PickleItem::Option(o) => match o.name.as_str() {
+                "byte_ranges" => out.byte_ranges = true,
+                "codecs_encode" => out.codecs_encode = true,
+                _ => {}
+            },
             ast::PickleItem::Global {
                 path, kind, params, ..
             } => {

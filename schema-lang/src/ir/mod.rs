@@ -445,6 +445,13 @@ pub enum Detect {
         /// The bytes literal as written (`b"PK\x03\x04"`).
         span: Span,
     },
+    /// `detect pickle(P, N);`
+    Pickle {
+        /// The declaration whose call globals the first bytes must name.
+        pickle: PickleId,
+        /// How many bytes from the start are searched.
+        window: u64,
+    },
     /// `detect entries all|any|none "pattern";`
     Entries {
         /// How entries must match.
@@ -887,6 +894,10 @@ pub struct Pickle {
     pub globals: Vec<Global>,
     /// Persistent ids: their kind and item names.
     pub persistent: Option<(String, Vec<String>)>,
+    /// `byte_ranges;`: byte strings stay in the file as ranges (array data).
+    pub byte_ranges: bool,
+    /// `codecs_encode;`: `_codecs.encode(text, 'latin1')` and `bytes()` are allowed.
+    pub codecs_encode: bool,
     /// Where it is declared.
     pub span: Span,
 }
