@@ -7,6 +7,8 @@
 #     written by onnx, inline and with external data, with the memcpy limit;
 #   --suite caffe2: benches/compare_caffe2.py, the Caffe2 input pipeline vs LMDB's cursor
 #     (the limit) vs a Python lmdb + protobuf + NumPy loop on a 1 GB LMDB dataset;
+#   --suite pickle: benches/compare_pickle.py, pickle.load and np.load(allow_pickle=True) vs
+#     tensorfmt's index and full load of a .pkl of NumPy arrays, with the memcpy limit;
 #   --suite safetensors: benches/compare_safetensors.py, Python safetensors vs tensorfmt vs
 #     the safetensors crate vs candle (tfbench built with --features candle) on a file
 #     written by safetensors.torch.save_file, with the memcpy limit.
@@ -37,7 +39,8 @@ case "$suite" in
   onnx) script=benches/compare_onnx.py; features=(); module=onnx ;;
   caffe2) script=benches/compare_caffe2.py; features=(); module=lmdb ;;
   safetensors) script=benches/compare_safetensors.py; features=(--features candle); module=safetensors ;;
-  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2, safetensors)" >&2; exit 2 ;;
+  pickle) script=benches/compare_pickle.py; features=(); module=torch ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2, safetensors, pickle)" >&2; exit 2 ;;
 esac
 
 cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}

@@ -13,7 +13,8 @@
 //! `DIR` holds the input files `compare.py` wrote with NumPy (`in.npy`, `open_*.npy`,
 //! `in_stored.npz`, `in_deflate.npz`), `compare_torch.py` with `torch.save` (`in.pt`),
 //! `compare_onnx.py` with onnx (`onnx_*/in.onnx`), `compare_caffe2.py` (`caffe2_data.lmdb`)
-//! or `compare_safetensors.py` with `safetensors.torch.save_file` (`st/in.safetensors`);
+//! `compare_safetensors.py` with `safetensors.torch.save_file` (`st/in.safetensors`) or
+//! `compare_pickle.py` with `pickle.dump` (`in.pkl`);
 //! every workload whose input is there runs. Outputs are written next to them (`out_*`).
 //! Built with the `candle` feature, the PyTorch and safetensors workloads are also timed
 //! with candle. Each operation runs once untimed (page cache warm), then `N` times (`M` for
@@ -626,6 +627,67 @@ fn pytorch(b: &mut Bench) -> Result<()> {
     tf_saves(b, "pt", "pytorch", &dir.join("out_tf.pt"), &refs, bytes)
 }
 
+/// The pickle suite on `in.pkl` (NumPy arrays written by `pickle.dump` in
+/// `compare_pickle.py`): the index (open and list the arrays, with and without detection),
+/// full load into owned memory and as views of the map, and the memcpy references over the
+/// same payload bytes.
+fn pickle(b: &mut Bench) -> Result<()> {
+    let input = b.args.dir.join("in.pkl");
+    if !input.exists() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let open_runs = b.args.open_runs;
+    let ranges = tf::payload_ranges(&input)?;
+    let bytes: usize = ranges.iter().map(|r| r.len()).sum();
+    let none = || Ok(());
+    b.time(
+        Case {
+            op: "pkl.open",
+            lib: "tensorfmt",
+            how: "TensorFile::open (map + detect + index) + names listed",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open_list(&input, None),
+    )?;
+    b.time(
+        Case {
+            op: "pkl.open.nodetect",
+            lib: "tensorfmt",
+            how: "TensorFile::open_with(format: pickle) (map + index, no detection) + names listed",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::open_list(&input, Some("pickle")),
+    )?;
+    b.time(
+        Case {
+            op: "pkl.read.owned",
+            lib: "tensorfmt",
+            how: "open + read_all(OwnedSink)",
+            bytes,
+            runs,
+        },
+        none,
+        || tf::read_owned(&input),
+    )?;
+    b.time(
+        Case {
+            op: "pkl.read.view",
+            lib: "tensorfmt",
+            how: "open + load_all: every array as a zero-copy view of the map",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || tf::read_view(&input),
+    )?;
+    memcpy_references(b, "pkl", &input, &ranges, bytes)
+}
+
 /// The safetensors suite on `st/in.safetensors` (written by `safetensors.torch.save_file`
 /// in `compare_safetensors.py`): index-only open (tensorfmt with and without detection,
 /// the safetensors crate, candle), full load into owned memory, the memcpy references over
@@ -986,6 +1048,7 @@ fn main() {
         pytorch(&mut b)?;
         onnx(&mut b)?;
         safetensors(&mut b)?;
+        pickle(&mut b)?;
         caffe2(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
