@@ -269,6 +269,15 @@ impl Value {
         }
     }
 
+    /// The text a schema compares with a string: a string (as [`Value::as_str`]), or a
+    /// global's dotted path (`numpy.ndarray`), as a table lookup keys it.
+    pub fn as_name(&self) -> Option<&str> {
+        match self {
+            Value::Global(g) => Some(&g.path),
+            _ => self.as_str(),
+        }
+    }
+
     /// The boolean, when this is a [`Value::Bool`].
     pub fn as_bool(&self) -> Option<bool> {
         match self {
