@@ -402,6 +402,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_are_text_or_a_global_s_path() {
+        let g = Value::Global(Global::new("numpy", "ndarray"));
+        assert_eq!(g.as_name(), Some("numpy.ndarray"));
+        assert_eq!(g.as_str(), None);
+        assert_eq!(Value::str("F").as_name(), Some("F"));
+        assert_eq!(Value::Int(7).as_name(), None);
+    }
+
+    #[test]
     fn minimal_forms() {
         assert_eq!(minimal_le(&[0, 0]), Vec::<u8>::new());
         assert_eq!(minimal_le(&[0xff, 0xff]), vec![0xff]);
