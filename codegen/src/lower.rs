@@ -1107,7 +1107,7 @@ impl Lower<'_> {
     }
 
     /// A value that may be absent as an `Option` of the value form of `like` (a pickled
-    /// value read as text or an integer).
+    /// value read as text, a global as its dotted path, or an integer).
     fn optional(&self, x: &Val, like: Option<&Type>) -> TokenStream {
         let xs = &x.ts;
         match (&x.ty, like) {
@@ -1117,7 +1117,7 @@ impl Lower<'_> {
             (Type::Pickled(_), Some(Type::Bool)) => {
                 quote!(#xs.and_then(rt::pickle::Value::as_bool))
             }
-            (Type::Pickled(_), _) => quote!(#xs.and_then(rt::pickle::Value::as_str)),
+            (Type::Pickled(_), _) => quote!(#xs.and_then(rt::pickle::Value::as_name)),
             _ => xs.clone(),
         }
     }

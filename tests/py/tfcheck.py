@@ -2,19 +2,27 @@
 """NumPy's side of tensorfmt's interop tests: what the real tool says about a file.
 
 Run with the test environment's python (`scripts/pyenv.sh` prints it; the Rust tests
-take it from $TENSORFMT_PYTHON). Uses only NumPy and the standard library; every file is
-loaded with ``np.load(path, allow_pickle=False)``.
+take it from $TENSORFMT_PYTHON). Uses only NumPy and the standard library; npy and npz
+files are loaded with ``np.load(path, allow_pickle=False)``, ``.pkl`` and ``.pickle`` files
+(pickles of NumPy arrays, made by the tests or committed fixtures: loading a pickle runs
+what it names) with ``pickle.load(f, encoding='latin1')``.
 
 Subcommands
 -----------
-describe FILE
-    Prints one line of JSON, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
+describe FILE [FILE...]
+    Prints one line of JSON per file, exactly what ``tensorfmt inspect --json --sha256 FILE`` must
     print (the README's `inspect --json` contract)::
 
-        {"format": "npy"|"npz", "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
+        {"format": "npy"|"npz"|"pickle", "tensors": [{"name", "dtype", "shape", "sha256"}, ...]}
 
     Tensors in file order: for npz the zip member order (NpzFile.files), names without
-    ``.npy``; for npy one tensor named after the file stem. dtype is the canonical name
+    ``.npy``; for npy one tensor named after the file stem; for a pickle ("format":
+    "pickle") every ``np.ndarray`` in the unpickled object, depth-first, dicts in insertion
+    order, lists and tuples by index, named by the keys and indices on the way joined with
+    "." (``nested.conv.w``, ``seq.1.0``; an array at the root has the empty name). Keys
+    are named when they are text, integers, booleans or None (``str(k)``); entries under
+    other keys (tuples, floats, bytes) have no name and are skipped, as tensorfmt does.
+    Other leaves (floats, NumPy scalars, text) are skipped. dtype is the canonical name
     (f16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool c64 c128); sha256 is over the
     elements in C order, little-endian, bool as one byte 0/1. Exits 2 with a message on
     a dtype outside that list (strings, structured, datetime, object, long double...).
@@ -28,6 +36,15 @@ make-random OUTDIR SEED COUNT
     subnormals, -0.0 included). Prints each file's absolute path on its own line.
     The same SEED gives the same files.
 
+make-random-pickle OUTDIR SEED COUNT
+    Writes COUNT pickles of NumPy arrays that no test has seen (``pickle.dump`` at
+    protocol 2, 4 or 5, chosen at random), as .pkl or .pickle: the arrays of make-random
+    (random dtypes in both byte orders, 0-d and empty shapes, C or Fortran order) in
+    nested dicts (text and integer keys), lists and tuples beside floats, ints, text,
+    None and NumPy scalars, at least one array each; the root is a dict, a list, or
+    (rarely) one array. Prints
+    each file's absolute path on its own line. The same SEED gives the same files.
+
 compare A B
     Exits 0 when A and B (npy or npz, any mix) hold the same tensors: same names in the
     same order, same dtype up to byte order, same shape and bit-identical elements
@@ -40,6 +57,7 @@ compare A B
 import hashlib
 import json
 import os
+import pickle
 import sys
 from pathlib import Path
 
@@ -93,8 +111,41 @@ def le_c_bytes(a):
     return np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
 
 
+PICKLE_SUFFIXES = (".pkl", ".pickle")
+
+
+def named_key(k):
+    """A dict key's name in a path, or None when tensorfmt gives it none."""
+    if k is None or isinstance(k, (str, int, bool)):
+        return str(k)
+    return None
+
+
+def walk_pickle(obj, prefix, found):
+    """Depth-first: every np.ndarray in `obj` -> found as (path, array)."""
+    def join(part):
+        return f"{prefix}.{part}" if prefix else part
+
+    if isinstance(obj, np.ndarray):
+        found.append((prefix, obj))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            name = named_key(k)
+            if name is not None:
+                walk_pickle(v, join(name), found)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            walk_pickle(v, join(str(i)), found)
+
+
 def load(path):
     """[(name, array)] in file order, and the format name."""
+    if str(path).endswith(PICKLE_SUFFIXES):
+        with open(path, "rb") as f:
+            obj = pickle.load(f, encoding="latin1")
+        found = []
+        walk_pickle(obj, "", found)
+        return "pickle", found
     obj = np.load(path, allow_pickle=False)
     if isinstance(obj, np.ndarray):
         return "npy", [(Path(path).stem, obj)]
@@ -116,9 +167,10 @@ def describe(path):
 
 
 def cmd_describe(args):
-    if len(args) != 1:
+    if not args:
         usage()
-    print(json.dumps(describe(args[0]), sort_keys=False))
+    for a in args:
+        print(json.dumps(describe(a), sort_keys=False))
     return 0
 
 
@@ -188,6 +240,62 @@ def cmd_make_random(args):
     return 0
 
 
+def random_leaf(rng):
+    """A value beside the arrays: a float, an int, text, None or a NumPy scalar."""
+    r = int(rng.integers(5))
+    if r == 0:
+        return float(rng.standard_normal())
+    if r == 1:
+        return int(rng.integers(-1000, 1000))
+    if r == 2:
+        return "text"
+    if r == 3:
+        return None
+    return np.float32(rng.standard_normal()) if rng.random() < 0.5 else np.int64(7)
+
+
+def random_tree(rng, depth):
+    """Nested dicts, lists and tuples of arrays and other leaves."""
+    r = rng.random()
+    if depth >= 3 or r < 0.45:
+        return random_array(rng) if rng.random() < 0.8 else random_leaf(rng)
+    n = int(rng.integers(0, 5))
+    if r < 0.8:
+        taken, out = set(), {}
+        for _ in range(n):
+            key = int(rng.integers(0, 20)) if rng.random() < 0.2 else random_name(rng, taken)
+            out[key] = random_tree(rng, depth + 1)
+        return out
+    items = [random_tree(rng, depth + 1) for _ in range(n)]
+    return items if r < 0.9 else tuple(items)
+
+
+def cmd_make_random_pickle(args):
+    if len(args) != 3:
+        usage()
+    outdir, seed, count = Path(args[0]), int(args[1]), int(args[2])
+    outdir.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(count):
+        found = []
+        while not found:  # a pickle of no array is no tensor file
+            r = rng.random()
+            if r < 0.1:
+                obj = random_array(rng)
+            elif r < 0.25:
+                obj = [random_tree(rng, 1) for _ in range(int(rng.integers(1, 4)))]
+            else:
+                obj = {random_name(rng, set()) + str(j): random_tree(rng, 1)
+                       for j in range(int(rng.integers(1, 6)))}
+            walk_pickle(obj, "", found)
+        protocol = (2, 4, 5)[int(rng.integers(3))]
+        path = outdir / f"r{i:04d}-p{protocol}{PICKLE_SUFFIXES[int(rng.integers(2))]}"
+        with open(path, "wb") as f:
+            pickle.dump(obj, f, protocol=protocol)
+        print(os.path.abspath(path))
+    return 0
+
+
 # ---------------------------------------------------------------- compare
 
 def cmd_compare(args):
@@ -230,7 +338,12 @@ def usage():
 def main(argv):
     if not argv:
         usage()
-    cmds = {"describe": cmd_describe, "make-random": cmd_make_random, "compare": cmd_compare}
+    cmds = {
+        "describe": cmd_describe,
+        "make-random": cmd_make_random,
+        "make-random-pickle": cmd_make_random_pickle,
+        "compare": cmd_compare,
+    }
     if argv[0] not in cmds:
         print(f"tfcheck: unknown subcommand {argv[0]!r}", file=sys.stderr)
         usage()

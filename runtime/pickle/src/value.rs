@@ -269,6 +269,15 @@ impl Value {
         }
     }
 
+    /// The text a schema compares with a string: a string (as [`Value::as_str`]), or a
+    /// global's dotted path (`numpy.ndarray`), as a table lookup keys it.
+    pub fn as_name(&self) -> Option<&str> {
+        match self {
+            Value::Global(g) => Some(&g.path),
+            _ => self.as_str(),
+        }
+    }
+
     /// The boolean, when this is a [`Value::Bool`].
     pub fn as_bool(&self) -> Option<bool> {
         match self {
@@ -391,6 +400,15 @@ pub(crate) fn le_to_i128(b: &[u8]) -> Option<i128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_are_text_or_a_global_s_path() {
+        let g = Value::Global(Global::new("numpy", "ndarray"));
+        assert_eq!(g.as_name(), Some("numpy.ndarray"));
+        assert_eq!(g.as_str(), None);
+        assert_eq!(Value::str("F").as_name(), Some("F"));
+        assert_eq!(Value::Int(7).as_name(), None);
+    }
 
     #[test]
     fn minimal_forms() {

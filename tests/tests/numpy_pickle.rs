@@ -1,0 +1,367 @@
+//! Pickled NumPy arrays, built in (`formats/fmt/pickle.fmt`): `tensorfmt inspect --json
+//! --sha256` on every fixture of `tests/fixtures/numpy_pickle` (`pickle.dump` at protocols
+//! 2, 4 and 5, a Python 2 Detectron pickle) and on pickles Python makes afresh each run
+//! gives what Python describes (`tfcheck.py describe`: `pickle.load(f, encoding='latin1')`);
+//! those files are detected as `pickle` by content, and other files are not; every file of
+//! the hostile corpus (`tests/fixtures/numpy_pickle/hostile`, written by
+//! `make_hostile.py`) is refused with the error its `manifest.json` expects, naming the
+//! file: never a panic, a hang, or an allocation out of proportion to the file.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tensorfmt::runtime::hash::HashSink;
+use tensorfmt::{OpenOptions, TensorFile};
+use tensorfmt_tests::{
+    cli, fixtures, inspect_json, json, python, python_snippet, run_seed, tfcheck,
+};
+
+/// Records the largest single allocation made by this thread while armed (tests run in
+/// parallel threads; only the armed thread's allocations count).
+struct Counting;
+
+thread_local! {
+    static ARMED: Cell<bool> = const { Cell::new(false) };
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
+}
+
+fn record(size: usize) {
+    if ARMED.with(|a| a.get()) {
+        LARGEST.with(|l| l.set(l.get().max(size)));
+    }
+}
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        record(layout.size());
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        record(new_size);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Runs `f` and returns its result with the largest single allocation it made.
+fn armed<T>(f: impl FnOnce() -> T) -> (T, usize) {
+    LARGEST.with(|l| l.set(0));
+    ARMED.with(|a| a.set(true));
+    let out = f();
+    ARMED.with(|a| a.set(false));
+    (out, LARGEST.with(|l| l.get()))
+}
+
+fn dir() -> PathBuf {
+    fixtures().join("numpy_pickle")
+}
+
+fn hostile_dir() -> PathBuf {
+    dir().join("hostile")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// The `.pkl` fixtures made by the real tools, sorted.
+fn fixture_files() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir())
+        .expect("tests/fixtures/numpy_pickle exists")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pkl"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// `inspect --json --sha256` of each of `paths` equals Python's description of it.
+fn assert_described_alike(paths: &[&str], context: &str) {
+    let described = tfcheck(&[&["describe"], paths].concat());
+    let lines: Vec<&str> = described.lines().collect();
+    assert_eq!(lines.len(), paths.len(), "{context}: {described}");
+    for (p, line) in paths.iter().zip(lines) {
+        assert_eq!(inspect_json(Path::new(p)), json(line), "{p} ({context})");
+    }
+}
+
+#[test]
+fn every_fixture_matches_python() {
+    let files = fixture_files();
+    assert!(files.len() >= 5, "only {} fixtures", files.len());
+    let paths: Vec<&str> = files.iter().map(|p| path_str(p)).collect();
+    assert_described_alike(&paths, "fixture");
+    // Big-endian, Fortran, 0-d and empty arrays are among them.
+    let d = inspect_json(&dir().join("p2_arrays.pkl"));
+    let names: BTreeSet<&str> = d["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    for n in [
+        "be_c16",
+        "fortran_be",
+        "scalar0d",
+        "empty",
+        "nested.conv.w",
+        "seq.1.0",
+    ] {
+        assert!(names.contains(n), "p2_arrays.pkl lacks {n}: {names:?}");
+    }
+}
+
+#[test]
+fn unseen_pickles_made_by_python_read_the_same() {
+    let tmp = tempfile::tempdir().unwrap();
+    let seed = run_seed();
+    let listed = tfcheck(&["make-random-pickle", path_str(tmp.path()), &seed, "24"]);
+    let paths: Vec<&str> = listed.lines().collect();
+    assert_eq!(paths.len(), 24, "seed {seed}");
+    assert_described_alike(&paths, &format!("seed {seed}"));
+}
+
+/// The format `TensorFile::open` detects for `path`, or the error.
+fn detected(path: &Path) -> Result<String, String> {
+    TensorFile::open(path)
+        .map(|f| f.format().to_string())
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn detected_by_content_and_claiming_nothing_else() {
+    let tmp = tempfile::tempdir().unwrap();
+    for f in fixture_files() {
+        assert_eq!(detected(&f).as_deref(), Ok("pickle"), "{}", f.display());
+        let renamed = tmp.path().join("weights.bin");
+        std::fs::copy(&f, &renamed).unwrap();
+        assert_eq!(
+            detected(&renamed).as_deref(),
+            Ok("pickle"),
+            "{} renamed",
+            f.display()
+        );
+    }
+    for (f, format) in [
+        ("pytorch/legacy.pt", "pytorch-legacy"),
+        ("pytorch/all_dtypes.pt", "pytorch"),
+        ("safetensors/numpy_model.safetensors", "safetensors"),
+    ] {
+        assert_eq!(detected(&fixtures().join(f)).as_deref(), Ok(format), "{f}");
+    }
+    let npy = std::fs::read_dir(fixtures().join("npy"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "npy"))
+        .expect("an npy fixture");
+    assert_eq!(detected(&npy).as_deref(), Ok("npy"), "{}", npy.display());
+    // Plain pickles of no array, `.pkl` and not, at protocols 2 and 4.
+    for (name, protocol) in [("plain.pkl", 4), ("plain2.pkl", 2), ("plain.bin", 4)] {
+        let p = tmp.path().join(name);
+        let (ok, out) = python_snippet(
+            "import pickle, sys\n\
+             with open(sys.argv[1], 'wb') as f:\n    \
+                 pickle.dump({'a': 1, 'lr': 0.1, 'names': ['x']}, f, protocol=int(sys.argv[2]))",
+            &[path_str(&p), &protocol.to_string()],
+        );
+        assert!(ok, "{out}");
+        let e = detected(&p).expect_err("a pickle of no array is no tensor file");
+        assert!(
+            e.contains("not a file of any known tensor format") && e.contains(name),
+            "{name}: {e}"
+        );
+        let (code, _) = cli(&["inspect", path_str(&p)]);
+        assert_eq!(code, ExitCode::from(1), "{name}");
+    }
+}
+
+/// One entry of `hostile/manifest.json`.
+struct Case {
+    file: String,
+    what: String,
+    error: String,
+    /// Whether the index alone refuses the file (else only reading its data does).
+    index: bool,
+}
+
+fn manifest() -> Vec<Case> {
+    let text = std::fs::read_to_string(hostile_dir().join("manifest.json")).expect("manifest");
+    let v = json(&text);
+    let field = |e: &serde_json::Value, k: &str| -> String {
+        e[k].as_str()
+            .unwrap_or_else(|| panic!("manifest entry without a string '{k}': {e}"))
+            .to_string()
+    };
+    v.as_array()
+        .expect("manifest.json is a list")
+        .iter()
+        .map(|e| Case {
+            file: field(e, "file"),
+            what: field(e, "what"),
+            error: field(e, "error"),
+            index: e["index"]
+                .as_bool()
+                .expect("manifest entry without 'index'"),
+        })
+        .collect()
+}
+
+/// The most one allocation may take while reading a file of `size` bytes: a small
+/// multiple of the file (the pickle machine's stack and values) and a few buffers;
+/// whatever the file *declares* (lengths, shapes) must not count.
+fn bound(size: usize) -> usize {
+    64 * size + (1 << 16)
+}
+
+/// Wall-clock time one file may take (every way of reading it), generous for debug
+/// builds on a loaded machine: a hang or a blow-up takes far longer.
+const TIME_LIMIT: Duration = Duration::from_secs(10);
+
+/// Opens `path` (as `pickle` when `named`) and, when `data`, hashes every tensor; the
+/// error text, or `Err` saying it was accepted.
+fn open_err(path: &Path, named: bool, data: bool) -> Result<String, String> {
+    let options = OpenOptions {
+        format: named.then(|| "pickle".to_string()),
+        ..Default::default()
+    };
+    let r = TensorFile::open_with(path, &options).and_then(|f| {
+        if data {
+            f.read_all(&mut HashSink::default())?;
+        }
+        Ok(f.tensors().len())
+    });
+    match r {
+        Ok(n) => Err(format!("accepted ({n} tensors)")),
+        Err(e) => Ok(e.to_string()),
+    }
+}
+
+/// Everything wrong with how `case` is handled, as lines (empty when all is well).
+fn check(case: &Case) -> Vec<String> {
+    let path = hostile_dir().join(&case.file);
+    let size = std::fs::metadata(&path).unwrap().len() as usize;
+    let shown = path.display().to_string();
+    let mut problems = Vec::new();
+    let start = Instant::now();
+    for (how, named, data) in [
+        ("detected, index", false, false),
+        ("detected, data", false, true),
+        ("named, index", true, false),
+        ("named, data", true, true),
+    ] {
+        let (got, largest) = armed(|| open_err(&path, named, data));
+        match got {
+            Err(accepted) if data || case.index => problems.push(format!("{how}: {accepted}")),
+            Err(_) => {}
+            Ok(msg) if !data && !case.index => {
+                problems.push(format!("{how}: the index refuses it: {msg}"))
+            }
+            Ok(msg) => {
+                if !msg.contains(&case.file) {
+                    problems.push(format!("{how}: the error does not name the file: {msg}"));
+                }
+                if !msg.replace(&shown, "").contains(&case.error) {
+                    problems.push(format!("{how}: the error lacks {:?}: {msg}", case.error));
+                }
+            }
+        }
+        if largest > bound(size) {
+            problems.push(format!(
+                "{how}: one allocation of {largest} bytes for a {size}-byte file"
+            ));
+        }
+    }
+    let want = |refused: bool| {
+        if refused {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        }
+    };
+    let (code, out) = cli(&["inspect", path_str(&path)]);
+    if code != want(case.index) {
+        problems.push(format!("inspect exits {code:?}: {out}"));
+    }
+    let (code, out) = cli(&["inspect", "--sha256", path_str(&path)]);
+    if code != want(true) {
+        problems.push(format!("inspect --sha256 exits {code:?}: {out}"));
+    }
+    let took = start.elapsed();
+    if took > TIME_LIMIT {
+        problems.push(format!("took {took:?}"));
+    }
+    problems
+        .into_iter()
+        .map(|p| format!("{} ({}): {p}", case.file, case.what))
+        .collect()
+}
+
+#[test]
+fn every_hostile_pickle_is_refused_with_its_error() {
+    let cases = manifest();
+    assert!(cases.len() >= 25, "only {} cases", cases.len());
+    let failures: Vec<String> = cases.iter().flat_map(check).collect();
+    assert!(
+        failures.is_empty(),
+        "{} problems:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// The corpus files: everything in `folder` but the manifest.
+fn corpus_files(folder: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(folder)
+        .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "manifest.json")
+        .collect()
+}
+
+#[test]
+fn manifest_lists_exactly_the_files_of_the_folder() {
+    let cases = manifest();
+    let listed: BTreeSet<String> = cases.iter().map(|c| c.file.clone()).collect();
+    assert_eq!(listed.len(), cases.len(), "a file is listed twice");
+    assert_eq!(corpus_files(&hostile_dir()), listed);
+    for c in &cases {
+        assert!(
+            !c.error.is_empty() && !c.what.is_empty(),
+            "{}: empty text",
+            c.file
+        );
+    }
+}
+
+#[test]
+fn committed_corpus_is_what_the_generator_writes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(python())
+        .arg(dir().join("make_hostile.py"))
+        .arg(tmp.path())
+        .output()
+        .expect("running make_hostile.py");
+    assert!(
+        out.status.success(),
+        "make_hostile.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let made = corpus_files(tmp.path());
+    assert_eq!(made, corpus_files(&hostile_dir()));
+    for f in made.iter().map(String::as_str).chain(["manifest.json"]) {
+        assert!(
+            std::fs::read(tmp.path().join(f)).unwrap()
+                == std::fs::read(hostile_dir().join(f)).unwrap(),
+            "{f} differs from what make_hostile.py writes: run it again"
+        );
+    }
+}
