@@ -199,3 +199,54 @@ pub fn open_err_as(path: &Path, format: &str) -> String {
         Err(e) => e.to_string(),
     }
 }
+
+/// The largest single allocation a test makes, for the tests that check that hostile input
+/// allocates nothing beyond its size: a test crate installs [`Counting`] as its global
+/// allocator and wraps the work in [`armed`]. Tests run in parallel threads; only the
+/// armed thread's allocations count.
+pub mod alloc {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// The system allocator, recording the largest allocation of an armed thread.
+    pub struct Counting;
+
+    thread_local! {
+        static ARMED: Cell<bool> = const { Cell::new(false) };
+        static LARGEST: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn record(size: usize) {
+        // `try_with`: allocations made while a thread's locals are torn down count not.
+        let _ = ARMED.try_with(|a| {
+            if a.get() {
+                let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
+            }
+        });
+    }
+
+    // SAFETY: every call is passed on to the system allocator unchanged.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            record(layout.size());
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            record(new_size);
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    /// Runs `f` and returns its result with the largest single allocation it made (with
+    /// [`Counting`] installed; 0 otherwise).
+    pub fn armed<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        LARGEST.with(|l| l.set(0));
+        ARMED.with(|a| a.set(true));
+        let out = f();
+        ARMED.with(|a| a.set(false));
+        (out, LARGEST.with(|l| l.get()))
+    }
+}

@@ -1,53 +1,20 @@
 //! Damaged and hostile files give clear errors naming the file and what is wrong: never
 //! a panic, a hang, or an allocation larger than the file.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use tensorfmt::runtime::sink::OwnedSink;
 use tensorfmt::{OpenOptions, TensorFile};
-use tensorfmt_tests::fixtures;
-
-/// Records the largest single allocation made by this thread while armed (tests run in
-/// parallel threads; only the armed thread's allocations count).
-struct Counting;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn record(size: usize) {
-    if ARMED.with(|a| a.get()) {
-        LARGEST.with(|l| l.set(l.get().max(size)));
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tensorfmt_tests::{alloc, fixtures};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: alloc::Counting = alloc::Counting;
 
 /// Opens `path` (as `format` when given) and reads every tensor; returns the error text.
 /// Asserts that no single allocation exceeded the file's size plus a small constant.
 fn open_and_read_err(path: &Path, format: Option<&str>) -> String {
     let size = std::fs::metadata(path).unwrap().len() as usize;
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let result = (|| {
+    let (result, largest) = alloc::armed(|| {
         let opts = OpenOptions {
             format: format.map(String::from),
             ..Default::default()
@@ -56,9 +23,7 @@ fn open_and_read_err(path: &Path, format: Option<&str>) -> String {
         let mut sink = OwnedSink::default();
         f.read_all(&mut sink)?;
         Ok::<_, tensorfmt::Error>(f.tensors().len())
-    })();
-    ARMED.with(|a| a.set(false));
-    let largest = LARGEST.with(|l| l.get());
+    });
     assert!(
         largest <= size + (1 << 16),
         "{}: allocated {largest} bytes for a {size}-byte file",

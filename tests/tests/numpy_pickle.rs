@@ -7,8 +7,6 @@
 //! `make_hostile.py`) is refused with the error its `manifest.json` expects, naming the
 //! file: never a panic, a hang, or an allocation out of proportion to the file.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,49 +15,11 @@ use std::time::{Duration, Instant};
 use tensorfmt::runtime::hash::HashSink;
 use tensorfmt::{OpenOptions, TensorFile};
 use tensorfmt_tests::{
-    cli, fixtures, inspect_json, json, python, python_snippet, run_seed, tfcheck,
+    alloc, cli, fixtures, inspect_json, json, python, python_snippet, run_seed, tfcheck,
 };
 
-/// Records the largest single allocation made by this thread while armed (tests run in
-/// parallel threads; only the armed thread's allocations count).
-struct Counting;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn record(size: usize) {
-    if ARMED.with(|a| a.get()) {
-        LARGEST.with(|l| l.set(l.get().max(size)));
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f` and returns its result with the largest single allocation it made.
-fn armed<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, LARGEST.with(|l| l.get()))
-}
+static GLOBAL: alloc::Counting = alloc::Counting;
 
 fn dir() -> PathBuf {
     fixtures().join("numpy_pickle")
@@ -258,7 +218,7 @@ fn check(case: &Case) -> Vec<String> {
         ("named, index", true, false),
         ("named, data", true, true),
     ] {
-        let (got, largest) = armed(|| open_err(&path, named, data));
+        let (got, largest) = alloc::armed(|| open_err(&path, named, data));
         match got {
             Err(accepted) if data || case.index => problems.push(format!("{how}: {accepted}")),
             Err(_) => {}

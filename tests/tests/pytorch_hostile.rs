@@ -7,8 +7,6 @@
 //! with the error `manifest.json` expects, naming the file: never a panic, a hang, or an
 //! allocation out of proportion to the file's size.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -17,48 +15,10 @@ use std::time::{Duration, Instant};
 use tensorfmt::runtime::hash::HashSink;
 use tensorfmt::runtime::sink::OwnedSink;
 use tensorfmt::{OpenOptions, Sink, Source, TensorFile};
-use tensorfmt_tests::{cli, fixtures};
-
-/// Records the largest single allocation made by this thread while armed (tests run in
-/// parallel threads; only the armed thread's allocations count).
-struct Counting;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static LARGEST: Cell<usize> = const { Cell::new(0) };
-}
-
-fn record(size: usize) {
-    if ARMED.with(|a| a.get()) {
-        LARGEST.with(|l| l.set(l.get().max(size)));
-    }
-}
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        record(layout.size());
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        record(new_size);
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use tensorfmt_tests::{alloc, cli, fixtures};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f` and returns its result with the largest single allocation it made.
-fn armed<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    LARGEST.with(|l| l.set(0));
-    ARMED.with(|a| a.set(true));
-    let out = f();
-    ARMED.with(|a| a.set(false));
-    (out, LARGEST.with(|l| l.get()))
-}
+static GLOBAL: alloc::Counting = alloc::Counting;
 
 /// The most one allocation may take while reading a file of `size` bytes, unless the
 /// manifest says otherwise: the zip engine's 64 KiB buffers, plus a small multiple of the
@@ -171,14 +131,14 @@ fn check(case: &Case) -> Vec<String> {
     let start = Instant::now();
     expect(
         "path, format named",
-        armed(|| read_source(Source::open(&path), &named, &mut OwnedSink::default())),
+        alloc::armed(|| read_source(Source::open(&path), &named, &mut OwnedSink::default())),
         &[&case.error, name],
     );
     // Detection may find no format in a damaged archive (then says so), or another
     // format that claims the file: either way it fails, naming the file.
     expect(
         "path, format detected",
-        armed(|| {
+        alloc::armed(|| {
             read_source(
                 Source::open(&path),
                 &OpenOptions::default(),
@@ -189,7 +149,7 @@ fn check(case: &Case) -> Vec<String> {
     );
     expect(
         "buffer",
-        armed(|| {
+        alloc::armed(|| {
             read_source(
                 Ok(Source::from_bytes(bytes.clone())),
                 &named,
@@ -200,7 +160,7 @@ fn check(case: &Case) -> Vec<String> {
     );
     expect(
         "stream",
-        armed(|| {
+        alloc::armed(|| {
             read_source(
                 Source::from_reader(std::io::Cursor::new(bytes.clone())),
                 &named,
