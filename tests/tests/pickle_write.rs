@@ -682,7 +682,6 @@ fn arrays_writer_spools_then_streams_equal_arrays_at_protocols_2_and_4() {
 
 #[test]
 fn arrays_writer_at_its_default_protocol_writes_what_cpython_writes() {
-    let mut np = Numpy::new();
     let le = |v: Vec<i64>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
     let f4: Vec<u8> = (0..70_000).flat_map(|x| (x as f32).to_le_bytes()).collect();
     let fortran: Vec<i64> = (0..4)
@@ -706,6 +705,9 @@ fn arrays_writer_at_its_default_protocol_writes_what_cpython_writes() {
     assert_eq!(a.protocol(), 4);
     for ((name, descr, shape, fortran), bytes) in specs.iter().zip(&data) {
         let meta = meta_of(name, descr, '<', shape, *fortran);
+        // Each object built afresh, as a write rule builds it: the writer shares what
+        // CPython shares.
+        let mut np = Numpy::new();
         let dtype = np.dtype(descr, '<');
         let object = np.array(dtype, shape, *fortran, a.data(&meta).unwrap());
         a.add(&meta, object, Payload::Bytes(bytes), ByteOrder::Little)

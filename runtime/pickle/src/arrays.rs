@@ -9,6 +9,11 @@
 //! placeholder's bytes from the spool when it reaches it. Memory is bounded by the
 //! objects (a few hundred bytes per tensor) and the writer's buffers, never by a
 //! tensor's or the file's size.
+//!
+//! A write rule builds each tensor's object afresh; CPython pickles one object once
+//! and refers back to it (a NumPy dtype, a one-character string). So the objects added
+//! share what equals a part of an earlier one ([`share`]), and the pickle of a dict of
+//! arrays is byte for byte what `pickle.dumps` writes.
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -35,6 +40,8 @@ pub struct Arrays {
     tensors: Vec<(Value, Value)>,
     names: HashSet<String>,
     structure: Option<Node>,
+    /// The parts of the objects added that later ones share.
+    shared: Vec<Value>,
 }
 
 impl Arrays {
@@ -57,6 +64,7 @@ impl Arrays {
             tensors: Vec::new(),
             names: HashSet::new(),
             structure: None,
+            shared: Vec::new(),
         })
     }
 
@@ -98,6 +106,7 @@ impl Arrays {
         self.spool.add(data, len, swap, &meta.name)?;
         self.ranges.push((start, len));
         self.names.insert(meta.name.clone());
+        let object = share(object, &mut self.shared);
         self.tensors.push((Value::str(&meta.name), object));
         Ok(())
     }
@@ -139,5 +148,68 @@ impl Arrays {
             .protocol(self.protocol)
             .write_streamed(&value, &mut w, &mut streams)?;
         Ok(w)
+    }
+}
+
+/// `v` with every part that CPython would pickle once and refer back to replaced by an
+/// equal part seen before (in `seen`, to which new ones are added), so that the writer
+/// memoizes it: calls that hold no streamed bytes (a NumPy dtype and its state), text of
+/// one character and byte strings of one byte (CPython keeps one object of each).
+fn share(v: Value, seen: &mut Vec<Value>) -> Value {
+    let v = match v {
+        Value::Object(o) => {
+            let o = std::sync::Arc::unwrap_or_clone(o);
+            let mut parts = |vs: Vec<Value>| vs.into_iter().map(|x| share(x, seen)).collect();
+            let args = parts(o.args);
+            let items = parts(o.items);
+            let state = o.state.map(|x| share(x, seen));
+            let entries = o
+                .entries
+                .into_iter()
+                .map(|(k, x)| (share(k, seen), share(x, seen)))
+                .collect();
+            let o = super::value::Object {
+                args,
+                items,
+                state,
+                entries,
+                ..o
+            };
+            match Value::object(o) {
+                v if streams(&v) => return v,
+                v => v,
+            }
+        }
+        Value::Tuple(t) => {
+            return Value::tuple(t.iter().map(|x| share(x.clone(), seen)).collect());
+        }
+        Value::Str(ref t) if t.chars().count() == 1 => v,
+        Value::Bytes(ref b) if b.len() == 1 => v,
+        other => return other,
+    };
+    match seen.iter().find(|s| **s == v) {
+        Some(s) => s.clone(),
+        None => {
+            seen.push(v.clone());
+            v
+        }
+    }
+}
+
+/// True when `v` holds a streamed byte string.
+fn streams(v: &Value) -> bool {
+    match v {
+        Value::Stream(_) => true,
+        Value::Tuple(t) | Value::List(t) | Value::Set(t) | Value::FrozenSet(t) => {
+            t.iter().any(streams)
+        }
+        Value::Dict(d) => d.iter().any(|(k, x)| streams(k) || streams(x)),
+        Value::Persistent(p) => streams(p),
+        Value::Object(o) => {
+            o.args.iter().chain(&o.items).any(streams)
+                || o.state.as_ref().is_some_and(streams)
+                || o.kwargs.iter().chain(&o.entries).any(|(k, x)| streams(k) || streams(x))
+        }
+        _ => false,
     }
 }
