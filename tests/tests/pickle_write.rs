@@ -761,12 +761,15 @@ fn arrays_writer_keeps_a_structure_and_swaps_to_the_byte_order_the_objects_give(
         (Node::Str("name".into()), Node::Str("run".into())),
         (
             Node::Str("sizes".into()),
-            Node::List(vec![Node::Int(1), Node::Tuple(vec![Node::Int(2), Node::None])]),
+            Node::List(vec![
+                Node::Int(1),
+                Node::Tuple(vec![Node::Int(2), Node::None]),
+            ]),
         ),
     ]);
     // `w` comes big-endian; its object says little-endian: the writer swaps it.
     let w: Vec<u8> = (0..6).flat_map(|x| (x as f32).to_be_bytes()).collect();
-    let b: Vec<u8> = (0..4).flat_map(|x| (x as i32).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..4i32).flat_map(i32::to_le_bytes).collect();
     let mut paths = Vec::new();
     for proto in [2, 4] {
         let mut np = Numpy::new();
@@ -824,7 +827,10 @@ struct Pattern(u64);
 impl std::io::Read for Pattern {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = buf.len().min(usize::try_from(self.0).unwrap_or(usize::MAX));
-        buf[..n].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        buf[..n]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
         self.0 -= n as u64;
         Ok(n)
     }

@@ -208,7 +208,10 @@ fn streams(v: &Value) -> bool {
         Value::Object(o) => {
             o.args.iter().chain(&o.items).any(streams)
                 || o.state.as_ref().is_some_and(streams)
-                || o.kwargs.iter().chain(&o.entries).any(|(k, x)| streams(k) || streams(x))
+                || o.kwargs
+                    .iter()
+                    .chain(&o.entries)
+                    .any(|(k, x)| streams(k) || streams(x))
         }
         _ => false,
     }

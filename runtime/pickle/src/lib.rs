@@ -43,8 +43,8 @@ mod value;
 mod walk;
 mod write;
 
-pub use arrays::Arrays;
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
+pub use arrays::Arrays;
 pub use data::{data, data_len, Latin1Text};
 pub use detect::starts_naming;
 pub use index::{
