@@ -3,15 +3,22 @@
 //! `pickle.dumps(value, protocol=4)` writes; NumPy arrays built as values (the
 //! `_reconstruct` call, `ndarray`, the `dtype` call and the states NumPy writes) with
 //! their data streamed from payloads load as the equal arrays, at both protocols, and a
-//! dict of them at protocol 4 is byte for byte what `pickle.dumps` writes.
+//! dict of them at protocol 4 is byte for byte what `pickle.dumps` writes. The same
+//! through `pickle::Arrays`, the writer's loop of a file that is one pickle holding its
+//! arrays' bytes (spooled, then streamed from the spool): equal arrays at both protocols,
+//! protocol 4 by default and byte for byte CPython's, nested structure and plain values
+//! kept, byte order swapped when the objects say so, memory bounded by its buffers.
 
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
-use tensorfmt::Payload;
-use tensorfmt_runtime::pickle::{Global, Kind, Object, Stream, Value, Writer};
-use tensorfmt_tests::python_snippet;
+use tensorfmt::{ByteOrder, DType, Node, Order, Payload, TensorMeta, WriteOptions};
+use tensorfmt_runtime::pickle::{Arrays, Global, Kind, Object, Stream, Value, Writer};
+use tensorfmt_tests::{alloc, python_snippet};
+
+#[global_allocator]
+static GLOBAL: alloc::Counting = alloc::Counting;
 
 fn s(text: &str) -> Value {
     Value::str(text)
@@ -574,4 +581,288 @@ fn numpy_dict_at_protocol_4_is_what_cpython_writes() {
     let path = dir.path().join("same.pkl");
     write_streamed(&Value::dict(entries), &data, 4, &path);
     run(NUMPY_SAME, &[path.to_str().unwrap()]);
+}
+
+/// The tensorfmt dtype of a NumPy `descr` of the cases.
+fn dtype_of(descr: &str) -> DType {
+    match descr {
+        "f2" => DType::F16,
+        "f4" => DType::F32,
+        "f8" => DType::F64,
+        "i1" => DType::I8,
+        "i2" => DType::I16,
+        "i4" => DType::I32,
+        "i8" => DType::I64,
+        "u1" => DType::U8,
+        "u2" => DType::U16,
+        "u4" => DType::U32,
+        "u8" => DType::U64,
+        "b1" => DType::Bool,
+        "c8" => DType::C64,
+        "c16" => DType::C128,
+        other => panic!("no dtype for {other}"),
+    }
+}
+
+/// The tensor of a case, in its byte order and order.
+fn meta_of(name: &str, descr: &str, order: char, shape: &[u64], fortran: bool) -> TensorMeta {
+    TensorMeta {
+        name: name.to_string(),
+        dtype: dtype_of(descr),
+        shape: shape.to_vec(),
+        order: if fortran { Order::Fortran } else { Order::C },
+        byte_order: if order == '>' {
+            ByteOrder::Big
+        } else {
+            ByteOrder::Little
+        },
+    }
+}
+
+fn options(protocol: Option<u8>) -> WriteOptions {
+    WriteOptions {
+        pickle_protocol: protocol,
+        ..Default::default()
+    }
+}
+
+/// Adds a case through `Arrays`: its object built around the placeholder the writer
+/// gives, its bytes streamed from a reader.
+fn add_case(a: &mut Arrays, np: &mut Numpy, c: &Case, bytes: &[u8]) {
+    let meta = meta_of(c.name, c.dtype, c.order, c.shape, c.fortran);
+    let dtype = np.dtype(c.dtype, c.order);
+    let object = np.array(dtype, c.shape, c.fortran, a.data(&meta).unwrap());
+    let mut r = bytes;
+    a.add(&meta, object, Payload::Reader(&mut r), meta.byte_order)
+        .unwrap();
+}
+
+#[test]
+fn arrays_writer_spools_then_streams_equal_arrays_at_protocols_2_and_4() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut names = Vec::new();
+    for proto in [2, 4] {
+        let out = dir.path().join(format!("arrays.p{proto}"));
+        let opts = WriteOptions {
+            destination: Some(out.clone()),
+            ..options(Some(proto))
+        };
+        let mut a = Arrays::new("pickle", &opts).unwrap();
+        assert_eq!(a.protocol(), proto);
+        let mut np = Numpy::new();
+        names.clear();
+        for c in CASES {
+            let bytes = data_of(c);
+            add_case(&mut a, &mut np, c, &bytes);
+            names.push(c.name);
+            if proto == 2 {
+                std::fs::write(dir.path().join(format!("{}.raw", c.name)), &bytes).unwrap();
+                let shape: Vec<String> = c.shape.iter().map(u64::to_string).collect();
+                let spec = format!(
+                    "{}{} {} {}",
+                    c.order,
+                    c.dtype,
+                    if c.fortran { "F" } else { "C" },
+                    shape.join(" ")
+                );
+                std::fs::write(dir.path().join(format!("{}.spec", c.name)), spec).unwrap();
+            }
+        }
+        let file = std::fs::File::create(&out).unwrap();
+        a.finish(Value::None, std::io::BufWriter::new(file))
+            .unwrap()
+            .flush()
+            .unwrap();
+    }
+    run(
+        NUMPY_CHECK,
+        &[dir.path().to_str().unwrap(), &names.join(",")],
+    );
+}
+
+#[test]
+fn arrays_writer_at_its_default_protocol_writes_what_cpython_writes() {
+    let le = |v: Vec<i64>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let f4: Vec<u8> = (0..70_000).flat_map(|x| (x as f32).to_le_bytes()).collect();
+    let fortran: Vec<i64> = (0..4)
+        .flat_map(|j| (0..3).map(move |i| i * 4 + j))
+        .collect();
+    let data = [
+        le((0..6).collect()),
+        f4,
+        le(fortran),
+        2.5f64.to_le_bytes().to_vec(),
+        Vec::new(),
+    ];
+    let specs: [(&str, &str, &[u64], bool); 5] = [
+        ("a", "i8", &[2, 3], false),
+        ("b", "f4", &[350, 200], false),
+        ("c", "i8", &[3, 4], true),
+        ("d", "f8", &[], false),
+        ("e", "f4", &[0], false),
+    ];
+    let mut a = Arrays::new("pickle", &options(None)).unwrap();
+    assert_eq!(a.protocol(), 4);
+    for ((name, descr, shape, fortran), bytes) in specs.iter().zip(&data) {
+        let meta = meta_of(name, descr, '<', shape, *fortran);
+        // Each object built afresh, as a write rule builds it: the writer shares what
+        // CPython shares.
+        let mut np = Numpy::new();
+        let dtype = np.dtype(descr, '<');
+        let object = np.array(dtype, shape, *fortran, a.data(&meta).unwrap());
+        a.add(&meta, object, Payload::Bytes(bytes), ByteOrder::Little)
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("same.pkl");
+    std::fs::write(&path, a.finish(Value::None, Vec::new()).unwrap()).unwrap();
+    run(NUMPY_SAME, &[path.to_str().unwrap()]);
+}
+
+const NUMPY_NESTED: &str = r#"
+import pickle, sys
+import numpy as np
+for path in sys.argv[1:]:
+    got = pickle.load(open(path, 'rb'))
+    want = {
+        'model': {
+            'w': np.arange(6, dtype='<f4').reshape(2, 3),
+            'b': np.arange(4, dtype='<i4'),
+        },
+        'step': 3,
+        'lr': 0.5,
+        'name': 'run',
+        'sizes': [1, (2, None)],
+    }
+    assert type(got) is dict and list(got) == list(want), (path, list(got))
+    assert list(got['model']) == ['w', 'b'], (path, got['model'])
+    for k in ('w', 'b'):
+        a = got['model'][k]
+        assert type(a) is np.ndarray and a.dtype.str == want['model'][k].dtype.str, (path, k, a.dtype)
+        assert np.array_equal(a, want['model'][k]), (path, k, a)
+    for k in ('step', 'lr', 'name', 'sizes'):
+        assert got[k] == want[k] and type(got[k]) is type(want[k]), (path, k, got[k])
+print('nested structure kept in', len(sys.argv) - 1, 'pickles')
+"#;
+
+#[test]
+fn arrays_writer_keeps_a_structure_and_swaps_to_the_byte_order_the_objects_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let tree = Node::Dict(vec![
+        (
+            Node::Str("model".into()),
+            Node::Dict(vec![
+                (Node::Str("w".into()), Node::Tensor("model.w".into())),
+                (Node::Str("b".into()), Node::Tensor("model.b".into())),
+            ]),
+        ),
+        (Node::Str("step".into()), Node::Int(3)),
+        (Node::Str("lr".into()), Node::Float(0.5)),
+        (Node::Str("name".into()), Node::Str("run".into())),
+        (
+            Node::Str("sizes".into()),
+            Node::List(vec![
+                Node::Int(1),
+                Node::Tuple(vec![Node::Int(2), Node::None]),
+            ]),
+        ),
+    ]);
+    // `w` comes big-endian; its object says little-endian: the writer swaps it.
+    let w: Vec<u8> = (0..6).flat_map(|x| (x as f32).to_be_bytes()).collect();
+    let b: Vec<u8> = (0..4i32).flat_map(i32::to_le_bytes).collect();
+    let mut paths = Vec::new();
+    for proto in [2, 4] {
+        let mut np = Numpy::new();
+        let mut a = Arrays::new("pickle", &options(Some(proto))).unwrap();
+        a.set_structure(&tree);
+        let mw = meta_of("model.w", "f4", '>', &[2, 3], false);
+        let f4 = np.dtype("f4", '<');
+        let object = np.array(f4, &[2, 3], false, a.data(&mw).unwrap());
+        a.add(&mw, object, Payload::Bytes(&w), ByteOrder::Little)
+            .unwrap();
+        let mb = meta_of("model.b", "i4", '<', &[4], false);
+        let i4 = np.dtype("i4", '<');
+        let object = np.array(i4.clone(), &[4], false, a.data(&mb).unwrap());
+        // A name given twice is refused, and nothing of it is kept.
+        let again = np.array(i4, &[4], false, a.data(&mb).unwrap());
+        a.add(&mb, object, Payload::Bytes(&b), ByteOrder::Little)
+            .unwrap();
+        let err = a
+            .add(&mb, again, Payload::Bytes(&b), ByteOrder::Little)
+            .unwrap_err();
+        assert!(err.to_string().contains("given twice"), "{err}");
+        let path = dir.path().join(format!("nested.p{proto}"));
+        std::fs::write(&path, a.finish(Value::None, Vec::new()).unwrap()).unwrap();
+        paths.push(path.to_str().unwrap().to_string());
+    }
+    let args: Vec<&str> = paths.iter().map(String::as_str).collect();
+    run(NUMPY_NESTED, &args);
+}
+
+#[test]
+fn arrays_writer_refuses_other_protocols_and_a_structure_missing_a_tensor() {
+    for p in [0, 1, 3, 5] {
+        let err = Arrays::new("pickle", &options(Some(p))).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!("pickle protocol {p}")),
+            "{err}"
+        );
+    }
+    let mut a = Arrays::new("pickle", &options(None)).unwrap();
+    a.set_structure(&Node::Dict(vec![(
+        Node::Str("x".into()),
+        Node::Tensor("x".into()),
+    )]));
+    let meta = meta_of("y", "u1", '|', &[2], false);
+    let object = Value::tuple(vec![a.data(&meta).unwrap()]);
+    a.add(&meta, object, Payload::Bytes(&[1, 2]), ByteOrder::Little)
+        .unwrap();
+    let err = a.finish(Value::None, Vec::new()).unwrap_err();
+    assert!(err.to_string().contains("'y'"), "{err}");
+}
+
+/// A reader of `len` bytes that allocates nothing.
+struct Pattern(u64);
+
+impl std::io::Read for Pattern {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = buf.len().min(usize::try_from(self.0).unwrap_or(usize::MAX));
+        buf[..n]
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = i as u8);
+        self.0 -= n as u64;
+        Ok(n)
+    }
+}
+
+#[test]
+fn arrays_writer_memory_is_bounded_by_its_buffers_not_the_tensors() {
+    const LEN: u64 = 48 << 20;
+    for proto in [2, 4] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("big.pkl");
+        let ((), largest) = alloc::armed(|| {
+            let opts = WriteOptions {
+                destination: Some(out.clone()),
+                ..options(Some(proto))
+            };
+            let mut a = Arrays::new("pickle", &opts).unwrap();
+            for name in ["a", "b"] {
+                let meta = meta_of(name, "u1", '|', &[LEN], false);
+                let object = Value::tuple(vec![a.data(&meta).unwrap()]);
+                let mut r = Pattern(LEN);
+                a.add(&meta, object, Payload::Reader(&mut r), ByteOrder::Little)
+                    .unwrap();
+            }
+            let file = std::fs::File::create(&out).unwrap();
+            a.finish(Value::None, std::io::BufWriter::new(file))
+                .unwrap()
+                .flush()
+                .unwrap();
+        });
+        assert!(largest <= 8 << 20, "protocol {proto}: {largest} bytes");
+        let size = std::fs::metadata(&out).unwrap().len();
+        assert!(size > 2 * LEN, "protocol {proto}: {size} bytes");
+    }
 }

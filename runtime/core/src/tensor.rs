@@ -676,6 +676,13 @@ pub struct WriteOptions {
     ///
     /// [`FormatDesc::aligns`]: crate::registry::FormatDesc::aligns
     pub align: Option<u64>,
+    /// The pickle protocol of formats that are one pickle holding their arrays' bytes
+    /// (`pickle`): 4 when `None` (what `pickle.dump` writes by default, NumPy arrays as
+    /// byte strings), 2 for readers older than Python 3.4 (byte strings as
+    /// `_codecs.encode(text, 'latin1')`). Other protocols are refused by the writer; other
+    /// formats ignore it (a PyTorch checkpoint's `data.pkl` is protocol 2, as torch writes
+    /// it).
+    pub pickle_protocol: Option<u8>,
 }
 
 /// The largest alignment a save may ask for ([`WriteOptions::align`]): 1 GiB.

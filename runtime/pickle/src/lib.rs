@@ -16,7 +16,8 @@
 //! [`lookup`], ...); indexing the tensors a pickle's calls describe, their bytes located
 //! in storages by the container ([`Index`] over a zip archive's members, [`read_file`]
 //! for pickles read back to back followed by records); and the bookkeeping of a writer
-//! ([`Objects`]: storages shared by views, the root object, its pickle).
+//! ([`Objects`]: storages shared by views, the root object, its pickle; [`Arrays`]: a
+//! file that is one pickle holding its arrays' bytes, spooled until the tree is done).
 //!
 //! Pickles whose byte strings are array data (NumPy's) are read with
 //! [`Rules::byte_ranges`]: their byte strings stay in the file ([`Value::Range`]), and
@@ -30,6 +31,7 @@
 #![warn(missing_docs)]
 
 mod args;
+mod arrays;
 mod data;
 mod detect;
 mod index;
@@ -42,6 +44,7 @@ mod walk;
 mod write;
 
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
+pub use arrays::Arrays;
 pub use data::{data, data_len, Latin1Text};
 pub use detect::starts_naming;
 pub use index::{

@@ -246,41 +246,52 @@ impl Objects {
     /// named in the tree, and every tensor the tree names added.
     pub fn finish(&mut self, root: Value) -> Result<Vec<u8>> {
         let entries = std::mem::take(&mut self.tensors);
-        let with_entries = |entries: Vec<(Value, Value)>| match &root {
-            Value::Object(o) => Value::object(Object::clone(o).with_entries(entries)),
-            _ => Value::dict(entries),
-        };
-        let value = match self.structure.take() {
-            None => with_entries(entries),
-            Some(tree) => {
-                let named: HashSet<&str> = tree.tensor_names().into_iter().collect();
-                let mut by_name = HashMap::new();
-                for (k, v) in entries {
-                    let k = k.as_str().unwrap_or_default().to_string();
-                    if !named.contains(k.as_str()) {
-                        return Err(Error::from(ErrorKind::Invalid(format!(
-                            "{}: the tensor '{k}' was added but the structure given does not hold it",
-                            self.format
-                        ))));
-                    }
-                    by_name.insert(k, v);
-                }
-                let value = from_tree(&tree, &mut |n| {
-                    by_name.get(n).cloned().ok_or_else(|| {
-                        Error::from(ErrorKind::NotFound(format!(
-                            "{}: the structure given holds the tensor '{n}', which was not added",
-                            self.format
-                        )))
-                    })
-                })?;
-                match value {
-                    Value::Dict(d) => with_entries(d.to_vec()),
-                    other => other,
-                }
-            }
-        };
+        let value = root_tree(self.format, &root, entries, self.structure.take())?;
         write(&value)
     }
+}
+
+/// The object a writer pickles: `root` (an empty dict-kind object, or `None` for a
+/// plain dict) holding `tensors` (name → the object that rebuilds it) in the order
+/// given; or, with a `structure`, that tree with its [`Node::Tensor`] leaves replaced by
+/// the tensors' objects (a dict at its root becomes `root` with its entries). Every
+/// tensor given must be named in the tree, and every tensor the tree names given;
+/// `format` names the format in messages.
+pub(crate) fn root_tree(
+    format: &str,
+    root: &Value,
+    tensors: Vec<(Value, Value)>,
+    structure: Option<Node>,
+) -> Result<Value> {
+    let with_entries = |entries: Vec<(Value, Value)>| match root {
+        Value::Object(o) => Value::object(Object::clone(o).with_entries(entries)),
+        _ => Value::dict(entries),
+    };
+    let Some(tree) = structure else {
+        return Ok(with_entries(tensors));
+    };
+    let named: HashSet<&str> = tree.tensor_names().into_iter().collect();
+    let mut by_name = HashMap::new();
+    for (k, v) in tensors {
+        let k = k.as_str().unwrap_or_default().to_string();
+        if !named.contains(k.as_str()) {
+            return Err(Error::from(ErrorKind::Invalid(format!(
+                "{format}: the tensor '{k}' was added but the structure given does not hold it"
+            ))));
+        }
+        by_name.insert(k, v);
+    }
+    let value = from_tree(&tree, &mut |n| {
+        by_name.get(n).cloned().ok_or_else(|| {
+            Error::from(ErrorKind::NotFound(format!(
+                "{format}: the structure given holds the tensor '{n}', which was not added"
+            )))
+        })
+    })?;
+    Ok(match value {
+        Value::Dict(d) => with_entries(d.to_vec()),
+        other => other,
+    })
 }
 
 /// Storage number `index` of `nbytes` bytes, holding the tensor `meta` from element
