@@ -92,6 +92,9 @@ impl Names {
 /// The mapping of a call whose tensor lies in a storage ([`Index::read`]).
 type StoredMap<'f> = dyn for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>> + 'f;
 
+/// The calls of a pickle whose tensors lie in storages, and their mapping.
+type Stored<'f> = (fn(&Object) -> bool, &'f StoredMap<'f>);
+
 /// The tensors of the pickles in a container (an archive whose members are pickles and
 /// storages), read one pickle after another ([`Index::read`]); with `with_structure`, the
 /// object tree of the pickle in the container's first entry too.
@@ -166,7 +169,7 @@ impl<'c, S: Storages> Index<'c, S> {
         &mut self,
         entry: usize,
         rules: &Rules,
-        stored: Option<(fn(&Object) -> bool, &StoredMap<'_>)>,
+        stored: Option<Stored<'_>>,
         placed: &[OneKind],
     ) -> Result<()> {
         let s = self.storages;
