@@ -590,12 +590,25 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         _ => None,
     });
 
-    // The mappings, each over the objects of one pickle entry.
+    // The mappings, each over the objects of one pickle entry: over storages, or over
+    // calls whose bytes the pickle holds (`data` a pickled byte string), read in the
+    // same walk as the entry's first mapping over storages.
+    let placed = |map: &Mapping| {
+        map.key(TensorKey::Data)
+            .is_some_and(|d| matches!(d.ty, Type::Pickled(_)))
+    };
     let mut fns = Vec::new();
-    let mut reads = Vec::new();
+    let mut stored_reads = Vec::new();
+    let mut placed_kinds: Vec<(usize, Vec<TokenStream>)> = Vec::new();
     let mut writer_spec = None;
     let mut any_texts = false;
-    let writable = fmt.mappings.len() == 1;
+    // The checker allows a `write` rule with one mapping over storages alone.
+    let writable = fmt
+        .mappings
+        .iter()
+        .filter(|&&m| !placed(ir.mapping(m)))
+        .count()
+        == 1;
     for (j, &m) in fmt.mappings.iter().enumerate() {
         let map = ir.mapping(m);
         let Some((mentry, pid, kind)) = mapped_objects(&map.source) else {
@@ -604,6 +617,21 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             );
         };
         let ename = &ir.entry(mentry).name;
+        let position = order
+            .iter()
+            .position(|&e| e == mentry)
+            .expect("every entry is in the list");
+        let pk = ir.pickle(pid);
+        let is_kind = format_ident!("is_{}_{}", pk.name.to_lowercase(), kind);
+        if placed(map) {
+            let f = format_ident!("{}_{}", ename, kind);
+            fns.push(file::gen_place_fn(ir, fid, map, &f, kind)?);
+            match placed_kinds.iter_mut().find(|(p, _)| *p == position) {
+                Some((_, kinds)) => kinds.push(quote!((#is_kind, #f))),
+                None => placed_kinds.push((position, vec![quote!((#is_kind, #f))])),
+            }
+            continue;
+        }
         let taken = fmt.mappings[..j]
             .iter()
             .any(|&o| mapped_objects(&ir.mapping(o).source).map(|x| x.0) == Some(mentry));
@@ -618,21 +646,14 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         );
         let write = map.write.as_ref().filter(|_| writable);
         let mf = gen_map_fn(ir, fid, map, &texts, (&f, &doc), write.is_some(), &locate)?;
-        let position = order
-            .iter()
-            .position(|&e| e == mentry)
-            .expect("every entry is in the list");
-        let pk = ir.pickle(pid);
         let rules = format_ident!("{}_rules", pk.name.to_lowercase());
-        let is_kind = format_ident!("is_{}_{}", pk.name.to_lowercase(), kind);
         let map_arg = if mf.texts {
             any_texts = true;
             quote!(|path, t| #f(path, t, texts))
         } else {
             quote!(#f)
         };
-        let position = Literal::usize_unsuffixed(position);
-        reads.push(quote!(index.read(#position, #rules(), #is_kind, #map_arg)?;));
+        stored_reads.push((position, rules, is_kind, map_arg));
         fns.push(mf.ts);
         if let (Some(w), Some(storage)) = (write, mf.storage) {
             writer_spec = Some(Spec {
@@ -644,6 +665,32 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
                 data_texts: mf.data_texts,
             });
         }
+    }
+    let rules_of = |position: usize| {
+        let Some(pid) = entry_pickle(ir, order[position]) else {
+            unreachable!(
+                "checker rule zip_pickle: a mapping iterates the objects of a pickle entry"
+            );
+        };
+        format_ident!("{}_rules", ir.pickle(pid).name.to_lowercase())
+    };
+    let mut reads = Vec::new();
+    for (position, rules, is_kind, map_arg) in stored_reads {
+        let p = Literal::usize_unsuffixed(position);
+        match placed_kinds.iter().position(|(q, _)| *q == position) {
+            Some(i) => {
+                let kinds = placed_kinds.remove(i).1;
+                reads.push(
+                    quote!(index.read_with(#p, #rules(), (#is_kind, #map_arg), &[#(#kinds),*])?;),
+                );
+            }
+            None => reads.push(quote!(index.read(#p, #rules(), #is_kind, #map_arg)?;)),
+        }
+    }
+    for (position, kinds) in placed_kinds {
+        let rules = rules_of(position);
+        let p = Literal::usize_unsuffixed(position);
+        reads.push(quote!(index.read_placed(#p, #rules(), &[#(#kinds),*])?;));
     }
     let public = &fmt.public_name;
     let writer = match writer_spec {

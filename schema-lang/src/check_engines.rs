@@ -106,6 +106,17 @@ fn pickled_int_list(e: &Expr) -> bool {
     }
 }
 
+/// The pickle declaration whose objects a mapping iterates (`pickle.content.arrays`).
+fn mapped_pickle(map: &Mapping) -> Option<crate::ir::PickleId> {
+    match &map.source.kind {
+        ExprKind::Member {
+            member: Member::PickleObjects(p, _),
+            ..
+        } => Some(*p),
+        _ => None,
+    }
+}
+
 /// The entry a kv mapping's source starts at: `E.value`, then message fields.
 fn source_entry(e: &Expr) -> Option<EntryId> {
     let ExprKind::Member { base, member } = &e.kind else {
@@ -965,7 +976,17 @@ impl Rules<'_> {
             }
             _ => false,
         };
-        let several = f.mappings.len() > 1;
+        // Mappings whose `data` is a pickled byte string: tensors the pickle holds itself.
+        let placed = |map: &Mapping| {
+            map.key(TensorKey::Data)
+                .is_some_and(|d| matches!(d.ty, Type::Pickled(_)))
+        };
+        let several = f
+            .mappings
+            .iter()
+            .filter(|&&m| !placed(ir.mapping(m)))
+            .count()
+            > 1;
         for &m in &f.mappings {
             let map = ir.mapping(m);
             let over = match &map.source.kind {
@@ -989,6 +1010,10 @@ impl Rules<'_> {
                 );
                 continue;
             }
+            if placed(map) {
+                self.zip_placed(map);
+                continue;
+            }
             self.pickle_mapping(
                 map,
                 &data_ok,
@@ -1010,6 +1035,85 @@ impl Rules<'_> {
             if let Some(w) = &ir.entry(id).write {
                 self.global_texts(w);
             }
+        }
+    }
+
+    /// A mapping of a zip around a pickle whose `data` is a pickled byte string (NumPy
+    /// arrays in a checkpoint): read in place (`byte_ranges;`), described by the pickle
+    /// alone (no text entry), dense (`order`, no `strides`), and not written (the writer
+    /// writes storages).
+    fn zip_placed(&mut self, map: &Mapping) {
+        let ir = self.ir;
+        if let Some(p) = mapped_pickle(map) {
+            if !ir.pickle(p).byte_ranges {
+                self.err(
+                    map.source.span,
+                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
+                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
+                );
+            }
+        }
+        self.placed_mapping(map, "a zip around a pickle");
+        let text = |x: &Expr| {
+            matches!(&x.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
+                if matches!(base.kind, ExprKind::Entry(_)))
+        };
+        for s in &map.stmts {
+            if let MappingStmt::Set { value, .. } = s {
+                if reads(value, &text) {
+                    self.err(
+                        value.span,
+                        "a tensor whose bytes the pickle holds is described by the pickle alone",
+                        "read its dtype, shape and byte order from the pickled object, not from text entries",
+                    );
+                }
+            }
+        }
+        if let Some(w) = &map.write {
+            self.err(
+                w.span,
+                "a `write` rule on a mapping whose bytes the pickle holds",
+                "the writer puts tensors in storages: give `write` to the mapping over storages",
+            );
+        }
+    }
+
+    /// The statements a mapping over pickled objects whose bytes the pickle holds may
+    /// have (no `where`, `include`, `strides` or `segment`) and its `shape`; `container`
+    /// names where such mappings are (`a file that is one pickle`).
+    fn placed_mapping(&mut self, map: &Mapping, container: &str) {
+        if let Some(w) = &map.filter {
+            self.err(
+                w.span,
+                "a `where` filter on a mapping over pickled objects",
+                "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
+            );
+        }
+        for st in &map.stmts {
+            match st {
+                MappingStmt::Set { key, value }
+                    if matches!(key, TensorKey::Strides | TensorKey::Segment) =>
+                {
+                    self.err(
+                        value.span,
+                        format!("`{}` in a mapping of {container}", key.name()),
+                        "its arrays are dense where the pickle holds them: give `order` (`order = if a.state[3] == true { fortran } else { c };`)",
+                    )
+                }
+                MappingStmt::Include { arg, .. } => self.err(
+                    arg.span,
+                    "`include` in a mapping over pickled objects",
+                    "the mapping sets `name`, `dtype`, `shape` and `data` itself",
+                ),
+                MappingStmt::Set { .. } => {}
+            }
+        }
+        if let Some(e) = map.key(TensorKey::Shape).filter(|e| !pickled_int_list(e)) {
+            self.err(
+                e.span,
+                "the `shape` of a pickled tensor is a list of integers",
+                "a pickled tuple (`shape = a.state[1];`), a list of integers or pickled integers",
+            );
         }
     }
 
@@ -1748,39 +1852,7 @@ impl Rules<'_> {
                 );
                 continue;
             }
-            if let Some(w) = &map.filter {
-                self.err(
-                    w.span,
-                    "a `where` filter on a mapping over pickled objects",
-                    "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
-                );
-            }
-            for st in &map.stmts {
-                match st {
-                    MappingStmt::Set { key, value }
-                        if matches!(key, TensorKey::Strides | TensorKey::Segment) =>
-                    {
-                        self.err(
-                            value.span,
-                            format!("`{}` in a mapping of a file that is one pickle", key.name()),
-                            "its arrays are dense where the pickle holds them: give `order` (`order = if a.state[3] == true { fortran } else { c };`)",
-                        )
-                    }
-                    MappingStmt::Include { arg, .. } => self.err(
-                        arg.span,
-                        "`include` in a mapping over pickled objects",
-                        "the mapping sets `name`, `dtype`, `shape` and `data` itself",
-                    ),
-                    MappingStmt::Set { .. } => {}
-                }
-            }
-            if let Some(e) = map.key(TensorKey::Shape).filter(|e| !pickled_int_list(e)) {
-                self.err(
-                    e.span,
-                    "the `shape` of a pickled tensor is a list of integers",
-                    "a pickled tuple (`shape = a.state[1];`), a list of integers or pickled integers",
-                );
-            }
+            self.placed_mapping(map, "a file that is one pickle");
             if let Some(d) = map.key(TensorKey::Data) {
                 if !matches!(d.ty, Type::Pickled(_)) {
                     self.err(

@@ -3,7 +3,8 @@
 
 Run with the project's Python environment (scripts/pyenv.sh: the torch and NumPy pinned in
 tests/py/requirements.txt). Every checkpoint is loaded with
-``torch.load(path, weights_only=True, map_location="cpu")``; a TorchScript archive (a zip
+``torch.load(path, weights_only=True, map_location="cpu")`` (``weights_only=False`` when
+torch refuses a NumPy global there: a checkpoint holding NumPy values); a TorchScript archive (a zip
 with a ``constants.pkl`` record, which torch.load refuses under weights_only) with
 ``torch.jit.load(path, map_location="cpu")``: its attributes, recursively (what the
 archive's ``data.pkl`` holds), then the constants of its code (``constants.pkl``).
@@ -23,7 +24,9 @@ describe FILE [FILE...]
     in the unpickled object, depth-first, dicts in insertion order, lists and tuples by
     index; names are the keys and indices on the way joined with "." (``model.0.weight``,
     ``optimizer.state.0.exp_avg``). Non-tensor leaves (ints, floats, strings, None) are
-    skipped. A tensor reached by two paths is listed under both names. A bare tensor at
+    skipped. A NumPy array in a checkpoint is a tensor like the others, named by its path
+    (``np.random.get_state()`` under ``rng``: its state array is ``rng.1``); NumPy scalars
+    are leaves. A tensor reached by two paths is listed under both names. A bare tensor at
     the top (``torch.save(t, "x.pt")``) is named after the file stem, as an npy is.
     TorchScript: every tensor attribute of the module and its submodules, by attribute
     path in the module's attribute order (parameters, buffers and other tensor attributes
@@ -154,7 +157,19 @@ def load_obj(path):
     fmt = file_format(path)
     if fmt == "torchscript":
         return fmt, script_tensors(torch.jit.load(path, map_location="cpu"))
-    return fmt, torch.load(path, weights_only=True, map_location="cpu")
+    try:
+        return fmt, torch.load(path, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as e:
+        # torch refuses NumPy values under weights_only; the files the tests hand here
+        # (fixtures, files torch made, files tensorfmt wrote) are trusted.
+        if "numpy" not in str(e):
+            raise
+        return fmt, torch.load(path, weights_only=False, map_location="cpu")
+
+
+def from_numpy(a):
+    """A NumPy array as a torch tensor of the same elements (native byte order, C order)."""
+    return torch.from_numpy(np.array(a, dtype=a.dtype.newbyteorder("="), order="C"))
 
 
 def script_attributes(module):
@@ -184,6 +199,8 @@ def walk(obj, prefix, tensors, leaves):
 
     if isinstance(obj, torch.Tensor):
         tensors.append((prefix, obj))
+    elif isinstance(obj, np.ndarray):
+        tensors.append((prefix, from_numpy(obj)))
     elif isinstance(obj, dict):
         for k, v in obj.items():
             walk(v, join(k), tensors, leaves)
@@ -243,6 +260,14 @@ def layout(tensors):
 
 
 def leaf_repr(v):
+    # A NumPy scalar is the Python number NumPy prints (np.float32(0.1) is 0.1): what
+    # tensorfmt shows and writes for it.
+    if isinstance(v, np.bool_):
+        v = bool(v)
+    elif isinstance(v, np.integer):
+        v = int(v)
+    elif isinstance(v, np.floating):
+        v = float(str(v))
     return f"{type(v).__name__}:{v!r}"
 
 

@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed, tfcheck_torch};
+use tensorfmt_tests::{
+    cli, fixtures, inspect_json, json, run_seed, tfcheck_safetensors, tfcheck_torch,
+};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -124,6 +126,24 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
 
 /// The fixtures with views and shared storages keep them with `--keep-layout`, and each
 /// storage is written once.
+/// A checkpoint holding NumPy arrays converted to safetensors: the `safetensors` package
+/// loads every array and torch tensor equal to what torch read.
+#[test]
+fn numpy_values_convert_to_safetensors_as_torch_reads_them() {
+    let src = fixtures().join("pytorch/numpy_values.pt");
+    let out = tempfile::tempdir().unwrap();
+    let dst = out.path().join("np.safetensors");
+    convert(&src, &dst, &[]);
+    let sorted = |v: &serde_json::Value| {
+        let mut t = v["tensors"].as_array().unwrap().clone();
+        t.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        t
+    };
+    let torch = &describe(std::slice::from_ref(&src))[0];
+    let st = json(&tfcheck_safetensors(&["describe", s(&dst)]));
+    assert_eq!(sorted(&st), sorted(torch));
+}
+
 #[test]
 fn keep_layout_writes_shared_storages_once() {
     let dir = fixtures().join("pytorch");

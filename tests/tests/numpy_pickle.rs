@@ -80,6 +80,29 @@ fn every_fixture_matches_python() {
     }
 }
 
+/// A NumPy scalar (`np.int64(42)`, pickled as `numpy._core.multiarray.scalar(dtype,
+/// bytes)`) is shown as its number by `inspect --values`, in text and JSON, at every
+/// protocol.
+#[test]
+fn numpy_scalars_are_shown_as_numbers() {
+    for f in ["p2_arrays.pkl", "p4_arrays.pkl", "p5_arrays.pkl"] {
+        let p = dir().join(f);
+        let (code, text) = cli(&["inspect", "--values", path_str(&p)]);
+        assert_eq!(code, ExitCode::SUCCESS, "{f}: {text}");
+        assert!(text.contains("  step = 42\n"), "{f}: {text}");
+        let (code, text) = cli(&["inspect", "--json", "--values", path_str(&p)]);
+        assert_eq!(code, ExitCode::SUCCESS, "{f}: {text}");
+        let v = json(&text);
+        let step = v["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "step")
+            .unwrap_or_else(|| panic!("{f}: no step in {text}"));
+        assert_eq!(step["value"], serde_json::json!(42), "{f}");
+    }
+}
+
 #[test]
 fn unseen_pickles_made_by_python_read_the_same() {
     let tmp = tempfile::tempdir().unwrap();

@@ -27,6 +27,7 @@ const ZIP_FIXTURES: &[&str] = &[
     "multi.dot.name.pth",
     "file_object.pt",
     "prefix_mismatch.pt",
+    "numpy_values.pt",
 ];
 
 fn dir() -> PathBuf {
@@ -45,6 +46,56 @@ fn every_zip_fixture_matches_torch() {
             "inspect of {f} differs from torch's description"
         );
     }
+}
+
+#[test]
+fn numpy_scalars_and_random_state_are_values() {
+    let p = dir().join("numpy_values.pt");
+    let (code, text) = cli(&["inspect", "--values", p.to_str().unwrap()]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    for line in [
+        "  rng_state.1         u32       [624]\n",
+        "  rng_state.0 = 'MT19937'\n",
+        "  lr = 0.1\n",
+        "  step = 100\n",
+        "  flag = True\n",
+        "  best = 0.25\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+    let (code, text) = cli(&["inspect", "--json", "--values", p.to_str().unwrap()]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let v = json(&text);
+    let value = |name: &str| {
+        v["values"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap_or_else(|| panic!("no value {name} in {text}"))["value"]
+            .clone()
+    };
+    assert_eq!(value("lr"), serde_json::json!(0.1));
+    assert_eq!(value("step"), serde_json::json!(100));
+    assert_eq!(value("flag"), serde_json::json!(true));
+    assert_eq!(value("rng_state.2"), serde_json::json!(6));
+}
+
+#[test]
+fn numpy_arrays_convert_with_the_torch_tensors() {
+    let out = tempfile::tempdir().unwrap();
+    let dst = out.path().join("np.safetensors");
+    let src = dir().join("numpy_values.pt");
+    let (code, text) = cli(&["convert", src.to_str().unwrap(), dst.to_str().unwrap()]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let sorted = |v: serde_json::Value| {
+        let mut t = v["tensors"].as_array().unwrap().clone();
+        t.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        t
+    };
+    let expected =
+        json(&std::fs::read_to_string(dir().join("expected/numpy_values.pt.json")).unwrap());
+    assert_eq!(sorted(inspect_json(&dst)), sorted(expected));
 }
 
 #[test]

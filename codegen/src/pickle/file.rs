@@ -354,6 +354,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             persistent: #persistent_arg,
             rules: #rules,
             is_target: #is_kind,
+            placed: &[],
             map: #mf,
             record: #rf,
         };
@@ -436,9 +437,11 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
     })
 }
 
-/// The mapping function `name` of `map` over the `kind` calls of a file that is one
-/// pickle: `fn <name>(path, <binding>, base) -> rt::Result<rt::TensorInfo>`.
-fn gen_place_fn(
+/// The mapping function `name` of `map` over the `kind` calls of a pickle holding their
+/// bytes (a file that is one pickle, or a zip's pickle member): `fn <name>(path,
+/// <binding>, base) -> rt::Result<rt::TensorInfo>`, `base` the pickle's offset in the
+/// file.
+pub(super) fn gen_place_fn(
     ir: &Ir,
     fid: FormatId,
     map: &ir::Mapping,

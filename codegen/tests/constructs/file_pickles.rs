@@ -76,6 +76,7 @@ pub mod pkls {
         persistent: "storage",
         rules: objects_rules,
         is_target: is_objects_tensor,
+        placed: &[],
         map: file_tensor,
         record: storage_record,
     };

@@ -41,6 +41,10 @@ pub struct Metadata<'a> {
     pub bytes: Cow<'a, [u8]>,
     /// The entry's name (errors about its content name it).
     pub entry: &'a str,
+    /// The offset of `bytes` in the file when they lie there as they are (a stored
+    /// member), so that values the metadata holds can be located in the file; `None`
+    /// when they were decoded (a compressed member).
+    pub offset: Option<u64>,
 }
 
 /// A container of metadata entries and of the storages they name (see the module docs).

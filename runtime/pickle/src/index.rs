@@ -72,9 +72,10 @@ impl Names {
             .push_back(name.to_string());
     }
 
-    fn tree(mut self, root: &Value, limits: &Limits) -> Result<Node> {
+    fn tree(mut self, root: &Value, buffer: &[u8], limits: &Limits) -> Result<Node> {
         to_tree(
             root,
+            buffer,
             &mut |o| {
                 let q = self.0.get_mut(&(o as *const Object as usize))?;
                 if q.len() > 1 {
@@ -87,6 +88,12 @@ impl Names {
         )
     }
 }
+
+/// The mapping of a call whose tensor lies in a storage ([`Index::read`]).
+type StoredMap<'f> = dyn for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>> + 'f;
+
+/// The calls of a pickle whose tensors lie in storages, and their mapping.
+type Stored<'f> = (fn(&Object) -> bool, &'f StoredMap<'f>);
 
 /// The tensors of the pickles in a container (an archive whose members are pickles and
 /// storages), read one pickle after another ([`Index::read`]); with `with_structure`, the
@@ -131,31 +138,78 @@ impl<'c, S: Storages> Index<'c, S> {
     where
         F: for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>>,
     {
+        self.read_kinds(entry, rules, Some((is_target, &map)), &[])
+    }
+
+    /// As [`Index::read`], and the calls of `placed` too, in the same walk: tensors whose
+    /// bytes the pickle holds itself (NumPy arrays in a checkpoint, read with
+    /// [`Rules::byte_ranges`]), each mapped by the first kind it is of, given the offset
+    /// of the pickle's bytes in the file. Such a tensor in a compressed member, whose
+    /// bytes do not lie in the file as they are, is refused
+    /// ([`ErrorKind::Unsupported`]).
+    pub fn read_with<F>(
+        &mut self,
+        entry: usize,
+        rules: &Rules,
+        (is_target, map): (fn(&Object) -> bool, F),
+        placed: &[OneKind],
+    ) -> Result<()>
+    where
+        F: for<'v> Fn(&str, &'v Object) -> Result<Mapped<'v>>,
+    {
+        self.read_kinds(entry, rules, Some((is_target, &map)), placed)
+    }
+
+    /// As [`Index::read_with`] for a pickle whose tensors all lie in it (`placed`).
+    pub fn read_placed(&mut self, entry: usize, rules: &Rules, placed: &[OneKind]) -> Result<()> {
+        self.read_kinds(entry, rules, None, placed)
+    }
+
+    fn read_kinds(
+        &mut self,
+        entry: usize,
+        rules: &Rules,
+        stored: Option<Stored<'_>>,
+        placed: &[OneKind],
+    ) -> Result<()> {
         let s = self.storages;
         let Some(Metadata {
             bytes,
             entry: member,
+            offset,
         }) = s.metadata(entry).map_err(|e| s.in_file(e))?
         else {
             return Ok(());
         };
         let in_member = |e: Error| s.in_file(e.in_entry(member));
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
+        let kind_of = |o: &Object| placed.iter().find(|(is, _)| is(o)).map(|k| k.1);
+        let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
         let objects = find_objects(&value, &is_target, self.limits).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
         let mut names = Names::default();
         self.tensors.reserve(objects.len());
         for (path, o) in objects {
-            let t = map(&path, o)
-                .and_then(|m| place(s, m))
-                .map_err(|e| in_member(e.in_field(field_of(&path))))?;
+            let t = match (kind_of(o), stored) {
+                (Some(place), _) => match offset {
+                    Some(base) => place(&path, o, base),
+                    None => Err(ErrorKind::Unsupported(format!(
+                        "the bytes of '{}' lie in a compressed pickle member, which cannot be read in place; store the member uncompressed",
+                        field_of(&path)
+                    ))
+                    .into()),
+                },
+                (None, Some((_, map))) => map(&path, o).and_then(|m| place(s, m)),
+                (None, None) => unreachable!("find_objects gives objects of the kinds"),
+            }
+            .map_err(|e| in_member(e.in_field(field_of(&path))))?;
             if tree {
                 names.add(o, &t.name);
             }
             self.tensors.push(t);
         }
         if tree {
-            self.structure = Some(names.tree(&value, self.limits).map_err(in_member)?);
+            self.structure = Some(names.tree(&value, &bytes, self.limits).map_err(in_member)?);
         }
         Ok(())
     }
@@ -252,12 +306,24 @@ pub struct FileSpec {
     pub persistent: &'static str,
     /// What the pickles may contain.
     pub rules: fn() -> &'static Rules,
-    /// Which calls build tensors.
+    /// Which calls build tensors in the records.
     pub is_target: fn(&Object) -> bool,
+    /// The calls that build tensors whose bytes the object pickle holds itself (NumPy
+    /// arrays, read with [`Rules::byte_ranges`]), each kind with its mapping, given the
+    /// offset of the pickle in the file.
+    pub placed: &'static [OneKind],
     /// The format's mapping of one call (given its path) to a tensor.
     pub map: for<'v> fn(&str, &'v Object) -> Result<Mapped<'v>>,
     /// Reads one record at the cursor and returns the range of the storage's bytes.
     pub record: fn(&mut Cursor<'_>, &Record<'_>) -> Result<(u64, u64)>,
+}
+
+/// A call of [`read_file`]'s object pickle, mapped before the records are read.
+enum Pending<'v> {
+    /// A tensor of a record, located once the records are read.
+    Stored(Mapped<'v>),
+    /// A tensor whose bytes the object pickle holds.
+    Placed(TensorInfo),
 }
 
 /// The records of [`read_file`]: storage key → byte range in the file.
@@ -321,7 +387,8 @@ pub fn read_file(
     let total = src.data().len();
     let mut pos: u64 = 0;
     let mut values = Vec::with_capacity(spec.fields.len());
-    for f in spec.fields {
+    let mut object_at: (u64, std::borrow::Cow<'_, [u8]>) = (0, Default::default());
+    for (i, f) in spec.fields.iter().enumerate() {
         let start = pos;
         let n = (total - pos).min(limits.max_header_bytes);
         let owned;
@@ -339,6 +406,12 @@ pub fn read_file(
             in_file(e.in_field(f.name))
         })?;
         pos += used as u64;
+        if i == spec.object {
+            object_at = match src.data().as_slice() {
+                Some(all) => (start, all[start as usize..pos as usize].into()),
+                None => (start, window[..used].to_vec().into()),
+            };
+        }
         if let Some((check, text)) = f.check {
             if !check(Some(&value)) {
                 let mut e = in_file(
@@ -369,12 +442,21 @@ pub fn read_file(
         .collect::<Option<_>>()
         .ok_or_else(not_keys)?;
     let object = &values[spec.object];
-    let objects = find_objects(object, &spec.is_target, limits).map_err(in_file)?;
+    let kind_of = |o: &Object| spec.placed.iter().find(|(is, _)| is(o)).map(|k| k.1);
+    let is_target = |o: &Object| (spec.is_target)(o) || kind_of(o).is_some();
+    let objects = find_objects(object, &is_target, limits).map_err(in_file)?;
 
     // Every call mapped; the storages' dtypes are those of the tensors using them.
     let mut mapped = Vec::with_capacity(objects.len());
     let mut used: HashMap<String, (DType, Option<&Value>)> = HashMap::new();
     for (path, o) in &objects {
+        if let Some(place) = kind_of(o) {
+            let t = place(path, o, object_at.0);
+            mapped.push(Pending::Placed(
+                t.map_err(|e| in_file(e.in_field(field_of(path))))?,
+            ));
+            continue;
+        }
         let m = (spec.map)(path, o).and_then(|m| {
             let id = o.arg(spec.persistent);
             match used.get_mut(&*m.storage.key) {
@@ -391,7 +473,9 @@ pub fn read_file(
             }
             Ok(m)
         });
-        mapped.push(m.map_err(|e| in_file(e.in_field(field_of(path))))?);
+        mapped.push(Pending::Stored(
+            m.map_err(|e| in_file(e.in_field(field_of(path))))?,
+        ));
     }
 
     // The records, one per key.
@@ -427,14 +511,19 @@ pub fn read_file(
     let mut tensors = Vec::with_capacity(mapped.len());
     let mut names = Names::default();
     for ((path, o), m) in objects.iter().zip(mapped) {
-        let t = place(&records, m).map_err(|e| in_file(e.in_field(field_of(path))))?;
+        let t = match m {
+            Pending::Stored(m) => {
+                place(&records, m).map_err(|e| in_file(e.in_field(field_of(path))))?
+            }
+            Pending::Placed(t) => t,
+        };
         if with_structure {
             names.add(o, &t.name);
         }
         tensors.push(t);
     }
     let structure = match with_structure {
-        true => Some(names.tree(object, limits).map_err(in_file)?),
+        true => Some(names.tree(object, &object_at.1, limits).map_err(in_file)?),
         false => None,
     };
     Ok((tensors, structure))
@@ -505,7 +594,7 @@ pub fn read_one(
         tensors.push(t);
     }
     let structure = match with_structure {
-        true => Some(names.tree(&value, limits).map_err(in_file)?),
+        true => Some(names.tree(&value, bytes, limits).map_err(in_file)?),
         false => None,
     };
     Ok((tensors, structure))

@@ -5,13 +5,20 @@
 use std::collections::HashMap;
 
 use super::rules::Kind;
-use super::value::{Object, Value};
+use super::value::{ByteRange, Object, Value};
 use tensorfmt_core::error::{ErrorKind, Result};
 use tensorfmt_core::limits::Limits;
 use tensorfmt_core::tree::Node;
 
-/// The object tree of `root`. `tensor_name` names the objects that are tensors of the
-/// index (they become [`Node::Tensor`] leaves and are not walked into).
+/// The object tree of `root`, read from the pickle `buffer` (whose byte strings
+/// [`Value::Range`]s point into: they become bytes, or text for a short Python 2 `str`).
+/// `tensor_name` names the objects that are tensors of the index (they become
+/// [`Node::Tensor`] leaves and are not walked into).
+///
+/// A NumPy scalar (`numpy.core.multiarray.scalar(dtype, data)`, or `numpy._core`) of a
+/// boolean, integer or float dtype of either byte order is its value, as NumPy prints it
+/// (`np.float32(0.1)` is `0.1`: the shortest decimal that reads back as the same
+/// `float32`); other scalars stay calls.
 ///
 /// Dict-kind objects (`OrderedDict`) become dicts (their `BUILD` state is dropped: a
 /// `state_dict()`'s `_metadata`), list-, set- and tuple-kind objects lists and tuples.
@@ -22,10 +29,12 @@ use tensorfmt_core::tree::Node;
 /// `limits.max_depth` levels entered, beyond that it fails with [`ErrorKind::Limit`].
 pub fn to_tree(
     root: &Value,
+    buffer: &[u8],
     tensor_name: &mut dyn FnMut(&Object) -> Option<String>,
     limits: &Limits,
 ) -> Result<Node> {
     let mut b = TreeBuilder {
+        buffer,
         tensor_name,
         limits,
         made: 0,
@@ -34,6 +43,7 @@ pub fn to_tree(
 }
 
 struct TreeBuilder<'a> {
+    buffer: &'a [u8],
     tensor_name: &'a mut dyn FnMut(&Object) -> Option<String>,
     limits: &'a Limits,
     made: u64,
@@ -80,9 +90,10 @@ impl TreeBuilder<'_> {
             Value::Float(x) => Node::Float(*x),
             Value::Str(s) => Node::Str(s.to_string()),
             Value::Bytes(b) => Node::Bytes(b.to_vec()),
-            Value::Range(r) => match &r.text {
-                Some(t) => Node::Str(t.to_string()),
-                None => Node::Other(format!(
+            Value::Range(r) => match (&r.text, range_bytes(self.buffer, r)) {
+                (Some(t), _) => Node::Str(t.to_string()),
+                (None, Some(b)) => Node::Bytes(b),
+                (None, None) => Node::Other(format!(
                     "<{} bytes at offset {} of the pickle>",
                     r.len, r.offset
                 )),
@@ -100,6 +111,9 @@ impl TreeBuilder<'_> {
             Value::Object(o) => {
                 if let Some(name) = (self.tensor_name)(o) {
                     return Ok(Node::Tensor(name));
+                }
+                if let Some(n) = numpy_scalar(o, self.buffer) {
+                    return Ok(n);
                 }
                 match &o.kind {
                     Kind::Dict => Node::Dict(self.pairs(&o.entries, depth)?),
@@ -127,6 +141,81 @@ impl TreeBuilder<'_> {
             }
         })
     }
+}
+
+/// The bytes of the byte string `r` of `buffer` (a latin-1 text decoded); `None` when
+/// they are not all there or the text is not latin-1.
+fn range_bytes(buffer: &[u8], r: &ByteRange) -> Option<Vec<u8>> {
+    let start = usize::try_from(r.offset).ok()?;
+    let stored = buffer.get(start..start.checked_add(usize::try_from(r.stored).ok()?)?)?;
+    if !r.latin1 {
+        return Some(stored.to_vec());
+    }
+    std::str::from_utf8(stored)
+        .ok()?
+        .chars()
+        .map(|c| u8::try_from(u32::from(c)).ok())
+        .collect()
+}
+
+/// The value of the NumPy scalar call `o` (see [`to_tree`]), when it is one of a bool,
+/// integer or float dtype whose data has the dtype's size.
+fn numpy_scalar(o: &Object, buffer: &[u8]) -> Option<Node> {
+    let module = &*o.global.module;
+    let is_scalar = matches!(module, "numpy.core.multiarray" | "numpy._core.multiarray")
+        && &*o.global.name == "scalar";
+    let (Some(Value::Object(dt)), Some(data)) = (o.args.first(), o.args.get(1)) else {
+        return None;
+    };
+    if !is_scalar || &*dt.global.module != "numpy" || &*dt.global.name != "dtype" {
+        return None;
+    }
+    let descr = dt.args.first()?.as_str()?;
+    let big = match dt.state.as_ref().and_then(|s| s.as_seq()?.get(1)?.as_str()) {
+        Some(">") => true,
+        Some("<" | "|" | "=") | None => false,
+        Some(_) => return None,
+    };
+    let mut bytes = match data {
+        Value::Bytes(b) => b.to_vec(),
+        Value::Range(r) => range_bytes(buffer, r)?,
+        _ => return None,
+    };
+    let size = descr.get(1..)?.parse::<usize>().ok()?;
+    if bytes.len() != size || !(1..=8).contains(&size) {
+        return None;
+    }
+    if big {
+        bytes.reverse();
+    }
+    let mut le = [0u8; 8];
+    le[..size].copy_from_slice(&bytes);
+    let bits = u64::from_le_bytes(le);
+    let signed = |bits: u64| ((bits << (64 - 8 * size)) as i64) >> (64 - 8 * size);
+    Some(match (descr.as_bytes()[0], size) {
+        (b'b', 1) => Node::Bool(bits != 0),
+        (b'u', _) => Node::Int(i128::from(bits)),
+        (b'i', _) => Node::Int(i128::from(signed(bits))),
+        (b'f', 2) => Node::Float(shortest_f16(half::f16::from_bits(bits as u16))),
+        (b'f', 4) => {
+            let x = f32::from_bits(bits as u32);
+            Node::Float(x.to_string().parse().unwrap_or(f64::from(x)))
+        }
+        (b'f', 8) => Node::Float(f64::from_bits(bits)),
+        _ => return None,
+    })
+}
+
+/// The shortest decimal that reads back as `x` in half precision, as an `f64`.
+fn shortest_f16(x: half::f16) -> f64 {
+    let v = x.to_f64();
+    if !v.is_finite() {
+        return v;
+    }
+    (1..=5)
+        .filter_map(|digits| format!("{v:.*e}", digits - 1).parse::<f64>().ok())
+        .find(|d| half::f16::from_f64(*d) == x)
+        .unwrap_or(v)
 }
 
 /// The pickle values of `tree`: dicts, lists, tuples, numbers, strings, bytes and `None`
@@ -239,7 +328,7 @@ mod tests {
             (Value::str("net"), module),
             (Value::str("n"), Value::Int(3)),
         ]);
-        let tree = to_tree(&root, &mut name_of, &Limits::default()).unwrap();
+        let tree = to_tree(&root, &[], &mut name_of, &Limits::default()).unwrap();
         assert_eq!(tree.tensor_names(), ["t1", "t2"]);
         let values: Vec<String> = tree
             .values()
@@ -275,7 +364,7 @@ mod tests {
         let bytes = write(&v).unwrap();
         let rules = Rules::new().allow_codecs_encode();
         let back = read(&bytes, &rules, &Limits::default()).unwrap();
-        let tree2 = to_tree(&back, &mut |_| None, &Limits::default()).unwrap();
+        let tree2 = to_tree(&back, &bytes, &mut |_| None, &Limits::default()).unwrap();
         assert_eq!(
             tree2.to_string(),
             "{'a': ('x',), 'b': [('x',), 0.5], 7: (None, b'\\x01')}"
@@ -292,7 +381,84 @@ mod tests {
             max_pickle_ops: 10_000,
             ..Limits::default()
         };
-        let e = to_tree(&v, &mut |_| None, &limits).unwrap_err();
+        let e = to_tree(&v, &[], &mut |_| None, &limits).unwrap_err();
         assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
+    }
+
+    /// NumPy scalars as `pickle.dumps` writes them at protocols 2 and 4 (NumPy 2.4):
+    /// `{'f': np.float32(0.1), 'i': np.int64(-3), 'b': np.bool_(True),
+    /// 'h': np.float16(0.1), 'u': np.uint8(200), 'd': np.float64(2.5),
+    /// 'c': np.complex64(1+2j)}`.
+    const SCALARS_P2: &str = "80027d7100285801000000667101636e756d70792e5f636f72652e6d756c746961727261790a7363616c61720a7102636e756d70790a64747970650a71035802000000663471048988877105527106284b0358010000003c71074e4e4e4affffffff4affffffff4b0074710862635f636f646563730a656e636f64650a71095807000000c38dc38cc38c3d710a58060000006c6174696e31710b86710c52710d86710e52710f5801000000697110680268035802000000693871118988877112527113284b0368074e4e4e4affffffff4affffffff4b007471146268095810000000c3bdc3bfc3bfc3bfc3bfc3bfc3bfc3bf7115680b867116527117867118527119580100000062711a6802680358020000006231711b898887711c52711d284b0358010000007c711e4e4e4e4affffffff4affffffff4b0074711f6268095801000000017120680b8671215271228671235271245801000000687125680268035802000000663271268988877127527128284b0368074e4e4e4affffffff4affffffff4b007471296268095802000000662e712a680b86712b52712c86712d52712e580100000075712f680268035802000000753171308988877131527132284b03681e4e4e4e4affffffff4affffffff4b007471336268095802000000c3887134680b86713552713686713752713858010000006471396802680358020000006638713a898887713b52713c284b0368074e4e4e4affffffff4affffffff4b0074713d62680958080000000000000000000440713e680b86713f5271408671415271425801000000637143680268035802000000633871448988877145527146284b0368074e4e4e4affffffff4affffffff4b0074714762680958090000000000c2803f000000407148680b86714952714a86714b52714c752e";
+    const SCALARS_P4: &str = "800495b2010000000000007d94288c0166948c166e756d70792e5f636f72652e6d756c74696172726179948c067363616c61729493948c056e756d7079948c0564747970659493948c02663494898887945294284b038c013c944e4e4e4affffffff4affffffff4b007494624304cdcccc3d94869452948c016994680468078c02693894898887945294284b03680b4e4e4e4affffffff4affffffff4b007494624308fdffffffffffffff94869452948c016294680468078c02623194898887945294284b038c017c944e4e4e4affffffff4affffffff4b0074946243010194869452948c016894680468078c02663294898887945294284b03680b4e4e4e4affffffff4affffffff4b007494624302662e94869452948c017594680468078c02753194898887945294284b03681c4e4e4e4affffffff4affffffff4b007494624301c894869452948c016494680468078c02663894898887945294284b03680b4e4e4e4affffffff4affffffff4b007494624308000000000000044094869452948c016394680468078c02633894898887945294284b03680b4e4e4e4affffffff4affffffff4b0074946243080000803f000000409486945294752e";
+
+    fn unhex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn numpy_scalars_are_numbers() {
+        let rules = Rules::new()
+            .allow_call("numpy._core.multiarray.scalar", &["dt", "data"])
+            .allow_call("numpy.dtype", &["descr", "align", "copy"])
+            .allow_codecs_encode();
+        for hex in [SCALARS_P2, SCALARS_P4] {
+            let bytes = unhex(hex);
+            for ranges in [false, true] {
+                let rules = rules.clone().byte_ranges(ranges);
+                let v = read(&bytes, &rules, &Limits::default()).unwrap();
+                let tree = to_tree(&v, &bytes, &mut |_| None, &Limits::default()).unwrap();
+                let text = tree.to_string();
+                assert!(
+                    text.starts_with("{'f': 0.1, 'i': -3, 'b': True, 'h': 0.1, 'u': 200, 'd': 2.5, 'c': numpy._core.multiarray.scalar("),
+                    "{text}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn big_endian_scalars_are_numbers() {
+        let dtype = |descr: &str, order: &str| {
+            Value::object(
+                Object::new(
+                    Global::new("numpy", "dtype"),
+                    Kind::Call {
+                        params: vec!["descr".into()].into(),
+                    },
+                )
+                .with_args(vec![Value::str(descr)])
+                .with_state(Value::tuple(vec![Value::Int(3), Value::str(order)])),
+            )
+        };
+        let scalar = |dt: Value, data: &[u8]| {
+            Value::object(
+                Object::new(
+                    Global::new("numpy.core.multiarray", "scalar"),
+                    Kind::Call {
+                        params: vec!["dt".into(), "data".into()].into(),
+                    },
+                )
+                .with_args(vec![dt, Value::Bytes(data.into())]),
+            )
+        };
+        let v = Value::list(vec![
+            scalar(dtype("i2", ">"), &[0xff, 0xfe]),
+            scalar(dtype("f4", ">"), &0.1f32.to_be_bytes()),
+            scalar(dtype("u4", "<"), &7u32.to_le_bytes()),
+            // A size the descr does not give: left as the call.
+            scalar(dtype("f4", "<"), &[0, 0]),
+        ]);
+        let tree = to_tree(&v, &[], &mut |_| None, &Limits::default()).unwrap();
+        let Node::List(items) = tree else {
+            panic!("{tree}")
+        };
+        assert_eq!(items[0], Node::Int(-2));
+        assert_eq!(items[1], Node::Float(0.1));
+        assert_eq!(items[2], Node::Int(7));
+        assert!(matches!(items[3], Node::Object { .. }), "{}", items[3]);
     }
 }

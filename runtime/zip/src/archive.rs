@@ -354,9 +354,14 @@ impl Storages for Archive<'_> {
         };
         let bytes = member_bytes(self.src.data(), m, self.limits)
             .map_err(|e| e.in_entry(m.name.as_str()))?;
+        let offset = match m.compression {
+            Compression::Stored => Some(m.data_offset(self.src.data())?),
+            _ => None,
+        };
         Ok(Some(Metadata {
             bytes,
             entry: m.name.as_str(),
+            offset,
         }))
     }
 
