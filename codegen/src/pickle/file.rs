@@ -390,6 +390,7 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
     let lower_name = pk.name.to_lowercase();
     let mut kinds = Vec::new();
     let mut fns = Vec::new();
+    let mut fn_names = Vec::new();
     for (j, &m) in fmt.mappings.iter().enumerate() {
         let map = ir.mapping(m);
         let ExprKind::Member {
@@ -406,6 +407,7 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         let is_kind = format_ident!("is_{}_{}", lower_name, kind);
         kinds.push(quote!((#is_kind, #f)));
         fns.push(gen_place_fn(ir, fid, map, &f, kind)?);
+        fn_names.push(f);
     }
     let name = &field.name;
     let rules = format_ident!("{}_rules", lower_name);
@@ -417,7 +419,23 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         " Lists the tensors of `src` without reading their bytes: reads the pickle (its byte\n strings left in the file), then maps every object of the mapped kinds.",
         "the pickled object",
     );
-    let desc = crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true);
+    let written = fmt.mappings.iter().enumerate().find_map(|(j, &m)| {
+        let w = ir.mapping(m).write.as_ref()?;
+        Some((j, m, w))
+    });
+    let writer = match written {
+        _ if fmt.read_only => {
+            crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true)
+        }
+        Some((j, m, w)) => gen_one_writer(ir, fid, pid, m, w, &format_ident!("{}_object", fn_names[j]))?,
+        None => {
+            let no_write = format!(
+                "writing {} files is not supported (no tensor mapping has a `write` rule)",
+                fmt.public_name
+            );
+            crate::engine::read_only_desc(&no_write, true)
+        }
+    };
     Ok(quote! {
         #[doc = #fdoc]
         pub const FILE: rt::pickle::OneSpec = rt::pickle::OneSpec {
@@ -431,6 +449,102 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         }
 
         #(#fns)*
+
+        #writer
+    })
+}
+
+/// The streaming `Writer` of a file that is one pickle: each array's object is the
+/// `write` rule of mapping `m` around the placeholder of its bytes, which go to
+/// `rt::pickle::Arrays`'s spool as they come; `finish` pickles them in a dict by name (or
+/// the structure given), streaming the bytes into their byte strings.
+fn gen_one_writer(
+    ir: &Ir,
+    fid: FormatId,
+    pid: ir::PickleId,
+    m: ir::MappingId,
+    write: &Expr,
+    object_fn: &proc_macro2::Ident,
+) -> R<TokenStream> {
+    let public = &ir.format(fid).public_name;
+    let env = super::WriteEnv {
+        ir,
+        fid,
+        pickle: pid,
+        texts: &[],
+        uses_texts: Cell::new(false),
+        uses_byte_order: Cell::new(false),
+        one_pickle: true,
+    };
+    let body = super::returned(Lower { ir, env: &env }.pickle_value(write)?);
+    let bo = if env.uses_byte_order.get() {
+        quote!(byte_order)
+    } else {
+        quote!(_byte_order)
+    };
+    let map = ir.mapping(m);
+    let wdoc = format!(
+        " Streaming writer of `{public}` files: each array's bytes are spooled as they come; [`Writer::finish`] pickles the arrays (a dict by name, or the structure given) with their bytes."
+    );
+    let odoc = format!(
+        " The object of the array `meta`, its bytes the byte string `data` in `byte_order` (the `write` rule of `tensor from {}`).",
+        ir.text(fid, map.source.span)
+    );
+    let desc = crate::engine::desc(true);
+    Ok(quote! {
+        #[doc = #wdoc]
+        pub struct Writer<W: ::std::io::Write> {
+            w: W,
+            arrays: rt::pickle::Arrays,
+        }
+
+        impl<W: ::std::io::Write> Writer<W> {
+            /// A writer into `w`, of pickle protocol `options.pickle_protocol` (4 when not given, or 2), the arrays' bytes spooled beside `options.destination`.
+            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
+                Ok(Writer { w, arrays: rt::pickle::Arrays::new(NAME, options)? })
+            }
+
+            /// Adds one array: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order, written as they are.
+            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                let byte_order = meta.byte_order;
+                let bytes = self.arrays.data(meta)?;
+                let object = #object_fn(meta, &bytes, byte_order).map_err(|e| e.in_field(&meta.name))?;
+                self.arrays.add(meta, object, data, byte_order)
+            }
+
+            /// Writes the arrays inside `tree` instead of a flat dict: its dicts, lists,
+            /// tuples, numbers and strings as they are, each [`rt::Node::Tensor`] leaf as
+            /// the array added under that name. Every array added must be named in it,
+            /// and every name added; checked by [`Writer::finish`].
+            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
+                self.arrays.set_structure(tree);
+                Ok(true)
+            }
+
+            /// Writes the pickle, every array's bytes streamed from the spool; returns the output.
+            pub fn finish(self) -> rt::Result<W> {
+                self.arrays.finish(rt::pickle::Value::None, self.w)
+            }
+        }
+
+        #[doc = #odoc]
+        fn #object_fn(meta: &rt::TensorMeta, data: &rt::pickle::Value, #bo: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
+            #body
+        }
+
+        impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
+            fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
+                Writer::add(self, m, data)
+            }
+
+            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
+                Writer::finish(*self).map(drop)
+            }
+
+            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
+                Writer::set_structure(self, tree).map(Into::into)
+            }
+        }
 
         #desc
     })

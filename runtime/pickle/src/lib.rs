@@ -50,7 +50,7 @@ pub use detect::starts_naming;
 pub use index::{
     read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec, Place, Record,
 };
-pub use objects::{call, table_global, Objects, Storage};
+pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};

@@ -1795,6 +1795,17 @@ impl<'a> Lower<'a> {
                             );
                             return err_expr(span);
                         }
+                        let storage = !v.is_one_pickle() && v != WriteVar::Shape && v != WriteVar::Dtype;
+                        if storage && self.ast_fmt().engine_kind() == "file" {
+                            self.gap(
+                                span,
+                                format!("`{n}` in the write rule of a file that is one pickle"),
+                                "`index`, `numel`, `nbytes`, `offset` and `strides` name a storage of \
+                                 a zip around a pickle; here the array's bytes are `data`, dense in \
+                                 its `order`: names here are shape, dtype, order, byte_order, data",
+                            );
+                            return err_expr(span);
+                        }
                         return mk(ExprKind::WriteVar(v), v.ty(), span);
                     }
                     match n {
