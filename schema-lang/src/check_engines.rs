@@ -1818,6 +1818,16 @@ impl Rules<'_> {
             return;
         };
         if let Some(Codec::Pickle(p)) = field.codec {
+            if !ir.pickle(p).codecs_encode {
+                self.err(
+                    first.span,
+                    format!(
+                        "a written file that is one pickle is read back with `_codecs.encode`, but `pickle {}` does not allow it",
+                        ir.pickle(p).name
+                    ),
+                    "protocol 2 (`--pickle-protocol 2`) holds byte strings as `_codecs.encode(text, \"latin1\")`, as CPython writes them: add `codecs_encode;` to the declaration",
+                );
+            }
             if let Some((kind, _)) = &ir.pickle(p).persistent {
                 self.err(
                     first.span,

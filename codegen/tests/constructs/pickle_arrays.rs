@@ -39,6 +39,7 @@ pub mod pkla {
                     .allow_path("numpy.ndarray", rt::pickle::Kind::Class)
                     .persistent_ids(false)
                     .protocols(0..=5u8)
+                    .allow_codecs_encode()
                     .byte_ranges(true)
             })
     }
