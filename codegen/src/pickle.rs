@@ -756,8 +756,13 @@ impl Env for WriteEnv<'_> {
             env: self,
         };
         match (func, args) {
-            (Builtin::Itemsize, [a]) if matches!(a.value.kind, ExprKind::WriteVar(WriteVar::Dtype)) => {
-                Some(Val::value(quote!(rt::expr::itemsize(meta.dtype)?), Type::INT))
+            (Builtin::Itemsize, [a])
+                if matches!(a.value.kind, ExprKind::WriteVar(WriteVar::Dtype)) =>
+            {
+                Some(Val::value(
+                    quote!(rt::expr::itemsize(meta.dtype)?),
+                    Type::INT,
+                ))
             }
             // The table's key for the dtype written, when there is one.
             (Builtin::KeyOf, [t, _]) => {

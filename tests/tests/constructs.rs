@@ -1546,8 +1546,18 @@ fn write_align_is_the_alignment_the_save_asks_for() {
 fn a_file_that_is_one_pickle_writes_its_arrays_and_reads_them_back() {
     let desc = &pickle_arrays_fmt::pkla::DESC;
     let tensors = vec![
-        t("w", rt::DType::F32, &[2, 3], f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0])),
-        t("n", rt::DType::I64, &[2], vec![1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0]),
+        t(
+            "w",
+            rt::DType::F32,
+            &[2, 3],
+            f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        ),
+        t(
+            "n",
+            rt::DType::I64,
+            &[2],
+            vec![1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
+        ),
         t("b", rt::DType::U8, &[], vec![7]),
         t("e", rt::DType::F32, &[0, 4], vec![]),
     ];

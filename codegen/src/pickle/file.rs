@@ -427,7 +427,9 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         _ if fmt.read_only => {
             crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true)
         }
-        Some((j, m, w)) => gen_one_writer(ir, fid, pid, m, w, &format_ident!("{}_object", fn_names[j]))?,
+        Some((j, m, w)) => {
+            gen_one_writer(ir, fid, pid, m, w, &format_ident!("{}_object", fn_names[j]))?
+        }
         None => {
             let no_write = format!(
                 "writing {} files is not supported (no tensor mapping has a `write` rule)",
@@ -454,10 +456,10 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
     })
 }
 
-/// The streaming `Writer` of a file that is one pickle: each array's object is the
-/// `write` rule of mapping `m` around the placeholder of its bytes, which go to
-/// `rt::pickle::Arrays`'s spool as they come; `finish` pickles them in a dict by name (or
-/// the structure given), streaming the bytes into their byte strings.
+/// The writer of a file that is one pickle: the runtime's `rt::pickle::ArraysWriter`
+/// (each array's bytes spooled as they come, pickled in a dict by name or the structure
+/// given at `finish`) around the `write` rule of mapping `m`, generated as the function
+/// `object_fn` that builds each array's object around the placeholder of its bytes.
 fn gen_one_writer(
     ir: &Ir,
     fid: FormatId,
@@ -484,66 +486,24 @@ fn gen_one_writer(
     };
     let map = ir.mapping(m);
     let wdoc = format!(
-        " Streaming writer of `{public}` files: each array's bytes are spooled as they come; [`Writer::finish`] pickles the arrays (a dict by name, or the structure given) with their bytes."
+        " Streaming writer of `{public}` files: each array's object is [`{object_fn}`], its bytes spooled as they come; `finish` pickles the arrays (a dict by name, or the structure given) with their bytes."
     );
     let odoc = format!(
         " The object of the array `meta`, its bytes the byte string `data` in `byte_order` (the `write` rule of `tensor from {}`).",
         ir.text(fid, map.source.span)
     );
-    let desc = crate::engine::desc(true);
+    let desc = crate::engine::desc_around(
+        quote!(Ok(::std::boxed::Box::new(Writer::new(w, NAME, options, #object_fn)?))),
+        " This format for the registry: name, extensions, detector, indexer and writer.",
+        true,
+    );
     Ok(quote! {
         #[doc = #wdoc]
-        pub struct Writer<W: ::std::io::Write> {
-            w: W,
-            arrays: rt::pickle::Arrays,
-        }
-
-        impl<W: ::std::io::Write> Writer<W> {
-            /// A writer into `w`, of pickle protocol `options.pickle_protocol` (4 when not given, or 2), the arrays' bytes spooled beside `options.destination`.
-            pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-                Ok(Writer { w, arrays: rt::pickle::Arrays::new(NAME, options)? })
-            }
-
-            /// Adds one array: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order, written as they are.
-            pub fn add(&mut self, meta: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                let byte_order = meta.byte_order;
-                let bytes = self.arrays.data(meta)?;
-                let object = #object_fn(meta, &bytes, byte_order).map_err(|e| e.in_field(&meta.name))?;
-                self.arrays.add(meta, object, data, byte_order)
-            }
-
-            /// Writes the arrays inside `tree` instead of a flat dict: its dicts, lists,
-            /// tuples, numbers and strings as they are, each [`rt::Node::Tensor`] leaf as
-            /// the array added under that name. Every array added must be named in it,
-            /// and every name added; checked by [`Writer::finish`].
-            pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
-                self.arrays.set_structure(tree);
-                Ok(true)
-            }
-
-            /// Writes the pickle, every array's bytes streamed from the spool; returns the output.
-            pub fn finish(self) -> rt::Result<W> {
-                self.arrays.finish(rt::pickle::Value::None, self.w)
-            }
-        }
+        pub type Writer<W> = rt::pickle::ArraysWriter<W>;
 
         #[doc = #odoc]
-        fn #object_fn(meta: &rt::TensorMeta, data: &rt::pickle::Value, #bo: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
+        pub fn #object_fn(meta: &rt::TensorMeta, data: &rt::pickle::Value, #bo: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
             #body
-        }
-
-        impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
-            fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-                Writer::add(self, m, data)
-            }
-
-            fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-                Writer::finish(*self).map(drop)
-            }
-
-            fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-                Writer::set_structure(self, tree).map(Into::into)
-            }
         }
 
         #desc

@@ -123,46 +123,10 @@ pub mod pkla {
             data,
         )
     }
-    /// Streaming writer of `pkla` files: each array's bytes are spooled as they come; [`Writer::finish`] pickles the arrays (a dict by name, or the structure given) with their bytes.
-    pub struct Writer<W: ::std::io::Write> {
-        w: W,
-        arrays: rt::pickle::Arrays,
-    }
-    impl<W: ::std::io::Write> Writer<W> {
-        /// A writer into `w`, of pickle protocol `options.pickle_protocol` (4 when not given, or 2), the arrays' bytes spooled beside `options.destination`.
-        pub fn new(w: W, options: &rt::WriteOptions) -> rt::Result<Self> {
-            Ok(Writer {
-                w,
-                arrays: rt::pickle::Arrays::new(NAME, options)?,
-            })
-        }
-        /// Adds one array: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and byte order, written as they are.
-        pub fn add(
-            &mut self,
-            meta: &rt::TensorMeta,
-            data: rt::Payload<'_>,
-        ) -> rt::Result<()> {
-            let byte_order = meta.byte_order;
-            let bytes = self.arrays.data(meta)?;
-            let object = file_array_object(meta, &bytes, byte_order)
-                .map_err(|e| e.in_field(&meta.name))?;
-            self.arrays.add(meta, object, data, byte_order)
-        }
-        /// Writes the arrays inside `tree` instead of a flat dict: its dicts, lists,
-        /// tuples, numbers and strings as they are, each [`rt::Node::Tensor`] leaf as
-        /// the array added under that name. Every array added must be named in it,
-        /// and every name added; checked by [`Writer::finish`].
-        pub fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<bool> {
-            self.arrays.set_structure(tree);
-            Ok(true)
-        }
-        /// Writes the pickle, every array's bytes streamed from the spool; returns the output.
-        pub fn finish(self) -> rt::Result<W> {
-            self.arrays.finish(rt::pickle::Value::None, self.w)
-        }
-    }
+    /// Streaming writer of `pkla` files: each array's object is [`file_array_object`], its bytes spooled as they come; `finish` pickles the arrays (a dict by name, or the structure given) with their bytes.
+    pub type Writer<W> = rt::pickle::ArraysWriter<W>;
     /// The object of the array `meta`, its bytes the byte string `data` in `byte_order` (the `write` rule of `tensor from File.object.arrays`).
-    fn file_array_object(
+    pub fn file_array_object(
         meta: &rt::TensorMeta,
         data: &rt::pickle::Value,
         byte_order: rt::ByteOrder,
@@ -220,20 +184,11 @@ pub mod pkla {
             ]),
         )
     }
-    impl<W: rt::WriteSeek> rt::TensorWriter for Writer<W> {
-        fn add(&mut self, m: &rt::TensorMeta, data: rt::Payload<'_>) -> rt::Result<()> {
-            Writer::add(self, m, data)
-        }
-        fn finish(self: ::std::boxed::Box<Self>) -> rt::Result<()> {
-            Writer::finish(*self).map(drop)
-        }
-        fn set_structure(&mut self, tree: &rt::Node) -> rt::Result<rt::StructureKept> {
-            Writer::set_structure(self, tree).map(Into::into)
-        }
-    }
     /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
-        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .writer(|w, options| Ok(
+            ::std::boxed::Box::new(Writer::new(w, NAME, options, file_array_object)?),
+        ))
         .structure(structure);
 }
 /// Every format generated from the schema, in file-load order.

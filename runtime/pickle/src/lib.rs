@@ -44,7 +44,7 @@ mod walk;
 mod write;
 
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
-pub use arrays::Arrays;
+pub use arrays::{Arrays, ArraysWriter, ObjectFn};
 pub use data::{data, data_len, Latin1Text};
 pub use detect::starts_naming;
 pub use index::{

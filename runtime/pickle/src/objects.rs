@@ -87,9 +87,9 @@ pub fn tuple<const N: usize>(items: [Value; N]) -> Value {
 /// gives it; fails when `object` is not a call's object or has a state already.
 pub fn build(object: Value, state: Value) -> Result<Value> {
     match object {
-        Value::Object(o) if o.state.is_none() => {
-            Ok(Value::object(std::sync::Arc::unwrap_or_clone(o).with_state(state)))
-        }
+        Value::Object(o) if o.state.is_none() => Ok(Value::object(
+            std::sync::Arc::unwrap_or_clone(o).with_state(state),
+        )),
         other => Err(Error::from(ErrorKind::Invalid(format!(
             "`build` of {}, not the object of a call without state",
             other.type_name()

@@ -1795,7 +1795,8 @@ impl<'a> Lower<'a> {
                             );
                             return err_expr(span);
                         }
-                        let storage = !v.is_one_pickle() && v != WriteVar::Shape && v != WriteVar::Dtype;
+                        let storage =
+                            !v.is_one_pickle() && v != WriteVar::Shape && v != WriteVar::Dtype;
                         if storage && self.ast_fmt().engine_kind() == "file" {
                             self.gap(
                                 span,

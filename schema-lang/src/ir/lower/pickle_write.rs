@@ -198,7 +198,9 @@ impl Lower<'_> {
             ("key_of", [t, d]) if t.name.is_none() && d.name.is_none() => {
                 return self.pickle_key_of(tensor, &t.value, &d.value, span)
             }
-            ("itemsize", [d]) if tensor && d.name.is_none() && d.value.path_name() == Some("dtype") => {
+            ("itemsize", [d])
+                if tensor && d.name.is_none() && d.value.path_name() == Some("dtype") =>
+            {
                 return self.builtin(&sc, Builtin::Itemsize, args, span)
             }
             ("tuple", _) => return self.pickle_tuple(&sc, pickle, args, span),
@@ -290,7 +292,10 @@ impl Lower<'_> {
         span: Span,
     ) -> Expr {
         if args.iter().any(|a| a.name.is_some()) {
-            self.error(span, "a tuple's items are given positionally: `tuple(1, shape)`");
+            self.error(
+                span,
+                "a tuple's items are given positionally: `tuple(1, shape)`",
+            );
         }
         let args = args
             .iter()
@@ -299,7 +304,10 @@ impl Lower<'_> {
                 value: self.expr(sc, &a.value),
             })
             .collect();
-        let ty = self.pickles_in_reach(pickle).next().map_or(Type::Error, Type::PickleObject);
+        let ty = self
+            .pickles_in_reach(pickle)
+            .next()
+            .map_or(Type::Error, Type::PickleObject);
         mk(
             ExprKind::Call {
                 func: Builtin::Tuple,
@@ -322,7 +330,13 @@ impl Lower<'_> {
         let lowered: Vec<Expr> = args.iter().map(|a| self.expr(sc, &a.value)).collect();
         let ok = matches!(
             lowered.as_slice(),
-            [Expr { kind: ExprKind::PickleCall { .. }, .. }, _]
+            [
+                Expr {
+                    kind: ExprKind::PickleCall { .. },
+                    ..
+                },
+                _
+            ]
         ) && args.iter().all(|a| a.name.is_none());
         if !ok {
             self.gap(
@@ -339,7 +353,10 @@ impl Lower<'_> {
             .into_iter()
             .map(|value| Arg { name: None, value })
             .collect();
-        let ty = self.pickles_in_reach(pickle).next().map_or(Type::Error, Type::PickleObject);
+        let ty = self
+            .pickles_in_reach(pickle)
+            .next()
+            .map_or(Type::Error, Type::PickleObject);
         mk(
             ExprKind::Call {
                 func: Builtin::Build,
