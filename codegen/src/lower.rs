@@ -1001,6 +1001,17 @@ impl Lower<'_> {
                 let n = arg(0)?.scalar();
                 Val::value(quote!(rt::expr::write_align(#asked, #n)), ty)
             }
+            Builtin::Tuple => {
+                let items = args
+                    .iter()
+                    .map(|a| self.pickle_value(&a.value))
+                    .collect::<R<Vec<_>>>()?;
+                Val::value(quote!(rt::pickle::tuple([#(#items),*])), ty)
+            }
+            Builtin::Build => {
+                let (object, state) = (arg(0)?.ts, self.pickle_value(&args[1].value)?);
+                Val::value(quote!(rt::pickle::build(#object, #state)?), ty)
+            }
             other => unreachable!(
                 "`{}(..)` is lowered by the engine where the checker keeps it (`size`/`latin1` in layout write rules, `elements`/`external` in the data of mappings over messages, `key_of`/`global` in write rules)",
                 other.name()
@@ -1170,8 +1181,14 @@ impl Lower<'_> {
     /// A write rule's value as an `rt::pickle::Value`: objects as built, numbers, text,
     /// booleans and lists of integers converted.
     pub fn pickle_value(&self, e: &Expr) -> R<TokenStream> {
-        if let ExprKind::Const(Const::None) = e.kind {
-            return Ok(quote!(rt::pickle::Value::None));
+        match e.kind {
+            ExprKind::Const(Const::None) => return Ok(quote!(rt::pickle::Value::None)),
+            // A literal that fits is the pickle's integer as it is (`Value::Int(-1)`).
+            ExprKind::Const(Const::Int(v)) if i64::try_from(v).is_ok() => {
+                let l = Literal::i128_unsuffixed(v);
+                return Ok(quote!(rt::pickle::Value::Int(#l)));
+            }
+            _ => {}
         }
         let v = self.expr(e)?;
         Ok(match &v.ty {
@@ -1179,6 +1196,23 @@ impl Lower<'_> {
             Type::Int(_) => {
                 let x = v.scalar();
                 quote!(rt::pickle::Value::int(#x))
+            }
+            // A table's key for the tensor's dtype (`key_of(descr, dtype)`): an
+            // `unsupported` error naming the dtype when the table has none. Pickle write
+            // rules are lowered where the tensor (`meta`) and its `byte_order` are in reach.
+            Type::Str if v.form == Form::Opt => {
+                let ExprKind::Call {
+                    func: Builtin::KeyOf,
+                    args,
+                } = &e.kind
+                else {
+                    unreachable!("the text a pickle write rule may lack is `key_of`'s")
+                };
+                let ExprKind::Table(t) = args[0].value.kind else {
+                    unreachable!("the checker gives `key_of` a table (`pickle_key_of`)")
+                };
+                let (x, table) = (&v.ts, &self.ir.table(t).name);
+                quote!(rt::pickle::table_key(#x, NAME, #table, meta.dtype, byte_order)?)
             }
             Type::Str => {
                 let x = match v.form {
@@ -1190,6 +1224,12 @@ impl Lower<'_> {
             Type::Bool => {
                 let x = v.scalar();
                 quote!(rt::pickle::Value::Bool(#x))
+            }
+            // The tensor's bytes, as the writer's placeholder.
+            Type::Bytes if matches!(e.kind, ExprKind::WriteVar(_)) => v.ts,
+            Type::Bytes => {
+                let x = v.scalar();
+                quote!(rt::pickle::Value::bytes(#x))
             }
             Type::List(t) | Type::Tuple(t) if t.is_int() => {
                 let x = v.by_ref();

@@ -742,7 +742,9 @@ struct Spec<'a> {
 
 /// Names in reach in a pickle write rule: the tensor written (`meta`), its storage (`s`),
 /// the byte order written, the text entries as written; `key_of(T, dtype)` and
-/// `global(..)` read the dtype and byte order written.
+/// `global(..)` read the dtype and byte order written. In a file that is one pickle
+/// (`one_pickle`), no storage but the placeholder of the tensor's bytes (`data`) and its
+/// order.
 struct WriteEnv<'a> {
     ir: &'a Ir,
     fid: FormatId,
@@ -750,6 +752,7 @@ struct WriteEnv<'a> {
     texts: &'a [Text],
     uses_texts: Cell<bool>,
     uses_byte_order: Cell<bool>,
+    one_pickle: bool,
 }
 
 impl Env for WriteEnv<'_> {
@@ -764,6 +767,22 @@ impl Env for WriteEnv<'_> {
     }
     fn write_var(&self, v: WriteVar) -> Option<Val> {
         let u64_ = Type::Int(IntTy::sized(8, false));
+        if self.one_pickle {
+            return Some(match v {
+                WriteVar::PickleData => Val::value(quote!(data.clone()), Type::Bytes),
+                WriteVar::Order => Val::value(quote!(meta.order), Type::Order),
+                WriteVar::ByteOrder => {
+                    self.uses_byte_order.set(true);
+                    Val::value(quote!(byte_order), Type::ByteOrder)
+                }
+                WriteVar::Shape => Val::place(quote!(meta.shape), v.ty()),
+                WriteVar::Dtype => {
+                    self.uses_byte_order.set(true);
+                    Val::value(quote!((meta.dtype, Some(byte_order))), Type::Dtype)
+                }
+                _ => return None,
+            });
+        }
         Some(match v {
             WriteVar::Index => Val::place(quote!(s.index), u64_),
             WriteVar::Offset => Val::place(quote!(s.offset), u64_),
@@ -784,6 +803,14 @@ impl Env for WriteEnv<'_> {
             env: self,
         };
         match (func, args) {
+            (Builtin::Itemsize, [a])
+                if matches!(a.value.kind, ExprKind::WriteVar(WriteVar::Dtype)) =>
+            {
+                Some(Val::value(
+                    quote!(rt::expr::itemsize(meta.dtype)?),
+                    Type::INT,
+                ))
+            }
             // The table's key for the dtype written, when there is one.
             (Builtin::KeyOf, [t, _]) => {
                 let ExprKind::Table(t) = t.value.kind else {
@@ -823,6 +850,19 @@ impl Env for WriteEnv<'_> {
     }
 }
 
+/// The body of a function returning the value `ts`: `call(..)?` as it is, anything else
+/// in `Ok(..)`.
+fn returned(ts: TokenStream) -> TokenStream {
+    let mut toks: Vec<proc_macro2::TokenTree> = ts.clone().into_iter().collect();
+    match toks.last() {
+        Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '?' => {
+            toks.pop();
+            toks.into_iter().collect()
+        }
+        _ => quote!(Ok(#ts)),
+    }
+}
+
 /// The streaming `Writer`: tensors go to storage members as they come (where the
 /// mapping's `data`, read back from the object the `write` rule builds, puts them), the
 /// pickled root object (the pickle entry's `write`, a dict-kind call getting
@@ -843,19 +883,11 @@ fn gen_writer(
         texts,
         uses_texts: Cell::new(false),
         uses_byte_order: Cell::new(false),
+        one_pickle: false,
     };
     let lower = Lower { ir, env: &env };
     // The per-tensor object.
-    let obj_ts = lower.pickle_value(sp.write)?;
-    // `call(..)?` is returned as it is, anything else in `Ok(..)`.
-    let mut toks: Vec<proc_macro2::TokenTree> = obj_ts.clone().into_iter().collect();
-    let obj_body = match toks.last() {
-        Some(proc_macro2::TokenTree::Punct(p)) if p.as_char() == '?' => {
-            toks.pop();
-            toks.into_iter().collect()
-        }
-        _ => quote!(Ok(#obj_ts)),
-    };
+    let obj_body = returned(lower.pickle_value(sp.write)?);
     let uses_bo = env.uses_byte_order.get();
     // The root: a call of a dict-kind global.
     let Some(root) = &pentry.write else {

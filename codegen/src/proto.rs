@@ -1521,7 +1521,13 @@ impl Env for WriteEnv {
             WriteVar::Nbytes => Val::place(quote!(place.nbytes), u64_ty),
             WriteVar::Begin => Val::place(quote!(begin), u64_ty),
             WriteVar::End => Val::place(quote!(end), u64_ty),
-            WriteVar::Data | WriteVar::Strides | WriteVar::Index | WriteVar::Numel => {
+            WriteVar::Data
+            | WriteVar::Strides
+            | WriteVar::Index
+            | WriteVar::Numel
+            | WriteVar::PickleData
+            | WriteVar::Order
+            | WriteVar::ByteOrder => {
                 unreachable!(
                     "a protobuf write rule names no pickle variable (IR lowering), and `data` only as a field's whole value (check.rs `proto_data`), which `message` writes"
                 )

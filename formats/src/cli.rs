@@ -80,6 +80,10 @@ enum Command {
         /// their element size). Refused by formats that cannot.
         #[arg(long, value_name = "N")]
         align: Option<u64>,
+        /// The pickle protocol of a `.pkl` written (`pickle` format): 4 (the default,
+        /// Python 3.4 and later) or 2 (for old readers, Python 2); others are refused.
+        #[arg(long, value_name = "P")]
+        pickle_protocol: Option<u8>,
         #[command(flatten)]
         external: ExternalArgs,
     },
@@ -527,6 +531,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             flatten,
             keep_layout,
             align,
+            pickle_protocol,
             external,
         } => {
             let dtype = match dtype {
@@ -550,6 +555,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             }
             options.write.external = external.policy()?;
             options.write.align = align;
+            options.write.pickle_protocol = pickle_protocol;
             let bar = progress_bar(0, "converting");
             if std::io::stderr().is_terminal() {
                 bar.set_style(

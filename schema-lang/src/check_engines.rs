@@ -1863,6 +1863,61 @@ impl Rules<'_> {
                 }
             }
         }
+        self.one_pickle_writer(lid);
+    }
+
+    /// What writing a file that is one pickle needs: one mapping's `write` rule (the object
+    /// of each array, its bytes inside it), a declaration without persistent ids (the
+    /// bytes are byte strings of the pickle), and no `write` on the pickle field (the root
+    /// is a dict of the arrays by name, or the structure the caller gives).
+    fn one_pickle_writer(&mut self, lid: LayoutId) {
+        let ir = self.ir;
+        let f = ir.format(self.fid);
+        let field = &ir.layout(lid).fields[0];
+        let rules: Vec<&Expr> = f
+            .mappings
+            .iter()
+            .filter_map(|&m| ir.mapping(m).write.as_ref())
+            .collect();
+        for w in rules.iter().skip(1) {
+            self.err(
+                w.span,
+                "a second `write` rule in a file that is one pickle",
+                "the writer builds every array one way: keep one mapping's `write`",
+            );
+        }
+        let Some(first) = rules.first() else {
+            return;
+        };
+        if let Some(Codec::Pickle(p)) = field.codec {
+            if !ir.pickle(p).codecs_encode {
+                self.err(
+                    first.span,
+                    format!(
+                        "a written file that is one pickle is read back with `_codecs.encode`, but `pickle {}` does not allow it",
+                        ir.pickle(p).name
+                    ),
+                    "protocol 2 (`--pickle-protocol 2`) holds byte strings as `_codecs.encode(text, \"latin1\")`, as CPython writes them: add `codecs_encode;` to the declaration",
+                );
+            }
+            if let Some((kind, _)) = &ir.pickle(p).persistent {
+                self.err(
+                    first.span,
+                    format!(
+                        "a file that is one pickle is written without persistent ids, but `pickle {}` declares `persistent {kind}`",
+                        ir.pickle(p).name
+                    ),
+                    "the arrays' bytes are byte strings inside the pickle: remove `persistent` from the declaration",
+                );
+            }
+        }
+        if let Some(w) = &field.write {
+            self.err(
+                w.span,
+                "a `write` on the field of a file that is one pickle",
+                "the writer pickles a dict of the arrays by name (or the structure given): remove the field's `write`",
+            );
+        }
     }
 
     /// A record layout: integers, then a sized `payload`, last. Its payload field.

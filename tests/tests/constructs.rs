@@ -44,6 +44,7 @@ construct!(record_places_fmt, "record_places");
 construct!(read_only_fmt, "read_only");
 construct!(gguf_like_fmt, "gguf_like");
 construct!(write_align_fmt, "write_align");
+construct!(pickle_arrays_fmt, "pickle_arrays");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -1539,4 +1540,37 @@ fn write_align_is_the_alignment_the_save_asks_for() {
             .to_string();
         assert!(e.contains(&bad.to_string()), "{e}");
     }
+}
+
+#[test]
+fn a_file_that_is_one_pickle_writes_its_arrays_and_reads_them_back() {
+    let desc = &pickle_arrays_fmt::pkla::DESC;
+    let tensors = vec![
+        t(
+            "w",
+            rt::DType::F32,
+            &[2, 3],
+            f32s(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        ),
+        t(
+            "n",
+            rt::DType::I64,
+            &[2],
+            vec![1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0],
+        ),
+        t("b", rt::DType::U8, &[], vec![7]),
+        t("e", rt::DType::F32, &[0, 4], vec![]),
+    ];
+    for protocol in [None, Some(2)] {
+        let options = rt::WriteOptions {
+            pickle_protocol: protocol,
+            ..Default::default()
+        };
+        let written = write_with(desc, &tensors, &options).unwrap();
+        assert_eq!(read(desc, "w.pkla", &written).unwrap(), tensors);
+    }
+    // A dtype the table has no key for: refused by name, at `add`.
+    let err = write(desc, &[t("h", rt::DType::F16, &[1], vec![0, 0])]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("f16") && text.contains("pkla"), "{text}");
 }

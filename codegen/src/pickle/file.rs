@@ -391,6 +391,7 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
     let lower_name = pk.name.to_lowercase();
     let mut kinds = Vec::new();
     let mut fns = Vec::new();
+    let mut fn_names = Vec::new();
     for (j, &m) in fmt.mappings.iter().enumerate() {
         let map = ir.mapping(m);
         let ExprKind::Member {
@@ -407,6 +408,7 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         let is_kind = format_ident!("is_{}_{}", lower_name, kind);
         kinds.push(quote!((#is_kind, #f)));
         fns.push(gen_place_fn(ir, fid, map, &f, kind)?);
+        fn_names.push(f);
     }
     let name = &field.name;
     let rules = format_ident!("{}_rules", lower_name);
@@ -418,7 +420,25 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         " Lists the tensors of `src` without reading their bytes: reads the pickle (its byte\n strings left in the file), then maps every object of the mapped kinds.",
         "the pickled object",
     );
-    let desc = crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true);
+    let written = fmt.mappings.iter().enumerate().find_map(|(j, &m)| {
+        let w = ir.mapping(m).write.as_ref()?;
+        Some((j, m, w))
+    });
+    let writer = match written {
+        _ if fmt.read_only => {
+            crate::engine::read_only_desc(&format!("{} is read-only", fmt.public_name), true)
+        }
+        Some((j, m, w)) => {
+            gen_one_writer(ir, fid, pid, m, w, &format_ident!("{}_object", fn_names[j]))?
+        }
+        None => {
+            let no_write = format!(
+                "writing {} files is not supported (no tensor mapping has a `write` rule)",
+                fmt.public_name
+            );
+            crate::engine::read_only_desc(&no_write, true)
+        }
+    };
     Ok(quote! {
         #[doc = #fdoc]
         pub const FILE: rt::pickle::OneSpec = rt::pickle::OneSpec {
@@ -432,6 +452,60 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         }
 
         #(#fns)*
+
+        #writer
+    })
+}
+
+/// The writer of a file that is one pickle: the runtime's `rt::pickle::ArraysWriter`
+/// (each array's bytes spooled as they come, pickled in a dict by name or the structure
+/// given at `finish`) around the `write` rule of mapping `m`, generated as the function
+/// `object_fn` that builds each array's object around the placeholder of its bytes.
+fn gen_one_writer(
+    ir: &Ir,
+    fid: FormatId,
+    pid: ir::PickleId,
+    m: ir::MappingId,
+    write: &Expr,
+    object_fn: &proc_macro2::Ident,
+) -> R<TokenStream> {
+    let public = &ir.format(fid).public_name;
+    let env = super::WriteEnv {
+        ir,
+        fid,
+        pickle: pid,
+        texts: &[],
+        uses_texts: Cell::new(false),
+        uses_byte_order: Cell::new(false),
+        one_pickle: true,
+    };
+    let body = super::returned(Lower { ir, env: &env }.pickle_value(write)?);
+    let bo = if env.uses_byte_order.get() {
+        quote!(byte_order)
+    } else {
+        quote!(_byte_order)
+    };
+    let map = ir.mapping(m);
+    let wdoc = format!(
+        " Streaming writer of `{public}` files: each array's object is [`{object_fn}`], its bytes spooled as they come; `finish` pickles the arrays (a dict by name, or the structure given) with their bytes."
+    );
+    let odoc = format!(
+        " The object of the array `meta`, its bytes the byte string `data` in `byte_order` (the `write` rule of `tensor from {}`).",
+        ir.text(fid, map.source.span)
+    );
+    let desc = crate::engine::desc_around(
+        quote!(Ok(::std::boxed::Box::new(Writer::new(w, NAME, options, #object_fn)?))),
+        " This format for the registry: name, extensions, detector, indexer and writer.",
+        true,
+    );
+    Ok(quote! {
+        #[doc = #wdoc]
+        pub type Writer<W> = rt::pickle::ArraysWriter<W>;
+
+        #[doc = #odoc]
+        pub fn #object_fn(meta: &rt::TensorMeta, data: &rt::pickle::Value, #bo: rt::ByteOrder) -> rt::Result<rt::pickle::Value> {
+            #body
+        }
 
         #desc
     })

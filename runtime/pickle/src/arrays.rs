@@ -14,6 +14,9 @@
 //! and refers back to it (a NumPy dtype, a one-character string). So the objects added
 //! share what equals a part of an earlier one ([`share`]), and the pickle of a dict of
 //! arrays is byte for byte what `pickle.dumps` writes.
+//!
+//! [`ArraysWriter`] is the streaming writer of a format that is one such pickle: the
+//! format gives it the function that builds each array's object (its `write` rule).
 
 use std::collections::HashSet;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -23,7 +26,7 @@ use super::value::{Stream, Value};
 use super::write::Writer;
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::output::Spool;
-use tensorfmt_core::registry::Payload;
+use tensorfmt_core::registry::{Payload, StructureKept, TensorWriter};
 use tensorfmt_core::tensor::{ByteOrder, TensorMeta, WriteOptions};
 use tensorfmt_core::tree::Node;
 
@@ -148,6 +151,73 @@ impl Arrays {
             .protocol(self.protocol)
             .write_streamed(&value, &mut w, &mut streams)?;
         Ok(w)
+    }
+}
+
+/// The object of the array `meta` whose bytes are the byte string `data` in `byte_order`
+/// (a format's `write` rule).
+pub type ObjectFn = fn(&TensorMeta, &Value, ByteOrder) -> Result<Value>;
+
+/// The streaming writer of a file that is one pickle holding its arrays' bytes: each
+/// array's object is built by the format's [`ObjectFn`] around [`Arrays::data`], its
+/// bytes spooled as they come, in the tensor's own order and byte order;
+/// [`ArraysWriter::finish`] pickles a dict of the arrays by name (or the structure given).
+#[derive(Debug)]
+pub struct ArraysWriter<W: Write> {
+    w: W,
+    arrays: Arrays,
+    object: ObjectFn,
+}
+
+impl<W: Write> ArraysWriter<W> {
+    /// A writer into `w` of the format `format`, whose arrays' objects `object` builds;
+    /// the protocol and the spool's folder as [`Arrays::new`] takes them from `options`.
+    pub fn new(
+        w: W,
+        format: &'static str,
+        options: &WriteOptions,
+        object: ObjectFn,
+    ) -> Result<Self> {
+        Ok(ArraysWriter {
+            w,
+            arrays: Arrays::new(format, options)?,
+            object,
+        })
+    }
+
+    /// Adds one array: `data` holds exactly `meta.nbytes()` bytes in `meta`'s order and
+    /// byte order, written as they are. A dtype the format cannot name fails here, naming
+    /// it, before any byte is spooled.
+    pub fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        let bytes = self.arrays.data(meta)?;
+        let object =
+            (self.object)(meta, &bytes, meta.byte_order).map_err(|e| e.in_field(&meta.name))?;
+        self.arrays.add(meta, object, data, meta.byte_order)
+    }
+
+    /// Writes the arrays inside `tree` instead of a flat dict ([`Arrays::set_structure`]).
+    pub fn set_structure(&mut self, tree: &Node) {
+        self.arrays.set_structure(tree);
+    }
+
+    /// Writes the pickle, every array's bytes streamed from the spool; returns `w`.
+    pub fn finish(self) -> Result<W> {
+        self.arrays.finish(Value::None, self.w)
+    }
+}
+
+impl<W: Write> TensorWriter for ArraysWriter<W> {
+    fn add(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        ArraysWriter::add(self, meta, data)
+    }
+
+    fn finish(self: Box<Self>) -> Result<()> {
+        ArraysWriter::finish(*self).map(drop)
+    }
+
+    fn set_structure(&mut self, tree: &Node) -> Result<StructureKept> {
+        ArraysWriter::set_structure(self, tree);
+        Ok(StructureKept::all())
     }
 }
 

@@ -44,13 +44,13 @@ mod walk;
 mod write;
 
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
-pub use arrays::Arrays;
+pub use arrays::{Arrays, ArraysWriter, ObjectFn};
 pub use data::{data, data_len, Latin1Text};
 pub use detect::starts_naming;
 pub use index::{
     read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec, Place, Record,
 };
-pub use objects::{call, table_global, Objects, Storage};
+pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{Kind, Rules};
 pub use tree::{from_tree, to_tree};

@@ -48,12 +48,53 @@ pub fn table_global(
     dtype: DType,
     order: ByteOrder,
 ) -> Result<Value> {
-    let key = key.ok_or_else(|| {
+    Ok(Value::global(found_key(key, format, table, dtype, order)?))
+}
+
+/// The text `key` (a reverse table lookup: the table's key for a dtype, such as NumPy's
+/// `descr`), as a value. Fails as [`table_global`] when there is no key.
+pub fn table_key(
+    key: Option<&str>,
+    format: &str,
+    table: &str,
+    dtype: DType,
+    order: ByteOrder,
+) -> Result<Value> {
+    Ok(Value::str(found_key(key, format, table, dtype, order)?))
+}
+
+/// `key`, or the [`ErrorKind::Unsupported`] error naming the dtype that has none.
+fn found_key<'k>(
+    key: Option<&'k str>,
+    format: &str,
+    table: &str,
+    dtype: DType,
+    order: ByteOrder,
+) -> Result<&'k str> {
+    key.ok_or_else(|| {
         Error::from(ErrorKind::Unsupported(format!(
             "{format} has no `{table}` key for dtype {dtype} ({order:?} byte order)"
         )))
-    })?;
-    Ok(Value::global(key))
+    })
+}
+
+/// The tuple of `items` (a write rule's `tuple(..)`).
+pub fn tuple<const N: usize>(items: [Value; N]) -> Value {
+    Value::tuple(Vec::from(items))
+}
+
+/// The object `object` (what [`call`] built) with the state `state`, as pickle's `BUILD`
+/// gives it; fails when `object` is not a call's object or has a state already.
+pub fn build(object: Value, state: Value) -> Result<Value> {
+    match object {
+        Value::Object(o) if o.state.is_none() => Ok(Value::object(
+            std::sync::Arc::unwrap_or_clone(o).with_state(state),
+        )),
+        other => Err(Error::from(ErrorKind::Invalid(format!(
+            "`build` of {}, not the object of a call without state",
+            other.type_name()
+        )))),
+    }
 }
 
 /// The storage a written tensor is in, as a write rule names it.

@@ -192,6 +192,11 @@ impl Value {
         Value::Str(s.into())
     }
 
+    /// A byte string value.
+    pub fn bytes(b: &[u8]) -> Value {
+        Value::Bytes(b.into())
+    }
+
     /// A tuple of `items`.
     pub fn tuple(items: Vec<Value>) -> Value {
         Value::Tuple(items.into())

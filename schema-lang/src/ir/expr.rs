@@ -106,6 +106,11 @@ pub enum Builtin {
     /// `write` rules, its `write_order`): the alignment the save asks for, at least `n`;
     /// `n` when it asks none.
     WriteAlign,
+    /// `tuple(a, b, ..)` (pickle write rules): a pickled tuple of the values.
+    Tuple,
+    /// `build(call, state)` (pickle write rules): the object a call builds, given `state`
+    /// as pickle's `BUILD` gives it (`a.state` when read back).
+    Build,
 }
 
 impl Builtin {
@@ -142,8 +147,8 @@ impl Builtin {
     /// the lowering checks itself (`slice`'s named `align`).
     pub fn arity(self) -> Option<usize> {
         match self {
-            Builtin::External | Builtin::Slice => None,
-            Builtin::Align | Builtin::IndexOf | Builtin::KeyOf => Some(2),
+            Builtin::External | Builtin::Slice | Builtin::Tuple => None,
+            Builtin::Align | Builtin::IndexOf | Builtin::KeyOf | Builtin::Build => Some(2),
             Builtin::Lookup => Some(3),
             _ => Some(1),
         }
@@ -174,6 +179,8 @@ impl Builtin {
             Builtin::Sum => "sum",
             Builtin::Reverse => "reverse",
             Builtin::WriteAlign => "write_align",
+            Builtin::Tuple => "tuple",
+            Builtin::Build => "build",
         }
     }
 }
@@ -291,6 +298,14 @@ pub enum WriteVar {
     Index,
     /// The storage's element count (pickle).
     Numel,
+    /// The placeholder of the tensor's bytes, a byte string of the pickle (a file that is
+    /// one pickle).
+    PickleData,
+    /// The tensor's order (a file that is one pickle).
+    Order,
+    /// The byte order its bytes are written in, the tensor's own (a file that is one
+    /// pickle).
+    ByteOrder,
 }
 
 impl WriteVar {
@@ -321,8 +336,19 @@ impl WriteVar {
             "shape" => WriteVar::Shape,
             "strides" => WriteVar::Strides,
             "dtype" => WriteVar::Dtype,
+            "data" => WriteVar::PickleData,
+            "order" => WriteVar::Order,
+            "byte_order" => WriteVar::ByteOrder,
             _ => return None,
         })
+    }
+
+    /// True for the values only a file that is one pickle gives its write rule.
+    pub fn is_one_pickle(self) -> bool {
+        matches!(
+            self,
+            WriteVar::PickleData | WriteVar::Order | WriteVar::ByteOrder
+        )
     }
 
     /// Its name in schemas.
@@ -341,6 +367,9 @@ impl WriteVar {
             WriteVar::End => "end",
             WriteVar::Index => "index",
             WriteVar::Numel => "numel",
+            WriteVar::PickleData => "data",
+            WriteVar::Order => "order",
+            WriteVar::ByteOrder => "byte_order",
         }
     }
 
@@ -352,6 +381,9 @@ impl WriteVar {
             WriteVar::Shape | WriteVar::Strides => Type::List(Box::new(Type::INT)),
             WriteVar::Data => Type::Payload,
             WriteVar::External => Type::Bool,
+            WriteVar::PickleData => Type::Bytes,
+            WriteVar::Order => Type::Order,
+            WriteVar::ByteOrder => Type::ByteOrder,
             _ => Type::INT,
         }
     }

@@ -1473,6 +1473,10 @@ impl<'a> Lower<'a> {
             }
             A::Call { callee, args } => self.call(sc, callee, args, span),
             A::Unary { op, expr } => {
+                // A pickle holds a negative literal as the number.
+                if let (UnaryOp::Neg, A::Int(v), Scope::PickleWrite { .. }) = (op, &expr.kind, sc) {
+                    return mk(ExprKind::Const(Const::Int(-v)), Type::INT, span);
+                }
                 let (want, ty) = match op {
                     UnaryOp::Not => (Want::Bool, Type::Bool),
                     UnaryOp::Neg => (Want::Int, Type::INT),
@@ -1781,7 +1785,44 @@ impl<'a> Lower<'a> {
             Scope::PickleWrite { tensor, pickle } => {
                 if one {
                     if let Some(v) = sc.write_var(n) {
+                        if v.is_one_pickle() && self.ast_fmt().engine_kind() != "file" {
+                            self.gap(
+                                span,
+                                format!("`{n}` in a pickle write rule outside a `file` format"),
+                                "`data`, `order` and `byte_order` name the array written into a \
+                                 file that is one pickle (`engine file;`, `object: bytes codec \
+                                 pickle(P);`); here the bytes go to the storage the rule names",
+                            );
+                            return err_expr(span);
+                        }
+                        let storage =
+                            !v.is_one_pickle() && v != WriteVar::Shape && v != WriteVar::Dtype;
+                        if storage && self.ast_fmt().engine_kind() == "file" {
+                            self.gap(
+                                span,
+                                format!("`{n}` in the write rule of a file that is one pickle"),
+                                "`index`, `numel`, `nbytes`, `offset` and `strides` name a storage of \
+                                 a zip around a pickle; here the array's bytes are `data`, dense in \
+                                 its `order`: names here are shape, dtype, order, byte_order, data",
+                            );
+                            return err_expr(span);
+                        }
                         return mk(ExprKind::WriteVar(v), v.ty(), span);
+                    }
+                    match n {
+                        "c" | "fortran" if *tensor => {
+                            let o = if n == "c" { Order::C } else { Order::Fortran };
+                            return mk(ExprKind::Const(Const::Order(o)), Type::Order, span);
+                        }
+                        "le" | "be" if *tensor => {
+                            let o = if n == "le" {
+                                ByteOrder::Little
+                            } else {
+                                ByteOrder::Big
+                            };
+                            return mk(ExprKind::Const(Const::ByteOrder(o)), Type::ByteOrder, span);
+                        }
+                        _ => {}
                     }
                 }
                 let text = dotted(p);
@@ -1800,7 +1841,8 @@ impl<'a> Lower<'a> {
                     format!("'{text}' is not a declared pickle global"),
                     if *tensor {
                         "names here: declared globals, index, numel, nbytes, offset, shape, \
-                         strides, dtype"
+                         strides, dtype (and data, order, byte_order, c, fortran, le, be in a \
+                         file that is one pickle)"
                     } else {
                         "names here: declared globals"
                     },
@@ -2715,6 +2757,9 @@ impl<'a> Lower<'a> {
                 Type::TensorData
             }
             Builtin::Lookup => self.lookup_ty(&args, span),
+            Builtin::Tuple | Builtin::Build => {
+                unreachable!("`tuple` and `build` are lowered by `pickle_call` alone")
+            }
             Builtin::WriteAlign => {
                 for a in &args {
                     self.need(&a.value, Want::Int, "`write_align`");

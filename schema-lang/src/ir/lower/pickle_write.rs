@@ -14,6 +14,11 @@ pub(super) fn supported(e: &ast::Expr) -> bool {
     matches!(
         &e.kind,
         A::Int(_)
+            | A::Bytes(_)
+            | A::Unary {
+                op: ast::UnaryOp::Neg,
+                ..
+            }
             | A::Str(_)
             | A::Bool(_)
             | A::None
@@ -45,11 +50,97 @@ impl Lower<'_> {
         }
         let x = self.expr(&Scope::PickleWrite { tensor, pickle }, e);
         self.held_dtypes(&x);
+        self.unpicklable(&x);
+        if tensor && self.ast_fmt().engine_kind() == "file" {
+            self.placed_data(&x);
+        }
         x
     }
 
+    /// Reports the values a pickle cannot hold: the rule itself, an argument of a call, an
+    /// item of a tuple or of a persistent id must be a global, an object, a number, text,
+    /// a byte string, a truth value, `none` or a list of integers.
+    fn unpicklable(&mut self, x: &Expr) {
+        let held = |t: &Type| match t {
+            Type::List(i) | Type::Tuple(i) => i.is_int(),
+            Type::PickleObject(_)
+            | Type::PickleGlobal(_)
+            | Type::Int(_)
+            | Type::Str
+            | Type::Bytes
+            | Type::Bool
+            | Type::None
+            | Type::Dtype
+            | Type::Error => true,
+            _ => false,
+        };
+        let mut bad = Vec::new();
+        let mut check = |e: &Expr| {
+            if !held(&e.ty) {
+                bad.push((e.span, e.ty.clone()));
+            }
+        };
+        check(x);
+        x.walk(&mut |e| match &e.kind {
+            ExprKind::Call {
+                func: Builtin::Tuple | Builtin::Build,
+                args,
+            } => args.iter().for_each(|a| check(&a.value)),
+            ExprKind::PickleCall { args, .. } | ExprKind::PersistentId { items: args, .. } => {
+                args.iter().for_each(&mut check)
+            }
+            _ => {}
+        });
+        for (span, ty) in bad {
+            let shown = self.show_ty(&ty);
+            self.gap(
+                span,
+                format!("a pickle cannot hold {shown}"),
+                "a pickle holds globals, calls, numbers, text, byte strings, truth values, \
+                 `none` and the tensor's integers; compare to choose one \
+                 (`order == fortran`, `if byte_order == be { \">\" } else { \"<\" }`)",
+            );
+        }
+    }
+
+    /// Reports the tensor's `data` (the placeholder of its bytes in a file that is one
+    /// pickle) anywhere but as an item of `tuple(..)` or an argument of a call, where the
+    /// pickle holds it as a byte string, and a rule without it.
+    fn placed_data(&mut self, x: &Expr) {
+        let data = |e: &Expr| matches!(e.kind, ExprKind::WriteVar(WriteVar::PickleData));
+        let (mut placed, mut all) = (Vec::new(), Vec::new());
+        x.walk(&mut |e| match &e.kind {
+            ExprKind::Call {
+                func: Builtin::Tuple | Builtin::Build,
+                args,
+            } => placed.extend(args.iter().filter(|a| data(&a.value)).map(|a| a.value.span)),
+            ExprKind::PickleCall { args, .. } => {
+                placed.extend(args.iter().filter(|a| data(a)).map(|a| a.span))
+            }
+            _ if data(e) => all.push(e.span),
+            _ => {}
+        });
+        let mut failed = false;
+        x.walk(&mut |e| failed |= e.kind == ExprKind::Error);
+        if all.is_empty() && !failed {
+            self.gap(
+                x.span,
+                "the write rule does not hold the tensor's `data`",
+                "the pickle holds the array's bytes where the rule puts `data`: \
+                 `tuple(1, shape, .., data)`",
+            );
+        }
+        for span in all.into_iter().filter(|s| !placed.contains(s)) {
+            self.gap(
+                span,
+                "the tensor's `data` is a byte string of the pickle, not a value to compute with",
+                "put `data` as it is in a tuple or a call: `tuple(1, shape, .., data)`",
+            );
+        }
+    }
+
     /// Reports the tensor's `dtype` wherever the pickle would hold it: anywhere but a side
-    /// of `==` or `!=` and `key_of`'s second argument.
+    /// of `==` or `!=`, `key_of`'s second argument and `itemsize`'s argument.
     fn held_dtypes(&mut self, x: &Expr) {
         let dtype = |e: &Expr| matches!(e.kind, ExprKind::WriteVar(WriteVar::Dtype));
         let (mut named, mut all) = (Vec::new(), Vec::new());
@@ -60,7 +151,7 @@ impl Lower<'_> {
                 rhs,
             } => named.extend([lhs, rhs].into_iter().filter(|s| dtype(s)).map(|s| s.span)),
             ExprKind::Call {
-                func: Builtin::KeyOf,
+                func: Builtin::KeyOf | Builtin::Itemsize,
                 args,
             } => named.extend(
                 args.iter()
@@ -107,6 +198,13 @@ impl Lower<'_> {
             ("key_of", [t, d]) if t.name.is_none() && d.name.is_none() => {
                 return self.pickle_key_of(tensor, &t.value, &d.value, span)
             }
+            ("itemsize", [d])
+                if tensor && d.name.is_none() && d.value.path_name() == Some("dtype") =>
+            {
+                return self.builtin(&sc, Builtin::Itemsize, args, span)
+            }
+            ("tuple", _) => return self.pickle_tuple(&sc, pickle, args, span),
+            ("build", _) => return self.pickle_build(&sc, pickle, args, span),
             _ => {}
         }
         let mut lowered: Vec<Option<Expr>> = args
@@ -181,6 +279,90 @@ impl Lower<'_> {
                 args: lowered.into_iter().flatten().collect(),
             },
             Type::PickleObject(p),
+            span,
+        )
+    }
+
+    /// `tuple(a, b, ..)`: a pickled tuple of the values, given positionally.
+    fn pickle_tuple(
+        &mut self,
+        sc: &Scope,
+        pickle: Option<PickleId>,
+        args: &[ast::Arg],
+        span: Span,
+    ) -> Expr {
+        if args.iter().any(|a| a.name.is_some()) {
+            self.error(
+                span,
+                "a tuple's items are given positionally: `tuple(1, shape)`",
+            );
+        }
+        let args = args
+            .iter()
+            .map(|a| Arg {
+                name: None,
+                value: self.expr(sc, &a.value),
+            })
+            .collect();
+        let ty = self
+            .pickles_in_reach(pickle)
+            .next()
+            .map_or(Type::Error, Type::PickleObject);
+        mk(
+            ExprKind::Call {
+                func: Builtin::Tuple,
+                args,
+            },
+            ty,
+            span,
+        )
+    }
+
+    /// `build(call, state)`: the object a call of a declared global builds, given `state`
+    /// as pickle's `BUILD` gives it.
+    fn pickle_build(
+        &mut self,
+        sc: &Scope,
+        pickle: Option<PickleId>,
+        args: &[ast::Arg],
+        span: Span,
+    ) -> Expr {
+        let lowered: Vec<Expr> = args.iter().map(|a| self.expr(sc, &a.value)).collect();
+        let ok = matches!(
+            lowered.as_slice(),
+            [
+                Expr {
+                    kind: ExprKind::PickleCall { .. },
+                    ..
+                },
+                _
+            ]
+        ) && args.iter().all(|a| a.name.is_none());
+        if !ok {
+            self.gap(
+                span,
+                "`build` takes a call of a declared global and its state",
+                "`build(numpy.dtype(key_of(descr, dtype), false, true), tuple(3, \"<\", ..))`",
+            );
+            for x in lowered {
+                self.held_dtypes(&x);
+            }
+            return err_expr(span);
+        }
+        let args = lowered
+            .into_iter()
+            .map(|value| Arg { name: None, value })
+            .collect();
+        let ty = self
+            .pickles_in_reach(pickle)
+            .next()
+            .map_or(Type::Error, Type::PickleObject);
+        mk(
+            ExprKind::Call {
+                func: Builtin::Build,
+                args,
+            },
+            ty,
             span,
         )
     }
