@@ -28,19 +28,14 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
             }
             Detect::Pickle { pickle, window } => {
                 let pk = ir.pickle(*pickle);
-                let calls = pk.globals.iter().filter_map(|g| match g.kind {
-                    ir::GlobalKind::Call { .. } => {
-                        let (m, n) = g.path.rsplit_once('.').unwrap_or(("", &g.path));
-                        Some(quote!((#m, #n)))
-                    }
-                    _ => None,
-                });
+                // The checker keeps `detect pickle` to the format's own declarations.
+                let rules = format_ident!("{}_rules", pk.name.to_lowercase());
                 let w = Literal::u64_unsuffixed(*window);
                 described.push(format!(
                     "a pickle naming a call of `{}` in its first {window} bytes",
                     pk.name
                 ));
-                tests.push(quote!(rt::pickle::starts_naming(src, #w, &[#(#calls),*])));
+                tests.push(quote!(rt::pickle::starts_naming(src, #w, #rules())));
             }
             // The checker keeps member rules to zip formats.
             Detect::Entries { mode, pattern } => {

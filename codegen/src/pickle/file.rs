@@ -416,10 +416,8 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
         " The `{}` layout: one pickle, `{name}`, holding its arrays' bytes, and the calls mapped to tensors.",
         ir.layout(lid).name
     );
-    let entry_points = super::index_and_structure(
-        " Lists the tensors of `src` without reading their bytes: reads the pickle (its byte\n strings left in the file), then maps every object of the mapped kinds.",
-        "the pickled object",
-    );
+    let index_doc = " Lists the tensors of `src` without reading their bytes: reads the pickle (its byte\n strings left in the file), then maps every object of the mapped kinds.";
+    let sdoc = " The object tree of the pickled object, its tensors named as [`index`] names them.";
     let written = fmt.mappings.iter().enumerate().find_map(|(j, &m)| {
         let w = ir.mapping(m).write.as_ref()?;
         Some((j, m, w))
@@ -447,8 +445,14 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
             kinds: &[#(#kinds),*],
         };
 
-        #entry_points {
-            rt::pickle::read_one(src, limits, &FILE, with_structure)
+        #[doc = #index_doc]
+        pub fn index(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
+            Ok(rt::pickle::read_one(src, limits, &FILE, false)?.0)
+        }
+
+        #[doc = #sdoc]
+        pub fn structure(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::option::Option<rt::Node>> {
+            Ok(rt::pickle::read_one(src, limits, &FILE, true)?.1)
         }
 
         #(#fns)*

@@ -11,11 +11,7 @@ pub mod pkla {
     pub const EXTENSIONS: &[&str] = &["pkla"];
     /// True when the source looks like this format: a pickle naming a call of `Arrays` in its first 4096 bytes.
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
-        rt::pickle::starts_naming(
-            src,
-            4096,
-            &[("numpy.core.multiarray", "_reconstruct"), ("numpy", "dtype")],
-        )
+        rt::pickle::starts_naming(src, 4096, arrays_rules())
     }
     pub const DESCR: rt::Table<&str> = rt::Table {
         name: "descr",
@@ -66,22 +62,14 @@ pub mod pkla {
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::vec::Vec<rt::TensorInfo>> {
-        Ok(read_index(src, limits, false)?.0)
+        Ok(rt::pickle::read_one(src, limits, &FILE, false)?.0)
     }
     /// The object tree of the pickled object, its tensors named as [`index`] names them.
     pub fn structure(
         src: &rt::Source,
         limits: &rt::Limits,
     ) -> rt::Result<::std::option::Option<rt::Node>> {
-        Ok(read_index(src, limits, true)?.1)
-    }
-    /// The tensors, and with `with_structure` the object tree of the pickled object.
-    fn read_index(
-        src: &rt::Source,
-        limits: &rt::Limits,
-        with_structure: bool,
-    ) -> rt::Result<(::std::vec::Vec<rt::TensorInfo>, ::std::option::Option<rt::Node>)> {
-        rt::pickle::read_one(src, limits, &FILE, with_structure)
+        Ok(rt::pickle::read_one(src, limits, &FILE, true)?.1)
     }
     /// The tensor that a `array` call builds (`a` at `path`, the pickle at `base`): the mapping `tensor from File.object.arrays`.
     fn file_array(

@@ -2,12 +2,14 @@
 
 use tensorfmt_core::source::Source;
 
+use crate::rules::Rules;
+
 /// True when `src` starts as a pickle stream — `PROTO` 2 to 5 followed by anything but
 /// a `LONG1` (how PyTorch's legacy format starts: a pickled magic number), or a protocol
 /// 0 or 1 opening opcode (`(`, `}`, `]`, `c`) — and its first `window` bytes name one of
-/// `calls` (`(module, name)`), as `GLOBAL` writes it (`module\nname\n`) or
-/// `STACK_GLOBAL` (the two strings, module first).
-pub fn starts_naming(src: &Source, window: u64, calls: &[(&str, &str)]) -> bool {
+/// the calls `rules` record ([`Rules::calls`]), as `GLOBAL` writes it (`module\nname\n`)
+/// or `STACK_GLOBAL` (the two strings, module first).
+pub fn starts_naming(src: &Source, window: u64, rules: &Rules) -> bool {
     let n = src.data().len().min(window);
     let Ok(n) = usize::try_from(n) else {
         return false;
@@ -22,7 +24,7 @@ pub fn starts_naming(src: &Source, window: u64, calls: &[(&str, &str)]) -> bool 
         _ => false,
     };
     starts
-        && calls.iter().any(|(module, name)| {
+        && rules.calls().any(|(module, name)| {
             let global = format!("{module}\n{name}\n");
             contains(&buf, global.as_bytes())
                 || find(&buf, module.as_bytes())

@@ -169,6 +169,17 @@ impl Rules {
             .find_map(|(m, k)| in_module(module, m).then_some(k))
     }
 
+    /// The globals allowed one by one whose calls the rules record ([`Kind::Call`]), as
+    /// (module, name), in no particular order: what a pickle of these rules names first.
+    pub fn calls(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.globals.iter().flat_map(|(module, names)| {
+            names
+                .iter()
+                .filter(|(_, k)| matches!(k, Kind::Call { .. }))
+                .map(move |(name, _)| (module.as_str(), name.as_str()))
+        })
+    }
+
     /// Whether `_codecs.encode` is allowed (see [`Rules::allow_codecs_encode`]).
     pub fn codecs_encode(&self) -> bool {
         self.codecs_encode
