@@ -66,7 +66,7 @@ make-random OUTDIR SEED COUNT
     slicing with a step, expand giving stride 0), several tensors viewing one storage at
     different offsets, nn.Parameter, and sometimes a nested checkpoint
     ``{"model": ..., "optimizer": {"state": {0: {...}}, "param_groups": [...]}, "epoch": n}``
-    with ints, floats, tuples and lists. About half the zip checkpoints hold NumPy values
+    with ints, floats, tuples and lists. About half the checkpoints hold NumPy values
     too (their names have ``-numpy-``): arrays of NumPy's 14 numeric dtypes (random bit
     patterns, bool 0/1; big-endian and Fortran-order sometimes, 0-d and empty), and in a
     nested checkpoint NumPy scalars (float32, float64, int64, int32, bool) and sometimes
@@ -563,8 +563,7 @@ def cmd_make_random(args):
             continue
         legacy = rng.random() < 0.25
         dtypes = LEGACY_OK if legacy else list(TORCH_OF)
-        # NumPy values in zip checkpoints (the legacy format's reader refuses them).
-        numpy = not legacy and rng.random() < 0.5
+        numpy = rng.random() < 0.5
         obj = random_state(rng, dtypes, numpy)
         if rng.random() < (0.5 if numpy else 0.3):
             obj = random_checkpoint(rng, dtypes, obj, numpy)

@@ -1,6 +1,6 @@
 //! Interop with the real torch of the project's Python environment, on files no test has
 //! seen: `tests/py/tfcheck_torch.py make-random` writes checkpoints (zip and legacy, every
-//! dtype, views, shared storages, parameters, nested optimizer-like dicts; zip ones holding
+//! dtype, views, shared storages, parameters, nested optimizer-like dicts; half of them holding
 //! NumPy arrays of every NumPy dtype, big-endian, Fortran-order, 0-d and empty, NumPy
 //! scalars and `np.random.get_state()`) and TorchScript archives (scripted and frozen)
 //! from a new seed each run (printed; `TENSORFMT_SEED` reproduces one). tensorfmt must
