@@ -1730,16 +1730,30 @@ impl Rules<'_> {
                 return;
             }
         }
-        let [m] = f.mappings.as_slice() else {
+        // Mappings whose `data` is a pickled byte string: tensors the object pickle holds
+        // itself (NumPy arrays), beside the one mapping over the records.
+        let stored: Vec<_> = f
+            .mappings
+            .iter()
+            .filter(|&&m| !ir.mapping(m).data_in_pickle())
+            .collect();
+        let [m] = stored.as_slice() else {
             self.err(
                 f.name_span,
-                "a file of pickles has one tensor mapping",
-                "`tensor from File.object.tensors as t`",
+                "a file of pickles has one tensor mapping over its records",
+                "`tensor from File.object.tensors as t`; a second mapping reads tensors whose bytes the pickle holds (`data = a.state[4];`)",
             );
             return;
         };
-        let map = ir.mapping(*m);
+        let map = ir.mapping(**m);
         let mapped = source(map);
+        for &pm in f
+            .mappings
+            .iter()
+            .filter(|&&x| ir.mapping(x).data_in_pickle())
+        {
+            self.file_placed(ir.mapping(pm), &map.source);
+        }
         if mapped.is_none() || pickled.len() > 1 {
             self.err(
                 map.source.span,
@@ -1818,6 +1832,65 @@ impl Rules<'_> {
             &data_ok,
             "`data = slice(File.storages.bytes[index_of(File.keys, t.storage.key)], offset, none);`",
         );
+    }
+
+    /// A mapping of a file of pickles whose `data` is a pickled byte string (NumPy arrays
+    /// in a legacy checkpoint): over the objects of the pickle the mapping over records
+    /// iterates (`over`), read in place (`byte_ranges;`), dense (`order`, no `strides`),
+    /// and not written.
+    fn file_placed(&mut self, map: &Mapping, over: &Expr) {
+        let ir = self.ir;
+        let field = |e: &Expr| match &e.kind {
+            ExprKind::Member {
+                base,
+                member: Member::PickleObjects(..),
+            } => base.field_of(),
+            _ => None,
+        };
+        let (mine, theirs) = (field(&map.source), field(over));
+        if mine.is_none() || mine != theirs {
+            let kind = match &map.source.kind {
+                ExprKind::Member {
+                    member: Member::PickleObjects(_, k),
+                    ..
+                } => k.as_str(),
+                _ => "arrays",
+            };
+            let pickle = theirs.map_or("File.object".to_string(), |(l, f)| {
+                format!(
+                    "{}.{}",
+                    ir.layout(l).name,
+                    ir.layout(l).fields[f.index()].name
+                )
+            });
+            self.err(
+                map.source.span,
+                "a mapping whose `data` is a pickled byte string iterates the objects of the pickle the records' mapping iterates",
+                format!(
+                    "its tensors lie in `{pickle}`, as those of `tensor from {}` do: `tensor from {pickle}.{kind}s as {}`",
+                    ir.text(self.fid, over.span),
+                    map.binding
+                ),
+            );
+            return;
+        }
+        if let Some(p) = mapped_pickle(map) {
+            if !ir.pickle(p).byte_ranges {
+                self.err(
+                    map.source.span,
+                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
+                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
+                );
+            }
+        }
+        self.placed_mapping(map, "a file of pickles");
+        if let Some(w) = &map.write {
+            self.err(
+                w.span,
+                "a `write` rule on a mapping whose bytes the pickle holds",
+                "a file of pickles is read-only: remove `write`",
+            );
+        }
     }
 
     /// A `file` that is one pickle holding its arrays' bytes (NumPy's `.pkl`): a layout of

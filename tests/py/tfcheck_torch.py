@@ -53,6 +53,11 @@ compare [--values-only | --contents | --storage] A B [A B ...]
     Prints the differences and exits 1 otherwise; exits 2 when a file cannot be loaded.
     Several pairs are compared in turn; the exit status is that of the worst.
 
+weights-only FILE [FILE...]
+    Exits 0 when every FILE loads with ``torch.load(weights_only=True)`` (what a file
+    tensorfmt writes must do, NumPy values turned into torch tensors and Python numbers);
+    prints torch's refusal and exits 1 otherwise.
+
 make-random OUTDIR SEED COUNT
     Writes COUNT checkpoints torch made that no test has seen, and prints each file's
     absolute path on its own line. Each holds a random state dict: random dtypes from the
@@ -61,7 +66,11 @@ make-random OUTDIR SEED COUNT
     slicing with a step, expand giving stride 0), several tensors viewing one storage at
     different offsets, nn.Parameter, and sometimes a nested checkpoint
     ``{"model": ..., "optimizer": {"state": {0: {...}}, "param_groups": [...]}, "epoch": n}``
-    with ints, floats, tuples and lists. File names vary (the archive's folder is the file
+    with ints, floats, tuples and lists. About half the checkpoints hold NumPy values
+    too (their names have ``-numpy-``): arrays of NumPy's 14 numeric dtypes (random bit
+    patterns, bool 0/1; big-endian and Fortran-order sometimes, 0-d and empty), and in a
+    nested checkpoint NumPy scalars (float32, float64, int64, int32, bool) and sometimes
+    ``np.random.get_state()`` under ``rng``. File names vary (the archive's folder is the file
     name without its last extension); about one file in four is the legacy format
     (``_use_new_zipfile_serialization=False``, classic dtypes only: torch 2.15 cannot load
     uint16/32/64 or float8 from a legacy file), and about one in six a TorchScript archive
@@ -168,8 +177,11 @@ def load_obj(path):
 
 
 def from_numpy(a):
-    """A NumPy array as a torch tensor of the same elements (native byte order, C order)."""
-    return torch.from_numpy(np.array(a, dtype=a.dtype.newbyteorder("="), order="C"))
+    """A NumPy array as a torch tensor of the same elements over a storage of its own, in
+    native byte order, its layout kept (a Fortran-order array has column-major strides);
+    an empty one contiguous (torch gives an empty array zero strides)."""
+    t = torch.from_numpy(np.array(a, dtype=a.dtype.newbyteorder("="), order="K"))
+    return t.new_empty(t.shape) if t.numel() == 0 else t
 
 
 def script_attributes(module):
@@ -312,6 +324,23 @@ def differences(path_a, path_b, values_only=False, layout_too=True, kinds_too=Tr
     return problems
 
 
+def cmd_weights_only(args):
+    """Each file must load with ``torch.load(weights_only=True)``: no NumPy global, nothing
+    torch's safe unpickler refuses."""
+    if not args:
+        usage()
+    status = 0
+    for a in args:
+        try:
+            torch.load(a, weights_only=True, map_location="cpu")
+        except pickle.UnpicklingError as e:
+            print(f"{a}: torch.load(weights_only=True) refuses it: {e}", file=sys.stderr)
+            status = 1
+    if status == 0:
+        print(f"weights_only: {len(args)} files load")
+    return status
+
+
 def cmd_compare(args):
     values_only, layout_too, kinds_too = False, True, True
     if args and args[0] == "--values-only":
@@ -342,6 +371,8 @@ NAME_PARTS = ["layer", "w", "bias", "0", "1", "12", "conv.weight", "bn", "runnin
               "encoder", "attn.q_proj"]
 STEMS = ["model", "ckpt.v2", "weights-final", "a", "archive", "pytorch_model", "x.y.z", "e"]
 EXTS = [".pt", ".pth", ".bin", ".ckpt", ""]
+# NumPy's numeric dtypes (the ones a NumPy array in a checkpoint may have).
+NUMPY_DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16"]
 
 
 def random_name(rng, taken):
@@ -401,11 +432,55 @@ def random_shared(rng, dtypes, names, out):
         out[random_name(rng, names)] = v
 
 
-def random_state(rng, dtypes):
+def random_array(rng):
+    """A NumPy array of one of NumPy's 14 numeric dtypes: random bits (bool 0/1), a random
+    shape (0-d and empty too), big-endian and Fortran order sometimes."""
+    dt = np.dtype(NUMPY_DTYPES[int(rng.integers(len(NUMPY_DTYPES)))])
+    if dt.itemsize > 1 and rng.random() < 0.3:
+        dt = dt.newbyteorder(">")
+    shape = random_shape(rng)
+    n = int(np.prod(shape, dtype=np.int64))
+    if dt.kind == "b":
+        raw = rng.integers(0, 2, size=n, dtype=np.uint8)
+    else:
+        raw = rng.integers(0, 256, size=n * dt.itemsize, dtype=np.uint8)
+    a = raw.view(dt).reshape(shape)
+    if a.ndim >= 2 and rng.random() < 0.4:
+        a = np.asfortranarray(a)
+    return a
+
+
+def random_scalar(rng):
+    """A NumPy scalar, as training scripts keep a learning rate, a step or a flag."""
+    kind = int(rng.integers(5))
+    if kind == 0:
+        return np.float32(rng.random())
+    if kind == 1:
+        return np.float64(rng.standard_normal())
+    if kind == 2:
+        return np.int64(rng.integers(-10**6, 10**6))
+    if kind == 3:
+        return np.int32(rng.integers(-1000, 1000))
+    return np.bool_(rng.random() < 0.5)
+
+
+def random_numpy_state(rng):
+    """``np.random.get_state()`` of NumPy's global generator, seeded from `rng` and part
+    way through (a state tuple: 'MT19937', the u32 (624,) key, pos, has_gauss, cached)."""
+    np.random.seed(int(rng.integers(2**32)))
+    np.random.random(int(rng.integers(0, 700)))
+    if rng.random() < 0.5:
+        np.random.standard_normal()  # leaves a cached Gaussian
+    return np.random.get_state()
+
+
+def random_state(rng, dtypes, numpy=False):
     names, sd = set(), {}
     for _ in range(int(rng.integers(1, 7))):
         r = rng.random()
-        if r < 0.45:
+        if numpy and rng.random() < 0.3:
+            sd[random_name(rng, names)] = random_array(rng)
+        elif r < 0.45:
             sd[random_name(rng, names)] = random_tensor(rng, dtypes)
         elif r < 0.7:
             sd[random_name(rng, names)] = random_view(rng, dtypes)
@@ -418,8 +493,9 @@ def random_state(rng, dtypes):
     return sd
 
 
-def random_checkpoint(rng, dtypes, model):
-    """An optimizer-like nested dict around `model`."""
+def random_checkpoint(rng, dtypes, model, numpy=False):
+    """An optimizer-like nested dict around `model`; with `numpy`, sometimes NumPy
+    scalars and ``np.random.get_state()`` too."""
     keys = list(model)
     state = {}
     for i in range(min(len(keys), int(rng.integers(0, 3)))):
@@ -427,7 +503,7 @@ def random_checkpoint(rng, dtypes, model):
         for k in ("exp_avg", "exp_avg_sq")[: int(rng.integers(1, 3))]:
             entry[k] = random_tensor(rng, dtypes, random_shape(rng, 0, 2))
         state[i] = entry
-    return {
+    ckpt = {
         "model": model,
         "optimizer": {
             "state": state,
@@ -437,6 +513,12 @@ def random_checkpoint(rng, dtypes, model):
         "epoch": int(rng.integers(0, 1000)),
         "tag": "random",
     }
+    if numpy:
+        if rng.random() < 0.5:
+            ckpt["rng"] = random_numpy_state(rng)
+        for k in ("lr", "step", "best", "flag")[: int(rng.integers(0, 5))]:
+            ckpt[k] = random_scalar(rng)
+    return ckpt
 
 
 def random_script_module(rng):
@@ -481,12 +563,13 @@ def cmd_make_random(args):
             continue
         legacy = rng.random() < 0.25
         dtypes = LEGACY_OK if legacy else list(TORCH_OF)
-        obj = random_state(rng, dtypes)
-        if rng.random() < 0.3:
-            obj = random_checkpoint(rng, dtypes, obj)
+        numpy = rng.random() < 0.5
+        obj = random_state(rng, dtypes, numpy)
+        if rng.random() < (0.5 if numpy else 0.3):
+            obj = random_checkpoint(rng, dtypes, obj, numpy)
         stem = STEMS[int(rng.integers(len(STEMS)))]
         ext = EXTS[int(rng.integers(len(EXTS)))]
-        path = outdir / f"r{i:04d}-{'legacy-' if legacy else ''}{stem}{ext}"
+        path = outdir / f"r{i:04d}-{'legacy-' if legacy else ''}{'numpy-' if numpy else ''}{stem}{ext}"
         if legacy:
             torch.save(obj, path, _use_new_zipfile_serialization=False)
         else:
@@ -503,7 +586,8 @@ def usage():
 def main(argv):
     if not argv:
         usage()
-    cmds = {"describe": cmd_describe, "make-random": cmd_make_random, "compare": cmd_compare}
+    cmds = {"describe": cmd_describe, "make-random": cmd_make_random, "compare": cmd_compare,
+            "weights-only": cmd_weights_only}
     if argv[0] not in cmds:
         print(f"tfcheck_torch: unknown subcommand {argv[0]!r}", file=sys.stderr)
         usage()

@@ -1,10 +1,12 @@
 //! Interop with the real torch of the project's Python environment, on files no test has
 //! seen: `tests/py/tfcheck_torch.py make-random` writes checkpoints (zip and legacy, every
-//! dtype, views, shared storages, parameters, nested optimizer-like dicts) and TorchScript
-//! archives (scripted and frozen) from a new seed each run (printed; `TENSORFMT_SEED`
-//! reproduces one). tensorfmt must read each exactly as torch describes it, and every
-//! file tensorfmt converts them to must load with `torch.load(weights_only=True)` and hold
-//! the same tensors and non-tensor values.
+//! dtype, views, shared storages, parameters, nested optimizer-like dicts; half of them holding
+//! NumPy arrays of every NumPy dtype, big-endian, Fortran-order, 0-d and empty, NumPy
+//! scalars and `np.random.get_state()`) and TorchScript archives (scripted and frozen)
+//! from a new seed each run (printed; `TENSORFMT_SEED` reproduces one). tensorfmt must
+//! read each exactly as torch describes it, and every file tensorfmt converts them to must
+//! load with `torch.load(weights_only=True)` (NumPy arrays written as torch tensors) and
+//! hold the same tensors and non-tensor values.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -52,10 +54,11 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
     let files = unseen(dir.path(), 36);
     let kinds = |f: &str| files.iter().filter(|p| s(p).contains(f)).count();
     eprintln!(
-        "{} files: {} legacy, {} TorchScript",
+        "{} files: {} legacy, {} TorchScript, {} with NumPy values",
         files.len(),
         kinds("-legacy-"),
-        kinds("-script-")
+        kinds("-script-"),
+        kinds("-numpy-")
     );
 
     // Read: tensorfmt's `inspect --json --sha256` equals torch's description.
@@ -73,6 +76,7 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
     let mut contents = Vec::new();
     let mut values_only = Vec::new();
     let mut storage = Vec::new();
+    let mut written = Vec::new();
     for (i, src) in files.iter().enumerate() {
         let kept = out.path().join(format!("{i}-kept.pt"));
         convert(src, &kept, &[]);
@@ -92,7 +96,9 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
             .map(|t| t["name"].clone())
             .collect();
         assert_eq!(names, want, "flattened {}", src.display());
+        written.push(flat);
         // A TorchScript module is an object, not a dict: it is written flat.
+        written.push(kept.clone());
         if s(src).contains("-script-") {
             values_only.push(src.clone());
             values_only.push(kept);
@@ -105,12 +111,16 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
         if !s(src).contains("-script-") && !s(src).contains("-legacy-") {
             let views = out.path().join(format!("{i}-views.pt"));
             convert(src, &views, &["--keep-layout"]);
+            written.push(views.clone());
             storage.push(src.clone());
             storage.push(views);
         }
     }
-    // torch.load(weights_only=True) of each written file: same names, dtypes, shapes,
-    // elements, and the same non-tensor values (epoch, param_groups, ...).
+    // Every written file loads with torch.load(weights_only=True), NumPy values included.
+    let args: Vec<&str> = written.iter().map(|p| s(p)).collect();
+    tfcheck_torch(&[&["weights-only"], &args[..]].concat());
+    // torch.load of each written file: same names, dtypes, shapes, elements, and the same
+    // non-tensor values (epoch, param_groups, NumPy scalars as the numbers they are, ...).
     let args: Vec<&str> = contents.iter().map(|p| s(p)).collect();
     tfcheck_torch(&[&["compare", "--contents"], &args[..]].concat());
     if !values_only.is_empty() {
@@ -234,6 +244,9 @@ fn converted_fixtures_keep_their_nested_objects() {
         bucket.push(src);
         bucket.push(dst);
     }
+    // Written files load with torch.load(weights_only=True), numpy_values.pt's too.
+    let args: Vec<&str> = contents.iter().skip(1).step_by(2).map(|p| s(p)).collect();
+    tfcheck_torch(&[&["weights-only"], &args[..]].concat());
     let args: Vec<&str> = contents.iter().map(|p| s(p)).collect();
     tfcheck_torch(&[&["compare", "--contents"], &args[..]].concat());
     let args: Vec<&str> = values_only.iter().map(|p| s(p)).collect();

@@ -136,6 +136,7 @@ fn detected_by_content_and_claiming_nothing_else() {
     }
     for (f, format) in [
         ("pytorch/legacy.pt", "pytorch-legacy"),
+        ("pytorch/numpy_values_legacy.pt", "pytorch-legacy"),
         ("pytorch/all_dtypes.pt", "pytorch"),
         ("safetensors/numpy_model.safetensors", "safetensors"),
     ] {

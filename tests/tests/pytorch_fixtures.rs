@@ -413,6 +413,39 @@ fn legacy_fixture_matches_torch_and_verifies() {
     assert!(out.contains("pytorch-legacy"), "{out}");
 }
 
+/// A legacy checkpoint holding NumPy values (`numpy_values_legacy.pt`, the objects of
+/// `numpy_values.pt`): its arrays, whose bytes the object pickle holds, listed beside the
+/// torch tensors as torch reads them, its NumPy scalars and random state as values.
+#[test]
+fn legacy_numpy_values_match_torch_and_verify() {
+    let p = dir().join("numpy_values_legacy.pt");
+    let expected =
+        json(&std::fs::read_to_string(dir().join("expected/numpy_values_legacy.pt.json")).unwrap());
+    assert_eq!(expected["format"], "pytorch-legacy");
+    assert_eq!(inspect_json(&p), expected);
+    // The same tensors as the zip checkpoint of the same objects.
+    let zip = json(&std::fs::read_to_string(dir().join("expected/numpy_values.pt.json")).unwrap());
+    assert_eq!(expected["tensors"], zip["tensors"]);
+    let (code, out) = cli(&["verify", p.to_str().unwrap()]);
+    assert_eq!(
+        code,
+        ExitCode::SUCCESS,
+        "verify numpy_values_legacy.pt: {out}"
+    );
+    let (code, text) = cli(&["inspect", "--values", p.to_str().unwrap()]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    for line in [
+        "  arrays.be_i32       i32       [6]\n",
+        "  rng_state.1         u32       [624]\n",
+        "  rng_state.0 = 'MT19937'\n",
+        "  lr = 0.1\n",
+        "  step = 100\n",
+        "  flag = True\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+}
+
 /// The byte offset of the first storage record of `legacy.pt`: after its five pickles.
 fn legacy_records_start(bytes: &[u8]) -> usize {
     let rules = tensorfmt::generated::pytorch_legacy::legacy_rules();

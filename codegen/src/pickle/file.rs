@@ -3,9 +3,12 @@
 //! `rt::pickle::read_prefix`), then records repeated once per item of one of them
 //! (`R repeat count(len(keys))`). The mapping is over the objects one pickle builds
 //! (`File.object.tensors`), like the zip engine's; its data is a record's `payload` field
-//! looked up by key (`File.storages.bytes[index_of(File.keys, t.storage.key)]`). What is
-//! generated is data and small functions: the file's pickles and their checks (`FILE`, an
-//! `rt::pickle::FileSpec`), the mapping of one call and the reader of one record; the
+//! looked up by key (`File.storages.bytes[index_of(File.keys, t.storage.key)]`). Further
+//! mappings over that pickle whose `data` is a pickled byte string (NumPy arrays,
+//! `data = a.state[4]`) read tensors the pickle holds itself, in the same walk (`placed`).
+//! What is generated is data and small functions: the file's pickles and their checks
+//! (`FILE`, an `rt::pickle::FileSpec`), the mapping of one call (and of each placed kind)
+//! and the reader of one record; the
 //! runtime's `rt::pickle::read_file` reads the file with them.
 //!
 //! In a record layout, `dtype` is the dtype of the tensors whose data is that record (the
@@ -118,8 +121,16 @@ fn snake(name: &str) -> String {
 pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let public = &fmt.public_name;
-    let Some(&m) = fmt.mappings.first() else {
+    // The mapping over the records, and those over calls whose bytes the object pickle
+    // holds (`data` a pickled byte string: NumPy arrays), read in the same walk.
+    let placed = |m: &ir::Mapping| m.data_in_pickle();
+    let Some(&first) = fmt.mappings.first() else {
         unreachable!("checker rule file_pickle: a file of pickles has a tensor mapping");
+    };
+    let m = match fmt.mappings.iter().find(|&&m| !placed(ir.mapping(m))) {
+        Some(&m) => m,
+        // A file that is one pickle: every mapping's tensors lie in it.
+        None => first,
     };
     let map = ir.mapping(m);
     // `tensor from L.object.<kind>s as t`
@@ -250,6 +261,22 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     );
     let mapping = gen_map_fn(ir, fid, map, &[], (&mf, &doc), false, locate)?;
     let persistent_arg = persistent_arg.take();
+    let mut placed_kinds = Vec::new();
+    let mut placed_fns = Vec::new();
+    for &pm in fmt.mappings.iter().filter(|&&x| placed(ir.mapping(x))) {
+        let pmap = ir.mapping(pm);
+        let ExprKind::Member {
+            member: Member::PickleObjects(pp, pkind),
+            ..
+        } = &pmap.source.kind
+        else {
+            unreachable!("checker rule file_pickle: a mapping iterates the objects of the pickle");
+        };
+        let f = format_ident!("{}_{}", snake(&layout.name), pkind);
+        let is_kind = format_ident!("is_{}_{}", ir.pickle(*pp).name.to_lowercase(), pkind);
+        placed_fns.push(gen_place_fn(ir, fid, pmap, &f, pkind)?);
+        placed_kinds.push(quote!((#is_kind, #f)));
+    }
 
     // The record reader.
     let rname = &layout.fields[rfield.index()].name;
@@ -354,7 +381,7 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             persistent: #persistent_arg,
             rules: #rules,
             is_target: #is_kind,
-            placed: &[],
+            placed: &[#(#placed_kinds),*],
             map: #mf,
             record: #rf,
         };
@@ -364,6 +391,8 @@ pub(crate) fn gen_file_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         }
 
         #mapping
+
+        #(#placed_fns)*
 
         #[doc = #rdoc]
         fn #rf(c: &mut rt::Cursor<'_>, #r: &rt::pickle::Record<'_>) -> rt::Result<(u64, u64)> {

@@ -1045,6 +1045,17 @@ impl Mapping {
             _ => None,
         })
     }
+
+    /// True when the mapping's `data` is a pickled byte string of the object it iterates
+    /// (`data = a.state[4];`, a NumPy array's bytes): a tensor whose bytes the pickle
+    /// holds itself, not a record or member of the file.
+    pub fn data_in_pickle(&self) -> bool {
+        self.key(TensorKey::Data).is_some_and(|d| {
+            let mut field = false;
+            d.walk(&mut |x| field |= x.field_of().is_some());
+            matches!(d.ty, Type::Pickled(_)) && !field
+        })
+    }
 }
 
 /// Builds the IR of a schema. For a schema the checker accepted, nothing in the result is
