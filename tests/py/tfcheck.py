@@ -38,7 +38,7 @@ make-random OUTDIR SEED COUNT
 
 make-random-pickle OUTDIR SEED COUNT
     Writes COUNT pickles of NumPy arrays that no test has seen (``pickle.dump`` at
-    protocol 2, 4 or 5, chosen at random), as .pkl or .pickle: the arrays of make-random
+    protocol 0, 1, 2, 4 or 5, chosen at random), as .pkl or .pickle: the arrays of make-random
     (random dtypes in both byte orders, 0-d and empty shapes, C or Fortran order) in
     nested dicts (text and integer keys), lists and tuples beside floats, ints, text,
     None and NumPy scalars, at least one array each; the root is a dict, a list, or
@@ -288,7 +288,7 @@ def cmd_make_random_pickle(args):
                 obj = {random_name(rng, set()) + str(j): random_tree(rng, 1)
                        for j in range(int(rng.integers(1, 6)))}
             walk_pickle(obj, "", found)
-        protocol = (2, 4, 5)[int(rng.integers(3))]
+        protocol = (0, 1, 2, 4, 5)[int(rng.integers(5))]
         path = outdir / f"r{i:04d}-p{protocol}{PICKLE_SUFFIXES[int(rng.integers(2))]}"
         with open(path, "wb") as f:
             pickle.dump(obj, f, protocol=protocol)

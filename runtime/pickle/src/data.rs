@@ -2,7 +2,9 @@
 //! [`Rules::byte_ranges`](super::Rules::byte_ranges)) as a tensor's [`DataLocation`]:
 //! bytes the pickle stores plain are a byte range of the file, zero-copy; the text of
 //! `_codecs.encode(text, 'latin1')` is [`Latin1Text`], decoded to its bytes when the
-//! tensor is read, never at index time.
+//! tensor is read, never at index time. Protocols 0 and 1 store byte strings as escaped
+//! text (`STRING`, `UNICODE`), which the reader decodes into bytes of their own: those
+//! are [`Held`], read from memory (never more than the file holds).
 
 use super::value::{ByteRange, Value};
 use tensorfmt_core::error::{Error, ErrorKind, Result};
@@ -17,6 +19,9 @@ use tensorfmt_core::tensor::{DataLocation, Encoded, EncodedBytes, TensorInfo};
 /// a byte string left in the pickle, and with [`ErrorKind::Overflow`] when its offsets
 /// do not fit.
 pub fn data(v: Option<&Value>, base: u64, field: &str) -> Result<DataLocation> {
+    if let Some(Value::Bytes(b)) = v {
+        return Ok(EncodedBytes::new(Held(b.clone())).window(0, 0, b.len() as u64));
+    }
     let Some(Value::Range(r)) = v else {
         let what = v.map_or("nothing", Value::type_name);
         return Err(Error::from(ErrorKind::Invalid(format!(
@@ -42,6 +47,7 @@ pub fn data(v: Option<&Value>, base: u64, field: &str) -> Result<DataLocation> {
 pub fn data_len(v: Option<&Value>) -> Option<u64> {
     match v {
         Some(Value::Range(ByteRange { len, .. })) => Some(*len),
+        Some(Value::Bytes(b)) => Some(b.len() as u64),
         _ => None,
     }
 }
@@ -168,6 +174,50 @@ impl Encoded for Latin1Text {
 
     fn same(&self, other: &dyn Encoded) -> bool {
         other.as_any().downcast_ref::<Latin1Text>() == Some(self)
+    }
+}
+
+/// Bytes the reader decoded from a pickle's text (protocols 0 and 1: `STRING`, or
+/// `_codecs.encode` of a `UNICODE` text), held in memory; its one part (0) is read from
+/// there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held(pub std::sync::Arc<[u8]>);
+
+impl Encoded for Held {
+    fn plain_offset(&self, _src: &dyn RandomAccess, _part: u64) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    fn read(
+        &self,
+        _src: &Source,
+        _info: &TensorInfo,
+        part: u64,
+        window: (u64, u64),
+        sink: &mut dyn Sink,
+        _opts: &ReadOptions,
+    ) -> Result<()> {
+        let bytes = usize::try_from(window.0)
+            .ok()
+            .zip(usize::try_from(window.1).ok())
+            .and_then(|(skip, len)| self.0.get(skip..skip.checked_add(len)?));
+        match (part, bytes) {
+            (0, Some(b)) => sink.chunk(b),
+            _ => Err(Error::from(ErrorKind::NotFound(format!(
+                "bytes {}..+{} of part {part} of a {}-byte string",
+                window.0,
+                window.1,
+                self.0.len()
+            )))),
+        }
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn same(&self, other: &dyn Encoded) -> bool {
+        other.as_any().downcast_ref::<Held>() == Some(self)
     }
 }
 
