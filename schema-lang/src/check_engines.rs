@@ -887,9 +887,9 @@ impl Rules<'_> {
         }
     }
 
-    /// The statements a mapping over pickled objects may have (no `include`, no `order`
-    /// or `segment`), its `shape` and `strides` (lists of integers) and its `data`.
-    fn pickle_mapping(&mut self, map: &Mapping, data_ok: &dyn Fn(&Expr) -> bool, what: &str) {
+    /// A mapping over pickled objects has no `where` filter: every object of the mapped
+    /// kind is a tensor.
+    fn no_pickle_filter(&mut self, map: &Mapping) {
         if let Some(w) = &map.filter {
             self.err(
                 w.span,
@@ -897,6 +897,12 @@ impl Rules<'_> {
                 "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
             );
         }
+    }
+
+    /// The statements a mapping over pickled objects may have (no `include`, no `order`
+    /// or `segment`), its `shape` and `strides` (lists of integers) and its `data`.
+    fn pickle_mapping(&mut self, map: &Mapping, data_ok: &dyn Fn(&Expr) -> bool, what: &str) {
+        self.no_pickle_filter(map);
         for s in &map.stmts {
             match s {
                 MappingStmt::Set { key, value }
@@ -1082,13 +1088,7 @@ impl Rules<'_> {
     /// have (no `where`, `include`, `strides` or `segment`) and its `shape`; `container`
     /// names where such mappings are (`a file that is one pickle`).
     fn placed_mapping(&mut self, map: &Mapping, container: &str) {
-        if let Some(w) = &map.filter {
-            self.err(
-                w.span,
-                "a `where` filter on a mapping over pickled objects",
-                "every object of the mapped kind is a tensor; filter by kind in the `pickle` declaration",
-            );
-        }
+        self.no_pickle_filter(map);
         for st in &map.stmts {
             match st {
                 MappingStmt::Set { key, value }
