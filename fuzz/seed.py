@@ -11,6 +11,8 @@ onnx_model       the onnx-made models of tests/fixtures/onnx/ (inline ones: exte
                  data files are not beside a fuzz input)
 caffe2_minidb    the MiniDB fixtures of tests/fixtures/caffe2/
 safetensors      the safetensors-made fixtures of tests/fixtures/safetensors/
+numpy_pickle     the pickles of NumPy arrays of tests/fixtures/numpy_pickle/ (pickle.dump at
+                 protocols 2, 4, 5, the Python 2 Detectron pickle) and its hostile corpus
 
 Run from anywhere; existing seed folders are emptied first.
 """
@@ -82,3 +84,7 @@ ONNX = os.path.join(FIX, "onnx")
 seeds("onnx_model", list(files(ONNX, lambda n: n.endswith(".onnx") and "external" not in n)))
 seeds("caffe2_minidb", list(files(os.path.join(FIX, "caffe2"), lambda n: n.endswith(".minidb"))))
 seeds("safetensors", list(files(os.path.join(FIX, "safetensors"), lambda n: n.endswith(".safetensors"))))
+NP = os.path.join(FIX, "numpy_pickle")
+seeds("numpy_pickle",
+      list(files(NP, lambda n: n.endswith(".pkl")))
+      + list(files(os.path.join(NP, "hostile"), lambda n: n.endswith(".pkl"))))
