@@ -1225,7 +1225,7 @@ impl Lower<'_> {
                 let x = v.scalar();
                 quote!(rt::pickle::Value::Bool(#x))
             }
-            // The tensor's bytes, as the writer's placeholder.
+            // The tensor's bytes: the stream of them (a `Value::Stream`) the writer gives.
             Type::Bytes if matches!(e.kind, ExprKind::WriteVar(_)) => v.ts,
             Type::Bytes => {
                 let x = v.scalar();

@@ -743,8 +743,8 @@ struct Spec<'a> {
 /// Names in reach in a pickle write rule: the tensor written (`meta`), its storage (`s`),
 /// the byte order written, the text entries as written; `key_of(T, dtype)` and
 /// `global(..)` read the dtype and byte order written. In a file that is one pickle
-/// (`one_pickle`), no storage but the placeholder of the tensor's bytes (`data`) and its
-/// order.
+/// (`one_pickle`), no storage but the stream of the tensor's bytes (`data`, a
+/// `Value::Stream`) and its order.
 struct WriteEnv<'a> {
     ir: &'a Ir,
     fid: FormatId,
