@@ -2276,12 +2276,11 @@ fn node_less(ir: &Ir, ty: &Type, seen: &mut Vec<LayoutId>) -> Option<String> {
                 return None;
             }
             seen.push(*l);
-            ir.layout(*l).fields.iter().find_map(|f| {
-                let given = !crate::ir::plan::is_computed(f)
-                    && !matches!(f.kind, crate::ir::FieldKind::Magic(_))
-                    && f.item_ty != Type::Payload;
-                given.then(|| node_less(ir, &f.ty, seen)).flatten()
-            })
+            ir.layout(*l)
+                .fields
+                .iter()
+                .filter(|f| crate::ir::plan::is_given(f))
+                .find_map(|f| node_less(ir, &f.ty, seen))
         }
         Type::Union(l, f) => match &ir.field(*l, *f).kind {
             crate::ir::FieldKind::Match { cases, .. } => {
