@@ -1049,16 +1049,7 @@ impl Rules<'_> {
     /// alone (no text entry), dense (`order`, no `strides`), and not written (the writer
     /// writes storages).
     fn zip_placed(&mut self, map: &Mapping) {
-        let ir = self.ir;
-        if let Some(p) = mapped_pickle(map) {
-            if !ir.pickle(p).byte_ranges {
-                self.err(
-                    map.source.span,
-                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
-                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
-                );
-            }
-        }
+        self.in_place(map);
         self.placed_mapping(map, "a zip around a pickle");
         let text = |x: &Expr| {
             matches!(&x.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
@@ -1081,6 +1072,21 @@ impl Rules<'_> {
                 "a `write` rule on a mapping whose bytes the pickle holds",
                 "the writer puts tensors in storages: give `write` to the mapping over storages",
             );
+        }
+    }
+
+    /// A mapping whose `data` is a pickled byte string reads it in place: the declaration
+    /// of the pickle it iterates keeps byte strings in the file (`byte_ranges;`).
+    fn in_place(&mut self, map: &Mapping) {
+        let ir = self.ir;
+        if let Some(p) = mapped_pickle(map) {
+            if !ir.pickle(p).byte_ranges {
+                self.err(
+                    map.source.span,
+                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
+                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
+                );
+            }
         }
     }
 
@@ -1874,15 +1880,7 @@ impl Rules<'_> {
             );
             return;
         }
-        if let Some(p) = mapped_pickle(map) {
-            if !ir.pickle(p).byte_ranges {
-                self.err(
-                    map.source.span,
-                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
-                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
-                );
-            }
-        }
+        self.in_place(map);
         self.placed_mapping(map, "a file of pickles");
         if let Some(w) = &map.write {
             self.err(
