@@ -982,15 +982,12 @@ impl Rules<'_> {
             }
             _ => false,
         };
-        // Mappings whose `data` is a pickled byte string: tensors the pickle holds itself.
-        let placed = |map: &Mapping| {
-            map.key(TensorKey::Data)
-                .is_some_and(|d| matches!(d.ty, Type::Pickled(_)))
-        };
+        // Mappings whose `data` is a pickled byte string (tensors the pickle holds itself)
+        // are not written: the `write` rule is that of the one mapping over storages.
         let several = f
             .mappings
             .iter()
-            .filter(|&&m| !placed(ir.mapping(m)))
+            .filter(|&&m| !ir.mapping(m).data_in_pickle())
             .count()
             > 1;
         for &m in &f.mappings {
@@ -1016,7 +1013,7 @@ impl Rules<'_> {
                 );
                 continue;
             }
-            if placed(map) {
+            if map.data_in_pickle() {
                 self.zip_placed(map);
                 continue;
             }
