@@ -474,6 +474,14 @@ fn gen_zip_without_tensors(ir: &Ir, fid: FormatId) -> TokenStream {
 
 /// The writer constructor of a format that is only read, which refuses with `message`,
 /// and the `DESC` constant around it.
+pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
+    desc_around(
+        quote!(Err(rt::Error::unsupported(#message))),
+        " This format for the registry: name, extensions, detector and indexer (read-only).",
+        structure,
+    )
+}
+
 /// [`read_only_desc`] of a `file` format: `values` when it has `value` mappings.
 pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
     desc_with(
@@ -484,13 +492,5 @@ pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
         None,
         false,
         false,
-    )
-}
-
-pub(crate) fn read_only_desc(message: &str, structure: bool) -> TokenStream {
-    desc_around(
-        quote!(Err(rt::Error::unsupported(#message))),
-        " This format for the registry: name, extensions, detector and indexer (read-only).",
-        structure,
     )
 }

@@ -896,10 +896,9 @@ impl Lower<'_> {
                     }
                 };
                 // A start that must be a multiple of `align = A`.
-                let align = args.iter().position(|a| a.name.as_deref() == Some("align"));
-                let start = match align {
-                    Some(i) => {
-                        let a = arg(i)?.scalar();
+                let start = match ir::named_arg(args, "align") {
+                    Some(a) => {
+                        let a = self.expr(&a.value)?.scalar();
                         quote!(rt::expr::aligned(#start, #a)?)
                     }
                     None => start,
@@ -1225,7 +1224,7 @@ impl Lower<'_> {
                 let x = v.scalar();
                 quote!(rt::pickle::Value::Bool(#x))
             }
-            // The tensor's bytes, as the writer's placeholder.
+            // The tensor's bytes: the stream of them (a `Value::Stream`) the writer gives.
             Type::Bytes if matches!(e.kind, ExprKind::WriteVar(_)) => v.ts,
             Type::Bytes => {
                 let x = v.scalar();

@@ -593,20 +593,17 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
     // The mappings, each over the objects of one pickle entry: over storages, or over
     // calls whose bytes the pickle holds (`data` a pickled byte string), read in the
     // same walk as the entry's first mapping over storages.
-    let placed = |map: &Mapping| {
-        map.key(TensorKey::Data)
-            .is_some_and(|d| matches!(d.ty, Type::Pickled(_)))
-    };
     let mut fns = Vec::new();
     let mut stored_reads = Vec::new();
-    let mut placed_kinds: Vec<(usize, Vec<TokenStream>)> = Vec::new();
+    // Per pickle entry (its position) read for placed kinds: its rules and those kinds.
+    let mut placed_kinds: Vec<(usize, proc_macro2::Ident, Vec<TokenStream>)> = Vec::new();
     let mut writer_spec = None;
     let mut any_texts = false;
     // The checker allows a `write` rule with one mapping over storages alone.
     let writable = fmt
         .mappings
         .iter()
-        .filter(|&&m| !placed(ir.mapping(m)))
+        .filter(|&&m| !ir.mapping(m).data_in_pickle())
         .count()
         == 1;
     for (j, &m) in fmt.mappings.iter().enumerate() {
@@ -622,13 +619,14 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             .position(|&e| e == mentry)
             .expect("every entry is in the list");
         let pk = ir.pickle(pid);
+        let rules = format_ident!("{}_rules", pk.name.to_lowercase());
         let is_kind = format_ident!("is_{}_{}", pk.name.to_lowercase(), kind);
-        if placed(map) {
+        if map.data_in_pickle() {
             let f = format_ident!("{}_{}", ename, kind);
             fns.push(file::gen_place_fn(ir, fid, map, &f, kind)?);
-            match placed_kinds.iter_mut().find(|(p, _)| *p == position) {
-                Some((_, kinds)) => kinds.push(quote!((#is_kind, #f))),
-                None => placed_kinds.push((position, vec![quote!((#is_kind, #f))])),
+            match placed_kinds.iter_mut().find(|(p, ..)| *p == position) {
+                Some((.., kinds)) => kinds.push(quote!((#is_kind, #f))),
+                None => placed_kinds.push((position, rules, vec![quote!((#is_kind, #f))])),
             }
             continue;
         }
@@ -646,7 +644,6 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         );
         let write = map.write.as_ref().filter(|_| writable);
         let mf = gen_map_fn(ir, fid, map, &texts, (&f, &doc), write.is_some(), &locate)?;
-        let rules = format_ident!("{}_rules", pk.name.to_lowercase());
         let map_arg = if mf.texts {
             any_texts = true;
             quote!(|path, t| #f(path, t, texts))
@@ -666,20 +663,12 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             });
         }
     }
-    let rules_of = |position: usize| {
-        let Some(pid) = entry_pickle(ir, order[position]) else {
-            unreachable!(
-                "checker rule zip_pickle: a mapping iterates the objects of a pickle entry"
-            );
-        };
-        format_ident!("{}_rules", ir.pickle(pid).name.to_lowercase())
-    };
     let mut reads = Vec::new();
     for (position, rules, is_kind, map_arg) in stored_reads {
         let p = Literal::usize_unsuffixed(position);
-        match placed_kinds.iter().position(|(q, _)| *q == position) {
+        match placed_kinds.iter().position(|(q, ..)| *q == position) {
             Some(i) => {
-                let kinds = placed_kinds.remove(i).1;
+                let kinds = placed_kinds.remove(i).2;
                 reads.push(
                     quote!(index.read_with(#p, #rules(), (#is_kind, #map_arg), &[#(#kinds),*])?;),
                 );
@@ -687,8 +676,7 @@ pub(crate) fn gen_zip_pickle(ir: &Ir, fid: FormatId) -> R<TokenStream> {
             None => reads.push(quote!(index.read(#p, #rules(), #is_kind, #map_arg)?;)),
         }
     }
-    for (position, kinds) in placed_kinds {
-        let rules = rules_of(position);
+    for (position, rules, kinds) in placed_kinds {
         let p = Literal::usize_unsuffixed(position);
         reads.push(quote!(index.read_placed(#p, #rules(), &[#(#kinds),*])?;));
     }
@@ -743,8 +731,8 @@ struct Spec<'a> {
 /// Names in reach in a pickle write rule: the tensor written (`meta`), its storage (`s`),
 /// the byte order written, the text entries as written; `key_of(T, dtype)` and
 /// `global(..)` read the dtype and byte order written. In a file that is one pickle
-/// (`one_pickle`), no storage but the placeholder of the tensor's bytes (`data`) and its
-/// order.
+/// (`one_pickle`), no storage but the stream of the tensor's bytes (`data`, a
+/// `Value::Stream`) and its order.
 struct WriteEnv<'a> {
     ir: &'a Ir,
     fid: FormatId,

@@ -171,18 +171,10 @@ fn reachable(ir: &Ir, ty: &Type, out: &mut Vec<Record>) {
 /// The fields of layout `l` its writer is given (not computed, no magic, no payload),
 /// less the tag of a `match` field among them (the union's case says it).
 fn given(ir: &Ir, l: LayoutId) -> Vec<ir::FieldId> {
-    let layout = ir.layout(l);
-    let ids = |pred: &dyn Fn(&ir::Field) -> bool| -> Vec<ir::FieldId> {
-        (0..layout.fields.len())
-            .map(|i| ir::FieldId(i as u32))
-            .filter(|&f| pred(ir.field(l, f)))
-            .collect()
-    };
-    let all = ids(&|f| {
-        !ir::plan::is_computed(f)
-            && !matches!(f.kind, FieldKind::Magic(_))
-            && f.item_ty != Type::Payload
-    });
+    let all: Vec<ir::FieldId> = (0..ir.layout(l).fields.len())
+        .map(|i| ir::FieldId(i as u32))
+        .filter(|&f| ir::plan::is_given(ir.field(l, f)))
+        .collect();
     let tags: Vec<ir::FieldId> = all
         .iter()
         .filter_map(|&f| match &ir.field(l, f).kind {

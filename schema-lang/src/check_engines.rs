@@ -982,15 +982,12 @@ impl Rules<'_> {
             }
             _ => false,
         };
-        // Mappings whose `data` is a pickled byte string: tensors the pickle holds itself.
-        let placed = |map: &Mapping| {
-            map.key(TensorKey::Data)
-                .is_some_and(|d| matches!(d.ty, Type::Pickled(_)))
-        };
+        // Mappings whose `data` is a pickled byte string (tensors the pickle holds itself)
+        // are not written: the `write` rule is that of the one mapping over storages.
         let several = f
             .mappings
             .iter()
-            .filter(|&&m| !placed(ir.mapping(m)))
+            .filter(|&&m| !ir.mapping(m).data_in_pickle())
             .count()
             > 1;
         for &m in &f.mappings {
@@ -1016,7 +1013,7 @@ impl Rules<'_> {
                 );
                 continue;
             }
-            if placed(map) {
+            if map.data_in_pickle() {
                 self.zip_placed(map);
                 continue;
             }
@@ -1049,16 +1046,7 @@ impl Rules<'_> {
     /// alone (no text entry), dense (`order`, no `strides`), and not written (the writer
     /// writes storages).
     fn zip_placed(&mut self, map: &Mapping) {
-        let ir = self.ir;
-        if let Some(p) = mapped_pickle(map) {
-            if !ir.pickle(p).byte_ranges {
-                self.err(
-                    map.source.span,
-                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
-                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
-                );
-            }
-        }
+        self.in_place(map);
         self.placed_mapping(map, "a zip around a pickle");
         let text = |x: &Expr| {
             matches!(&x.kind, ExprKind::Member { base, member: Member::EntryContent(_) }
@@ -1081,6 +1069,21 @@ impl Rules<'_> {
                 "a `write` rule on a mapping whose bytes the pickle holds",
                 "the writer puts tensors in storages: give `write` to the mapping over storages",
             );
+        }
+    }
+
+    /// A mapping whose `data` is a pickled byte string reads it in place: the declaration
+    /// of the pickle it iterates keeps byte strings in the file (`byte_ranges;`).
+    fn in_place(&mut self, map: &Mapping) {
+        let ir = self.ir;
+        if let Some(p) = mapped_pickle(map) {
+            if !ir.pickle(p).byte_ranges {
+                self.err(
+                    map.source.span,
+                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
+                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
+                );
+            }
         }
     }
 
@@ -1874,15 +1877,7 @@ impl Rules<'_> {
             );
             return;
         }
-        if let Some(p) = mapped_pickle(map) {
-            if !ir.pickle(p).byte_ranges {
-                self.err(
-                    map.source.span,
-                    "a mapping whose `data` is a pickled byte string reads it in place, but the pickle's declaration copies byte strings",
-                    format!("add `byte_ranges;` to `pickle {}`", ir.pickle(p).name),
-                );
-            }
-        }
+        self.in_place(map);
         self.placed_mapping(map, "a file of pickles");
         if let Some(w) = &map.write {
             self.err(
@@ -2276,12 +2271,11 @@ fn node_less(ir: &Ir, ty: &Type, seen: &mut Vec<LayoutId>) -> Option<String> {
                 return None;
             }
             seen.push(*l);
-            ir.layout(*l).fields.iter().find_map(|f| {
-                let given = !crate::ir::plan::is_computed(f)
-                    && !matches!(f.kind, crate::ir::FieldKind::Magic(_))
-                    && f.item_ty != Type::Payload;
-                given.then(|| node_less(ir, &f.ty, seen)).flatten()
-            })
+            ir.layout(*l)
+                .fields
+                .iter()
+                .filter(|f| crate::ir::plan::is_given(f))
+                .find_map(|f| node_less(ir, &f.ty, seen))
         }
         Type::Union(l, f) => match &ir.field(*l, *f).kind {
             crate::ir::FieldKind::Match { cases, .. } => {

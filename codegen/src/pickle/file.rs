@@ -493,7 +493,8 @@ fn gen_file_one(ir: &Ir, fid: FormatId, lid: LayoutId) -> R<TokenStream> {
 /// The writer of a file that is one pickle: the runtime's `rt::pickle::ArraysWriter`
 /// (each array's bytes spooled as they come, pickled in a dict by name or the structure
 /// given at `finish`) around the `write` rule of mapping `m`, generated as the function
-/// `object_fn` that builds each array's object around the placeholder of its bytes.
+/// `object_fn` that builds each array's object around the stream of its bytes (a
+/// `Value::Stream`).
 fn gen_one_writer(
     ir: &Ir,
     fid: FormatId,

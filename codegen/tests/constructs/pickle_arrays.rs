@@ -2,7 +2,7 @@
 
 /// A file that is one pickle holding its arrays' bytes (NumPy's construct): calls mapped
 /// to dense tensors whose data is a pickled byte string, and the write rule that builds
-/// each array's object around the placeholder of its bytes.
+/// each array's object around the stream of its bytes.
 pub mod pkla {
     use ::tensorfmt_runtime::gen as rt;
     /// The format's public name (CLI `--to`, JSON `format`).

@@ -298,8 +298,8 @@ pub enum WriteVar {
     Index,
     /// The storage's element count (pickle).
     Numel,
-    /// The placeholder of the tensor's bytes, a byte string of the pickle (a file that is
-    /// one pickle).
+    /// The stream of the tensor's bytes, a byte string of the pickle (a file that is one
+    /// pickle): a `Value::Stream` the writer fills as it reaches it.
     PickleData,
     /// The tensor's order (a file that is one pickle).
     Order,

@@ -148,6 +148,12 @@ pub fn is_computed(f: &super::Field) -> bool {
     f.write.is_some() || (f.implied.is_some() && matches!(f.item_ty, Type::Int(_) | Type::Float(_)))
 }
 
+/// True for a field a writer is given (its record's value holds it): neither computed
+/// ([`is_computed`]), nor a magic, nor a payload.
+pub fn is_given(f: &super::Field) -> bool {
+    !is_computed(f) && !matches!(f.kind, FieldKind::Magic(_)) && f.item_ty != Type::Payload
+}
+
 enum Dep {
     /// The value of a field.
     Value(usize),

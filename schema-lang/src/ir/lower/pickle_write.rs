@@ -103,7 +103,7 @@ impl Lower<'_> {
         }
     }
 
-    /// Reports the tensor's `data` (the placeholder of its bytes in a file that is one
+    /// Reports the tensor's `data` (a `Value::Stream` of its bytes in a file that is one
     /// pickle) anywhere but as an item of `tuple(..)` or an argument of a call, where the
     /// pickle holds it as a byte string, and a rule without it.
     fn placed_data(&mut self, x: &Expr) {
