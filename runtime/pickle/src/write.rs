@@ -19,9 +19,8 @@
 //! batched by 1000 items as CPython batches them. A tree of plain values without shared
 //! parts pickles byte for byte as CPython pickles it.
 //!
-//! **Streamed byte strings**: a [`Value::Stream`] in the tree is a placeholder for a byte
-//! string of known length whose content a [`Streams`] source writes when the writer
-//! reaches it ([`Writer::write_streamed`]): the array data of a pickle of NumPy arrays,
+//! **Streamed byte strings**: a [`Value::Stream`] in the tree is a byte string of known
+//! length whose content a [`Streams`] source writes when the writer reaches it ([`Writer::write_streamed`]): the array data of a pickle of NumPy arrays,
 //! written straight from the tensors' payloads. Memory is bounded by the current frame
 //! (64 KiB) and a small conversion buffer, never by a stream's length. At protocol 4 a
 //! stream is `SHORT_BINBYTES`, `BINBYTES` or (above 4 GiB) `BINBYTES8`, outside frames
@@ -65,7 +64,7 @@ mod op {
     pub const FRAME: u8 = 0x95;
 }
 
-/// Where the bytes of the [`Value::Stream`] placeholders of a tree come from.
+/// Where the bytes of the [`Value::Stream`]s of a tree come from.
 ///
 /// Closures `FnMut(Stream, &mut dyn Write) -> Result<()>` are sources; a source that
 /// holds the tensors' payloads writes one with
