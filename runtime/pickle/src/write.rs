@@ -33,6 +33,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
+use super::read::op;
 use super::rules::Kind;
 use super::value::{minimal_le, Global, Object, Stream, Value};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
@@ -47,22 +48,6 @@ const FRAME_TARGET: usize = 64 * 1024;
 /// Frames shorter than this are written without a `FRAME` opcode (CPython's
 /// `_FRAME_SIZE_MIN`).
 const FRAME_MIN: usize = 4;
-
-/// Opcodes of protocols 3 and 4.
-mod op {
-    pub const BINBYTES: u8 = b'B';
-    pub const SHORT_BINBYTES: u8 = b'C';
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE8: u8 = 0x8d;
-    pub const BINBYTES8: u8 = 0x8e;
-    pub const EMPTY_SET: u8 = 0x8f;
-    pub const ADDITEMS: u8 = 0x90;
-    pub const FROZENSET: u8 = 0x91;
-    pub const NEWOBJ_EX: u8 = 0x92;
-    pub const STACK_GLOBAL: u8 = 0x93;
-    pub const MEMOIZE: u8 = 0x94;
-    pub const FRAME: u8 = 0x95;
-}
 
 /// Where the bytes of the [`Value::Stream`]s of a tree come from.
 ///
@@ -210,7 +195,7 @@ fn bytes_header(len: u64) -> (Vec<u8>, bool) {
 /// The opcode and length field that start a text of `len` UTF-8 bytes at protocol 4,
 /// and whether it is written outside frames (CPython's `save_str`).
 fn str_header(len: u64) -> (Vec<u8>, bool) {
-    string_header(len, [op::SHORT_BINUNICODE, b'X', op::BINUNICODE8])
+    string_header(len, [op::SHORT_BINUNICODE, op::BINUNICODE, op::BINUNICODE8])
 }
 
 /// The header of a string of `len` bytes: the opcode of its length field (`short`: one
