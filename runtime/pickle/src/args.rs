@@ -83,13 +83,11 @@ pub fn is_none(v: Option<&Value>) -> bool {
 /// Fails with [`ErrorKind::Invalid`] (`` `field` is not a name``) otherwise.
 pub fn name<'v>(v: Option<&'v Value>, field: &str) -> Result<Cow<'v, str>> {
     match v {
-        Some(Value::Global(g)) => Ok(Cow::Borrowed(&g.path)),
         Some(Value::Int(i)) => Ok(Cow::Owned(i.to_string())),
-        Some(v) => v
-            .as_str()
+        v => v
+            .and_then(Value::as_name)
             .map(Cow::Borrowed)
             .ok_or_else(|| invalid(field, "is not a name")),
-        None => Err(invalid(field, "is not a name")),
     }
 }
 

@@ -4,9 +4,9 @@
 //! The pickle wants every array's bytes inside it, in the order of the object tree,
 //! and the tree is complete only when the last tensor is added. So each tensor's bytes
 //! go to a [`Spool`] (a temporary file beside the destination) as they come, and its
-//! object (what the format's write rule builds) holds a [`Value::Stream`] placeholder
-//! for them; [`Arrays::finish`] pickles the tree and the [`Writer`] streams every
-//! placeholder's bytes from the spool when it reaches it. Memory is bounded by the
+//! object (what the format's write rule builds) holds a [`Value::Stream`] of them;
+//! [`Arrays::finish`] pickles the tree and the [`Writer`] streams each tensor's bytes
+//! from the spool when it reaches its [`Value::Stream`]. Memory is bounded by the
 //! objects (a few hundred bytes per tensor) and the writer's buffers, never by a
 //! tensor's or the file's size.
 //!
@@ -76,8 +76,8 @@ impl Arrays {
         self.protocol
     }
 
-    /// The placeholder of the bytes of the tensor `meta` when it is the next one added:
-    /// what its object holds as its data.
+    /// The [`Value::Stream`] of the bytes of the tensor `meta` when it is the next one
+    /// added: what its object holds as its data.
     pub fn data(&self, meta: &TensorMeta) -> Result<Value> {
         let len = meta.nbytes().map_err(|e| e.in_field(&meta.name))?;
         Ok(Value::stream(self.ranges.len(), len))
@@ -124,8 +124,8 @@ impl Arrays {
 
     /// Writes the pickle to `w`: `root` (an empty dict-kind object, or any other value
     /// for a plain dict) holding each tensor's object under its name in the order added,
-    /// or the structure given, every byte string placeholder streamed from the spool.
-    /// Returns `w`.
+    /// or the structure given, each [`Value::Stream`] of a tensor's bytes streamed from
+    /// the spool. Returns `w`.
     pub fn finish<W: Write>(self, root: Value, mut w: W) -> Result<W> {
         let value = root_tree(self.format, &root, self.tensors, self.structure)?;
         let mut file = self.spool.into_reader()?;

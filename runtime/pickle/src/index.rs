@@ -4,6 +4,7 @@
 //! container that holds it ([`Storages`]): the members of an archive ([`Index`]), or the
 //! records that follow pickles read back to back in one file ([`read_file`]).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 use super::read::{read, read_prefix};
@@ -183,7 +184,7 @@ impl<'c, S: Storages> Index<'c, S> {
         };
         let in_member = |e: Error| s.in_file(e.in_entry(member));
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
-        let kind_of = |o: &Object| placed.iter().find(|(is, _)| is(o)).map(|k| k.1);
+        let kind_of = |o: &Object| kind_of(placed, o);
         let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
         let objects = find_objects(&value, &is_target, self.limits).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
@@ -387,30 +388,35 @@ pub fn read_file(
     let total = src.data().len();
     let mut pos: u64 = 0;
     let mut values = Vec::with_capacity(spec.fields.len());
-    let mut object_at: (u64, std::borrow::Cow<'_, [u8]>) = (0, Default::default());
+    // The object pickle's offset in the file and its bytes (which the byte strings it
+    // leaves in place point into).
+    let mut object_at: (u64, Cow<'_, [u8]>) = (0, Default::default());
     for (i, f) in spec.fields.iter().enumerate() {
         let start = pos;
         let n = (total - pos).min(limits.max_header_bytes);
-        let owned;
-        let window: &[u8] = match src.data().as_slice() {
-            Some(all) => &all[pos as usize..(pos + n) as usize],
+        let window: Cow<'_, [u8]> = match src.data().as_slice() {
+            Some(all) => Cow::Borrowed(&all[pos as usize..(pos + n) as usize]),
             None => {
                 let mut v = vec![0u8; n as usize];
                 src.data().read_exact_at(pos, &mut v).map_err(in_file)?;
-                owned = v;
-                &owned
+                Cow::Owned(v)
             }
         };
-        let (value, used) = read_prefix(window, (spec.rules)(), limits).map_err(|mut e| {
+        let (value, used) = read_prefix(&window, (spec.rules)(), limits).map_err(|mut e| {
             e.location.offset = Some(e.location.offset.unwrap_or(0) + start);
             in_file(e.in_field(f.name))
         })?;
         pos += used as u64;
         if i == spec.object {
-            object_at = match src.data().as_slice() {
-                Some(all) => (start, all[start as usize..pos as usize].into()),
-                None => (start, window[..used].to_vec().into()),
+            let bytes = match window {
+                Cow::Borrowed(b) => Cow::Borrowed(&b[..used]),
+                Cow::Owned(mut v) => {
+                    v.truncate(used);
+                    v.shrink_to_fit();
+                    Cow::Owned(v)
+                }
             };
+            object_at = (start, bytes);
         }
         if let Some((check, text)) = f.check {
             if !check(Some(&value)) {
@@ -442,7 +448,7 @@ pub fn read_file(
         .collect::<Option<_>>()
         .ok_or_else(not_keys)?;
     let object = &values[spec.object];
-    let kind_of = |o: &Object| spec.placed.iter().find(|(is, _)| is(o)).map(|k| k.1);
+    let kind_of = |o: &Object| kind_of(spec.placed, o);
     let is_target = |o: &Object| (spec.is_target)(o) || kind_of(o).is_some();
     let objects = find_objects(object, &is_target, limits).map_err(in_file)?;
 
@@ -536,6 +542,11 @@ pub type Place = for<'v> fn(&str, &'v Object, u64) -> Result<TensorInfo>;
 /// A call kind of a [`OneSpec`]: which calls are of it, and their mapping.
 pub type OneKind = (fn(&Object) -> bool, Place);
 
+/// The mapping of the first of `kinds` that `o` is of.
+fn kind_of(kinds: &[OneKind], o: &Object) -> Option<Place> {
+    kinds.iter().find(|(is, _)| is(o)).map(|k| k.1)
+}
+
 /// A file that is one pickle, whose arrays' bytes it holds itself (NumPy's `.pkl`):
 /// what [`read_one`] reads.
 #[derive(Clone, Copy)]
@@ -581,12 +592,7 @@ pub fn read_one(
     let mut tensors = Vec::with_capacity(objects.len());
     let mut names = Names::default();
     for (path, o) in objects {
-        let place = spec
-            .kinds
-            .iter()
-            .find(|(is, _)| is(o))
-            .map(|k| k.1)
-            .expect("find_objects gives objects of the kinds");
+        let place = kind_of(spec.kinds, o).expect("find_objects gives objects of the kinds");
         let t = place(&path, o, 0).map_err(|e| src.in_file(e.in_field(field_of(&path))))?;
         if with_structure {
             names.add(o, &t.name);

@@ -196,7 +196,8 @@ struct Machine<'a> {
     calls: Vec<ObjN>,
 }
 
-mod op {
+/// The opcodes of pickle protocols 0 to 5 (the writer's too).
+pub(crate) mod op {
     pub const MARK: u8 = b'(';
     pub const STOP: u8 = b'.';
     pub const POP: u8 = b'0';

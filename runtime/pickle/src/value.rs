@@ -176,8 +176,8 @@ impl ByteRange {
     pub const TEXT_MAX: u64 = 256;
 }
 
-/// A placeholder for a byte string written from a source ([`Value::Stream`]): which one
-/// (the source's numbering) and its length in bytes.
+/// A byte string whose bytes a source writes when the writer reaches it
+/// ([`Value::Stream`]): which one (the source's numbering) and its length in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Stream {
     /// The source's number of the byte string.

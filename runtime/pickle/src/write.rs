@@ -19,9 +19,8 @@
 //! batched by 1000 items as CPython batches them. A tree of plain values without shared
 //! parts pickles byte for byte as CPython pickles it.
 //!
-//! **Streamed byte strings**: a [`Value::Stream`] in the tree is a placeholder for a byte
-//! string of known length whose content a [`Streams`] source writes when the writer
-//! reaches it ([`Writer::write_streamed`]): the array data of a pickle of NumPy arrays,
+//! **Streamed byte strings**: a [`Value::Stream`] in the tree is a byte string of known
+//! length whose content a [`Streams`] source writes when the writer reaches it ([`Writer::write_streamed`]): the array data of a pickle of NumPy arrays,
 //! written straight from the tensors' payloads. Memory is bounded by the current frame
 //! (64 KiB) and a small conversion buffer, never by a stream's length. At protocol 4 a
 //! stream is `SHORT_BINBYTES`, `BINBYTES` or (above 4 GiB) `BINBYTES8`, outside frames
@@ -34,6 +33,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 
+use super::read::op;
 use super::rules::Kind;
 use super::value::{minimal_le, Global, Object, Stream, Value};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
@@ -43,29 +43,13 @@ const BATCH: usize = 1000;
 
 /// CPython's `_FRAME_SIZE_TARGET`: a frame is committed once it holds this many bytes,
 /// and a byte or text string this long is written outside any frame.
-pub(crate) const FRAME_TARGET: usize = 64 * 1024;
+const FRAME_TARGET: usize = 64 * 1024;
 
 /// Frames shorter than this are written without a `FRAME` opcode (CPython's
 /// `_FRAME_SIZE_MIN`).
 const FRAME_MIN: usize = 4;
 
-/// Opcodes of protocols 3 and 4.
-mod op {
-    pub const BINBYTES: u8 = b'B';
-    pub const SHORT_BINBYTES: u8 = b'C';
-    pub const SHORT_BINUNICODE: u8 = 0x8c;
-    pub const BINUNICODE8: u8 = 0x8d;
-    pub const BINBYTES8: u8 = 0x8e;
-    pub const EMPTY_SET: u8 = 0x8f;
-    pub const ADDITEMS: u8 = 0x90;
-    pub const FROZENSET: u8 = 0x91;
-    pub const NEWOBJ_EX: u8 = 0x92;
-    pub const STACK_GLOBAL: u8 = 0x93;
-    pub const MEMOIZE: u8 = 0x94;
-    pub const FRAME: u8 = 0x95;
-}
-
-/// Where the bytes of the [`Value::Stream`] placeholders of a tree come from.
+/// Where the bytes of the [`Value::Stream`]s of a tree come from.
 ///
 /// Closures `FnMut(Stream, &mut dyn Write) -> Result<()>` are sources; a source that
 /// holds the tensors' payloads writes one with
@@ -204,33 +188,29 @@ impl Writer {
 
 /// The opcode and length field that start a byte string of `len` bytes at protocol 4,
 /// and whether it is written outside frames (CPython's `save_bytes`).
-pub(crate) fn bytes_header(len: u64) -> (Vec<u8>, bool) {
-    let large = len >= FRAME_TARGET as u64;
-    let mut h = Vec::with_capacity(9);
-    if len <= 0xff {
-        h.extend_from_slice(&[op::SHORT_BINBYTES, len as u8]);
-    } else if let Ok(n) = u32::try_from(len) {
-        h.push(op::BINBYTES);
-        h.extend_from_slice(&n.to_le_bytes());
-    } else {
-        h.push(op::BINBYTES8);
-        h.extend_from_slice(&len.to_le_bytes());
-    }
-    (h, large)
+fn bytes_header(len: u64) -> (Vec<u8>, bool) {
+    string_header(len, [op::SHORT_BINBYTES, op::BINBYTES, op::BINBYTES8])
 }
 
 /// The opcode and length field that start a text of `len` UTF-8 bytes at protocol 4,
 /// and whether it is written outside frames (CPython's `save_str`).
-pub(crate) fn str_header(len: u64) -> (Vec<u8>, bool) {
+fn str_header(len: u64) -> (Vec<u8>, bool) {
+    string_header(len, [op::SHORT_BINUNICODE, op::BINUNICODE, op::BINUNICODE8])
+}
+
+/// The header of a string of `len` bytes: the opcode of its length field (`short`: one
+/// byte, `long`: four, `long8`: eight) and that field; and whether `len` puts it outside
+/// frames.
+fn string_header(len: u64, [short, long, long8]: [u8; 3]) -> (Vec<u8>, bool) {
     let large = len >= FRAME_TARGET as u64;
     let mut h = Vec::with_capacity(9);
     if len <= 0xff {
-        h.extend_from_slice(&[op::SHORT_BINUNICODE, len as u8]);
+        h.extend_from_slice(&[short, len as u8]);
     } else if let Ok(n) = u32::try_from(len) {
-        h.push(b'X');
+        h.push(long);
         h.extend_from_slice(&n.to_le_bytes());
     } else {
-        h.push(op::BINUNICODE8);
+        h.push(long8);
         h.extend_from_slice(&len.to_le_bytes());
     }
     (h, large)
@@ -459,18 +439,15 @@ impl Pickler<'_> {
         }
         if self.proto4 {
             let (head, large) = bytes_header(s.len);
-            if large {
+            let out: &mut dyn Write = if large {
                 self.commit()?;
                 self.sink.write_all(&head)?;
-                let mut out = Exact::new(&mut *self.sink, s);
-                self.streams.write_stream(s, &mut out)?;
-                out.done()?;
+                &mut *self.sink
             } else {
                 self.buf.extend_from_slice(&head);
-                let mut out = Exact::new(&mut self.buf, s);
-                self.streams.write_stream(s, &mut out)?;
-                out.done()?;
-            }
+                &mut self.buf
+            };
+            write_exact(self.streams, s, out)?;
         } else {
             self.latin1_stream(s)?;
         }
@@ -485,9 +462,7 @@ impl Pickler<'_> {
     /// in a first pass.
     fn latin1_stream(&mut self, s: Stream) -> Result<()> {
         let mut count = High(0);
-        let mut out = Exact::new(&mut count, s);
-        self.streams.write_stream(s, &mut out)?;
-        out.done()?;
+        write_exact(self.streams, s, &mut count)?;
         let utf8 = s.len + count.0;
         let n = u32::try_from(utf8).map_err(|_| {
             unwritable(format!(
@@ -504,9 +479,7 @@ impl Pickler<'_> {
         } else {
             Latin1::new(&mut self.buf as &mut dyn Write)
         };
-        let mut out = Exact::new(&mut text, s);
-        self.streams.write_stream(s, &mut out)?;
-        out.done()?;
+        write_exact(self.streams, s, &mut text)?;
         text.flush_all()?;
         if text.high != count.0 {
             return Err(unwritable(format!(
@@ -531,13 +504,7 @@ impl Pickler<'_> {
                 }
                 self.buf.push(0x85 + items.len() as u8 - 1);
             }
-            _ => {
-                self.buf.push(b'(');
-                for v in items {
-                    self.value(v)?;
-                }
-                self.buf.push(b't');
-            }
+            _ => self.marked(items, b't')?,
         }
         self.remember(s);
         Ok(())
@@ -550,27 +517,28 @@ impl Pickler<'_> {
             return self.batch(items, b'a', b'e');
         }
         for chunk in items.chunks(BATCH) {
-            self.buf.push(b'(');
-            for v in chunk {
-                self.value(v)?;
-            }
-            self.buf.push(b'e');
+            self.marked(chunk, b'e')?;
         }
         Ok(())
     }
 
     /// One item and `one`, or `MARK`, the items and `many`.
     fn batch(&mut self, items: &[Value], one: u8, many: u8) -> Result<()> {
-        if items.len() == 1 {
-            self.value(&items[0])?;
+        if let [v] = items {
+            self.value(v)?;
             self.buf.push(one);
             return Ok(());
         }
+        self.marked(items, many)
+    }
+
+    /// `MARK`, the items, `op`.
+    fn marked(&mut self, items: &[Value], op: u8) -> Result<()> {
         self.buf.push(b'(');
         for v in items {
             self.value(v)?;
         }
-        self.buf.push(many);
+        self.buf.push(op);
         Ok(())
     }
 
@@ -591,15 +559,20 @@ impl Pickler<'_> {
             self.batch(chunk, b'a', b'e')?;
         }
         for chunk in entries.chunks(BATCH) {
-            if let [(k, v)] = chunk {
-                self.value(k)?;
-                self.value(v)?;
-                self.buf.push(b's');
-            } else {
-                self.pairs(chunk)?;
-            }
+            self.pair_batch(chunk)?;
         }
         Ok(())
+    }
+
+    /// One entry and `SETITEM`, or `MARK`, the entries and `SETITEMS`.
+    fn pair_batch(&mut self, entries: &[(Value, Value)]) -> Result<()> {
+        if let [(k, v)] = entries {
+            self.value(k)?;
+            self.value(v)?;
+            self.buf.push(b's');
+            return Ok(());
+        }
+        self.pairs(entries)
     }
 
     /// `MARK`, the keys and values, `SETITEMS`.
@@ -617,11 +590,8 @@ impl Pickler<'_> {
     /// `MARK`..`SETITEMS`; at protocol 4, as CPython's `batch_dict_exact`, an empty
     /// batch after a last full one.
     fn setitems(&mut self, entries: &[(Value, Value)]) -> Result<()> {
-        if let [(k, v)] = entries {
-            self.value(k)?;
-            self.value(v)?;
-            self.buf.push(b's');
-            return Ok(());
+        if entries.len() == 1 {
+            return self.pair_batch(entries);
         }
         for chunk in entries.chunks(BATCH) {
             self.pairs(chunk)?;
@@ -638,20 +608,13 @@ impl Pickler<'_> {
         if !self.proto4 {
             let name = if frozen { "frozenset" } else { "set" };
             self.global(&Global::new("builtins", name))?;
-            self.buf.push(b']');
-            if !items.is_empty() {
-                self.appends(items)?;
-            }
+            self.list(items, ALONE)?;
             self.buf.extend_from_slice(&[0x85, b'R']);
             self.remember(s);
             return Ok(());
         }
         if frozen {
-            self.buf.push(b'(');
-            for v in items {
-                self.value(v)?;
-            }
-            self.buf.push(op::FROZENSET);
+            self.marked(items, op::FROZENSET)?;
             self.remember(s);
             return Ok(());
         }
@@ -660,11 +623,7 @@ impl Pickler<'_> {
         self.buf.push(op::EMPTY_SET);
         self.remember(s);
         for chunk in items.chunks(BATCH) {
-            self.buf.push(b'(');
-            for v in chunk {
-                self.value(v)?;
-            }
-            self.buf.push(op::ADDITEMS);
+            self.marked(chunk, op::ADDITEMS)?;
         }
         if !items.is_empty() && items.len() % BATCH == 0 {
             self.buf.extend_from_slice(&[b'(', op::ADDITEMS]);
@@ -858,6 +817,13 @@ impl Write for Exact<'_> {
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()
     }
+}
+
+/// Has `streams` write the stream `s` to `out`: exactly its length, else an error.
+fn write_exact(streams: &mut dyn Streams, s: Stream, out: &mut dyn Write) -> Result<()> {
+    let mut out = Exact::new(out, s);
+    streams.write_stream(s, &mut out)?;
+    out.done()
 }
 
 /// Counts the bytes from 0x80 on written to it: the first pass over a stream at
