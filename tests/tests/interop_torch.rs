@@ -97,8 +97,8 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
             .collect();
         assert_eq!(names, want, "flattened {}", src.display());
         written.push(flat);
-        // A TorchScript module is an object, not a dict: it is written flat.
         written.push(kept.clone());
+        // A TorchScript module is an object, not a dict: it is written flat.
         if s(src).contains("-script-") {
             values_only.push(src.clone());
             values_only.push(kept);
@@ -134,8 +134,6 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
     }
 }
 
-/// The fixtures with views and shared storages keep them with `--keep-layout`, and each
-/// storage is written once.
 /// A checkpoint holding NumPy arrays converted to safetensors: the `safetensors` package
 /// loads every array and torch tensor equal to what torch read.
 #[test]
@@ -154,6 +152,8 @@ fn numpy_values_convert_to_safetensors_as_torch_reads_them() {
     assert_eq!(sorted(&st), sorted(torch));
 }
 
+/// The fixtures with views and shared storages keep them with `--keep-layout`, and each
+/// storage is written once.
 #[test]
 fn keep_layout_writes_shared_storages_once() {
     let dir = fixtures().join("pytorch");
