@@ -626,8 +626,8 @@ fn options(protocol: Option<u8>) -> WriteOptions {
     }
 }
 
-/// Adds a case through `Arrays`: its object built around the placeholder the writer
-/// gives, its bytes streamed from a reader.
+/// Adds a case through `Arrays`: its object built around the `Value::Stream` of the
+/// tensor's bytes that the writer gives, its bytes streamed from a reader.
 fn add_case(a: &mut Arrays, np: &mut Numpy, c: &Case, bytes: &[u8]) {
     let meta = meta_of(c.name, c.dtype, c.order, c.shape, c.fortran);
     let dtype = np.dtype(c.dtype, c.order);
