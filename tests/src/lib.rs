@@ -143,6 +143,25 @@ pub fn safetensors_bytes(header: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `tensorfmt convert INPUT OUTPUT` with `extra` flags after the paths, in process;
+/// panics with its output unless it succeeds.
+pub fn convert(input: &Path, output: &Path, extra: &[&str]) {
+    let paths = [input, output].map(|p| p.to_str().expect("utf-8 path"));
+    let args = [&["convert"], &paths[..], extra].concat();
+    let (code, out) = cli(&args);
+    assert_eq!(code, ExitCode::SUCCESS, "convert {args:?}: {out}");
+}
+
+/// The tensors of a description (`inspect --json`, a tool's `describe`), sorted by name.
+pub fn tensors_by_name(description: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut v = description["tensors"]
+        .as_array()
+        .expect("a description's tensors")
+        .clone();
+    v.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    v
+}
+
 /// Runs the `tensorfmt` command line in process; returns its exit code and stdout.
 pub fn cli(args: &[&str]) -> (ExitCode, String) {
     let mut out = Vec::new();
