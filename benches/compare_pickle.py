@@ -28,10 +28,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
-    Bench, cell_notes, environment, fmt_ratio, fmt_time, median, report, verdict,
+    GIB, MIB, Bench, bandwidth, cell_notes, environment, fmt_ratio, fmt_time, median, report,
+    verdict,
 )
 from compare_torch import (  # noqa: E402
-    FULL, GIB, MIB, SMALL, state_dict_args, state_dict_spec, tfbench_results,
+    FULL, SMALL, state_dict_args, state_dict_spec, tfbench_results,
 )
 
 import numpy as np  # noqa: E402
@@ -109,21 +110,8 @@ def table(results, nbytes):
             f"| {label} | {fmt_time(t[PY])} | {fmt_time(t[NP])} | {fmt_time(t[TF])} | "
             f"{fmt_ratio(t[PY], t[TF])} | {fmt_ratio(t[NP], t[TF])} |"
         )
-    fresh_s = median(by, "pkl.memcpy.fresh", "memcpy")
-    hot_s = median(by, "pkl.memcpy.hot", "memcpy")
-    lines += [
-        "",
-        f"Full load bandwidth ({nbytes / MIB:.0f} MiB of payload; fraction = memcpy time / load time):",
-        "",
-        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for label, op, lib in LOADS:
-        s = median(by, op, lib)
-        if s is None:
-            continue
-        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
-        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    more, fresh_s = bandwidth(by, "pkl", LOADS, nbytes, f"{nbytes / MIB:.0f} MiB")
+    lines += more
 
     py_load = median(by, "pkl.read.owned", PY)
     index = [median(by, op, TF) for op in ("pkl.open", "pkl.open.nodetect")]

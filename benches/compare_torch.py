@@ -27,14 +27,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
-    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
-    run_tfbench, same_payload, verdict,
+    GIB, MIB, Bench, bandwidth, cell_notes, environment, fmt_ratio, fmt_time, fresh,
+    locked_version, median, report, run_tfbench, same_payload, verdict,
 )
 
 import torch  # noqa: E402
-
-GIB = 1 << 30
-MIB = 1 << 20
 
 # Shapes of the state dict: (layers, d_model, d_ffn, vocab, context).
 FULL = dict(layers=24, d=1024, ffn=4096, vocab=65536, ctx=2048)
@@ -151,21 +148,8 @@ def table(results, nbytes):
             f"{fmt_ratio(t['candle'], t['tensorfmt'])} |"
         )
 
-    fresh_s = median(by, "pt.memcpy.fresh", "memcpy")
-    hot_s = median(by, "pt.memcpy.hot", "memcpy")
-    lines += [
-        "",
-        f"Full load bandwidth ({nbytes / GIB:.2f} GiB of payload; fraction = memcpy time / load time):",
-        "",
-        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for label, op, lib in LOADS:
-        s = median(by, op, lib)
-        if s is None:
-            continue
-        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
-        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    more, fresh_s = bandwidth(by, "pt", LOADS, nbytes, f"{nbytes / GIB:.2f} GiB")
+    lines += more
 
     def ratio(op_other, lib, op_tf):
         o, t = median(by, op_other, lib), median(by, op_tf, "tensorfmt")
