@@ -180,10 +180,11 @@ def table(results, nbytes):
     return "\n".join(lines)
 
 
-def state_dict_args(doc, open_runs, full, small, full_is):
-    """The command line of a suite on a transformer-like state dict (this one and
-    compare_safetensors.py), `doc` its docstring, `full` its default shapes (`full_is`:
-    what they make) and `small` those of `--small`; the arguments and the shapes asked for."""
+def state_dict_args(doc, open_runs, full, small, full_is, more=None):
+    """The command line of a suite on a transformer-like state dict (this one,
+    compare_safetensors.py and compare_pickle.py), `doc` its docstring, `full` its default
+    shapes (`full_is`: what they make) and `small` those of `--small`, `more` a function
+    adding the suite's own arguments to the parser; the arguments and the shapes asked for."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--tfbench", default="target/release/tfbench",
                     help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
@@ -197,6 +198,8 @@ def state_dict_args(doc, open_runs, full, small, full_is):
     ap.add_argument("--json", help="also write all timings as JSON here")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    if more:
+        more(ap)
     args = ap.parse_args()
     shapes = dict(small if args.small else full)
     if args.layers is not None:
