@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 MIB = 1 << 20
+GIB = 1 << 30
 
 
 def size_label(n):
@@ -242,6 +243,29 @@ def median(by, op, lib):
     """The median time of `op` by `lib` in `by` ((op, lib) -> result), or None."""
     r = by.get((op, lib))
     return r["median_s"] if r else None
+
+
+def bandwidth(by, prefix, loads, nbytes, payload):
+    """The full-load bandwidth table: each of `loads` ((label, op, lib)) timed in `by`, in
+    GiB/s of its `nbytes` of payload (`payload` says how many, in words) and as a fraction
+    of the memcpy references `{prefix}.memcpy.fresh` and `{prefix}.memcpy.hot`. Returns
+    the lines and the median time of the fresh-buffer reference (None when not timed)."""
+    fresh_s = median(by, f"{prefix}.memcpy.fresh", "memcpy")
+    hot_s = median(by, f"{prefix}.memcpy.hot", "memcpy")
+    lines = [
+        "",
+        f"Full load bandwidth ({payload} of payload; fraction = memcpy time / load time):",
+        "",
+        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, op, lib in loads:
+        s = median(by, op, lib)
+        if s is None:
+            continue
+        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
+        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    return lines, fresh_s
 
 
 def verdict(ok):

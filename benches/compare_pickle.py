@@ -28,11 +28,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
-    Bench, cell_notes, environment, fmt_ratio, fmt_time, median, report, verdict,
+    GIB, MIB, Bench, bandwidth, cell_notes, environment, fmt_ratio, fmt_time, median, report,
+    run_tfbench, same_payload, verdict,
 )
-from compare_torch import (  # noqa: E402
-    FULL, GIB, MIB, SMALL, state_dict_args, state_dict_spec, tfbench_results,
-)
+from compare_torch import FULL, SMALL, state_dict_args, state_dict_spec  # noqa: E402
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -109,21 +108,8 @@ def table(results, nbytes):
             f"| {label} | {fmt_time(t[PY])} | {fmt_time(t[NP])} | {fmt_time(t[TF])} | "
             f"{fmt_ratio(t[PY], t[TF])} | {fmt_ratio(t[NP], t[TF])} |"
         )
-    fresh_s = median(by, "pkl.memcpy.fresh", "memcpy")
-    hot_s = median(by, "pkl.memcpy.hot", "memcpy")
-    lines += [
-        "",
-        f"Full load bandwidth ({nbytes / MIB:.0f} MiB of payload; fraction = memcpy time / load time):",
-        "",
-        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for label, op, lib in LOADS:
-        s = median(by, op, lib)
-        if s is None:
-            continue
-        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
-        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    more, fresh_s = bandwidth(by, "pkl", LOADS, nbytes, f"{nbytes / MIB:.0f} MiB")
+    lines += more
 
     py_load = median(by, "pkl.read.owned", PY)
     index = [median(by, op, TF) for op in ("pkl.open", "pkl.open.nodetect")]
@@ -146,13 +132,13 @@ def table(results, nbytes):
 
 
 def main():
-    # The command line of the state-dict suites, plus --protocol.
-    protocol = pickle.DEFAULT_PROTOCOL
-    if "--protocol" in sys.argv:
-        i = sys.argv.index("--protocol")
-        protocol = int(sys.argv[i + 1])
-        del sys.argv[i:i + 2]
-    args, shapes = state_dict_args(__doc__, 20, FULL, SMALL, "about 1.5 GiB of arrays")
+    def protocol_arg(ap):
+        ap.add_argument("--protocol", type=int, default=pickle.DEFAULT_PROTOCOL,
+                        help=f"the pickle protocol of the file (default {pickle.DEFAULT_PROTOCOL})")
+
+    args, shapes = state_dict_args(__doc__, 20, FULL, SMALL, "about 1.5 GiB of arrays",
+                                   protocol_arg)
+    protocol = args.protocol
     env = environment()
     env["numpy"] = np.__version__
     env["protocol"] = protocol
@@ -168,8 +154,11 @@ def main():
         del arrays
         b = Bench(args.runs, args.open_runs, args.only, lib=PY)
         python_side(b, inp, nbytes)
-        # The directory holds no other suite's input: tfbench runs the pickle ones.
-        results = b.results + tfbench_results(args, top, nbytes, "compare_pickle.py", "Python")
+        # The directory holds no other suite's input: tfbench runs the pickle ones (none
+        # of them with candle).
+        rust = run_tfbench(args, top, args.only)
+        same_payload(rust["results"], nbytes, "compare_pickle.py", "Python")
+        results = b.results + rust["results"]
     finally:
         if args.keep:
             print(f"compare_pickle.py: kept {top}", file=sys.stderr)

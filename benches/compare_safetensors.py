@@ -29,11 +29,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
-    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
-    verdict,
+    MIB, Bench, bandwidth, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version,
+    median, report, verdict,
 )
 from compare_torch import (  # noqa: E402
-    GIB, MIB, describe, make_state_dict, save_fsync, state_dict_args, tfbench_results,
+    describe, make_state_dict, save_fsync, state_dict_args, tfbench_results,
 )
 
 import safetensors  # noqa: E402
@@ -142,21 +142,8 @@ def table(results, nbytes):
             f"{fmt_ratio(t[CANDLE], t[TF])} |"
         )
 
-    fresh_s = median(by, "st.memcpy.fresh", "memcpy")
-    hot_s = median(by, "st.memcpy.hot", "memcpy")
-    lines += [
-        "",
-        f"Full load bandwidth ({nbytes / MIB:.0f} MiB of payload; fraction = memcpy time / load time):",
-        "",
-        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for label, op, lib in LOADS:
-        s = median(by, op, lib)
-        if s is None:
-            continue
-        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
-        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    more, fresh_s = bandwidth(by, "st", LOADS, nbytes, f"{nbytes / MIB:.0f} MiB")
+    lines += more
 
     def ratio(op_other, lib, op_tf):
         o, t = median(by, op_other, lib), median(by, op_tf, TF)

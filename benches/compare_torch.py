@@ -27,14 +27,11 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import (  # noqa: E402
-    Bench, cell_notes, environment, fmt_ratio, fmt_time, fresh, locked_version, median, report,
-    run_tfbench, same_payload, verdict,
+    GIB, MIB, Bench, bandwidth, cell_notes, environment, fmt_ratio, fmt_time, fresh,
+    locked_version, median, report, run_tfbench, same_payload, verdict,
 )
 
 import torch  # noqa: E402
-
-GIB = 1 << 30
-MIB = 1 << 20
 
 # Shapes of the state dict: (layers, d_model, d_ffn, vocab, context).
 FULL = dict(layers=24, d=1024, ffn=4096, vocab=65536, ctx=2048)
@@ -151,21 +148,8 @@ def table(results, nbytes):
             f"{fmt_ratio(t['candle'], t['tensorfmt'])} |"
         )
 
-    fresh_s = median(by, "pt.memcpy.fresh", "memcpy")
-    hot_s = median(by, "pt.memcpy.hot", "memcpy")
-    lines += [
-        "",
-        f"Full load bandwidth ({nbytes / GIB:.2f} GiB of payload; fraction = memcpy time / load time):",
-        "",
-        "| copy or load | time | GiB/s | fraction of memcpy, fresh buffers | fraction of memcpy, hot |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for label, op, lib in LOADS:
-        s = median(by, op, lib)
-        if s is None:
-            continue
-        frac = lambda ref: f"{ref / s:.2f}" if ref else "n/a"  # noqa: E731
-        lines.append(f"| {label} | {fmt_time(s)} | {nbytes / GIB / s:.2f} | {frac(fresh_s)} | {frac(hot_s)} |")
+    more, fresh_s = bandwidth(by, "pt", LOADS, nbytes, f"{nbytes / GIB:.2f} GiB")
+    lines += more
 
     def ratio(op_other, lib, op_tf):
         o, t = median(by, op_other, lib), median(by, op_tf, "tensorfmt")
@@ -196,10 +180,11 @@ def table(results, nbytes):
     return "\n".join(lines)
 
 
-def state_dict_args(doc, open_runs, full, small, full_is):
-    """The command line of a suite on a transformer-like state dict (this one and
-    compare_safetensors.py), `doc` its docstring, `full` its default shapes (`full_is`:
-    what they make) and `small` those of `--small`; the arguments and the shapes asked for."""
+def state_dict_args(doc, open_runs, full, small, full_is, more=None):
+    """The command line of a suite on a transformer-like state dict (this one,
+    compare_safetensors.py and compare_pickle.py), `doc` its docstring, `full` its default
+    shapes (`full_is`: what they make) and `small` those of `--small`, `more` a function
+    adding the suite's own arguments to the parser; the arguments and the shapes asked for."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--tfbench", default="target/release/tfbench",
                     help="the tfbench binary (cargo build --release -p tensorfmt-benches --features candle)")
@@ -213,6 +198,8 @@ def state_dict_args(doc, open_runs, full, small, full_is):
     ap.add_argument("--json", help="also write all timings as JSON here")
     ap.add_argument("--markdown", help="also write the table as Markdown here")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    if more:
+        more(ap)
     args = ap.parse_args()
     shapes = dict(small if args.small else full)
     if args.layers is not None:

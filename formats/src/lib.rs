@@ -770,18 +770,17 @@ pub fn convert(
     let tree = file.structure()?;
     // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
     // go to formats of such values alone: an object format would store them in the
-    // object its tensors are in.
-    // They are set before the first tensor (GGUF's alignment is among them); those the
-    // output cannot hold are noted.
-    let carried = !file.format_desc().values || saver.format.values;
+    // object its tensors are in. They are set before the first tensor (GGUF's alignment
+    // is among them); those the output cannot hold are noted.
+    let values_beside = file.format_desc().values;
     let mut kept = StructureKept::default();
-    if !options.flatten && carried {
+    if !options.flatten && (!values_beside || saver.format.values) {
         if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {
             kept = saver.set_structure(tree)?;
         }
     }
     let dropped = match tree.as_ref() {
-        Some(tree) if file.format_desc().values && !kept.stored => {
+        Some(tree) if values_beside && !kept.stored => {
             let mut dropped = Vec::new();
             let values = tree.top_values(&mut dropped);
             values
@@ -795,11 +794,10 @@ pub fn convert(
     let total = file.tensors().len();
     let mut bytes = 0u64;
     // Storages are members of their own in formats around a stored object (PyTorch,
-    // TorchScript); an npz member is an npy file, not a storage.
-    let mut keep_layout = options.keep_layout
-        && options.dtype.is_none()
-        && tree.is_some()
-        && !file.format_desc().values;
+    // TorchScript); an npz member is an npy file, not a storage, and values beside the
+    // tensors hold none.
+    let mut keep_layout =
+        options.keep_layout && options.dtype.is_none() && tree.is_some() && !values_beside;
     let mut storages: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for (i, info) in file.tensors().iter().enumerate() {
         if keep_layout {

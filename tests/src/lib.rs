@@ -1,6 +1,8 @@
 //! Shared helpers of the integration tests: where the fixtures are, the Python
-//! environment with the real tools, and running the command line in process.
+//! environment with the real tools, running the command line in process, the committed
+//! hostile corpora, and counting allocations.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::OnceLock;
@@ -143,6 +145,25 @@ pub fn safetensors_bytes(header: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `tensorfmt convert INPUT OUTPUT` with `extra` flags after the paths, in process;
+/// panics with its output unless it succeeds.
+pub fn convert(input: &Path, output: &Path, extra: &[&str]) {
+    let paths = [input, output].map(|p| p.to_str().expect("utf-8 path"));
+    let args = [&["convert"], &paths[..], extra].concat();
+    let (code, out) = cli(&args);
+    assert_eq!(code, ExitCode::SUCCESS, "convert {args:?}: {out}");
+}
+
+/// The tensors of a description (`inspect --json`, a tool's `describe`), sorted by name.
+pub fn tensors_by_name(description: &serde_json::Value) -> Vec<serde_json::Value> {
+    let mut v = description["tensors"]
+        .as_array()
+        .expect("a description's tensors")
+        .clone();
+    v.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    v
+}
+
 /// Runs the `tensorfmt` command line in process; returns its exit code and stdout.
 pub fn cli(args: &[&str]) -> (ExitCode, String) {
     let mut out = Vec::new();
@@ -197,6 +218,48 @@ pub fn open_err_as(path: &Path, format: &str) -> String {
     match r {
         Ok(n) => panic!("{} was accepted ({n} tensors)", path.display()),
         Err(e) => e.to_string(),
+    }
+}
+
+/// The files of a hostile corpus in `folder`: every name but `manifest.json` and those
+/// of `skip` (a generator kept beside its files).
+pub fn corpus_files(folder: &Path, skip: &[&str]) -> BTreeSet<String> {
+    std::fs::read_dir(folder)
+        .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "manifest.json" && !skip.contains(&n.as_str()))
+        .collect()
+}
+
+/// Runs `generator`, a command that writes a hostile corpus into `made` (an empty folder),
+/// and asserts that it writes the files of the `committed` corpus (`skip` as for
+/// [`corpus_files`]) and its `manifest.json`, byte for byte.
+pub fn assert_generator_writes(
+    mut generator: Command,
+    made: &Path,
+    committed: &Path,
+    skip: &[&str],
+) {
+    let out = generator
+        .output()
+        .unwrap_or_else(|e| panic!("running {generator:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{generator:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let files = corpus_files(made, skip);
+    assert_eq!(
+        files,
+        corpus_files(committed, skip),
+        "the generator writes other files"
+    );
+    for f in files.iter().map(String::as_str).chain(["manifest.json"]) {
+        assert!(
+            std::fs::read(made.join(f)).unwrap() == std::fs::read(committed.join(f)).unwrap(),
+            "{f} differs from what the generator writes (run it again after changing it or \
+             the fixtures it reads)"
+        );
     }
 }
 

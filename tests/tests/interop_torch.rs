@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use tensorfmt_tests::{
-    cli, fixtures, inspect_json, json, run_seed, tfcheck_safetensors, tfcheck_torch,
+    cli, convert, fixtures, inspect_json, json, run_seed, tensors_by_name, tfcheck_safetensors,
+    tfcheck_torch,
 };
 
 fn s(p: &Path) -> &str {
@@ -39,13 +40,6 @@ fn describe(files: &[PathBuf]) -> Vec<serde_json::Value> {
     let v: Vec<serde_json::Value> = out.lines().map(json).collect();
     assert_eq!(v.len(), files.len());
     v
-}
-
-/// Converts `src` to `out` with the command line; `extra` flags after the paths.
-fn convert(src: &Path, out: &Path, extra: &[&str]) {
-    let args = [&["convert", s(src), s(out)], extra].concat();
-    let (code, text) = cli(&args);
-    assert_eq!(code, ExitCode::SUCCESS, "convert {}: {text}", src.display());
 }
 
 #[test]
@@ -97,8 +91,8 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
             .collect();
         assert_eq!(names, want, "flattened {}", src.display());
         written.push(flat);
-        // A TorchScript module is an object, not a dict: it is written flat.
         written.push(kept.clone());
+        // A TorchScript module is an object, not a dict: it is written flat.
         if s(src).contains("-script-") {
             values_only.push(src.clone());
             values_only.push(kept);
@@ -134,8 +128,6 @@ fn unseen_torch_files_read_and_convert_as_torch_says() {
     }
 }
 
-/// The fixtures with views and shared storages keep them with `--keep-layout`, and each
-/// storage is written once.
 /// A checkpoint holding NumPy arrays converted to safetensors: the `safetensors` package
 /// loads every array and torch tensor equal to what torch read.
 #[test]
@@ -144,16 +136,13 @@ fn numpy_values_convert_to_safetensors_as_torch_reads_them() {
     let out = tempfile::tempdir().unwrap();
     let dst = out.path().join("np.safetensors");
     convert(&src, &dst, &[]);
-    let sorted = |v: &serde_json::Value| {
-        let mut t = v["tensors"].as_array().unwrap().clone();
-        t.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        t
-    };
     let torch = &describe(std::slice::from_ref(&src))[0];
     let st = json(&tfcheck_safetensors(&["describe", s(&dst)]));
-    assert_eq!(sorted(&st), sorted(torch));
+    assert_eq!(tensors_by_name(&st), tensors_by_name(torch));
 }
 
+/// The fixtures with views and shared storages keep them with `--keep-layout`, and each
+/// storage is written once.
 #[test]
 fn keep_layout_writes_shared_storages_once() {
     let dir = fixtures().join("pytorch");

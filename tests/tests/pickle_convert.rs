@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use tensorfmt_tests::{cli, inspect_json, python_snippet};
+use tensorfmt_tests::{cli, convert, inspect_json, python_snippet};
 
 fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
@@ -20,13 +20,6 @@ fn py(code: &str, args: &[&str]) -> String {
     let (ok, out) = python_snippet(code, args);
     assert!(ok, "python failed:\n{out}");
     out
-}
-
-/// `tensorfmt convert input output [extra]`, which must succeed.
-fn convert(input: &Path, output: &Path, extra: &[&str]) {
-    let args = [&["convert", s(input), s(output)], extra].concat();
-    let (code, out) = cli(&args);
-    assert_eq!(code, ExitCode::SUCCESS, "convert {args:?}: {out}");
 }
 
 /// Name → sha256 and dtype and shape of every tensor of `inspect --json --sha256`.

@@ -279,140 +279,43 @@ struct Case {
     fortran: bool,
 }
 
+/// A [`Case`] in one line.
+const fn case(
+    name: &'static str,
+    dtype: &'static str,
+    order: char,
+    shape: &'static [u64],
+    fortran: bool,
+) -> Case {
+    Case {
+        name,
+        dtype,
+        order,
+        shape,
+        fortran,
+    }
+}
+
 const CASES: &[Case] = &[
-    Case {
-        name: "f4",
-        dtype: "f4",
-        order: '<',
-        shape: &[2, 3],
-        fortran: false,
-    },
-    Case {
-        name: "f4_big_endian",
-        dtype: "f4",
-        order: '>',
-        shape: &[5],
-        fortran: false,
-    },
-    Case {
-        name: "f8_fortran",
-        dtype: "f8",
-        order: '<',
-        shape: &[2, 3, 4],
-        fortran: true,
-    },
-    Case {
-        name: "f2",
-        dtype: "f2",
-        order: '<',
-        shape: &[7],
-        fortran: false,
-    },
-    Case {
-        name: "i8",
-        dtype: "i8",
-        order: '<',
-        shape: &[3, 2],
-        fortran: false,
-    },
-    Case {
-        name: "i4_big_endian",
-        dtype: "i4",
-        order: '>',
-        shape: &[4],
-        fortran: false,
-    },
-    Case {
-        name: "i2",
-        dtype: "i2",
-        order: '<',
-        shape: &[3],
-        fortran: false,
-    },
-    Case {
-        name: "i1",
-        dtype: "i1",
-        order: '|',
-        shape: &[9],
-        fortran: false,
-    },
-    Case {
-        name: "u1_fortran",
-        dtype: "u1",
-        order: '|',
-        shape: &[3, 5],
-        fortran: true,
-    },
-    Case {
-        name: "u2",
-        dtype: "u2",
-        order: '<',
-        shape: &[2],
-        fortran: false,
-    },
-    Case {
-        name: "u4",
-        dtype: "u4",
-        order: '<',
-        shape: &[2, 2],
-        fortran: false,
-    },
-    Case {
-        name: "u8_big_endian",
-        dtype: "u8",
-        order: '>',
-        shape: &[3],
-        fortran: false,
-    },
-    Case {
-        name: "bool",
-        dtype: "b1",
-        order: '|',
-        shape: &[6],
-        fortran: false,
-    },
-    Case {
-        name: "c8",
-        dtype: "c8",
-        order: '<',
-        shape: &[2],
-        fortran: false,
-    },
-    Case {
-        name: "c16",
-        dtype: "c16",
-        order: '<',
-        shape: &[2, 1],
-        fortran: false,
-    },
-    Case {
-        name: "scalar",
-        dtype: "f8",
-        order: '<',
-        shape: &[],
-        fortran: false,
-    },
-    Case {
-        name: "empty",
-        dtype: "f4",
-        order: '<',
-        shape: &[0, 3],
-        fortran: false,
-    },
-    Case {
-        name: "large",
-        dtype: "f4",
-        order: '<',
-        shape: &[300, 100],
-        fortran: false,
-    },
-    Case {
-        name: "large_high_bytes",
-        dtype: "u1",
-        order: '|',
-        shape: &[70_000],
-        fortran: false,
-    },
+    case("f4", "f4", '<', &[2, 3], false),
+    case("f4_big_endian", "f4", '>', &[5], false),
+    case("f8_fortran", "f8", '<', &[2, 3, 4], true),
+    case("f2", "f2", '<', &[7], false),
+    case("i8", "i8", '<', &[3, 2], false),
+    case("i4_big_endian", "i4", '>', &[4], false),
+    case("i2", "i2", '<', &[3], false),
+    case("i1", "i1", '|', &[9], false),
+    case("u1_fortran", "u1", '|', &[3, 5], true),
+    case("u2", "u2", '<', &[2], false),
+    case("u4", "u4", '<', &[2, 2], false),
+    case("u8_big_endian", "u8", '>', &[3], false),
+    case("bool", "b1", '|', &[6], false),
+    case("c8", "c8", '<', &[2], false),
+    case("c16", "c16", '<', &[2, 1], false),
+    case("scalar", "f8", '<', &[], false),
+    case("empty", "f4", '<', &[0, 3], false),
+    case("large", "f4", '<', &[300, 100], false),
+    case("large_high_bytes", "u1", '|', &[70_000], false),
 ];
 
 /// The bytes of a case: a pattern with every byte value (0/1 for booleans), with no NaN
@@ -468,6 +371,21 @@ for proto in (2, 4):
 print('checked', len(names), 'arrays at protocols 2 and 4')
 "#;
 
+/// Writes what [`NUMPY_CHECK`] expects of case `c` into `dir`: its `bytes` (`NAME.raw`)
+/// and its dtype, order and shape (`NAME.spec`).
+fn write_expected(dir: &Path, c: &Case, bytes: &[u8]) {
+    std::fs::write(dir.join(format!("{}.raw", c.name)), bytes).unwrap();
+    let shape: Vec<String> = c.shape.iter().map(u64::to_string).collect();
+    let spec = format!(
+        "{}{} {} {}",
+        c.order,
+        c.dtype,
+        if c.fortran { "F" } else { "C" },
+        shape.join(" ")
+    );
+    std::fs::write(dir.join(format!("{}.spec", c.name)), spec).unwrap();
+}
+
 /// The arrays' tree with one stream per case, and their bytes.
 fn arrays(np: &mut Numpy, cases: &[&Case]) -> (Value, Vec<Vec<u8>>) {
     let mut entries = Vec::new();
@@ -501,16 +419,7 @@ fn numpy_arrays_with_streamed_data_load_equal() {
     let cases: Vec<&Case> = CASES.iter().collect();
     let (tree, data) = arrays(&mut Numpy::new(), &cases);
     for (c, bytes) in cases.iter().zip(&data) {
-        std::fs::write(dir.path().join(format!("{}.raw", c.name)), bytes).unwrap();
-        let shape: Vec<String> = c.shape.iter().map(u64::to_string).collect();
-        let spec = format!(
-            "{}{} {} {}",
-            c.order,
-            c.dtype,
-            if c.fortran { "F" } else { "C" },
-            shape.join(" ")
-        );
-        std::fs::write(dir.path().join(format!("{}.spec", c.name)), spec).unwrap();
+        write_expected(dir.path(), c, bytes);
     }
     for proto in [2, 4] {
         write_streamed(
@@ -544,37 +453,42 @@ assert mine == data, (len(mine), len(data), next(
 print('identical', len(data), 'bytes')
 "#;
 
-#[test]
-fn numpy_dict_at_protocol_4_is_what_cpython_writes() {
-    let mut np = Numpy::new();
+/// One of [`NUMPY_SAME`]'s arrays: name, little-endian NumPy dtype, shape, Fortran order.
+type Spec = (&'static str, &'static str, &'static [u64], bool);
+
+/// The arrays of [`NUMPY_SAME`], in its order, and their bytes as NumPy stores them.
+fn same_arrays() -> ([Spec; 5], [Vec<u8>; 5]) {
     let le = |v: Vec<i64>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let f4 = |n: usize| {
-        (0..n)
-            .flat_map(|x| (x as f32).to_le_bytes())
-            .collect::<Vec<u8>>()
-    };
+    let f4: Vec<u8> = (0..70_000).flat_map(|x| (x as f32).to_le_bytes()).collect();
     // Fortran order: the bytes of arange(12).reshape(3, 4) by columns.
     let fortran: Vec<i64> = (0..4)
         .flat_map(|j| (0..3).map(move |i| i * 4 + j))
         .collect();
-    let data = vec![
-        le((0..6).collect()),
-        f4(70_000),
-        le(fortran),
-        2.5f64.to_le_bytes().to_vec(),
-        Vec::new(),
-    ];
-    let specs: [(&str, &str, &[u64], bool); 5] = [
-        ("a", "i8", &[2, 3], false),
+    let specs = [
+        ("a", "i8", &[2, 3][..], false),
         ("b", "f4", &[350, 200], false),
         ("c", "i8", &[3, 4], true),
         ("d", "f8", &[], false),
         ("e", "f4", &[0], false),
     ];
+    let data = [
+        le((0..6).collect()),
+        f4,
+        le(fortran),
+        2.5f64.to_le_bytes().to_vec(),
+        Vec::new(),
+    ];
+    (specs, data)
+}
+
+#[test]
+fn numpy_dict_at_protocol_4_is_what_cpython_writes() {
+    let mut np = Numpy::new();
+    let (specs, data) = same_arrays();
     let mut entries = Vec::new();
-    for (i, (name, dtype, shape, fortran)) in specs.iter().enumerate() {
+    for (i, ((name, dtype, shape, fortran), bytes)) in specs.iter().zip(&data).enumerate() {
         let dtype = np.dtype(dtype, '<');
-        let stream = Value::stream(i, data[i].len() as u64);
+        let stream = Value::stream(i, bytes.len() as u64);
         entries.push((s(name), np.array(dtype, shape, *fortran, stream)));
     }
     let dir = tempfile::tempdir().unwrap();
@@ -626,8 +540,8 @@ fn options(protocol: Option<u8>) -> WriteOptions {
     }
 }
 
-/// Adds a case through `Arrays`: its object built around the placeholder the writer
-/// gives, its bytes streamed from a reader.
+/// Adds a case through `Arrays`: its object built around the `Value::Stream` of the
+/// tensor's bytes that the writer gives, its bytes streamed from a reader.
 fn add_case(a: &mut Arrays, np: &mut Numpy, c: &Case, bytes: &[u8]) {
     let meta = meta_of(c.name, c.dtype, c.order, c.shape, c.fortran);
     let dtype = np.dtype(c.dtype, c.order);
@@ -656,16 +570,7 @@ fn arrays_writer_spools_then_streams_equal_arrays_at_protocols_2_and_4() {
             add_case(&mut a, &mut np, c, &bytes);
             names.push(c.name);
             if proto == 2 {
-                std::fs::write(dir.path().join(format!("{}.raw", c.name)), &bytes).unwrap();
-                let shape: Vec<String> = c.shape.iter().map(u64::to_string).collect();
-                let spec = format!(
-                    "{}{} {} {}",
-                    c.order,
-                    c.dtype,
-                    if c.fortran { "F" } else { "C" },
-                    shape.join(" ")
-                );
-                std::fs::write(dir.path().join(format!("{}.spec", c.name)), spec).unwrap();
+                write_expected(dir.path(), c, &bytes);
             }
         }
         let file = std::fs::File::create(&out).unwrap();
@@ -682,25 +587,7 @@ fn arrays_writer_spools_then_streams_equal_arrays_at_protocols_2_and_4() {
 
 #[test]
 fn arrays_writer_at_its_default_protocol_writes_what_cpython_writes() {
-    let le = |v: Vec<i64>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let f4: Vec<u8> = (0..70_000).flat_map(|x| (x as f32).to_le_bytes()).collect();
-    let fortran: Vec<i64> = (0..4)
-        .flat_map(|j| (0..3).map(move |i| i * 4 + j))
-        .collect();
-    let data = [
-        le((0..6).collect()),
-        f4,
-        le(fortran),
-        2.5f64.to_le_bytes().to_vec(),
-        Vec::new(),
-    ];
-    let specs: [(&str, &str, &[u64], bool); 5] = [
-        ("a", "i8", &[2, 3], false),
-        ("b", "f4", &[350, 200], false),
-        ("c", "i8", &[3, 4], true),
-        ("d", "f8", &[], false),
-        ("e", "f4", &[0], false),
-    ];
+    let (specs, data) = same_arrays();
     let mut a = Arrays::new("pickle", &options(None)).unwrap();
     assert_eq!(a.protocol(), 4);
     for ((name, descr, shape, fortran), bytes) in specs.iter().zip(&data) {

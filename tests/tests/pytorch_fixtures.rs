@@ -10,7 +10,7 @@ use tensorfmt::runtime::limits::Limits;
 use tensorfmt::runtime::source::Source;
 use tensorfmt::runtime::zip::{self, ZipIndex, ZipWriter};
 use tensorfmt::Compression;
-use tensorfmt_tests::{cli, fixtures, inspect_json, json};
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, tensors_by_name};
 
 /// The zip-format fixtures (legacy.pt has its own tests below).
 const ZIP_FIXTURES: &[&str] = &[
@@ -88,14 +88,12 @@ fn numpy_arrays_convert_with_the_torch_tensors() {
     let src = dir().join("numpy_values.pt");
     let (code, text) = cli(&["convert", src.to_str().unwrap(), dst.to_str().unwrap()]);
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
-    let sorted = |v: serde_json::Value| {
-        let mut t = v["tensors"].as_array().unwrap().clone();
-        t.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-        t
-    };
     let expected =
         json(&std::fs::read_to_string(dir().join("expected/numpy_values.pt.json")).unwrap());
-    assert_eq!(sorted(inspect_json(&dst)), sorted(expected));
+    assert_eq!(
+        tensors_by_name(&inspect_json(&dst)),
+        tensors_by_name(&expected)
+    );
 }
 
 #[test]

@@ -8,14 +8,14 @@
 //! allocation out of proportion to the file's size.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use tensorfmt::runtime::hash::HashSink;
 use tensorfmt::runtime::sink::OwnedSink;
 use tensorfmt::{OpenOptions, Sink, Source, TensorFile};
-use tensorfmt_tests::{alloc, cli, fixtures};
+use tensorfmt_tests::{alloc, assert_generator_writes, cli, corpus_files, fixtures};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
@@ -202,21 +202,15 @@ fn every_hostile_file_is_refused_with_its_error() {
     );
 }
 
-/// The corpus files: everything in the folder but the generator and the manifest.
-fn corpus_files(folder: &Path) -> BTreeSet<String> {
-    std::fs::read_dir(folder)
-        .unwrap_or_else(|e| panic!("{}: {e}", folder.display()))
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| n != "make_hostile.py" && n != "manifest.json")
-        .collect()
-}
+/// The generator kept beside the corpus files.
+const GENERATOR: &str = "make_hostile.py";
 
 #[test]
 fn manifest_lists_exactly_the_files_of_the_folder() {
     let cases = manifest();
     let listed: BTreeSet<String> = cases.iter().map(|c| c.file.clone()).collect();
     assert_eq!(listed.len(), cases.len(), "a file is listed twice");
-    let present = corpus_files(&dir());
+    let present = corpus_files(&dir(), &[GENERATOR]);
     let unlisted: Vec<_> = present.difference(&listed).collect();
     let missing: Vec<_> = listed.difference(&present).collect();
     assert!(
@@ -249,30 +243,10 @@ fn manifest_lists_exactly_the_files_of_the_folder() {
 fn committed_corpus_is_what_the_generator_writes() {
     let python = std::env::var("TENSORFMT_BASE_PYTHON").unwrap_or_else(|_| "python3".into());
     let tmp = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(&python)
-        .arg(dir().join("make_hostile.py"))
+    let mut generator = std::process::Command::new(python);
+    generator
+        .arg(dir().join(GENERATOR))
         .arg("--out")
-        .arg(tmp.path())
-        .output()
-        .unwrap_or_else(|e| panic!("running {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "make_hostile.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let made = corpus_files(tmp.path());
-    assert_eq!(
-        made,
-        corpus_files(&dir()),
-        "the generator writes other files"
-    );
-    for f in made.iter().map(String::as_str).chain(["manifest.json"]) {
-        let a = std::fs::read(tmp.path().join(f)).unwrap();
-        let b = std::fs::read(dir().join(f)).unwrap();
-        assert!(
-            a == b,
-            "{f} differs from what make_hostile.py writes (run it again after changing it \
-             or the fixtures it reads)"
-        );
-    }
+        .arg(tmp.path());
+    assert_generator_writes(generator, tmp.path(), &dir(), &[GENERATOR]);
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use tensorfmt::generated::safetensors as st;
 use tensorfmt_tests::{
-    cli, fixtures, inspect_json, json, meta, run_seed, safetensors_bytes as file_of,
-    tfcheck_safetensors as tfcheck_ok,
+    cli, convert, fixtures, inspect_json, json, meta, run_seed, safetensors_bytes as file_of,
+    tensors_by_name, tfcheck_safetensors as tfcheck_ok,
 };
 
 fn dir() -> PathBuf {
@@ -29,28 +29,9 @@ fn path_str(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }
 
-/// `tensorfmt convert IN OUT`, which must succeed.
-fn convert(input: &Path, output: &Path) {
-    let (code, out) = cli(&["convert", path_str(input), path_str(output)]);
-    assert_eq!(
-        code,
-        std::process::ExitCode::SUCCESS,
-        "convert {} -> {}: {out}",
-        input.display(),
-        output.display()
-    );
-}
-
 /// A description without its format: the tensors alone.
 fn tensors_of(mut d: serde_json::Value) -> serde_json::Value {
     d["tensors"].take()
-}
-
-/// The items of a list of tensors' descriptions, sorted by name.
-fn by_name(v: serde_json::Value) -> Vec<serde_json::Value> {
-    let mut v = v.as_array().cloned().unwrap_or_default();
-    v.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
-    v
 }
 
 #[test]
@@ -176,7 +157,7 @@ fn written_files_are_byte_identical_to_the_package_s_for_tensors_in_its_order() 
     // Without metadata: `convert` keeps the order, and so the package's bytes.
     for f in ["all_dtypes.safetensors", "scalars_and_empty.safetensors"] {
         let out = tmp.path().join(f);
-        convert(&dir().join(f), &out);
+        convert(&dir().join(f), &out, &[]);
         assert_eq!(
             std::fs::read(&out).unwrap(),
             std::fs::read(dir().join(f)).unwrap(),
@@ -202,7 +183,7 @@ fn written_files_are_byte_identical_to_the_package_s_for_tensors_in_its_order() 
     }
     // The package's `save_file` of the tensors tensorfmt read from its own file.
     let npz = tmp.path().join("m.npz");
-    convert(&dir().join("numpy_model.safetensors"), &npz);
+    convert(&dir().join("numpy_model.safetensors"), &npz, &[]);
     let again = tmp.path().join("again.safetensors");
     tfcheck_ok(&["save", path_str(&npz), path_str(&again), "format=np"]);
     assert_eq!(
@@ -352,13 +333,13 @@ fn onnx_caffe2_and_pytorch_convert_to_and_from_safetensors() {
     ] {
         let name = src.file_name().unwrap().to_string_lossy().into_owned();
         let st = tmp.path().join(format!("{name}.safetensors"));
-        convert(&src, &st);
+        convert(&src, &st, &[]);
         let back = tmp.path().join(format!("{name}.back.{back_ext}"));
-        convert(&st, &back);
+        convert(&st, &back, &[]);
         for p in [&st, &back] {
             assert_eq!(
-                by_name(tensors_of(inspect_json(p))),
-                by_name(tensors_of(inspect_json(&src))),
+                tensors_by_name(&inspect_json(p)),
+                tensors_by_name(&inspect_json(&src)),
                 "{name} → {}",
                 p.display()
             );
@@ -387,15 +368,15 @@ fn every_npz_fixture_written_as_safetensors_loads_equal_in_the_package() {
     ] {
         let src = fixtures().join("npz").join(f);
         let out = tmp.path().join(format!("{f}.safetensors"));
-        convert(&src, &out);
+        convert(&src, &out, &[]);
         tfcheck_ok(&["compare-npz", path_str(&out), path_str(&src)]);
         // And back: the same tensors as the source, by tensorfmt (in the order the
         // package writes, by dtype then name, as the file holds them).
         let back = tmp.path().join(format!("{f}.back.npz"));
-        convert(&out, &back);
+        convert(&out, &back, &[]);
         assert_eq!(
-            by_name(tensors_of(inspect_json(&back))),
-            by_name(tensors_of(inspect_json(&src))),
+            tensors_by_name(&inspect_json(&back)),
+            tensors_by_name(&inspect_json(&src)),
             "{f}"
         );
     }
@@ -423,11 +404,11 @@ fn pytorch_and_npy_fixtures_convert_to_safetensors_and_back() {
     ] {
         let name = src.file_name().unwrap().to_str().unwrap().to_string();
         let out = tmp.path().join(format!("{name}.safetensors"));
-        convert(&src, &out);
+        convert(&src, &out, &[]);
         // The package describes what tensorfmt wrote as tensorfmt describes the source.
         let described = json(&tfcheck_ok(&["describe", path_str(&out)]));
-        let want = by_name(tensors_of(inspect_json(&src)));
-        let got = by_name(tensors_of(described));
+        let want = tensors_by_name(&inspect_json(&src));
+        let got = tensors_by_name(&described);
         assert_eq!(got, want, "{name}");
     }
     // Each safetensors fixture to npz (which has no bf16 nor float8) and pt, and back.
@@ -439,9 +420,9 @@ fn pytorch_and_npy_fixtures_convert_to_safetensors_and_back() {
         };
         for ext in exts {
             let there = tmp.path().join(format!("{f}.{ext}"));
-            convert(&dir().join(f), &there);
+            convert(&dir().join(f), &there, &[]);
             let back = tmp.path().join(format!("{f}.{ext}.safetensors"));
-            convert(&there, &back);
+            convert(&there, &back, &[]);
             assert_eq!(
                 tensors_of(inspect_json(&back)),
                 tensors_of(inspect_json(&dir().join(f))),
@@ -708,7 +689,7 @@ fn aligned_files_are_aligned_and_load_equal_in_the_package() {
     let plain = tmp.path().join("plain.safetensors");
     save(&plain, &alignment_tensors(true), None);
     let theirs = tfcheck_ok(&["describe", path_str(&plain)]);
-    let want = by_name(tensors_of(json(&theirs)));
+    let want = tensors_by_name(&json(&theirs));
     for n in [64u64, 4096] {
         let api = tmp.path().join(format!("api{n}.safetensors"));
         save(&api, &alignment_tensors(true), Some(n));
@@ -729,19 +710,14 @@ fn aligned_files_are_aligned_and_load_equal_in_the_package() {
         }
         tfcheck_ok(&["compare-npz", path_str(&from_npz), path_str(&npz)]);
         for p in [&api, &from_st] {
-            let got = by_name(tensors_of(json(&tfcheck_ok(&["describe", path_str(p)]))));
+            let got = tensors_by_name(&json(&tfcheck_ok(&["describe", path_str(p)])));
             assert_eq!(got, want, "{}", p.display());
-            assert_eq!(
-                by_name(tensors_of(inspect_json(p))),
-                want,
-                "{}",
-                p.display()
-            );
+            assert_eq!(tensors_by_name(&inspect_json(p)), want, "{}", p.display());
         }
     }
     // Without `--align`, the package's bytes (as before).
     let again = tmp.path().join("again.safetensors");
-    convert(&plain, &again);
+    convert(&plain, &again, &[]);
     assert!(std::fs::read(&again).unwrap() == std::fs::read(&plain).unwrap());
 }
 

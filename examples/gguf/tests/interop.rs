@@ -182,8 +182,8 @@ fn files_this_crate_writes_load_in_the_gguf_package() {
     assert_eq!(json(&a)["tensors"], json(&b)["tensors"]);
 
     // GGUF → GGUF: `convert` carries the key/values, each with its stored type, set
-    // before the tensors: a custom alignment
-    // aligns the copy's tensors as it did the source's.
+    // before the tensors: a custom alignment aligns the copy's tensors as it did the
+    // source's.
     for f in &files[..2] {
         let copy = dir.path().join("copy.gguf");
         assert_eq!(cli(&["convert", f, s(&copy)]).0, ExitCode::SUCCESS);
@@ -278,10 +278,7 @@ fn values_are_set_before_the_first_tensor() {
     )
     .unwrap();
     saver.add_bytes(&meta, &[0u8; 4]).unwrap();
-    let tree = tensorfmt::Node::Dict(vec![(
-        tensorfmt::Node::str("general.alignment"),
-        tensorfmt::Node::Int(64),
-    )]);
+    let tree = Node::Dict(vec![(Node::str("general.alignment"), Node::Int(64))]);
     let e = saver.set_structure(&tree).unwrap_err().to_string();
     assert!(e.contains("before the first tensor"), "{e}");
 }
