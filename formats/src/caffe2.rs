@@ -148,6 +148,15 @@ pub fn save(
         chunk_elements: options.chunk_size.elements(),
         ..Default::default()
     };
+    if format.db.is_some_and(|d| d.backend != "records") && path.exists() {
+        // Caffe2's NEW mode: a database folder is created, never replaced.
+        return Err(crate::Error::new(
+            crate::ErrorKind::Invalid(
+                "the database exists (Save creates a database, it does not replace one)".into(),
+            ),
+            crate::Location::file(path),
+        ));
+    }
     let mut saver = crate::Saver::create(path, Some(format.name), &write)?;
     for ((meta, bytes), name) in tensors.iter().zip(names) {
         let meta = TensorMeta {

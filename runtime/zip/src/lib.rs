@@ -1253,6 +1253,43 @@ impl RandomAccess for LazyInflate<'_> {
     }
 }
 
+/// `name` as a member name that extracts inside the extraction folder everywhere (no
+/// zip-slip for whoever unpacks the archive): backslashes become `/`, empty and `.`
+/// components are dropped (so a leading `/` too), `..` components become `__`, and a
+/// drive letter's colon (`C:`) becomes `_`; an empty result is `_`. Names that are safe
+/// already are returned as they are. NumPy writes such names as given and `numpy.load`
+/// lists a member under its name less `.npy`, so a tensor named `../../w` is read back as
+/// `__/__/w`.
+pub fn safe_member_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let drive = |c: &str| {
+        let b = c.as_bytes();
+        b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+    };
+    let safe = !name.is_empty()
+        && !name.contains('\\')
+        && !drive(name)
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if safe {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let unified = name.replace('\\', "/");
+    let mut parts: Vec<String> = Vec::new();
+    for c in unified.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => parts.push("__".into()),
+            c if parts.is_empty() && drive(c) => parts.push(format!("{}_{}", &c[..1], &c[2..])),
+            c => parts.push(c.into()),
+        }
+    }
+    if parts.is_empty() {
+        parts.push("_".into());
+    }
+    std::borrow::Cow::Owned(parts.join("/"))
+}
+
 /// A streaming zip writer: members are added one at a time and their content written
 /// through [`Write`]; CRC and sizes are computed on the fly and patched into the local
 /// header, so memory stays bounded whatever the member sizes. Every member carries ZIP64
@@ -1285,11 +1322,13 @@ impl<W: Write + Seek> ZipWriter<W> {
         }
     }
 
-    /// Finishes the current member (if any) and starts `name`. With `align` > 1 the
-    /// member's data starts at a multiple of `align` bytes in the archive (padding goes
-    /// into the local header's extra field); this is what makes stored members mappable.
-    /// Deflate uses the default level (6).
+    /// Finishes the current member (if any) and starts `name`, made a safe relative
+    /// name first ([`safe_member_name`]). With `align` > 1 the member's data starts at a
+    /// multiple of `align` bytes in the archive (padding goes into the local header's
+    /// extra field); this is what makes stored members mappable. Deflate uses the default
+    /// level (6).
     pub fn start_member(&mut self, name: &str, compression: Compression, align: u16) -> Result<()> {
+        let name = &*safe_member_name(name);
         let method = match compression {
             Compression::Stored => zip::CompressionMethod::Stored,
             Compression::Deflate => zip::CompressionMethod::Deflated,
@@ -1337,6 +1376,26 @@ impl<W: Write + Seek> Write for ZipWriter<W> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn member_names_are_made_safe() {
+        use super::safe_member_name as safe;
+        for (given, want) in [
+            ("w.npy", "w.npy"),
+            ("a/b.npy", "a/b.npy"),
+            ("..x.npy", "..x.npy"),
+            ("../../evil.npy", "__/__/evil.npy"),
+            ("/abs/x.npy", "abs/x.npy"),
+            ("a\\b.npy", "a/b.npy"),
+            ("C:/w.npy", "C_/w.npy"),
+            ("C:w.npy", "C_w.npy"),
+            ("a//./b.npy", "a/b.npy"),
+            ("", "_"),
+            ("/", "_"),
+        ] {
+            assert_eq!(safe(given), want, "{given:?}");
+        }
+    }
+
     use super::*;
     use std::io::Cursor;
     use std::sync::Arc;
