@@ -281,7 +281,7 @@ pub fn rewrite<'a>(
     }
     for f in pending {
         let path = f.dest().to_path_buf();
-        f.commit()
+        f.commit_new()
             .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
             .map_err(|e| e.in_file(output))?;
     }
