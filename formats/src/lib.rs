@@ -629,7 +629,11 @@ impl Saver {
                 return tmp.commit(policy);
             }
         };
-        writer.finish().map_err(|e| e.in_file(&path))?;
+        let tag = file.borrow().save_tag();
+        if let Err(e) = writer.finish() {
+            sweep_data_files(&path, format, &tag, true, &Default::default());
+            return Err(e.in_file(&path));
+        }
         let file = Rc::try_unwrap(file)
             .map_err(|_| {
                 Error::new(
@@ -639,9 +643,66 @@ impl Saver {
             })?
             .into_inner();
         let old = own_data_files(&path, format);
-        file.commit().map_err(|e| e.in_file(&path))?;
+        if let Err(e) = file.commit() {
+            sweep_data_files(&path, format, &tag, true, &Default::default());
+            return Err(e.in_file(&path));
+        }
         remove_data_files(&old, &Default::default());
+        sweep_data_files(&path, format, &tag, false, &Default::default());
         Ok(())
+    }
+}
+
+/// Removes the data files named for the document `dest` ([`named_for`]) that no one
+/// needs: with `failed`, those of the save `tag` that failed (unless the document at
+/// `dest` names them: a failure after its rename); else those of saves by processes no
+/// longer running that the document at `dest` does not name (left by a save killed
+/// between its data files' commit and its document's, or between the document's commit
+/// and the removal of the data it replaced). Files in `keep` stay. Best effort.
+pub(crate) fn sweep_data_files(
+    dest: &Path,
+    format: &'static FormatDesc,
+    tag: &str,
+    failed: bool,
+    keep: &std::collections::HashSet<PathBuf>,
+) {
+    if format.rewrite.is_none() {
+        return;
+    }
+    let Some(name) = dest.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let named: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| named_for(n, name))
+        .collect();
+    if named.is_empty() {
+        return;
+    }
+    let current: std::collections::HashSet<PathBuf> =
+        own_data_files(dest, format).into_iter().collect();
+    let own = format!("{name}.{tag}.");
+    for n in named {
+        let path = dir.join(&n);
+        if current.contains(&path) || keep.contains(&path) {
+            continue;
+        }
+        let ours = n.starts_with(&own);
+        let gone = n[name.len() + 1..]
+            .split_once('-')
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !tensorfmt_runtime::output::running(pid));
+        if (failed && ours) || (!failed && !ours && gone) {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 

@@ -217,6 +217,8 @@ pub fn rewrite<'a>(
             keep_location,
         }))
     };
+    let tag = write.save_tag.clone().unwrap_or_default();
+    let format = file.format_desc();
     let pending = rewrite_fn(
         file.source(),
         Box::new(handle),
@@ -279,12 +281,10 @@ pub fn rewrite<'a>(
             copies.push((path.clone(), dest));
         }
     }
-    for f in pending {
-        let path = f.dest().to_path_buf();
-        f.commit_new()
-            .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
-            .map_err(|e| e.in_file(output))?;
-    }
+    let failed = |e: Error| {
+        crate::sweep_data_files(output, format, &tag, true, &HashSet::new());
+        e
+    };
     for (path, dest) in copies {
         let from = in_dir.join(&path);
         if same_bytes(&from, &dest) {
@@ -297,9 +297,16 @@ pub fn rewrite<'a>(
         // Never over a file of that name that holds something else.
         tmp.commit_new().map_err(|e| e.in_file(&dest))?;
     }
-    let old = crate::own_data_files(output, file.format_desc());
-    out.commit().map_err(|e| e.in_file(output))?;
+    for f in pending {
+        let path = f.dest().to_path_buf();
+        f.commit_new()
+            .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
+            .map_err(|e| failed(e.in_file(output)))?;
+    }
+    let old = crate::own_data_files(output, format);
+    out.commit().map_err(|e| failed(e.in_file(output)))?;
     crate::remove_data_files(&old, &keep);
+    crate::sweep_data_files(output, format, &tag, false, &keep);
     Ok(summary)
 }
 

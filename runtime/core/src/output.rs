@@ -148,7 +148,8 @@ impl AtomicFile {
             std::fs::rename(&tmp, &dest).map_err(|e| io_at(e, &dest))?;
         }
         self.tmp = None;
-        fault::check(fault::Op::Sync).map_err(|e| io_at(e, &dest))?;
+        // After the rename the new file is in place: an error now says that it may not
+        // be durable yet.
         sync_dir(parent_of(&dest)).map_err(|e| io_at(e, &dest))?;
         Ok(())
     }
@@ -330,10 +331,16 @@ fn parse_temp(name: &str) -> Option<TempName<'_>> {
     })
 }
 
+/// When `name` is a temporary name of this module (`.{base}.{pid}.{random}.tmp` or
+/// `.old`), its `base` and `pid`.
+pub fn temp_name_parts(name: &str) -> Option<(&str, u32)> {
+    parse_temp(name).map(|t| (t.base, t.pid))
+}
+
 /// Whether the process `pid` is running (on unix; elsewhere every process is taken to
 /// be, so nothing is ever removed as stale). A process of another user counts as
-/// running.
-fn running(pid: u32) -> bool {
+/// running, and so does this one.
+pub fn running(pid: u32) -> bool {
     #[cfg(unix)]
     {
         if pid == std::process::id() {
@@ -493,12 +500,12 @@ fn sync_tree(dir: &Path) -> io::Result<()> {
             File::open(entry.path())?.sync_all()?;
         }
     }
+    fault::check(fault::Op::Sync)?;
     sync_dir(dir)
 }
 
 /// Syncs a folder's entries (on unix; elsewhere a folder cannot be opened to sync it).
 fn sync_dir(dir: &Path) -> io::Result<()> {
-    fault::check(fault::Op::Sync)?;
     #[cfg(unix)]
     File::open(dir)?.sync_all()?;
     #[cfg(not(unix))]
