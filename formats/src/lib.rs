@@ -731,7 +731,13 @@ fn existing_output(path: &Path, db: Option<&tensorfmt_runtime::db::DbDesc>) -> R
             if !meta.is_dir() {
                 return refuse(&format!("not a {} database folder", desc.backend));
             }
-            if (desc.open)(path, tensorfmt_runtime::db::Mode::Read).is_err() {
+            // Told by the file every database of the backend has, without opening it
+            // (which may write to it: LevelDB rotates its log).
+            let marker = match desc.backend {
+                "lmdb" => "data.mdb",
+                _ => "CURRENT",
+            };
+            if !path.join(marker).is_file() {
                 return refuse(&format!("a folder that is not a {} database", desc.backend));
             }
             Ok(DirPolicy::Replace)

@@ -16,7 +16,7 @@
 // decision, not this module's.
 
 use std::borrow::Cow;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
@@ -1294,9 +1294,80 @@ pub fn safe_member_name(name: &str) -> std::borrow::Cow<'_, str> {
 /// through [`Write`]; CRC and sizes are computed on the fly and patched into the local
 /// header, so memory stays bounded whatever the member sizes. Every member carries ZIP64
 /// fields (as NumPy forces), so members over 4 GiB work.
+///
+/// Dropped unfinished (a save that failed, a disk that is full), the archive is
+/// abandoned: nothing more is written to `w` (the zip library's own completion on drop
+/// writes into the void), so that a failing output is never written to again.
 pub struct ZipWriter<W: Write + Seek> {
-    inner: zip::ZipWriter<W>,
+    /// `None` once finished.
+    inner: Option<zip::ZipWriter<Void<W>>>,
     current: Option<String>,
+    abandoned: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+/// The output of a [`ZipWriter`]: `w`, until the archive is abandoned (dropped
+/// unfinished, or at the first error of `w`); then a sink that accepts everything and
+/// writes nothing (positions tracked, far past any real one).
+struct Void<W> {
+    w: W,
+    abandoned: std::rc::Rc<std::cell::Cell<bool>>,
+    pos: u64,
+    end: u64,
+}
+
+/// Where an abandoned archive's positions start: past any offset it wrote.
+const VOID_START: u64 = 1 << 62;
+
+impl<W: Write> Write for Void<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.abandoned.get() {
+            self.pos += buf.len() as u64;
+            self.end = self.end.max(self.pos);
+            return Ok(buf.len());
+        }
+        let r = self.w.write(buf);
+        self.abandon_on_error(r)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if self.abandoned.get() {
+            return Ok(());
+        }
+        let r = self.w.flush();
+        self.abandon_on_error(r)
+    }
+}
+
+impl<W> Void<W> {
+    /// `r`, abandoning the archive when it is an error.
+    fn abandon_on_error<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if r.is_err() {
+            self.abandoned.set(true);
+        }
+        r
+    }
+}
+
+impl<W: Seek> Seek for Void<W> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        if !self.abandoned.get() {
+            let r = self.w.seek(pos);
+            return self.abandon_on_error(r);
+        }
+        self.pos = match pos {
+            SeekFrom::Start(n) => n.max(VOID_START),
+            SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+            SeekFrom::End(d) => self.end.saturating_add_signed(d),
+        };
+        self.end = self.end.max(self.pos);
+        Ok(self.pos)
+    }
+}
+
+impl<W: Write + Seek> Drop for ZipWriter<W> {
+    fn drop(&mut self) {
+        // Unfinished: abandoned (see the type's documentation).
+        self.abandoned.set(true);
+    }
 }
 
 fn zip_error(e: zip::result::ZipError, name: Option<&str>) -> Error {
@@ -1316,9 +1387,16 @@ fn zip_error(e: zip::result::ZipError, name: Option<&str>) -> Error {
 impl<W: Write + Seek> ZipWriter<W> {
     /// A writer producing an archive into `w` (written from its current position).
     pub fn new(w: W) -> Self {
+        let abandoned = std::rc::Rc::new(std::cell::Cell::new(false));
         ZipWriter {
-            inner: zip::ZipWriter::new(w),
+            inner: Some(zip::ZipWriter::new(Void {
+                w,
+                abandoned: abandoned.clone(),
+                pos: VOID_START,
+                end: VOID_START,
+            })),
             current: None,
+            abandoned,
         }
     }
 
@@ -1342,7 +1420,7 @@ impl<W: Write + Seek> ZipWriter<W> {
             options = options.with_alignment(align);
         }
         self.current = None;
-        self.inner
+        self.zip()?
             .start_file(name, options)
             .map_err(|e| zip_error(e, Some(name)))?;
         self.current = Some(name.to_string());
@@ -1350,12 +1428,29 @@ impl<W: Write + Seek> ZipWriter<W> {
     }
 
     /// Finishes the last member and writes the central directory; returns the sink.
-    pub fn finish(self) -> Result<W> {
-        let name = self.current;
-        self.inner
-            .finish()
-            .map_err(|e| zip_error(e, name.as_deref()))
+    pub fn finish(mut self) -> Result<W> {
+        let name = self.current.take();
+        let inner = self.zip_taken()?;
+        let out = inner.finish().map_err(|e| zip_error(e, name.as_deref()))?;
+        Ok(out.w)
     }
+
+    /// The zip library's writer (an error once finished, which `finish` taking `self`
+    /// rules out).
+    fn zip(&mut self) -> Result<&mut zip::ZipWriter<Void<W>>> {
+        self.inner.as_mut().ok_or_else(finished)
+    }
+
+    fn zip_taken(&mut self) -> Result<zip::ZipWriter<Void<W>>> {
+        self.inner.take().ok_or_else(finished)
+    }
+}
+
+fn finished() -> Error {
+    Error::new(
+        ErrorKind::Invalid("zip writer: the archive is finished".into()),
+        Location::default(),
+    )
 }
 
 impl<W: Write + Seek> Write for ZipWriter<W> {
@@ -1366,11 +1461,11 @@ impl<W: Write + Seek> Write for ZipWriter<W> {
                 Location::default(),
             )));
         }
-        self.inner.write(buf)
+        self.zip().map_err(to_io)?.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        self.zip().map_err(to_io)?.flush()
     }
 }
 
