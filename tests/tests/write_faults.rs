@@ -93,8 +93,7 @@ fn every_failing_write_fsync_and_rename_is_an_error_that_leaves_nothing() {
         let dir = tmp.path();
         let (r, _) = save(writer, dir, 1);
         r.unwrap();
-        let mut g = 2;
-        for (code, what) in [(ENOSPC, "ENOSPC"), (EIO, "EIO")] {
+        for (g, (code, what)) in (2..).zip([(ENOSPC, "ENOSPC"), (EIO, "EIO")]) {
             let before = snapshot(dir);
             let mut failures = 0;
             for n in 1.. {
@@ -122,7 +121,6 @@ fn every_failing_write_fsync_and_rename_is_an_error_that_leaves_nothing() {
             }
             assert!(failures > 1, "{writer}: {failures} failures injected");
             report.push(format!("{writer} {what}: {failures} failing operations"));
-            g += 1;
         }
     }
     println!("{}", report.join("\n"));

@@ -240,8 +240,8 @@ pub enum DirPolicy {
 /// What a crash (a power loss, a `SIGKILL`) leaves behind, at any point:
 /// - before the commit's rename: the destination as it was (absent, or the old folder,
 ///   whole), and a partial temporary folder `.{name}.{pid}.{random}.tmp` beside it, which
-///   nothing removes (no code runs at a kill) and which no reader takes for the
-///   destination;
+///   no reader takes for the destination and which the next save to the destination
+///   removes ([`remove_stale`]: no code runs at a kill);
 /// - after the rename: the new folder, whole and synced, at the destination; with
 ///   [`DirPolicy::Replace`], the old folder may remain under the temporary name until its
 ///   removal completes;
