@@ -148,6 +148,15 @@ pub fn save(
         chunk_elements: options.chunk_size.elements(),
         ..Default::default()
     };
+    if format.db.is_some_and(|d| d.backend != "records") && path.exists() {
+        // Caffe2's NEW mode: a database folder is created, never replaced.
+        return Err(crate::Error::new(
+            crate::ErrorKind::Invalid(
+                "the database exists (Save creates a database, it does not replace one)".into(),
+            ),
+            crate::Location::file(path),
+        ));
+    }
     let mut saver = crate::Saver::create(path, Some(format.name), &write)?;
     for ((meta, bytes), name) in tensors.iter().zip(names) {
         let meta = TensorMeta {
@@ -537,7 +546,44 @@ pub fn checkpoint(
     if let Some(keep) = options.keep_last {
         prune(&options.pattern, iter, keep)?;
     }
+    remove_stale_checkpoints(&options.pattern);
     Ok(Some(path))
+}
+
+/// Removes what checkpoints of `pattern` killed while saved or pruned left beside them:
+/// temporary folders and files (`.{checkpoint}.{pid}.{random}.tmp`, nested ones
+/// included) of processes no longer running. Best effort.
+fn remove_stale_checkpoints(pattern: &str) {
+    let dir = Path::new(pattern)
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let Some((mut base, pid)) = tensorfmt_runtime::output::temp_name_parts(name) else {
+            continue;
+        };
+        while let Some((inner, _)) = tensorfmt_runtime::output::temp_name_parts(base) {
+            base = inner;
+        }
+        if name.ends_with(".tmp")
+            && iteration_of(pattern, &dir.join(base)).is_some()
+            && !tensorfmt_runtime::output::running(pid)
+        {
+            let p = e.path();
+            let _ = if p.is_dir() {
+                std::fs::remove_dir_all(&p)
+            } else {
+                std::fs::remove_file(&p)
+            };
+        }
+    }
 }
 
 /// Removes the checkpoints of `pattern` older than the `keep` newest (by iteration,
@@ -563,7 +609,11 @@ fn prune(pattern: &str, current: i64, keep: usize) -> Result<()> {
     let n = found.len();
     for (_, p) in found.into_iter().take(n.saturating_sub(keep)) {
         if p.is_dir() {
-            std::fs::remove_dir_all(&p).map_err(|e| Error::from(e).in_file(&p))?;
+            // Renamed aside first, so that a kill while it is removed leaves a hidden
+            // temporary folder (removed by a later checkpoint), never a partial one
+            // under a checkpoint's name; removed when `aside` is dropped.
+            let aside = AtomicDir::new(&p)?;
+            std::fs::rename(&p, aside.path()).map_err(|e| Error::from(e).in_file(&p))?;
         } else {
             std::fs::remove_file(&p).map_err(|e| Error::from(e).in_file(&p))?;
         }

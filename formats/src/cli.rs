@@ -135,7 +135,8 @@ struct ExternalArgs {
     /// Smallest tensor (bytes) moved to external data by one-file and per-tensor.
     #[arg(long, value_name = "BYTES", default_value_t = 1024)]
     external_threshold: u64,
-    /// The one external file's name (default: the output's file name + ".data").
+    /// The one external file's name, a file that must not exist (default: a fresh name
+    /// per save, the output's file name + ".<pid>-<random>.data").
     #[arg(long, value_name = "NAME")]
     external_location: Option<String>,
     /// Offsets in the one external file are multiples of this (0: packed).
@@ -592,6 +593,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             allow_reshape,
             external,
         } => {
+            crate::refuse_input_as_output(&weights, &output)?;
             let new = open(registry, &weights)?;
             let mut loaded = Vec::with_capacity(new.tensors().len());
             for info in new.tensors() {

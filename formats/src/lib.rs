@@ -26,7 +26,7 @@
 
 use std::cell::RefCell;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 /// The `prost` crate the generated message types (`generated::onnx::messages`) derive
@@ -379,6 +379,7 @@ enum SaverOut {
         desc: tensorfmt_runtime::db::DbDesc,
         split: Option<u64>,
         tmp: AtomicDir,
+        policy: DirPolicy,
     },
 }
 
@@ -426,18 +427,11 @@ impl Saver {
         };
         check_align(registry, format, options).map_err(|e| e.in_file(path))?;
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
-            // A database folder: created (it must not exist, as Caffe2's NEW mode), written
-            // beside and renamed into place by `commit` (`AtomicDir`, create-new policy:
-            // the check and the rename are one step there), so that it appears whole or
-            // not at all. Checked here too, to fail before anything is written.
-            if path.exists() {
-                return Err(Error::new(
-                    ErrorKind::Invalid(
-                        "the database exists (databases are created, not replaced)".into(),
-                    ),
-                    Location::file(path),
-                ));
-            }
+            // A database folder: written beside and renamed into place by `commit`
+            // (`AtomicDir`), so that it appears whole or not at all; an existing database
+            // of the format is replaced in one step, anything else there is refused
+            // (checked here to fail before anything is written, and by the commit again).
+            let policy = existing_output(path, Some(&desc))?;
             let tmp = AtomicDir::new(path)?;
             let db = (desc.open)(tmp.path(), tensorfmt_runtime::db::Mode::New)
                 .map_err(|e| e.in_file(path))?;
@@ -447,16 +441,19 @@ impl Saver {
                     desc,
                     split: options.chunk_elements,
                     tmp,
+                    policy,
                 },
                 path: path.to_path_buf(),
                 format,
             });
         }
+        existing_output(path, None)?;
         let file = Rc::new(RefCell::new(
             AtomicFile::create(path).map_err(|e| e.in_file(path))?,
         ));
         let mut options = options.clone();
         options.destination = Some(path.to_path_buf());
+        options.save_tag = Some(file.borrow().save_tag());
         let writer = (format.writer)(Box::new(Shared(file.clone())), &options)
             .map_err(|e| e.in_file(path))?;
         Ok(Saver {
@@ -614,17 +611,29 @@ impl Saver {
         .map_err(|e| e.in_file(path).in_entry(&meta.name))
     }
 
-    /// Finishes the container and atomically replaces the destination.
+    /// Finishes the container and atomically replaces the destination. A document with
+    /// external data (ONNX) commits its data files first, under names of their own, then
+    /// itself, then removes the data files the document it replaced had under names of
+    /// this scheme (see [`ExternalData`]).
     pub fn commit(self) -> Result<()> {
-        let Saver { out, path, .. } = self;
+        let Saver { out, path, format } = self;
         let (file, writer) = match out {
             SaverOut::File { file, writer } => (file, writer),
-            SaverOut::Db { db, mut tmp, .. } => {
+            SaverOut::Db {
+                db,
+                mut tmp,
+                policy,
+                ..
+            } => {
                 db.close().map_err(|e| e.in_file(&path))?;
-                return tmp.commit(DirPolicy::CreateNew);
+                return tmp.commit(policy);
             }
         };
-        writer.finish().map_err(|e| e.in_file(&path))?;
+        let tag = file.borrow().save_tag();
+        if let Err(e) = writer.finish() {
+            sweep_data_files(&path, format, &tag, true, &Default::default());
+            return Err(e.in_file(&path));
+        }
         let file = Rc::try_unwrap(file)
             .map_err(|_| {
                 Error::new(
@@ -633,7 +642,219 @@ impl Saver {
                 )
             })?
             .into_inner();
-        file.commit().map_err(|e| e.in_file(&path))
+        let old = own_data_files(&path, format);
+        if let Err(e) = file.commit() {
+            sweep_data_files(&path, format, &tag, true, &Default::default());
+            return Err(e.in_file(&path));
+        }
+        remove_data_files(&old, &Default::default());
+        sweep_data_files(&path, format, &tag, false, &Default::default());
+        Ok(())
+    }
+}
+
+/// Removes the data files named for the document `dest` ([`named_for`]) that no one
+/// needs: with `failed`, those of the save `tag` that failed (unless the document at
+/// `dest` names them: a failure after its rename); else those of saves by processes no
+/// longer running that the document at `dest` does not name (left by a save killed
+/// between its data files' commit and its document's, or between the document's commit
+/// and the removal of the data it replaced). Files in `keep` stay. Best effort.
+pub(crate) fn sweep_data_files(
+    dest: &Path,
+    format: &'static FormatDesc,
+    tag: &str,
+    failed: bool,
+    keep: &std::collections::HashSet<PathBuf>,
+) {
+    if format.rewrite.is_none() {
+        return;
+    }
+    let Some(name) = dest.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let named: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| named_for(n, name))
+        .collect();
+    if named.is_empty() {
+        return;
+    }
+    let current: std::collections::HashSet<PathBuf> =
+        own_data_files(dest, format).into_iter().collect();
+    let own = format!("{name}.{tag}.");
+    for n in named {
+        let path = dir.join(&n);
+        if current.contains(&path) || keep.contains(&path) {
+            continue;
+        }
+        let ours = n.starts_with(&own);
+        let gone = n[name.len() + 1..]
+            .split_once('-')
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+            .is_some_and(|pid| !tensorfmt_runtime::output::running(pid));
+        if (failed && ours) || (!failed && !ours && gone) {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// What a save does with an output that exists, the one rule for files, folders and
+/// databases alike: it is replaced, whole and atomically when the save commits, when it
+/// is what the save writes (a file for a file format, a database of the format for a
+/// database, `db`); anything else there (a folder where a file goes, a fifo or device, a
+/// folder that is not such a database) is refused, naming it, and left as it was. A
+/// symbolic link at the output is replaced by the new file (what it points to is left as
+/// it was). Returns how a database folder is committed.
+fn existing_output(path: &Path, db: Option<&tensorfmt_runtime::db::DbDesc>) -> Result<DirPolicy> {
+    let refuse = |what: &str| {
+        Err(Error::new(
+            ErrorKind::Invalid(format!(
+                "the output exists and is {what}: an existing output is replaced only by one \
+                 of its kind (remove it or choose another path)"
+            )),
+            Location::file(path),
+        ))
+    };
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(DirPolicy::CreateNew);
+    };
+    match db {
+        Some(desc) => {
+            if !meta.is_dir() {
+                return refuse(&format!("not a {} database folder", desc.backend));
+            }
+            // Told by the file every database of the backend has, without opening it
+            // (which may write to it: LevelDB rotates its log).
+            let marker = match desc.backend {
+                "lmdb" => "data.mdb",
+                _ => "CURRENT",
+            };
+            if !path.join(marker).is_file() {
+                return refuse(&format!("a folder that is not a {} database", desc.backend));
+            }
+            Ok(DirPolicy::Replace)
+        }
+        None => {
+            let target = if meta.file_type().is_symlink() {
+                std::fs::metadata(path).ok()
+            } else {
+                Some(meta)
+            };
+            match target {
+                Some(m) if m.is_dir() => refuse("a folder"),
+                Some(m) if !m.is_file() => refuse("not a regular file"),
+                _ => Ok(DirPolicy::Replace),
+            }
+        }
+    }
+}
+
+/// Whether `a` and `b` name the same file or folder: one path, a symbolic link to the
+/// other, or a hard link of it (same device and inode on unix). False when either is
+/// missing.
+pub fn same_file(a: impl AsRef<Path>, b: impl AsRef<Path>) -> bool {
+    let (Ok(ma), Ok(mb)) = (std::fs::metadata(a.as_ref()), std::fs::metadata(b.as_ref())) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        ma.dev() == mb.dev() && ma.ino() == mb.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (ma, mb);
+        match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+            (Ok(x), Ok(y)) => x == y,
+            _ => false,
+        }
+    }
+}
+
+/// Refuses an `output` that is `input` (the same path, a symbolic link to it or a hard
+/// link of it): a save never writes over its input.
+pub(crate) fn refuse_input_as_output(input: &Path, output: &Path) -> Result<()> {
+    if same_file(input, output) {
+        return Err(Error::new(
+            ErrorKind::Invalid(format!(
+                "the output is the input {} (or a link to it): write to another path",
+                input.display()
+            )),
+            Location::file(output),
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `location` (an external data file's name) is one a save to the document named
+/// `name` gave it: `{name}.{pid}-{random}.…` ([`WriteOptions::save_tag`]).
+fn named_for(location: &str, name: &str) -> bool {
+    let Some(rest) = location
+        .strip_prefix(name)
+        .and_then(|r| r.strip_prefix('.'))
+    else {
+        return false;
+    };
+    let Some((tag, tail)) = rest.split_once('.') else {
+        return false;
+    };
+    let Some((pid, random)) = tag.split_once('-') else {
+        return false;
+    };
+    !location.contains(['/', '\\'])
+        && !tail.is_empty()
+        && !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && random.len() == 16
+        && random.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The external data files of the document at `dest` (when it is one of `format`, a
+/// document format) named for a save to it ([`named_for`]): the ones to remove once a new
+/// document has replaced it. Empty when `dest` is absent or not such a document.
+pub(crate) fn own_data_files(dest: &Path, format: &'static FormatDesc) -> Vec<PathBuf> {
+    if format.rewrite.is_none() || !dest.is_file() {
+        return Vec::new();
+    }
+    let Some(name) = dest.file_name().and_then(|n| n.to_str()) else {
+        return Vec::new();
+    };
+    let options = OpenOptions {
+        registry: Registry::builtin().with(format),
+        format: Some(format.name.to_string()),
+        ..Default::default()
+    };
+    let Ok(old) = TensorFile::open_with(dest, &options) else {
+        return Vec::new();
+    };
+    let dir = dest.parent().unwrap_or_else(|| Path::new(""));
+    let mut files: Vec<PathBuf> = old
+        .tensors()
+        .iter()
+        .filter_map(|t| match &t.location {
+            DataLocation::External { path, .. } if named_for(path, name) => Some(dir.join(path)),
+            _ => None,
+        })
+        .collect();
+    files.sort();
+    files.dedup();
+    files
+}
+
+/// Removes `files` (data files of a replaced document) but those in `keep`; best effort.
+pub(crate) fn remove_data_files(files: &[PathBuf], keep: &std::collections::HashSet<PathBuf>) {
+    for f in files {
+        if !keep.contains(f) {
+            let _ = std::fs::remove_file(f);
+        }
     }
 }
 
@@ -732,6 +953,7 @@ pub fn convert(
     options: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
+    refuse_input_as_output(input.as_ref(), output.as_ref())?;
     let file = TensorFile::open_with(input.as_ref(), &options.open)?;
     let registry = &options.open.registry;
     let target = match options.to.as_deref() {

@@ -21,7 +21,8 @@ pub struct RewriteOptions {
     pub open: OpenOptions,
     /// Where the output keeps its tensors (`write.external`): with the default
     /// [`ExternalData::Auto`] inline tensors stay inline and external ones stay external,
-    /// in files of the same names beside the output; the other policies move every
+    /// in a data file of this save's own beside the output (see [`ExternalData`]);
+    /// the other policies move every
     /// tensor where they say (inline ↔ external conversion).
     pub write: WriteOptions,
     /// Let a replacement change its tensor's shape or dtype (by default they must match
@@ -149,6 +150,7 @@ pub fn rewrite<'a>(
     let mut write = options.write.clone();
     write.destination = Some(output.to_path_buf());
     let out = AtomicFile::create(output).map_err(|e| e.in_file(output))?;
+    write.save_tag = Some(out.save_tag());
     let handle = out
         .file()
         .try_clone()
@@ -157,31 +159,12 @@ pub fn rewrite<'a>(
     let mut used: HashSet<String> = HashSet::new();
     let mut visited: HashSet<String> = HashSet::new();
     let policy = write.external.clone();
-    // External files that tensors outside the rewritten field (ONNX Constant nodes) also
-    // use: they stay as they are, so the rewritten tensors that were in them go to a file
-    // of the output's own instead. Which tensors the field holds is learnt by a dry
-    // walk (only when there is external data).
-    let shared = shared_locations(&file, rewrite_fn, &options.open.limits)?;
-    let own_file = {
-        let base = output
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "model".into());
-        let mut name = format!("{base}.data");
-        let mut n = 1;
-        while shared.contains(&name) {
-            name = format!("{base}.{n}.data");
-            n += 1;
-        }
-        name
-    };
     let mut decide = |name: &str| -> Result<Option<Replacement<'a>>> {
         visited.insert(name.to_string());
         let old = by_name.get(name).copied();
+        // An external tensor stays external, in this save's own file (the writer names
+        // it: never the file it came from, which is the input's).
         let keep_location = match old.map(|o| &o.location) {
-            Some(DataLocation::External { path, .. }) if shared.contains(path) => {
-                Some(own_file.clone())
-            }
             Some(DataLocation::External { path, .. }) => Some(path.clone()),
             _ => None,
         };
@@ -234,6 +217,8 @@ pub fn rewrite<'a>(
             keep_location,
         }))
     };
+    let tag = write.save_tag.clone().unwrap_or_default();
+    let format = file.format_desc();
     let pending = rewrite_fn(
         file.source(),
         Box::new(handle),
@@ -267,14 +252,21 @@ pub fn rewrite<'a>(
     let out_dir = output.parent().unwrap_or_else(|| Path::new("."));
     let same_dir = same_folder(in_dir, out_dir);
     let mut copies = Vec::new();
+    // The data files the output still names: not removed with the replaced output's.
+    let mut keep: HashSet<std::path::PathBuf> = HashSet::new();
+    let in_place = crate::same_file(input, output);
     for t in file.tensors() {
         let DataLocation::External { path, .. } = &t.location else {
             continue;
         };
+        if !in_place {
+            keep.insert(in_dir.join(path));
+        }
         if visited.contains(t.name.as_str()) {
             continue;
         }
         let dest = out_dir.join(path);
+        keep.insert(dest.clone());
         if written.contains(&dest) {
             return Err(Error::new(
                 ErrorKind::Unsupported(format!(
@@ -289,86 +281,59 @@ pub fn rewrite<'a>(
             copies.push((path.clone(), dest));
         }
     }
-    for f in pending {
-        let path = f.dest().to_path_buf();
-        f.commit()
-            .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
-            .map_err(|e| e.in_file(output))?;
-    }
+    let failed = |e: Error| {
+        crate::sweep_data_files(output, format, &tag, true, &HashSet::new());
+        e
+    };
     for (path, dest) in copies {
         let from = in_dir.join(&path);
+        if same_bytes(&from, &dest) {
+            // Copied by an earlier save: the output names the file as it is.
+            continue;
+        }
         let tmp = AtomicFile::create(&dest).map_err(|e| e.in_file(&dest))?;
         let mut src = std::fs::File::open(&from).map_err(|e| Error::from(e).in_file(&from))?;
         std::io::copy(&mut src, &mut tmp.file()).map_err(|e| Error::from(e).in_file(&dest))?;
-        tmp.commit().map_err(|e| e.in_file(&dest))?;
+        // Never over a file of that name that holds something else.
+        tmp.commit_new().map_err(|e| e.in_file(&dest))?;
     }
-    out.commit().map_err(|e| e.in_file(output))?;
+    for f in pending {
+        let path = f.dest().to_path_buf();
+        f.commit_new()
+            .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
+            .map_err(|e| failed(e.in_file(output)))?;
+    }
+    let old = crate::own_data_files(output, format);
+    out.commit().map_err(|e| failed(e.in_file(output)))?;
+    crate::remove_data_files(&old, &keep);
+    crate::sweep_data_files(output, format, &tag, false, &keep);
     Ok(summary)
 }
 
-/// A writer that keeps nothing: what a dry walk writes to.
-struct Nowhere(u64, u64);
-
-impl std::io::Write for Nowhere {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len() as u64;
-        self.1 = self.1.max(self.0);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl std::io::Seek for Nowhere {
-    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
-        self.0 = match pos {
-            std::io::SeekFrom::Start(n) => n,
-            std::io::SeekFrom::End(d) => self.1.saturating_add_signed(d),
-            std::io::SeekFrom::Current(d) => self.0.saturating_add_signed(d),
-        };
-        Ok(self.0)
-    }
-}
-
-/// The external files used by tensors the rewrite does not visit (outside its field),
-/// found by walking the document once without writing anything.
-fn shared_locations(
-    file: &TensorFile,
-    rewrite_fn: tensorfmt_runtime::registry::RewriteFn,
-    limits: &crate::Limits,
-) -> Result<HashSet<String>> {
-    let external: Vec<&TensorInfo> = file
-        .tensors()
-        .iter()
-        .filter(|t| matches!(t.location, DataLocation::External { .. }))
-        .collect();
-    if external.is_empty() {
-        return Ok(HashSet::new());
-    }
-    let mut in_field: HashSet<String> = HashSet::new();
-    let write = WriteOptions {
-        external: ExternalData::Inline,
-        ..Default::default()
+/// Whether the files `a` and `b` both exist and hold the same bytes.
+fn same_bytes(a: &Path, b: &Path) -> bool {
+    use std::io::Read;
+    let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+        return false;
     };
-    rewrite_fn(
-        file.source(),
-        Box::new(Nowhere(0, 0)),
-        &write,
-        limits,
-        &mut |name| {
-            in_field.insert(name.to_string());
-            Ok(None)
-        },
-    )?;
-    Ok(external
-        .into_iter()
-        .filter(|t| !in_field.contains(&t.name))
-        .filter_map(|t| match &t.location {
-            DataLocation::External { path, .. } => Some(path.clone()),
-            _ => None,
-        })
-        .collect())
+    if !ma.is_file() || !mb.is_file() || ma.len() != mb.len() {
+        return false;
+    }
+    let (Ok(fa), Ok(fb)) = (std::fs::File::open(a), std::fs::File::open(b)) else {
+        return false;
+    };
+    let (mut fa, mut fb) = (std::io::BufReader::new(fa), std::io::BufReader::new(fb));
+    let (mut x, mut y) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let n = match fa.read(&mut x) {
+            Ok(0) => return fb.read(&mut y).is_ok_and(|m| m == 0),
+            Ok(n) => n,
+            Err(_) => return false,
+        };
+        if fb.read_exact(&mut y[..n]).is_err() || x[..n] != y[..n] {
+            return false;
+        }
+    }
 }
 
 /// Whether two folders are the same one.

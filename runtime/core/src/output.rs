@@ -9,16 +9,20 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, ErrorKind, Location, Result};
 
 /// A file written atomically: the bytes go to a temporary file in the destination's
-/// directory, and [`AtomicFile::commit`] flushes, syncs and renames it over the
-/// destination. Dropped without a commit (an error, a panic, an interrupted save), the
-/// temporary file is removed and any existing destination is left as it was.
+/// directory, `.{name}.{pid}.{random}.tmp`, and [`AtomicFile::commit`] flushes, syncs
+/// and renames it over the destination. Dropped without a commit (an error, a panic, an
+/// interrupted save), the temporary file is removed and any existing destination is left
+/// as it was. A temporary file that a killed save left behind (its process no longer
+/// running) is removed by the next save to the same destination ([`remove_stale`]).
 ///
 /// While it is written, the data is handed to the disk every [`WRITEBACK_STEP`] bytes
 /// (on Linux, `sync_file_range` starts the writeback without waiting for it), so that the
 /// final sync finds little left to write: the disk works while the rest is produced.
 #[derive(Debug)]
 pub struct AtomicFile {
-    tmp: tempfile::NamedTempFile,
+    file: File,
+    /// The temporary file's path; `None` once committed (or persisted).
+    tmp: Option<PathBuf>,
     dest: PathBuf,
     /// Bytes written since writeback was last started.
     unsynced: u64,
@@ -34,37 +38,33 @@ fn io_at(e: io::Error, path: &Path) -> Error {
 impl AtomicFile {
     /// Starts writing `dest` (created or replaced on commit). The temporary file has the
     /// permissions a new file would get (`0o666` less the umask on unix), or those of the
-    /// existing destination.
+    /// existing destination. Temporary files and folders of earlier saves to `dest` whose
+    /// process is gone are removed first ([`remove_stale`]).
     pub fn create(dest: impl AsRef<Path>) -> Result<Self> {
         let dest = dest.as_ref().to_path_buf();
-        let dir = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
+        remove_stale(&dest);
+        let (tmp, file) = loop {
+            let tmp = fresh_sibling(&dest, ".tmp")?;
+            let mut open = std::fs::OpenOptions::new();
+            open.read(true).write(true).create_new(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                open.mode(0o666);
+            }
+            match open.open(&tmp) {
+                Ok(f) => break (tmp, f),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_at(e, &dest)),
+            }
         };
-        let name = dest
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Invalid("the destination has no file name".into()),
-                    Location::file(&dest),
-                )
-            })?;
-        let prefix = format!(".{name}.");
-        let mut builder = tempfile::Builder::new();
-        builder.prefix(&prefix).suffix(".tmp");
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            builder.permissions(std::fs::Permissions::from_mode(0o666));
-        }
-        let tmp = builder.tempfile_in(&dir).map_err(|e| io_at(e, &dest))?;
         if let Ok(meta) = std::fs::metadata(&dest) {
             // Best effort: keep the replaced file's permissions.
-            let _ = tmp.as_file().set_permissions(meta.permissions());
+            let _ = file.set_permissions(meta.permissions());
         }
         Ok(AtomicFile {
-            tmp,
+            file,
+            tmp: Some(tmp),
             dest,
             unsynced: 0,
         })
@@ -77,32 +77,89 @@ impl AtomicFile {
 
     /// The temporary file's path.
     pub fn temp_path(&self) -> &Path {
-        self.tmp.path()
+        self.tmp.as_deref().unwrap_or(&self.dest)
+    }
+
+    /// A tag unique to this save, `{pid}-{random}` (from the temporary file's name): the
+    /// names of files written beside the destination for this save (external data) hold
+    /// it, so that they collide with nothing, and so that [`remove_stale`] can tell the
+    /// ones of a save killed before its commit.
+    pub fn save_tag(&self) -> String {
+        let name = self
+            .temp_path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        match parse_temp(&name) {
+            Some(t) => format!("{}-{}", t.pid, t.random),
+            None => format!("{}-0", std::process::id()),
+        }
     }
 
     /// The temporary file, for direct access.
     pub fn file(&self) -> &File {
-        self.tmp.as_file()
+        &self.file
     }
 
     /// Flushes and syncs the data, renames the temporary file over the destination and
     /// (on unix) syncs the directory so the rename survives a crash.
     pub fn commit(self) -> Result<()> {
-        let AtomicFile { mut tmp, dest, .. } = self;
-        tmp.flush().map_err(|e| io_at(e, &dest))?;
-        tmp.as_file().sync_all().map_err(|e| io_at(e, &dest))?;
-        tmp.persist(&dest).map_err(|e| io_at(e.error, &dest))?;
-        #[cfg(unix)]
-        {
-            let dir = match dest.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
+        self.commit_as(false)
+    }
+
+    /// [`AtomicFile::commit`] that refuses to replace anything: an existing destination
+    /// is an error naming it, and is left as it was (the check and the rename are one
+    /// step on Linux, `renameat2` with `RENAME_NOREPLACE`; elsewhere a hard link).
+    pub fn commit_new(self) -> Result<()> {
+        self.commit_as(true)
+    }
+
+    fn commit_as(mut self, new: bool) -> Result<()> {
+        let dest = self.dest.clone();
+        let tmp = self.tmp.clone().unwrap_or_default();
+        self.file.flush().map_err(|e| io_at(e, &dest))?;
+        fault::check(fault::Op::Sync).map_err(|e| io_at(e, &dest))?;
+        self.file.sync_all().map_err(|e| io_at(e, &dest))?;
+        fault::check(fault::Op::Rename).map_err(|e| io_at(e, &dest))?;
+        if new {
+            let exists = || {
+                Error::new(
+                    ErrorKind::Invalid(
+                        "a file of this name exists (a save never writes over a file it did \
+                         not create: remove it or choose another name)"
+                            .into(),
+                    ),
+                    Location::file(&dest),
+                )
             };
-            File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io_at(e, &dest))?;
+            match rename2(&tmp, &dest, NOREPLACE) {
+                Ok(true) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
+                Err(e) => return Err(io_at(e, &dest)),
+                Ok(false) => match std::fs::hard_link(&tmp, &dest) {
+                    Ok(()) => {
+                        let _ = std::fs::remove_file(&tmp);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Err(exists()),
+                    Err(e) => return Err(io_at(e, &dest)),
+                },
+            }
+        } else {
+            std::fs::rename(&tmp, &dest).map_err(|e| io_at(e, &dest))?;
         }
+        self.tmp = None;
+        // After the rename the new file is in place: an error now says that it may not
+        // be durable yet.
+        sync_dir(parent_of(&dest)).map_err(|e| io_at(e, &dest))?;
         Ok(())
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
     }
 }
 
@@ -113,7 +170,7 @@ impl AtomicFile {
         self.unsynced += n as u64;
         if self.unsynced >= WRITEBACK_STEP {
             self.unsynced = 0;
-            start_writeback(self.tmp.as_file());
+            start_writeback(&self.file);
         }
     }
 }
@@ -135,23 +192,25 @@ fn start_writeback(_file: &File) {}
 
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.tmp.write(buf)?;
+        fault::check(fault::Op::Write)?;
+        let n = self.file.write(buf)?;
         self.wrote(n);
         Ok(n)
     }
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.tmp.write_all(buf)?;
+        fault::check(fault::Op::Write)?;
+        self.file.write_all(buf)?;
         self.wrote(buf.len());
         Ok(())
     }
     fn flush(&mut self) -> io::Result<()> {
-        self.tmp.flush()
+        self.file.flush()
     }
 }
 
 impl Seek for AtomicFile {
     fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        self.tmp.seek(pos)
+        self.file.seek(pos)
     }
 }
 
@@ -181,8 +240,8 @@ pub enum DirPolicy {
 /// What a crash (a power loss, a `SIGKILL`) leaves behind, at any point:
 /// - before the commit's rename: the destination as it was (absent, or the old folder,
 ///   whole), and a partial temporary folder `.{name}.{pid}.{random}.tmp` beside it, which
-///   nothing removes (no code runs at a kill) and which no reader takes for the
-///   destination;
+///   no reader takes for the destination and which the next save to the destination
+///   removes ([`remove_stale`]: no code runs at a kill);
 /// - after the rename: the new folder, whole and synced, at the destination; with
 ///   [`DirPolicy::Replace`], the old folder may remain under the temporary name until its
 ///   removal completes;
@@ -243,6 +302,191 @@ fn fresh_sibling(dest: &Path, suffix: &str) -> Result<PathBuf> {
     }
 }
 
+/// The parts of a temporary name this module makes, `.{name}.{pid}.{random}.tmp` (or
+/// `.old`): what [`remove_stale`] recognises.
+struct TempName<'a> {
+    /// What the temporary file stands for (`name`).
+    base: &'a str,
+    pid: u32,
+    random: &'a str,
+}
+
+/// Parses `name` as a temporary name of this module; `None` for anything else.
+fn parse_temp(name: &str) -> Option<TempName<'_>> {
+    let rest = name.strip_prefix('.')?;
+    let rest = rest
+        .strip_suffix(".tmp")
+        .or_else(|| rest.strip_suffix(".old"))?;
+    let (rest, random) = rest.rsplit_once('.')?;
+    let (base, pid) = rest.rsplit_once('.')?;
+    let hex = random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit());
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    if !hex || !digits || base.is_empty() {
+        return None;
+    }
+    Some(TempName {
+        base,
+        pid: pid.parse().ok()?,
+        random,
+    })
+}
+
+/// When `name` is a temporary name of this module (`.{base}.{pid}.{random}.tmp` or
+/// `.old`), its `base` and `pid`.
+pub fn temp_name_parts(name: &str) -> Option<(&str, u32)> {
+    parse_temp(name).map(|t| (t.base, t.pid))
+}
+
+/// Whether the process `pid` is running (on unix; elsewhere every process is taken to
+/// be, so nothing is ever removed as stale). A process of another user counts as
+/// running, and so does this one.
+pub fn running(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        if pid == std::process::id() {
+            return true;
+        }
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            return true;
+        };
+        // SAFETY: signal 0 only checks that the process exists; nothing is sent.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
+}
+
+/// Removes what saves to `dest` that were killed (their process no longer running) left
+/// beside it: their temporary files and folders, `.{name}.{pid}.{random}.tmp`, those of
+/// the files they wrote beside `dest` (`.{name}.{…}.{pid}.{random}.tmp`), and the files
+/// named for such a save ([`AtomicFile::save_tag`]: `{name}.{pid}-{random}.…`, external
+/// data) when its own temporary file shows that the save never committed. Only names of
+/// this scheme are touched, and only those of processes that are gone: a save running in
+/// another process keeps its files (processes writing to one folder are assumed to share
+/// a process-id namespace, as on one machine). An old folder moved aside by a replacing
+/// commit (`.old`) is removed only while `dest` exists. Best effort: what cannot be
+/// removed stays. Called by [`AtomicFile::create`] and [`AtomicDir::new`].
+pub fn remove_stale(dest: &Path) {
+    let Some(name) = dest.file_name().and_then(|n| n.to_str()) else {
+        return;
+    };
+    let dir = parent_of(dest);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let mut stale: Vec<(String, bool)> = Vec::new();
+    let mut orphans_of: Vec<String> = Vec::new();
+    for e in entries.flatten() {
+        let entry = e.file_name();
+        let Some(entry) = entry.to_str() else {
+            continue;
+        };
+        if !entry.starts_with(&prefix) {
+            continue;
+        }
+        let Some(t) = parse_temp(entry) else {
+            continue;
+        };
+        if running(t.pid) {
+            continue;
+        }
+        let old = entry.ends_with(".old");
+        if old && !present(dest).unwrap_or(true) {
+            continue;
+        }
+        if t.base == name && !old {
+            // The save's own temporary file: it never committed, so the files named for
+            // it are no one's.
+            orphans_of.push(format!("{name}.{}-{}.", t.pid, t.random));
+        }
+        stale.push((entry.to_string(), old));
+    }
+    if stale.is_empty() {
+        return;
+    }
+    if !orphans_of.is_empty() {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                let entry = e.file_name();
+                let Some(entry) = entry.to_str() else {
+                    continue;
+                };
+                if orphans_of.iter().any(|p| entry.starts_with(p.as_str())) {
+                    let _ = remove_any(&dir.join(entry));
+                }
+            }
+        }
+    }
+    // The save's own temporary file last: while it is there, a later save still knows
+    // the files above are orphans.
+    stale.sort_by_key(|(n, _)| parse_temp(n).is_some_and(|t| t.base == name));
+    for (entry, _) in stale {
+        let _ = remove_any(&dir.join(entry));
+    }
+}
+
+/// Fault injection for tests: makes the `n`-th write, sync or rename of a save in this
+/// process fail with a given error, to check that a failing disk leaves an error naming
+/// the file and nothing behind. Not armed, it costs one atomic load per write call.
+#[doc(hidden)]
+pub mod fault {
+    use std::io;
+    use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+    /// An operation that can be made to fail.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Op {
+        /// A write of a file's bytes.
+        Write,
+        /// An `fsync` of a file or a folder.
+        Sync,
+        /// A rename into place.
+        Rename,
+    }
+
+    /// Operations left before the failing one (0: not armed).
+    static LEFT: AtomicU64 = AtomicU64::new(0);
+    /// The OS error code the failing operation returns.
+    static CODE: AtomicI32 = AtomicI32::new(0);
+    /// Operations counted since [`arm`].
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+
+    /// Makes the `n`-th (from 1) operation from now fail with the OS error `code`
+    /// (`libc::ENOSPC`, `libc::EIO`); 0 disarms.
+    pub fn arm(n: u64, code: i32) {
+        CODE.store(code, Ordering::SeqCst);
+        COUNT.store(0, Ordering::SeqCst);
+        LEFT.store(n, Ordering::SeqCst);
+    }
+
+    /// Disarms, returning how many operations were counted since [`arm`] and whether
+    /// the failure was injected.
+    pub fn disarm() -> (u64, bool) {
+        let left = LEFT.swap(0, Ordering::SeqCst);
+        (COUNT.swap(0, Ordering::SeqCst), left == u64::MAX)
+    }
+
+    /// Counts one operation, failing it when it is the armed one.
+    pub fn check(_op: Op) -> io::Result<()> {
+        let left = LEFT.load(Ordering::Relaxed);
+        if left == 0 || left == u64::MAX {
+            return Ok(());
+        }
+        COUNT.fetch_add(1, Ordering::SeqCst);
+        if left == 1 {
+            LEFT.store(u64::MAX, Ordering::SeqCst);
+            return Err(io::Error::from_raw_os_error(CODE.load(Ordering::SeqCst)));
+        }
+        LEFT.store(left - 1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
 /// Syncs every regular file under `dir` and every folder, `dir` included (folders only
 /// on unix, where they can be opened). Symbolic links are not followed.
 fn sync_tree(dir: &Path) -> io::Result<()> {
@@ -252,9 +496,11 @@ fn sync_tree(dir: &Path) -> io::Result<()> {
         if kind.is_dir() {
             sync_tree(&entry.path())?;
         } else if kind.is_file() {
+            fault::check(fault::Op::Sync)?;
             File::open(entry.path())?.sync_all()?;
         }
     }
+    fault::check(fault::Op::Sync)?;
     sync_dir(dir)
 }
 
@@ -339,6 +585,7 @@ impl AtomicDir {
     /// (see [`AtomicDir`]); `dest` itself is not looked at until the commit.
     pub fn new(dest: impl AsRef<Path>) -> Result<Self> {
         let dest = dest.as_ref().to_path_buf();
+        remove_stale(&dest);
         let tmp = fresh_sibling(&dest, ".tmp")?;
         Ok(AtomicDir {
             tmp: Some(tmp),
@@ -393,6 +640,7 @@ impl AtomicDir {
             )
         })?;
         sync_tree(&tmp).map_err(|e| io_at(e, &tmp))?;
+        fault::check(fault::Op::Rename).map_err(|e| io_at(e, &dest))?;
         let io = |e| io_at(e, &dest);
         let exists = || {
             Error::new(
@@ -555,6 +803,94 @@ mod tests {
     fn missing_directory_is_an_error_naming_the_file() {
         let e = AtomicFile::create("/nonexistent-dir-tensorfmt/x.npy").unwrap_err();
         assert!(e.to_string().contains("x.npy"), "{e}");
+    }
+
+    /// The pid of a process that has ended.
+    #[cfg(unix)]
+    fn dead_pid() -> u32 {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        c.wait().unwrap();
+        pid
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn stale_temporaries_of_dead_saves_are_removed_by_the_next_save() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let dest = d.join("m.onnx");
+        std::fs::write(&dest, b"old model").unwrap();
+        let dead = dead_pid();
+        let live = std::process::id();
+        let r = "0123456789abcdef";
+        // A save killed before its commit: its model's temporary file, its data file
+        // (committed under the save's tag) and that data file's own temporary file.
+        std::fs::write(d.join(format!(".m.onnx.{dead}.{r}.tmp")), b"x").unwrap();
+        std::fs::write(d.join(format!("m.onnx.{dead}-{r}.data")), b"x").unwrap();
+        std::fs::write(
+            d.join(format!(".m.onnx.{dead}-{r}.data.{dead}.{r}.tmp")),
+            b"x",
+        )
+        .unwrap();
+        // A killed folder save.
+        std::fs::create_dir(d.join(format!(".m.onnx.{dead}.fedcba9876543210.tmp"))).unwrap();
+        // A committed save of a dead process: its data file is the model's, kept.
+        let r2 = "aaaaaaaaaaaaaaaa";
+        std::fs::write(d.join(format!("m.onnx.{dead}-{r2}.data")), b"x").unwrap();
+        // A running save's temporary file, other names and another destination's: kept.
+        let kept = [
+            format!(".m.onnx.{live}.{r}.tmp"),
+            format!("m.onnx.{dead}-{r2}.data"),
+            format!(".other.{dead}.{r}.tmp"),
+            ".m.onnx.notours.tmp".to_string(),
+            "m.onnx".to_string(),
+        ];
+        for k in &kept[2..4] {
+            std::fs::write(d.join(k), b"x").unwrap();
+        }
+        std::fs::write(d.join(&kept[0]), b"x").unwrap();
+        let f = AtomicFile::create(&dest).unwrap();
+        let mut want: Vec<String> = kept.to_vec();
+        want.push(
+            f.temp_path()
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+        );
+        want.sort();
+        assert_eq!(names(d), want);
+        drop(f);
+        // An old folder moved aside is kept while the destination is missing.
+        let gone = d.join("gone.lmdb");
+        let aside = d.join(format!(".gone.lmdb.{dead}.{r}.old"));
+        std::fs::create_dir(&aside).unwrap();
+        drop(AtomicDir::new(&gone).unwrap());
+        assert!(aside.exists());
+    }
+
+    #[test]
+    fn commit_new_never_replaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.data");
+        std::fs::write(&p, b"someone else's").unwrap();
+        let mut f = AtomicFile::create(&p).unwrap();
+        f.write_all(b"new").unwrap();
+        let e = f.commit_new().unwrap_err().to_string();
+        assert!(e.contains("w.data") && e.contains("exists"), "{e}");
+        assert_eq!(std::fs::read(&p).unwrap(), b"someone else's");
+        assert_eq!(names(dir.path()), ["w.data"]);
+        let q = dir.path().join("fresh.data");
+        let mut f = AtomicFile::create(&q).unwrap();
+        f.write_all(b"new").unwrap();
+        let tag = f.save_tag();
+        assert!(
+            tag.starts_with(&format!("{}-", std::process::id())),
+            "{tag}"
+        );
+        f.commit_new().unwrap();
+        assert_eq!(std::fs::read(&q).unwrap(), b"new");
     }
 
     /// Makes the folder `dir` holding `data` (`content`) and `sub/lock`.

@@ -659,6 +659,14 @@ pub struct WriteOptions {
     /// The path being written, for formats that write files beside it (external data).
     /// Set by the high-level API's path-based saves; `None` for streams.
     pub destination: Option<std::path::PathBuf>,
+    /// A tag unique to this save (`{pid}-{random}`, [`AtomicFile::save_tag`]), set by
+    /// the high-level API's path-based saves: the files a format writes beside the
+    /// destination (external data) are named `{destination's name}.{tag}.…`, so that they
+    /// cannot collide with the input's files, another model's or anything already there.
+    /// `None` makes a fresh one.
+    ///
+    /// [`AtomicFile::save_tag`]: crate::output::AtomicFile::save_tag
+    pub save_tag: Option<String>,
     /// Databases of records (Caffe2): the most elements one record holds; `None` takes
     /// the format's default (Caffe2's 1,000,000), `Some(u64::MAX)` never splits.
     pub chunk_elements: Option<u64>,
@@ -716,8 +724,14 @@ pub enum Compression {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ExternalData {
     /// In the document, until a tensor would take the document past 2 GiB: that tensor
-    /// and every later one go to one external file beside it, named after the document
-    /// (`model.onnx` → `model.onnx.data`), each at a multiple of 4096 bytes.
+    /// and every later one go to one external file beside it, each at a multiple of 4096
+    /// bytes. A rewritten tensor that was external stays external (in that file).
+    ///
+    /// External files get a fresh name per save, the document's name and the save's tag
+    /// ([`WriteOptions::save_tag`]): `model.onnx` → `model.onnx.{pid}-{random}.data`, so
+    /// that no save writes over a file it did not create (the input's data, another
+    /// model's, anything else there). They are committed before the document; the data
+    /// files the replaced document had under such names are removed after it.
     #[default]
     Auto,
     /// Every tensor in the document; a document past 2 GiB is an error.
@@ -725,11 +739,12 @@ pub enum ExternalData {
     /// Tensors of at least `threshold` bytes in external files beside the document, the
     /// others inline.
     External {
-        /// One file per tensor (named after the tensor where the name is a safe file name,
-        /// else `tensor_<n>`), or one file for all of them.
+        /// One file per tensor (`{document}.{tag}.{tensor}`, the tensor's name where it is
+        /// a safe file name, else `tensor_<n>`), or one file for all of them.
         per_tensor: bool,
-        /// The one file's name, in the document's folder; by default the document's file
-        /// name with `.data` appended. Ignored with `per_tensor`.
+        /// The one file's name, in the document's folder (a file that must not exist:
+        /// a save writes over no file); by default `{document}.{tag}.data`. Ignored with
+        /// `per_tensor`.
         location: Option<String>,
         /// Tensors smaller than this many bytes stay inline (onnx's default is 1024).
         threshold: u64,

@@ -68,6 +68,8 @@ pub struct DocWriter<'a> {
     by_location: HashMap<String, usize>,
     names: HashMap<String, usize>,
     tensors: u64,
+    /// This save's tag, in the names of its external files.
+    tag: String,
 }
 
 fn invalid(msg: String) -> Error {
@@ -99,7 +101,17 @@ impl<'a> DocWriter<'a> {
             by_location: HashMap::new(),
             names: HashMap::new(),
             tensors: 0,
+            tag: fresh_tag(),
         }
+    }
+
+    /// Names this save's external files with `tag` ([`WriteOptions::save_tag`]) instead
+    /// of a fresh one.
+    pub fn with_tag(mut self, tag: Option<String>) -> Self {
+        if let Some(t) = tag {
+            self.tag = t;
+        }
+        self
     }
 
     /// Bytes written to the document so far.
@@ -171,7 +183,9 @@ impl<'a> DocWriter<'a> {
         };
         let (location, align) = match (&self.policy, keep) {
             (ExternalData::Inline, _) => return Ok(inline),
-            (ExternalData::Auto, Some(loc)) => (loc.to_string(), 4096),
+            // A tensor that was external stays external, in this save's own file (never
+            // in the file it came from: that may be the input's).
+            (ExternalData::Auto, Some(_)) => (self.default_location()?, 4096),
             (ExternalData::Auto, None) => {
                 let after = self.pos + item_overhead + nbytes + 16;
                 if after <= MAX_MESSAGE {
@@ -226,7 +240,7 @@ impl<'a> DocWriter<'a> {
             .file_name()
             .and_then(|n| n.to_str())
             .ok_or_else(|| invalid(format!("{} has no file name", dest.display())))?;
-        Ok(format!("{name}.data"))
+        Ok(format!("{name}.{}.data", self.tag))
     }
 
     fn tensor_file_name(&mut self, name: &str) -> String {
@@ -242,12 +256,9 @@ impl<'a> DocWriter<'a> {
             .as_ref()
             .and_then(|d| d.file_name())
             .and_then(|n| n.to_str())
-            .unwrap_or("");
-        if *n == 1 && base != doc {
-            base
-        } else {
-            format!("{base}.{n}")
-        }
+            .unwrap_or("model");
+        let base = if *n == 1 { base } else { format!("{base}.{n}") };
+        format!("{doc}.{}.{base}", self.tag)
     }
 
     /// The external file named `location`, created (empty) the first time.
@@ -267,6 +278,7 @@ impl<'a> DocWriter<'a> {
         })?;
         let dir = dest.parent().unwrap_or_else(|| Path::new("."));
         let path = dir.join(location);
+        in_folder(dir, location).map_err(|e| e.in_file(&path))?;
         if path == *dest {
             return Err(invalid(format!(
                 "external data location {location:?} is the document itself"
@@ -301,6 +313,8 @@ impl<'a> DocWriter<'a> {
             let i = self.ext_file(&placement.location)?;
             {
                 let f = &mut self.files[i].1;
+                tensorfmt_core::output::fault::check(tensorfmt_core::output::fault::Op::Write)
+                    .map_err(|e| Error::from(e).in_file(f.file.dest()))?;
                 let file = f.file.file();
                 let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
                 w.seek(SeekFrom::Start(placement.offset))?;
@@ -369,11 +383,52 @@ impl<'a> DocWriter<'a> {
     }
 }
 
-/// Commits an external data file [`DocWriter::finish_pending`] returned.
+/// Commits an external data file [`DocWriter::finish_pending`] returned, under its own
+/// name: a file there already is an error (a save writes over no file).
 pub fn commit_external(f: AtomicFile) -> Result<()> {
     let path = f.dest().to_path_buf();
-    f.commit()
+    f.commit_new()
         .map_err(|e| e.in_field(&format!("external data file {}", path.display())))
+}
+
+/// A tag for a save's external files when none is given: `{pid}-{random}`.
+fn fresh_tag() -> String {
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = RandomState::new().build_hasher();
+    if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
+        h.write_u128(t.as_nanos());
+    }
+    format!("{}-{:016x}", std::process::id(), h.finish())
+}
+
+/// Checks that the folders of `location` (a relative path checked by `safe_relative`)
+/// under `dir` are folders, not symbolic links: a write stays in the document's folder,
+/// as the read side requires of external data.
+fn in_folder(dir: &Path, location: &str) -> Result<()> {
+    let mut at = dir.to_path_buf();
+    let parts: Vec<_> = Path::new(location).components().collect();
+    for c in &parts[..parts.len().saturating_sub(1)] {
+        at.push(c);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(invalid(format!(
+                    "external data location {location:?} goes through the symbolic link {}: \
+                     external data is written in the document's folder only",
+                    at.display()
+                )))
+            }
+            Ok(m) if !m.is_dir() => {
+                return Err(invalid(format!(
+                    "external data location {location:?}: {} is not a folder",
+                    at.display()
+                )))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(Error::from(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Whether `location` is a plain relative path that stays in the document's folder.
@@ -534,7 +589,8 @@ impl<'a> Writer<'a> {
         options: &WriteOptions,
         format: &'static DocFormat,
     ) -> Result<Self> {
-        let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone());
+        let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone())
+            .with_tag(options.save_tag.clone());
         for (i, m) in (format.head)()?.iter().enumerate() {
             doc.raw(m)?;
             if let Some(&n) = format.tensors.path.get(i) {
@@ -632,7 +688,8 @@ pub fn rewrite_doc<'a, 'b>(
     let name_of = |b: &[u8], at: u64| (format.name_of)(b, at, limits);
     let in_file = |e: Error| src.in_file(e);
     let whole = src.whole().map_err(in_file)?;
-    let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone());
+    let mut doc = DocWriter::new(w, options.external.clone(), options.destination.clone())
+        .with_tag(options.save_tag.clone());
     let mut each = |doc: &mut DocWriter<'_>, b: &[u8], at: u64| -> Result<ItemAction<'b>> {
         let name = name_of(b, at)?;
         let Some(r) = replace(&name)? else {

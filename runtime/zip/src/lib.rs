@@ -16,7 +16,7 @@
 // decision, not this module's.
 
 use std::borrow::Cow;
-use std::io::{self, Read, Seek, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::sync::Mutex;
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
@@ -1253,13 +1253,121 @@ impl RandomAccess for LazyInflate<'_> {
     }
 }
 
+/// `name` as a member name that extracts inside the extraction folder everywhere (no
+/// zip-slip for whoever unpacks the archive): backslashes become `/`, empty and `.`
+/// components are dropped (so a leading `/` too), `..` components become `__`, and a
+/// drive letter's colon (`C:`) becomes `_`; an empty result is `_`. Names that are safe
+/// already are returned as they are. NumPy writes such names as given and `numpy.load`
+/// lists a member under its name less `.npy`, so a tensor named `../../w` is read back as
+/// `__/__/w`.
+pub fn safe_member_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let drive = |c: &str| {
+        let b = c.as_bytes();
+        b.len() >= 2 && b[0].is_ascii_alphabetic() && b[1] == b':'
+    };
+    let safe = !name.is_empty()
+        && !name.contains('\\')
+        && !drive(name)
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if safe {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let unified = name.replace('\\', "/");
+    let mut parts: Vec<String> = Vec::new();
+    for c in unified.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => parts.push("__".into()),
+            c if parts.is_empty() && drive(c) => parts.push(format!("{}_{}", &c[..1], &c[2..])),
+            c => parts.push(c.into()),
+        }
+    }
+    if parts.is_empty() {
+        parts.push("_".into());
+    }
+    std::borrow::Cow::Owned(parts.join("/"))
+}
+
 /// A streaming zip writer: members are added one at a time and their content written
 /// through [`Write`]; CRC and sizes are computed on the fly and patched into the local
 /// header, so memory stays bounded whatever the member sizes. Every member carries ZIP64
 /// fields (as NumPy forces), so members over 4 GiB work.
+///
+/// Dropped unfinished (a save that failed, a disk that is full), the archive is
+/// abandoned: nothing more is written to `w` (the zip library's own completion on drop
+/// writes into the void), so that a failing output is never written to again.
 pub struct ZipWriter<W: Write + Seek> {
-    inner: zip::ZipWriter<W>,
+    /// `None` once finished.
+    inner: Option<zip::ZipWriter<Void<W>>>,
     current: Option<String>,
+    abandoned: std::rc::Rc<std::cell::Cell<bool>>,
+}
+
+/// The output of a [`ZipWriter`]: `w`, until the archive is abandoned (dropped
+/// unfinished, or at the first error of `w`); then a sink that accepts everything and
+/// writes nothing (positions tracked, far past any real one).
+struct Void<W> {
+    w: W,
+    abandoned: std::rc::Rc<std::cell::Cell<bool>>,
+    pos: u64,
+    end: u64,
+}
+
+/// Where an abandoned archive's positions start: past any offset it wrote.
+const VOID_START: u64 = 1 << 62;
+
+impl<W: Write> Write for Void<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.abandoned.get() {
+            self.pos += buf.len() as u64;
+            self.end = self.end.max(self.pos);
+            return Ok(buf.len());
+        }
+        let r = self.w.write(buf);
+        self.abandon_on_error(r)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        if self.abandoned.get() {
+            return Ok(());
+        }
+        let r = self.w.flush();
+        self.abandon_on_error(r)
+    }
+}
+
+impl<W> Void<W> {
+    /// `r`, abandoning the archive when it is an error.
+    fn abandon_on_error<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        if r.is_err() {
+            self.abandoned.set(true);
+        }
+        r
+    }
+}
+
+impl<W: Seek> Seek for Void<W> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        if !self.abandoned.get() {
+            let r = self.w.seek(pos);
+            return self.abandon_on_error(r);
+        }
+        self.pos = match pos {
+            SeekFrom::Start(n) => n.max(VOID_START),
+            SeekFrom::Current(d) => self.pos.saturating_add_signed(d),
+            SeekFrom::End(d) => self.end.saturating_add_signed(d),
+        };
+        self.end = self.end.max(self.pos);
+        Ok(self.pos)
+    }
+}
+
+impl<W: Write + Seek> Drop for ZipWriter<W> {
+    fn drop(&mut self) {
+        // Unfinished: abandoned (see the type's documentation).
+        self.abandoned.set(true);
+    }
 }
 
 fn zip_error(e: zip::result::ZipError, name: Option<&str>) -> Error {
@@ -1279,17 +1387,26 @@ fn zip_error(e: zip::result::ZipError, name: Option<&str>) -> Error {
 impl<W: Write + Seek> ZipWriter<W> {
     /// A writer producing an archive into `w` (written from its current position).
     pub fn new(w: W) -> Self {
+        let abandoned = std::rc::Rc::new(std::cell::Cell::new(false));
         ZipWriter {
-            inner: zip::ZipWriter::new(w),
+            inner: Some(zip::ZipWriter::new(Void {
+                w,
+                abandoned: abandoned.clone(),
+                pos: VOID_START,
+                end: VOID_START,
+            })),
             current: None,
+            abandoned,
         }
     }
 
-    /// Finishes the current member (if any) and starts `name`. With `align` > 1 the
-    /// member's data starts at a multiple of `align` bytes in the archive (padding goes
-    /// into the local header's extra field); this is what makes stored members mappable.
-    /// Deflate uses the default level (6).
+    /// Finishes the current member (if any) and starts `name`, made a safe relative
+    /// name first ([`safe_member_name`]). With `align` > 1 the member's data starts at a
+    /// multiple of `align` bytes in the archive (padding goes into the local header's
+    /// extra field); this is what makes stored members mappable. Deflate uses the default
+    /// level (6).
     pub fn start_member(&mut self, name: &str, compression: Compression, align: u16) -> Result<()> {
+        let name = &*safe_member_name(name);
         let method = match compression {
             Compression::Stored => zip::CompressionMethod::Stored,
             Compression::Deflate => zip::CompressionMethod::Deflated,
@@ -1303,7 +1420,7 @@ impl<W: Write + Seek> ZipWriter<W> {
             options = options.with_alignment(align);
         }
         self.current = None;
-        self.inner
+        self.zip()?
             .start_file(name, options)
             .map_err(|e| zip_error(e, Some(name)))?;
         self.current = Some(name.to_string());
@@ -1311,12 +1428,29 @@ impl<W: Write + Seek> ZipWriter<W> {
     }
 
     /// Finishes the last member and writes the central directory; returns the sink.
-    pub fn finish(self) -> Result<W> {
-        let name = self.current;
-        self.inner
-            .finish()
-            .map_err(|e| zip_error(e, name.as_deref()))
+    pub fn finish(mut self) -> Result<W> {
+        let name = self.current.take();
+        let inner = self.zip_taken()?;
+        let out = inner.finish().map_err(|e| zip_error(e, name.as_deref()))?;
+        Ok(out.w)
     }
+
+    /// The zip library's writer (an error once finished, which `finish` taking `self`
+    /// rules out).
+    fn zip(&mut self) -> Result<&mut zip::ZipWriter<Void<W>>> {
+        self.inner.as_mut().ok_or_else(finished)
+    }
+
+    fn zip_taken(&mut self) -> Result<zip::ZipWriter<Void<W>>> {
+        self.inner.take().ok_or_else(finished)
+    }
+}
+
+fn finished() -> Error {
+    Error::new(
+        ErrorKind::Invalid("zip writer: the archive is finished".into()),
+        Location::default(),
+    )
 }
 
 impl<W: Write + Seek> Write for ZipWriter<W> {
@@ -1327,16 +1461,36 @@ impl<W: Write + Seek> Write for ZipWriter<W> {
                 Location::default(),
             )));
         }
-        self.inner.write(buf)
+        self.zip().map_err(to_io)?.write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
+        self.zip().map_err(to_io)?.flush()
     }
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn member_names_are_made_safe() {
+        use super::safe_member_name as safe;
+        for (given, want) in [
+            ("w.npy", "w.npy"),
+            ("a/b.npy", "a/b.npy"),
+            ("..x.npy", "..x.npy"),
+            ("../../evil.npy", "__/__/evil.npy"),
+            ("/abs/x.npy", "abs/x.npy"),
+            ("a\\b.npy", "a/b.npy"),
+            ("C:/w.npy", "C_/w.npy"),
+            ("C:w.npy", "C_w.npy"),
+            ("a//./b.npy", "a/b.npy"),
+            ("", "_"),
+            ("/", "_"),
+        ] {
+            assert_eq!(safe(given), want, "{given:?}");
+        }
+    }
+
     use super::*;
     use std::io::Cursor;
     use std::sync::Arc;
