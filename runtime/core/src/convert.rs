@@ -66,8 +66,8 @@ pub fn check_view(info: &TensorInfo, storage: u64, max_view_bytes: u64) -> Resul
         Some(n) if n <= storage || n <= max_view_bytes => Ok(()),
         _ => Err(Error::new(
             ErrorKind::Unsupported(format!(
-                "tensor '{}' is a view (shape {:?}, strides {:?}) of a storage of {storage} \
-                 bytes whose elements take {} in C order, beyond the limit of {max_view_bytes} \
+                "tensor '{}' is a view (shape {:?}, strides {:?}) over {storage} bytes of storage \
+                 whose elements take {} in C order, beyond the limit of {max_view_bytes} \
                  bytes on expanded views (raise it with --max-view-bytes, or \
                  Limits::max_view_bytes)",
                 info.name,
@@ -407,6 +407,181 @@ pub fn cast(bytes: &[u8], from: DType, from_order: ByteOrder, to: DType) -> Resu
     Ok(out)
 }
 
+/// Elements read from a stream, cast as [`cast`] casts them, as a stream: a block of at
+/// most 64 KiB of input elements at a time.
+pub struct CastReader<R> {
+    inner: R,
+    from: DType,
+    from_order: ByteOrder,
+    to: DType,
+    input: Vec<u8>,
+    out: Vec<u8>,
+    at: usize,
+}
+
+impl<R: std::io::Read> CastReader<R> {
+    /// Casts the elements `inner` yields from `from` (in `from_order`) to `to`; the
+    /// pairs [`cast`] refuses are refused here.
+    pub fn new(inner: R, from: DType, from_order: ByteOrder, to: DType) -> Result<Self> {
+        // The pair is checked on no elements.
+        cast(&[], from, from_order, to)?;
+        Ok(CastReader {
+            inner,
+            from,
+            from_order,
+            to,
+            input: Vec::new(),
+            out: Vec::new(),
+            at: 0,
+        })
+    }
+}
+
+impl<R: std::io::Read> std::io::Read for CastReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.out.len() {
+            let item = self.from.itemsize().unwrap_or(1);
+            self.input.resize((64 << 10) / item * item, 0);
+            let mut got = 0;
+            // Whole elements: fill up to a multiple of the item size, or the end.
+            while got < self.input.len() {
+                let n = self.inner.read(&mut self.input[got..])?;
+                if n == 0 {
+                    break;
+                }
+                got += n;
+                if got % item == 0 && got >= item {
+                    break;
+                }
+            }
+            if got == 0 {
+                return Ok(0);
+            }
+            self.out = cast(&self.input[..got], self.from, self.from_order, self.to)
+                .map_err(std::io::Error::other)?;
+            self.at = 0;
+        }
+        let n = (self.out.len() - self.at).min(buf.len());
+        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// A streaming comparison of two tensors' elements, block by block, in their own types:
+/// integers (and bools) of both sides exactly, as 128-bit integers, with `atol` and
+/// `rtol` applied to their exact difference; floats widened to `f64` one element at a
+/// time (exact for every float dtype), close when `|a - b| <= atol + rtol * |b|` as
+/// NumPy's `allclose` says, NaN equal to NaN (`equal_nan=True`), an infinity close only
+/// to itself; complex numbers part by part. Nothing is held per element.
+#[derive(Debug, Clone)]
+pub struct Compare {
+    /// Absolute tolerance.
+    pub atol: f64,
+    /// Relative tolerance, of the second side's value.
+    pub rtol: f64,
+    /// Elements compared so far.
+    pub compared: u64,
+    /// Elements not close.
+    pub differ: u64,
+    /// Largest absolute difference among the elements not close (NaN against a number
+    /// counts as infinity).
+    pub worst: f64,
+}
+
+impl Compare {
+    /// A comparison with these tolerances, nothing compared yet.
+    pub fn new(atol: f64, rtol: f64) -> Self {
+        Compare {
+            atol,
+            rtol,
+            compared: 0,
+            differ: 0,
+            worst: 0.0,
+        }
+    }
+
+    /// Compares the elements of `a` (of `da`, in `oa`) with those of `b` (`db`, `ob`):
+    /// as many as the shorter holds whole. String and 8-bit float dtypes are compared as
+    /// their decoded values ([`to_f64`]); strings are refused.
+    pub fn feed(
+        &mut self,
+        a: &[u8],
+        (da, oa): (DType, ByteOrder),
+        b: &[u8],
+        (db, ob): (DType, ByteOrder),
+    ) -> Result<()> {
+        let (ia, ib) = match (da.itemsize(), db.itemsize()) {
+            (Some(x), Some(y)) if da != DType::String && db != DType::String => (x, y),
+            _ => {
+                return Err(
+                    ErrorKind::Unsupported(format!("comparing {da} with {db} elements")).into(),
+                )
+            }
+        };
+        let exact = |d: DType| is_int(d) || d == DType::Bool;
+        let (mut ea, mut eb) = ([0u8; 16], [0u8; 16]);
+        for (x, y) in a.chunks_exact(ia).zip(b.chunks_exact(ib)) {
+            let x = le(x, da, oa, &mut ea);
+            let y = le(y, db, ob, &mut eb);
+            self.compared += 1;
+            let diff = if exact(da) && exact(db) {
+                let (p, q) = (int_of(da, x), int_of(db, y));
+                let d = (p - q).unsigned_abs();
+                if d == 0 || (d as f64) <= self.atol + self.rtol * (q.unsigned_abs() as f64) {
+                    continue;
+                }
+                d as f64
+            } else {
+                let (p, q) = (read_elem(da, x), read_elem(db, y));
+                match (self.far(p.0, q.0), self.far(p.1, q.1)) {
+                    (None, None) => continue,
+                    (r, i) => r.unwrap_or(0.0).max(i.unwrap_or(0.0)),
+                }
+            };
+            self.differ += 1;
+            self.worst = self.worst.max(diff);
+        }
+        Ok(())
+    }
+
+    /// `None` when `p` is close to `q`, else their absolute difference.
+    fn far(&self, p: f64, q: f64) -> Option<f64> {
+        if p == q || (p.is_nan() && q.is_nan()) {
+            return None;
+        }
+        if p.is_nan() || q.is_nan() {
+            return Some(f64::INFINITY);
+        }
+        let d = (p - q).abs();
+        if p.is_infinite() || q.is_infinite() || d > self.atol + self.rtol * q.abs() {
+            Some(d)
+        } else {
+            None
+        }
+    }
+}
+
+/// One element's bytes in little-endian order: `b` itself, or swapped into `buf`.
+fn le<'a>(b: &'a [u8], dtype: DType, order: ByteOrder, buf: &'a mut [u8; 16]) -> &'a [u8] {
+    if order == ByteOrder::Little || b.len() <= 1 {
+        return b;
+    }
+    let out = &mut buf[..b.len()];
+    out.copy_from_slice(b);
+    swap_in_place(out, dtype.swap_unit().unwrap_or(1));
+    out
+}
+
+/// An integer or bool element as an `i128`.
+fn int_of(dtype: DType, b: &[u8]) -> i128 {
+    if dtype == DType::Bool {
+        i128::from(b[0] != 0)
+    } else {
+        read_int(dtype, b)
+    }
+}
+
 /// Decodes elements to (real, imaginary) `f64` pairs, for comparisons.
 pub fn to_f64(bytes: &[u8], dtype: DType, order: ByteOrder) -> Result<Vec<(f64, f64)>> {
     let item = dtype
@@ -538,6 +713,37 @@ mod tests {
         let e = check_view(&beyond, 24, 16 << 30).unwrap_err().to_string();
         assert!(e.contains("9223372036854775808 bytes"), "{e}");
         check_view(&view(&[1 << 10], &[0]), 24, 1 << 30).unwrap();
+    }
+
+    fn bytes_of<const N: usize>(v: impl IntoIterator<Item = [u8; N]>) -> Vec<u8> {
+        v.into_iter().flatten().collect()
+    }
+
+    #[test]
+    fn compares_in_the_elements_own_type() {
+        let le = ByteOrder::Little;
+        // u64 values that one f64 cannot tell apart.
+        let a = bytes_of([u64::MAX.to_le_bytes(), 7u64.to_le_bytes()]);
+        let b = bytes_of([(u64::MAX - 1).to_le_bytes(), 7u64.to_le_bytes()]);
+        let mut c = Compare::new(0.0, 0.0);
+        c.feed(&a, (DType::U64, le), &b, (DType::U64, le)).unwrap();
+        assert_eq!((c.compared, c.differ, c.worst), (2, 1, 1.0));
+        let mut c = Compare::new(1.0, 0.0);
+        c.feed(&a, (DType::U64, le), &b, (DType::U64, le)).unwrap();
+        assert_eq!(c.differ, 0);
+        // NaN equals NaN; an infinity is close only to itself, whatever the tolerance.
+        let x = bytes_of([f32::NAN, f32::INFINITY, 1.0, 2.0].map(f32::to_le_bytes));
+        let y = bytes_of([f32::NAN, f32::NEG_INFINITY, 1.5, 2.0].map(f32::to_be_bytes));
+        let mut c = Compare::new(0.0, 1.0);
+        c.feed(&x, (DType::F32, le), &y, (DType::F32, ByteOrder::Big))
+            .unwrap();
+        assert_eq!((c.compared, c.differ), (4, 1));
+        // Across dtypes: values compared, not bytes.
+        let h = bytes_of([1.0f32, 2.5].map(|v| half::f16::from_f32(v).to_le_bytes()));
+        let f = bytes_of([1.0f64, 2.5].map(f64::to_le_bytes));
+        let mut c = Compare::new(0.0, 0.0);
+        c.feed(&h, (DType::F16, le), &f, (DType::F64, le)).unwrap();
+        assert_eq!(c.differ, 0);
     }
 
     #[test]
