@@ -257,7 +257,7 @@ impl State {
             Mode::Stream { .. } => {}
             Mode::Gather { info, buf } => {
                 let mut elements =
-                    COrder::new(&*info, &buf[..]).map_err(|e| e.in_entry(self.name.as_str()))?;
+                    COrder::new(&info, &buf[..]).map_err(|e| e.in_entry(self.name.as_str()))?;
                 let swap = match info.byte_order {
                     ByteOrder::Big => info.dtype.swap_unit().unwrap_or(1),
                     ByteOrder::Little => 1,
