@@ -19,7 +19,9 @@ macro_rules! outln {
 }
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
-use crate::{Compression, ConvertOptions, DType, OpenOptions, Registry, TensorFile, TensorInfo};
+use crate::{
+    Compression, ConvertOptions, DType, Limits, OpenOptions, Registry, TensorFile, TensorInfo,
+};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 
@@ -32,6 +34,11 @@ use serde_json::json;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Largest size in C order, in bytes, of a view whose elements take more than its
+    /// storage (a stride-0 `expand`, an overlapping `as_strided`) that is hashed,
+    /// verified, compared or written; such views past it are refused (default 16 GiB).
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_view_bytes: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -109,7 +116,8 @@ enum Command {
     },
     /// List the formats this command reads and writes: name and extensions.
     Formats,
-    /// Compare two files' tensors by name; exits 1 when they differ.
+    /// Compare two files' tensors by name, element by element in their own types; exits
+    /// 0 when they are the same, 1 when they differ, 2 on an error.
     Diff {
         /// First file.
         a: PathBuf,
@@ -204,28 +212,30 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
-/// The default options of opening a file of one of `registry`'s formats.
-fn open_options(registry: &Registry) -> OpenOptions {
+/// The options of opening a file of one of `registry`'s formats under `limits`.
+fn open_options(registry: &Registry, limits: &Limits) -> OpenOptions {
     OpenOptions {
         registry: registry.clone(),
+        limits: limits.clone(),
         ..Default::default()
     }
 }
 
 /// Opens `path` as a file of one of `registry`'s formats.
-fn open(registry: &Registry, path: &PathBuf) -> crate::Result<TensorFile> {
-    TensorFile::open_with(path, &open_options(registry))
+fn open(registry: &Registry, limits: &Limits, path: &PathBuf) -> crate::Result<TensorFile> {
+    TensorFile::open_with(path, &open_options(registry, limits))
 }
 
 fn inspect(
     registry: &Registry,
+    limits: &Limits,
     out: &mut dyn Write,
     path: &PathBuf,
     as_json: bool,
     with_sha: bool,
     with_values: bool,
 ) -> crate::Result<()> {
-    let file = open(registry, path)?;
+    let file = open(registry, limits, path)?;
     // The non-tensor values of the stored object; a tree too large to expand is noted,
     // not fatal (the tensors are listed all the same).
     let structure = match file.structure() {
@@ -236,7 +246,7 @@ fn inspect(
     let hashes = if with_sha {
         let bar = progress_bar(total_bytes(file.tensors()), "hashing");
         let mut sink = Progress {
-            inner: HashSink::default(),
+            inner: HashSink::with_max_view_bytes(limits.max_view_bytes),
             bar: &bar,
         };
         file.read_all(&mut sink)?;
@@ -375,11 +385,16 @@ fn node_json(n: &crate::Node) -> serde_json::Value {
     }
 }
 
-fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
-    let file = open(registry, path)?;
+fn verify(
+    registry: &Registry,
+    limits: &Limits,
+    out: &mut dyn Write,
+    path: &PathBuf,
+) -> crate::Result<()> {
+    let file = open(registry, limits, path)?;
     let bar = progress_bar(total_bytes(file.tensors()), "verifying");
     let mut sink = Progress {
-        inner: HashSink::default(),
+        inner: HashSink::with_max_view_bytes(limits.max_view_bytes),
         bar: &bar,
     };
     file.read_all(&mut sink)?;
@@ -401,19 +416,47 @@ fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Re
     Ok(())
 }
 
+/// Compares two files' tensors by name, streaming: each pair's elements in C order, a
+/// block at a time, in their own types ([`crate::runtime::convert::Compare`]). True
+/// when they are the same. Tensors of one file that share a name (paths of the stored
+/// object that flatten to one name: `{"a.b": x, "a": {"b": y}}`, keys `0` and `"0"`)
+/// cannot be paired: each such name is reported with its paths, as a difference.
+#[allow(clippy::too_many_arguments)]
 fn diff(
     registry: &Registry,
+    limits: &Limits,
     out: &mut dyn Write,
     a: &PathBuf,
     b: &PathBuf,
     atol: f64,
     rtol: f64,
 ) -> crate::Result<bool> {
-    use crate::runtime::convert::{to_c_order, to_f64};
-    let fa = open(registry, a)?;
-    let fb = open(registry, b)?;
+    let fa = open(registry, limits, a)?;
+    let fb = open(registry, limits, b)?;
     let mut same = true;
+    let (dup_a, dup_b) = (shared_names(&fa), shared_names(&fb));
+    for (path, dups) in [(a, &dup_a), (b, &dup_b)] {
+        for (name, paths) in dups {
+            outln!(
+                out,
+                "{}: {} tensors of {} have this name ({}); they cannot be paired by name",
+                name,
+                paths.len(),
+                path.display(),
+                paths.join(", ")
+            );
+            same = false;
+        }
+    }
+    let tolerance = if atol != 0.0 || rtol != 0.0 {
+        format!(" within --atol {atol} --rtol {rtol}")
+    } else {
+        String::new()
+    };
     for ta in fa.tensors() {
+        if dup_a.contains_key(&ta.name) || dup_b.contains_key(&ta.name) {
+            continue;
+        }
         let Some(tb) = fb.tensor(&ta.name) else {
             outln!(out, "only in {}: {}", a.display(), ta.name);
             same = false;
@@ -424,38 +467,40 @@ fn diff(
             same = false;
             continue;
         }
+        let c = compare(&fa, ta, &fb, tb, atol, rtol)?;
+        let differ = || {
+            format!(
+                "{} of {} elements differ (max abs difference {})",
+                c.differ, c.compared, c.worst
+            )
+        };
         if ta.dtype != tb.dtype {
-            outln!(out, "{}: dtype {} vs {}", ta.name, ta.dtype, tb.dtype);
             same = false;
-        }
-        let (xa, xb) = (fa.load_info(ta)?, fb.load_info(tb)?);
-        let da = to_c_order(ta, xa.data.as_bytes())?;
-        let db = to_c_order(tb, xb.data.as_bytes())?;
-        let va = to_f64(&da, ta.dtype, ta.byte_order)?;
-        let vb = to_f64(&db, tb.dtype, tb.byte_order)?;
-        let mut bad = 0usize;
-        let mut worst = 0f64;
-        for (x, y) in va.iter().zip(&vb) {
-            let close = |p: f64, q: f64| {
-                (p.is_nan() && q.is_nan()) || p == q || (p - q).abs() <= atol + rtol * q.abs()
-            };
-            if !(close(x.0, y.0) && close(x.1, y.1)) {
-                bad += 1;
-                worst = worst.max((x.0 - y.0).abs()).max((x.1 - y.1).abs());
+            if c.differ == 0 {
+                outln!(
+                    out,
+                    "{}: dtype {} vs {}; the values agree{tolerance}",
+                    ta.name,
+                    ta.dtype,
+                    tb.dtype
+                );
+            } else {
+                outln!(
+                    out,
+                    "{}: dtype {} vs {}, and {}{tolerance}",
+                    ta.name,
+                    ta.dtype,
+                    tb.dtype,
+                    differ()
+                );
             }
-        }
-        if bad > 0 {
-            outln!(
-                out,
-                "{}: {bad} of {} elements differ (max abs difference {worst})",
-                ta.name,
-                va.len()
-            );
+        } else if c.differ > 0 {
+            outln!(out, "{}: {}", ta.name, differ());
             same = false;
         }
     }
     for tb in fb.tensors() {
-        if fa.tensor(&tb.name).is_none() {
+        if fa.tensor(&tb.name).is_none() && !dup_b.contains_key(&tb.name) {
             outln!(out, "only in {}: {}", b.display(), tb.name);
             same = false;
         }
@@ -466,10 +511,132 @@ fn diff(
     Ok(same)
 }
 
+/// The names that several tensors of `file` share, each with the paths of those tensors
+/// in the stored object (`["a"]["b"]`), or their positions in the file where it stores
+/// none.
+fn shared_names(file: &TensorFile) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut count: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for t in file.tensors() {
+        *count.entry(t.name.as_str()).or_default() += 1;
+    }
+    let mut shared: std::collections::BTreeMap<String, Vec<String>> = count
+        .into_iter()
+        .filter(|&(_, n)| n > 1)
+        .map(|(name, _)| (name.to_string(), Vec::new()))
+        .collect();
+    if shared.is_empty() {
+        return shared;
+    }
+    if let Ok(Some(tree)) = file.structure() {
+        tensor_paths(&tree, String::new(), &mut |name, path| {
+            if let Some(paths) = shared.get_mut(name) {
+                paths.push(path);
+            }
+        });
+    }
+    for (name, paths) in shared.iter_mut() {
+        if paths.len() < 2 {
+            *paths = file
+                .tensors()
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| &t.name == name)
+                .map(|(i, _)| format!("tensor #{}", i + 1))
+                .collect();
+        }
+    }
+    shared
+}
+
+/// Calls `found(name, path)` for every tensor leaf of `node`, its path written as
+/// Python subscripts after `prefix`.
+fn tensor_paths(node: &crate::Node, prefix: String, found: &mut dyn FnMut(&str, String)) {
+    use crate::Node;
+    match node {
+        Node::Tensor(name) => found(name, prefix),
+        Node::Dict(items) => {
+            for (k, v) in items {
+                let key = match k {
+                    Node::Str(s) => format!("{s:?}"),
+                    other => other.to_string(),
+                };
+                tensor_paths(v, format!("{prefix}[{key}]"), found);
+            }
+        }
+        Node::List(items) | Node::Tuple(items) => {
+            for (i, v) in items.iter().enumerate() {
+                tensor_paths(v, format!("{prefix}[{i}]"), found);
+            }
+        }
+        Node::Object { args, state, .. } => {
+            for (i, v) in args.iter().enumerate() {
+                tensor_paths(v, format!("{prefix}.args[{i}]"), found);
+            }
+            if let Some(state) = state {
+                tensor_paths(state, format!("{prefix}.state"), found);
+            }
+        }
+        Node::Typed { value, .. } => tensor_paths(value, prefix, found),
+        _ => {}
+    }
+}
+
+/// The elements of `ta` (of `fa`) compared with those of `tb` (of `fb`), streamed in C
+/// order a block at a time. String tensors are compared byte for byte.
+fn compare(
+    fa: &TensorFile,
+    ta: &TensorInfo,
+    fb: &TensorFile,
+    tb: &TensorInfo,
+    atol: f64,
+    rtol: f64,
+) -> crate::Result<crate::runtime::convert::Compare> {
+    use std::io::Read;
+    let mut c = crate::runtime::convert::Compare::new(atol, rtol);
+    let (Some(ia), Some(ib)) = (ta.dtype.itemsize(), tb.dtype.itemsize()) else {
+        let (xa, xb) = (fa.load_info(ta)?, fb.load_info(tb)?);
+        c.compared = 1;
+        if xa.data.as_bytes() != xb.data.as_bytes() {
+            c.differ = 1;
+            c.worst = f64::NAN;
+        }
+        return Ok(c);
+    };
+    if ta.dtype == DType::String || tb.dtype == DType::String {
+        return Err(crate::Error::from(crate::ErrorKind::Unsupported(format!(
+            "comparing {} with {} elements",
+            ta.dtype, tb.dtype
+        ))));
+    }
+    const BLOCK: usize = 16 << 10;
+    let (mut ra, mut rb) = (fa.elements(ta)?, fb.elements(tb)?);
+    let (mut ba, mut bb) = (vec![0u8; BLOCK * ia], vec![0u8; BLOCK * ib]);
+    let mut left = ta.numel()?;
+    let located = |f: &TensorFile, t: &TensorInfo, e: std::io::Error| {
+        f.source().in_file(crate::Error::from(e).in_entry(&t.name))
+    };
+    while left > 0 {
+        let k = left.min(BLOCK as u64) as usize;
+        ra.read_exact(&mut ba[..k * ia])
+            .map_err(|e| located(fa, ta, e))?;
+        rb.read_exact(&mut bb[..k * ib])
+            .map_err(|e| located(fb, tb, e))?;
+        c.feed(
+            &ba[..k * ia],
+            (ta.dtype, ta.byte_order),
+            &bb[..k * ib],
+            (tb.dtype, tb.byte_order),
+        )?;
+        left -= k as u64;
+    }
+    Ok(c)
+}
+
 /// Runs the command line given by `args` (the first item is the program name), printing
 /// results to `out` and progress and notes to standard error. Returns the exit code:
 /// 0 on success, 1 when `verify` finds damage or `diff` finds differences, or on an
-/// error (whose message names the file, entry, field and offset).
+/// error (whose message names the file, entry, field and offset) — 2 for an error of
+/// `diff`, and for a command line that does not parse.
 ///
 /// The formats are the built-in ones; [`run_with`] takes others.
 pub fn run(args: impl IntoIterator<Item = OsString>, out: &mut dyn Write) -> ExitCode {
@@ -506,23 +673,33 @@ pub fn run_with(
             return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
+    // `diff` exits 1 when the files differ, so its errors exit 2 (as `cmp` and `diff` do).
+    let error_code = if matches!(cli.command, Command::Diff { .. }) {
+        2
+    } else {
+        1
+    };
     match dispatch(registry, cli, out) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(1)
+            ExitCode::from(error_code)
         }
     }
 }
 
 fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
+    let mut limits = Limits::default();
+    if let Some(n) = cli.max_view_bytes {
+        limits.max_view_bytes = n;
+    }
     match cli.command {
         Command::Inspect {
             file,
             json,
             sha256,
             values,
-        } => inspect(registry, out, &file, json, sha256, values)?,
+        } => inspect(registry, &limits, out, &file, json, sha256, values)?,
         Command::Convert {
             input,
             output,
@@ -548,7 +725,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 dtype,
                 flatten,
                 keep_layout,
-                open: open_options(registry),
+                open: open_options(registry, &limits),
                 ..Default::default()
             };
             if compress {
@@ -594,7 +771,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             external,
         } => {
             crate::refuse_input_as_output(&weights, &output)?;
-            let new = open(registry, &weights)?;
+            let new = open(registry, &limits, &weights)?;
             let mut loaded = Vec::with_capacity(new.tensors().len());
             for info in new.tensors() {
                 let t = new.load_info(info)?;
@@ -627,7 +804,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     ..Default::default()
                 },
                 allow_reshape,
-                open: open_options(registry),
+                open: open_options(registry, &limits),
                 ..Default::default()
             };
             let s = crate::replace_tensors(
@@ -644,7 +821,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 s.kept
             );
         }
-        Command::Verify { file } => verify(registry, out, &file)?,
+        Command::Verify { file } => verify(registry, &limits, out, &file)?,
         Command::Formats => {
             for f in registry.formats() {
                 let exts: Vec<String> = f.extensions.iter().map(|e| format!(".{e}")).collect();
@@ -653,7 +830,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             }
         }
         Command::Diff { a, b, atol, rtol } => {
-            if !diff(registry, out, &a, &b, atol, rtol)? {
+            if !diff(registry, &limits, out, &a, &b, atol, rtol)? {
                 return Ok(ExitCode::from(1));
             }
         }

@@ -292,6 +292,76 @@ impl TensorFile {
         })
     }
 
+    /// The elements of `info` in C order, in its stored dtype and byte order, as a stream
+    /// of exactly `info.nbytes()` bytes: what [`TensorFile::load_info`] gives, reordered,
+    /// without holding the tensor.
+    ///
+    /// Memory: the bytes of a deflated zip member are inflated as they are read (a
+    /// buffer's worth at a time, the member's CRC-32 checked when its end is reached);
+    /// bytes stored plain are viewed in the memory map; a tensor laid out in another
+    /// order than C (a strided view, Fortran order) holds its storage and streams its
+    /// elements from there ([`runtime::convert::COrder`]). A view whose elements take
+    /// more than its storage and more than [`Limits::max_view_bytes`] is refused here,
+    /// before anything is read. Errors met while streaming come as `std::io::Error`s
+    /// that carry this crate's [`Error`] (naming the file and tensor).
+    pub fn elements(&self, info: &TensorInfo) -> Result<Box<dyn Read + '_>> {
+        let in_file = |e: Error| self.source.in_file(e.in_entry(&info.name));
+        let nbytes = info.nbytes().map_err(in_file)?;
+        if nbytes == 0 || info.order() == Some(Order::C) {
+            return self.stored(info, nbytes);
+        }
+        tensorfmt_runtime::convert::check_view(
+            info,
+            info.location.len(),
+            self.read_options.limits.max_view_bytes,
+        )
+        .map_err(in_file)?;
+        let storage = self.load_info(info)?;
+        let elements = tensorfmt_runtime::convert::COrder::new(info, Held(storage, usize::MAX))
+            .map_err(in_file)?;
+        Ok(Box::new(elements))
+    }
+
+    /// The first `n` stored bytes of `info` as a stream: inflated as read for a deflated
+    /// zip member, viewed or loaded otherwise.
+    fn stored(&self, info: &TensorInfo, n: u64) -> Result<Box<dyn Read + '_>> {
+        #[cfg(zip_formats)]
+        if info.location.compressed_len().is_some() {
+            if let Some((member, skip, len)) = tensorfmt_runtime::zip::member_of(&info.location) {
+                if n <= len {
+                    let inner = tensorfmt_runtime::zip::member_reader(
+                        self.source.data(),
+                        member,
+                        &self.read_options.limits,
+                    )
+                    .map_err(|e| self.source.in_file(e.in_entry(&info.name)))?;
+                    return Ok(Box::new(MemberWindow {
+                        inner,
+                        skip,
+                        left: n,
+                        file: self.source.location(),
+                        name: info.name.clone(),
+                    }));
+                }
+            }
+        }
+        let t = self.load_info(info)?;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= t.data.as_bytes().len())
+            .ok_or_else(|| {
+                self.source.in_file(Error::new(
+                    ErrorKind::SizeMismatch(format!(
+                        "tensor '{}' needs {n} bytes, its data holds {}",
+                        info.name,
+                        t.data.as_bytes().len()
+                    )),
+                    Location::default().with_entry(&info.name),
+                ))
+            })?;
+        Ok(Box::new(std::io::Cursor::new(Held(t, n))))
+    }
+
     /// Checks the container beyond what the tensors use: for a zip archive, every member's
     /// local header and CRC-32, metadata members and members no tensor refers to
     /// included. Returns the number of members checked (0 when the file is not a zip
@@ -324,6 +394,71 @@ impl TensorFile {
     /// Every tensor, loaded as [`TensorFile::load`] does.
     pub fn load_all(&self) -> Result<Vec<Tensor>> {
         self.tensors.iter().map(|t| self.load_info(t)).collect()
+    }
+}
+
+/// A loaded tensor's first bytes (all of them with `usize::MAX`), for streams over them.
+struct Held(Tensor, usize);
+
+impl AsRef<[u8]> for Held {
+    fn as_ref(&self) -> &[u8] {
+        let b = self.0.data.as_bytes();
+        &b[..self.1.min(b.len())]
+    }
+}
+
+/// A window of a zip member's content, inflated as it is read: `skip` bytes passed over,
+/// `left` bytes given, the rest read through with the last of them so that the member's
+/// size and CRC-32 are checked before the window's last bytes are given.
+#[cfg(zip_formats)]
+struct MemberWindow<'a> {
+    inner: Box<dyn Read + 'a>,
+    skip: u64,
+    left: u64,
+    file: Location,
+    name: String,
+}
+
+#[cfg(zip_formats)]
+impl Read for MemberWindow<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let located = |e: std::io::Error| {
+            let e = tensorfmt_runtime::zip::io_to_error(e);
+            let mut e = e.in_entry(&self.name);
+            if e.location.file.is_none() {
+                e.location.file = self.file.file.clone();
+            }
+            std::io::Error::other(e)
+        };
+        if self.skip > 0 {
+            let skipped =
+                std::io::copy(&mut (&mut self.inner).take(self.skip), &mut std::io::sink())
+                    .map_err(located)?;
+            if skipped < self.skip {
+                return Err(located(std::io::Error::from(
+                    std::io::ErrorKind::UnexpectedEof,
+                )));
+            }
+            self.skip = 0;
+        }
+        if self.left == 0 {
+            std::io::copy(&mut self.inner, &mut std::io::sink()).map_err(located)?;
+            return Ok(0);
+        }
+        let want = self.left.min(buf.len() as u64) as usize;
+        let n = self.inner.read(&mut buf[..want]).map_err(located)?;
+        if n == 0 && want > 0 {
+            return Err(located(std::io::Error::from(
+                std::io::ErrorKind::UnexpectedEof,
+            )));
+        }
+        self.left -= n as u64;
+        if self.left == 0 {
+            // The last bytes of the window: the member's end and CRC-32 are checked
+            // before they are given (a writer stops reading at the tensor's size).
+            std::io::copy(&mut self.inner, &mut std::io::sink()).map_err(located)?;
+        }
+        Ok(n)
     }
 }
 
@@ -1038,11 +1173,7 @@ pub fn convert(
                 storages.clear();
             }
         }
-        let tensor = file.load_info(info)?;
-        let (meta, data) = prepare_for_write(info, tensor.data.as_bytes(), options.dtype)
-            .map_err(|e| file.source().in_file(e.in_entry(&info.name)))?;
-        bytes += data.len() as u64;
-        saver.add_bytes(&meta, &data)?;
+        bytes += write_tensor(&file, &mut saver, info, options.dtype)?;
         progress(i + 1, total);
     }
     let to = saver.format();
@@ -1054,6 +1185,71 @@ pub fn convert(
         bytes,
         dropped,
     })
+}
+
+/// Writes one tensor of `file` to `saver`, cast to `dtype` if given; returns the payload
+/// bytes written.
+///
+/// Bytes stored plain and already laid out as the writer takes them (C or Fortran order,
+/// no cast) are handed over from the memory map. Everything else streams: a deflated
+/// member inflated as the writer reads it, a strided view's elements gathered in C order
+/// from its storage, a cast made a block at a time ([`TensorFile::elements`]); memory is
+/// bounded by buffers, and by the storage for a view, unless the output format needs the
+/// whole tensor at once (a database record, a Fortran-order tensor written to a C-order
+/// format). A view whose C-order size is beyond [`Limits::max_view_bytes`] is refused.
+fn write_tensor(
+    file: &TensorFile,
+    saver: &mut Saver,
+    info: &TensorInfo,
+    dtype: Option<DType>,
+) -> Result<u64> {
+    use tensorfmt_runtime::convert::CastReader;
+    let in_file = |e: Error| file.source().in_file(e.in_entry(&info.name));
+    let cast = dtype.filter(|&d| d != info.dtype);
+    let compressed = info.location.compressed_len().is_some();
+    let (mut meta, reader) = match TensorMeta::from_info(info) {
+        Some(meta) if cast.is_none() && !compressed => {
+            let tensor = file.load_info(info)?;
+            let data = tensor.data.as_bytes();
+            let n = usize::try_from(meta.nbytes().map_err(in_file)?)
+                .ok()
+                .filter(|&n| n <= data.len())
+                .ok_or_else(|| {
+                    in_file(Error::from(ErrorKind::SizeMismatch(format!(
+                        "tensor '{}' holds {} bytes, fewer than its shape needs",
+                        info.name,
+                        data.len()
+                    ))))
+                })?;
+            saver.add_bytes(&meta, &data[..n])?;
+            return Ok(n as u64);
+        }
+        Some(meta) => {
+            let n = meta.nbytes().map_err(in_file)?;
+            (meta, file.stored(info, n)?)
+        }
+        None => {
+            let meta = TensorMeta {
+                name: info.name.clone(),
+                dtype: info.dtype,
+                shape: info.shape.clone(),
+                order: Order::C,
+                byte_order: info.byte_order,
+            };
+            (meta, file.elements(info)?)
+        }
+    };
+    let mut reader: Box<dyn Read + '_> = match cast {
+        Some(to) => {
+            meta.dtype = to;
+            meta.byte_order = ByteOrder::Little;
+            Box::new(CastReader::new(reader, info.dtype, info.byte_order, to).map_err(in_file)?)
+        }
+        None => reader,
+    };
+    let n = meta.nbytes().map_err(in_file)?;
+    saver.add(&meta, &mut reader)?;
+    Ok(n)
 }
 
 /// How `info` views a storage of its own: never, where this build reads no zip archives.

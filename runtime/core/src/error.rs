@@ -223,8 +223,18 @@ impl From<ErrorKind> for Error {
 }
 
 impl From<std::io::Error> for Error {
+    /// The error carried by `e` when it carries one of this crate's (a stream's reader
+    /// reporting through `std::io`), else `e` as [`ErrorKind::Io`].
     fn from(e: std::io::Error) -> Self {
-        Error::from(ErrorKind::Io(e))
+        if !e.get_ref().is_some_and(|i| i.is::<Error>()) {
+            return Error::from(ErrorKind::Io(e));
+        }
+        let kind = e.kind();
+        match e.into_inner().map(|i| i.downcast::<Error>()) {
+            Some(Ok(err)) => *err,
+            Some(Err(other)) => Error::from(ErrorKind::Io(std::io::Error::new(kind, other))),
+            None => Error::from(ErrorKind::Io(kind.into())),
+        }
     }
 }
 

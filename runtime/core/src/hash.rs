@@ -9,7 +9,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::convert::{swap_in_place, to_c_order};
+use crate::convert::{check_view, swap_in_place, COrder};
 use crate::dtype::DType;
 use crate::error::{Error, ErrorKind, Location, Result};
 use crate::sink::{Flow, Sink};
@@ -45,17 +45,45 @@ pub fn tensor_sha256(info: &TensorInfo, bytes: &[u8]) -> Result<[u8; 32]> {
 
 /// A sink computing the SHA-256 (README.md, *Tensor names and digests*) of every
 /// tensor it receives.
-#[derive(Debug, Default)]
+///
+/// A tensor stored in another layout than C order (a strided view) has its storage
+/// buffered, then its elements streamed from there in C order through a 64 KiB buffer:
+/// memory bounded by the storage, whatever the view's logical size. A view whose
+/// elements take more than its storage and more than [`HashSink::max_view_bytes`] is
+/// refused when it begins ([`crate::convert::check_view`]).
+#[derive(Debug)]
 pub struct HashSink {
     /// `(tensor name, digest)` of every tensor that ended, in order.
     pub digests: Vec<(String, [u8; 32])>,
+    /// Largest size in C order of a view expanded beyond its storage that is hashed
+    /// (default: [`crate::Limits`]'s `max_view_bytes`).
+    pub max_view_bytes: u64,
     state: Option<State>,
+}
+
+impl Default for HashSink {
+    fn default() -> Self {
+        HashSink {
+            digests: Vec::new(),
+            max_view_bytes: crate::limits::Limits::default().max_view_bytes,
+            state: None,
+        }
+    }
 }
 
 impl HashSink {
     /// An empty sink.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty sink hashing views expanded beyond their storage up to `max_view_bytes`
+    /// bytes in C order.
+    pub fn with_max_view_bytes(max_view_bytes: u64) -> Self {
+        HashSink {
+            max_view_bytes,
+            ..Self::default()
+        }
     }
 
     /// The digest of the tensor named `name`, if it was hashed.
@@ -87,7 +115,7 @@ enum Mode {
         carry: Vec<u8>,
         scratch: Vec<u8>,
     },
-    /// Any other layout: buffer the storage, then gather it into C order.
+    /// Any other layout: buffer the storage, then stream its elements in C order.
     Gather { info: Box<TensorInfo>, buf: Vec<u8> },
 }
 
@@ -96,7 +124,7 @@ fn err(name: &str, kind: ErrorKind) -> Error {
 }
 
 impl State {
-    fn new(info: &TensorInfo) -> Result<State> {
+    fn new(info: &TensorInfo, max_view_bytes: u64) -> Result<State> {
         let storage = info.location.len();
         let swap = match info.byte_order {
             ByteOrder::Little => 1,
@@ -134,6 +162,8 @@ impl State {
                     scratch: Vec::new(),
                 }
             } else {
+                check_view(info, storage, max_view_bytes)
+                    .map_err(|e| e.in_entry(info.name.as_str()))?;
                 let mut buf = Vec::new();
                 // Plain ranges were checked against the file: reserve all at once.
                 // Compressed content grows as it arrives.
@@ -226,17 +256,25 @@ impl State {
             }
             Mode::Stream { .. } => {}
             Mode::Gather { info, buf } => {
-                let mut c = to_c_order(&info, &buf)
-                    .map_err(|e| e.in_entry(self.name.as_str()))?
-                    .into_owned();
-                drop(buf);
-                if info.byte_order == ByteOrder::Big {
-                    swap_in_place(&mut c, info.dtype.swap_unit().unwrap_or(1));
+                let mut elements =
+                    COrder::new(&info, &buf[..]).map_err(|e| e.in_entry(self.name.as_str()))?;
+                let swap = match info.byte_order {
+                    ByteOrder::Big => info.dtype.swap_unit().unwrap_or(1),
+                    ByteOrder::Little => 1,
+                };
+                let mut block = vec![0u8; SCRATCH];
+                loop {
+                    let n = elements.fill(&mut block);
+                    if n == 0 {
+                        break;
+                    }
+                    let c = &mut block[..n];
+                    swap_in_place(c, swap);
+                    if info.dtype == DType::Bool {
+                        normalize_bools(c);
+                    }
+                    self.hasher.update(&*c);
                 }
-                if info.dtype == DType::Bool {
-                    normalize_bools(&mut c);
-                }
-                self.hasher.update(&c);
             }
         }
         Ok((self.name, self.hasher.finalize().into()))
@@ -293,7 +331,7 @@ fn hash_converted(
 impl Sink for HashSink {
     fn begin(&mut self, info: &TensorInfo) -> Result<Flow> {
         self.state = None;
-        self.state = Some(State::new(info)?);
+        self.state = Some(State::new(info, self.max_view_bytes)?);
         Ok(Flow::Continue)
     }
 

@@ -22,6 +22,11 @@ pub struct Limits {
     pub max_pickle_ops: u64,
     /// Most pickle memo entries.
     pub max_memo: u64,
+    /// Largest size in C order, in bytes, of a view whose elements take more than its
+    /// storage holds (a stride-0 `expand`, an overlapping `as_strided`): hashing,
+    /// comparing or converting it streams that many bytes from a few, so past this it is
+    /// refused (`convert::check_view`). Views within their storage are not limited.
+    pub max_view_bytes: u64,
 }
 
 impl Default for Limits {
@@ -36,6 +41,7 @@ impl Default for Limits {
             max_depth: 128,
             max_pickle_ops: 1 << 26,
             max_memo: 1 << 22,
+            max_view_bytes: 16 << 30,
         }
     }
 }
