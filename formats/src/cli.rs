@@ -17,6 +17,7 @@ macro_rules! outln {
         writeln!($out, $($arg)*).map_err(crate::Error::from)?
     };
 }
+use crate::runtime::error::{escape_controls, escape_name};
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
 use crate::{Compression, ConvertOptions, DType, OpenOptions, Registry, TensorFile, TensorInfo};
@@ -32,6 +33,22 @@ use serde_json::json;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    inputs: InputArgs,
+}
+
+/// How every command reads its input files.
+#[derive(clap::Args, Clone)]
+struct InputArgs {
+    /// Read the input files as this format (a name `formats` lists) instead of detecting
+    /// it: a damaged file then gets that format's own error. For `replace`, the weights'
+    /// format (the model is detected).
+    #[arg(long, global = true, value_name = "NAME")]
+    format: Option<String>,
+    /// Longest npy header read, in characters (10000 by default: NumPy's
+    /// max_header_size, past which numpy.load refuses a header too).
+    #[arg(long, global = true, value_name = "CHARS")]
+    max_header_size: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -203,28 +220,39 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
-/// The default options of opening a file of one of `registry`'s formats.
-fn open_options(registry: &Registry) -> OpenOptions {
-    OpenOptions {
+/// The options of opening a file of one of `registry`'s formats, as `inputs` say.
+fn open_options(registry: &Registry, inputs: &InputArgs) -> OpenOptions {
+    let mut options = OpenOptions {
         registry: registry.clone(),
+        format: inputs.format.clone(),
         ..Default::default()
+    };
+    if let Some(n) = inputs.max_header_size {
+        options.limits.max_literal_chars = n;
     }
+    options
 }
 
 /// Opens `path` as a file of one of `registry`'s formats.
-fn open(registry: &Registry, path: &PathBuf) -> crate::Result<TensorFile> {
-    TensorFile::open_with(path, &open_options(registry))
+fn open(registry: &Registry, inputs: &InputArgs, path: &PathBuf) -> crate::Result<TensorFile> {
+    TensorFile::open_with(path, &open_options(registry, inputs))
+}
+
+/// A path as it is safe to print ([`escape_controls`]).
+fn shown(path: &std::path::Path) -> String {
+    escape_controls(&path.display().to_string()).into_owned()
 }
 
 fn inspect(
     registry: &Registry,
+    inputs: &InputArgs,
     out: &mut dyn Write,
     path: &PathBuf,
     as_json: bool,
     with_sha: bool,
     with_values: bool,
 ) -> crate::Result<()> {
-    let file = open(registry, path)?;
+    let file = open(registry, inputs, path)?;
     // The non-tensor values of the stored object; a tree too large to expand is noted,
     // not fatal (the tensors are listed all the same).
     let structure = match file.structure() {
@@ -274,14 +302,19 @@ fn inspect(
         outln!(
             out,
             "{}: {} ({} tensors)",
-            path.display(),
+            shown(path),
             file.format(),
             file.tensors().len()
         );
-        let width = file
+        // Names as read from the file may hold escapes and newlines: printed escaped.
+        let names: Vec<_> = file
             .tensors()
             .iter()
-            .map(|t| t.name.len())
+            .map(|t| escape_name(&t.name))
+            .collect();
+        let width = names
+            .iter()
+            .map(|n| n.chars().count())
             .max()
             .unwrap_or(4)
             .max(4);
@@ -297,7 +330,7 @@ fn inspect(
         }
         for (i, t) in file.tensors().iter().enumerate() {
             let shape = format!("{:?}", t.shape);
-            let mut line = format!("  {:width$}  {:8}  {:20}", t.name, t.dtype.name(), shape);
+            let mut line = format!("  {:width$}  {:8}  {:20}", names[i], t.dtype.name(), shape);
             if let Some(h) = &hashes {
                 line.push_str("  ");
                 line.push_str(&hex(&h[i].1));
@@ -310,13 +343,22 @@ fn inspect(
                 if !values.is_empty() {
                     outln!(out, "values:");
                     for (name, v) in values {
-                        let name = if name.is_empty() { "<root>" } else { &name };
-                        outln!(out, "  {} = {}", name, shorten(&v.to_string(), 200));
+                        let name = if name.is_empty() {
+                            "<root>".into()
+                        } else {
+                            escape_name(&name)
+                        };
+                        let value = shorten(&v.to_string(), 200);
+                        outln!(out, "  {} = {}", name, escape_controls(&value));
                     }
                 }
             }
             Ok(None) => {}
-            Err(e) => outln!(out, "values: not shown ({e})"),
+            Err(e) => outln!(
+                out,
+                "values: not shown ({})",
+                escape_controls(&e.to_string())
+            ),
         }
     }
     Ok(())
@@ -374,8 +416,13 @@ fn node_json(n: &crate::Node) -> serde_json::Value {
     }
 }
 
-fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Result<()> {
-    let file = open(registry, path)?;
+fn verify(
+    registry: &Registry,
+    inputs: &InputArgs,
+    out: &mut dyn Write,
+    path: &PathBuf,
+) -> crate::Result<()> {
+    let file = open(registry, inputs, path)?;
     let bar = progress_bar(total_bytes(file.tensors()), "verifying");
     let mut sink = Progress {
         inner: HashSink::default(),
@@ -392,7 +439,7 @@ fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Re
     outln!(
         out,
         "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked{container}",
-        path.display(),
+        shown(path),
         file.format(),
         file.tensors().len(),
         total_bytes(file.tensors())
@@ -402,6 +449,7 @@ fn verify(registry: &Registry, out: &mut dyn Write, path: &PathBuf) -> crate::Re
 
 fn diff(
     registry: &Registry,
+    inputs: &InputArgs,
     out: &mut dyn Write,
     a: &PathBuf,
     b: &PathBuf,
@@ -409,22 +457,24 @@ fn diff(
     rtol: f64,
 ) -> crate::Result<bool> {
     use crate::runtime::convert::{to_c_order, to_f64};
-    let fa = open(registry, a)?;
-    let fb = open(registry, b)?;
+    let fa = open(registry, inputs, a)?;
+    let fb = open(registry, inputs, b)?;
     let mut same = true;
     for ta in fa.tensors() {
         let Some(tb) = fb.tensor(&ta.name) else {
-            outln!(out, "only in {}: {}", a.display(), ta.name);
+            outln!(out, "only in {}: {}", shown(a), escape_name(&ta.name));
             same = false;
             continue;
         };
         if ta.shape != tb.shape {
-            outln!(out, "{}: shape {:?} vs {:?}", ta.name, ta.shape, tb.shape);
+            let name = escape_name(&ta.name);
+            outln!(out, "{}: shape {:?} vs {:?}", name, ta.shape, tb.shape);
             same = false;
             continue;
         }
         if ta.dtype != tb.dtype {
-            outln!(out, "{}: dtype {} vs {}", ta.name, ta.dtype, tb.dtype);
+            let name = escape_name(&ta.name);
+            outln!(out, "{}: dtype {} vs {}", name, ta.dtype, tb.dtype);
             same = false;
         }
         let (xa, xb) = (fa.load_info(ta)?, fb.load_info(tb)?);
@@ -447,7 +497,7 @@ fn diff(
             outln!(
                 out,
                 "{}: {bad} of {} elements differ (max abs difference {worst})",
-                ta.name,
+                escape_name(&ta.name),
                 va.len()
             );
             same = false;
@@ -455,7 +505,7 @@ fn diff(
     }
     for tb in fb.tensors() {
         if fa.tensor(&tb.name).is_none() {
-            outln!(out, "only in {}: {}", b.display(), tb.name);
+            outln!(out, "only in {}: {}", shown(b), escape_name(&tb.name));
             same = false;
         }
     }
@@ -508,20 +558,22 @@ pub fn run_with(
     match dispatch(registry, cli, out) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            // An error may quote names read from the file: printed escaped.
+            eprintln!("error: {}", escape_controls(&e.to_string()));
             ExitCode::from(1)
         }
     }
 }
 
 fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
+    let inputs = &cli.inputs;
     match cli.command {
         Command::Inspect {
             file,
             json,
             sha256,
             values,
-        } => inspect(registry, out, &file, json, sha256, values)?,
+        } => inspect(registry, inputs, out, &file, json, sha256, values)?,
         Command::Convert {
             input,
             output,
@@ -547,7 +599,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 dtype,
                 flatten,
                 keep_layout,
-                open: open_options(registry),
+                open: open_options(registry, inputs),
                 ..Default::default()
             };
             if compress {
@@ -570,7 +622,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             bar.finish_and_clear();
             eprintln!(
                 "wrote {} ({}): {} tensors, {} bytes, from {}",
-                output.display(),
+                shown(&output),
                 summary.to,
                 summary.tensors,
                 summary.bytes,
@@ -581,7 +633,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     "note: {} cannot hold {} value(s) of the input, not written: {}",
                     summary.to,
                     summary.dropped.len(),
-                    shorten(&summary.dropped.join(", "), 200)
+                    escape_controls(&shorten(&summary.dropped.join(", "), 200))
                 );
             }
         }
@@ -592,7 +644,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             allow_reshape,
             external,
         } => {
-            let new = open(registry, &weights)?;
+            let new = open(registry, inputs, &weights)?;
             let mut loaded = Vec::with_capacity(new.tensors().len());
             for info in new.tensors() {
                 let t = new.load_info(info)?;
@@ -625,7 +677,13 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     ..Default::default()
                 },
                 allow_reshape,
-                open: open_options(registry),
+                open: open_options(
+                    registry,
+                    &InputArgs {
+                        format: None,
+                        ..inputs.clone()
+                    },
+                ),
                 ..Default::default()
             };
             let s = crate::replace_tensors(
@@ -636,13 +694,13 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             )?;
             eprintln!(
                 "wrote {}: {} tensors replaced, {} moved, {} kept",
-                output.display(),
+                shown(&output),
                 s.replaced,
                 s.moved,
                 s.kept
             );
         }
-        Command::Verify { file } => verify(registry, out, &file)?,
+        Command::Verify { file } => verify(registry, inputs, out, &file)?,
         Command::Formats => {
             for f in registry.formats() {
                 let exts: Vec<String> = f.extensions.iter().map(|e| format!(".{e}")).collect();
@@ -651,7 +709,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             }
         }
         Command::Diff { a, b, atol, rtol } => {
-            if !diff(registry, out, &a, &b, atol, rtol)? {
+            if !diff(registry, inputs, out, &a, &b, atol, rtol)? {
                 return Ok(ExitCode::from(1));
             }
         }
