@@ -459,15 +459,18 @@ fn written(ir: &Ir, m: MappingId) -> Option<Written<'_>> {
 }
 
 /// A file of records whose layout the format declares as `Record` (the checker sees to
-/// its `key` and `value` fields): `records` lists them, `detect` requires the whole file
-/// to be records; mapped and written by module `schema` (`quote!()`: this one).
+/// its `key` and `value` fields): `records` lists them, `detect` reads those in the
+/// file's first bytes; mapped and written by module `schema` (`quote!()`: this one).
 fn gen_records_backend(schema: &TokenStream) -> TokenStream {
     quote! {
+        /// One record at the cursor (the `Record` layout): its key and where its value is.
+        fn read_record(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<(::std::vec::Vec<u8>, (u64, u64))> {
+            Record::read(c, limits).map(|r| (r.key, r.value))
+        }
+
         /// Every record of the file, in file order: its key and where its value is.
         pub fn records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-            rt::kv::read_records(src, limits, |c, limits| {
-                Record::read(c, limits).map(|r| (r.key, r.value))
-            })
+            rt::kv::read_records(src, limits, read_record)
         }
 
         /// Writes one record (the `Record` layout).
@@ -481,9 +484,9 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
             Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
         }
 
-        /// True when the whole source reads as records (at least one).
+        /// True when the source's first bytes read as records (`rt::kv::detect_records`).
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-            src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
+            src.records().is_none() && rt::kv::detect_records(src, limits, read_record)
         }
 
         /// Maps the file's records: its tensors, the records holding them, its values.

@@ -9,7 +9,7 @@ use tensorfmt_core::cursor::Cursor;
 use tensorfmt_core::db::{EncodeFn, Record};
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::registry::{Payload, TensorWriter, WriteSeek};
-use tensorfmt_core::source::Source;
+use tensorfmt_core::source::{RandomAccess, Source};
 use tensorfmt_core::tensor::{ByteOrder, TensorMeta, WriteOptions};
 use tensorfmt_core::Limits;
 
@@ -39,6 +39,62 @@ pub fn read_records(src: &Source, limits: &Limits, read: ReadRecordFn) -> Result
         }
     }
     Ok(out)
+}
+
+/// How far into a file [`detect_records`] looks for the records it checks: those that
+/// start in the first 64 KiB.
+pub const DETECT_PREFIX: u64 = 64 << 10;
+
+/// True when `src` starts as a file of records does: every record that starts in its first
+/// [`DETECT_PREFIX`] bytes reads with `read` (at least one), each key at most
+/// `DETECT_PREFIX` bytes, each value inside the file. A bounded prefix is read and no key
+/// longer than it is copied, whatever the file's size (a 1 GiB checkpoint is refused
+/// after its first bytes, not walked as records); the index ([`read_records`]) reads the
+/// rest.
+pub fn detect_records(src: &Source, limits: &Limits, read: ReadRecordFn) -> bool {
+    let len = src.data().len();
+    if len == 0 {
+        return false;
+    }
+    let limits = Limits {
+        max_header_bytes: limits.max_header_bytes.min(DETECT_PREFIX),
+        ..limits.clone()
+    };
+    // A record starting in the prefix may end past it: its key (at most the prefix) and
+    // its fixed fields are readable, nothing further.
+    let prefix = Prefix {
+        inner: src.data(),
+        len,
+        readable: (2 * DETECT_PREFIX + 4096).min(len),
+    };
+    let mut c = Cursor::new(&prefix, src.location());
+    let mut any = false;
+    while c.pos() < DETECT_PREFIX.min(len) {
+        if read(&mut c, &limits).is_err() {
+            return false;
+        }
+        any = true;
+    }
+    any
+}
+
+/// A source of `len` bytes of which only the first `readable` may be read: value ranges
+/// are checked against the whole file while nothing past the prefix is touched.
+struct Prefix<'a> {
+    inner: &'a dyn RandomAccess,
+    len: u64,
+    readable: u64,
+}
+
+impl RandomAccess for Prefix<'_> {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        tensorfmt_core::source::check_range(offset, buf.len() as u64, self.readable)?;
+        self.inner.read_exact_at(offset, buf)
+    }
 }
 
 /// A streaming writer of a file of records: each tensor added becomes the records

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use format::{
-    backend_records, folder_writer, is_backend, read_records, ReadRecordFn, RecordWriter,
+    backend_records, detect_records, folder_writer, is_backend, read_records, DETECT_PREFIX, ReadRecordFn, RecordWriter,
     WriteRecordFn,
 };
 pub use tensorfmt_core::db::{
