@@ -161,6 +161,7 @@ impl TensorFile {
     pub fn from_source(source: Source, options: &OpenOptions) -> Result<Self> {
         let (format, tensors) =
             Self::resolve(&source, options, |f| (f.index)(&source, &options.limits))?;
+        source.check_unchanged()?;
         Ok(Self::indexed(source, format, tensors, options))
     }
 
@@ -303,14 +304,23 @@ impl TensorFile {
 
     /// Streams one tensor's bytes into `sink`.
     pub fn read_into(&self, info: &TensorInfo, sink: &mut dyn Sink) -> Result<Flow> {
-        read_tensor(&self.source, info, sink, &self.read_options)
-            .map_err(|e| self.source.in_file(e))
+        let flow = read_tensor(&self.source, info, sink, &self.read_options)
+            .map_err(|e| self.source.in_file(e));
+        self.source.check_unchanged()?;
+        flow
     }
 
     /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
     pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
-        tensorfmt_runtime::read::read_all(&self.source, &self.tensors, sink, &self.read_options)
-            .map_err(|e| self.source.in_file(e))
+        let done = tensorfmt_runtime::read::read_all(
+            &self.source,
+            &self.tensors,
+            sink,
+            &self.read_options,
+        )
+        .map_err(|e| self.source.in_file(e));
+        self.source.check_unchanged()?;
+        done
     }
 
     /// The tensor named `name`: a zero-copy view of the memory map where its bytes are

@@ -44,8 +44,9 @@ pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
 /// Shared bytes in memory: a memory map or an owned buffer.
 #[derive(Clone)]
 pub enum Bytes {
-    /// A read-only memory map of a file.
-    Mapped(Arc<memmap2::Mmap>),
+    /// A read-only memory map of a file, guarded against the file shrinking while it is
+    /// read ([`crate::mapguard`]).
+    Mapped(Arc<crate::mapguard::Mapping>),
     /// An owned buffer.
     Owned(Arc<[u8]>),
 }
@@ -196,11 +197,12 @@ impl Source {
         let bytes = if len == 0 {
             Bytes::Owned(Arc::from(Vec::new()))
         } else {
-            // SAFETY: the map is read-only. As with every memory-mapped reader, another
-            // process truncating the file while it is mapped is outside what we can guard.
+            // SAFETY: the map is read-only. Another process truncating the file while it
+            // is mapped is caught by the guard: the pages past the new end read as zeros
+            // and `Source::check_unchanged` reports it.
             let map = unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-            Bytes::Mapped(Arc::new(map))
+            Bytes::Mapped(Arc::new(crate::mapguard::Mapping::new(map)))
         };
         Ok(Source {
             data: Box::new(bytes.clone()),
@@ -371,6 +373,35 @@ impl Source {
         let b = bytes.mapped.ok_or_else(|| refuse("could not be mapped"))?;
         cache.push((name.to_string(), b.clone()));
         Ok(b)
+    }
+
+    /// An error when the file, or an external file beside it already mapped, shrank while
+    /// it was read ([`crate::mapguard`]): what was read since may be zeros in place of the
+    /// file's bytes. The high-level API checks this after indexing and after every read.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let changed = |b: &Bytes| matches!(b, Bytes::Mapped(m) if m.changed());
+        let mut which = None;
+        if self.mapped.as_ref().is_some_and(changed) {
+            which = Some(self.location());
+        } else if let Ok(cache) = self.external.lock() {
+            if let Some((name, _)) = cache.iter().find(|(_, b)| changed(b)) {
+                which = Some(
+                    self.location()
+                        .with_field(format!("external file '{name}'")),
+                );
+            }
+        }
+        match which {
+            None => Ok(()),
+            Some(loc) => Err(Error::new(
+                ErrorKind::Invalid(
+                    "the file changed while it was read (it was truncated): what was read \
+                     from it cannot be trusted; read it again once nothing is writing it"
+                        .into(),
+                ),
+                loc,
+            )),
+        }
     }
 
     /// The shared in-memory bytes, when the source is a map or a buffer.

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use format::{
-    backend_records, detect_records, folder_writer, is_backend, read_records, DETECT_PREFIX, ReadRecordFn, RecordWriter,
-    WriteRecordFn,
+    backend_records, detect_records, folder_writer, is_backend, read_records, ReadRecordFn,
+    RecordWriter, WriteRecordFn, DETECT_PREFIX,
 };
 pub use tensorfmt_core::db::{
     Cursor, Db, DbDesc, EncodeFn, MapFn, Mapped, MappedRecord, Mode, PutFn, Record, Records,
