@@ -463,14 +463,11 @@ fn written(ir: &Ir, m: MappingId) -> Option<Written<'_>> {
 /// file's first bytes; mapped and written by module `schema` (`quote!()`: this one).
 fn gen_records_backend(schema: &TokenStream) -> TokenStream {
     quote! {
-        /// One record at the cursor (the `Record` layout): its key and where its value is.
-        fn read_record(c: &mut rt::Cursor<'_>, limits: &rt::Limits) -> rt::Result<(::std::vec::Vec<u8>, (u64, u64))> {
-            Record::read(c, limits).map(|r| (r.key, r.value))
-        }
-
         /// Every record of the file, in file order: its key and where its value is.
         pub fn records(src: &rt::Source, limits: &rt::Limits) -> rt::Result<::std::vec::Vec<rt::kv::Record>> {
-            rt::kv::read_records(src, limits, read_record)
+            rt::kv::read_records(src, limits, |c, limits| {
+                Record::read(c, limits).map(|r| (r.key, r.value))
+            })
         }
 
         /// Writes one record (the `Record` layout).
@@ -486,7 +483,7 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
 
         /// True when the source's first bytes read as records (`rt::kv::detect_records`).
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-            src.records().is_none() && rt::kv::detect_records(src, limits, read_record)
+            src.records().is_none() && rt::kv::detect_records(src, limits, records)
         }
 
         /// Maps the file's records: its tensors, the records holding them, its values.

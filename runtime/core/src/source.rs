@@ -239,6 +239,19 @@ impl Source {
         })
     }
 
+    /// Any random-access bytes, named by `path` when given (a view an engine makes of
+    /// another source: the bounded prefix detection reads).
+    pub fn from_random_access(data: Box<dyn RandomAccess>, path: Option<PathBuf>) -> Self {
+        Source {
+            data,
+            mapped: None,
+            path,
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        }
+    }
+
     /// Bytes already mapped (or held), named by `path`.
     pub fn from_mapped(bytes: Bytes, path: impl Into<PathBuf>) -> Self {
         Source {
