@@ -209,7 +209,16 @@ impl TensorFile {
         let mut failed = Vec::new();
         for f in tried {
             match read(f) {
-                Ok(t) => return Ok((f, t)),
+                Ok(t) if detected => return Ok((f, t)),
+                // Read by its extension, but not recognised: the detector decides.
+                Ok(_) => failed.push((
+                    f,
+                    Error::from(ErrorKind::Unsupported(format!(
+                        "it reads, but its first bytes are not those of the format's files \
+                         (give `--format {}` to read it as one)",
+                        f.name
+                    ))),
+                )),
                 Err(e) => failed.push((f, source.in_file(e))),
             }
         }

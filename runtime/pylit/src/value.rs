@@ -520,7 +520,8 @@ pub fn read<T: FromPy>(
         )
     };
     // A character takes four bytes at most: longer is refused before it is read.
-    if len / 4 > limits.max_literal_chars {
+    // (Past the end of the file, the truncation is the error, as numpy.load says.)
+    if len / 4 > limits.max_literal_chars && len <= c.remaining() {
         return Err(too_long(c, len));
     }
     let bytes = c.bytes(field, len, limits.max_header_bytes)?;
