@@ -298,7 +298,7 @@ pub fn rewrite<'a>(
     for (path, dest) in copies {
         let from = in_dir.join(&path);
         let tmp = AtomicFile::create(&dest).map_err(|e| e.in_file(&dest))?;
-        let mut src = std::fs::File::open(&from).map_err(|e| Error::from(e).in_file(&from))?;
+        let (mut src, _) = tensorfmt_runtime::source::open_regular(&from)?;
         std::io::copy(&mut src, &mut tmp.file()).map_err(|e| Error::from(e).in_file(&dest))?;
         tmp.commit().map_err(|e| e.in_file(&dest))?;
     }

@@ -96,6 +96,26 @@ fn external_data_that_is_a_fifo_is_refused_without_blocking() {
     mkfifo(&fifo);
     let e = open_err(&fifo, None);
     assert!(e.contains("not a regular file"), "{e}");
+    // A database folder whose data file is a FIFO.
+    let db = dir.path().join("weights.lmdb");
+    std::fs::create_dir(&db).unwrap();
+    for entry in std::fs::read_dir(fixtures().join("caffe2").join("weights.lmdb")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), db.join(entry.file_name())).unwrap();
+    }
+    std::fs::remove_file(db.join("data.mdb")).unwrap();
+    mkfifo(&db.join("data.mdb"));
+    let (code, _) = cli_within(vec![
+        "inspect".into(),
+        "--sha256".into(),
+        path_str(&db).into(),
+    ]);
+    assert_eq!(code, ExitCode::from(1));
+    let e = open_err(&db, None);
+    assert!(
+        e.contains("'data.mdb' is not a regular file") && e.contains("weights.lmdb"),
+        "{e}"
+    );
 }
 
 /// An npy of `n` f32 elements, C order, version 1 header.

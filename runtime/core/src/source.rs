@@ -41,6 +41,32 @@ pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
     }
 }
 
+/// Opens `path` for reading if it is a regular file: opened without blocking, so that a
+/// FIFO or a device is refused rather than waited on (no effect on regular files), then
+/// checked. Every input file is opened through here (files beside a document too).
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata)> {
+    let loc = || Location::file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a folder (a database folder is opened by the key-value engine's `open_dir`)"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::new(ErrorKind::Unsupported(what.into()), loc()));
+    }
+    Ok((file, meta))
+}
+
 /// Shared bytes in memory: a memory map or an owned buffer.
 #[derive(Clone)]
 pub enum Bytes {
@@ -173,26 +199,7 @@ impl Source {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let loc = || Location::file(path);
-        // Opened without blocking, so that a FIFO or a device is refused below rather than
-        // waited on (no effect on regular files).
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-        let file = options
-            .open(path)
-            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-        if !meta.is_file() {
-            let what = if meta.is_dir() {
-                "a folder (a database folder is opened by the key-value engine's `open_dir`)"
-            } else {
-                "not a regular file"
-            };
-            return Err(Error::new(ErrorKind::Unsupported(what.into()), loc()));
-        }
+        let (file, meta) = open_regular(path)?;
         let len = meta.len();
         let bytes = if len == 0 {
             Bytes::Owned(Arc::from(Vec::new()))
