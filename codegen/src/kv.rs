@@ -459,8 +459,8 @@ fn written(ir: &Ir, m: MappingId) -> Option<Written<'_>> {
 }
 
 /// A file of records whose layout the format declares as `Record` (the checker sees to
-/// its `key` and `value` fields): `records` lists them, `detect` requires the whole file
-/// to be records; mapped and written by module `schema` (`quote!()`: this one).
+/// its `key` and `value` fields): `records` lists them, `detect` reads those in the
+/// file's first bytes; mapped and written by module `schema` (`quote!()`: this one).
 fn gen_records_backend(schema: &TokenStream) -> TokenStream {
     quote! {
         /// Every record of the file, in file order: its key and where its value is.
@@ -481,9 +481,9 @@ fn gen_records_backend(schema: &TokenStream) -> TokenStream {
             Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
         }
 
-        /// True when the whole source reads as records (at least one).
+        /// True when the source's first bytes read as records (`rt::kv::detect_records`).
         pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-            src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
+            src.records().is_none() && rt::kv::detect_records(src, limits, records)
         }
 
         /// Maps the file's records: its tensors, the records holding them, its values.

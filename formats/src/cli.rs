@@ -17,6 +17,7 @@ macro_rules! outln {
         writeln!($out, $($arg)*).map_err(crate::Error::from)?
     };
 }
+use crate::runtime::error::{escape_controls, escape_name};
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
 use crate::{
@@ -34,6 +35,22 @@ use serde_json::json;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    #[command(flatten)]
+    inputs: InputArgs,
+}
+
+/// How every command reads its input files.
+#[derive(clap::Args, Clone)]
+struct InputArgs {
+    /// Read the input files as this format (a name `formats` lists) instead of detecting
+    /// it: a damaged file then gets that format's own error. For `replace`, the weights'
+    /// format (the model is detected).
+    #[arg(long, global = true, value_name = "NAME")]
+    format: Option<String>,
+    /// Longest npy header read, in characters (10000 by default: NumPy's
+    /// max_header_size, past which numpy.load refuses a header too).
+    #[arg(long, global = true, value_name = "CHARS")]
+    max_header_size: Option<u64>,
     /// Largest size in C order, in bytes, of a view whose elements take more than its
     /// storage (a stride-0 `expand`, an overlapping `as_strided`) that is hashed,
     /// verified, compared or written; such views past it are refused (default 16 GiB).
@@ -212,30 +229,50 @@ impl<S: Sink> Sink for Progress<'_, S> {
     }
 }
 
-/// The options of opening a file of one of `registry`'s formats under `limits`.
-fn open_options(registry: &Registry, limits: &Limits) -> OpenOptions {
+/// The options of opening a file of one of `registry`'s formats, as `inputs` say.
+fn open_options(registry: &Registry, inputs: &InputArgs) -> OpenOptions {
     OpenOptions {
         registry: registry.clone(),
-        limits: limits.clone(),
+        format: inputs.format.clone(),
+        limits: inputs.limits(),
         ..Default::default()
     }
 }
 
+impl InputArgs {
+    /// The reading limits these options set (the defaults otherwise).
+    fn limits(&self) -> Limits {
+        let mut limits = Limits::default();
+        if let Some(n) = self.max_header_size {
+            limits.max_literal_chars = n;
+        }
+        if let Some(n) = self.max_view_bytes {
+            limits.max_view_bytes = n;
+        }
+        limits
+    }
+}
+
 /// Opens `path` as a file of one of `registry`'s formats.
-fn open(registry: &Registry, limits: &Limits, path: &PathBuf) -> crate::Result<TensorFile> {
-    TensorFile::open_with(path, &open_options(registry, limits))
+fn open(registry: &Registry, inputs: &InputArgs, path: &PathBuf) -> crate::Result<TensorFile> {
+    TensorFile::open_with(path, &open_options(registry, inputs))
+}
+
+/// A path as it is safe to print ([`escape_controls`]).
+fn shown(path: &std::path::Path) -> String {
+    escape_controls(&path.display().to_string()).into_owned()
 }
 
 fn inspect(
     registry: &Registry,
-    limits: &Limits,
+    inputs: &InputArgs,
     out: &mut dyn Write,
     path: &PathBuf,
     as_json: bool,
     with_sha: bool,
     with_values: bool,
 ) -> crate::Result<()> {
-    let file = open(registry, limits, path)?;
+    let file = open(registry, inputs, path)?;
     // The non-tensor values of the stored object; a tree too large to expand is noted,
     // not fatal (the tensors are listed all the same).
     let structure = match file.structure() {
@@ -246,7 +283,7 @@ fn inspect(
     let hashes = if with_sha {
         let bar = progress_bar(total_bytes(file.tensors()), "hashing");
         let mut sink = Progress {
-            inner: HashSink::with_max_view_bytes(limits.max_view_bytes),
+            inner: HashSink::with_max_view_bytes(inputs.limits().max_view_bytes),
             bar: &bar,
         };
         file.read_all(&mut sink)?;
@@ -285,14 +322,19 @@ fn inspect(
         outln!(
             out,
             "{}: {} ({} tensors)",
-            path.display(),
+            shown(path),
             file.format(),
             file.tensors().len()
         );
-        let width = file
+        // Names as read from the file may hold escapes and newlines: printed escaped.
+        let names: Vec<_> = file
             .tensors()
             .iter()
-            .map(|t| t.name.len())
+            .map(|t| escape_name(&t.name))
+            .collect();
+        let width = names
+            .iter()
+            .map(|n| n.chars().count())
             .max()
             .unwrap_or(4)
             .max(4);
@@ -308,7 +350,7 @@ fn inspect(
         }
         for (i, t) in file.tensors().iter().enumerate() {
             let shape = format!("{:?}", t.shape);
-            let mut line = format!("  {:width$}  {:8}  {:20}", t.name, t.dtype.name(), shape);
+            let mut line = format!("  {:width$}  {:8}  {:20}", names[i], t.dtype.name(), shape);
             if let Some(h) = &hashes {
                 line.push_str("  ");
                 line.push_str(&hex(&h[i].1));
@@ -321,13 +363,22 @@ fn inspect(
                 if !values.is_empty() {
                     outln!(out, "values:");
                     for (name, v) in values {
-                        let name = if name.is_empty() { "<root>" } else { &name };
-                        outln!(out, "  {} = {}", name, shorten(&v.to_string(), 200));
+                        let name = if name.is_empty() {
+                            "<root>".into()
+                        } else {
+                            escape_name(&name)
+                        };
+                        let value = shorten(&v.to_string(), 200);
+                        outln!(out, "  {} = {}", name, escape_controls(&value));
                     }
                 }
             }
             Ok(None) => {}
-            Err(e) => outln!(out, "values: not shown ({e})"),
+            Err(e) => outln!(
+                out,
+                "values: not shown ({})",
+                escape_controls(&e.to_string())
+            ),
         }
     }
     Ok(())
@@ -387,14 +438,14 @@ fn node_json(n: &crate::Node) -> serde_json::Value {
 
 fn verify(
     registry: &Registry,
-    limits: &Limits,
+    inputs: &InputArgs,
     out: &mut dyn Write,
     path: &PathBuf,
 ) -> crate::Result<()> {
-    let file = open(registry, limits, path)?;
+    let file = open(registry, inputs, path)?;
     let bar = progress_bar(total_bytes(file.tensors()), "verifying");
     let mut sink = Progress {
-        inner: HashSink::with_max_view_bytes(limits.max_view_bytes),
+        inner: HashSink::with_max_view_bytes(inputs.limits().max_view_bytes),
         bar: &bar,
     };
     file.read_all(&mut sink)?;
@@ -408,7 +459,7 @@ fn verify(
     outln!(
         out,
         "ok: {} ({}), {} tensors, {} bytes of tensor data read and checked{container}",
-        path.display(),
+        shown(path),
         file.format(),
         file.tensors().len(),
         total_bytes(file.tensors())
@@ -424,15 +475,15 @@ fn verify(
 #[allow(clippy::too_many_arguments)]
 fn diff(
     registry: &Registry,
-    limits: &Limits,
+    inputs: &InputArgs,
     out: &mut dyn Write,
     a: &PathBuf,
     b: &PathBuf,
     atol: f64,
     rtol: f64,
 ) -> crate::Result<bool> {
-    let fa = open(registry, limits, a)?;
-    let fb = open(registry, limits, b)?;
+    let fa = open(registry, inputs, a)?;
+    let fb = open(registry, inputs, b)?;
     let mut same = true;
     let (dup_a, dup_b) = (shared_names(&fa), shared_names(&fb));
     for (path, dups) in [(a, &dup_a), (b, &dup_b)] {
@@ -440,10 +491,10 @@ fn diff(
             outln!(
                 out,
                 "{}: {} tensors of {} have this name ({}); they cannot be paired by name",
-                name,
+                escape_name(name),
                 paths.len(),
-                path.display(),
-                paths.join(", ")
+                shown(path),
+                escape_controls(&paths.join(", "))
             );
             same = false;
         }
@@ -458,12 +509,13 @@ fn diff(
             continue;
         }
         let Some(tb) = fb.tensor(&ta.name) else {
-            outln!(out, "only in {}: {}", a.display(), ta.name);
+            outln!(out, "only in {}: {}", shown(a), escape_name(&ta.name));
             same = false;
             continue;
         };
         if ta.shape != tb.shape {
-            outln!(out, "{}: shape {:?} vs {:?}", ta.name, ta.shape, tb.shape);
+            let name = escape_name(&ta.name);
+            outln!(out, "{}: shape {:?} vs {:?}", name, ta.shape, tb.shape);
             same = false;
             continue;
         }
@@ -480,7 +532,7 @@ fn diff(
                 outln!(
                     out,
                     "{}: dtype {} vs {}; the values agree{tolerance}",
-                    ta.name,
+                    escape_name(&ta.name),
                     ta.dtype,
                     tb.dtype
                 );
@@ -488,20 +540,20 @@ fn diff(
                 outln!(
                     out,
                     "{}: dtype {} vs {}, and {}{tolerance}",
-                    ta.name,
+                    escape_name(&ta.name),
                     ta.dtype,
                     tb.dtype,
                     differ()
                 );
             }
         } else if c.differ > 0 {
-            outln!(out, "{}: {}", ta.name, differ());
+            outln!(out, "{}: {}", escape_name(&ta.name), differ());
             same = false;
         }
     }
     for tb in fb.tensors() {
         if fa.tensor(&tb.name).is_none() && !dup_b.contains_key(&tb.name) {
-            outln!(out, "only in {}: {}", b.display(), tb.name);
+            outln!(out, "only in {}: {}", shown(b), escape_name(&tb.name));
             same = false;
         }
     }
@@ -682,24 +734,22 @@ pub fn run_with(
     match dispatch(registry, cli, out) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            // An error may quote names read from the file: printed escaped.
+            eprintln!("error: {}", escape_controls(&e.to_string()));
             ExitCode::from(error_code)
         }
     }
 }
 
 fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result<ExitCode> {
-    let mut limits = Limits::default();
-    if let Some(n) = cli.max_view_bytes {
-        limits.max_view_bytes = n;
-    }
+    let inputs = &cli.inputs;
     match cli.command {
         Command::Inspect {
             file,
             json,
             sha256,
             values,
-        } => inspect(registry, &limits, out, &file, json, sha256, values)?,
+        } => inspect(registry, inputs, out, &file, json, sha256, values)?,
         Command::Convert {
             input,
             output,
@@ -725,7 +775,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 dtype,
                 flatten,
                 keep_layout,
-                open: open_options(registry, &limits),
+                open: open_options(registry, inputs),
                 ..Default::default()
             };
             if compress {
@@ -748,7 +798,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             bar.finish_and_clear();
             eprintln!(
                 "wrote {} ({}): {} tensors, {} bytes, from {}",
-                output.display(),
+                shown(&output),
                 summary.to,
                 summary.tensors,
                 summary.bytes,
@@ -759,7 +809,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     "note: {} cannot hold {} value(s) of the input, not written: {}",
                     summary.to,
                     summary.dropped.len(),
-                    shorten(&summary.dropped.join(", "), 200)
+                    escape_controls(&shorten(&summary.dropped.join(", "), 200))
                 );
             }
         }
@@ -771,7 +821,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             external,
         } => {
             crate::refuse_input_as_output(&weights, &output)?;
-            let new = open(registry, &limits, &weights)?;
+            let new = open(registry, inputs, &weights)?;
             let mut loaded = Vec::with_capacity(new.tensors().len());
             for info in new.tensors() {
                 let t = new.load_info(info)?;
@@ -804,7 +854,13 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     ..Default::default()
                 },
                 allow_reshape,
-                open: open_options(registry, &limits),
+                open: open_options(
+                    registry,
+                    &InputArgs {
+                        format: None,
+                        ..inputs.clone()
+                    },
+                ),
                 ..Default::default()
             };
             let s = crate::replace_tensors(
@@ -815,13 +871,13 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             )?;
             eprintln!(
                 "wrote {}: {} tensors replaced, {} moved, {} kept",
-                output.display(),
+                shown(&output),
                 s.replaced,
                 s.moved,
                 s.kept
             );
         }
-        Command::Verify { file } => verify(registry, &limits, out, &file)?,
+        Command::Verify { file } => verify(registry, inputs, out, &file)?,
         Command::Formats => {
             for f in registry.formats() {
                 let exts: Vec<String> = f.extensions.iter().map(|e| format!(".{e}")).collect();
@@ -830,7 +886,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             }
         }
         Command::Diff { a, b, atol, rtol } => {
-            if !diff(registry, &limits, out, &a, &b, atol, rtol)? {
+            if !diff(registry, inputs, out, &a, &b, atol, rtol)? {
                 return Ok(ExitCode::from(1));
             }
         }

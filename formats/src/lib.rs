@@ -159,8 +159,9 @@ impl TensorFile {
 
     /// Indexes an already opened source (a buffer, a stream, or a map).
     pub fn from_source(source: Source, options: &OpenOptions) -> Result<Self> {
-        let format = Self::format_of(&source, options)?;
-        let tensors = (format.index)(&source, &options.limits).map_err(|e| source.in_file(e))?;
+        let (format, tensors) =
+            Self::resolve(&source, options, |f| (f.index)(&source, &options.limits))?;
+        source.check_unchanged()?;
         Ok(Self::indexed(source, format, tensors, options))
     }
 
@@ -172,32 +173,86 @@ impl TensorFile {
         options: &OpenOptions,
     ) -> Result<(Self, Option<tensorfmt_runtime::kv::Mapped>)> {
         let source = open_source(path)?;
-        let format = Self::format_of(&source, options)?;
-        let Some(db) = format.db else {
-            return Ok((Self::from_source(source, options)?, None));
-        };
-        let mut mapped = (db.map)(&source, &options.limits).map_err(|e| source.in_file(e))?;
-        let tensors = std::mem::take(&mut mapped.tensors);
-        Ok((
-            Self::indexed(source, format, tensors, options),
-            Some(mapped),
-        ))
+        let (format, (tensors, mapped)) = Self::resolve(&source, options, |f| match f.db {
+            Some(db) => {
+                let mut mapped = (db.map)(&source, &options.limits)?;
+                Ok((std::mem::take(&mut mapped.tensors), Some(mapped)))
+            }
+            None => Ok(((f.index)(&source, &options.limits)?, None)),
+        })?;
+        Ok((Self::indexed(source, format, tensors, options), mapped))
     }
 
-    /// The format `options` names, or the one detected.
-    fn format_of(source: &Source, options: &OpenOptions) -> Result<&'static FormatDesc> {
-        match &options.format {
-            Some(name) => options.registry.require(name),
-            None => options
-                .registry
-                .detect(source, &options.limits)
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::Unsupported("not a file of any known tensor format".into()),
-                        source.location(),
-                    )
-                }),
+    /// The format `options` names, or the first of those that recognise `source`
+    /// ([`Registry::candidates`]) that `read` reads it as, with what `read` made of it.
+    /// A file no detector recognises is read as the formats of its extension, so that a
+    /// damaged file gets its format's own error (entry, offset, reason); when every
+    /// candidate fails, the error names each and what failed in it.
+    fn resolve<T>(
+        source: &Source,
+        options: &OpenOptions,
+        mut read: impl FnMut(&'static FormatDesc) -> Result<T>,
+    ) -> Result<(&'static FormatDesc, T)> {
+        let registry = &options.registry;
+        if let Some(name) = &options.format {
+            let f = registry.require(name).map_err(|e| source.in_file(e))?;
+            return read(f).map(|t| (f, t)).map_err(|e| source.in_file(e));
         }
+        let mut tried = registry.candidates(source, &options.limits);
+        let detected = !tried.is_empty();
+        if !detected {
+            tried = source
+                .path()
+                .map(|p| registry.all_for_path(p))
+                .unwrap_or_default();
+        }
+        let mut failed = Vec::new();
+        for f in tried {
+            match read(f) {
+                Ok(t) if detected => return Ok((f, t)),
+                // Read by its extension, but not recognised: the detector decides.
+                Ok(_) => failed.push((
+                    f,
+                    Error::from(ErrorKind::Unsupported(format!(
+                        "it reads, but its first bytes are not those of the format's files \
+                         (give `--format {}` to read it as one)",
+                        f.name
+                    ))),
+                )),
+                Err(e) => failed.push((f, source.in_file(e))),
+            }
+        }
+        if detected && failed.len() == 1 {
+            return Err(failed.pop().map(|(_, e)| e).expect("one error"));
+        }
+        let each: Vec<String> = failed
+            .into_iter()
+            .map(|(f, mut e)| {
+                e.location.file = None;
+                format!("as {}: {e}", f.name)
+            })
+            .collect();
+        let why = if detected {
+            format!(
+                "recognised by {} formats, read by none ({})",
+                each.len(),
+                each.join("; ")
+            )
+        } else if each.is_empty() {
+            format!(
+                "not a file of any known tensor format: none of {} recognises its first \
+                 bytes (give the format, `--format NAME` or `OpenOptions::format`, to see \
+                 why that one refuses it)",
+                registry.names().join(", ")
+            )
+        } else {
+            format!(
+                "not a file of any known tensor format: no format recognises its first bytes, \
+                 and read as the formats of its extension it is refused ({})",
+                each.join("; ")
+            )
+        };
+        Err(Error::new(ErrorKind::Unsupported(why), source.location()))
     }
 
     /// The file of `source`, read as `format`, whose tensors are `tensors`.
@@ -258,14 +313,23 @@ impl TensorFile {
 
     /// Streams one tensor's bytes into `sink`.
     pub fn read_into(&self, info: &TensorInfo, sink: &mut dyn Sink) -> Result<Flow> {
-        read_tensor(&self.source, info, sink, &self.read_options)
-            .map_err(|e| self.source.in_file(e))
+        let flow = read_tensor(&self.source, info, sink, &self.read_options)
+            .map_err(|e| self.source.in_file(e));
+        self.source.check_unchanged()?;
+        flow
     }
 
     /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
     pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
-        tensorfmt_runtime::read::read_all(&self.source, &self.tensors, sink, &self.read_options)
-            .map_err(|e| self.source.in_file(e))
+        let done = tensorfmt_runtime::read::read_all(
+            &self.source,
+            &self.tensors,
+            sink,
+            &self.read_options,
+        )
+        .map_err(|e| self.source.in_file(e));
+        self.source.check_unchanged()?;
+        done
     }
 
     /// The tensor named `name`: a zero-copy view of the memory map where its bytes are

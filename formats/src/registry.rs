@@ -189,17 +189,56 @@ impl Registry {
     /// assert!(Registry::empty().detect(&source, &Limits::default()).is_none());
     /// ```
     pub fn detect(&self, source: &Source, limits: &Limits) -> Option<&'static FormatDesc> {
-        let hits: Vec<&'static FormatDesc> = self
+        self.candidates(source, limits).first().copied()
+    }
+
+    /// Every format whose detector accepts `source`, the one its path's extension names
+    /// first, then the others in [`Registry::formats`] order: what opening a file tries,
+    /// in turn, until one indexes it.
+    ///
+    /// ```
+    /// use tensorfmt::{Limits, Registry, Source};
+    /// let source = Source::from_bytes(b"\x93NUMPY\x01\x00".to_vec());
+    /// let names: Vec<&str> = Registry::builtin()
+    ///     .candidates(&source, &Limits::default())
+    ///     .iter()
+    ///     .map(|f| f.name)
+    ///     .collect();
+    /// assert_eq!(names, ["npy"]);
+    /// ```
+    pub fn candidates(&self, source: &Source, limits: &Limits) -> Vec<&'static FormatDesc> {
+        let mut hits: Vec<&'static FormatDesc> = self
             .formats()
             .filter(|f| (f.detect)(source, limits))
             .collect();
         if hits.len() > 1 {
             if let Some(by_ext) = source.path().and_then(|p| self.for_path(p)) {
-                if hits.iter().any(|h| h.name == by_ext.name) {
-                    return Some(by_ext);
+                if let Some(i) = hits.iter().position(|h| h.name == by_ext.name) {
+                    let f = hits.remove(i);
+                    hits.insert(0, f);
                 }
             }
         }
-        hits.first().copied()
+        hits
+    }
+
+    /// Every format whose extensions hold `path`'s, in [`Registry::formats`] order.
+    ///
+    /// ```
+    /// let names: Vec<&str> = tensorfmt::Registry::builtin()
+    ///     .all_for_path("m.npz".as_ref())
+    ///     .iter()
+    ///     .map(|f| f.name)
+    ///     .collect();
+    /// assert_eq!(names, ["npz"]);
+    /// ```
+    pub fn all_for_path(&self, path: &Path) -> Vec<&'static FormatDesc> {
+        let Some(ext) = path.extension().and_then(|e| e.to_str()) else {
+            return Vec::new();
+        };
+        let ext = ext.to_ascii_lowercase();
+        self.formats()
+            .filter(|f| f.extensions.contains(&ext.as_str()))
+            .collect()
     }
 }

@@ -292,7 +292,7 @@ pub fn rewrite<'a>(
             continue;
         }
         let tmp = AtomicFile::create(&dest).map_err(|e| e.in_file(&dest))?;
-        let mut src = std::fs::File::open(&from).map_err(|e| Error::from(e).in_file(&from))?;
+        let (mut src, _) = tensorfmt_runtime::source::open_regular(&from)?;
         std::io::copy(&mut src, &mut tmp.file()).map_err(|e| Error::from(e).in_file(&dest))?;
         // Never over a file of that name that holds something else.
         tmp.commit_new().map_err(|e| e.in_file(&dest))?;

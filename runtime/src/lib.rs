@@ -19,8 +19,8 @@
 #![warn(missing_docs)]
 
 pub use tensorfmt_core::{
-    convert, cursor, db, dtype, error, hash, layout_writer, limits, output, pattern, read,
-    registry, sink, source, storage, tensor, tree,
+    convert, cursor, db, dtype, error, hash, layout_writer, limits, mapguard, output, pattern,
+    read, registry, sink, source, storage, tensor, tree,
 };
 pub use tensorfmt_core::{
     ByteOrder, Bytes, Compression, DType, DataLocation, Encoded, Error, ErrorKind, ExternalData,

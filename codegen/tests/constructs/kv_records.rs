@@ -225,9 +225,9 @@ pub mod kvrec {
         };
         Ok(::std::boxed::Box::new(rt::kv::open_record_file(path, mode, codec)?))
     }
-    /// True when the whole source reads as records (at least one).
+    /// True when the source's first bytes read as records (`rt::kv::detect_records`).
     pub fn detect(src: &rt::Source, limits: &rt::Limits) -> bool {
-        src.records().is_none() && !src.data().is_empty() && records(src, limits).is_ok()
+        src.records().is_none() && rt::kv::detect_records(src, limits, records)
     }
     /// Maps the file's records: its tensors, the records holding them, its values.
     pub fn map_db(src: &rt::Source, limits: &rt::Limits) -> rt::Result<rt::kv::Mapped> {

@@ -53,17 +53,89 @@ impl Location {
     }
 }
 
+/// Whether `c` is shown escaped by [`escape_name`]: control characters (ASCII and C1),
+/// the line and paragraph separators, and the invisible characters that reorder or hide
+/// text (bidirectional controls, zero-width characters, the byte order mark).
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2069}'
+                | '\u{feff}'
+        )
+}
+
+/// `name` as it is safe to print to a terminal or in a line of text: a name read from a
+/// file (a tensor's, a member's, a key's) may hold ANSI escapes or newlines that would
+/// forge lines of a listing. Control and invisible characters are written as escapes
+/// (`\n`, `\t`, `\r`, `\0`, `\x1b`, `\u{202e}`) and a backslash as `\\`, as Python's
+/// `repr` and Rust's `escape_debug` do; a name holding none of them (nor a backslash) is
+/// borrowed unchanged.
+///
+/// ```
+/// use tensorfmt_core::error::escape_name;
+/// assert_eq!(escape_name("layer.0.weight"), "layer.0.weight");
+/// assert_eq!(escape_name("a\x1b[2Jb\nc"), "a\\x1b[2Jb\\nc");
+/// assert_eq!(escape_name("x\\y"), "x\\\\y");
+/// ```
+pub fn escape_name(name: &str) -> std::borrow::Cow<'_, str> {
+    if !name.chars().any(|c| c == '\\' || needs_escape(c)) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = String::with_capacity(name.len() + 8);
+    for c in name.chars() {
+        push_escaped(&mut out, c, true);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `text` with its control and invisible characters escaped as [`escape_name`] escapes
+/// them, backslashes left as they are: for a message (an error's) that quotes names among
+/// its own words, so that nothing it quotes can move the cursor or start a line.
+pub fn escape_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(needs_escape) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        push_escaped(&mut out, c, false);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Pushes `c` to `out`, escaped when [`needs_escape`] says (and a backslash doubled when
+/// `backslash`).
+fn push_escaped(out: &mut String, c: char, backslash: bool) {
+    use std::fmt::Write as _;
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\0' => out.push_str("\\0"),
+        '\\' if backslash => out.push_str("\\\\"),
+        c if needs_escape(c) && (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if needs_escape(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut parts: Vec<String> = Vec::new();
         if let Some(file) = &self.file {
-            parts.push(file.display().to_string());
+            parts.push(escape_controls(&file.display().to_string()).into_owned());
         }
         if let Some(entry) = &self.entry {
-            parts.push(format!("entry '{entry}'"));
+            parts.push(format!("entry '{}'", escape_name(entry)));
         }
         if let Some(field) = &self.field {
-            parts.push(format!("field '{field}'"));
+            parts.push(format!("field '{}'", escape_name(field)));
         }
         if let Some(offset) = self.offset {
             parts.push(format!("byte {offset}"));

@@ -24,6 +24,7 @@ pub mod expr;
 pub mod hash;
 pub mod layout_writer;
 pub mod limits;
+pub mod mapguard;
 pub mod output;
 pub mod parts;
 pub mod pattern;

@@ -6,6 +6,10 @@
 pub struct Limits {
     /// Largest header or metadata block (npy header, JSON header, pickle) in bytes.
     pub max_header_bytes: u64,
+    /// Longest Python-literal header (a `pydict` codec field: an npy header, padding
+    /// included), in characters: 10,000 by default, NumPy's `max_header_size`, past which
+    /// `numpy.load` refuses a header too (parsing one costs many times its size).
+    pub max_literal_chars: u64,
     /// Most tensors one file may declare.
     pub max_tensors: u64,
     /// Most dimensions of one tensor.
@@ -33,6 +37,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_header_bytes: 100 << 20,
+            max_literal_chars: 10_000,
             max_tensors: 1 << 20,
             max_dims: 64,
             max_entries: 1 << 20,

@@ -41,11 +41,38 @@ pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
     }
 }
 
+/// Opens `path` for reading if it is a regular file: opened without blocking, so that a
+/// FIFO or a device is refused rather than waited on (no effect on regular files), then
+/// checked. Every input file is opened through here (files beside a document too).
+pub fn open_regular(path: &Path) -> Result<(std::fs::File, std::fs::Metadata)> {
+    let loc = || Location::file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a folder (a database folder is opened by the key-value engine's `open_dir`)"
+        } else {
+            "not a regular file"
+        };
+        return Err(Error::new(ErrorKind::Unsupported(what.into()), loc()));
+    }
+    Ok((file, meta))
+}
+
 /// Shared bytes in memory: a memory map or an owned buffer.
 #[derive(Clone)]
 pub enum Bytes {
-    /// A read-only memory map of a file.
-    Mapped(Arc<memmap2::Mmap>),
+    /// A read-only memory map of a file, guarded against the file shrinking while it is
+    /// read ([`crate::mapguard`]).
+    Mapped(Arc<crate::mapguard::Mapping>),
     /// An owned buffer.
     Owned(Arc<[u8]>),
 }
@@ -172,35 +199,17 @@ impl Source {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let loc = || Location::file(path);
-        // Opened without blocking, so that a FIFO or a device is refused below rather than
-        // waited on (no effect on regular files).
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-        let file = options
-            .open(path)
-            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-        if !meta.is_file() {
-            let what = if meta.is_dir() {
-                "a folder (a database folder is opened by the key-value engine's `open_dir`)"
-            } else {
-                "not a regular file"
-            };
-            return Err(Error::new(ErrorKind::Unsupported(what.into()), loc()));
-        }
+        let (file, meta) = open_regular(path)?;
         let len = meta.len();
         let bytes = if len == 0 {
             Bytes::Owned(Arc::from(Vec::new()))
         } else {
-            // SAFETY: the map is read-only. As with every memory-mapped reader, another
-            // process truncating the file while it is mapped is outside what we can guard.
+            // SAFETY: the map is read-only. Another process truncating the file while it
+            // is mapped is caught by the guard: the pages past the new end read as zeros
+            // and `Source::check_unchanged` reports it.
             let map = unsafe { memmap2::Mmap::map(&file) }
                 .map_err(|e| Error::new(ErrorKind::Io(e), loc()))?;
-            Bytes::Mapped(Arc::new(map))
+            Bytes::Mapped(Arc::new(crate::mapguard::Mapping::new(map)))
         };
         Ok(Source {
             data: Box::new(bytes.clone()),
@@ -235,6 +244,19 @@ impl Source {
             external: Mutex::new(Vec::new()),
             records: None,
         })
+    }
+
+    /// Any random-access bytes, named by `path` when given (a view an engine makes of
+    /// another source: the bounded prefix detection reads).
+    pub fn from_random_access(data: Box<dyn RandomAccess>, path: Option<PathBuf>) -> Self {
+        Source {
+            data,
+            mapped: None,
+            path,
+            memo: Mutex::new(Vec::new()),
+            external: Mutex::new(Vec::new()),
+            records: None,
+        }
     }
 
     /// Bytes already mapped (or held), named by `path`.
@@ -371,6 +393,35 @@ impl Source {
         let b = bytes.mapped.ok_or_else(|| refuse("could not be mapped"))?;
         cache.push((name.to_string(), b.clone()));
         Ok(b)
+    }
+
+    /// An error when the file, or an external file beside it already mapped, shrank while
+    /// it was read ([`crate::mapguard`]): what was read since may be zeros in place of the
+    /// file's bytes. The high-level API checks this after indexing and after every read.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let changed = |b: &Bytes| matches!(b, Bytes::Mapped(m) if m.changed());
+        let mut which = None;
+        if self.mapped.as_ref().is_some_and(changed) {
+            which = Some(self.location());
+        } else if let Ok(cache) = self.external.lock() {
+            if let Some((name, _)) = cache.iter().find(|(_, b)| changed(b)) {
+                which = Some(
+                    self.location()
+                        .with_field(format!("external file '{name}'")),
+                );
+            }
+        }
+        match which {
+            None => Ok(()),
+            Some(loc) => Err(Error::new(
+                ErrorKind::Invalid(
+                    "the file changed while it was read (it was truncated): what was read \
+                     from it cannot be trusted; read it again once nothing is writing it"
+                        .into(),
+                ),
+                loc,
+            )),
+        }
     }
 
     /// The shared in-memory bytes, when the source is a map or a buffer.

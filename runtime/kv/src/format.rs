@@ -5,11 +5,14 @@
 //! Generated code passes these the format's own functions (its `Record` reader, its
 //! record writer, its `encode_parts`), so that the loops are written once here.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tensorfmt_core::cursor::Cursor;
 use tensorfmt_core::db::{EncodeFn, Record};
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::registry::{Payload, TensorWriter, WriteSeek};
-use tensorfmt_core::source::Source;
+
+use tensorfmt_core::source::{check_range, RandomAccess, Source};
 use tensorfmt_core::tensor::{ByteOrder, TensorMeta, WriteOptions};
 use tensorfmt_core::Limits;
 
@@ -39,6 +42,92 @@ pub fn read_records(src: &Source, limits: &Limits, read: ReadRecordFn) -> Result
         }
     }
     Ok(out)
+}
+
+/// How far into a file [`detect_records`] reads: records are read until one would need a
+/// byte past the first 128 KiB (and 4 KiB beyond, so that a record starting near the end
+/// of the first 64 KiB reads whole).
+pub const DETECT_PREFIX: u64 = 132 << 10;
+
+/// True when `src` starts as a file of records does: `records` (the format's reader of a
+/// whole file, [`read_records`]) reads every record it meets until one would need a byte
+/// past [`DETECT_PREFIX`], or the end of the file, at least one record whole, with keys of
+/// at most 64 KiB. Nothing past the prefix is read and no key longer than 64 KiB is
+/// copied, whatever the file's size (a 1 GiB checkpoint is refused after its first bytes,
+/// not walked as records); each value is checked to lie inside the file.
+pub fn detect_records(
+    src: &Source,
+    limits: &Limits,
+    records: fn(&Source, &Limits) -> Result<Vec<Record>>,
+) -> bool {
+    let len = src.data().len();
+    if len == 0 {
+        return false;
+    }
+    let readable = DETECT_PREFIX.min(len);
+    // The map's bytes shared; a stream's first bytes read (at most the prefix).
+    let head = match src.bytes() {
+        Some(b) => Head::Shared(b.clone(), readable as usize),
+        None => {
+            let mut v = vec![0u8; readable as usize];
+            if src.data().read_exact_at(0, &mut v).is_err() {
+                return false;
+            }
+            Head::Read(v)
+        }
+    };
+    let past = Arc::new(AtomicBool::new(false));
+    let prefix = Prefix {
+        head,
+        len,
+        past: past.clone(),
+    };
+    let bounded = Source::from_random_access(Box::new(prefix), src.path().map(Into::into));
+    let limits = Limits {
+        max_header_bytes: limits.max_header_bytes.min(64 << 10),
+        ..limits.clone()
+    };
+    match records(&bounded, &limits) {
+        Ok(r) => !r.is_empty(),
+        // A record reaching past the prefix: those before it read (a key is at most 64 KiB
+        // and the prefix twice that, so the first record always ends inside it).
+        Err(_) => past.load(Ordering::Relaxed),
+    }
+}
+
+/// The first bytes of a file of `len` bytes: reads past them fail (and say so in `past`),
+/// while value ranges are still checked against the whole file.
+struct Prefix {
+    head: Head,
+    len: u64,
+    past: Arc<AtomicBool>,
+}
+
+impl RandomAccess for Prefix {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        let head = match &self.head {
+            Head::Shared(b, n) => &b.as_bytes()[..*n],
+            Head::Read(v) => v,
+        };
+        if let Err(e) = check_range(offset, buf.len() as u64, head.len() as u64) {
+            self.past.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
+        let at = offset as usize;
+        buf.copy_from_slice(&head[at..at + buf.len()]);
+        Ok(())
+    }
+}
+
+/// The bytes of a [`Prefix`]: the first `n` of a map or buffer, or those read of a stream.
+enum Head {
+    Shared(tensorfmt_core::source::Bytes, usize),
+    Read(Vec<u8>),
 }
 
 /// A streaming writer of a file of records: each tensor added becomes the records

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use format::{
-    backend_records, folder_writer, is_backend, read_records, ReadRecordFn, RecordWriter,
-    WriteRecordFn,
+    backend_records, detect_records, folder_writer, is_backend, read_records, ReadRecordFn,
+    RecordWriter, WriteRecordFn, DETECT_PREFIX,
 };
 pub use tensorfmt_core::db::{
     Cursor, Db, DbDesc, EncodeFn, MapFn, Mapped, MappedRecord, Mode, PutFn, Record, Records,
@@ -51,6 +51,7 @@ pub fn is_leveldb(dir: &Path) -> bool {
 /// Reads the database folder `dir` whole (LMDB or LevelDB, by its files): the source its
 /// values are in, with its records attached ([`Source::records`]).
 pub fn open_dir(dir: &Path) -> Result<Source> {
+    only_files_and_folders(dir)?;
     if is_lmdb(dir) {
         #[cfg(feature = "lmdb")]
         return lmdb::snapshot(dir);
@@ -71,6 +72,30 @@ pub fn open_dir(dir: &Path) -> Result<Source> {
         ),
         Location::file(dir),
     ))
+}
+
+/// Refuses a database folder holding a FIFO, a device or a socket: the backends open
+/// their files blocking, and a FIFO with no writer would hang the open.
+fn only_files_and_folders(dir: &Path) -> Result<()> {
+    let io = |e: std::io::Error| Error::new(ErrorKind::Io(e), Location::file(dir));
+    for entry in std::fs::read_dir(dir).map_err(io)? {
+        let entry = entry.map_err(io)?;
+        // Followed through symbolic links: what the backend would open.
+        let Ok(meta) = std::fs::metadata(entry.path()) else {
+            continue;
+        };
+        if !meta.is_file() && !meta.is_dir() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            return Err(Error::new(
+                ErrorKind::Unsupported(format!(
+                    "the database folder's member '{}' is not a regular file",
+                    tensorfmt_core::error::escape_name(&name)
+                )),
+                Location::file(dir),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The error for a database whose backend this build leaves out.

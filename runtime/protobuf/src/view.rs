@@ -194,6 +194,31 @@ impl<'a> Field<'a> {
         let (b, at) = self.bytes(field)?;
         read(b, at, depth + 1, limits)
     }
+
+    /// [`Field::message`] of a singular message field, `held` when the message already
+    /// gave the field a value. A second occurrence is refused rather than read: protobuf
+    /// merges it into the first (repeated fields concatenated, scalars last-wins), so
+    /// keeping either one alone would read the message differently from protobuf and
+    /// the tools built on it (`onnx.load`).
+    #[inline]
+    pub fn message_once<M: View<'a>>(
+        &self,
+        held: bool,
+        field: &str,
+        depth: u64,
+        limits: &Limits,
+    ) -> Result<M> {
+        if held {
+            return Err(crate::error(
+                self.offset,
+                format!(
+                    "`{field}` appears twice; protobuf would merge the two messages, which \
+                     this reader refuses to guess at (write the message once)"
+                ),
+            ));
+        }
+        self.message(field, depth, limits)
+    }
 }
 
 /// Whether every field of the message `bytes` (first byte at `base`) is well formed and

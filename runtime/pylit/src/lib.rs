@@ -180,38 +180,62 @@ enum DictKey<'t> {
 /// parsed as [`PyValue`]s). What is reported is what [`parse`] then [`from_dict`] report:
 /// errors of the text first, then those of the keys in declared order. A dict with a
 /// `rest` key, more than 64 keys, or text that is not a dict goes through them.
+///
+/// A literal dict holds its declared keys alone (unless it has a `rest` key), each
+/// sequence of the kind declared (a `tuple<T>` key a tuple, a `list<T>` key a list), as
+/// `numpy.load` requires of an npy header; [`literal_dict`] says what is wrong otherwise.
 pub(crate) fn parse_dict<T: Dict>(text: &str, limits: &Limits) -> Result<T> {
     let keys = T::KEYS;
+    let tree = |text: &str| literal_dict(&parse(text, limits)?);
     if keys.len() > 64 || keys.iter().any(|k| matches!(k, Key::Rest)) {
-        return from_dict(&parse(text, limits)?);
+        return tree(text);
     }
     let mut p = Parser::new(text, limits)?;
     let mut out = T::default();
     let mut seen = 0u64;
+    // Keys whose (last) value was a list, and those whose value was a tuple.
+    let (mut lists, mut tuples) = (0u64, 0u64);
+    // An undeclared key: the tree path gives the error.
+    let mut undeclared = false;
     // The error of each key whose (last) value was not read, reported after the text.
     let mut failed: Vec<(usize, Error)> = Vec::new();
     p.skip_ws();
     if p.peek() != Some(b'{') {
-        return from_dict(&parse(text, limits)?);
+        return tree(text);
     }
     p.dict_items(|key, value| {
         let name = match &key {
             DictKey::Str(s) => *s,
             DictKey::Value(PyValue::Str(s)) => s.as_str(),
-            DictKey::Value(_) => return Ok(()),
+            DictKey::Value(_) => {
+                undeclared = true;
+                return Ok(());
+            }
         };
         if let Some(i) = keys.iter().position(|k| k.name() == Some(name)) {
             seen |= 1 << i;
+            lists &= !(1 << i);
+            tuples &= !(1 << i);
+            match value {
+                PyValue::List(_) => lists |= 1 << i,
+                PyValue::Tuple(_) => tuples |= 1 << i,
+                _ => {}
+            }
             failed.retain(|(j, _)| *j != i);
             if let Err(e) = out.set(i, name, &value) {
                 failed.push((i, e));
             }
+        } else {
+            undeclared = true;
         }
         Ok(())
     })?;
     p.skip_ws();
     if p.pos < p.bytes.len() {
         return Err(p.err("end of input"));
+    }
+    if undeclared {
+        return tree(text);
     }
     for (i, k) in keys.iter().enumerate() {
         let name = k.name().unwrap_or_default();
@@ -220,6 +244,59 @@ pub(crate) fn parse_dict<T: Dict>(text: &str, limits: &Limits) -> Result<T> {
         }
         if matches!(k, Key::Required(_)) && seen & (1 << i) == 0 {
             return Err(missing(name));
+        }
+    }
+    if lists | tuples != 0 {
+        for (name, v) in out.items() {
+            let Some(i) = keys.iter().position(|k| k.name() == Some(name)) else {
+                continue;
+            };
+            let wrong = match v {
+                PyValue::Tuple(_) => lists & (1 << i) != 0,
+                PyValue::List(_) => tuples & (1 << i) != 0,
+                _ => false,
+            };
+            if wrong {
+                return tree(text);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the literal dict `value` as `T` ([`from_dict`]), refusing what `numpy.load`
+/// refuses of a header: a key `T` does not declare (unless it has a `rest` key), and a
+/// list where `T` declares a tuple (or a tuple where it declares a list).
+pub fn literal_dict<T: Dict>(value: &PyValue) -> Result<T> {
+    let out: T = from_dict(value)?;
+    let PyValue::Dict(items) = value else {
+        return Ok(out);
+    };
+    if !T::KEYS.iter().any(|k| matches!(k, Key::Rest)) {
+        for (key, _) in items {
+            if !key
+                .as_str()
+                .is_some_and(|k| T::KEYS.iter().any(|d| d.name() == Some(k)))
+            {
+                let declared: Vec<&str> = T::KEYS.iter().filter_map(|k| k.name()).collect();
+                return Err(ErrorKind::Invalid(format!(
+                    "the dict holds the key {}, which is not one of its keys ({})",
+                    to_literal(key),
+                    declared.join(", ")
+                ))
+                .into());
+            }
+        }
+    }
+    for (name, encoded) in out.items() {
+        match (value.dict_get(name), encoded) {
+            (Some(v @ PyValue::List(_)), PyValue::Tuple(_)) => {
+                return Err(expected("tuple", v).in_field(name))
+            }
+            (Some(v @ PyValue::Tuple(_)), PyValue::List(_)) => {
+                return Err(expected("list", v).in_field(name))
+            }
+            _ => {}
         }
     }
     Ok(out)
@@ -1358,7 +1435,8 @@ mod tests {
             "{'descr'",
             "{'descr': 'a', 'shape': (1,), 'x': 99999999999999999999999999999999999999999}",
         ] {
-            let tree = parse(text, &limits).and_then(|v| from_dict::<Hdr>(&v));
+            // The tree path of a literal: `from_dict`, then what numpy.load also refuses.
+            let tree = parse(text, &limits).and_then(|v| literal_dict::<Hdr>(&v));
             let streamed = Hdr::from_literal(text, &limits);
             match (&tree, &streamed) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{text}"),

@@ -506,10 +506,31 @@ pub fn read<T: FromPy>(
     encoding: &str,
     limits: &Limits,
 ) -> Result<T> {
+    let too_long = |c: &Cursor<'_>, actual: u64| {
+        c.wrap(
+            field,
+            ErrorKind::Limit {
+                what: "the header's length in characters (NumPy's max_header_size: \
+                       numpy.load refuses it too; to read it anyway, raise \
+                       Limits::max_literal_chars, --max-header-size on the command line)",
+                limit: limits.max_literal_chars,
+                actual,
+            }
+            .into(),
+        )
+    };
+    // A character takes four bytes at most: longer is refused before it is read.
+    // (Past the end of the file, the truncation is the error, as numpy.load says.)
+    if len / 4 > limits.max_literal_chars && len <= c.remaining() {
+        return Err(too_long(c, len));
+    }
     let bytes = c.bytes(field, len, limits.max_header_bytes)?;
-    decode(&bytes, encoding)
-        .and_then(|text| T::from_literal(&text, limits))
-        .map_err(|e| c.wrap(field, e))
+    let text = decode(&bytes, encoding).map_err(|e| c.wrap(field, e))?;
+    let chars = text.chars().count() as u64;
+    if chars > limits.max_literal_chars {
+        return Err(too_long(c, chars));
+    }
+    T::from_literal(&text, limits).map_err(|e| c.wrap(field, e))
 }
 
 /// Reads a `json`-coded field: `len` bytes at the cursor (at most
