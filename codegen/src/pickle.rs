@@ -60,6 +60,10 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
         });
     }
     let persistent = pk.persistent.is_some();
+    let persistent_rule = match &pk.persistent {
+        Some((kind, items)) => quote!(.persistent_form(#kind, &[#(#items),*])),
+        None => quote!(.persistent_ids(false)),
+    };
     let protocols = pk.protocol.map(|v| quote!(.protocols(0..=#v)));
     let codecs = pk.codecs_encode.then(|| quote!(.allow_codecs_encode()));
     let ranges = pk.byte_ranges.then(|| quote!(.byte_ranges(true)));
@@ -91,7 +95,7 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
             RULES.get_or_init(|| {
                 rt::pickle::Rules::new()
                     #(#allow)*
-                    .persistent_ids(#persistent)
+                    #persistent_rule
                     #protocols
                     #codecs
                     #ranges
