@@ -28,6 +28,9 @@ const ZIP_FIXTURES: &[&str] = &[
     "file_object.pt",
     "prefix_mismatch.pt",
     "numpy_values.pt",
+    "protocol3.pt",
+    "protocol4.pt",
+    "protocol5.pt",
 ];
 
 fn dir() -> PathBuf {
