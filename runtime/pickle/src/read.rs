@@ -638,11 +638,29 @@ impl<'a> Machine<'a> {
         ))
     }
 
-    /// Appends `items` (or dict `pairs`) to the mutable container `target`.
-    fn extend(&mut self, target: &N, items: Vec<N>, what: &str) -> Result<()> {
+    /// Appends `items` (or dict `pairs`) to the mutable container `target`, for the
+    /// opcode `opname` (`APPEND` or `APPENDS`: a list; `SETITEM` or `SETITEMS`: a dict;
+    /// `ADDITEMS`: a set; or an object of an allowed global of that kind).
+    fn extend(&mut self, target: &N, items: Vec<N>, opname: &str) -> Result<()> {
+        let what = match opname {
+            "APPEND" => "APPENDS",
+            "SETITEM" => "SETITEMS",
+            other => other,
+        };
+        let valid = match what {
+            "APPENDS" => "a list",
+            "SETITEMS" => "a dict",
+            _ => "a set",
+        };
+        let refuse = |m: &Self| {
+            m.err(format!(
+                "{opname} on {}: it applies to {valid} only",
+                m.type_name(target)
+            ))
+        };
         let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
         let N::Ref(i) = *target else {
-            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+            return Err(refuse(self));
         };
         let o = &mut self.objs[i as usize];
         let new_h = o.height.max(h.saturating_add(1));
@@ -673,7 +691,7 @@ impl<'a> Machine<'a> {
             _ => false,
         };
         if !ok {
-            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+            return Err(refuse(self));
         }
         o.height = new_h;
         self.check_height(new_h)
@@ -1216,7 +1234,7 @@ impl<'a> Machine<'a> {
                 op::APPEND => {
                     let v = self.pop()?;
                     let t = self.top()?.clone();
-                    self.extend(&t, vec![v], "APPENDS")?;
+                    self.extend(&t, vec![v], "APPEND")?;
                 }
                 op::APPENDS => {
                     let items = self.pop_mark()?;
@@ -1227,7 +1245,7 @@ impl<'a> Machine<'a> {
                     let v = self.pop()?;
                     let k = self.pop()?;
                     let t = self.top()?.clone();
-                    self.extend(&t, vec![k, v], "SETITEMS")?;
+                    self.extend(&t, vec![k, v], "SETITEM")?;
                 }
                 op::SETITEMS => {
                     let items = self.pop_mark()?;
@@ -1336,7 +1354,10 @@ impl<'a> Machine<'a> {
                     let target = self.top()?.clone();
                     let sh = self.height(&state);
                     let N::Ref(i) = target else {
-                        return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                        return Err(self.err(format!(
+                            "BUILD on {}: it applies to an object built by an allowed call only",
+                            self.type_name(&target)
+                        )));
                     };
                     let o = &mut self.objs[i as usize];
                     let new_h = o.height.max(sh.saturating_add(1));
@@ -1344,7 +1365,10 @@ impl<'a> Machine<'a> {
                         Body::Object(c) if self.calls[*c as usize].opaque => {}
                         Body::Object(c) => self.calls[*c as usize].state = Some(state),
                         _ => {
-                            return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                            return Err(self.err(format!(
+                                "BUILD on {}: it applies to an object built by an allowed call only",
+                                self.type_name(&target)
+                            )));
                         }
                     }
                     o.height = new_h;

@@ -155,13 +155,13 @@ impl Rules {
     }
 
     /// Accepts persistent ids of one form only: a tuple of exactly `items` (their names,
-    /// for errors), the first of which is the text `kind` (bytes decoded as ASCII, as
-    /// torch's `persistent_load` takes them): `("storage", class, key, location, numel)`
-    /// for `persistent_form("storage", &["tag", "class", "key", "location", "numel"])`.
-    /// Any other persistent id is refused at its `BINPERSID`, naming its offset.
-    pub fn persistent_form(mut self, kind: &str, items: &[&str]) -> Self {
+    /// separated by commas, for errors), the first of which is the text `kind` (bytes
+    /// decoded as ASCII, as torch's `persistent_load` takes them): `("storage", class,
+    /// key, location, numel)` for `persistent_form("storage", "tag, class, key, location,
+    /// numel")`. Any other persistent id is refused at its `BINPERSID`, naming its offset.
+    pub fn persistent_form(mut self, kind: &str, items: &str) -> Self {
         self.persistent = true;
-        let items = items.iter().map(|i| i.to_string()).collect();
+        let items = items.split(',').map(|i| i.trim().to_string()).collect();
         self.persistent_form = Some((kind.to_string(), items));
         self
     }
