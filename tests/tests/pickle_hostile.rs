@@ -141,7 +141,8 @@ fn billion_laughs_values_are_refused_before_the_memory_is_spent() {
 fn the_generator_writes_the_committed_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let (refused, bombs) = (tmp.path().join("refused"), tmp.path().join("bombs"));
-    let out = Command::new(tensorfmt_tests::python())
+    let python = std::env::var("TENSORFMT_BASE_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python)
         .arg(fixtures().join("hostile").join(GENERATOR))
         .arg(&refused)
         .arg(&bombs)
