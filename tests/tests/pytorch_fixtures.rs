@@ -414,6 +414,18 @@ fn legacy_fixture_matches_torch_and_verifies() {
     assert!(out.contains("pytorch-legacy"), "{out}");
 }
 
+/// A legacy checkpoint with storage views (`legacy_views.pt`, as torch before 1.0 wrote
+/// them): each tensor is read from its view's offset in the root storage, as torch reads
+/// it, not from the storage's start.
+#[test]
+fn legacy_storage_views_match_torch() {
+    let p = dir().join("legacy_views.pt");
+    let expected = json(
+        &std::fs::read_to_string(dir().join("expected").join("legacy_views.pt.json")).unwrap(),
+    );
+    assert_eq!(inspect_json(&p), expected);
+}
+
 /// A legacy checkpoint holding NumPy values (`numpy_values_legacy.pt`, the objects of
 /// `numpy_values.pt`): its arrays, whose bytes the object pickle holds, listed beside the
 /// torch tensors as torch reads them, its NumPy scalars and random state as values.
