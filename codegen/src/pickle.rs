@@ -60,7 +60,18 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
         });
     }
     let persistent = pk.persistent.is_some();
-    let protocols = pk.protocol.map(|v| quote!(.protocols(0..=#v)));
+    let persistent_rule = match &pk.persistent {
+        Some((kind, items)) => {
+            let items = items.join(", ");
+            quote!(.persistent_form(#kind, #items))
+        }
+        None => quote!(.persistent_ids(false)),
+    };
+    // 0 to 5 is the rules' default.
+    let protocols = pk
+        .protocol
+        .filter(|&v| v < 5)
+        .map(|v| quote!(.protocols(0..=#v)));
     let codecs = pk.codecs_encode.then(|| quote!(.allow_codecs_encode()));
     let ranges = pk.byte_ranges.then(|| quote!(.byte_ranges(true)));
     let lower = pk.name.to_lowercase();
@@ -91,7 +102,7 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
             RULES.get_or_init(|| {
                 rt::pickle::Rules::new()
                     #(#allow)*
-                    .persistent_ids(#persistent)
+                    #persistent_rule
                     #protocols
                     #codecs
                     #ranges

@@ -17,6 +17,7 @@ fn rules() -> &'static Rules {
 fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();
     if let Ok(value) = pickle::read(data, rules(), &limits) {
-        let _ = pickle::find_objects(&value, &pytorch::is_checkpoint_tensor, &limits);
+        let budget = pickle::memory_budget(data.len());
+        let _ = pickle::find_objects(&value, &pytorch::is_checkpoint_tensor, &limits, budget);
     }
 });

@@ -28,6 +28,9 @@ const ZIP_FIXTURES: &[&str] = &[
     "file_object.pt",
     "prefix_mismatch.pt",
     "numpy_values.pt",
+    "protocol3.pt",
+    "protocol4.pt",
+    "protocol5.pt",
 ];
 
 fn dir() -> PathBuf {
@@ -409,6 +412,18 @@ fn legacy_fixture_matches_torch_and_verifies() {
     let (code, out) = cli(&["verify", p.to_str().unwrap()]);
     assert_eq!(code, ExitCode::SUCCESS, "verify legacy.pt: {out}");
     assert!(out.contains("pytorch-legacy"), "{out}");
+}
+
+/// A legacy checkpoint with storage views (`legacy_views.pt`, as torch before 1.0 wrote
+/// them): each tensor is read from its view's offset in the root storage, as torch reads
+/// it, not from the storage's start.
+#[test]
+fn legacy_storage_views_match_torch() {
+    let p = dir().join("legacy_views.pt");
+    let expected = json(
+        &std::fs::read_to_string(dir().join("expected").join("legacy_views.pt.json")).unwrap(),
+    );
+    assert_eq!(inspect_json(&p), expected);
 }
 
 /// A legacy checkpoint holding NumPy values (`numpy_values_legacy.pt`, the objects of

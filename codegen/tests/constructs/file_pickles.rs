@@ -39,7 +39,7 @@ pub mod pkls {
                     )
                     .allow_path("torch.FloatStorage", rt::pickle::Kind::Class)
                     .allow_path("torch.LongStorage", rt::pickle::Kind::Class)
-                    .persistent_ids(true)
+                    .persistent_form("storage", "tag, class, key, location, numel, view")
                     .protocols(0..=2u8)
             })
     }

@@ -34,7 +34,6 @@ pub mod pkla {
                     .allow_call("numpy.dtype", &["descr", "align", "copy"])
                     .allow_path("numpy.ndarray", rt::pickle::Kind::Class)
                     .persistent_ids(false)
-                    .protocols(0..=5u8)
                     .allow_codecs_encode()
                     .byte_ranges(true)
             })

@@ -43,7 +43,7 @@ pub mod ckpt {
                     )
                     .allow_path("torch.FloatStorage", rt::pickle::Kind::Class)
                     .allow_path("torch.LongStorage", rt::pickle::Kind::Class)
-                    .persistent_ids(true)
+                    .persistent_form("storage", "tag, class, key, location, numel")
                     .protocols(0..=2u8)
             })
     }

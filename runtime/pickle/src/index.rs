@@ -39,10 +39,159 @@ pub struct Mapped<'v> {
     pub storage: StorageRef<'v>,
 }
 
-/// The tensor `m` describes, its bytes located by `storages`; errors about its extent
-/// name the storage's entry.
-fn place<S: Storages + ?Sized>(storages: &S, m: Mapped<'_>) -> Result<TensorInfo> {
+/// The part of its storage that a tensor's persistent id declares, in bytes from the
+/// start of the storage's member or record ([`declared`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Declared {
+    /// The storage's size, `numel` times the element size.
+    total: u64,
+    /// The first byte and the size of the part the tensor lies in: the whole storage, or
+    /// the view that the id's `view` item names.
+    start: u64,
+    len: u64,
+}
+
+/// What the persistent id among the arguments of the call `o` declares of its storage,
+/// when the rules give persistent ids a form ([`Rules::persistent_form`]) with a `numel`
+/// item, as torch's `persistent_load` reads it: the storage holds `numel` elements of
+/// the tensor's element type (bytes when the id's `class` item is an `UntypedStorage`),
+/// so `numel` must not be negative nor its byte size overflow; a `view` item that is not
+/// `None` is `(view_key, offset, size)` in elements (the legacy format's storage views:
+/// the tensor's offset counts from the view's start), which must lie in the storage.
+fn declared(o: &Object, rules: &Rules, dtype: DType) -> Result<Option<Declared>> {
+    let Some((_, names)) = rules.persistent_shape() else {
+        return Ok(None);
+    };
+    let item = |name: &str| names.iter().position(|n| n == name);
+    let Some(numel_at) = item("numel") else {
+        return Ok(None);
+    };
+    let Some(Value::Persistent(id)) = o.args.iter().find(|a| matches!(a, Value::Persistent(_)))
+    else {
+        return Ok(None);
+    };
+    let Some(items) = id.as_seq() else {
+        return Ok(None);
+    };
+    let key = items
+        .get(item("key").unwrap_or(usize::MAX))
+        .and_then(Value::as_name)
+        .unwrap_or("?")
+        .to_string();
+    let bad = |what: String| -> Error {
+        ErrorKind::SizeMismatch(format!("storage {key:?}: its persistent id {what}")).into()
+    };
+    let untyped = item("class")
+        .and_then(|i| items.get(i))
+        .and_then(Value::as_name)
+        .is_some_and(|c| c.rsplit('.').next() == Some("UntypedStorage"));
+    let size = match (untyped, dtype.itemsize()) {
+        (true, _) => 1,
+        (false, Some(n)) => n as i128,
+        (false, None) => return Ok(None),
+    };
+    let elements = |v: Option<&Value>, what: &str| -> Result<u64> {
+        let n = v
+            .and_then(Value::as_i128)
+            .ok_or_else(|| bad(format!("has a {what} that is not an integer")))?;
+        if n < 0 {
+            return Err(bad(format!("declares a negative {what} ({n})")));
+        }
+        n.checked_mul(size)
+            .and_then(|b| u64::try_from(b).ok())
+            .ok_or_else(|| {
+                bad(format!(
+                    "declares a {what} of {n} elements, beyond any file"
+                ))
+            })
+    };
+    let total = elements(items.get(numel_at), "numel")?;
+    let (start, len) = match item("view").and_then(|i| items.get(i)) {
+        None | Some(Value::None) => (0, total),
+        Some(v) => match v.as_seq() {
+            Some([_, offset, count]) => {
+                let start = elements(Some(offset), "view offset")?;
+                let len = elements(Some(count), "view size")?;
+                if start.checked_add(len).is_none_or(|end| end > total) {
+                    return Err(bad(format!(
+                        "declares a view of bytes {start}..{} of a storage of {total} bytes",
+                        start.saturating_add(len)
+                    )));
+                }
+                (start, len)
+            }
+            _ => return Err(bad("has a view that is not (view_key, offset, size)".into())),
+        },
+    };
+    Ok(Some(Declared { total, start, len }))
+}
+
+/// The location `l` of bytes, its length capped at `cap`.
+fn capped(l: DataLocation, cap: u64) -> DataLocation {
+    match l {
+        DataLocation::Range { offset, len } => DataLocation::Range {
+            offset,
+            len: len.min(cap),
+        },
+        DataLocation::Encoded {
+            content,
+            part,
+            skip,
+            len,
+        } => DataLocation::Encoded {
+            content,
+            part,
+            skip,
+            len: len.min(cap),
+        },
+        other => other,
+    }
+}
+
+/// The tensor `m` describes, its bytes located by `storages` (within the part of the
+/// storage its persistent id declares, when it declares one: the storage's member or
+/// record must hold `numel` elements, and none when `numel` is 0); errors about its
+/// extent name the storage's entry.
+fn place<S: Storages + ?Sized>(
+    storages: &S,
+    mut m: Mapped<'_>,
+    declared: Option<Declared>,
+) -> Result<TensorInfo> {
+    let skip = m.storage.skip;
+    let mut cap = u64::MAX;
+    if let Some(d) = declared {
+        let key = m.storage.key.clone();
+        let whole = StorageRef {
+            skip: 0,
+            ..m.storage.clone()
+        };
+        let Located { location, entry } = storages.locate(&whole, &m.name)?;
+        let held = match location {
+            DataLocation::Range { len, .. } | DataLocation::Encoded { len, .. } => len,
+            _ => d.total,
+        };
+        if d.total > held || (d.total == 0 && held > 0) {
+            let e = Error::from(ErrorKind::SizeMismatch(format!(
+                "storage {key:?}: its persistent id declares {} bytes (numel), its data holds {held}",
+                d.total
+            )));
+            return Err(match entry {
+                Some(name) => e.in_entry(name),
+                None => e,
+            });
+        }
+        cap = d.len.checked_sub(skip).ok_or_else(|| {
+            Error::from(ErrorKind::SizeMismatch(format!(
+                "tensor '{}' starts at byte {skip} of its storage {key:?}, which holds {}",
+                m.name, d.len
+            )))
+        })?;
+        m.storage.skip = skip.checked_add(d.start).ok_or_else(|| {
+            Error::from(ErrorKind::Overflow("tensor offset in its storage".into()))
+        })?;
+    }
     let Located { location, entry } = storages.locate(&m.storage, &m.name)?;
+    let location = capped(location, cap);
     TensorInfo::strided(m.name, m.dtype, m.shape, m.strides, m.byte_order, location).map_err(|e| {
         match entry {
             Some(name) => e.in_entry(name),
@@ -186,7 +335,8 @@ impl<'c, S: Storages> Index<'c, S> {
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
         let kind_of = |o: &Object| kind_of(placed, o);
         let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
-        let objects = find_objects(&value, &is_target, self.limits).map_err(in_member)?;
+        let budget = super::memory_budget(bytes.len());
+        let objects = find_objects(&value, &is_target, self.limits, budget).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
         let mut names = Names::default();
         self.tensors.reserve(objects.len());
@@ -200,7 +350,10 @@ impl<'c, S: Storages> Index<'c, S> {
                     ))
                     .into()),
                 },
-                (None, Some((_, map))) => map(&path, o).and_then(|m| place(s, m)),
+                (None, Some((_, map))) => map(&path, o).and_then(|m| {
+                    let d = declared(o, rules, m.dtype)?;
+                    place(s, m, d)
+                }),
                 (None, None) => unreachable!("find_objects gives objects of the kinds"),
             }
             .map_err(|e| in_member(e.in_field(field_of(&path))))?;
@@ -321,8 +474,9 @@ pub struct FileSpec {
 
 /// A call of [`read_file`]'s object pickle, mapped before the records are read.
 enum Pending<'v> {
-    /// A tensor of a record, located once the records are read.
-    Stored(Mapped<'v>),
+    /// A tensor of a record, located once the records are read, and what its
+    /// persistent id declares of its storage.
+    Stored((Mapped<'v>, Option<Declared>)),
     /// A tensor whose bytes the object pickle holds.
     Placed(TensorInfo),
 }
@@ -450,7 +604,8 @@ pub fn read_file(
     let object = &values[spec.object];
     let kind_of = |o: &Object| kind_of(spec.placed, o);
     let is_target = |o: &Object| (spec.is_target)(o) || kind_of(o).is_some();
-    let objects = find_objects(object, &is_target, limits).map_err(in_file)?;
+    let budget = super::memory_budget(object_at.1.len());
+    let objects = find_objects(object, &is_target, limits, budget).map_err(in_file)?;
 
     // Every call mapped; the storages' dtypes are those of the tensors using them.
     let mut mapped = Vec::with_capacity(objects.len());
@@ -464,6 +619,7 @@ pub fn read_file(
             continue;
         }
         let m = (spec.map)(path, o).and_then(|m| {
+            let d = declared(o, (spec.rules)(), m.dtype)?;
             let id = o.arg(spec.persistent);
             match used.get_mut(&*m.storage.key) {
                 Some((prev, _)) if prev.itemsize() != m.dtype.itemsize() => {
@@ -477,7 +633,7 @@ pub fn read_file(
                     used.insert(m.storage.key.to_string(), (m.dtype, id));
                 }
             }
-            Ok(m)
+            Ok((m, d))
         });
         mapped.push(Pending::Stored(
             m.map_err(|e| in_file(e.in_field(field_of(path))))?,
@@ -518,8 +674,8 @@ pub fn read_file(
     let mut names = Names::default();
     for ((path, o), m) in objects.iter().zip(mapped) {
         let t = match m {
-            Pending::Stored(m) => {
-                place(&records, m).map_err(|e| in_file(e.in_field(field_of(path))))?
+            Pending::Stored((m, d)) => {
+                place(&records, m, d).map_err(|e| in_file(e.in_field(field_of(path))))?
             }
             Pending::Placed(t) => t,
         };
@@ -588,7 +744,8 @@ pub fn read_one(
     };
     let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
     let is_target = |o: &Object| spec.kinds.iter().any(|(is, _)| is(o));
-    let objects = find_objects(&value, &is_target, limits).map_err(in_file)?;
+    let budget = super::memory_budget(bytes.len());
+    let objects = find_objects(&value, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());
     let mut names = Names::default();
     for (path, o) in objects {

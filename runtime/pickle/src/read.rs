@@ -53,9 +53,17 @@ pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Valu
         objs: Vec::new(),
         pool: Vec::new(),
         calls: Vec::new(),
+        frame_end: None,
+        refused: Vec::new(),
     };
-    m.run()
+    m.run().map_err(|e| m.refusal().unwrap_or(e))
 }
+
+/// Most refused globals named in one error; more are counted.
+const MAX_REFUSED_NAMED: usize = 32;
+
+/// Most refused globals recorded: reading stops at the next one.
+const MAX_REFUSED: usize = 1 << 16;
 
 /// A value on the machine's stack. Containers live in the machine's arena and are named
 /// by their index there: shared and mutable, as in Python, so that later
@@ -97,6 +105,9 @@ impl N {
 struct GlobalN {
     global: Global,
     kind: Option<Kind>,
+    /// Outside the rules: recorded in the machine's `refused`, and read on (as an opaque
+    /// object when called) so that one error can name every such global.
+    refused: bool,
 }
 
 struct Obj {
@@ -176,6 +187,9 @@ struct ObjN {
     state: Option<N>,
     items: Vec<N>,
     entries: Vec<(N, N)>,
+    /// The call of a refused global: takes any `APPEND(S)`, `SETITEM(S)`, `BUILD`, so
+    /// that reading goes on to the next global (the pickle is refused anyway).
+    opaque: bool,
 }
 
 struct Machine<'a> {
@@ -194,6 +208,11 @@ struct Machine<'a> {
     pool: Vec<N>,
     /// Every call made ([`Body::Object`]).
     calls: Vec<ObjN>,
+    /// The end of the current `FRAME`, while an opcode may read up to it: no read may
+    /// cross it (as CPython's `_Unframer`), and a read that starts there leaves it.
+    frame_end: Option<usize>,
+    /// The globals refused so far, and the offsets of their opcodes.
+    refused: Vec<(Global, usize)>,
 }
 
 /// The opcodes of pickle protocols 0 to 5 (the writer's too).
@@ -414,7 +433,30 @@ impl<'a> Machine<'a> {
         )
     }
 
+    /// Leaves the current frame when `pos` is at its end; fails when a read of `n`
+    /// bytes from `pos` would cross it (`None`: up to the end of a line).
+    fn framed(&mut self, n: Option<u64>) -> Result<()> {
+        let Some(end) = self.frame_end else {
+            return Ok(());
+        };
+        if self.pos >= end {
+            self.frame_end = None;
+            return Ok(());
+        }
+        let fits = match n {
+            Some(n) => n <= (end - self.pos) as u64,
+            None => self.data[self.pos..end].contains(&b'\n'),
+        };
+        if fits {
+            return Ok(());
+        }
+        Err(self.err(format!(
+            "the opcode crosses the end of its FRAME at offset {end} (a pickle is read frame by frame: refused, as Python's unpickler refuses it)"
+        )))
+    }
+
     fn take(&mut self, n: u64) -> Result<&'a [u8]> {
+        self.framed(Some(n))?;
         let available = (self.data.len() - self.pos) as u64;
         if n > available {
             return Err(Error::new(
@@ -440,6 +482,7 @@ impl<'a> Machine<'a> {
     }
 
     fn line(&mut self) -> Result<&'a [u8]> {
+        self.framed(None)?;
         let rest = &self.data[self.pos..];
         match rest.iter().position(|&b| b == b'\n') {
             Some(n) => {
@@ -553,20 +596,71 @@ impl<'a> Machine<'a> {
         let kind = self.rules.kind(module, name).cloned();
         let allowed =
             kind.is_some() || (is_bytes_codec(module, name) && self.rules.codecs_encode());
+        let global = Global::new(module, name);
         if !allowed {
-            return Err(self.err(format!("global '{module}.{name}' is not allowed")));
+            if self.refused.len() >= MAX_REFUSED {
+                return Err(self.refusal().unwrap_or_else(|| self.err("global refused")));
+            }
+            self.refused.push((global.clone(), self.op_start));
         }
         Ok(N::Global(Rc::new(GlobalN {
-            global: Global::new(module, name),
+            global,
             kind,
+            refused: !allowed,
         })))
     }
 
-    /// Appends `items` (or dict `pairs`) to the mutable container `target`.
-    fn extend(&mut self, target: &N, items: Vec<N>, what: &str) -> Result<()> {
+    /// The error naming every global refused so far, when there is one.
+    fn refusal(&self) -> Option<Error> {
+        let (first, at) = self.refused.first()?;
+        if self.refused.len() == 1 {
+            return Some(codec_error(*at, format!("global '{first}' is not allowed")));
+        }
+        let mut named: Vec<String> = self
+            .refused
+            .iter()
+            .take(MAX_REFUSED_NAMED)
+            .map(|(g, at)| format!("'{g}' (offset {at})"))
+            .collect();
+        if self.refused.len() > MAX_REFUSED_NAMED {
+            named.push(format!(
+                "and {} more",
+                self.refused.len() - MAX_REFUSED_NAMED
+            ));
+        }
+        Some(codec_error(
+            *at,
+            format!(
+                "{} globals are not allowed: {}",
+                self.refused.len(),
+                named.join(", ")
+            ),
+        ))
+    }
+
+    /// Appends `items` (or dict `pairs`) to the mutable container `target`, for the
+    /// opcode `opname` (`APPEND` or `APPENDS`: a list; `SETITEM` or `SETITEMS`: a dict;
+    /// `ADDITEMS`: a set; or an object of an allowed global of that kind).
+    fn extend(&mut self, target: &N, items: Vec<N>, opname: &str) -> Result<()> {
+        let what = match opname {
+            "APPEND" => "APPENDS",
+            "SETITEM" => "SETITEMS",
+            other => other,
+        };
+        let valid = match what {
+            "APPENDS" => "a list",
+            "SETITEMS" => "a dict",
+            _ => "a set",
+        };
+        let refuse = |m: &Self| {
+            m.err(format!(
+                "{opname} on {}: it applies to {valid} only",
+                m.type_name(target)
+            ))
+        };
         let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
         let N::Ref(i) = *target else {
-            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+            return Err(refuse(self));
         };
         let o = &mut self.objs[i as usize];
         let new_h = o.height.max(h.saturating_add(1));
@@ -579,6 +673,7 @@ impl<'a> Machine<'a> {
                 d.extend(pairs(items));
                 true
             }
+            (_, Body::Object(c)) if self.calls[*c as usize].opaque => true,
             (_, Body::Object(c)) => {
                 let ob = &mut self.calls[*c as usize];
                 match (what, &ob.kind) {
@@ -596,7 +691,7 @@ impl<'a> Machine<'a> {
             _ => false,
         };
         if !ok {
-            return Err(self.err(format!("{what} on {}", self.type_name(target))));
+            return Err(refuse(self));
         }
         o.height = new_h;
         self.check_height(new_h)
@@ -613,6 +708,10 @@ impl<'a> Machine<'a> {
             Some(Body::Tuple(span)) => *span,
             _ => Span { start: 0, end: 0 },
         };
+        if g.refused {
+            // Never run: an opaque stand-in, so that reading goes on to the next global.
+            return self.opaque_call(&g.global);
+        }
         let kind = match &g.kind {
             Some(k) => k.clone(),
             None => return self.codecs_encode(&g.global, self.items(args)),
@@ -625,6 +724,7 @@ impl<'a> Machine<'a> {
             state: None,
             items: Vec::new(),
             entries: Vec::new(),
+            opaque: false,
         };
         match &ob.kind {
             Kind::Class => {
@@ -696,6 +796,64 @@ impl<'a> Machine<'a> {
             .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
         self.calls.push(ob);
         self.new_obj(Body::Object(c), h)
+    }
+
+    /// The stand-in for the call of a refused global (see [`ObjN::opaque`]).
+    fn opaque_call(&mut self, global: &Global) -> Result<N> {
+        let c = u32::try_from(self.calls.len())
+            .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
+        self.calls.push(ObjN {
+            global: global.clone(),
+            kind: Kind::Object,
+            args: Span { start: 0, end: 0 },
+            kwargs: Vec::new(),
+            state: None,
+            items: Vec::new(),
+            entries: Vec::new(),
+            opaque: true,
+        });
+        self.new_obj(Body::Object(c), 0)
+    }
+
+    /// Checks a persistent id against the form the rules set, if any (torch's
+    /// `persistent_load`: `('storage', class, key, location, numel)`).
+    fn check_persistent(&self, pid: &N) -> Result<()> {
+        let Some((kind, names)) = self.rules.persistent_shape() else {
+            return Ok(());
+        };
+        let form = || format!("({})", names.join(", "));
+        let items = match self.obj(pid).map(|o| &o.body) {
+            Some(Body::Tuple(span)) => self.items(*span),
+            _ => {
+                return Err(self.err(format!(
+                    "a persistent id is a {}, not a tuple {}",
+                    self.type_name(pid),
+                    form()
+                )))
+            }
+        };
+        if items.len() != names.len() {
+            return Err(self.err(format!(
+                "a persistent id has {} items, not the {} of {}",
+                items.len(),
+                names.len(),
+                form()
+            )));
+        }
+        let tag = match items.first() {
+            Some(N::Bytes(b)) => std::str::from_utf8(b).ok().map(String::from),
+            Some(N::Range(ByteRange { text: Some(t), .. })) => Some(t.to_string()),
+            Some(n) => n.text().map(|t| t.to_string()),
+            None => None,
+        };
+        match tag {
+            Some(t) if t == kind => Ok(()),
+            Some(t) => Err(self.err(format!("a persistent id's tag is '{t}', not '{kind}'"))),
+            None => Err(self.err(format!(
+                "a persistent id's tag is a {}, not the text '{kind}'",
+                items.first().map(|n| self.type_name(n)).unwrap_or_default()
+            ))),
+        }
     }
 
     /// The two items of a pair (a 2-tuple).
@@ -811,6 +969,7 @@ impl<'a> Machine<'a> {
             if self.pos >= self.data.len() {
                 return Err(self.err("truncated: the pickle ends without STOP"));
             }
+            self.framed(Some(1))?;
             let code = self.data[self.pos];
             self.pos += 1;
             ops += 1;
@@ -826,14 +985,30 @@ impl<'a> Machine<'a> {
                 }
                 op::FRAME => {
                     let n = u64::from_le_bytes(self.fixed::<8>()?);
+                    if let Some(end) = self.frame_end.filter(|&e| e > self.pos) {
+                        return Err(self.err(format!(
+                            "a FRAME begins {} bytes before the end of the current frame (at offset {end})",
+                            end - self.pos
+                        )));
+                    }
                     if n > (self.data.len() - self.pos) as u64 {
                         return Err(self.err(format!(
                             "frame of {n} bytes is longer than the {} bytes that remain",
                             self.data.len() - self.pos
                         )));
                     }
+                    self.frame_end = Some(self.pos + n as usize);
                 }
                 op::STOP => {
+                    if let Some(end) = self.frame_end.filter(|&e| e > self.pos) {
+                        return Err(self.err(format!(
+                            "STOP {} bytes before the end of its FRAME (at offset {end})",
+                            end - self.pos
+                        )));
+                    }
+                    if let Some(e) = self.refusal() {
+                        return Err(e);
+                    }
                     let v = self.pop()?;
                     if !self.stack.is_empty() || !self.marks.is_empty() {
                         return Err(self.err(format!(
@@ -1059,7 +1234,7 @@ impl<'a> Machine<'a> {
                 op::APPEND => {
                     let v = self.pop()?;
                     let t = self.top()?.clone();
-                    self.extend(&t, vec![v], "APPENDS")?;
+                    self.extend(&t, vec![v], "APPEND")?;
                 }
                 op::APPENDS => {
                     let items = self.pop_mark()?;
@@ -1070,7 +1245,7 @@ impl<'a> Machine<'a> {
                     let v = self.pop()?;
                     let k = self.pop()?;
                     let t = self.top()?.clone();
-                    self.extend(&t, vec![k, v], "SETITEMS")?;
+                    self.extend(&t, vec![k, v], "SETITEM")?;
                 }
                 op::SETITEMS => {
                     let items = self.pop_mark()?;
@@ -1179,14 +1354,21 @@ impl<'a> Machine<'a> {
                     let target = self.top()?.clone();
                     let sh = self.height(&state);
                     let N::Ref(i) = target else {
-                        return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                        return Err(self.err(format!(
+                            "BUILD on {}: it applies to an object built by an allowed call only",
+                            self.type_name(&target)
+                        )));
                     };
                     let o = &mut self.objs[i as usize];
                     let new_h = o.height.max(sh.saturating_add(1));
                     match &mut o.body {
+                        Body::Object(c) if self.calls[*c as usize].opaque => {}
                         Body::Object(c) => self.calls[*c as usize].state = Some(state),
                         _ => {
-                            return Err(self.err(format!("BUILD on {}", self.type_name(&target))));
+                            return Err(self.err(format!(
+                                "BUILD on {}: it applies to an object built by an allowed call only",
+                                self.type_name(&target)
+                            )));
                         }
                     }
                     o.height = new_h;
@@ -1194,6 +1376,11 @@ impl<'a> Machine<'a> {
                 }
                 op::PERSID => {
                     self.persistent_ok()?;
+                    if self.rules.persistent_shape().is_some() {
+                        return Err(
+                            self.err("a text persistent id (PERSID) where a tuple is expected")
+                        );
+                    }
                     let l = self.line()?;
                     let s = std::str::from_utf8(l)
                         .map_err(|_| self.err("PERSID argument is not text"))?;
@@ -1203,6 +1390,7 @@ impl<'a> Machine<'a> {
                 op::BINPERSID => {
                     self.persistent_ok()?;
                     let pid = self.pop()?;
+                    self.check_persistent(&pid)?;
                     let h = self.height(&pid);
                     let n = self.new_obj(Body::Persistent(pid), h)?;
                     self.push(n);

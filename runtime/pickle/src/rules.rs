@@ -53,6 +53,9 @@ pub struct Rules {
     codecs_encode: bool,
     byte_ranges: bool,
     persistent: bool,
+    /// The form persistent ids must have: a tuple of these items, the first of which is
+    /// the kind's name (see [`Rules::persistent_form`]).
+    persistent_form: Option<(String, Vec<String>)>,
     protocols: RangeInclusive<u8>,
 }
 
@@ -80,6 +83,7 @@ impl Rules {
             codecs_encode: false,
             byte_ranges: false,
             persistent: false,
+            persistent_form: None,
             protocols: 0..=5,
         }
     }
@@ -148,6 +152,26 @@ impl Rules {
     pub fn persistent_ids(mut self, accept: bool) -> Self {
         self.persistent = accept;
         self
+    }
+
+    /// Accepts persistent ids of one form only: a tuple of exactly `items` (their names,
+    /// separated by commas, for errors), the first of which is the text `kind` (bytes
+    /// decoded as ASCII, as torch's `persistent_load` takes them): `("storage", class,
+    /// key, location, numel)` for `persistent_form("storage", "tag, class, key, location,
+    /// numel")`. Any other persistent id is refused at its `BINPERSID`, naming its offset.
+    pub fn persistent_form(mut self, kind: &str, items: &str) -> Self {
+        self.persistent = true;
+        let items = items.split(',').map(|i| i.trim().to_string()).collect();
+        self.persistent_form = Some((kind.to_string(), items));
+        self
+    }
+
+    /// The form persistent ids must have, when one is set ([`Rules::persistent_form`]):
+    /// the kind's name and the items' names.
+    pub fn persistent_shape(&self) -> Option<(&str, &[String])> {
+        self.persistent_form
+            .as_ref()
+            .map(|(k, items)| (k.as_str(), items.as_slice()))
     }
 
     /// The protocols accepted by `PROTO` (0 to 5 unless set).

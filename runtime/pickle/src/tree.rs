@@ -25,8 +25,10 @@ use tensorfmt_core::tree::Node;
 /// A call that wraps exactly one argument holding a tensor (a parameter around its
 /// tensor) is that argument; other calls and object-kind instances (TorchScript
 /// modules) are [`Node::Object`]s with their arguments and state. Shared nodes are
-/// expanded at each reference; at most `limits.max_pickle_ops` nodes are made and
-/// `limits.max_depth` levels entered, beyond that it fails with [`ErrorKind::Limit`].
+/// expanded at each reference; at most `limits.max_pickle_ops` nodes are made,
+/// `limits.max_depth` levels entered and [`memory_budget`](super::memory_budget) of the
+/// buffer's size spent (charged before each allocation), beyond that it fails with
+/// [`ErrorKind::Limit`].
 pub fn to_tree(
     root: &Value,
     buffer: &[u8],
@@ -38,7 +40,10 @@ pub fn to_tree(
         tensor_name,
         limits,
         made: 0,
+        budget: super::memory_budget(buffer.len()),
+        spent: 0,
     };
+    b.charge(NODE)?;
     b.node(root, 0)
 }
 
@@ -47,14 +52,40 @@ struct TreeBuilder<'a> {
     tensor_name: &'a mut dyn FnMut(&Object) -> Option<String>,
     limits: &'a Limits,
     made: u64,
+    /// The bytes the tree may take, and those it takes (charged before allocating).
+    budget: u64,
+    spent: u64,
 }
 
+/// The bytes of one node (in its parent's vector).
+const NODE: u64 = std::mem::size_of::<Node>() as u64;
+
 impl TreeBuilder<'_> {
+    fn charge(&mut self, bytes: u64) -> Result<()> {
+        self.spent = self.spent.saturating_add(bytes);
+        if self.spent > self.budget {
+            return Err(super::over_budget(
+                "object tree memory",
+                self.budget,
+                self.spent,
+            ));
+        }
+        Ok(())
+    }
+
+    /// `s` as an owned text, charged.
+    fn text(&mut self, s: &str) -> Result<String> {
+        self.charge(s.len() as u64)?;
+        Ok(s.to_string())
+    }
+
     fn seq(&mut self, items: &[Value], depth: u64) -> Result<Vec<Node>> {
+        self.charge(NODE.saturating_mul(items.len() as u64))?;
         items.iter().map(|v| self.node(v, depth + 1)).collect()
     }
 
     fn pairs(&mut self, entries: &[(Value, Value)], depth: u64) -> Result<Vec<(Node, Node)>> {
+        self.charge((2 * NODE).saturating_mul(entries.len() as u64))?;
         entries
             .iter()
             .map(|(k, v)| Ok((self.node(k, depth + 1)?, self.node(v, depth + 1)?)))
@@ -88,9 +119,15 @@ impl TreeBuilder<'_> {
                 None => Node::Other("<integer of more than 128 bits>".into()),
             },
             Value::Float(x) => Node::Float(*x),
-            Value::Str(s) => Node::Str(s.to_string()),
-            Value::Bytes(b) => Node::Bytes(b.to_vec()),
-            Value::Range(r) => match (&r.text, range_bytes(self.buffer, r)) {
+            Value::Str(s) => Node::Str(self.text(s)?),
+            Value::Bytes(b) => {
+                self.charge(b.len() as u64)?;
+                Node::Bytes(b.to_vec())
+            }
+            Value::Range(r) => match (
+                &r.text,
+                self.charge(r.stored).map(|_| range_bytes(self.buffer, r))?,
+            ) {
                 (Some(t), _) => Node::Str(t.to_string()),
                 (None, Some(b)) => Node::Bytes(b),
                 (None, None) => Node::Other(format!(
@@ -103,7 +140,10 @@ impl TreeBuilder<'_> {
                 Node::List(self.seq(items, depth)?)
             }
             Value::Dict(entries) => Node::Dict(self.pairs(entries, depth)?),
-            Value::Global(g) => Node::Global(g.to_string()),
+            Value::Global(g) => {
+                self.charge((g.module.len() + g.name.len() + 1) as u64)?;
+                Node::Global(g.to_string())
+            }
             Value::Stream(s) => Node::Other(format!("<{} bytes streamed>", s.len)),
             Value::Persistent(id) => {
                 Node::Other(format!("persistent_id({})", self.node(id, depth + 1)?))
@@ -122,7 +162,10 @@ impl TreeBuilder<'_> {
                     Kind::Call { .. } | Kind::Class | Kind::Object => {
                         let args = self.seq(&o.args, depth)?;
                         let state = match &o.state {
-                            Some(s) => Some(Box::new(self.node(s, depth + 1)?)),
+                            Some(s) => {
+                                self.charge(NODE)?;
+                                Some(Box::new(self.node(s, depth + 1)?))
+                            }
                             None => None,
                         };
                         let holding: Vec<usize> =
@@ -131,6 +174,7 @@ impl TreeBuilder<'_> {
                             let mut args = args;
                             return Ok(args.swap_remove(holding[0]));
                         }
+                        self.charge((o.global.module.len() + o.global.name.len() + 1) as u64)?;
                         Node::Object {
                             class: o.global.to_string(),
                             args,

@@ -26,15 +26,21 @@ use tensorfmt_core::limits::Limits;
 /// referenced under two names is listed twice, but a subtree found to hold no target is
 /// remembered and skipped from then on. The walk visits at most `limits.max_pickle_ops`
 /// nodes, goes at most `limits.max_depth` levels deep, and lists at most
-/// `limits.max_tensors` objects; beyond that it fails with [`ErrorKind::Limit`].
+/// `limits.max_tensors` objects, whose paths (kept three times by an index: the list, the
+/// tensors' names, the object tree's names) take at most `budget` bytes
+/// ([`memory_budget`](super::memory_budget)); beyond that it fails with
+/// [`ErrorKind::Limit`], before the memory is spent.
 pub fn find_objects<'v>(
     root: &'v Value,
     is_target: &dyn Fn(&Object) -> bool,
     limits: &Limits,
+    budget: u64,
 ) -> Result<Vec<(String, &'v Object)>> {
     let mut w = Walker {
         is_target,
         limits,
+        budget,
+        spent: 0,
         visited: 0,
         barren: HashSet::new(),
         out: Vec::new(),
@@ -47,6 +53,9 @@ pub fn find_objects<'v>(
 struct Walker<'a, 'v> {
     is_target: &'a dyn Fn(&Object) -> bool,
     limits: &'a Limits,
+    /// The bytes the listed paths may take, and those they take.
+    budget: u64,
+    spent: u64,
     visited: u64,
     /// Addresses of shared nodes known to hold no target.
     barren: HashSet<usize>,
@@ -115,6 +124,15 @@ impl<'v> Walker<'_, 'v> {
                             actual: self.out.len() as u64 + 1,
                         }
                         .into());
+                    }
+                    let cost = 3 * (path.len() as u64 + 32);
+                    self.spent = self.spent.saturating_add(cost);
+                    if self.spent > self.budget {
+                        return Err(super::over_budget(
+                            "memory for tensor names",
+                            self.budget,
+                            self.spent,
+                        ));
                     }
                     self.out.push((path.clone(), o));
                     return Ok(());
@@ -205,10 +223,12 @@ mod tests {
     }
 
     fn names(v: &Value, limits: &Limits) -> Result<Vec<(String, i64)>> {
-        Ok(find_objects(v, &is_tensor, limits)?
-            .into_iter()
-            .map(|(p, o)| (p, o.arg("offset").and_then(Value::as_i64).unwrap()))
-            .collect())
+        Ok(
+            find_objects(v, &is_tensor, limits, crate::memory_budget(0))?
+                .into_iter()
+                .map(|(p, o)| (p, o.arg("offset").and_then(Value::as_i64).unwrap()))
+                .collect(),
+        )
     }
 
     #[test]

@@ -221,7 +221,10 @@ fn reads_a_torch_like_checkpoint_pickle() {
     let e = pickle::read(&bytes, &Rules::new(), &Limits::default()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "byte 2: pickle decoding failed: global 'collections.OrderedDict' is not allowed"
+        "byte 2: pickle decoding failed: 3 globals are not allowed: \
+         'collections.OrderedDict' (offset 2), 'torch._utils._rebuild_tensor_v2' (offset 42), \
+         'torch.FloatStorage' (offset 93)",
+        "every refused global at once"
     );
 }
 
@@ -600,7 +603,9 @@ fn mutation_fuzz_never_panics() {
         }
         // Byte strings left in the pickle: every range found lies in it.
         if let Ok(v) = pickle::read(&data, &numpy, &limits) {
-            for (_, a) in pickle::find_objects(&v, &is_array, &limits).unwrap_or_default() {
+            for (_, a) in pickle::find_objects(&v, &is_array, &limits, pickle::memory_budget(0))
+                .unwrap_or_default()
+            {
                 let d = a.arg("buffer").or(pickle::index(a.state.as_ref(), 4));
                 if let Ok(tensorfmt_core::DataLocation::Range { offset, len }) =
                     pickle::data(d, 0, "data")
@@ -764,7 +769,9 @@ fn numpy_pickles_by_the_real_tools() {
         let bytes = std::fs::read(dir.join(file)).unwrap();
         let v = pickle::read(&bytes, &numpy_all_paths(), &Limits::default())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let found = pickle::find_objects(&v, &is_array, &Limits::default()).unwrap();
+        let found =
+            pickle::find_objects(&v, &is_array, &Limits::default(), pickle::memory_budget(0))
+                .unwrap();
         let arrays = arrays.as_object().unwrap();
         assert_eq!(found.len(), arrays.len(), "{file}");
         for (path, a) in found {
