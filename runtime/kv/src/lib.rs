@@ -30,6 +30,7 @@ use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
 
 mod format;
+pub mod lmdb_read;
 
 fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Invalid(what.to_string()), Location::file(path))
@@ -52,10 +53,7 @@ pub fn is_leveldb(dir: &Path) -> bool {
 /// values are in, with its records attached ([`Source::records`]).
 pub fn open_dir(dir: &Path) -> Result<Source> {
     if is_lmdb(dir) {
-        #[cfg(feature = "lmdb")]
-        return lmdb::snapshot(dir);
-        #[cfg(not(feature = "lmdb"))]
-        return Err(without("an LMDB environment", "lmdb", dir));
+        return lmdb_snapshot(dir);
     }
     if is_leveldb(dir) {
         #[cfg(feature = "leveldb")]
@@ -74,7 +72,7 @@ pub fn open_dir(dir: &Path) -> Result<Source> {
 }
 
 /// The error for a database whose backend this build leaves out.
-#[cfg(not(all(feature = "lmdb", feature = "leveldb")))]
+#[cfg(not(feature = "leveldb"))]
 fn without(what: &str, feature: &str, dir: &Path) -> Error {
     Error::new(
         ErrorKind::Unsupported(format!(
@@ -347,7 +345,7 @@ pub fn open_leveldb_with(path: &Path, mode: Mode, options: &OpenOptions) -> Open
 pub mod lmdb {
     use super::*;
     use heed::types::Bytes as HBytes;
-    use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+    use heed::{Database, Env, EnvOpenOptions, WithoutTls};
 
     /// What map sizes are rounded up to: a multiple of every OS page size.
     const MAP_UNIT: u64 = 64 << 10;
@@ -358,7 +356,8 @@ pub mod lmdb {
 
     /// An LMDB environment.
     pub struct Lmdb {
-        env: Env<WithoutTls>,
+        /// liblmdb's environment, to write (`None`: opened to read, without liblmdb).
+        env: Option<Env<WithoutTls>>,
         db: Option<Database<HBytes, HBytes>>,
         path: PathBuf,
         mode: Mode,
@@ -395,36 +394,42 @@ pub mod lmdb {
                 }
             }
         }
+        if mode == Mode::Read {
+            // Read without liblmdb: the file is checked page by page as it is walked.
+            let source = Source::open(path.join("data.mdb"))?;
+            let bytes = source
+                .bytes()
+                .ok_or_else(|| db_error(path, "data.mdb could not be mapped"))?;
+            lmdb_read::Reader::new(&path.join("data.mdb"), bytes.as_bytes())?;
+            return Ok(Lmdb {
+                env: None,
+                db: None,
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        if mode == Mode::Write {
+            // liblmdb trusts the file it appends to: every page it may read is checked
+            // first.
+            let data = path.join("data.mdb");
+            if data.is_file() {
+                let source = Source::open(&data)?;
+                if let Some(bytes) = source.bytes().filter(|b| !b.as_bytes().is_empty()) {
+                    lmdb_read::Reader::new(&data, bytes.as_bytes())?.check()?;
+                }
+            }
+        }
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
         opts.max_dbs(0);
-        let map_size = if mode == Mode::Read {
-            let held = std::fs::metadata(path.join("data.mdb"))
-                .map_err(|e| Error::from(e).in_file(path))?
-                .len();
-            Some(held)
-        } else {
-            options.map_size
-        };
-        if let Some(size) = map_size {
+        if let Some(size) = options.map_size {
             let size = size.max(1).div_ceil(MAP_UNIT).saturating_mul(MAP_UNIT);
             opts.map_size(option_size(path, "map_size", size)?);
         }
-        if mode == Mode::Read {
-            // SAFETY: the environment is not written through this handle, and read
-            // without the lock file: a reader does not wait on writers.
-            unsafe { opts.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
-        }
         // SAFETY: the map is used through heed's API only, and the file is not truncated
-        // while open by this process (LMDB's own requirement).
+        // while open by this process (LMDB's own requirement); an existing file was
+        // checked above.
         let env = unsafe { opts.open(path) }.map_err(|e| heed_error(path, e))?;
-        let db = if mode == Mode::Read {
-            let rtxn = env.read_txn().map_err(|e| heed_error(path, e))?;
-            let db = env
-                .open_database::<HBytes, HBytes>(&rtxn, None)
-                .map_err(|e| heed_error(path, e))?;
-            rtxn.commit().map_err(|e| heed_error(path, e))?;
-            db
-        } else {
+        let db = {
             let mut wtxn = env.write_txn().map_err(|e| heed_error(path, e))?;
             let db = env
                 .create_database::<HBytes, HBytes>(&mut wtxn, None)
@@ -433,7 +438,7 @@ pub mod lmdb {
             Some(db)
         };
         Ok(Lmdb {
-            env,
+            env: Some(env),
             db,
             path: path.to_path_buf(),
             mode,
@@ -441,75 +446,9 @@ pub mod lmdb {
     }
 
     impl Lmdb {
-        /// `data.mdb` mapped, and every record's key and value location in it (checked
-        /// byte for byte against what LMDB returns).
+        /// `data.mdb` mapped, and every record's key and value location in it.
         fn locate(&self) -> Result<(tensorfmt_core::source::Bytes, Vec<Record>)> {
-            let dir = &self.path;
-            let source = Source::open(dir.join("data.mdb"))?;
-            let bytes = source
-                .bytes()
-                .ok_or_else(|| db_error(dir, "data.mdb could not be mapped"))?
-                .clone();
-            let all = bytes.as_bytes();
-            let total = all.len() as u64;
-            // LMDB's page size is kept in the first meta page (`mm_dbs[FREE_DBI].md_pad`,
-            // at byte 40); every page starts with its number. A value's address in
-            // LMDB's own map gives its page's start (the map is page-aligned, and a value
-            // in overflow pages starts in the first one), whose number gives its offset
-            // in the file.
-            let psize = all
-                .get(40..44)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-                .filter(|p| p.is_power_of_two() && *p >= 512)
-                .ok_or_else(|| db_error(dir, "data.mdb has no valid page size in its meta page"))?;
-            let page_of = |addr: usize| -> Option<u64> {
-                let start = addr & !(psize - 1);
-                // SAFETY: `start` is the first byte of the map page holding `addr`, a
-                // value LMDB returned while its read transaction is open; a page header
-                // is at least 8 bytes.
-                let pgno = unsafe { std::ptr::read_unaligned(start as *const u64) };
-                pgno.checked_mul(psize as u64)?
-                    .checked_add((addr - start) as u64)
-            };
-            let mut records = Vec::new();
-            if let Some(hdb) = self.db {
-                let rtxn = self.env.read_txn().map_err(|e| heed_error(dir, e))?;
-                for item in hdb.iter(&rtxn).map_err(|e| heed_error(dir, e))? {
-                    let (k, v) = item.map_err(|e| heed_error(dir, e))?;
-                    let len = v.len() as u64;
-                    let offset = if v.is_empty() {
-                        Some(0)
-                    } else {
-                        page_of(v.as_ptr() as usize)
-                    };
-                    // Checked against what LMDB returns: the first and last bytes (a
-                    // wrong page would differ there; the whole value is not compared, to
-                    // keep the index as cheap as the map).
-                    let ours = offset
-                        .and_then(|o| o.checked_add(len).map(|e| (o, e)))
-                        .filter(|&(_, end)| end <= total)
-                        .map(|(o, end)| &all[o as usize..end as usize]);
-                    let offset = offset.unwrap_or(u64::MAX);
-                    let same = |a: &[u8], b: &[u8]| {
-                        let k = a.len().min(64);
-                        a.len() == b.len()
-                            && a[..k] == b[..k]
-                            && a[a.len() - k..] == b[b.len() - k..]
-                    };
-                    if !ours.is_some_and(|o| same(o, v)) {
-                        return Err(db_error(
-                            dir,
-                            format!("an LMDB value ({len} bytes) is not where its page says in data.mdb ({total} bytes)"),
-                        ));
-                    }
-                    records.push(Record {
-                        key: k.to_vec(),
-                        offset,
-                        len,
-                    });
-                }
-            }
-            Ok((bytes, records))
+            locate(&self.path)
         }
     }
 
@@ -522,7 +461,10 @@ pub mod lmdb {
         fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
             let path = &self.db.path;
             if self.txn.is_none() {
-                self.txn = Some(self.db.env.write_txn().map_err(|e| heed_error(path, e))?);
+                let Some(env) = self.db.env.as_ref() else {
+                    return Err(db_error(path, "no database to write"));
+                };
+                self.txn = Some(env.write_txn().map_err(|e| heed_error(path, e))?);
             }
             let (Some(txn), Some(db)) = (self.txn.as_mut(), self.db.db) else {
                 return Err(db_error(path, "no database to write"));
@@ -562,10 +504,8 @@ pub mod lmdb {
             }))
         }
         fn close(self: Box<Self>) -> Result<()> {
-            if self.mode != Mode::Read {
-                self.env
-                    .force_sync()
-                    .map_err(|e| heed_error(&self.path, e))?;
+            if let Some(env) = &self.env {
+                env.force_sync().map_err(|e| heed_error(&self.path, e))?;
             }
             Ok(())
         }
@@ -575,15 +515,38 @@ pub mod lmdb {
     /// located in it (LMDB keeps each value contiguous in the map, in a leaf or in
     /// overflow pages).
     pub fn snapshot(dir: &Path) -> Result<Source> {
-        let db = open(dir, Mode::Read)?;
-        let (bytes, records) = db.locate()?;
-        Ok(
-            Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
-                backend: "lmdb",
-                records,
-            })),
-        )
+        lmdb_snapshot(dir)
     }
+}
+
+/// `data.mdb` of the LMDB environment in `dir` mapped, and every record's key and the
+/// location of its value in it, read by the bounds-checked reader ([`lmdb_read`]), not
+/// liblmdb.
+fn locate(dir: &Path) -> Result<(tensorfmt_core::source::Bytes, Vec<Record>)> {
+    let data = dir.join("data.mdb");
+    let source = Source::open(&data)?;
+    let bytes = source
+        .bytes()
+        .ok_or_else(|| db_error(&data, "data.mdb could not be mapped"))?
+        .clone();
+    let records = lmdb_read::Reader::new(&data, bytes.as_bytes())?.records()?;
+    Ok((bytes, records))
+}
+
+/// The LMDB environment in `dir` read whole: `data.mdb` memory-mapped, every record's
+/// value located in it (LMDB keeps each value contiguous, in a leaf page or in overflow
+/// pages). Reading needs no liblmdb: every page is checked as it is walked.
+pub fn lmdb_snapshot(dir: &Path) -> Result<Source> {
+    if !is_lmdb(dir) {
+        return Err(db_error(dir, "not an LMDB environment (no data.mdb)"));
+    }
+    let (bytes, records) = locate(dir)?;
+    Ok(
+        Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
+            backend: "lmdb",
+            records,
+        })),
+    )
 }
 
 /// The LevelDB backend (as Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
