@@ -30,6 +30,8 @@ use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
 
 mod format;
+#[cfg(feature = "leveldb")]
+pub mod leveldb_env;
 pub mod lmdb_read;
 
 fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
@@ -563,6 +565,12 @@ pub mod leveldb {
     fn ldb_options(path: &Path, mode: Mode, given: &OpenOptions) -> Result<Options> {
         let mut o = Options {
             create_if_missing: mode != Mode::Read,
+            // Read, the folder is left as it is: what the library writes stays in memory.
+            env: if mode == Mode::Read {
+                std::rc::Rc::new(Box::new(crate::leveldb_env::ReadOnlyEnv::new()))
+            } else {
+                Options::default().env
+            },
             // Checked by `open` as LevelDB does (a database exists when it has a
             // CURRENT file): rusty-leveldb asks whether the folder exists.
             error_if_exists: false,
@@ -617,8 +625,8 @@ pub mod leveldb {
                 "cannot create a LevelDB database: it exists",
             ));
         }
-        let db =
-            DB::open(path, ldb_options(path, mode, options)?).map_err(|e| ldb_error(path, e))?;
+        let opts = ldb_options(path, mode, options)?;
+        let db = guarded(path, || DB::open(path, opts))?.map_err(|e| ldb_error(path, e))?;
         Ok(LevelDb {
             db,
             path: path.to_path_buf(),
@@ -626,13 +634,31 @@ pub mod leveldb {
         })
     }
 
+    /// Runs `f`, a call into rusty-leveldb, turning a panic (a damaged file can make it
+    /// slice past a buffer's end) into an error naming the folder.
+    fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+            let why = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            db_error(
+                path,
+                format!("LevelDB: the database is damaged (a table or log cannot be read: {why})"),
+            )
+        })
+    }
+
     fn all_records(db: &mut DB, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
-        let mut out = Vec::new();
-        while let Some((k, v)) = LdbIterator::next(&mut it) {
-            out.push((k, v));
-        }
-        Ok(out)
+        guarded(path, || {
+            let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
+            let mut out = Vec::new();
+            while let Some((k, v)) = LdbIterator::next(&mut it) {
+                out.push((k, v));
+            }
+            Ok(out)
+        })?
     }
 
     struct LdbTxn<'a> {
@@ -685,8 +711,8 @@ pub mod leveldb {
             }))
         }
         fn close(mut self: Box<Self>) -> Result<()> {
-            self.db.flush().map_err(|e| ldb_error(&self.path, e))?;
-            self.db.close().map_err(|e| ldb_error(&self.path, e))
+            let path = self.path.clone();
+            guarded(&path, || self.db.close())?.map_err(|e| ldb_error(&path, e))
         }
     }
 
@@ -713,7 +739,7 @@ pub mod leveldb {
     pub fn snapshot(dir: &Path) -> Result<Source> {
         let mut db = open(dir, Mode::Read)?;
         let (bytes, records) = in_one_buffer(all_records(&mut db.db, dir)?);
-        db.db.close().map_err(|e| ldb_error(dir, e))?;
+        guarded(dir, || db.db.close())?.map_err(|e| ldb_error(dir, e))?;
         Ok(
             Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
                 backend: "leveldb",
