@@ -312,3 +312,20 @@ fn leveldb_mutants_never_panic() {
     try_one(&orig, true);
     assert!(refused > 100, "{refused} refused, {read} read");
 }
+
+/// The hostile databases of the committed corpus (tests/fixtures/hostile/make_kv.py) are
+/// each refused with an error naming them: none crashes the process.
+#[test]
+fn hostile_corpus_is_refused() {
+    let corpus =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hostile/kv");
+    let mut n = 0;
+    for e in std::fs::read_dir(&corpus).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let err = read_all(&dir).expect_err(&name);
+        assert!(err.contains(&name), "{err}");
+        n += 1;
+    }
+    assert!(n >= 7);
+}
