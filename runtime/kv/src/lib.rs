@@ -3,7 +3,10 @@
 //! through a [`Cursor`] and written through [`Transaction`]s. Backends here: LMDB
 //! ([`lmdb`], with `heed`) and LevelDB ([`leveldb`], with `rusty-leveldb`, which reads
 //! and writes the files real LevelDB does), opened as a format's [`OpenOptions`] say (its
-//! engine arguments: Caffe2's map size, write buffer, ...). Record-file databases whose
+//! engine arguments: Caffe2's map size, write buffer, ...). Files are untrusted: LMDB is
+//! read by a bounds-checked reader of `data.mdb` ([`lmdb_read`]; liblmdb, which trusts
+//! its file, only writes), LevelDB through a read-only view of its folder
+//! ([`leveldb_env`]) with the library's panics turned into errors. Record-file databases whose
 //! record layout a schema describes (Caffe2's MiniDB) implement the same traits in
 //! generated code.
 //!
@@ -341,8 +344,9 @@ pub fn open_leveldb_with(path: &Path, mode: Mode, options: &OpenOptions) -> Open
 }
 
 /// The LMDB backend (as Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed
-/// database, keys in bytewise order; read without LMDB's lock file (a reader writes
-/// nothing in the folder), its read transactions not tied to a thread.
+/// database, keys in bytewise order; read by [`lmdb_read`], not liblmdb (a reader writes
+/// nothing in the folder and a damaged file is an error, not a crash), written through
+/// liblmdb (heed), whose write transactions are not tied to a thread.
 #[cfg(feature = "lmdb")]
 pub mod lmdb {
     use super::*;
@@ -373,9 +377,8 @@ pub mod lmdb {
 
     /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
     /// environment in folder `path`, with `options.map_size` when written (unset: the
-    /// environment's own, or LMDB's default for a new one). Read, the map is what
-    /// `data.mdb` holds: a read-only environment maps at least its data, whatever size
-    /// is asked.
+    /// environment's own, or LMDB's default for a new one). Read, `data.mdb` is
+    /// mapped whole and its meta pages checked, without liblmdb ([`lmdb_read`]).
     pub fn open_with(path: &Path, mode: Mode, options: &OpenOptions) -> Result<Lmdb> {
         match mode {
             Mode::New => {

@@ -130,8 +130,11 @@ fn fixture(name: &str) -> std::path::PathBuf {
         .join(name)
 }
 
+/// A database's records: keys and values.
+type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// What reading a database folder gave: the records' keys and values, or the error.
-fn read_all(dir: &std::path::Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+fn read_all(dir: &std::path::Path) -> Result<Pairs, String> {
     let src = kv::open_dir(dir).map_err(|e| e.to_string())?;
     let recs = src.records().unwrap();
     let bytes = src.bytes().unwrap().as_bytes();
