@@ -637,10 +637,33 @@ pub mod leveldb {
         })
     }
 
+    thread_local! {
+        /// Set while this thread is inside [`guarded`]: its panics are errors, not news.
+        static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Installs, once, a panic hook that stays silent for the panics [`guarded`] turns
+    /// into errors and passes every other panic to the hook that was there before.
+    fn quiet_guarded_panics() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if !GUARDED.with(|g| g.get()) {
+                    previous(info);
+                }
+            }));
+        });
+    }
+
     /// Runs `f`, a call into rusty-leveldb, turning a panic (a damaged file can make it
-    /// slice past a buffer's end) into an error naming the folder.
+    /// slice past a buffer's end or fail an assertion) into an error naming the folder.
     fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        quiet_guarded_panics();
+        let outer = GUARDED.with(|g| g.replace(true));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        GUARDED.with(|g| g.set(outer));
+        result.map_err(|p| {
             let why = p
                 .downcast_ref::<String>()
                 .map(String::as_str)
