@@ -628,6 +628,9 @@ pub mod leveldb {
                 "cannot create a LevelDB database: it exists",
             ));
         }
+        if mode == Mode::Read {
+            check_tables(path)?;
+        }
         let opts = ldb_options(path, mode, options)?;
         let db = guarded(path, || DB::open(path, opts))?.map_err(|e| ldb_error(path, e))?;
         Ok(LevelDb {
@@ -654,6 +657,77 @@ pub mod leveldb {
                 }
             }));
         });
+    }
+
+    /// A LevelDB varint64 at `*at` of `b`, advancing `at`.
+    fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    /// Checks the footer of every table of the folder `dir` before rusty-leveldb reads
+    /// it: the index and meta-index blocks it points to must lie within the file
+    /// (rusty-leveldb allocates a block's declared size before reading it, so a damaged
+    /// footer could ask for any amount of memory).
+    fn check_tables(dir: &Path) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        const FOOTER: u64 = 48;
+        const MAGIC: u64 = 0xdb47_7524_8b80_fb57;
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::from(e).in_file(dir))?;
+        for e in entries {
+            let p = e.map_err(|e| Error::from(e).in_file(dir))?.path();
+            if !p.extension().is_some_and(|x| x == "ldb" || x == "sst") {
+                continue;
+            }
+            let mut f = std::fs::File::open(&p).map_err(|e| Error::from(e).in_file(&p))?;
+            let len = f.metadata().map_err(|e| Error::from(e).in_file(&p))?.len();
+            if len < FOOTER {
+                return Err(db_error(
+                    &p,
+                    format!("a LevelDB table of {len} bytes, shorter than its 48-byte footer"),
+                ));
+            }
+            let mut footer = [0u8; FOOTER as usize];
+            f.seek(SeekFrom::Start(len - FOOTER))
+                .and_then(|_| f.read_exact(&mut footer))
+                .map_err(|e| Error::from(e).in_file(&p))?;
+            let bad = |what: &str| {
+                Error::new(
+                    ErrorKind::Invalid(format!("damaged LevelDB table: {what}")),
+                    Location::file(&p).with_offset(len - FOOTER),
+                )
+            };
+            if u64::from_le_bytes(footer[40..].try_into().expect("8 bytes")) != MAGIC {
+                return Err(bad("its footer lacks LevelDB's magic number"));
+            }
+            let mut at = 0;
+            for name in ["meta-index", "index"] {
+                let (Some(offset), Some(size)) =
+                    (varint(&footer, &mut at), varint(&footer, &mut at))
+                else {
+                    return Err(bad(&format!("its footer's {name} block handle is cut")));
+                };
+                // A block is followed by its type byte and CRC-32 (5 bytes).
+                if offset
+                    .checked_add(size)
+                    .and_then(|e| e.checked_add(5))
+                    .is_none_or(|end| end > len - FOOTER)
+                {
+                    return Err(bad(&format!(
+                        "its {name} block ({size} bytes at {offset}) is not within its {len} bytes"
+                    )));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Runs `f`, a call into rusty-leveldb, turning a panic (a damaged file can make it
