@@ -117,7 +117,7 @@ def main():
                  "|---|---:|---:|---:|---:|---:|"]
         for label, key in (("LMDB cursor, values copied (the limit)", ("caffe2.scan.raw", "lmdb")),
                            ("tensorfmt DbInput, prefetch 2, buffers recycled", ("caffe2.pipeline", "tensorfmt")),
-                           ("tensorfmt DbInput, prefetch 2, new buffers", ("caffe2.pipeline.fresh", "tensorfmt")),
+                           ("tensorfmt DbInput, prefetch 2, plain for loop", ("caffe2.pipeline.loop", "tensorfmt")),
                            ("tensorfmt DbInput, no prefetch, buffers recycled",
                             ("caffe2.pipeline.noprefetch", "tensorfmt")),
                            ("Python: lmdb + protobuf + NumPy", ("caffe2.pipeline", "python"))):

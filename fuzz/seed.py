@@ -10,6 +10,9 @@ pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickl
 onnx_model       the onnx-made models of tests/fixtures/onnx/ (inline ones: external
                  data files are not beside a fuzz input)
 caffe2_minidb    the MiniDB fixtures of tests/fixtures/caffe2/
+kv_folder        byte 0 then the data.mdb of each LMDB fixture of tests/fixtures/caffe2/,
+                 byte 1 then the table of dataset.leveldb (whose MANIFEST the target uses),
+                 and the same of the hostile corpus tests/fixtures/hostile/kv/
 safetensors      the safetensors-made fixtures of tests/fixtures/safetensors/
 numpy_pickle     the pickles of NumPy arrays of tests/fixtures/numpy_pickle/ (pickle.dump at
                  protocols 2, 4, 5, the Python 2 Detectron pickle) and its hostile corpus
@@ -83,6 +86,15 @@ seeds("pytorch_pickle", members + legacy + raw)
 ONNX = os.path.join(FIX, "onnx")
 seeds("onnx_model", list(files(ONNX, lambda n: n.endswith(".onnx") and "external" not in n)))
 seeds("caffe2_minidb", list(files(os.path.join(FIX, "caffe2"), lambda n: n.endswith(".minidb"))))
+C2 = os.path.join(FIX, "caffe2")
+KV = os.path.join(FIX, "hostile", "kv")
+lmdbs = [os.path.join(C2, n) for n in sorted(os.listdir(C2)) if n.endswith(".lmdb")]
+lmdbs += [os.path.join(KV, n) for n in sorted(os.listdir(KV)) if n.startswith("lmdb")]
+tables = [os.path.join(C2, "dataset.leveldb")]
+tables += [os.path.join(KV, n) for n in sorted(os.listdir(KV)) if n.startswith("leveldb")]
+kv = [b"\x00" + blob for d in lmdbs for blob in files(d, lambda n: n == "data.mdb")]
+kv += [b"\x01" + blob for d in tables for blob in files(d, lambda n: n.endswith(".ldb"))]
+seeds("kv_folder", kv)
 seeds("safetensors", list(files(os.path.join(FIX, "safetensors"), lambda n: n.endswith(".safetensors"))))
 NP = os.path.join(FIX, "numpy_pickle")
 seeds("numpy_pickle",

@@ -1787,7 +1787,12 @@ impl<'a> WriteCx<'a> {
             let repeated = f.label == Label::Repeated;
             if matches!(value.kind, ExprKind::WriteVar(WriteVar::Data)) {
                 if self.stream {
-                    payload = Some(tag);
+                    // A repeated field holds a string tensor's elements, one value each.
+                    payload = Some(if repeated {
+                        quote!(#tag | rt::protodoc::REPEATED)
+                    } else {
+                        quote!(#tag)
+                    });
                     continue;
                 }
                 let holder = match (wire(f), repeated) {

@@ -696,11 +696,38 @@ impl Default for DbInputOptions {
     }
 }
 
-/// One batch: output i is the records' `protos[i]`, stacked.
-#[derive(Debug)]
+/// One batch: output i is the records' `protos[i]`, stacked. Dropped, its buffers go
+/// back to the [`DbInput`] that made it, to be filled by a later batch: a plain `for`
+/// loop over the input allocates only while the first batches are in flight.
 pub struct Batch {
     /// One tensor per output.
     pub tensors: Vec<Tensor>,
+    /// Where the buffers go back to when the batch is dropped (`None`: freed).
+    home: Option<Recycle>,
+}
+
+impl std::fmt::Debug for Batch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Batch")
+            .field("tensors", &self.tensors)
+            .finish()
+    }
+}
+
+impl Batch {
+    /// The batch's tensors, kept: their buffers do not go back to the input.
+    pub fn into_tensors(mut self) -> Vec<Tensor> {
+        self.home = None;
+        std::mem::take(&mut self.tensors)
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if let Some(home) = self.home.take() {
+            home.give_back(std::mem::take(&mut self.tensors));
+        }
+    }
 }
 
 /// Opens the TensorProtos database at `path`: the file, and for each of its records (in
@@ -748,7 +775,10 @@ fn read_batch(
         for &i in first {
             tensors.push(file.load_info(&infos[i])?);
         }
-        return Ok(Batch { tensors });
+        return Ok(Batch {
+            tensors,
+            home: None,
+        });
     }
     let mut tensors = Vec::with_capacity(first.len());
     for slot in 0..first.len() {
@@ -808,7 +838,10 @@ fn read_batch(
             data: crate::TensorData::Owned(buf),
         });
     }
-    Ok(Batch { tensors })
+    Ok(Batch {
+        tensors,
+        home: None,
+    })
 }
 
 /// The order of records one shard reads, epoch after epoch (DBReader: start at
@@ -845,13 +878,41 @@ pub struct DbInput {
     rx: Option<mpsc::Receiver<Result<Batch>>>,
     worker: Option<std::thread::JoinHandle<()>>,
     inline: Option<Box<dyn FnMut() -> Option<Result<Batch>>>>,
-    recycle: Recycle,
+    /// Where batches give their buffers back (`None`: unbatched records, whose tensors
+    /// are not the pool's).
+    recycle: Option<Recycle>,
 }
 
-/// Where [`DbInput::recycle`] sends a batch's buffers back to.
+/// The most buffers a pool keeps: more are freed (a caller may keep batches of several
+/// sizes; the pool stays bounded).
+const POOL_MAX: usize = 64;
+
+/// Where a batch's buffers go back to.
+#[derive(Clone)]
 enum Recycle {
     Channel(mpsc::Sender<AlignedBuf>),
     Shared(std::sync::Arc<std::sync::Mutex<Vec<AlignedBuf>>>),
+}
+
+impl Recycle {
+    /// Sends the buffers of `tensors` that a batch owns back to the pool.
+    fn give_back(&self, tensors: Vec<Tensor>) {
+        for t in tensors {
+            if let crate::TensorData::Owned(buf) = t.data {
+                match self {
+                    Recycle::Channel(tx) => {
+                        let _ = tx.send(buf);
+                    }
+                    Recycle::Shared(p) => {
+                        let mut v = p.lock().unwrap_or_else(|e| e.into_inner());
+                        if v.len() < POOL_MAX {
+                            v.push(buf);
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The buffers a reader takes before allocating new ones.
@@ -870,10 +931,15 @@ impl Pool {
             Pool::None => None,
             Pool::Channel(rx, stash) => {
                 stash.extend(rx.try_iter());
-                stash
+                let found = stash
                     .iter()
                     .position(|b| b.len() == len)
-                    .map(|i| stash.swap_remove(i))
+                    .map(|i| stash.swap_remove(i));
+                if stash.len() > POOL_MAX {
+                    // The oldest go first.
+                    stash.drain(..stash.len() - POOL_MAX);
+                }
+                found
             }
             Pool::Shared(p) => {
                 let mut v = p.lock().unwrap_or_else(|e| e.into_inner());
@@ -909,7 +975,7 @@ impl DbInput {
                 rx: None,
                 worker: None,
                 inline: Some(Box::new(move || reader.next_batch())),
-                recycle: Recycle::Shared(pool),
+                recycle: (opts.batch_size > 0).then_some(Recycle::Shared(pool)),
             });
         }
         let (tx, rx) = mpsc::sync_channel(options.prefetch);
@@ -938,25 +1004,17 @@ impl DbInput {
             rx: Some(rx),
             worker: Some(worker),
             inline: None,
-            recycle: Recycle::Channel(back_tx),
+            recycle: (options.batch_size > 0).then_some(Recycle::Channel(back_tx)),
         })
     }
 }
 
 impl DbInput {
     /// Gives a batch's buffers back, to be filled again by a later batch instead of new
-    /// memory (optional: batches may be kept or dropped as well).
+    /// memory: what dropping the batch does (kept for explicit code; a batch of another
+    /// input goes back to its own).
     pub fn recycle(&self, batch: Batch) {
-        for t in batch.tensors {
-            if let crate::TensorData::Owned(buf) = t.data {
-                match &self.recycle {
-                    Recycle::Channel(tx) => {
-                        let _ = tx.send(buf);
-                    }
-                    Recycle::Shared(p) => p.lock().unwrap_or_else(|e| e.into_inner()).push(buf),
-                }
-            }
-        }
+        drop(batch);
     }
 
     /// Hands the next batch to `sink`, one tensor per output (`begin`, the bytes as a
@@ -985,10 +1043,16 @@ impl DbInput {
 impl Iterator for DbInput {
     type Item = Result<Batch>;
     fn next(&mut self) -> Option<Result<Batch>> {
-        if let Some(f) = self.inline.as_mut() {
-            return f();
-        }
-        self.rx.as_ref()?.recv().ok()
+        let next = match self.inline.as_mut() {
+            Some(f) => f(),
+            None => self.rx.as_ref()?.recv().ok(),
+        };
+        next.map(|b| {
+            b.map(|mut b| {
+                b.home = self.recycle.clone();
+                b
+            })
+        })
     }
 }
 

@@ -1448,7 +1448,8 @@ impl<'a> Checker<'a> {
                 let ty = f.ty.path.last().map_or("", |i| i.name.as_str());
                 let repeated = f.label == Label::Repeated;
                 let holds = if document {
-                    at_top && !repeated && ty == "bytes"
+                    // A repeated one holds a string tensor's elements, one value each.
+                    at_top && (ty == "bytes" || (repeated && ty == "string"))
                 } else {
                     let number = matches!(
                         ty,
@@ -1466,7 +1467,8 @@ impl<'a> Checker<'a> {
         });
         let help = if document {
             "a document streams the tensor's bytes after the item: `data` is the value of a \
-             `bytes` field of the message the rule builds (`TensorProto(..., raw_data = data)`)"
+             `bytes` field of the message the rule builds (`TensorProto(..., raw_data = data)`), \
+             or of a repeated `bytes` field for strings (`string_data = data`)"
         } else {
             "a record encodes the elements into one field: a repeated number, string or bytes \
              field, or a `string` or `bytes` field (`TensorProto(..., float_data = data)`)"

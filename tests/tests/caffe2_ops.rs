@@ -12,6 +12,11 @@ use tensorfmt::runtime::kv::{self, Db, Mode};
 use tensorfmt::{DType, TensorMeta};
 use tensorfmt_tests::meta;
 
+use tensorfmt_tests::alloc;
+
+#[global_allocator]
+static GLOBAL: alloc::Counting = alloc::Counting;
+
 const DBS: [&str; 3] = ["minidb", "lmdb", "leveldb"];
 
 /// Deterministic bytes for every Caffe2 dtype (bool as 0/1), and a string tensor.
@@ -563,6 +568,52 @@ fn recycled_buffers_give_the_same_batches() {
         }
         assert_eq!(recycled, fresh, "prefetch {prefetch}");
         assert_eq!(fresh.len(), 17 * 3 / 4);
+    }
+}
+
+/// A plain loop over the input (each batch dropped at the end of its iteration) reuses
+/// the batches' buffers: after the first batches, reading allocates nothing the size of
+/// a batch (the buffers of dropped batches go back to the pipeline).
+#[test]
+fn dropped_batches_give_their_buffers_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("d.lmdb");
+    dataset("lmdb", &p, 40);
+    // Output 0 of a batch: 64 records of 48 bytes.
+    let batch_bytes = 64 * 48;
+    for prefetch in [0usize, 1] {
+        let opts = DbInputOptions {
+            batch_size: 64,
+            prefetch,
+            epochs: Some(40),
+            ..Default::default()
+        };
+        let mut input = DbInput::open(&p, &opts).unwrap();
+        // The first batches, while buffers are in flight, allocate.
+        for _ in 0..4 {
+            input.next().unwrap().unwrap();
+        }
+        if prefetch == 0 {
+            let (n, largest) = alloc::armed(|| {
+                let mut n = 0;
+                for b in input.by_ref() {
+                    n += b.unwrap().tensors[0].info.shape[0];
+                }
+                n
+            });
+            assert_eq!(n, 40 * 40 / 64 * 64 - 4 * 64);
+            assert!(
+                largest < batch_bytes,
+                "a batch-sized allocation ({largest} bytes) in the loop"
+            );
+        } else {
+            // The reading thread takes the buffers back: the same few buffers all along.
+            let mut seen = std::collections::HashSet::new();
+            for b in input.by_ref() {
+                seen.insert(b.unwrap().tensors[0].data.as_bytes().as_ptr() as usize);
+            }
+            assert!(seen.len() <= 8, "{} distinct buffers", seen.len());
+        }
     }
 }
 

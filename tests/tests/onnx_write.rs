@@ -38,7 +38,8 @@ fn policies() -> Vec<(&'static str, Vec<&'static str>)> {
     ]
 }
 
-/// Fixtures of every format that hold tensors onnx can store (no strings).
+/// Fixtures of every format that hold tensors onnx can store (string tensors among them:
+/// Caffe2's string blobs, ONNX's string initializers).
 fn sources() -> Vec<PathBuf> {
     let mut out = Vec::new();
     for (dir, ext) in [
@@ -56,6 +57,9 @@ fn sources() -> Vec<PathBuf> {
         out.extend(v);
     }
     out.push(fixtures().join("onnx/external_per_tensor/model.onnx"));
+    for db in ["weights.minidb", "weights.lmdb", "weights.leveldb"] {
+        out.push(fixtures().join("caffe2").join(db));
+    }
     out
 }
 
@@ -65,28 +69,18 @@ fn every_fixture_written_as_onnx_loads_equal_in_onnx() {
     let mut written: Vec<(PathBuf, String, serde_json::Value)> = Vec::new();
     for src in sources() {
         let expected = tensors_of(&src);
-        let has_strings = expected
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|t| t["dtype"] == "string");
         let is_onnx = src.extension().is_some_and(|x| x == "onnx");
         for (policy, args) in policies() {
             let out_dir = tmp.path().join(format!(
                 "{}-{}-{policy}",
                 src.parent().unwrap().file_name().unwrap().to_str().unwrap(),
-                src.file_stem().unwrap().to_str().unwrap()
+                src.file_name().unwrap().to_str().unwrap()
             ));
             std::fs::create_dir_all(&out_dir).unwrap();
             let out = out_dir.join("model.onnx");
             let mut argv = vec!["convert", src.to_str().unwrap(), out.to_str().unwrap()];
             argv.extend(args.iter().copied());
             let (code, text) = cli(&argv);
-            if has_strings && !is_onnx {
-                // Only ONNX's own string tensors (kept as they are) can be written.
-                assert_ne!(code, std::process::ExitCode::SUCCESS, "{}", src.display());
-                continue;
-            }
             let what = format!("{} written {policy}", src.display());
             assert_eq!(code, std::process::ExitCode::SUCCESS, "{what}: {text}");
             // tensorfmt reads back what it wrote.
@@ -510,25 +504,54 @@ fn bad_replacements_are_refused_and_leave_the_output_as_it_was() {
     assert!(e.contains("external data needs the document's path"), "{e}");
 }
 
+/// String tensors are written one value each in `string_data` (inline, whatever the
+/// external-data policy), as onnx reads them; bytes that do not hold the shape's strings
+/// are refused.
 #[test]
-fn string_tensors_are_not_written_and_say_so() {
+fn string_tensors_are_written_to_string_data() {
     let tmp = tempfile::tempdir().unwrap();
     let desc = tensorfmt::format_named("onnx").unwrap();
-    let mut buf = std::io::Cursor::new(Vec::new());
-    let mut w = (desc.writer)(Box::new(&mut buf), &Default::default()).unwrap();
-    let meta = tensorfmt::TensorMeta {
+    let meta = |n: u64| tensorfmt::TensorMeta {
         name: "s".into(),
         dtype: tensorfmt::DType::String,
-        shape: vec![1],
+        shape: vec![n],
         order: tensorfmt::Order::C,
         byte_order: tensorfmt::ByteOrder::Little,
     };
-    let e = w
-        .add(&meta, tensorfmt::Payload::Bytes(b""))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("string tensors"), "{e}");
-    drop(tmp);
+    let mut strings = Vec::new();
+    for s in ["cat", "", "h\u{e9}"] {
+        strings.extend_from_slice(&(s.len() as u64).to_le_bytes());
+        strings.extend_from_slice(s.as_bytes());
+    }
+    for (n, bytes) in [
+        (1, &b""[..]),
+        (3, &strings[..strings.len() - 1]),
+        (2, &strings[..]),
+    ] {
+        let mut buf = std::io::Cursor::new(Vec::new());
+        let mut w = (desc.writer)(Box::new(&mut buf), &Default::default()).unwrap();
+        let e = w
+            .add(&meta(n), tensorfmt::Payload::Bytes(bytes))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("string"), "{e}");
+    }
+    let out = tmp.path().join("s.onnx");
+    let mut saver = tensorfmt::Saver::create(&out, Some("onnx"), &Default::default()).unwrap();
+    saver.add_bytes(&meta(3), &strings).unwrap();
+    saver.commit().unwrap();
+    let (ok, text) = python_snippet(
+        "import sys, onnx\nfrom onnx import numpy_helper\n\
+         m = onnx.load(sys.argv[1])\nonnx.checker.check_model(m)\n\
+         t = m.graph.initializer[0]\nprint(t.data_type, list(t.string_data), \
+         numpy_helper.to_array(t).tolist())",
+        &[out.to_str().unwrap()],
+    );
+    assert!(ok, "{text}");
+    assert_eq!(
+        text.trim(),
+        "8 [b'cat', b'', b'h\\xc3\\xa9'] ['cat', '', 'h\u{e9}']"
+    );
 }
 
 /// Past 2 GiB: the default policy keeps tensors inline until the next would take the

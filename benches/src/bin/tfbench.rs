@@ -961,8 +961,8 @@ fn caffe2(b: &mut Bench) -> Result<()> {
         (
             2,
             false,
-            "caffe2.pipeline.fresh",
-            "DbInput, prefetch 2, new buffers per batch",
+            "caffe2.pipeline.loop",
+            "DbInput, prefetch 2, a plain for loop (batches dropped: their buffers go back)",
         ),
         (
             0,
@@ -989,11 +989,15 @@ fn caffe2(b: &mut Bench) -> Result<()> {
                 };
                 let mut input = tensorfmt::caffe2::DbInput::open(&input, &opts)?;
                 let mut n = 0usize;
-                while let Some(bt) = input.next() {
-                    let bt = bt?;
-                    n += bt.tensors[0].info.shape[0] as usize;
-                    if recycle {
+                if recycle {
+                    while let Some(bt) = input.next() {
+                        let bt = bt?;
+                        n += bt.tensors[0].info.shape[0] as usize;
                         input.recycle(bt);
+                    }
+                } else {
+                    for bt in input {
+                        n += bt?.tensors[0].info.shape[0] as usize;
                     }
                 }
                 if n != records / batch * batch {

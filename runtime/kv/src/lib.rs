@@ -3,7 +3,10 @@
 //! through a [`Cursor`] and written through [`Transaction`]s. Backends here: LMDB
 //! ([`lmdb`], with `heed`) and LevelDB ([`leveldb`], with `rusty-leveldb`, which reads
 //! and writes the files real LevelDB does), opened as a format's [`OpenOptions`] say (its
-//! engine arguments: Caffe2's map size, write buffer, ...). Record-file databases whose
+//! engine arguments: Caffe2's map size, write buffer, ...). Files are untrusted: LMDB is
+//! read by a bounds-checked reader of `data.mdb` ([`lmdb_read`]; liblmdb, which trusts
+//! its file, only writes), LevelDB through a read-only view of its folder
+//! ([`leveldb_env`]) with the library's panics turned into errors. Record-file databases whose
 //! record layout a schema describes (Caffe2's MiniDB) implement the same traits in
 //! generated code.
 //!
@@ -30,6 +33,9 @@ use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
 
 mod format;
+#[cfg(feature = "leveldb")]
+pub mod leveldb_env;
+pub mod lmdb_read;
 
 fn db_error(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Invalid(what.to_string()), Location::file(path))
@@ -53,10 +59,7 @@ pub fn is_leveldb(dir: &Path) -> bool {
 pub fn open_dir(dir: &Path) -> Result<Source> {
     only_files_and_folders(dir)?;
     if is_lmdb(dir) {
-        #[cfg(feature = "lmdb")]
-        return lmdb::snapshot(dir);
-        #[cfg(not(feature = "lmdb"))]
-        return Err(without("an LMDB environment", "lmdb", dir));
+        return lmdb_snapshot(dir);
     }
     if is_leveldb(dir) {
         #[cfg(feature = "leveldb")]
@@ -99,7 +102,7 @@ fn only_files_and_folders(dir: &Path) -> Result<()> {
 }
 
 /// The error for a database whose backend this build leaves out.
-#[cfg(not(all(feature = "lmdb", feature = "leveldb")))]
+#[cfg(not(feature = "leveldb"))]
 fn without(what: &str, feature: &str, dir: &Path) -> Error {
     Error::new(
         ErrorKind::Unsupported(format!(
@@ -366,13 +369,14 @@ pub fn open_leveldb_with(path: &Path, mode: Mode, options: &OpenOptions) -> Open
 }
 
 /// The LMDB backend (as Caffe2's `caffe2/db/lmdb.cc`): the environment's unnamed
-/// database, keys in bytewise order; read without LMDB's lock file (a reader writes
-/// nothing in the folder), its read transactions not tied to a thread.
+/// database, keys in bytewise order; read by [`lmdb_read`], not liblmdb (a reader writes
+/// nothing in the folder and a damaged file is an error, not a crash), written through
+/// liblmdb (heed), whose write transactions are not tied to a thread.
 #[cfg(feature = "lmdb")]
 pub mod lmdb {
     use super::*;
     use heed::types::Bytes as HBytes;
-    use heed::{Database, Env, EnvFlags, EnvOpenOptions, WithoutTls};
+    use heed::{Database, Env, EnvOpenOptions, WithoutTls};
 
     /// What map sizes are rounded up to: a multiple of every OS page size.
     const MAP_UNIT: u64 = 64 << 10;
@@ -383,7 +387,8 @@ pub mod lmdb {
 
     /// An LMDB environment.
     pub struct Lmdb {
-        env: Env<WithoutTls>,
+        /// liblmdb's environment, to write (`None`: opened to read, without liblmdb).
+        env: Option<Env<WithoutTls>>,
         db: Option<Database<HBytes, HBytes>>,
         path: PathBuf,
         mode: Mode,
@@ -397,9 +402,8 @@ pub mod lmdb {
 
     /// Opens (`Read`, `Write`) or creates (`New`: the folder must not exist) the
     /// environment in folder `path`, with `options.map_size` when written (unset: the
-    /// environment's own, or LMDB's default for a new one). Read, the map is what
-    /// `data.mdb` holds: a read-only environment maps at least its data, whatever size
-    /// is asked.
+    /// environment's own, or LMDB's default for a new one). Read, `data.mdb` is
+    /// mapped whole and its meta pages checked, without liblmdb ([`lmdb_read`]).
     pub fn open_with(path: &Path, mode: Mode, options: &OpenOptions) -> Result<Lmdb> {
         match mode {
             Mode::New => {
@@ -420,36 +424,42 @@ pub mod lmdb {
                 }
             }
         }
+        if mode == Mode::Read {
+            // Read without liblmdb: the file is checked page by page as it is walked.
+            let source = Source::open(path.join("data.mdb"))?;
+            let bytes = source
+                .bytes()
+                .ok_or_else(|| db_error(path, "data.mdb could not be mapped"))?;
+            lmdb_read::Reader::new(&path.join("data.mdb"), bytes.as_bytes())?;
+            return Ok(Lmdb {
+                env: None,
+                db: None,
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        if mode == Mode::Write {
+            // liblmdb trusts the file it appends to: every page it may read is checked
+            // first.
+            let data = path.join("data.mdb");
+            if data.is_file() {
+                let source = Source::open(&data)?;
+                if let Some(bytes) = source.bytes().filter(|b| !b.as_bytes().is_empty()) {
+                    lmdb_read::Reader::new(&data, bytes.as_bytes())?.check()?;
+                }
+            }
+        }
         let mut opts = EnvOpenOptions::new().read_txn_without_tls();
         opts.max_dbs(0);
-        let map_size = if mode == Mode::Read {
-            let held = std::fs::metadata(path.join("data.mdb"))
-                .map_err(|e| Error::from(e).in_file(path))?
-                .len();
-            Some(held)
-        } else {
-            options.map_size
-        };
-        if let Some(size) = map_size {
+        if let Some(size) = options.map_size {
             let size = size.max(1).div_ceil(MAP_UNIT).saturating_mul(MAP_UNIT);
             opts.map_size(option_size(path, "map_size", size)?);
         }
-        if mode == Mode::Read {
-            // SAFETY: the environment is not written through this handle, and read
-            // without the lock file: a reader does not wait on writers.
-            unsafe { opts.flags(EnvFlags::READ_ONLY | EnvFlags::NO_LOCK) };
-        }
         // SAFETY: the map is used through heed's API only, and the file is not truncated
-        // while open by this process (LMDB's own requirement).
+        // while open by this process (LMDB's own requirement); an existing file was
+        // checked above.
         let env = unsafe { opts.open(path) }.map_err(|e| heed_error(path, e))?;
-        let db = if mode == Mode::Read {
-            let rtxn = env.read_txn().map_err(|e| heed_error(path, e))?;
-            let db = env
-                .open_database::<HBytes, HBytes>(&rtxn, None)
-                .map_err(|e| heed_error(path, e))?;
-            rtxn.commit().map_err(|e| heed_error(path, e))?;
-            db
-        } else {
+        let db = {
             let mut wtxn = env.write_txn().map_err(|e| heed_error(path, e))?;
             let db = env
                 .create_database::<HBytes, HBytes>(&mut wtxn, None)
@@ -458,7 +468,7 @@ pub mod lmdb {
             Some(db)
         };
         Ok(Lmdb {
-            env,
+            env: Some(env),
             db,
             path: path.to_path_buf(),
             mode,
@@ -466,75 +476,9 @@ pub mod lmdb {
     }
 
     impl Lmdb {
-        /// `data.mdb` mapped, and every record's key and value location in it (checked
-        /// byte for byte against what LMDB returns).
+        /// `data.mdb` mapped, and every record's key and value location in it.
         fn locate(&self) -> Result<(tensorfmt_core::source::Bytes, Vec<Record>)> {
-            let dir = &self.path;
-            let source = Source::open(dir.join("data.mdb"))?;
-            let bytes = source
-                .bytes()
-                .ok_or_else(|| db_error(dir, "data.mdb could not be mapped"))?
-                .clone();
-            let all = bytes.as_bytes();
-            let total = all.len() as u64;
-            // LMDB's page size is kept in the first meta page (`mm_dbs[FREE_DBI].md_pad`,
-            // at byte 40); every page starts with its number. A value's address in
-            // LMDB's own map gives its page's start (the map is page-aligned, and a value
-            // in overflow pages starts in the first one), whose number gives its offset
-            // in the file.
-            let psize = all
-                .get(40..44)
-                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
-                .filter(|p| p.is_power_of_two() && *p >= 512)
-                .ok_or_else(|| db_error(dir, "data.mdb has no valid page size in its meta page"))?;
-            let page_of = |addr: usize| -> Option<u64> {
-                let start = addr & !(psize - 1);
-                // SAFETY: `start` is the first byte of the map page holding `addr`, a
-                // value LMDB returned while its read transaction is open; a page header
-                // is at least 8 bytes.
-                let pgno = unsafe { std::ptr::read_unaligned(start as *const u64) };
-                pgno.checked_mul(psize as u64)?
-                    .checked_add((addr - start) as u64)
-            };
-            let mut records = Vec::new();
-            if let Some(hdb) = self.db {
-                let rtxn = self.env.read_txn().map_err(|e| heed_error(dir, e))?;
-                for item in hdb.iter(&rtxn).map_err(|e| heed_error(dir, e))? {
-                    let (k, v) = item.map_err(|e| heed_error(dir, e))?;
-                    let len = v.len() as u64;
-                    let offset = if v.is_empty() {
-                        Some(0)
-                    } else {
-                        page_of(v.as_ptr() as usize)
-                    };
-                    // Checked against what LMDB returns: the first and last bytes (a
-                    // wrong page would differ there; the whole value is not compared, to
-                    // keep the index as cheap as the map).
-                    let ours = offset
-                        .and_then(|o| o.checked_add(len).map(|e| (o, e)))
-                        .filter(|&(_, end)| end <= total)
-                        .map(|(o, end)| &all[o as usize..end as usize]);
-                    let offset = offset.unwrap_or(u64::MAX);
-                    let same = |a: &[u8], b: &[u8]| {
-                        let k = a.len().min(64);
-                        a.len() == b.len()
-                            && a[..k] == b[..k]
-                            && a[a.len() - k..] == b[b.len() - k..]
-                    };
-                    if !ours.is_some_and(|o| same(o, v)) {
-                        return Err(db_error(
-                            dir,
-                            format!("an LMDB value ({len} bytes) is not where its page says in data.mdb ({total} bytes)"),
-                        ));
-                    }
-                    records.push(Record {
-                        key: k.to_vec(),
-                        offset,
-                        len,
-                    });
-                }
-            }
-            Ok((bytes, records))
+            locate(&self.path)
         }
     }
 
@@ -547,7 +491,10 @@ pub mod lmdb {
         fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
             let path = &self.db.path;
             if self.txn.is_none() {
-                self.txn = Some(self.db.env.write_txn().map_err(|e| heed_error(path, e))?);
+                let Some(env) = self.db.env.as_ref() else {
+                    return Err(db_error(path, "no database to write"));
+                };
+                self.txn = Some(env.write_txn().map_err(|e| heed_error(path, e))?);
             }
             let (Some(txn), Some(db)) = (self.txn.as_mut(), self.db.db) else {
                 return Err(db_error(path, "no database to write"));
@@ -587,10 +534,8 @@ pub mod lmdb {
             }))
         }
         fn close(self: Box<Self>) -> Result<()> {
-            if self.mode != Mode::Read {
-                self.env
-                    .force_sync()
-                    .map_err(|e| heed_error(&self.path, e))?;
+            if let Some(env) = &self.env {
+                env.force_sync().map_err(|e| heed_error(&self.path, e))?;
             }
             Ok(())
         }
@@ -600,15 +545,38 @@ pub mod lmdb {
     /// located in it (LMDB keeps each value contiguous in the map, in a leaf or in
     /// overflow pages).
     pub fn snapshot(dir: &Path) -> Result<Source> {
-        let db = open(dir, Mode::Read)?;
-        let (bytes, records) = db.locate()?;
-        Ok(
-            Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
-                backend: "lmdb",
-                records,
-            })),
-        )
+        lmdb_snapshot(dir)
     }
+}
+
+/// `data.mdb` of the LMDB environment in `dir` mapped, and every record's key and the
+/// location of its value in it, read by the bounds-checked reader ([`lmdb_read`]), not
+/// liblmdb.
+fn locate(dir: &Path) -> Result<(tensorfmt_core::source::Bytes, Vec<Record>)> {
+    let data = dir.join("data.mdb");
+    let source = Source::open(&data)?;
+    let bytes = source
+        .bytes()
+        .ok_or_else(|| db_error(&data, "data.mdb could not be mapped"))?
+        .clone();
+    let records = lmdb_read::Reader::new(&data, bytes.as_bytes())?.records()?;
+    Ok((bytes, records))
+}
+
+/// The LMDB environment in `dir` read whole: `data.mdb` memory-mapped, every record's
+/// value located in it (LMDB keeps each value contiguous, in a leaf page or in overflow
+/// pages). Reading needs no liblmdb: every page is checked as it is walked.
+pub fn lmdb_snapshot(dir: &Path) -> Result<Source> {
+    if !is_lmdb(dir) {
+        return Err(db_error(dir, "not an LMDB environment (no data.mdb)"));
+    }
+    let (bytes, records) = locate(dir)?;
+    Ok(
+        Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
+            backend: "lmdb",
+            records,
+        })),
+    )
 }
 
 /// The LevelDB backend (as Caffe2's `caffe2/db/leveldb.cc`), on `rusty-leveldb`: bytewise
@@ -625,6 +593,12 @@ pub mod leveldb {
     fn ldb_options(path: &Path, mode: Mode, given: &OpenOptions) -> Result<Options> {
         let mut o = Options {
             create_if_missing: mode != Mode::Read,
+            // Read, the folder is left as it is: what the library writes stays in memory.
+            env: if mode == Mode::Read {
+                std::rc::Rc::new(Box::new(crate::leveldb_env::ReadOnlyEnv::new()))
+            } else {
+                Options::default().env
+            },
             // Checked by `open` as LevelDB does (a database exists when it has a
             // CURRENT file): rusty-leveldb asks whether the folder exists.
             error_if_exists: false,
@@ -679,8 +653,11 @@ pub mod leveldb {
                 "cannot create a LevelDB database: it exists",
             ));
         }
-        let db =
-            DB::open(path, ldb_options(path, mode, options)?).map_err(|e| ldb_error(path, e))?;
+        if mode == Mode::Read {
+            check_tables(path)?;
+        }
+        let opts = ldb_options(path, mode, options)?;
+        let db = guarded(path, || DB::open(path, opts))?.map_err(|e| ldb_error(path, e))?;
         Ok(LevelDb {
             db,
             path: path.to_path_buf(),
@@ -688,13 +665,125 @@ pub mod leveldb {
         })
     }
 
-    fn all_records(db: &mut DB, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-        let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
-        let mut out = Vec::new();
-        while let Some((k, v)) = LdbIterator::next(&mut it) {
-            out.push((k, v));
+    thread_local! {
+        /// Set while this thread is inside [`guarded`]: its panics are errors, not news.
+        static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+
+    /// Installs, once, a panic hook that stays silent for the panics [`guarded`] turns
+    /// into errors and passes every other panic to the hook that was there before.
+    fn quiet_guarded_panics() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                if !GUARDED.with(|g| g.get()) {
+                    previous(info);
+                }
+            }));
+        });
+    }
+
+    /// A LevelDB varint64 at `*at` of `b`, advancing `at`.
+    fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
         }
-        Ok(out)
+        None
+    }
+
+    /// Checks the footer of every table of the folder `dir` before rusty-leveldb reads
+    /// it: the index and meta-index blocks it points to must lie within the file
+    /// (rusty-leveldb allocates a block's declared size before reading it, so a damaged
+    /// footer could ask for any amount of memory).
+    fn check_tables(dir: &Path) -> Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        const FOOTER: u64 = 48;
+        const MAGIC: u64 = 0xdb47_7524_8b80_fb57;
+        let entries = std::fs::read_dir(dir).map_err(|e| Error::from(e).in_file(dir))?;
+        for e in entries {
+            let p = e.map_err(|e| Error::from(e).in_file(dir))?.path();
+            if !p.extension().is_some_and(|x| x == "ldb" || x == "sst") {
+                continue;
+            }
+            let mut f = std::fs::File::open(&p).map_err(|e| Error::from(e).in_file(&p))?;
+            let len = f.metadata().map_err(|e| Error::from(e).in_file(&p))?.len();
+            if len < FOOTER {
+                return Err(db_error(
+                    &p,
+                    format!("a LevelDB table of {len} bytes, shorter than its 48-byte footer"),
+                ));
+            }
+            let mut footer = [0u8; FOOTER as usize];
+            f.seek(SeekFrom::Start(len - FOOTER))
+                .and_then(|_| f.read_exact(&mut footer))
+                .map_err(|e| Error::from(e).in_file(&p))?;
+            let bad = |what: &str| {
+                Error::new(
+                    ErrorKind::Invalid(format!("damaged LevelDB table: {what}")),
+                    Location::file(&p).with_offset(len - FOOTER),
+                )
+            };
+            if u64::from_le_bytes(footer[40..].try_into().expect("8 bytes")) != MAGIC {
+                return Err(bad("its footer lacks LevelDB's magic number"));
+            }
+            let mut at = 0;
+            for name in ["meta-index", "index"] {
+                let (Some(offset), Some(size)) =
+                    (varint(&footer, &mut at), varint(&footer, &mut at))
+                else {
+                    return Err(bad(&format!("its footer's {name} block handle is cut")));
+                };
+                // A block is followed by its type byte and CRC-32 (5 bytes).
+                if offset
+                    .checked_add(size)
+                    .and_then(|e| e.checked_add(5))
+                    .is_none_or(|end| end > len - FOOTER)
+                {
+                    return Err(bad(&format!(
+                        "its {name} block ({size} bytes at {offset}) is not within its {len} bytes"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `f`, a call into rusty-leveldb, turning a panic (a damaged file can make it
+    /// slice past a buffer's end or fail an assertion) into an error naming the folder.
+    fn guarded<T>(path: &Path, f: impl FnOnce() -> T) -> Result<T> {
+        quiet_guarded_panics();
+        let outer = GUARDED.with(|g| g.replace(true));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        GUARDED.with(|g| g.set(outer));
+        result.map_err(|p| {
+            let why = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            db_error(
+                path,
+                format!("LevelDB: the database is damaged (a table or log cannot be read: {why})"),
+            )
+        })
+    }
+
+    fn all_records(db: &mut DB, path: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+        guarded(path, || {
+            let mut it = db.new_iter().map_err(|e| ldb_error(path, e))?;
+            let mut out = Vec::new();
+            while let Some((k, v)) = LdbIterator::next(&mut it) {
+                out.push((k, v));
+            }
+            Ok(out)
+        })?
     }
 
     struct LdbTxn<'a> {
@@ -747,8 +836,8 @@ pub mod leveldb {
             }))
         }
         fn close(mut self: Box<Self>) -> Result<()> {
-            self.db.flush().map_err(|e| ldb_error(&self.path, e))?;
-            self.db.close().map_err(|e| ldb_error(&self.path, e))
+            let path = self.path.clone();
+            guarded(&path, || self.db.close())?.map_err(|e| ldb_error(&path, e))
         }
     }
 
@@ -775,7 +864,7 @@ pub mod leveldb {
     pub fn snapshot(dir: &Path) -> Result<Source> {
         let mut db = open(dir, Mode::Read)?;
         let (bytes, records) = in_one_buffer(all_records(&mut db.db, dir)?);
-        db.db.close().map_err(|e| ldb_error(dir, e))?;
+        guarded(dir, || db.db.close())?.map_err(|e| ldb_error(dir, e))?;
         Ok(
             Source::from_mapped(bytes, dir).with_records(Arc::new(Records {
                 backend: "leveldb",

@@ -17,7 +17,7 @@
 //! replacement or a move between inline and external storage needs.
 
 use std::collections::HashMap;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::{self as protobuf, Value, WireType};
@@ -553,6 +553,11 @@ pub struct TensorField {
     pub format: &'static str,
 }
 
+/// Set on the payload field number a [`MakeItemFn`] returns when that field is a
+/// repeated `bytes`/`string` field (ONNX's `string_data`): a string tensor's elements
+/// are written there one value each. Other tensors are refused such a field.
+pub const REPEATED: u32 = 1 << 31;
+
 /// The item of a tensor placed at a [`Placement`] (see [`DocFormat::item`]).
 pub type MakeItemFn = fn(&TensorMeta, &Placement) -> Result<(Vec<u8>, Option<u32>)>;
 
@@ -647,10 +652,20 @@ impl DocWriter<'_> {
         data: Payload<'_>,
         item: MakeItemFn,
     ) -> Result<()> {
+        if meta.dtype == DType::String {
+            return self.add_strings(field, meta, data, item);
+        }
         check_writable(meta, field.format)?;
         let nbytes = meta.nbytes()?;
         let place = self.place(&meta.name, nbytes, None, item_overhead(meta))?;
         let (header, payload) = item(meta, &place)?;
+        if payload.is_some_and(|p| p & REPEATED != 0) {
+            return Err(Error::from(ErrorKind::Unsupported(format!(
+                "{} elements in a repeated bytes field of {}",
+                meta.dtype, field.format
+            )))
+            .in_entry(&meta.name));
+        }
         let unit = if meta.byte_order == ByteOrder::Big {
             meta.dtype.swap_unit().unwrap_or(1)
         } else {
@@ -665,6 +680,83 @@ impl DocWriter<'_> {
             unit,
             &meta.name,
         )
+    }
+}
+
+impl DocWriter<'_> {
+    /// Appends the string tensor `meta` (its elements in `data`, each a u64-LE length and
+    /// the bytes) as an item of `field`, always inline: its message made by `item`, whose
+    /// payload field must be a repeated bytes field ([`REPEATED`]), holding one value per
+    /// element (as onnx's `numpy_helper.from_array` writes `string_data`).
+    fn add_strings(
+        &mut self,
+        field: &TensorField,
+        meta: &TensorMeta,
+        data: Payload<'_>,
+        item: MakeItemFn,
+    ) -> Result<()> {
+        let mut read = Vec::new();
+        let bytes: &[u8] = match data {
+            Payload::Bytes(b) => b,
+            Payload::Reader(r) => {
+                r.take(MAX_MESSAGE).read_to_end(&mut read)?;
+                &read
+            }
+        };
+        let place = Placement {
+            external: false,
+            location: String::new(),
+            offset: 0,
+            nbytes: bytes.len() as u64,
+        };
+        self.tensors += 1;
+        let (header, payload) = item(meta, &place)?;
+        let Some(number) = payload.filter(|p| p & REPEATED != 0).map(|p| p & !REPEATED) else {
+            return Err(Error::from(ErrorKind::Unsupported(format!(
+                "writing string tensors to {}: its schema gives them no repeated bytes field",
+                field.format
+            )))
+            .in_entry(&meta.name));
+        };
+        // The bytes must hold exactly the shape's number of elements.
+        let numel = tensorfmt_core::tensor::numel(&meta.shape)?;
+        let (mut pos, mut count) = (0usize, 0u64);
+        while pos < bytes.len() {
+            let len = bytes
+                .get(pos..pos + 8)
+                .and_then(|b| usize::try_from(u64::from_le_bytes(b.try_into().ok()?)).ok())
+                .and_then(|n| (pos + 8).checked_add(n))
+                .filter(|&end| end <= bytes.len());
+            let Some(end) = len else {
+                return Err(Error::from(ErrorKind::Invalid(format!(
+                    "string element {count} is cut at byte {pos} of {}",
+                    bytes.len()
+                )))
+                .in_entry(&meta.name));
+            };
+            pos = end;
+            count += 1;
+        }
+        if count != numel {
+            return Err(Error::from(ErrorKind::SizeMismatch(format!(
+                "a string tensor of shape {:?} holds {count} strings, {numel} expected",
+                meta.shape
+            )))
+            .in_entry(&meta.name));
+        }
+        let mut body = header;
+        protobuf::put_elements(
+            &mut body,
+            number,
+            protobuf::Holder::Strings,
+            meta.dtype,
+            bytes,
+        )
+        .map_err(|e| e.in_entry(&meta.name))?;
+        let mut h = Vec::with_capacity(body.len() + 10);
+        protobuf::put_len_header(&mut h, field.items, body.len() as u64);
+        h.extend_from_slice(&body);
+        self.raw(&h)
     }
 }
 
