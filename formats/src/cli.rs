@@ -536,8 +536,10 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
         } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
+                    let known: Vec<&str> = DType::ALL.iter().map(|t| t.name()).collect();
                     crate::Error::from(crate::ErrorKind::Unsupported(format!(
-                        "unknown dtype '{d}'"
+                        "unknown dtype '{d}' for --dtype; the dtypes are {}",
+                        known.join(", ")
                     )))
                 })?),
                 None => None,
@@ -577,10 +579,15 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 summary.from
             );
             if !summary.dropped.is_empty() {
+                let n = summary.dropped.len();
+                let why = if flatten {
+                    "--flatten writes tensors alone".to_string()
+                } else {
+                    format!("{} cannot hold them", summary.to)
+                };
                 eprintln!(
-                    "note: {} cannot hold {} value(s) of the input, not written: {}",
-                    summary.to,
-                    summary.dropped.len(),
+                    "note: dropped {n} non-tensor value{} ({why}): {}",
+                    if n == 1 { "" } else { "s" },
                     shorten(&summary.dropped.join(", "), 200)
                 );
             }
