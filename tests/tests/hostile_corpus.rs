@@ -5,7 +5,8 @@
 //! must exit with code 1, print an error naming the file (its path or its file name),
 //! finish within 5 s and peak under 256 MB of resident memory (the child's `ru_maxrss`,
 //! from `wait4`). Folders added later are picked up without editing this file. All the
-//! failures are collected and reported together.
+//! failures are collected and reported together. Linux only (`ru_maxrss` in KiB).
+#![cfg(target_os = "linux")]
 
 use std::ffi::OsStr;
 use std::os::unix::process::CommandExt;
