@@ -171,3 +171,28 @@ fn non_tensor_values_dropped_by_a_conversion_are_named() {
         "{e}"
     );
 }
+
+/// An archive's members are named as a user sees them (opened as `pytorch`): a
+/// member-name pattern with its captures as `*`, a missing member by its name and the
+/// storage it holds, never by the schema's names for its entries and captures.
+#[test]
+fn archive_members_are_named_without_the_schemas_names() {
+    let hostile = fixtures().join("pytorch/hostile");
+    for (file, expect) in [
+        ("no_data_pkl.pt", "pytorch: no member matches `*/data.pkl`"),
+        (
+            "two_prefixes.pt",
+            "pytorch: several members match `*/data.pkl`",
+        ),
+        (
+            "missing_storage_member.pt",
+            "the member archive/data/7, of the storage \"7\" the stored object names, is missing",
+        ),
+    ] {
+        let e = tensorfmt_tests::open_err_as(&hostile.join(file), "pytorch");
+        assert!(e.contains(expect), "expected '{expect}' in: {e}");
+        for w in ["{prefix}", "`storage`", "`key`"] {
+            assert!(!e.contains(w), "a schema's name {w} reaches the user: {e}");
+        }
+    }
+}
