@@ -130,6 +130,8 @@ fn inspect(entry: &Path, stderr_file: &Path) -> Run {
         });
     }
     let start = Instant::now();
+    // Reaped by `wait4` below, which `Child::wait` cannot do (it gives no resource usage).
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().expect("spawning the command line");
     let pid = child.id() as libc::pid_t;
     let mut killed = false;

@@ -196,3 +196,29 @@ fn archive_members_are_named_without_the_schemas_names() {
         }
     }
 }
+
+/// A dtype code a file holds that its format's table does not know is named with the
+/// dtypes the format does know.
+#[test]
+fn an_unknown_dtype_in_a_file_lists_the_formats_dtypes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = "{'descr': '<U5', 'fortran_order': False, 'shape': (2,), }".to_string();
+    h.push_str(&" ".repeat((64 - (10 + h.len() + 1) % 64) % 64));
+    h.push('\n');
+    let mut npy = b"\x93NUMPY\x01\x00".to_vec();
+    npy.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    npy.extend_from_slice(h.as_bytes());
+    npy.extend_from_slice(&[0u8; 40]);
+    let p = dir.path().join("unicode.npy");
+    std::fs::write(&p, npy).unwrap();
+    let (code, e) = tensorfmt(&["inspect", s(&p)]);
+    assert_eq!(code, 1, "{e}");
+    assert!(e.contains(s(&p)), "{e}");
+    assert!(
+        e.contains(
+            "unknown dtype <U5; the format's dtypes are f16, f32, f64, i8, i16, i32, i64, u8, \
+             u16, u32, u64, bool, c64, c128"
+        ),
+        "{e}"
+    );
+}

@@ -47,7 +47,8 @@ impl<K: 'static> Table<K> {
             .map(|r| &r.0)
     }
 
-    /// As [`Table::get`], or an [`ErrorKind::UnknownDType`] naming the key.
+    /// As [`Table::get`], or an [`ErrorKind::UnknownDType`] naming the key and the
+    /// dtypes the format knows.
     pub fn lookup<Q: PartialEq + Display + ?Sized>(
         &self,
         key: &Q,
@@ -55,8 +56,12 @@ impl<K: 'static> Table<K> {
     where
         K: Borrow<Q>,
     {
-        self.get(key)
-            .ok_or_else(|| Error::from(ErrorKind::UnknownDType(key.to_string())))
+        self.get(key).ok_or_else(|| {
+            Error::from(ErrorKind::UnknownDType(format!(
+                "{key}; the format's dtypes are {}",
+                self.dtype_names()
+            )))
+        })
     }
 
     /// As [`Table::key_for`], or an [`ErrorKind::Unsupported`] error saying that the
@@ -89,6 +94,17 @@ impl<K: 'static> Table<K> {
         out
     }
 
+    /// The names of the table's dtypes, in [`DType::ALL`]'s order, joined by commas.
+    fn dtype_names(&self) -> String {
+        let stored = self.dtypes();
+        let names: Vec<&str> = DType::ALL
+            .iter()
+            .filter(|d| stored.contains(d))
+            .map(|d| d.name())
+            .collect();
+        names.join(", ")
+    }
+
     /// The [`ErrorKind::Unsupported`] error of a write of `dtype` (in `order`, when the
     /// caller asked for one) that the table has no key for, in a user's words: the format
     /// (`format`, else "this format") cannot store it, and either the byte orders it
@@ -119,15 +135,9 @@ impl<K: 'static> Table<K> {
                 )
             }
             _ => {
-                let stored = self.dtypes();
-                let names: Vec<&str> = DType::ALL
-                    .iter()
-                    .filter(|d| stored.contains(d))
-                    .map(|d| d.name())
-                    .collect();
                 format!(
                     "{who} cannot store {dtype} tensors; its dtypes are {}",
-                    names.join(", ")
+                    self.dtype_names()
                 )
             }
         };
@@ -164,7 +174,10 @@ mod tests {
         assert_eq!(T.key_for(DType::U16, ByteOrder::Little), Some(&"<u2"));
         assert_eq!(T.key_for(DType::U16, ByteOrder::Big), Some(&">u2"));
         assert_eq!(T.key_for(DType::U8, ByteOrder::Big), Some(&"|u1"));
-        assert!(T.lookup("x").is_err());
+        assert_eq!(
+            T.lookup("x").unwrap_err().to_string(),
+            "unknown dtype x; the format's dtypes are u8, u16"
+        );
         let e = T
             .require_key("npy", DType::F32, ByteOrder::Little)
             .unwrap_err();
