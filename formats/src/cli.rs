@@ -580,14 +580,10 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             );
             if !summary.dropped.is_empty() {
                 let n = summary.dropped.len();
-                let why = if flatten {
-                    "--flatten writes tensors alone".to_string()
-                } else {
-                    format!("{} cannot hold them", summary.to)
-                };
                 eprintln!(
-                    "note: dropped {n} non-tensor value{} ({why}): {}",
+                    "note: dropped {n} non-tensor value{}{}: {}",
                     if n == 1 { "" } else { "s" },
+                    if flatten { " (--flatten)" } else { "" },
                     shorten(&summary.dropped.join(", "), 200)
                 );
             }

@@ -147,10 +147,7 @@ fn non_tensor_values_dropped_by_a_conversion_are_named() {
     let (code, e) = tensorfmt(&["convert", s(&input), s(&npz)]);
     assert_eq!(code, 0, "{e}");
     assert!(
-        e.contains(
-            "note: dropped 2 non-tensor values (npz cannot hold them): \
-             optimizer.param_groups, epoch"
-        ),
+        e.contains("note: dropped 2 non-tensor values: optimizer.param_groups, epoch"),
         "{e}"
     );
     // A checkpoint written as a checkpoint keeps them.
@@ -164,10 +161,7 @@ fn non_tensor_values_dropped_by_a_conversion_are_named() {
     let (code, e) = tensorfmt(&["convert", s(&input), s(&pt), "--flatten"]);
     assert_eq!(code, 0, "{e}");
     assert!(
-        e.contains(
-            "note: dropped 2 non-tensor values (--flatten writes tensors alone): \
-             optimizer.param_groups, epoch"
-        ),
+        e.contains("note: dropped 2 non-tensor values (--flatten): optimizer.param_groups, epoch"),
         "{e}"
     );
 }
