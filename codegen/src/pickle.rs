@@ -1000,7 +1000,6 @@ fn gen_writer(
 
 /// A writer constructor that refuses (a mapping without a `write` rule).
 fn refusing_writer(public: &str) -> TokenStream {
-    let no_write =
-        format!("writing {public} files is not supported (the tensor mapping has no `write` rule)");
+    let no_write = format!("writing {public} files is not supported: tensorfmt reads them only");
     crate::engine::read_only_desc(&no_write, true)
 }

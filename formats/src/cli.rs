@@ -764,8 +764,10 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
         } => {
             let dtype = match dtype {
                 Some(d) => Some(DType::from_name(&d).ok_or_else(|| {
+                    let known: Vec<&str> = DType::ALL.iter().map(|t| t.name()).collect();
                     crate::Error::from(crate::ErrorKind::Unsupported(format!(
-                        "unknown dtype '{d}'"
+                        "unknown dtype '{d}' for --dtype; the dtypes are {}",
+                        known.join(", ")
                     )))
                 })?),
                 None => None,
@@ -805,10 +807,11 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 summary.from
             );
             if !summary.dropped.is_empty() {
+                let n = summary.dropped.len();
                 eprintln!(
-                    "note: {} cannot hold {} value(s) of the input, not written: {}",
-                    summary.to,
-                    summary.dropped.len(),
+                    "note: dropped {n} non-tensor value{}{}: {}",
+                    if n == 1 { "" } else { "s" },
+                    if flatten { " (--flatten)" } else { "" },
                     escape_controls(&shorten(&summary.dropped.join(", "), 200))
                 );
             }

@@ -1139,7 +1139,9 @@ pub struct ConvertSummary {
     /// The values of the input beside its tensors that the output could not hold, by
     /// path: the keys of safetensors `__metadata__` or GGUF key/values written to a format
     /// without such values, a checkpoint's values that are not text written to
-    /// safetensors.
+    /// safetensors, and every non-tensor value of a checkpoint or pickle (`epoch`,
+    /// `optimizer.param_groups`) written to a format of tensors alone (npz, a Caffe2
+    /// database) or with [`ConvertOptions::flatten`].
     pub dropped: Vec<String>,
 }
 
@@ -1210,6 +1212,20 @@ pub fn convert(
                 .chain(dropped)
                 .collect()
         }
+        // The output stores tensors alone (npz, safetensors without text values, a
+        // database), or `--flatten` asked for them alone: every value of the object is
+        // left out.
+        Some(tree) if !kept.stored => tree
+            .values()
+            .into_iter()
+            .map(|(path, _)| {
+                if path.is_empty() {
+                    "(the whole object)".to_string()
+                } else {
+                    path
+                }
+            })
+            .collect(),
         _ => kept.dropped,
     };
     let total = file.tensors().len();

@@ -122,7 +122,8 @@ pub fn rewrite<'a>(
         if !options.allow_reshape && (old.dtype != meta.dtype || old.shape != meta.shape) {
             return Err(Error::new(
                 ErrorKind::SizeMismatch(format!(
-                    "'{}' is {} {:?} in the model, the replacement {} {:?} (allow_reshape to change it)",
+                    "'{}' is {} {:?} in the model, the replacement {} {:?} (pass --allow-reshape, \
+                     or set RewriteOptions::allow_reshape, to change it)",
                     meta.name, old.dtype, old.shape, meta.dtype, meta.shape
                 )),
                 Location::file(input),

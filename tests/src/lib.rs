@@ -313,3 +313,9 @@ pub mod alloc {
         (out, LARGEST.with(|l| l.get()))
     }
 }
+
+/// The README's examples as doc tests: the library example compiled and run, the
+/// dataset loop compiled, so that they cannot drift from the API.
+#[doc = include_str!("../../README.md")]
+#[doc(hidden)]
+pub mod readme {}

@@ -215,7 +215,7 @@ fn safetensors_design_writer_refuses_what_it_cannot_store() {
             rt::Payload::Bytes(&[0; 16]),
         )
         .unwrap_err();
-    assert!(e.to_string().contains("no `st_dtype` code"), "{e}");
+    assert!(e.to_string().contains("cannot store c128 tensors"), "{e}");
     let e = w
         .add(
             &meta("c", rt::DType::F32, &[2]),
@@ -322,7 +322,11 @@ fn conditional_widths_nested_constants_and_offsets_round_trip() {
     // A dtype stored in one byte order only, and a header too long for the data offset.
     let mut m = meta("x", rt::DType::U16, &[1]);
     let e = onearr::write_tensor(&mut Vec::new(), &m, rt::Payload::Bytes(&[0; 2])).unwrap_err();
-    assert!(e.to_string().contains("no `kinds` code"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("onearr cannot store u16 in little-endian byte order, only big-endian"),
+        "{e}"
+    );
     m.byte_order = rt::ByteOrder::Big;
     onearr::write_tensor(&mut Vec::new(), &m, rt::Payload::Bytes(&[0; 2])).unwrap();
     let big = meta("x", rt::DType::U8, &vec![1; 100]);

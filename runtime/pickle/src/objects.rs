@@ -40,15 +40,16 @@ pub fn call<const N: usize>(rules: &Rules, path: &str, args: [Value; N]) -> Resu
 
 /// The global that `key` (a reverse table lookup: the table's key for a dtype, such as a
 /// storage class) names. Fails with [`ErrorKind::Unsupported`] when there is no key:
-/// `format` has no key of `table` for `dtype` in `order`.
+/// `format` cannot store `dtype` in `order` (the schema's table name, `_table`, is not a
+/// user's word and stays out of the message).
 pub fn table_global(
     key: Option<&str>,
     format: &str,
-    table: &str,
+    _table: &str,
     dtype: DType,
     order: ByteOrder,
 ) -> Result<Value> {
-    Ok(Value::global(found_key(key, format, table, dtype, order)?))
+    Ok(Value::global(found_key(key, format, dtype, order)?))
 }
 
 /// The text `key` (a reverse table lookup: the table's key for a dtype, such as NumPy's
@@ -56,24 +57,24 @@ pub fn table_global(
 pub fn table_key(
     key: Option<&str>,
     format: &str,
-    table: &str,
+    _table: &str,
     dtype: DType,
     order: ByteOrder,
 ) -> Result<Value> {
-    Ok(Value::str(found_key(key, format, table, dtype, order)?))
+    Ok(Value::str(found_key(key, format, dtype, order)?))
 }
 
 /// `key`, or the [`ErrorKind::Unsupported`] error naming the dtype that has none.
 fn found_key<'k>(
     key: Option<&'k str>,
     format: &str,
-    table: &str,
     dtype: DType,
     order: ByteOrder,
 ) -> Result<&'k str> {
     key.ok_or_else(|| {
         Error::from(ErrorKind::Unsupported(format!(
-            "{format} has no `{table}` key for dtype {dtype} ({order:?} byte order)"
+            "{format} cannot store {dtype} tensors ({} byte order)",
+            tensorfmt_core::table::byte_order_name(order)
         )))
     })
 }

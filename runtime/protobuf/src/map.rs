@@ -197,15 +197,13 @@ pub fn named<'m, M>(
 
 /// The key the table `table` gives `dtype` on write (for elements stored little-endian,
 /// as protobuf formats write them), as the integer type of the field it goes to. Errors:
-/// an [`ErrorKind::Unsupported`] naming the table when it has no key for the dtype, an
+/// an [`ErrorKind::Unsupported`] listing the dtypes the table stores when it has no key
+/// for the dtype ([`Table::cannot_store`]), an
 /// [`ErrorKind::Overflow`] when the key does not fit the field.
 pub fn key_of<T: TryFrom<i64>>(table: &Table<i64>, dtype: DType) -> Result<T> {
-    let key = *table.key_for(dtype, ByteOrder::Little).ok_or_else(|| {
-        Error::from(ErrorKind::Unsupported(format!(
-            "{dtype} has no `{}` key",
-            table.name
-        )))
-    })?;
+    let key = *table
+        .key_for(dtype, ByteOrder::Little)
+        .ok_or_else(|| table.cannot_store(None, dtype, None))?;
     T::try_from(key)
         .map_err(|_| Error::from(ErrorKind::Overflow(format!("`{}` key {key}", table.name))))
 }

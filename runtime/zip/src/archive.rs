@@ -225,7 +225,7 @@ impl<'s> Archive<'s> {
                 if let Some((prev, _)) = &found {
                     return Err(in_file(Error::from(ErrorKind::Invalid(format!(
                         "{format}: several members match `{}`: {} and {}",
-                        first.pattern,
+                        shown(first.pattern),
                         zip.members()[*prev].name,
                         m.name
                     )))));
@@ -236,7 +236,7 @@ impl<'s> Archive<'s> {
         let Some((first, values)) = found else {
             return Err(in_file(Error::from(ErrorKind::NotFound(format!(
                 "{format}: no member matches `{}`",
-                entries[0].pattern
+                shown(entries[0].pattern)
             )))));
         };
         let mut archive = Archive {
@@ -295,15 +295,16 @@ impl<'s> Archive<'s> {
                 let p = self.captures.format_all(p)?;
                 match self.zip.find(&p) {
                     Some(m) => Ok(m),
-                    None => self.zip.find(&name).ok_or_else(|| {
-                        format!("the `{}` member {name} is missing (and so is {p})", e.name)
-                    }),
+                    None => self
+                        .zip
+                        .find(&name)
+                        .ok_or_else(|| format!("the member {name} is missing (and so is {p})")),
                 }
             }
             None => self
                 .zip
                 .find(&name)
-                .ok_or_else(|| format!("the `{}` member {name} is missing", e.name)),
+                .ok_or_else(|| format!("the member {name} is missing")),
         };
         let m = match member {
             Ok(m) => m,
@@ -340,8 +341,7 @@ impl<'s> Archive<'s> {
             Some(m) => Ok(Some(m)),
             None if entry.optional => Ok(None),
             None => Err(Error::from(ErrorKind::NotFound(format!(
-                "the `{}` member {name} is missing",
-                entry.name
+                "the member {name} is missing"
             )))),
         }
     }
@@ -384,8 +384,8 @@ impl Storages for Archive<'_> {
                 let name = self.captures.format(e.pattern, capture, key)?;
                 self.zip.find(&name).ok_or_else(|| {
                     Error::from(ErrorKind::NotFound(format!(
-                        "the `{}` member {name} (`{capture}` {key:?}) is missing",
-                        e.name
+                        "the member {name}, of the storage {key:?} the stored object names, \
+                         is missing"
                     )))
                 })?
             }
@@ -536,5 +536,35 @@ impl<W: Write + Seek> ArchiveWriter<W> {
         self.zip
             .write_all(content)
             .map_err(|e| Error::from(e).in_entry(name))
+    }
+}
+
+/// A member-name pattern as a user reads it: each capture (`{prefix}`, a name of the
+/// schema) shown as `*`, so `{prefix}/data.pkl` reads `*/data.pkl`.
+fn shown(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut rest = pattern;
+    while let Some(open) = rest.find('{') {
+        match rest[open..].find('}') {
+            Some(close) => {
+                out.push_str(&rest[..open]);
+                out.push('*');
+                rest = &rest[open + close + 1..];
+            }
+            None => break,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod shown_tests {
+    #[test]
+    fn captures_read_as_stars() {
+        assert_eq!(super::shown("{prefix}/data.pkl"), "*/data.pkl");
+        assert_eq!(super::shown("{prefix}/data/{key}"), "*/data/*");
+        assert_eq!(super::shown("plain"), "plain");
+        assert_eq!(super::shown("odd{"), "odd{");
     }
 }
