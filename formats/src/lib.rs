@@ -1285,6 +1285,14 @@ fn write_tensor(
 ) -> Result<u64> {
     use tensorfmt_runtime::convert::CastReader;
     let in_file = |e: Error| file.source().in_file(e.in_entry(&info.name));
+    if info.dtype.itemsize().is_none() {
+        // Strings have no fixed size: their encoded bytes go to the writer whole.
+        let tensor = file.load_info(info)?;
+        let (meta, data) =
+            prepare_for_write(info, tensor.data.as_bytes(), dtype).map_err(in_file)?;
+        saver.add_bytes(&meta, &data)?;
+        return Ok(data.len() as u64);
+    }
     let cast = dtype.filter(|&d| d != info.dtype);
     let compressed = info.location.compressed_len().is_some();
     let (mut meta, reader) = match TensorMeta::from_info(info) {
