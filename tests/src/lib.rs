@@ -267,6 +267,8 @@ pub fn assert_generator_writes(
 /// allocates nothing beyond its size: a test crate installs [`Counting`] as its global
 /// allocator and wraps the work in [`armed`]. Tests run in parallel threads; only the
 /// armed thread's allocations count.
+pub mod kill;
+
 pub mod alloc {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;

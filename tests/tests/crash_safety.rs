@@ -13,18 +13,23 @@
 //! `committed G` after each save of generation `G`.
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
 use tensorfmt::{DType, DataLocation, ExternalData, Saver, TensorFile, TensorMeta, WriteOptions};
+use tensorfmt_tests::kill::{Harness, Rng};
 use tensorfmt_tests::meta;
 
 const JOB: &str = "CRASH_CHILD";
 const DIR: &str = "CRASH_DIR";
 const FIRST: &str = "CRASH_FIRST";
+/// The child's environment variables.
+const HARNESS: Harness = Harness {
+    job: JOB,
+    dir: DIR,
+    first: FIRST,
+};
 /// Elements of `a` (f32): over Caffe2's chunk of 1,000,000, so a database holds it in
 /// two records.
 const A_LEN: usize = 1_500_000;
@@ -197,99 +202,6 @@ fn leftovers(job: &str, dir: &Path) -> BTreeSet<String> {
         .collect()
 }
 
-/// A small xorshift64* generator (kill delays).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-}
-
-fn spawn_ready(
-    job: &str,
-    dir: &Path,
-    first: i64,
-) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(JOB, job)
-        .env(DIR, dir)
-        .env(FIRST, first.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning the child");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    wait_for(&mut out, |l| l.trim_end().ends_with("ready"), "ready");
-    (child, out)
-}
-
-fn wait_for(
-    out: &mut BufReader<std::process::ChildStdout>,
-    done: impl Fn(&str) -> bool,
-    what: &str,
-) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended before it printed {what}"
-        );
-        if done(&line) {
-            return;
-        }
-    }
-}
-
-/// How long one save of `job` takes now (kill delays are drawn up to three of these).
-fn one_save(job: &str) -> Duration {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut child, mut out) = spawn_ready(job, dir.path(), 0);
-    let t = Instant::now();
-    wait_for(
-        &mut out,
-        |l| l.starts_with("committed "),
-        "its first commit",
-    );
-    let took = t.elapsed();
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
-    took
-}
-
-/// What one child printed: the last generation started and the last committed.
-#[derive(Default, Debug)]
-struct Progress {
-    started: Option<i64>,
-    committed: Option<i64>,
-}
-
-fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
-    let (mut child, mut out) = spawn_ready(job, dir, first);
-    std::thread::sleep(delay);
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let mut p = Progress::default();
-    for l in rest.lines() {
-        if let Some(g) = l.strip_prefix("start ") {
-            p.started = Some(g.parse().unwrap());
-        } else if let Some(g) = l.strip_prefix("committed ") {
-            p.committed = Some(g.parse().unwrap());
-        }
-    }
-    p
-}
-
 /// Totals over one writer's kills.
 #[derive(Default, Debug)]
 struct Tally {
@@ -308,7 +220,7 @@ fn kill_test(job: &str) {
     let mut rng = Rng(seed | 1);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let one = one_save(job);
+    let one = HARNESS.one_save(job);
     let mut tally = Tally::default();
     let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
     let mut first = 0;
@@ -317,7 +229,7 @@ fn kill_test(job: &str) {
     for kill in 0..runs {
         let hi = (3 * one.as_millis() as u64).max(150);
         let delay = Duration::from_millis(rng.between(5, hi));
-        let p = run_and_kill(job, dir, first, delay);
+        let p = HARNESS.run_and_kill(job, dir, first, delay);
         started = p.started.or(started);
         committed = p.committed.or(committed);
         let what = format!("{job}: kill {kill} after {delay:?} ({p:?})");

@@ -8,13 +8,12 @@
 //! `committed G` after each save of generation `G`, so that the parent knows which
 //! generations may be on disk.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
 use tensorfmt::{DType, Saver, TensorMeta};
+use tensorfmt_tests::kill::{Harness, Rng};
 use tensorfmt_tests::meta;
 
 /// The environment variable that makes `child` run: `checkpoint` or `saver`.
@@ -23,6 +22,12 @@ const JOB: &str = "FOLDER_COMMIT_CHILD";
 const DIR: &str = "FOLDER_COMMIT_DIR";
 /// The first generation the child saves (each child continues where the last stopped).
 const FIRST: &str = "FOLDER_COMMIT_FIRST";
+/// The child's environment variables.
+const HARNESS: Harness = Harness {
+    job: JOB,
+    dir: DIR,
+    first: FIRST,
+};
 /// Kills per job.
 const KILLS: usize = 20;
 /// The checkpoint's iteration: the pattern must hold a `%d` (a pattern without one is
@@ -49,21 +54,6 @@ fn tensors(g: i64) -> Vec<(TensorMeta, Vec<u8>)> {
             vec![(g * 7 % 253) as u8; B_LEN],
         ),
     ]
-}
-
-/// A small xorshift64* generator (no dependency needed for kill delays).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
 }
 
 /// The child's job, run only when `FOLDER_COMMIT_CHILD` is set (a no-op otherwise).
@@ -137,95 +127,10 @@ fn read_whole(path: &Path, checkpoint: bool) -> i64 {
     g
 }
 
-/// What one child printed: the last generation started and the last committed.
-#[derive(Default, Debug)]
-struct Progress {
-    started: Option<i64>,
-    committed: Option<i64>,
-}
-
-/// Starts the child on `job` and waits until it is ready to save.
-fn spawn_ready(
-    job: &str,
-    dir: &Path,
-    first: i64,
-) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["child", "--exact", "--nocapture", "--test-threads=1"])
-        .env(JOB, job)
-        .env(DIR, dir)
-        .env(FIRST, first.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawning the child");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    // The harness prints its own lines first (and `test child ... ` before `ready`).
-    wait_for(&mut out, |l| l.trim_end().ends_with("ready"), "ready");
-    (child, out)
-}
-
-/// Reads the child's lines until one that `done` accepts; the child ending first is a
-/// failure naming `what` it was expected to print.
-fn wait_for(
-    out: &mut BufReader<std::process::ChildStdout>,
-    done: impl Fn(&str) -> bool,
-    what: &str,
-) {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).unwrap() > 0,
-            "the child ended before it printed {what}"
-        );
-        if done(&line) {
-            return;
-        }
-    }
-}
-
-/// How long one whole save of `job` takes on this machine now, from the child's `ready` to
-/// its first `committed`. Kill delays are drawn up to a few times this, so that kills land
-/// before, during and after commits on a fast machine and on a loaded one alike.
-fn one_save(job: &str) -> Duration {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut child, mut out) = spawn_ready(job, dir.path(), 0);
-    let t = Instant::now();
-    wait_for(
-        &mut out,
-        |l| l.starts_with("committed "),
-        "its first commit",
-    );
-    let took = t.elapsed();
-    child.kill().expect("SIGKILL");
-    child.wait().unwrap();
-    took
-}
-
 /// A kill delay: between 5 ms and three saves (at least 150 ms).
 fn kill_delay(rng: &mut Rng, save: Duration) -> Duration {
     let hi = (3 * save.as_millis() as u64).max(150);
     Duration::from_millis(rng.between(5, hi))
-}
-
-/// Runs `job` in a child, kills it after `delay`, and returns what it printed.
-fn run_and_kill(job: &str, dir: &Path, first: i64, delay: Duration) -> Progress {
-    let (mut child, mut out) = spawn_ready(job, dir, first);
-    std::thread::sleep(delay);
-    child.kill().expect("SIGKILL"); // SIGKILL on unix.
-    child.wait().unwrap();
-    let mut rest = String::new();
-    out.read_to_string(&mut rest).unwrap();
-    let mut p = Progress::default();
-    for l in rest.lines() {
-        if let Some(g) = l.strip_prefix("start ") {
-            p.started = Some(g.parse().unwrap());
-        } else if let Some(g) = l.strip_prefix("committed ") {
-            p.committed = Some(g.parse().unwrap());
-        }
-    }
-    p
 }
 
 /// The hidden temporary folders (`.….tmp`, `.….old`) in `dir`, removed after counting
@@ -268,10 +173,10 @@ fn checkpoint_survives_kill_9_whole() {
     // last started.
     let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
     let mut first = 0;
-    let save = one_save("checkpoint");
+    let save = HARNESS.one_save("checkpoint");
     for kill in 0..KILLS {
         let delay = kill_delay(&mut rng, save);
-        let p = run_and_kill("checkpoint", dir.path(), first, delay);
+        let p = HARNESS.run_and_kill("checkpoint", dir.path(), first, delay);
         eprintln!("kill {kill}: {p:?}");
         if p.started != p.committed {
             tally.mid_write += 1;
@@ -319,10 +224,10 @@ fn saver_survives_kill_9_whole() {
     let dir = tempfile::tempdir().unwrap();
     let mut tally = Tally::default();
     let mut first = 0;
-    let save = one_save("saver");
+    let save = HARNESS.one_save("saver");
     for kill in 0..KILLS {
         let delay = kill_delay(&mut rng, save);
-        let p = run_and_kill("saver", dir.path(), first, delay);
+        let p = HARNESS.run_and_kill("saver", dir.path(), first, delay);
         eprintln!("kill {kill}: {p:?}");
         if p.started != p.committed {
             tally.mid_write += 1;
