@@ -168,6 +168,7 @@ impl TensorFile {
     /// Opens the database at `path` as [`TensorFile::open_with`] does, and keeps what its
     /// format's mapping found beside the tensors: the records that hold them and the
     /// values that are not tensors. `None` for a format that is not a database's.
+    #[cfg(feature = "caffe2")]
     pub(crate) fn open_mapped(
         path: &Path,
         options: &OpenOptions,
@@ -1267,6 +1268,18 @@ pub fn convert(
     })
 }
 
+/// What `info` is when its elements are laid out in C order (its name, dtype, shape and
+/// byte order).
+fn c_order_meta(info: &TensorInfo) -> TensorMeta {
+    TensorMeta {
+        name: info.name.clone(),
+        dtype: info.dtype,
+        shape: info.shape.clone(),
+        order: Order::C,
+        byte_order: info.byte_order,
+    }
+}
+
 /// Writes one tensor of `file` to `saver`, cast to `dtype` if given; returns the payload
 /// bytes written.
 ///
@@ -1316,16 +1329,7 @@ fn write_tensor(
             let n = meta.nbytes().map_err(in_file)?;
             (meta, file.stored(info, n)?)
         }
-        None => {
-            let meta = TensorMeta {
-                name: info.name.clone(),
-                dtype: info.dtype,
-                shape: info.shape.clone(),
-                order: Order::C,
-                byte_order: info.byte_order,
-            };
-            (meta, file.elements(info)?)
-        }
+        None => (c_order_meta(info), file.elements(info)?),
     };
     let mut reader: Box<dyn Read + '_> = match cast {
         Some(to) => {
@@ -1392,13 +1396,7 @@ fn storage_view(
     } else {
         None
     };
-    let meta = TensorMeta {
-        name: info.name.clone(),
-        dtype: info.dtype,
-        shape: info.shape.clone(),
-        order: Order::C,
-        byte_order: info.byte_order,
-    };
+    let meta = c_order_meta(info);
     let view = StorageView {
         storage: id,
         storage_nbytes: member.size,
