@@ -269,6 +269,14 @@ pub fn assert_generator_writes(
 /// armed thread's allocations count.
 pub mod kill;
 
+/// The peak resident set of this process, in bytes (Linux `VmHWM`).
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 pub mod alloc {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;

@@ -14,7 +14,7 @@ use std::process::{Command, ExitCode};
 
 use tensorfmt::runtime::hash::HashSink;
 use tensorfmt::TensorFile;
-use tensorfmt_tests::{cli, corpus_files, fixtures};
+use tensorfmt_tests::{cli, corpus_files, fixtures, peak_rss};
 
 /// Each refused file and what its error says (after the file and member names).
 const REFUSED: &[(&str, &str)] = &[
@@ -96,14 +96,6 @@ fn every_hostile_pickle_is_refused_naming_the_file_offset_and_opcode() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
-/// The peak resident set of this process, in bytes (Linux `VmHWM`).
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 #[test]

@@ -13,7 +13,9 @@ use tensorfmt::runtime::limits::Limits;
 use tensorfmt::runtime::source::Source;
 use tensorfmt::runtime::zip::{self, ZipIndex};
 use tensorfmt::{ByteOrder, DType, Order, Payload, TensorMeta, WriteOptions};
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, python, python_snippet, tfcheck_torch};
+use tensorfmt_tests::{
+    cli, fixtures, inspect_json, json, peak_rss, python, python_snippet, tfcheck_torch,
+};
 
 /// The pytorch fixtures tensorfmt reads (legacy and TorchScript files come later).
 const PT_FIXTURES: &[&str] = &[
@@ -335,14 +337,6 @@ impl std::io::Read for Pattern {
         self.pos += n as u64;
         Ok(n)
     }
-}
-
-/// The peak resident set of this process, in bytes (Linux `VmHWM`).
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 #[test]
