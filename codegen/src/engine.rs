@@ -13,6 +13,8 @@ use crate::model::{docs, rs_ident};
 /// over the member names (the archive indexed once, and kept by the source).
 pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
     let mut tests = Vec::new();
+    // The tests that are a chain of `||`, parenthesized when ANDed with others.
+    let mut ors = Vec::new();
     let mut rules = Vec::new();
     let mut described = Vec::new();
     if zip {
@@ -25,6 +27,17 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
                 let at = Literal::u64_unsuffixed(*at);
                 described.push(format!("the magic `{}`", ir.text(fid, *span)));
                 tests.push(quote!(src.has_magic(#at, #b)));
+            }
+            Detect::MagicAny { alternatives, at } => {
+                let at = Literal::u64_unsuffixed(*at);
+                let bs = alternatives.iter().map(|(b, _)| Literal::byte_string(b));
+                let written: Vec<String> = alternatives
+                    .iter()
+                    .map(|(_, span)| format!("`{}`", ir.text(fid, *span)))
+                    .collect();
+                described.push(format!("one of the magics {}", written.join(", ")));
+                ors.push(tests.len());
+                tests.push(quote!(#(src.has_magic(#at, #bs))||*));
             }
             Detect::Pickle { pickle, window } => {
                 let pk = ir.pickle(*pickle);
@@ -73,6 +86,12 @@ pub(crate) fn gen_detect(ir: &Ir, fid: FormatId, zip: bool) -> TokenStream {
                 false
             }
         };
+    }
+    if tests.len() > 1 {
+        for i in ors {
+            let t = &tests[i];
+            tests[i] = quote!((#t));
+        }
     }
     let limits = if uses_limits {
         quote!(limits)

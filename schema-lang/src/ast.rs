@@ -127,6 +127,18 @@ pub enum Detect {
         /// The whole item.
         span: Span,
     },
+    /// `detect magic any [b"...", b"..."] at N;`: one of the byte strings at the offset
+    /// (a format whose first bytes take a few known forms).
+    MagicAny {
+        /// The alternatives, in order.
+        alternatives: Vec<BytesLit>,
+        /// The list as written, brackets included.
+        list: Span,
+        /// Their offset from the start of the file.
+        at: u64,
+        /// The whole item.
+        span: Span,
+    },
     /// `detect pickle(P, N);` — the file starts as a pickle whose first `N` bytes name
     /// one of the calls `P` declares (a pickle of arrays).
     Pickle {

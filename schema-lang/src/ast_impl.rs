@@ -167,6 +167,7 @@ impl Item {
             Item::ReadOnly(span)
             | Item::Detect(
                 Detect::Magic { span, .. }
+                | Detect::MagicAny { span, .. }
                 | Detect::Pickle { span, .. }
                 | Detect::Entries { span, .. },
             ) => *span,

@@ -537,6 +537,9 @@ impl<'a> Checker<'a> {
                     );
                 }
             }
+            Detect::MagicAny {
+                alternatives, list, ..
+            } => self.magic_any(at, alternatives, *list),
             Detect::Pickle { pickle, window, .. } => {
                 let declared = at.fmt.items.iter().any(
                     |i| matches!(i, crate::ast::Item::Pickle(p) if p.name.name == pickle.name),
@@ -564,6 +567,47 @@ impl<'a> Checker<'a> {
                     self.err(at.file, *span, "`detect entries` needs the zip engine");
                 }
                 self.pattern(at, pattern);
+            }
+        }
+    }
+
+    /// `detect magic any [...]`: two alternatives or more, none empty, none matching only
+    /// files that an earlier or shorter alternative already matches.
+    fn magic_any(&mut self, at: At<'a>, alternatives: &[BytesLit], list: Span) {
+        if alternatives.len() < 2 {
+            self.err_help(
+                at.file,
+                list,
+                "`detect magic any` lists one magic number",
+                "list every form the first bytes take, or write the one as \
+                 `detect magic b\"\\x93NUMPY\" at 0;`",
+            );
+        }
+        for (j, b) in alternatives.iter().enumerate() {
+            if b.value.is_empty() {
+                self.err_help(
+                    at.file,
+                    b.span,
+                    "a magic number cannot be empty",
+                    "give the bytes the file starts with: `detect magic any [b\"\\x80\\x02\", b\"\\x80\\x03\"] at 0;`",
+                );
+                continue;
+            }
+            // `b` is redundant when another alternative is a prefix of it (the first of
+            // two equal ones is kept).
+            let covered = alternatives.iter().enumerate().any(|(i, a)| {
+                i != j
+                    && !a.value.is_empty()
+                    && b.value.starts_with(&a.value)
+                    && (a.value.len() < b.value.len() || i < j)
+            });
+            if covered {
+                self.err_help(
+                    at.file,
+                    b.span,
+                    "this magic number starts with another of the list, which already matches it",
+                    "remove it, or lengthen the shorter one so that each names one form of the file",
+                );
             }
         }
     }

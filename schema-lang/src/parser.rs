@@ -309,7 +309,7 @@ fn rule_word(r: Rule) -> Option<String> {
         Rule::engine => "`engine`",
         Rule::extensions => "`extensions`",
         Rule::read_only => "`read_only`",
-        Rule::detect_magic | Rule::detect_entries => "`detect`",
+        Rule::detect_magic | Rule::detect_magic_any | Rule::detect_entries => "`detect`",
         Rule::table => "`table`",
         Rule::table_row => "a table row",
         Rule::endian => "a byte order",
@@ -526,6 +526,20 @@ impl Builder<'_> {
                 let at = self.uint::<u64>(&at_pair, "offset");
                 Item::Detect(Detect::Magic {
                     bytes,
+                    at,
+                    span: sp,
+                })
+            }
+            Rule::detect_magic_any => {
+                let mut it = kids(p);
+                let list = it.next().expect("magic list");
+                let list_span = span(&list);
+                let alternatives = kids(list).map(|b| self.bytes(b)).collect();
+                let at_pair = it.next().expect("offset");
+                let at = self.uint::<u64>(&at_pair, "offset");
+                Item::Detect(Detect::MagicAny {
+                    alternatives,
+                    list: list_span,
                     at,
                     span: sp,
                 })

@@ -45,6 +45,7 @@ construct!(read_only_fmt, "read_only");
 construct!(gguf_like_fmt, "gguf_like");
 construct!(write_align_fmt, "write_align");
 construct!(pickle_arrays_fmt, "pickle_arrays");
+construct!(detect_magic_any_fmt, "detect_magic_any");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -665,6 +666,34 @@ fn a_record_field_at_the_position_of_the_records_list_is_written_per_item() {
     assert_eq!(read(desc, "r.rcp", &file).unwrap(), expected);
     let written = write(desc, &expected).unwrap();
     assert_eq!(written, file);
+}
+
+/// `detect magic any [...] at 0;` accepts each listed form of the first bytes (and only
+/// those: a form the list does not name, a prefix of one, or a file without the `T` of
+/// the other rule is not detected); every detected file reads.
+#[test]
+fn detect_magic_any_accepts_each_listed_form() {
+    let desc = &detect_magic_any_fmt::anymagic::DESC;
+    let file = |head: &[u8; 5], tag: u8| {
+        let mut v = head.to_vec();
+        v.push(tag);
+        v.extend_from_slice(&1u32.to_le_bytes());
+        v.extend_from_slice(&f32s(&[2.5]));
+        v
+    };
+    let detected =
+        |bytes: Vec<u8>| (desc.detect)(&rt::Source::from_bytes(bytes), &Default::default());
+    for head in [b"AM\x01..", b"AM\x02..", b"AMX\x00."] {
+        let bytes = file(head, b'T');
+        assert!(detected(bytes.clone()), "{head:?}");
+        let expected = vec![t("data", rt::DType::F32, &[1], f32s(&[2.5]))];
+        assert_eq!(read(desc, "a.am", &bytes).unwrap(), expected);
+        assert!(!detected(file(head, b'U')), "{head:?} without the T");
+    }
+    for head in [b"AM\x03..", b"AMX\x01.", b"XM\x01.."] {
+        assert!(!detected(file(head, b'T')), "{head:?}");
+    }
+    assert!(!detected(b"AM".to_vec()));
 }
 
 /// A format declared `read_only;` reads its tensors and refuses to write, by name.

@@ -414,6 +414,32 @@ fn legacy_fixture_matches_torch_and_verifies() {
     assert!(out.contains("pytorch-legacy"), "{out}");
 }
 
+/// Legacy checkpoints saved at pickle protocols 3, 4 and 5 (`torch.save(...,
+/// _use_new_zipfile_serialization=False, pickle_protocol=N)`): the magic number's pickle
+/// starts `PROTO N`, at 4 and 5 with a `FRAME`; each is detected as `pytorch-legacy`
+/// without `--format` and reads as torch loads it.
+#[test]
+fn legacy_checkpoints_at_protocols_3_to_5_are_detected_and_match_torch() {
+    for protocol in 3u8..=5 {
+        let f = format!("legacy_protocol{protocol}.pt");
+        let p = dir().join(&f);
+        let bytes = std::fs::read(&p).unwrap();
+        assert_eq!(
+            bytes[..2],
+            [0x80, protocol],
+            "{f} starts with PROTO {protocol}"
+        );
+        let expected = json(
+            &std::fs::read_to_string(dir().join("expected").join(format!("{f}.json"))).unwrap(),
+        );
+        assert_eq!(expected["format"], "pytorch-legacy");
+        assert_eq!(inspect_json(&p), expected, "{f}");
+        let (code, out) = cli(&["verify", p.to_str().unwrap()]);
+        assert_eq!(code, ExitCode::SUCCESS, "verify {f}: {out}");
+        assert!(out.contains("pytorch-legacy"), "{out}");
+    }
+}
+
 /// A legacy checkpoint with storage views (`legacy_views.pt`, as torch before 1.0 wrote
 /// them): each tensor is read from its view's offset in the root storage, as torch reads
 /// it, not from the storage's start.

@@ -64,6 +64,12 @@ pub fn dump_format(ir: &Ir, id: FormatId, out: &mut String) {
             Detect::Magic { bytes, at, .. } => {
                 let _ = writeln!(out, "  detect magic {} at {at}", bytes_lit(bytes));
             }
+            Detect::MagicAny {
+                alternatives, at, ..
+            } => {
+                let list: Vec<String> = alternatives.iter().map(|(b, _)| bytes_lit(b)).collect();
+                let _ = writeln!(out, "  detect magic any [{}] at {at}", list.join(", "));
+            }
             Detect::Pickle { pickle, window } => {
                 let _ = writeln!(
                     out,

@@ -533,6 +533,15 @@ impl<'a> Lower<'a> {
                             at: *at,
                             span: bytes.span,
                         }),
+                        ast::Detect::MagicAny {
+                            alternatives, at, ..
+                        } => Some(Detect::MagicAny {
+                            alternatives: alternatives
+                                .iter()
+                                .map(|b| (b.value.clone(), b.span))
+                                .collect(),
+                            at: *at,
+                        }),
                         // The checker keeps the name to a declaration of the format.
                         ast::Detect::Pickle { pickle, window, .. } => pickle_named(&pickle.name)
                             .map(|pickle| Detect::Pickle {

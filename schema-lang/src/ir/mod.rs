@@ -445,6 +445,13 @@ pub enum Detect {
         /// The bytes literal as written (`b"PK\x03\x04"`).
         span: Span,
     },
+    /// `detect magic any [b"...", ...] at N;`: one of the byte strings at the offset.
+    MagicAny {
+        /// The alternatives, in order, each with its bytes literal as written.
+        alternatives: Vec<(Vec<u8>, Span)>,
+        /// Their offset.
+        at: u64,
+    },
     /// `detect pickle(P, N);`
     Pickle {
         /// The declaration whose call globals the first bytes must name.
