@@ -56,6 +56,11 @@ struct InputArgs {
     /// verified, compared or written; such views past it are refused (default 16 GiB).
     #[arg(long, global = true, value_name = "BYTES")]
     max_view_bytes: Option<u64>,
+    /// Most decompressed bytes that the tensors read whole from one input (a database
+    /// record's, one reordered or compared whole) hold in memory at once; by default the
+    /// larger of 256 MiB and 2048 times the input's size. Tensors streamed are not held.
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_inflated_bytes: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -248,6 +253,9 @@ impl InputArgs {
         }
         if let Some(n) = self.max_view_bytes {
             limits.max_view_bytes = n;
+        }
+        if let Some(n) = self.max_inflated_bytes {
+            limits.max_inflated_bytes = Some(n);
         }
         limits
     }

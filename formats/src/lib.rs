@@ -28,6 +28,7 @@ use std::cell::RefCell;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// The `prost` crate the generated message types (`generated::onnx::messages`) derive
 /// from: `use tensorfmt::prost::Message;` to encode and decode them.
@@ -43,6 +44,7 @@ pub use tensorfmt_runtime::{
     TensorInfo, TensorMeta, WriteOptions,
 };
 
+use tensorfmt_runtime::limits::InflateBudget;
 use tensorfmt_runtime::output::{AtomicDir, AtomicFile, DirPolicy};
 use tensorfmt_runtime::read::{read_tensor, ReadOptions};
 use tensorfmt_runtime::registry::TensorWriter;
@@ -133,6 +135,9 @@ pub struct TensorFile {
     format: &'static FormatDesc,
     tensors: Vec<TensorInfo>,
     read_options: ReadOptions,
+    /// Decompressed bytes that tensors loaded from this file hold at once
+    /// ([`Limits::inflated_budget`] of the file's size).
+    inflated: Arc<InflateBudget>,
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -268,11 +273,13 @@ impl TensorFile {
             limits: options.limits.clone(),
             ..ReadOptions::default()
         };
+        let inflated = InflateBudget::new(options.limits.inflated_budget(source.data().len()));
         TensorFile {
             source,
             format,
             tensors,
             read_options,
+            inflated,
         }
     }
 
@@ -335,6 +342,12 @@ impl TensorFile {
 
     /// The tensor named `name`: a zero-copy view of the memory map where its bytes are
     /// stored plain, an owned 64-byte-aligned copy otherwise.
+    ///
+    /// The bytes of deflated tensors that loads from this file hold at once are bounded
+    /// by [`Limits::inflated_budget`] of the file's size (by default the larger of
+    /// 256 MiB and 2048 times the file's size): each growth of a tensor's buffer is
+    /// charged before it is allocated, past the budget the load fails with
+    /// [`ErrorKind::Limit`], and dropping a loaded tensor gives its charge back.
     pub fn load(&self, name: &str) -> Result<Tensor> {
         let info = self.tensor(name).ok_or_else(|| {
             Error::new(
@@ -347,7 +360,7 @@ impl TensorFile {
 
     /// Like [`TensorFile::load`], for a tensor of this file's index.
     pub fn load_info(&self, info: &TensorInfo) -> Result<Tensor> {
-        let mut sink = ViewSink::default();
+        let mut sink = ViewSink::default().with_budget(self.inflated.clone());
         self.read_into(info, &mut sink)?;
         sink.tensors.pop().ok_or_else(|| {
             Error::new(

@@ -281,12 +281,16 @@ pub mod alloc {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;
 
-    /// The system allocator, recording the largest allocation of an armed thread.
+    /// The system allocator, recording the largest allocation of an armed thread and the
+    /// most bytes it held at once.
     pub struct Counting;
 
     thread_local! {
         static ARMED: Cell<bool> = const { Cell::new(false) };
         static LARGEST: Cell<usize> = const { Cell::new(0) };
+        /// Bytes allocated less bytes freed since arming, and the most it reached.
+        static LIVE: Cell<isize> = const { Cell::new(0) };
+        static PEAK: Cell<isize> = const { Cell::new(0) };
     }
 
     fn record(size: usize) {
@@ -298,17 +302,33 @@ pub mod alloc {
         });
     }
 
+    /// `delta` more bytes held by an armed thread.
+    fn held(delta: isize) {
+        let _ = ARMED.try_with(|a| {
+            if a.get() {
+                let _ = LIVE.try_with(|l| {
+                    let now = l.get().saturating_add(delta);
+                    l.set(now);
+                    let _ = PEAK.try_with(|p| p.set(p.get().max(now)));
+                });
+            }
+        });
+    }
+
     // SAFETY: every call is passed on to the system allocator unchanged.
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             record(layout.size());
+            held(layout.size() as isize);
             unsafe { System.alloc(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            held(-(layout.size() as isize));
             unsafe { System.dealloc(ptr, layout) }
         }
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
             record(new_size);
+            held(new_size as isize - layout.size() as isize);
             unsafe { System.realloc(ptr, layout, new_size) }
         }
     }
@@ -321,6 +341,18 @@ pub mod alloc {
         let out = f();
         ARMED.with(|a| a.set(false));
         (out, LARGEST.with(|l| l.get()))
+    }
+
+    /// Runs `f` and returns its result with the most bytes it held allocated at once,
+    /// counted from the call (with [`Counting`] installed; 0 otherwise). What `f`
+    /// returns is still held when it is measured.
+    pub fn peak<T>(f: impl FnOnce() -> T) -> (T, usize) {
+        LIVE.with(|l| l.set(0));
+        PEAK.with(|p| p.set(0));
+        ARMED.with(|a| a.set(true));
+        let out = f();
+        ARMED.with(|a| a.set(false));
+        (out, PEAK.with(|p| p.get()).max(0) as usize)
     }
 }
 

@@ -31,7 +31,22 @@ pub struct Limits {
     /// comparing or converting it streams that many bytes from a few, so past this it is
     /// refused (`convert::check_view`). Views within their storage are not limited.
     pub max_view_bytes: u64,
+    /// Most decompressed bytes that tensors loaded from one file may hold in memory at
+    /// once (an [`InflateBudget`] charged as a deflated tensor's buffer grows, so it fires
+    /// before the memory is spent). `None`, the default, is proportional to the input:
+    /// [`Limits::inflated_budget`].
+    pub max_inflated_bytes: Option<u64>,
 }
+
+/// The least per-file budget of decompressed bytes held in memory when
+/// [`Limits::max_inflated_bytes`] is not set: 256 MiB.
+pub const MIN_INFLATED_BUDGET: u64 = 256 << 20;
+
+/// The default per-file budget of decompressed bytes held in memory, per byte of the
+/// input: 2048. Deflate expands at most about 1032 to 1, so a file whose tensors are each
+/// loaded once fits; only bytes inflated again and again from the same compressed bytes
+/// (a storage that many tensors share, loaded once per tensor) go past it.
+pub const INFLATED_PER_INPUT_BYTE: u64 = 2048;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -47,11 +62,23 @@ impl Default for Limits {
             max_pickle_ops: 1 << 26,
             max_memo: 1 << 22,
             max_view_bytes: 16 << 30,
+            max_inflated_bytes: None,
         }
     }
 }
 
 impl Limits {
+    /// The budget of decompressed bytes held in memory for an input of `input_len` bytes:
+    /// [`Limits::max_inflated_bytes`] when set, else the larger of
+    /// [`MIN_INFLATED_BUDGET`] and [`INFLATED_PER_INPUT_BYTE`] times `input_len`.
+    pub fn inflated_budget(&self, input_len: u64) -> u64 {
+        self.max_inflated_bytes.unwrap_or_else(|| {
+            input_len
+                .saturating_mul(INFLATED_PER_INPUT_BYTE)
+                .max(MIN_INFLATED_BUDGET)
+        })
+    }
+
     /// These limits one level of nesting deeper: `max_depth` less one, or an error when
     /// no level is left (a layout read inside a value of a tagged union that holds
     /// itself, on hostile input, stops here rather than exhausting the stack).
@@ -66,5 +93,114 @@ impl Limits {
             )
             .into()),
         }
+    }
+}
+
+/// A per-file budget of decompressed bytes held in memory, shared by every load from one
+/// file: a sink given one ([`crate::sink::ViewSink::with_budget`]) charges a compressed
+/// tensor's buffer before it grows, and the charge is given back when the buffer is
+/// dropped. Charges past the limit fail with [`ErrorKind::Limit`] before anything is
+/// allocated.
+///
+/// [`ErrorKind::Limit`]: crate::error::ErrorKind::Limit
+#[derive(Debug)]
+pub struct InflateBudget {
+    limit: u64,
+    held: std::sync::atomic::AtomicU64,
+}
+
+impl InflateBudget {
+    /// A budget of `limit` bytes, none held.
+    pub fn new(limit: u64) -> std::sync::Arc<InflateBudget> {
+        std::sync::Arc::new(InflateBudget {
+            limit,
+            held: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// The limit, in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The bytes charged and not given back.
+    pub fn held(&self) -> u64 {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Charges `bytes`, or fails (charging nothing) when the total held would pass the
+    /// limit.
+    pub fn charge(&self, bytes: u64) -> crate::error::Result<()> {
+        use std::sync::atomic::Ordering;
+        let mut held = self.held.load(Ordering::Relaxed);
+        loop {
+            let total = held.saturating_add(bytes);
+            if total > self.limit {
+                return Err(crate::error::ErrorKind::Limit {
+                    what: "decompressed bytes held in memory for this file \
+                           (--max-inflated-bytes raises it)",
+                    limit: self.limit,
+                    actual: total,
+                }
+                .into());
+            }
+            match self
+                .held
+                .compare_exchange_weak(held, total, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// Gives back `bytes` charged earlier.
+    pub fn release(&self, bytes: u64) {
+        use std::sync::atomic::Ordering;
+        let _ = self
+            .held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+                Some(h.saturating_sub(bytes))
+            });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_budget_is_proportional_with_a_floor() {
+        let l = Limits::default();
+        assert_eq!(l.inflated_budget(0), MIN_INFLATED_BUDGET);
+        assert_eq!(l.inflated_budget(1 << 20), 2048 << 20);
+        assert_eq!(l.inflated_budget(u64::MAX), u64::MAX);
+        let set = Limits {
+            max_inflated_bytes: Some(10),
+            ..Limits::default()
+        };
+        assert_eq!(set.inflated_budget(1 << 30), 10);
+    }
+
+    #[test]
+    fn charges_past_the_limit_fail_and_releases_give_back() {
+        let b = InflateBudget::new(100);
+        b.charge(60).unwrap();
+        let e = b.charge(41).unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                crate::error::ErrorKind::Limit {
+                    limit: 100,
+                    actual: 101,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(b.held(), 60);
+        b.release(60);
+        b.charge(100).unwrap();
+        assert_eq!(b.held(), 100);
     }
 }

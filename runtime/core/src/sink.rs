@@ -11,7 +11,10 @@ use std::alloc::{self, Layout};
 use std::ops::{Deref, DerefMut, Range};
 use std::ptr::NonNull;
 
+use std::sync::Arc;
+
 use crate::error::{Error, ErrorKind, Location, Result};
+use crate::limits::InflateBudget;
 use crate::source::Bytes;
 use crate::tensor::TensorInfo;
 
@@ -109,11 +112,25 @@ fn tensor_error(name: &str, kind: ErrorKind) -> Error {
 
 /// An owned heap buffer whose first byte is aligned to [`AlignedBuf::ALIGN`] (64) bytes,
 /// as SIMD kernels and DMA engines like. Dereferences to `[u8]`. Zero-length buffers do
-/// not allocate.
+/// not allocate. A buffer that holds decompressed bytes carries its charge against the
+/// file's [`InflateBudget`] and gives it back when dropped.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
     cap: usize,
+    charge: Option<Charge>,
+}
+
+/// Bytes charged against an [`InflateBudget`], given back when dropped.
+struct Charge {
+    budget: Arc<InflateBudget>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes);
+    }
 }
 
 // SAFETY: `AlignedBuf` uniquely owns its allocation, like a `Vec<u8>`.
@@ -131,6 +148,7 @@ impl AlignedBuf {
             ptr: Self::dangling(),
             len: 0,
             cap: 0,
+            charge: None,
         }
     }
 
@@ -210,6 +228,23 @@ impl AlignedBuf {
             .ok_or_else(|| Error::from(ErrorKind::Overflow("buffer length".into())))?;
         if need > self.cap {
             self.grow_to(need)?;
+        }
+        Ok(())
+    }
+
+    /// Charges `bytes` more of this buffer against `budget` (they are given back when the
+    /// buffer is dropped); fails, charging nothing, past the budget's limit.
+    fn charge(&mut self, budget: &Arc<InflateBudget>, bytes: u64) -> Result<()> {
+        budget.charge(bytes)?;
+        match &mut self.charge {
+            Some(c) if Arc::ptr_eq(&c.budget, budget) => c.bytes += bytes,
+            _ => {
+                // A buffer is charged to one budget; a new one takes the charge over.
+                self.charge = Some(Charge {
+                    budget: budget.clone(),
+                    bytes,
+                });
+            }
         }
         Ok(())
     }
@@ -421,10 +456,12 @@ pub struct Tensor {
 /// bytes. The buffer is allocated when the first byte arrives (so a sink that takes a
 /// view never allocates): all of it for plain ranges, which readers have checked against
 /// the file; for compressed content, which the file's size does not bound, it starts at
-/// the compressed size and grows as bytes arrive.
+/// the compressed size and grows as bytes arrive, each growth charged first against the
+/// file's budget when the sink has one.
 #[derive(Debug, Default)]
 struct Filler {
     current: Option<Filling>,
+    budget: Option<Arc<InflateBudget>>,
 }
 
 #[derive(Debug)]
@@ -433,6 +470,8 @@ struct Filling {
     buf: AlignedBuf,
     len: usize,
     first_alloc: usize,
+    /// The bytes are decompressed as they arrive (charged against the budget).
+    inflated: bool,
 }
 
 impl Filler {
@@ -447,7 +486,8 @@ impl Filler {
                 )),
             )
         })?;
-        let first_alloc = match info.location.compressed_len() {
+        let compressed = info.location.compressed_len();
+        let first_alloc = match compressed {
             Some(compressed) => usize::try_from(compressed).unwrap_or(usize::MAX).min(len),
             None => len,
         };
@@ -456,6 +496,7 @@ impl Filler {
             buf: AlignedBuf::new(),
             len,
             first_alloc,
+            inflated: compressed.is_some(),
         });
         Ok(())
     }
@@ -474,6 +515,12 @@ impl Filler {
                 .max(f.first_alloc)
                 .max(f.buf.capacity().saturating_mul(2))
                 .min(f.len);
+            if let (true, Some(budget)) = (f.inflated, &self.budget) {
+                let more = (target - f.buf.capacity()) as u64;
+                f.buf
+                    .charge(budget, more)
+                    .map_err(|e| e.in_entry(f.info.name.as_str()))?;
+            }
             f.buf
                 .reserve(target - f.buf.len())
                 .map_err(|e| e.in_entry(f.info.name.as_str()))?;
@@ -526,6 +573,14 @@ impl OwnedSink {
     /// An empty sink.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// This sink, charging the buffers of compressed tensors against `budget` as they
+    /// grow (before the memory is allocated); each charge is given back when its
+    /// tensor's bytes are dropped.
+    pub fn with_budget(mut self, budget: Arc<InflateBudget>) -> Self {
+        self.filler.budget = Some(budget);
+        self
     }
 
     /// The collected tensors.
@@ -597,6 +652,14 @@ impl ViewSink {
             require_zero_copy: true,
             ..Self::default()
         }
+    }
+
+    /// This sink, charging the buffers of compressed tensors against `budget` as they
+    /// grow (before the memory is allocated); each charge is given back when its
+    /// tensor's bytes are dropped.
+    pub fn with_budget(mut self, budget: Arc<InflateBudget>) -> Self {
+        self.filler.budget = Some(budget);
+        self
     }
 
     /// The collected tensors.

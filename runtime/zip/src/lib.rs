@@ -229,7 +229,8 @@ impl ZipIndex {
     ///
     /// Archives whose members are ambiguous are refused ([`ErrorKind::Invalid`]): two
     /// members whose local headers and data overlap (two central entries sharing bytes,
-    /// the shape of non-recursive zip bombs), and a name that appears more than once
+    /// the shape of non-recursive zip bombs; Python's `zipfile` refuses them too, since
+    /// 3.12, with "Overlapped entries: ... (possible zip bomb)"), and a name that appears more than once
     /// (readers disagree on which one counts: Python's `zipfile` takes the last, torch's
     /// miniz-based reader whichever its binary search meets). Each member's
     /// [`ZipMember::end_bound`] is where the next one starts; its local header is held to
@@ -336,7 +337,8 @@ fn check_unambiguous(members: &mut [ZipMember], cd_start: u64) -> Result<Vec<u32
                 if b.local_offset < a_end {
                     return Err(Error::new(
                         ErrorKind::Invalid(format!(
-                            "members '{}' (bytes {}..{}) and '{}' (from byte {}) overlap",
+                            "overlapped entries (possible zip bomb): members '{}' \
+                             (bytes {}..{}) and '{}' (from byte {}) overlap",
                             a.name, a.local_offset, a_end, b.name, b.local_offset
                         )),
                         Location::default()
