@@ -576,12 +576,7 @@ fn remove_stale_checkpoints(pattern: &str) {
             && iteration_of(pattern, &dir.join(base)).is_some()
             && !tensorfmt_runtime::output::running(pid)
         {
-            let p = e.path();
-            let _ = if p.is_dir() {
-                std::fs::remove_dir_all(&p)
-            } else {
-                std::fs::remove_file(&p)
-            };
+            let _ = tensorfmt_runtime::output::remove_any(&e.path());
         }
     }
 }

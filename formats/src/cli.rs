@@ -662,12 +662,6 @@ fn compare(
         }
         return Ok(c);
     };
-    if ta.dtype == DType::String || tb.dtype == DType::String {
-        return Err(crate::Error::from(crate::ErrorKind::Unsupported(format!(
-            "comparing {} with {} elements",
-            ta.dtype, tb.dtype
-        ))));
-    }
     const BLOCK: usize = 16 << 10;
     let (mut ra, mut rb) = (fa.elements(ta)?, fb.elements(tb)?);
     let (mut ba, mut bb) = (vec![0u8; BLOCK * ia], vec![0u8; BLOCK * ib]);

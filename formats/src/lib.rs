@@ -902,17 +902,16 @@ pub(crate) fn sweep_data_files(
     }
     let current: std::collections::HashSet<PathBuf> =
         own_data_files(dest, format).into_iter().collect();
-    let own = format!("{name}.{tag}.");
     for n in named {
         let path = dir.join(&n);
         if current.contains(&path) || keep.contains(&path) {
             continue;
         }
-        let ours = n.starts_with(&own);
-        let gone = n[name.len() + 1..]
-            .split_once('-')
-            .and_then(|(pid, _)| pid.parse::<u32>().ok())
-            .is_some_and(|pid| !tensorfmt_runtime::output::running(pid));
+        let Some((pid, save)) = tensorfmt_runtime::output::tagged_for(&n, name) else {
+            continue;
+        };
+        let ours = save == tag;
+        let gone = !tensorfmt_runtime::output::running(pid);
         if (failed && ours) || (!failed && !ours && gone) {
             let _ = std::fs::remove_file(path);
         }
@@ -944,13 +943,13 @@ fn existing_output(path: &Path, db: Option<&tensorfmt_runtime::db::DbDesc>) -> R
             if !meta.is_dir() {
                 return refuse(&format!("not a {} database folder", desc.backend));
             }
-            // Told by the file every database of the backend has, without opening it
-            // (which may write to it: LevelDB rotates its log).
-            let marker = match desc.backend {
-                "lmdb" => "data.mdb",
-                _ => "CURRENT",
-            };
-            if !path.join(marker).is_file() {
+            // Told by its files, without opening it (which may write to it). Database
+            // formats are built with the key-value crate.
+            #[cfg(feature = "caffe2")]
+            let is_db = tensorfmt_runtime::kv::is_database(path, desc.backend);
+            #[cfg(not(feature = "caffe2"))]
+            let is_db = false;
+            if !is_db {
                 return refuse(&format!("a folder that is not a {} database", desc.backend));
             }
             Ok(DirPolicy::Replace)
@@ -1008,26 +1007,10 @@ pub(crate) fn refuse_input_as_output(input: &Path, output: &Path) -> Result<()> 
 }
 
 /// Whether `location` (an external data file's name) is one a save to the document named
-/// `name` gave it: `{name}.{pid}-{random}.…` ([`WriteOptions::save_tag`]).
+/// `name` gave it, beside it: `{name}.{pid}-{random}.…` ([`WriteOptions::save_tag`]).
 fn named_for(location: &str, name: &str) -> bool {
-    let Some(rest) = location
-        .strip_prefix(name)
-        .and_then(|r| r.strip_prefix('.'))
-    else {
-        return false;
-    };
-    let Some((tag, tail)) = rest.split_once('.') else {
-        return false;
-    };
-    let Some((pid, random)) = tag.split_once('-') else {
-        return false;
-    };
     !location.contains(['/', '\\'])
-        && !tail.is_empty()
-        && !pid.is_empty()
-        && pid.bytes().all(|b| b.is_ascii_digit())
-        && random.len() == 16
-        && random.bytes().all(|b| b.is_ascii_hexdigit())
+        && tensorfmt_runtime::output::tagged_for(location, name).is_some()
 }
 
 /// The external data files of the document at `dest` (when it is one of `format`, a

@@ -503,7 +503,7 @@ impl Compare {
 
     /// Compares the elements of `a` (of `da`, in `oa`) with those of `b` (`db`, `ob`):
     /// as many as the shorter holds whole. String and 8-bit float dtypes are compared as
-    /// their decoded values ([`to_f64`]); strings are refused.
+    /// their decoded values; strings are refused.
     pub fn feed(
         &mut self,
         a: &[u8],
@@ -580,19 +580,6 @@ fn int_of(dtype: DType, b: &[u8]) -> i128 {
     } else {
         read_int(dtype, b)
     }
-}
-
-/// Decodes elements to (real, imaginary) `f64` pairs, for comparisons.
-pub fn to_f64(bytes: &[u8], dtype: DType, order: ByteOrder) -> Result<Vec<(f64, f64)>> {
-    let item = dtype
-        .itemsize()
-        .ok_or_else(|| ErrorKind::Unsupported(format!("decoding {dtype} elements")))?;
-    let src = little_endian(bytes, dtype, order);
-    let out = src
-        .chunks_exact(item)
-        .map(|e| read_elem(dtype, e))
-        .collect();
-    Ok(out)
 }
 
 #[cfg(test)]

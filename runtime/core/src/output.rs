@@ -337,6 +337,21 @@ pub fn temp_name_parts(name: &str) -> Option<(&str, u32)> {
     parse_temp(name).map(|t| (t.base, t.pid))
 }
 
+/// When `file` is named for a save to the document named `name` (`{name}.{tag}.{rest}`,
+/// `tag` an [`AtomicFile::save_tag`], `{pid}-{random}`, and `rest` not empty): that
+/// save's process id and tag. External data files are named so.
+pub fn tagged_for<'a>(file: &'a str, name: &str) -> Option<(u32, &'a str)> {
+    let rest = file.strip_prefix(name)?.strip_prefix('.')?;
+    let (tag, tail) = rest.split_once('.')?;
+    let (pid, random) = tag.split_once('-')?;
+    let digits = !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit());
+    let hex = random.len() == 16 && random.bytes().all(|b| b.is_ascii_hexdigit());
+    if !digits || !hex || tail.is_empty() {
+        return None;
+    }
+    Some((pid.parse().ok()?, tag))
+}
+
 /// Whether the process `pid` is running (on unix; elsewhere every process is taken to
 /// be, so nothing is ever removed as stale). A process of another user counts as
 /// running, and so does this one.
@@ -402,7 +417,7 @@ pub fn remove_stale(dest: &Path) {
         if t.base == name && !old {
             // The save's own temporary file: it never committed, so the files named for
             // it are no one's.
-            orphans_of.push(format!("{name}.{}-{}.", t.pid, t.random));
+            orphans_of.push(format!("{}-{}", t.pid, t.random));
         }
         stale.push((entry.to_string(), old));
     }
@@ -416,7 +431,9 @@ pub fn remove_stale(dest: &Path) {
                 let Some(entry) = entry.to_str() else {
                     continue;
                 };
-                if orphans_of.iter().any(|p| entry.starts_with(p.as_str())) {
+                if tagged_for(entry, name)
+                    .is_some_and(|(_, tag)| orphans_of.iter().any(|o| o == tag))
+                {
                     let _ = remove_any(&dir.join(entry));
                 }
             }
@@ -523,7 +540,7 @@ fn present(path: &Path) -> io::Result<bool> {
 }
 
 /// Removes `path`, a folder (with its content) or anything else.
-fn remove_any(path: &Path) -> io::Result<()> {
+pub fn remove_any(path: &Path) -> io::Result<()> {
     if std::fs::symlink_metadata(path)?.is_dir() {
         std::fs::remove_dir_all(path)
     } else {

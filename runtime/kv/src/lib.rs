@@ -54,6 +54,16 @@ pub fn is_leveldb(dir: &Path) -> bool {
         })
 }
 
+/// Whether `dir` looks like a database of the backend named `backend` (`lmdb`,
+/// `leveldb`), by its files alone: nothing is opened (opening LevelDB may write to it).
+pub fn is_database(dir: &Path, backend: &str) -> bool {
+    match backend {
+        "lmdb" => is_lmdb(dir),
+        "leveldb" => is_leveldb(dir),
+        _ => false,
+    }
+}
+
 /// Reads the database folder `dir` whole (LMDB or LevelDB, by its files): the source its
 /// values are in, with its records attached ([`Source::records`]).
 pub fn open_dir(dir: &Path) -> Result<Source> {
