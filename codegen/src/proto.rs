@@ -467,6 +467,9 @@ pub(crate) struct MapEnv<'a> {
     msg: MessageId,
     /// Whether `dtype` is bound.
     dtype: bool,
+    /// Inside `widen(data, stored)`'s data: elements are decoded as the stored dtype (the
+    /// variable `stored`), not the tensor's.
+    in_widen: bool,
 }
 
 impl Env for MapEnv<'_> {
@@ -517,6 +520,13 @@ impl Env for MapEnv<'_> {
                 func: Builtin::External,
                 args,
             } => self.external(l, args),
+            ExprKind::Call {
+                func: Builtin::Widen,
+                args,
+            } => match args.as_slice() {
+                [a, d] => self.widen(l, &a.value, &d.value),
+                _ => return None,
+            },
             ExprKind::If { .. } if e.ty == Type::TensorData => self.data(l, e),
             // A dtype by an integer table, the key as the view holds it.
             ExprKind::Lookup { table, key } if self.ir.table(*table).key == ir::KeyKind::Int => {
@@ -529,7 +539,22 @@ impl Env for MapEnv<'_> {
                             quote!(rt::expr::narrow::<i64>(#s, "i64")?)
                         }
                     };
-                    Val::value(quote!(#t.lookup(&#k)?), Type::Dtype)
+                    // A key read from a field: the error names the field, as the file
+                    // calls it.
+                    let field = match &key.kind {
+                        ExprKind::Member {
+                            member: Member::MessageField(m, i),
+                            ..
+                        } => Some(self.ir.message(*m).fields[*i].name.clone()),
+                        _ => None,
+                    };
+                    match field {
+                        Some(f) => Val::value(
+                            quote!(#t.lookup(&#k).map_err(|e| e.in_field(#f))?),
+                            Type::Dtype,
+                        ),
+                        None => Val::value(quote!(#t.lookup(&#k)?), Type::Dtype),
+                    }
                 })
             }
             _ => return None,
@@ -694,9 +719,19 @@ impl MapEnv<'_> {
             Wire::Float | Wire::Fixed32 { .. } => quote!(rt::protobuf::Elements::FIXED32),
             Wire::Double | Wire::Fixed64 => quote!(rt::protobuf::Elements::FIXED64),
             Wire::Bytes | Wire::Str => quote!(rt::protobuf::Elements::Bytes),
-            Wire::Zigzag => quote!(rt::protobuf::Elements::zigzags(dtype)),
-            Wire::Varint | Wire::Bool | Wire::Msg(_) => {
-                quote!(rt::protobuf::Elements::varints(dtype))
+            // Varints are cut to the element width: the stored dtype's inside `widen`.
+            Wire::Zigzag | Wire::Varint | Wire::Bool | Wire::Msg(_) => {
+                let dtype = if self.in_widen {
+                    let stored = word(self.ir, "stored");
+                    quote!(#stored.0)
+                } else {
+                    quote!(dtype)
+                };
+                if wire(f) == Wire::Zigzag {
+                    quote!(rt::protobuf::Elements::zigzags(#dtype))
+                } else {
+                    quote!(rt::protobuf::Elements::varints(#dtype))
+                }
             }
         };
         Ok(Val::value(
@@ -732,6 +767,27 @@ impl MapEnv<'_> {
 
     /// `e` as tensor data: a `bytes` field is its byte range in the source; an `if` of
     /// tensor data chooses one.
+    /// `widen(data, stored)`: the data, its elements stored as the dtype `stored`, read as
+    /// the tensor's dtype (computed before the data: `dtype`, `byte_order`).
+    fn widen(&self, l: &Lower<'_>, data: &Expr, stored: &Expr) -> R<Val> {
+        let s = l.expr(stored)?.scalar();
+        let sub = MapEnv {
+            in_widen: true,
+            binding: self.binding.clone(),
+            binding_name: self.binding_name.clone(),
+            ..*self
+        };
+        let inner = sub.data(&Lower { ir: self.ir, env: &sub }, data)?.ts;
+        let stored = word(self.ir, "stored");
+        Ok(Val::value(
+            quote!({
+                let #stored = #s;
+                rt::widen(#inner, #stored, (dtype, byte_order))?
+            }),
+            Type::TensorData,
+        ))
+    }
+
     fn data(&self, l: &Lower<'_>, e: &Expr) -> R<Val> {
         if let ExprKind::If {
             cond,
@@ -1058,6 +1114,7 @@ fn include(
         binding_name: name,
         msg,
         dtype: env.dtype,
+        in_widen: false,
     };
     compile_stmts(ir, &mut sub, target, props, parts, skip, taken)?;
     env.dtype |= sub.dtype;
@@ -1121,6 +1178,7 @@ pub(crate) fn parts_fns(ir: &Ir, fid: FormatId) -> R<(Vec<PartsFn>, Vec<TokenStr
             binding_name: map.binding.clone(),
             msg: src.msg,
             dtype: false,
+            in_widen: false,
         };
         let mut props = Props::default();
         let mut taken = vec![map.binding.clone()];
@@ -1255,6 +1313,7 @@ pub(crate) fn gen_mapping(
         binding_name: map.binding.clone(),
         msg: src.msg,
         dtype: false,
+        in_widen: false,
     };
     let filter = match &map.filter {
         // The items for which the condition does not hold are left out: its negation,

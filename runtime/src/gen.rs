@@ -7,7 +7,8 @@
 //!
 //! - metadata: [`DType`], [`ByteOrder`], [`Order`], [`TensorInfo`], [`DataLocation`],
 //!   [`TensorMeta`], [`WriteOptions`], and what an engine finds of a tensor before it is
-//!   named and checked ([`TensorParts`], [`StoredData`]);
+//!   named and checked ([`TensorParts`], [`StoredData`]), and elements stored narrower
+//!   than the tensor's dtype, widened as they are read ([`widen`]);
 //! - errors: [`Error`], [`ErrorKind`], [`Location`], [`Result`], and [`Limits`];
 //! - input: [`Source`], [`RandomAccess`], [`Window`], [`Bytes`], and [`Cursor`], which
 //!   reads a layout field by field with every length checked;
@@ -49,6 +50,7 @@ pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,
 };
+pub use tensorfmt_core::widen::widen;
 pub use tensorfmt_core::tree::{
     case_of, dict_item, refuse_if, set_item, set_values, tagged_items, FromNode, Node, ToNode,
 };

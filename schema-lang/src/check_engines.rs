@@ -729,7 +729,7 @@ impl Rules<'_> {
         }
     }
 
-    /// The tensor data builtins (`elements(..)`, `external(..)`) are the `data` of a
+    /// The tensor data builtins (`elements(..)`, `external(..)`, `widen(..)`) are the `data` of a
     /// mapping over protobuf messages (all of it, or a branch of its `if`s); another
     /// format's mapping (`npy.tensor(..)`) is applied by `include` alone.
     fn data_builtins(&mut self) {
@@ -748,6 +748,16 @@ impl Rules<'_> {
                         branches(then, out);
                         branches(otherwise, out);
                     }
+                    // `widen(data, dtype)` is data, and so is its first argument.
+                    ExprKind::Call {
+                        func: Builtin::Widen,
+                        args,
+                    } => {
+                        out.push(e.span);
+                        if let Some(a) = args.first() {
+                            branches(&a.value, out);
+                        }
+                    }
                     _ => out.push(e.span),
                 }
             }
@@ -762,13 +772,14 @@ impl Rules<'_> {
             .into_iter()
             .filter_map(|e| match &e.kind {
                 ExprKind::Call {
-                    func: func @ (Builtin::Elements | Builtin::External),
+                    func: func @ (Builtin::Elements | Builtin::External | Builtin::Widen),
                     ..
                 } if !allowed.contains(&e.span) => Some((
                     e.span,
                     format!("`{}(..)` is read where no tensor's data is given", func.name()),
-                    "`elements(f)` and `external(..)` are the `data` of a mapping over protobuf \
-                     messages (`data = if has(t.raw_data) { t.raw_data } else { elements(t.float_data) };`)",
+                    "`elements(f)`, `external(..)` and `widen(data, dtype)` are the `data` of a \
+                     mapping over protobuf messages (`data = if has(t.raw_data) { t.raw_data } \
+                     else { elements(t.float_data) };`)",
                 )),
                 ExprKind::MappingOf { format, .. } => Some((
                     e.span,

@@ -35,8 +35,9 @@ describe DB_TYPE PATH [PATH...]
     maximal invalid subsequence (Python's ``errors="replace"``, Rust's
     ``String::from_utf8_lossy``); a name listed twice exits 2.
 
-    dtype from ``data_type``: FLOAT f32 (with ``data_format`` 1, FMT_BFLOAT16: bf16, its
-    elements ``raw_data``'s bfloat16 bits as stored), INT32 i32, BYTE u8, STRING string,
+    dtype from ``data_type``: FLOAT f32 (with ``data_format`` 1, FMT_BFLOAT16, its
+    elements ``raw_data``'s bfloat16 values widened to float32, as Caffe2's Load reads
+    them), INT32 i32, BYTE u8, STRING string,
     BOOL bool, UINT8 u8, INT8 i8, UINT16 u16, INT16 i16, INT64 i64, FLOAT16 f16, DOUBLE
     f64. UNDEFINED, ZERO_COLLISION_HASH, REBATCHING_BUFFER, numbers caffe2.proto does
     not define, a missing ``data_type`` and any other ``data_format`` exit 2, naming
@@ -344,7 +345,10 @@ def elements(t, what):
     if dt == T.FLOAT and fmt == T.FMT_BFLOAT16:
         if len(t.raw_data) % 2:
             raise Invalid(f"{what}: bfloat16 raw_data of {len(t.raw_data)} bytes")
-        return "bf16", len(t.raw_data) // 2, t.raw_data
+        # Caffe2's Load (fbgemm's Bfloat16ToFloat): each bfloat16 is the high half of the
+        # float32 it becomes.
+        bits = np.frombuffer(t.raw_data, "<u2").astype("<u4") << 16
+        return "f32", len(t.raw_data) // 2, bits.tobytes()
     if fmt != T.FMT_PROTOBUF:
         raise Unsupported(f"{what}: data_format {fmt} for DataType {T.DataType.Name(dt)} "
                           "(Caffe2: unsupported serialization format)")

@@ -227,3 +227,74 @@ fn damaged_minidbs_give_clear_errors_with_the_record_and_offset() {
         "{e}"
     );
 }
+
+/// A FLOAT blob serialized as FMT_BFLOAT16 (`raw_data` holding bfloat16), in `parts`
+/// chunks, with `data_type` and `data_format` as given.
+fn bf16_blob(data_type: i32, data_format: u32, raw: &[u8], begin: i64, dims: &[i64]) -> Vec<u8> {
+    BlobProto {
+        name: Some("h".into()),
+        r#type: Some("Tensor".into()),
+        tensor: Some(TensorProto {
+            dims: dims.to_vec(),
+            data_type: Some(data_type),
+            raw_data: Some(raw.to_vec()),
+            segment: Some(Segment {
+                begin,
+                end: begin + raw.len() as i64 / 2,
+            }),
+            data_format: Some(data_format),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn fmt_bfloat16_reads_as_caffe2_load_widens_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("h.minidb");
+    let values = [1.0f32, -2.5, 3.140625, f32::INFINITY, -0.0, 1.0e-38];
+    let raw: Vec<u8> = values
+        .iter()
+        .flat_map(|v| {
+            let b = v.to_bits().to_le_bytes();
+            [b[2], b[3]]
+        })
+        .collect();
+    let widened: Vec<u8> = values
+        .iter()
+        .flat_map(|v| f32::from_bits(v.to_bits() & 0xffff_0000).to_le_bytes())
+        .collect();
+    // Whole, and in two chunks out of order (each chunk widened on its own).
+    for records in [
+        vec![(b"h#%0".to_vec(), bf16_blob(1, 1, &raw, 0, &[2, 3]))],
+        vec![
+            (b"h#%1".to_vec(), bf16_blob(1, 1, &raw[6..], 3, &[2, 3])),
+            (b"h#%0".to_vec(), bf16_blob(1, 1, &raw[..6], 0, &[2, 3])),
+        ],
+    ] {
+        std::fs::write(&p, minidb(&records)).unwrap();
+        let f = TensorFile::open(&p).unwrap();
+        let t = f.load("h").unwrap();
+        assert_eq!((t.info.dtype, &t.info.shape[..]), (tensorfmt::DType::F32, &[2u64, 3][..]));
+        assert_eq!(t.data.as_bytes(), widened.as_slice());
+        assert_eq!(t.info.location.len(), 24);
+    }
+    // What Caffe2's Load refuses: FMT_BFLOAT16 for a type other than FLOAT, a format
+    // number it does not know, and bfloat16 bytes that are not whole elements.
+    for (data_type, data_format, raw, want) in [
+        (2, 1, &raw[..], "bf16 read as i32"),
+        (1, 2, &raw[..], "data_format"),
+        (1, 1, &raw[..5], "not a whole number of bf16"),
+    ] {
+        let dims = [raw.len() as i64 / 2];
+        std::fs::write(&p, minidb(&[(b"h#%0".to_vec(), bf16_blob(data_type, data_format, raw, 0, &dims))]))
+            .unwrap();
+        let e = match TensorFile::open(&p).and_then(|f| f.load("h")) {
+            Ok(t) => panic!("format {data_format}, type {data_type}: read as {:?}", t.info.dtype),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("h.minidb") && e.contains(want), "{e}");
+    }
+}

@@ -46,6 +46,7 @@ construct!(gguf_like_fmt, "gguf_like");
 construct!(write_align_fmt, "write_align");
 construct!(pickle_arrays_fmt, "pickle_arrays");
 construct!(detect_magic_any_fmt, "detect_magic_any");
+construct!(widen_fmt, "widen");
 
 /// One tensor as read: name, dtype, shape, C-order element bytes.
 type Read = (String, rt::DType, Vec<u64>, Vec<u8>);
@@ -1602,4 +1603,79 @@ fn a_file_that_is_one_pickle_writes_its_arrays_and_reads_them_back() {
     let err = write(desc, &[t("h", rt::DType::F16, &[1], vec![0, 0])]).unwrap_err();
     let text = err.to_string();
     assert!(text.contains("f16") && text.contains("pkla"), "{text}");
+}
+
+/// One `Tensor` of a `widen` document: name, dims, dtype, then its one data field.
+fn wdn_tensor(name: &str, dims: &[u8], dtype: u64, data: impl Fn(&mut Vec<u8>)) -> Vec<u8> {
+    let mut t = Vec::new();
+    field_bytes(1, name.as_bytes(), &mut t);
+    field_bytes(2, dims, &mut t);
+    field_varint(3, dtype, &mut t);
+    data(&mut t);
+    let mut doc = Vec::new();
+    field_bytes(1, &t, &mut doc);
+    doc
+}
+
+#[test]
+fn widened_elements_read_as_the_tensor_s_dtype_and_narrowing_is_refused() {
+    let desc = &widen_fmt::wdn::DESC;
+    // f16 1.0, -2.0, 0.5 in `halves`, read as f32.
+    let halves: Vec<u8> = [0x3c00u16, 0xc000, 0x3800]
+        .iter()
+        .flat_map(|h| h.to_le_bytes())
+        .collect();
+    let doc = wdn_tensor("h", &[3], 1, |t| field_bytes(7, &halves, t));
+    assert_eq!(
+        read(desc, "h.wdn", &doc).unwrap(),
+        vec![t("h", rt::DType::F32, &[3], f32s(&[1.0, -2.0, 0.5]))]
+    );
+    // Varints stored as i16 (cut to 16 bits: 70000 is 4464), read as i32; as u8.
+    let mut ints = Vec::new();
+    for v in [-3i64, 300, 70000] {
+        varint(v as u64, &mut ints);
+    }
+    let i32s = |v: &[i32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+    let doc = wdn_tensor("i", &[3], 2, |t| {
+        field_varint(4, 1, t);
+        field_bytes(6, &ints, t);
+    });
+    assert_eq!(
+        read(desc, "i.wdn", &doc).unwrap(),
+        vec![t("i", rt::DType::I32, &[3], i32s(&[-3, 300, 4464]))]
+    );
+    let doc = wdn_tensor("u", &[3], 2, |t| {
+        field_varint(4, 2, t);
+        field_bytes(6, &ints, t);
+    });
+    assert_eq!(
+        read(desc, "u.wdn", &doc).unwrap(),
+        vec![t("u", rt::DType::I32, &[3], i32s(&[253, 44, 112]))]
+    );
+    // i16 read as f32 loses nothing (a float32 holds every i16).
+    let doc = wdn_tensor("f", &[3], 1, |t| {
+        field_varint(4, 1, t);
+        field_bytes(6, &ints, t);
+    });
+    assert_eq!(
+        read(desc, "f.wdn", &doc).unwrap(),
+        vec![t("f", rt::DType::F32, &[3], f32s(&[-3.0, 300.0, 4464.0]))]
+    );
+    // i64 read as i32 could change values: refused, as are an odd number of f16 bytes
+    // and a stored type the table does not know.
+    let doc = wdn_tensor("x", &[3], 2, |t| {
+        field_varint(4, 3, t);
+        field_bytes(6, &ints, t);
+    });
+    let e = read(desc, "x.wdn", &doc).unwrap_err().to_string();
+    assert!(e.contains("i64 read as i32"), "{e}");
+    let doc = wdn_tensor("y", &[1], 1, |t| field_bytes(7, &[0, 0x3c, 0], t));
+    let e = read(desc, "y.wdn", &doc).unwrap_err().to_string();
+    assert!(e.contains("not a whole number of f16"), "{e}");
+    let doc = wdn_tensor("z", &[3], 2, |t| {
+        field_varint(4, 9, t);
+        field_bytes(6, &ints, t);
+    });
+    let e = read(desc, "z.wdn", &doc).unwrap_err().to_string();
+    assert!(e.contains("packing") && e.contains('9'), "{e}");
 }

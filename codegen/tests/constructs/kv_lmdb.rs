@@ -73,7 +73,9 @@ pub mod kvl {
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from part.value as b` reads them (and every `include` of it).
     fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = DTYPES.lookup(&b.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&b.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(b.span, 2, "b.dims")?;
         let data = rt::protobuf::elements(b.span, 4, rt::protobuf::Elements::FIXED32)?;
         let parts = rt::TensorParts {

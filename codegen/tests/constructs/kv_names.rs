@@ -111,7 +111,9 @@ pub mod kvnames {
     }
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from r.value as src` reads them (and every `include` of it).
     fn parts_of_blob(src: &Blob<'_>) -> rt::Result<rt::TensorParts> {
-        let (dtype, byte_order) = DTYPES.lookup(&src.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&src.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(src.span, 1, "src.dims")?;
         let data = rt::protobuf::located(src.data, "src.data")?;
         let parts = rt::TensorParts {
@@ -175,7 +177,9 @@ pub mod kvnames {
         position: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = format!("{}.{}", out.name, position.name.unwrap_or(""));
-        let (dtype, byte_order) = DTYPES.lookup(&position.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&position.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(position.span, 1, "position.dims")?;
         let data = rt::protobuf::located(position.data, "position.data")?;
         let parts = rt::TensorParts {
@@ -222,7 +226,9 @@ pub mod kvnames {
         r: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = value.name;
-        let (dtype, byte_order) = DTYPES.lookup(&r.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&r.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(r.span, 1, "r.dims")?;
         let data = rt::protobuf::located(r.data, "r.data")?;
         let parts = rt::TensorParts {
@@ -269,7 +275,9 @@ pub mod kvnames {
         out: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = src.name;
-        let (dtype, byte_order) = DTYPES.lookup(&out.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&out.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(out.span, 1, "out.dims")?;
         let data = rt::protobuf::located(out.data, "out.data")?;
         let parts = rt::TensorParts {
@@ -316,7 +324,9 @@ pub mod kvnames {
         value: &Blob<'_>,
     ) -> rt::Result<Option<rt::kv::Chunk>> {
         let name = limits.name;
-        let (dtype, byte_order) = DTYPES.lookup(&value.dtype.unwrap_or(0))?;
+        let (dtype, byte_order) = DTYPES
+            .lookup(&value.dtype.unwrap_or(0))
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(value.span, 1, "value.dims")?;
         let data = rt::protobuf::located(value.data, "value.data")?;
         let parts = rt::TensorParts {

@@ -107,7 +107,8 @@ pub mod msgx {
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
     fn parts_of_tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES
-            .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
+            .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
         let data = rt::protobuf::located(t.raw, "t.raw")?;
         let parts = rt::TensorParts {

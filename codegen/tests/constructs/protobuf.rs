@@ -143,7 +143,8 @@ pub mod pbt {
     /// The dtype, shape and data of a `Tensor` as the mapping `tensor from root.tensors as t` reads them (and every `include` of it).
     fn parts_of_tensor(t: &Tensor<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = DTYPES
-            .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)?;
+            .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)
+            .map_err(|e| e.in_field("dtype"))?;
         let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
             rt::protobuf::elements(t.span, 6, rt::protobuf::Elements::FIXED32)?

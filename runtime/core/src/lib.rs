@@ -36,6 +36,7 @@ pub mod storage;
 pub mod table;
 pub mod tensor;
 pub mod tree;
+pub mod widen;
 
 pub use dtype::DType;
 pub use error::{Error, ErrorKind, Location, Result};

@@ -118,7 +118,7 @@ impl Sink for PieceSink<'_> {
 }
 
 /// Reads the bytes at `location` (of `info`) into `sink`, between its `begin` and `end`.
-fn read_location(
+pub(crate) fn read_location(
     src: &Source,
     info: &TensorInfo,
     location: &DataLocation,

@@ -87,6 +87,10 @@ pub enum Builtin {
     Elements,
     /// `external(location =, offset =, length =)`.
     External,
+    /// `widen(data, dtype)`: tensor data whose elements are stored as `dtype` and read
+    /// as the tensor's (wider) dtype, each converted without loss (Caffe2's
+    /// `FMT_BFLOAT16`: float32 tensors stored as bfloat16).
+    Widen,
     /// `key_of(T, dtype)` (write rules): the first key of table `T` for the dtype.
     KeyOf,
     /// `global(text)` (pickle write rules): the declared global named by the text.
@@ -131,6 +135,7 @@ impl Builtin {
             "last" => Builtin::Last,
             "elements" => Builtin::Elements,
             "external" => Builtin::External,
+            "widen" => Builtin::Widen,
             "key_of" => Builtin::KeyOf,
             "global" => Builtin::Global,
             "tag" => Builtin::Tag,
@@ -148,7 +153,11 @@ impl Builtin {
     pub fn arity(self) -> Option<usize> {
         match self {
             Builtin::External | Builtin::Slice | Builtin::Tuple => None,
-            Builtin::Align | Builtin::IndexOf | Builtin::KeyOf | Builtin::Build => Some(2),
+            Builtin::Align
+            | Builtin::IndexOf
+            | Builtin::KeyOf
+            | Builtin::Build
+            | Builtin::Widen => Some(2),
             Builtin::Lookup => Some(3),
             _ => Some(1),
         }
@@ -171,6 +180,7 @@ impl Builtin {
             Builtin::Last => "last",
             Builtin::Elements => "elements",
             Builtin::External => "external",
+            Builtin::Widen => "widen",
             Builtin::KeyOf => "key_of",
             Builtin::Global => "global",
             Builtin::Tag => "tag",

@@ -171,7 +171,7 @@ fn kind_word(t: &Type) -> Option<&'static str> {
 
 /// The builtin functions as the help of an unknown function lists them.
 const FUNCTIONS: &str = "len, size, align, latin1, itemsize, slice, has, str, index_of, digits, \
-                         first, last, elements, external, tag, lookup, product, sum, reverse, \
+                         first, last, elements, external, widen, tag, lookup, product, sum, reverse, \
                          write_align";
 
 /// The names, quoted and comma separated, for help lines that list what exists.
@@ -2761,6 +2761,31 @@ impl<'a> Lower<'a> {
                         span,
                         "`external` without a `location`",
                         "name the file holding the data: `external(location = t.external_data[\"location\"], ..)`",
+                    );
+                }
+                Type::TensorData
+            }
+            Builtin::Widen => {
+                // Data of a narrower stored type, read as the tensor's dtype.
+                if !matches!(
+                    arg_ty(0),
+                    Type::Bytes | Type::TensorData | Type::Error
+                ) {
+                    let shown = self.show_ty(&arg_ty(0));
+                    self.gap(
+                        span,
+                        format!("`widen` takes the tensor's data first, but this is {shown}"),
+                        "`widen(t.raw_data, bf16)`: a `bytes` field or `elements(..)` holding \
+                         the elements as they are stored",
+                    );
+                }
+                if !matches!(arg_ty(1), Type::Dtype | Type::Error) {
+                    let shown = self.show_ty(&arg_ty(1));
+                    self.gap(
+                        span,
+                        format!("`widen` takes the stored dtype second, but this is {shown}"),
+                        "`widen(t.raw_data, bf16)`, or a dtype by a table: \
+                         `widen(t.raw_data, stored[t.data_format])`",
                     );
                 }
                 Type::TensorData
