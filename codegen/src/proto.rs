@@ -777,7 +777,15 @@ impl MapEnv<'_> {
             binding_name: self.binding_name.clone(),
             ..*self
         };
-        let inner = sub.data(&Lower { ir: self.ir, env: &sub }, data)?.ts;
+        let inner = sub
+            .data(
+                &Lower {
+                    ir: self.ir,
+                    env: &sub,
+                },
+                data,
+            )?
+            .ts;
         let stored = word(self.ir, "stored");
         Ok(Val::value(
             quote!({

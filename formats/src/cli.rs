@@ -808,6 +808,26 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 summary.bytes,
                 summary.from
             );
+            if !summary.retyped.is_empty() {
+                let n = summary.retyped.len();
+                let mut pairs: Vec<String> = summary
+                    .retyped
+                    .iter()
+                    .map(|(_, w, r)| format!("{w} as {r}"))
+                    .collect();
+                pairs.sort();
+                pairs.dedup();
+                let names: Vec<&str> = summary.retyped.iter().map(|(n, ..)| n.as_str()).collect();
+                eprintln!(
+                    "note: {n} tensor{} read back from {} as another dtype ({}), as the \
+                     format's own loader reads {}: {}",
+                    if n == 1 { "" } else { "s" },
+                    summary.to,
+                    pairs.join(", "),
+                    if n == 1 { "it" } else { "them" },
+                    escape_controls(&shorten(&names.join(", "), 200))
+                );
+            }
             if !summary.dropped.is_empty() {
                 let n = summary.dropped.len();
                 eprintln!(

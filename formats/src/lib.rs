@@ -1140,6 +1140,10 @@ pub struct ConvertSummary {
     /// `optimizer.param_groups`) written to a format of tensors alone (npz, a Caffe2
     /// database) or with [`ConvertOptions::flatten`].
     pub dropped: Vec<String>,
+    /// The tensors the output reads back as another dtype than the one written, by name:
+    /// (name, written, read). A bf16 tensor written to a Caffe2 database is stored as
+    /// FMT_BFLOAT16, which Caffe2's Load (and tensorfmt) reads as f32 of the same values.
+    pub retyped: Vec<(String, DType, DType)>,
 }
 
 /// Converts `input` to `output`, one tensor at a time (memory bounded by the largest
@@ -1184,8 +1188,10 @@ pub fn convert(
             tensors: total,
             bytes,
             dropped: Vec::new(),
+            retyped: Vec::new(),
         });
     }
+    let out_path = output.as_ref().to_path_buf();
     let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
     // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
@@ -1255,13 +1261,49 @@ pub fn convert(
     }
     let to = saver.format();
     saver.commit()?;
+    let written = file
+        .tensors()
+        .iter()
+        .map(|t| (t.name.as_str(), options.dtype.unwrap_or(t.dtype)));
+    let retyped = read_back_dtypes(&out_path, to, &options.open, written);
     Ok(ConvertSummary {
         from: file.format(),
         to,
         tensors: total,
         bytes,
         dropped,
+        retyped,
     })
+}
+
+/// The tensors of the output `path` (format `to`) listed with another dtype than the one
+/// `written` gives them: (name, written, read). The output's index alone is read; an
+/// output that cannot be opened again (a format of this registry that writes what it
+/// does not read) reports none.
+fn read_back_dtypes<'a>(
+    path: &Path,
+    to: &'static str,
+    open: &OpenOptions,
+    written: impl Iterator<Item = (&'a str, DType)>,
+) -> Vec<(String, DType, DType)> {
+    let options = OpenOptions {
+        format: Some(to.to_string()),
+        ..open.clone()
+    };
+    let Ok(out) = TensorFile::open_with(path, &options) else {
+        return Vec::new();
+    };
+    let read: std::collections::HashMap<&str, DType> = out
+        .tensors()
+        .iter()
+        .map(|t| (t.name.as_str(), t.dtype))
+        .collect();
+    written
+        .filter_map(|(name, dtype)| match read.get(name) {
+            Some(&r) if r != dtype => Some((name.to_string(), dtype, r)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What `info` is when its elements are laid out in C order (its name, dtype, shape and

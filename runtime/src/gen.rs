@@ -50,10 +50,10 @@ pub use tensorfmt_core::tensor::{
     contiguous_strides, numel, ByteOrder, Compression, DataLocation, Order, TensorInfo, TensorMeta,
     WriteOptions,
 };
-pub use tensorfmt_core::widen::widen;
 pub use tensorfmt_core::tree::{
     case_of, dict_item, refuse_if, set_item, set_values, tagged_items, FromNode, Node, ToNode,
 };
+pub use tensorfmt_core::widen::widen;
 
 #[cfg(feature = "kv")]
 pub use crate::kv;

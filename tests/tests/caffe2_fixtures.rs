@@ -150,3 +150,64 @@ fn databases_tensorfmt_writes_decode_the_same_in_python() {
     let (code, _) = cli(&["verify", out.to_str().unwrap()]);
     assert_eq!(code, std::process::ExitCode::SUCCESS);
 }
+
+/// The rule for bf16 sources: a bf16 tensor written to a Caffe2 database is stored as
+/// FMT_BFLOAT16 (nothing rounded), and reads back — in Python, as Caffe2's Load reads it,
+/// and in tensorfmt — as f32 of the same values; `convert` reports the change.
+#[test]
+fn bf16_sources_are_stored_as_fmt_bfloat16_and_read_back_as_float32() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bf16: Vec<u8> = [1.0f32, -2.5, 3.140625, 65280.0]
+        .iter()
+        .flat_map(|v| {
+            let b = v.to_bits().to_le_bytes();
+            [b[2], b[3]]
+        })
+        .collect();
+    let widened: Vec<u8> = bf16.chunks(2).flat_map(|h| [0, 0, h[0], h[1]]).collect();
+    let src = tmp.path().join("h.safetensors");
+    std::fs::write(
+        &src,
+        tensorfmt_tests::safetensors_bytes(
+            br#"{"w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]}}"#,
+            &bf16,
+        ),
+    )
+    .unwrap();
+    for db in ["minidb", "lmdb", "leveldb"] {
+        let out = tmp.path().join(format!("h.{db}"));
+        let summary = tensorfmt::convert(
+            &src,
+            &out,
+            &tensorfmt::ConvertOptions {
+                to: Some(format!("caffe2-{db}")),
+                ..Default::default()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(
+            summary.retyped,
+            [(
+                "w".to_string(),
+                tensorfmt::DType::BF16,
+                tensorfmt::DType::F32
+            )],
+            "{db}"
+        );
+        let f = tensorfmt::TensorFile::open(&out).unwrap();
+        let t = f.load("w").unwrap();
+        assert_eq!(
+            (t.info.dtype, t.data.as_bytes()),
+            (tensorfmt::DType::F32, &widened[..])
+        );
+        let python = json(&tfcheck_caffe2(&["describe", db, out.to_str().unwrap()]));
+        assert_eq!(python["tensors"], inspect_json(&out)["tensors"], "{db}");
+        assert_eq!(python["tensors"][0]["dtype"], "f32", "{db}");
+    }
+    // A format that keeps bf16 reports nothing.
+    let out = tmp.path().join("same.safetensors");
+    let summary =
+        tensorfmt::convert(&src, &out, &tensorfmt::ConvertOptions::default(), |_, _| {}).unwrap();
+    assert!(summary.retyped.is_empty(), "{:?}", summary.retyped);
+}

@@ -277,7 +277,10 @@ fn fmt_bfloat16_reads_as_caffe2_load_widens_it() {
         std::fs::write(&p, minidb(&records)).unwrap();
         let f = TensorFile::open(&p).unwrap();
         let t = f.load("h").unwrap();
-        assert_eq!((t.info.dtype, &t.info.shape[..]), (tensorfmt::DType::F32, &[2u64, 3][..]));
+        assert_eq!(
+            (t.info.dtype, &t.info.shape[..]),
+            (tensorfmt::DType::F32, &[2u64, 3][..])
+        );
         assert_eq!(t.data.as_bytes(), widened.as_slice());
         assert_eq!(t.info.location.len(), 24);
     }
@@ -289,10 +292,19 @@ fn fmt_bfloat16_reads_as_caffe2_load_widens_it() {
         (1, 1, &raw[..5], "not a whole number of bf16"),
     ] {
         let dims = [raw.len() as i64 / 2];
-        std::fs::write(&p, minidb(&[(b"h#%0".to_vec(), bf16_blob(data_type, data_format, raw, 0, &dims))]))
-            .unwrap();
+        std::fs::write(
+            &p,
+            minidb(&[(
+                b"h#%0".to_vec(),
+                bf16_blob(data_type, data_format, raw, 0, &dims),
+            )]),
+        )
+        .unwrap();
         let e = match TensorFile::open(&p).and_then(|f| f.load("h")) {
-            Ok(t) => panic!("format {data_format}, type {data_type}: read as {:?}", t.info.dtype),
+            Ok(t) => panic!(
+                "format {data_format}, type {data_type}: read as {:?}",
+                t.info.dtype
+            ),
             Err(e) => e.to_string(),
         };
         assert!(e.contains("h.minidb") && e.contains(want), "{e}");

@@ -54,10 +54,7 @@ impl StoredData {
             return Ok(self);
         }
         if self.strings.is_some() || from == DType::String {
-            return Err(ErrorKind::Unsupported(format!(
-                "string elements read as {to}"
-            ))
-            .into());
+            return Err(ErrorKind::Unsupported(format!("string elements read as {to}")).into());
         }
         if !widens(from, to) {
             return Err(ErrorKind::Unsupported(format!(
@@ -312,7 +309,10 @@ mod tests {
             assert_eq!(got.as_bytes(), &want[..], "chunks of {chunk_size}");
         }
         // f16 through the general conversion.
-        let h: Vec<u8> = [0x3c00u16, 0xc000].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let h: Vec<u8> = [0x3c00u16, 0xc000]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let src = Source::from_bytes(h);
         let data = StoredData::bytes(DataLocation::range(0, 4))
             .widened(DType::F16, DType::F64)
@@ -329,7 +329,10 @@ mod tests {
         let mut sink = OwnedSink::default();
         crate::read::read_tensor(&src, &info, &mut sink, &ReadOptions::default()).unwrap();
         let got = sink.into_tensors().remove(0).data;
-        let want: Vec<u8> = [1.0f64, -2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let want: Vec<u8> = [1.0f64, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         assert_eq!(got.as_bytes(), &want[..]);
     }
 }

@@ -2767,10 +2767,7 @@ impl<'a> Lower<'a> {
             }
             Builtin::Widen => {
                 // Data of a narrower stored type, read as the tensor's dtype.
-                if !matches!(
-                    arg_ty(0),
-                    Type::Bytes | Type::TensorData | Type::Error
-                ) {
+                if !matches!(arg_ty(0), Type::Bytes | Type::TensorData | Type::Error) {
                     let shown = self.show_ty(&arg_ty(0));
                     self.gap(
                         span,
