@@ -462,11 +462,13 @@ pub struct Tensor {
 struct Filler {
     current: Option<Filling>,
     budget: Option<Arc<InflateBudget>>,
+    /// The current tensor's name, for errors (its buffer reused from tensor to tensor,
+    /// so that a load that ends in a view allocates nothing here).
+    name: String,
 }
 
 #[derive(Debug)]
 struct Filling {
-    info: TensorInfo,
     buf: AlignedBuf,
     len: usize,
     first_alloc: usize,
@@ -491,8 +493,8 @@ impl Filler {
             Some(compressed) => usize::try_from(compressed).unwrap_or(usize::MAX).min(len),
             None => len,
         };
+        self.name.clone_from(&info.name);
         self.current = Some(Filling {
-            info: info.clone(),
             buf: AlignedBuf::new(),
             len,
             first_alloc,
@@ -507,7 +509,7 @@ impl Filler {
         };
         let total = f.buf.len().saturating_add(bytes.len());
         if total > f.len {
-            return Err(size_mismatch(&f.info, total, f.len));
+            return Err(size_mismatch(&self.name, total, f.len));
         }
         if total > f.buf.capacity() {
             // Never beyond the tensor's size: `total <= len` was checked above.
@@ -519,37 +521,34 @@ impl Filler {
                 let more = (target - f.buf.capacity()) as u64;
                 f.buf
                     .charge(budget, more)
-                    .map_err(|e| e.in_entry(f.info.name.as_str()))?;
+                    .map_err(|e| e.in_entry(self.name.as_str()))?;
             }
             f.buf
                 .reserve(target - f.buf.len())
-                .map_err(|e| e.in_entry(f.info.name.as_str()))?;
+                .map_err(|e| e.in_entry(self.name.as_str()))?;
         }
         f.buf
             .extend_from_slice(bytes)
-            .map_err(|e| e.in_entry(f.info.name.as_str()))
+            .map_err(|e| e.in_entry(self.name.as_str()))
     }
 
-    fn end(&mut self) -> Result<Tensor> {
+    /// The tensor's bytes, all of them.
+    fn end(&mut self) -> Result<TensorData> {
         let Some(f) = self.current.take() else {
             return Err(ErrorKind::Sink("a tensor ended that did not begin".into()).into());
         };
         if f.buf.len() != f.len {
-            return Err(size_mismatch(&f.info, f.buf.len(), f.len));
+            return Err(size_mismatch(&self.name, f.buf.len(), f.len));
         }
-        Ok(Tensor {
-            info: f.info,
-            data: TensorData::Owned(f.buf),
-        })
+        Ok(TensorData::Owned(f.buf))
     }
 }
 
-fn size_mismatch(info: &TensorInfo, got: usize, want: usize) -> Error {
+fn size_mismatch(name: &str, got: usize, want: usize) -> Error {
     tensor_error(
-        &info.name,
+        name,
         ErrorKind::SizeMismatch(format!(
-            "tensor '{}' received {got} bytes, expected {want}",
-            info.name
+            "tensor '{name}' received {got} bytes, expected {want}"
         )),
     )
 }
@@ -615,9 +614,12 @@ impl Sink for OwnedSink {
         self.filler.chunk(bytes)
     }
 
-    fn end(&mut self, _info: &TensorInfo) -> Result<Flow> {
-        let t = self.filler.end()?;
-        self.tensors.push(t);
+    fn end(&mut self, info: &TensorInfo) -> Result<Flow> {
+        let data = self.filler.end()?;
+        self.tensors.push(Tensor {
+            info: info.clone(),
+            data,
+        });
         Ok(Flow::Continue)
     }
 }
@@ -718,7 +720,7 @@ impl Sink for ViewSink {
                 d
             }
             None if self.require_zero_copy => return Err(Self::not_viewable(&info.name)),
-            None => self.filler.end()?.data,
+            None => self.filler.end()?,
         };
         self.tensors.push(Tensor {
             info: info.clone(),
@@ -816,7 +818,7 @@ impl Sink for SliceSink<'_> {
 
     fn end(&mut self, info: &TensorInfo) -> Result<Flow> {
         if self.filled != self.buf.len() {
-            return Err(size_mismatch(info, self.filled, self.buf.len()));
+            return Err(size_mismatch(&info.name, self.filled, self.buf.len()));
         }
         Ok(Flow::Continue)
     }
