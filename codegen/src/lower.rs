@@ -1144,12 +1144,40 @@ impl Lower<'_> {
         }
     }
 
-    /// `e` as written in the schema (`t.storage.key`), for messages.
+    /// `e` as written in the schema, for messages, less the name the schema gives the
+    /// mapped object (its binding): `t.storage.key` reads `storage.key`, `t.offset *
+    /// itemsize(dtype)` reads `offset * itemsize(dtype)`, in the words of the call or
+    /// message the file holds.
     pub fn text(&self, e: &Expr) -> String {
-        self.env
-            .format()
-            .map(|f| self.ir.text(f, e.span).to_string())
-            .unwrap_or_default()
+        let Some(f) = self.env.format() else {
+            return String::new();
+        };
+        let source = self.ir.text(f, e.span);
+        // The binding where a member of it is read (`t` of `t.size`): cut with its dot.
+        let mut cuts = Vec::new();
+        e.walk(&mut |x| {
+            if let ExprKind::Member { base, .. } = &x.kind {
+                if matches!(base.kind, ExprKind::Binding) {
+                    cuts.push(base.span);
+                }
+            }
+        });
+        cuts.sort_by_key(|s| s.start);
+        let mut out = String::new();
+        let mut at = e.span.start;
+        for c in cuts {
+            let end = c.end + 1;
+            if c.start < at
+                || end > e.span.end
+                || source.get(c.end - e.span.start..end - e.span.start) != Some(".")
+            {
+                continue;
+            }
+            out.push_str(&source[at - e.span.start..c.start - e.span.start]);
+            at = end;
+        }
+        out.push_str(&source[at - e.span.start..]);
+        out
     }
 
     /// The path of item `name` of format `fmt`: `name` in its own module, `super::fmt::name`

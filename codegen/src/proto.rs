@@ -118,8 +118,10 @@ pub(crate) fn mentions(ts: &TokenStream, ident: &str) -> bool {
     false
 }
 
-/// An expression as the schema writes it (`t.name`, `n.attribute["value"].t`), for
-/// errors and docs; `binding` is the name of the mapping's binding.
+/// An expression in the file's own words, for errors and docs: the fields read from the
+/// mapped message by their names (`name`, `segment.begin`, `attribute["value"].t`), the
+/// schema's name for the message (its binding, `t`) left out; `binding` is that name,
+/// written where the binding is used alone.
 fn text(ir: &Ir, e: &Expr, binding: &str) -> String {
     match &e.kind {
         ExprKind::Binding => binding.to_string(),
@@ -138,7 +140,11 @@ fn text(ir: &Ir, e: &Expr, binding: &str) -> String {
                 Member::Capture(_, c) => c.clone(),
                 _ => "..".to_string(),
             };
-            format!("{b}.{m}")
+            if matches!(base.kind, ExprKind::Binding) {
+                m
+            } else {
+                format!("{b}.{m}")
+            }
         }
         ExprKind::Index { base, index, .. } => {
             format!("{}[{}]", text(ir, base, binding), text(ir, index, binding))

@@ -76,7 +76,7 @@ pub mod kvl {
         let (dtype, byte_order) = DTYPES
             .lookup(&b.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(b.span, 2, "b.dims")?;
+        let shape = rt::protobuf::dims(b.span, 2, "dims")?;
         let data = rt::protobuf::elements(b.span, 4, rt::protobuf::Elements::FIXED32)?;
         let parts = rt::TensorParts {
             dtype,

@@ -114,8 +114,8 @@ pub mod kvnames {
         let (dtype, byte_order) = DTYPES
             .lookup(&src.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(src.span, 1, "src.dims")?;
-        let data = rt::protobuf::located(src.data, "src.data")?;
+        let shape = rt::protobuf::dims(src.span, 1, "dims")?;
+        let data = rt::protobuf::located(src.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,
@@ -180,8 +180,8 @@ pub mod kvnames {
         let (dtype, byte_order) = DTYPES
             .lookup(&position.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(position.span, 1, "position.dims")?;
-        let data = rt::protobuf::located(position.data, "position.data")?;
+        let shape = rt::protobuf::dims(position.span, 1, "dims")?;
+        let data = rt::protobuf::located(position.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,
@@ -229,8 +229,8 @@ pub mod kvnames {
         let (dtype, byte_order) = DTYPES
             .lookup(&r.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(r.span, 1, "r.dims")?;
-        let data = rt::protobuf::located(r.data, "r.data")?;
+        let shape = rt::protobuf::dims(r.span, 1, "dims")?;
+        let data = rt::protobuf::located(r.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,
@@ -278,8 +278,8 @@ pub mod kvnames {
         let (dtype, byte_order) = DTYPES
             .lookup(&out.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(out.span, 1, "out.dims")?;
-        let data = rt::protobuf::located(out.data, "out.data")?;
+        let shape = rt::protobuf::dims(out.span, 1, "dims")?;
+        let data = rt::protobuf::located(out.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,
@@ -327,8 +327,8 @@ pub mod kvnames {
         let (dtype, byte_order) = DTYPES
             .lookup(&value.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(value.span, 1, "value.dims")?;
-        let data = rt::protobuf::located(value.data, "value.data")?;
+        let shape = rt::protobuf::dims(value.span, 1, "dims")?;
+        let data = rt::protobuf::located(value.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

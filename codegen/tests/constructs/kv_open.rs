@@ -55,8 +55,8 @@ pub mod kvo {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from rec.value.blob as b` reads them (and every `include` of it).
     fn parts_of_blob(b: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = (rt::DType::U8, None);
-        let shape = rt::protobuf::dims(b.span, 3, "b.dims")?;
-        let data = rt::protobuf::located(b.raw, "b.raw")?;
+        let shape = rt::protobuf::dims(b.span, 3, "dims")?;
+        let data = rt::protobuf::located(b.raw, "raw")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

@@ -93,8 +93,8 @@ pub mod kvrec {
         let (dtype, byte_order) = DTYPES
             .lookup(&b.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(b.span, 1, "b.dims")?;
-        let data = rt::protobuf::located(b.data, "b.data")?;
+        let shape = rt::protobuf::dims(b.span, 1, "dims")?;
+        let data = rt::protobuf::located(b.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

@@ -120,8 +120,8 @@ pub mod kvval {
     /// The dtype, shape and data of a `Blob` as the mapping `tensor from row.value.items as i` reads them (and every `include` of it).
     fn parts_of_blob(i: &Blob<'_>) -> rt::Result<rt::TensorParts> {
         let (dtype, byte_order) = (rt::DType::U8, None);
-        let shape = rt::protobuf::dims(i.span, 1, "i.dims")?;
-        let data = rt::protobuf::located(i.data, "i.data")?;
+        let shape = rt::protobuf::dims(i.span, 1, "dims")?;
+        let data = rt::protobuf::located(i.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,
@@ -188,8 +188,8 @@ pub mod kvval {
         }
         let name = blob.name;
         let (dtype, byte_order) = (rt::DType::U8, None);
-        let shape = rt::protobuf::dims(b.span, 1, "b.dims")?;
-        let data = rt::protobuf::located(b.data, "b.data")?;
+        let shape = rt::protobuf::dims(b.span, 1, "dims")?;
+        let data = rt::protobuf::located(b.data, "data")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

@@ -132,8 +132,8 @@ pub mod msgdef {
         let (dtype, byte_order) = DTYPES
             .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
-        let data = rt::protobuf::located(t.raw, "t.raw")?;
+        let shape = rt::protobuf::dims(t.span, 2, "dims")?;
+        let data = rt::protobuf::located(t.raw, "raw")?;
         let parts = rt::TensorParts {
             dtype,
             byte_order,

@@ -79,17 +79,17 @@ pub mod pkla {
         let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = rt::pickle::lookup(
             &DESCR,
             rt::pickle::attr(rt::pickle::index(a.state.as_ref(), 2), "descr"),
-            "a.state[2].descr",
+            "state[2].descr",
         )?;
         let data = rt::pickle::data(
             rt::pickle::index(a.state.as_ref(), 4),
             base,
-            "a.state[4]",
+            "state[4]",
         )?;
         rt::TensorInfo::dense(
             path.to_string(),
             dtype.0,
-            rt::pickle::dims(rt::pickle::index(a.state.as_ref(), 1), "a.state[1]")?,
+            rt::pickle::dims(rt::pickle::index(a.state.as_ref(), 1), "state[1]")?,
             if rt::pickle::index(a.state.as_ref(), 3)
                 .and_then(rt::pickle::Value::as_bool) == Some(true)
             {

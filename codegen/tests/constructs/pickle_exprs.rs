@@ -98,19 +98,18 @@ pub mod pklx {
         let dtype: (rt::DType, ::std::option::Option<rt::ByteOrder>) = rt::pickle::lookup(
             &STORAGE_CLASS,
             rt::pickle::item(t.arg("storage"), 1),
-            "t.storage.class",
+            "storage.class",
         )?;
         Ok(rt::pickle::Mapped {
             name: format!(
-                "{}.{}.{}.{}{}", path, rt::pickle::len(t.arg("size"), "t.size") ?,
-                rt::pickle::name(rt::pickle::index(t.arg("size"), 0), "t.size[0]") ?,
-                rt::pickle::name(rt::pickle::index(t.arg("stride"), - 1),
-                "last(t.stride)") ?, if ! rt::pickle::is_none(t.arg("hooks")) { "h" }
-                else { "" }
+                "{}.{}.{}.{}{}", path, rt::pickle::len(t.arg("size"), "size") ?,
+                rt::pickle::name(rt::pickle::index(t.arg("size"), 0), "size[0]") ?,
+                rt::pickle::name(rt::pickle::index(t.arg("stride"), - 1), "last(stride)")
+                ?, if ! rt::pickle::is_none(t.arg("hooks")) { "h" } else { "" }
             ),
             dtype: dtype.0,
-            strides: rt::pickle::ints(t.arg("stride"), "t.stride")?,
-            shape: rt::pickle::dims(t.arg("size"), "t.size")?,
+            strides: rt::pickle::ints(t.arg("stride"), "stride")?,
+            shape: rt::pickle::dims(t.arg("size"), "size")?,
             byte_order: dtype.1.unwrap_or(rt::ByteOrder::Little),
             storage: pickle_tensor_storage(t, dtype)?,
         })
@@ -122,16 +121,13 @@ pub mod pklx {
     ) -> rt::Result<rt::StorageRef<'v>> {
         Ok(rt::StorageRef {
             entry: 2,
-            key: rt::pickle::name(
-                rt::pickle::item(t.arg("storage"), 2),
-                "t.storage.key",
-            )?,
+            key: rt::pickle::name(rt::pickle::item(t.arg("storage"), 2), "storage.key")?,
             skip: rt::expr::to_u64(
                 rt::expr::mul(
-                    i128::from(rt::pickle::uint(t.arg("offset"), "t.offset")?),
+                    i128::from(rt::pickle::uint(t.arg("offset"), "offset")?),
                     rt::expr::itemsize(dtype.0)?,
                 )?,
-                "t.offset * itemsize(dtype)",
+                "offset * itemsize(dtype)",
             )?,
         })
     }

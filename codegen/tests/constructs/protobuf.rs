@@ -145,11 +145,11 @@ pub mod pbt {
         let (dtype, byte_order) = DTYPES
             .lookup(&rt::expr::narrow::<i64>(i128::from(t.dtype.unwrap_or(1)), "i64")?)
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
+        let shape = rt::protobuf::dims(t.span, 2, "dims")?;
         let data = if t.kind.unwrap_or(0) == 1 && dtype == rt::DType::F32 {
             rt::protobuf::elements(t.span, 6, rt::protobuf::Elements::FIXED32)?
         } else {
-            rt::protobuf::located(t.raw, "t.raw")?
+            rt::protobuf::located(t.raw, "raw")?
         };
         let parts = rt::TensorParts {
             dtype,
@@ -162,7 +162,7 @@ pub mod pbt {
     }
     /// The mapping `tensor from root.tensors as t`: the tensor of one item.
     fn item_tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
-        let name = rt::protobuf::present(t.name, "t.name")?;
+        let name = rt::protobuf::present(t.name, "name")?;
         let parts = parts_of_tensor(t)?;
         parts.info(name).map(Some)
     }

@@ -122,12 +122,12 @@ pub mod wdn {
         let (dtype, byte_order) = DTYPES
             .lookup(&t.dtype.unwrap_or(0))
             .map_err(|e| e.in_field("dtype"))?;
-        let shape = rt::protobuf::dims(t.span, 2, "t.dims")?;
+        let shape = rt::protobuf::dims(t.span, 2, "dims")?;
         let data = if t.halves.is_some() {
             {
                 let stored = (rt::DType::F16, None);
                 rt::widen(
-                    rt::protobuf::located(t.halves, "t.halves")?,
+                    rt::protobuf::located(t.halves, "halves")?,
                     stored,
                     (dtype, byte_order),
                 )?
@@ -148,7 +148,7 @@ pub mod wdn {
                 )?
             }
         } else {
-            rt::protobuf::located(t.raw, "t.raw")?
+            rt::protobuf::located(t.raw, "raw")?
         };
         let parts = rt::TensorParts {
             dtype,
@@ -161,7 +161,7 @@ pub mod wdn {
     }
     /// The mapping `tensor from root.tensors as t`: the tensor of one item.
     fn item_tensors(t: &Tensor<'_>) -> rt::Result<Option<rt::TensorInfo>> {
-        let name = rt::protobuf::present(t.name, "t.name")?;
+        let name = rt::protobuf::present(t.name, "name")?;
         let parts = parts_of_tensor(t)?;
         parts.info(name).map(Some)
     }
