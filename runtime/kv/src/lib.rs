@@ -614,6 +614,10 @@ pub mod leveldb {
             error_if_exists: false,
             ..Options::default()
         };
+        let mut compressors = rusty_leveldb::CompressorList::new();
+        compressors.set_with_id(0, rusty_leveldb::compressor::NoneCompressor);
+        compressors.set_with_id(1, BoundedSnappy);
+        o.compressor_list = std::rc::Rc::new(compressors);
         let set = [
             (
                 "write_buffer_size",
@@ -708,10 +712,14 @@ pub mod leveldb {
         None
     }
 
-    /// Checks the footer of every table of the folder `dir` before rusty-leveldb reads
-    /// it: the index and meta-index blocks it points to must lie within the file
-    /// (rusty-leveldb allocates a block's declared size before reading it, so a damaged
-    /// footer could ask for any amount of memory).
+    /// Checks every table of the folder `dir` before rusty-leveldb reads it: its footer,
+    /// the index and meta-index blocks it points to, and every block those point to
+    /// (the data blocks, the filter block) must lie within the file — rusty-leveldb
+    /// allocates a block's declared size before reading it, so a damaged handle could
+    /// ask for any amount of memory — and every data block must have its checksum right
+    /// and, when compressed, decompress within Snappy's bound: rusty-leveldb's iterator
+    /// skips a block it cannot read without saying so, which would list a damaged
+    /// database as one with fewer records.
     fn check_tables(dir: &Path) -> Result<()> {
         use std::io::{Read, Seek, SeekFrom};
         const FOOTER: u64 = 48;
@@ -750,19 +758,178 @@ pub mod leveldb {
                 else {
                     return Err(bad(&format!("its footer's {name} block handle is cut")));
                 };
-                // A block is followed by its type byte and CRC-32 (5 bytes).
-                if offset
-                    .checked_add(size)
-                    .and_then(|e| e.checked_add(5))
-                    .is_none_or(|end| end > len - FOOTER)
-                {
-                    return Err(bad(&format!(
+                within(offset, size, len - FOOTER).map_err(|()| {
+                    bad(&format!(
                         "its {name} block ({size} bytes at {offset}) is not within its {len} bytes"
-                    )));
+                    ))
+                })?;
+                // The blocks these two point to (data blocks, the filter block) are
+                // read the same way: every handle they hold is checked too.
+                let mut block = vec![0u8; size as usize + 1];
+                f.seek(SeekFrom::Start(offset))
+                    .and_then(|_| f.read_exact(&mut block))
+                    .map_err(|e| Error::from(e).in_file(&p))?;
+                let kind = block.pop().unwrap_or(0);
+                let block = match kind {
+                    0 => block,
+                    1 => bounded_snappy(&block)
+                        .map_err(|why| bad(&format!("its {name} block {why}")))?,
+                    // rusty-leveldb refuses what it cannot decode.
+                    _ => continue,
+                };
+                let handles = block_handles(&block).ok_or_else(|| {
+                    bad(&format!(
+                        "its {name} block ({size} bytes at {offset}) is damaged"
+                    ))
+                })?;
+                for (o, n) in handles {
+                    within(o, n, len - FOOTER).map_err(|()| {
+                        bad(&format!(
+                            "its {name} block points to a block of {n} bytes at {o}, \
+                             not within its {len} bytes"
+                        ))
+                    })?;
+                    if name == "index" {
+                        check_block(&mut f, o, n).map_err(|why| {
+                            Error::new(
+                                ErrorKind::Invalid(format!(
+                                    "damaged LevelDB table: its data block of {n} bytes at {o} {why}"
+                                )),
+                                Location::file(&p).with_offset(o),
+                            )
+                        })?;
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Checks the block of `size` bytes at `offset` of table `f` (within the file) as
+    /// rusty-leveldb reads it: the masked CRC-32C of its bytes and type byte, then, for a
+    /// Snappy block, its decompressed size against Snappy's bound.
+    fn check_block(
+        f: &mut std::fs::File,
+        offset: u64,
+        size: u64,
+    ) -> std::result::Result<(), String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut b = vec![0u8; size as usize + 5];
+        f.seek(SeekFrom::Start(offset))
+            .and_then(|_| f.read_exact(&mut b))
+            .map_err(|e| format!("cannot be read: {e}"))?;
+        let stored = u32::from_le_bytes(b[size as usize + 1..].try_into().expect("4 bytes"));
+        let crc = crc32c::crc32c(&b[..size as usize + 1]);
+        // LevelDB stores its CRCs masked (rotated, plus a constant).
+        let masked = crc.rotate_right(15).wrapping_add(0xa282_ead8);
+        if masked != stored {
+            return Err("has a wrong checksum".to_string());
+        }
+        match b[size as usize] {
+            0 => Ok(()),
+            1 => {
+                let declared = snap::raw::decompress_len(&b[..size as usize])
+                    .map_err(|e| format!("is not Snappy: {e}"))?;
+                if declared
+                    > (size as usize)
+                        .saturating_mul(SNAPPY_MAX_RATIO)
+                        .saturating_add(32)
+                {
+                    return Err(format!(
+                        "declares {declared} bytes once decompressed, more than Snappy makes of it"
+                    ));
+                }
+                Ok(())
+            }
+            k => Err(format!(
+                "has the compression type {k}, which LevelDB does not define"
+            )),
+        }
+    }
+
+    /// Ok when a block of `size` bytes at `offset`, followed by its type byte and CRC-32
+    /// (5 bytes), ends within the first `end` bytes of its table.
+    fn within(offset: u64, size: u64, end: u64) -> std::result::Result<(), ()> {
+        match offset.checked_add(size).and_then(|e| e.checked_add(5)) {
+            Some(last) if last <= end => Ok(()),
+            _ => Err(()),
+        }
+    }
+
+    /// The block handles (offset, size) that the entries of an index or meta-index
+    /// block hold as their values; `None` when the block is not well formed (its
+    /// restart array, an entry's lengths, a handle).
+    fn block_handles(block: &[u8]) -> Option<Vec<(u64, u64)>> {
+        let n = block.len();
+        let restarts = u32::from_le_bytes(block.get(n.checked_sub(4)?..)?.try_into().ok()?);
+        let entries_end = n
+            .checked_sub(4)?
+            .checked_sub((restarts as usize).checked_mul(4)?)?;
+        let mut at = 0;
+        let mut out = Vec::new();
+        while at < entries_end {
+            let _shared = varint(block, &mut at)?;
+            let unshared = usize::try_from(varint(block, &mut at)?).ok()?;
+            let value_len = usize::try_from(varint(block, &mut at)?).ok()?;
+            at = at.checked_add(unshared)?;
+            let end = at.checked_add(value_len)?;
+            let value = block.get(at..end.min(entries_end))?;
+            if end > entries_end {
+                return None;
+            }
+            let mut v = 0;
+            out.push((varint(value, &mut v)?, varint(value, &mut v)?));
+            at = end;
+        }
+        Some(out)
+    }
+
+    /// The most a Snappy block can expand: a 3-byte copy tag makes at most 64 bytes.
+    const SNAPPY_MAX_RATIO: usize = 22;
+
+    /// `block` decompressed by Snappy, refused when it declares more bytes than Snappy
+    /// can make of its size (which the decoder would allocate first).
+    fn bounded_snappy(block: &[u8]) -> std::result::Result<Vec<u8>, String> {
+        let declared =
+            snap::raw::decompress_len(block).map_err(|e| format!("is not Snappy: {e}"))?;
+        if declared
+            > block
+                .len()
+                .saturating_mul(SNAPPY_MAX_RATIO)
+                .saturating_add(32)
+        {
+            return Err(format!(
+                "declares {declared} bytes once decompressed, more than its {} bytes can hold",
+                block.len()
+            ));
+        }
+        snap::raw::Decoder::new()
+            .decompress_vec(block)
+            .map_err(|e| format!("cannot be decompressed: {e}"))
+    }
+
+    /// rusty-leveldb's Snappy, with the declared size of each block checked before the
+    /// decoder allocates it ([`bounded_snappy`]): a table's blocks are read through it.
+    struct BoundedSnappy;
+
+    impl rusty_leveldb::Compressor for BoundedSnappy {
+        fn encode(&self, block: Vec<u8>) -> rusty_leveldb::Result<Vec<u8>> {
+            snap::raw::Encoder::new().compress_vec(&block).map_err(|e| {
+                rusty_leveldb::Status::new(
+                    rusty_leveldb::StatusCode::CompressionError,
+                    &e.to_string(),
+                )
+            })
+        }
+
+        fn decode(&self, block: Vec<u8>) -> rusty_leveldb::Result<Vec<u8>> {
+            bounded_snappy(&block).map_err(|why| {
+                rusty_leveldb::Status::new(
+                    rusty_leveldb::StatusCode::Corruption,
+                    &format!("a Snappy block {why}"),
+                )
+            })
+        }
     }
 
     /// Runs `f`, a call into rusty-leveldb, turning a panic (a damaged file can make it
