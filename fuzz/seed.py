@@ -17,12 +17,30 @@ safetensors      the safetensors-made fixtures of tests/fixtures/safetensors/
 numpy_pickle     the pickles of NumPy arrays of tests/fixtures/numpy_pickle/ (pickle.dump at
                  protocols 2, 4, 5, the Python 2 Detectron pickle) and its hostile corpus
 
-Run from anywhere; existing seed folders are emptied first.
+Run from anywhere. The seeds are added to each target's corpus folder (files named by
+their SHA-1, so running it again adds nothing twice); what earlier runs found stays.
+`--fresh` empties the folders first (never while a fuzzer is using them). Naming targets
+seeds those alone.
+
+    python3 fuzz/seed.py [--fresh] [TARGET ...]
 """
+import argparse
 import hashlib
 import os
 import shutil
 import zipfile
+
+ALL = ["pickle_read", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
+       "kv_folder", "safetensors", "numpy_pickle"]
+parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+parser.add_argument("--fresh", action="store_true",
+                    help="empty each corpus folder before adding its seeds")
+parser.add_argument("targets", nargs="*", metavar="TARGET",
+                    help="the targets to seed (default: all): " + ", ".join(ALL))
+ARGS = parser.parse_args()
+for t in ARGS.targets:
+    if t not in ALL:
+        parser.error(f"unknown target {t!r}; the targets are {', '.join(ALL)}")
 
 FUZZ = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(os.path.dirname(FUZZ), "tests", "fixtures")
@@ -31,9 +49,12 @@ HOSTILE = os.path.join(TORCH, "hostile")
 
 
 def seeds(target, blobs):
+    if ARGS.targets and target not in ARGS.targets:
+        return
     d = os.path.join(FUZZ, "corpus", target)
-    shutil.rmtree(d, ignore_errors=True)
-    os.makedirs(d)
+    if ARGS.fresh:
+        shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d, exist_ok=True)
     names = set()
     for blob in blobs:
         name = hashlib.sha1(blob).hexdigest()
