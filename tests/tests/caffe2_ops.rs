@@ -713,3 +713,55 @@ fn blobs_that_are_not_tensors_load_as_strings_with_caffe2s_chunk_checks() {
         );
     }
 }
+
+/// A dataset whose float outputs are stored as FMT_BFLOAT16 is batched as Caffe2's
+/// TensorProtosDBInput gives it: float32, each bfloat16 widened.
+#[test]
+fn bfloat16_dataset_records_are_batched_as_float32() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("bf.lmdb");
+    let value = |i: usize, j: usize| (i * 4 + j) as f32 * 0.5 - 3.0;
+    let records: Vec<(Vec<u8>, Vec<u8>)> = (0..6)
+        .map(|i| {
+            let raw: Vec<u8> = (0..4)
+                .flat_map(|j| {
+                    let b = value(i, j).to_bits().to_le_bytes();
+                    [b[2], b[3]]
+                })
+                .collect();
+            let protos = TensorProtos {
+                protos: vec![TensorProto {
+                    dims: vec![2, 2],
+                    data_type: Some(1),
+                    raw_data: Some(raw),
+                    data_format: Some(1),
+                    ..Default::default()
+                }],
+            };
+            (format!("{i:08}").into_bytes(), protos.encode_to_vec())
+        })
+        .collect();
+    write_db("lmdb", &p, &records);
+    let opts = DbInputOptions {
+        batch_size: 3,
+        epochs: Some(1),
+        ..Default::default()
+    };
+    let batches: Vec<_> = DbInput::open(&p, &opts)
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect();
+    assert_eq!(batches.len(), 2);
+    for (k, b) in batches.iter().enumerate() {
+        let t = &b.tensors[0];
+        assert_eq!(
+            (t.info.dtype, &t.info.shape[..]),
+            (DType::F32, &[3u64, 2, 2][..])
+        );
+        // The values are exactly representable as bfloat16: widened, they are the same.
+        let want: Vec<u8> = (0..3)
+            .flat_map(|r| (0..4).flat_map(move |j| value(k * 3 + r, j).to_le_bytes()))
+            .collect();
+        assert_eq!(t.data.as_bytes(), &want[..], "batch {k}");
+    }
+}
