@@ -263,10 +263,6 @@ pub fn assert_generator_writes(
     }
 }
 
-/// The largest single allocation a test makes, for the tests that check that hostile input
-/// allocates nothing beyond its size: a test crate installs [`Counting`] as its global
-/// allocator and wraps the work in [`armed`]. Tests run in parallel threads; only the
-/// armed thread's allocations count.
 pub mod kill;
 
 /// The peak resident set of this process, in bytes (Linux `VmHWM`).
@@ -277,6 +273,10 @@ pub fn peak_rss() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The largest single allocation a test makes, for the tests that check that hostile input
+/// allocates nothing beyond its size: a test crate installs [`alloc::Counting`] as its
+/// global allocator and wraps the work in [`alloc::armed`]. Tests run in parallel threads;
+/// only the armed thread's allocations count.
 pub mod alloc {
     use std::alloc::{GlobalAlloc, Layout, System};
     use std::cell::Cell;

@@ -1,7 +1,7 @@
 //! A read-only view of a LevelDB folder for `rusty-leveldb`: opening a database writes
 //! (it rotates `LOG` to `LOG.old`, takes the `LOCK` file, writes a new `MANIFEST` and
 //! `CURRENT`, turns the log into a table and deletes what it no longer needs). Through
-//! this [`Env`](rusty_leveldb::env::Env) every file is read from the folder as it is,
+//! this [`Env`] every file is read from the folder as it is,
 //! and everything written, renamed or deleted happens in memory over it: the folder is
 //! left byte for byte as it was, with no new file, and nothing is copied but what the
 //! library renames (the small `LOG`).
