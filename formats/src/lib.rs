@@ -1191,7 +1191,6 @@ pub fn convert(
             retyped: Vec::new(),
         });
     }
-    let out_path = output.as_ref().to_path_buf();
     let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
     // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
@@ -1261,11 +1260,19 @@ pub fn convert(
     }
     let to = saver.format();
     saver.commit()?;
-    let written = file
+    let written: Vec<(&str, DType)> = file
         .tensors()
         .iter()
-        .map(|t| (t.name.as_str(), options.dtype.unwrap_or(t.dtype)));
-    let retyped = read_back_dtypes(&out_path, to, &options.open, written);
+        .map(|t| (t.name.as_str(), options.dtype.unwrap_or(t.dtype)))
+        .collect();
+    let read_as = read_back_dtypes(registry, to, written.iter().map(|&(_, d)| d));
+    let retyped = written
+        .into_iter()
+        .filter_map(|(name, d)| match read_as.get(&d) {
+            Some(&r) if r != d => Some((name.to_string(), d, r)),
+            _ => None,
+        })
+        .collect();
     Ok(ConvertSummary {
         from: file.format(),
         to,
@@ -1276,34 +1283,56 @@ pub fn convert(
     })
 }
 
-/// The tensors of the output `path` (format `to`) listed with another dtype than the one
-/// `written` gives them: (name, written, read). The output's index alone is read; an
-/// output that cannot be opened again (a format of this registry that writes what it
-/// does not read) reports none.
-fn read_back_dtypes<'a>(
-    path: &Path,
+/// The dtype format `to` reads back a tensor of each of `dtypes` as (a bf16 tensor
+/// written to a Caffe2 database reads as f32), found by saving one element of each to a
+/// probe in the temporary folder and opening it: a few bytes, whatever the size of the
+/// real output, which is not read again. A dtype whose probe cannot be written or read
+/// (strings, a format that writes what it does not read) is left out.
+fn read_back_dtypes(
+    registry: &Registry,
     to: &'static str,
-    open: &OpenOptions,
-    written: impl Iterator<Item = (&'a str, DType)>,
-) -> Vec<(String, DType, DType)> {
-    let options = OpenOptions {
-        format: Some(to.to_string()),
-        ..open.clone()
+    dtypes: impl Iterator<Item = DType>,
+) -> std::collections::HashMap<DType, DType> {
+    let mut kinds: Vec<DType> = dtypes.filter(|d| d.itemsize().is_some()).collect();
+    kinds.sort_by_key(|d| d.name());
+    kinds.dedup();
+    let mut read_as = std::collections::HashMap::new();
+    if kinds.is_empty() {
+        return read_as;
+    }
+    let mut probe = || -> Result<()> {
+        // A fresh hidden folder, removed when `dir` is dropped (and, left by a killed
+        // process, by the next probe).
+        let dir = AtomicDir::new(std::env::temp_dir().join("tensorfmt-dtype-probe"))?;
+        std::fs::create_dir(dir.path())?;
+        let path = dir.path().join("probe");
+        let mut saver = Saver::create_in(registry, &path, Some(to), &WriteOptions::default())?;
+        for (i, &d) in kinds.iter().enumerate() {
+            let meta = TensorMeta {
+                name: format!("p{i}"),
+                dtype: d,
+                shape: vec![1],
+                order: Order::C,
+                byte_order: ByteOrder::Little,
+            };
+            saver.add_bytes(&meta, &vec![0u8; d.itemsize().unwrap_or(0)])?;
+        }
+        saver.commit()?;
+        let options = OpenOptions {
+            format: Some(to.to_string()),
+            registry: registry.clone(),
+            ..OpenOptions::default()
+        };
+        let back = TensorFile::open_with(&path, &options)?;
+        for (i, &d) in kinds.iter().enumerate() {
+            if let Some(t) = back.tensor(&format!("p{i}")) {
+                read_as.insert(d, t.dtype);
+            }
+        }
+        Ok(())
     };
-    let Ok(out) = TensorFile::open_with(path, &options) else {
-        return Vec::new();
-    };
-    let read: std::collections::HashMap<&str, DType> = out
-        .tensors()
-        .iter()
-        .map(|t| (t.name.as_str(), t.dtype))
-        .collect();
-    written
-        .filter_map(|(name, dtype)| match read.get(name) {
-            Some(&r) if r != dtype => Some((name.to_string(), dtype, r)),
-            _ => None,
-        })
-        .collect()
+    let _ = probe();
+    read_as
 }
 
 /// What `info` is when its elements are laid out in C order (its name, dtype, shape and
