@@ -765,14 +765,11 @@ pub mod leveldb {
                 })?;
                 // The blocks these two point to (data blocks, the filter block) are
                 // read the same way: every handle they hold is checked too.
-                let mut block = vec![0u8; size as usize + 1];
-                f.seek(SeekFrom::Start(offset))
-                    .and_then(|_| f.read_exact(&mut block))
-                    .map_err(|e| Error::from(e).in_file(&p))?;
-                let kind = block.pop().unwrap_or(0);
+                let (data, kind, _) = read_block(&mut f, offset, size)
+                    .map_err(|why| bad(&format!("its {name} block {why}")))?;
                 let block = match kind {
-                    0 => block,
-                    1 => bounded_snappy(&block)
+                    0 => data,
+                    1 => bounded_snappy(&data)
                         .map_err(|why| bad(&format!("its {name} block {why}")))?,
                     // rusty-leveldb refuses what it cannot decode.
                     _ => continue,
@@ -805,14 +802,14 @@ pub mod leveldb {
         Ok(())
     }
 
-    /// Checks the block of `size` bytes at `offset` of table `f` (within the file) as
-    /// rusty-leveldb reads it: the masked CRC-32C of its bytes and type byte, then, for a
-    /// Snappy block, its decompressed size against Snappy's bound.
-    fn check_block(
+    /// The block of `size` bytes at `offset` of table `f` (within the file), its type
+    /// byte (0 plain, 1 Snappy), and whether its masked CRC-32C (over its bytes and type
+    /// byte) is right.
+    fn read_block(
         f: &mut std::fs::File,
         offset: u64,
         size: u64,
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<(Vec<u8>, u8, bool), String> {
         use std::io::{Read, Seek, SeekFrom};
         let mut b = vec![0u8; size as usize + 5];
         f.seek(SeekFrom::Start(offset))
@@ -821,26 +818,27 @@ pub mod leveldb {
         let stored = u32::from_le_bytes(b[size as usize + 1..].try_into().expect("4 bytes"));
         let crc = crc32c::crc32c(&b[..size as usize + 1]);
         // LevelDB stores its CRCs masked (rotated, plus a constant).
-        let masked = crc.rotate_right(15).wrapping_add(0xa282_ead8);
-        if masked != stored {
+        let crc_ok = crc.rotate_right(15).wrapping_add(0xa282_ead8) == stored;
+        let kind = b[size as usize];
+        b.truncate(size as usize);
+        Ok((b, kind, crc_ok))
+    }
+
+    /// Checks the data block of `size` bytes at `offset` of table `f` as rusty-leveldb
+    /// reads it ([`read_block`]): its checksum, its type, and for a Snappy block its
+    /// declared size ([`snappy_len`]).
+    fn check_block(
+        f: &mut std::fs::File,
+        offset: u64,
+        size: u64,
+    ) -> std::result::Result<(), String> {
+        let (data, kind, crc_ok) = read_block(f, offset, size)?;
+        if !crc_ok {
             return Err("has a wrong checksum".to_string());
         }
-        match b[size as usize] {
+        match kind {
             0 => Ok(()),
-            1 => {
-                let declared = snap::raw::decompress_len(&b[..size as usize])
-                    .map_err(|e| format!("is not Snappy: {e}"))?;
-                if declared
-                    > (size as usize)
-                        .saturating_mul(SNAPPY_MAX_RATIO)
-                        .saturating_add(32)
-                {
-                    return Err(format!(
-                        "declares {declared} bytes once decompressed, more than Snappy makes of it"
-                    ));
-                }
-                Ok(())
-            }
+            1 => snappy_len(&data).map(|_| ()),
             k => Err(format!(
                 "has the compression type {k}, which LevelDB does not define"
             )),
@@ -887,9 +885,9 @@ pub mod leveldb {
     /// The most a Snappy block can expand: a 3-byte copy tag makes at most 64 bytes.
     const SNAPPY_MAX_RATIO: usize = 22;
 
-    /// `block` decompressed by Snappy, refused when it declares more bytes than Snappy
-    /// can make of its size (which the decoder would allocate first).
-    fn bounded_snappy(block: &[u8]) -> std::result::Result<Vec<u8>, String> {
+    /// The size Snappy block `block` declares once decompressed, refused when it is more
+    /// than Snappy can make of the block's size (which a decoder would allocate first).
+    fn snappy_len(block: &[u8]) -> std::result::Result<usize, String> {
         let declared =
             snap::raw::decompress_len(block).map_err(|e| format!("is not Snappy: {e}"))?;
         if declared
@@ -903,6 +901,12 @@ pub mod leveldb {
                 block.len()
             ));
         }
+        Ok(declared)
+    }
+
+    /// `block` decompressed by Snappy, its declared size checked first ([`snappy_len`]).
+    fn bounded_snappy(block: &[u8]) -> std::result::Result<Vec<u8>, String> {
+        snappy_len(block)?;
         snap::raw::Decoder::new()
             .decompress_vec(block)
             .map_err(|e| format!("cannot be decompressed: {e}"))
