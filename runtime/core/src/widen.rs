@@ -33,15 +33,17 @@ pub fn widens(from: DType, to: DType) -> bool {
             | (C64, C128)
             | (F8E4M3FN, F16 | BF16 | F32 | F64)
             | (F8E5M2, F16 | F32 | F64)
-            | (Bool, _)
+            | (
+                Bool,
+                I8 | I16 | I32 | I64 | U8 | U16 | U32 | U64 | F16 | BF16 | F32 | F64 | C64 | C128
+            )
             | (I8, I16 | I32 | I64 | F16 | F32 | F64)
             | (I16, I32 | I64 | F32 | F64)
             | (I32, I64 | F64)
             | (U8, U16 | U32 | U64 | I16 | I32 | I64 | F16 | F32 | F64)
             | (U16, U32 | U64 | I32 | I64 | F32 | F64)
             | (U32, U64 | I64 | F64)
-    ) && to != String
-        && !(from == Bool && matches!(to, F8E4M3FN | F8E5M2))
+    )
 }
 
 impl StoredData {
@@ -53,7 +55,7 @@ impl StoredData {
         if from == to {
             return Ok(self);
         }
-        if self.strings.is_some() || from == DType::String {
+        if self.strings.is_some() {
             return Err(ErrorKind::Unsupported(format!("string elements read as {to}")).into());
         }
         if !widens(from, to) {
@@ -151,6 +153,7 @@ impl Encoded for Widened {
             from: self.from,
             to: self.to,
             carry: Vec::new(),
+            out: Vec::new(),
             produced: 0,
         };
         crate::read::read_location(src, info, &self.inner, &mut w, opts)?;
@@ -180,6 +183,8 @@ struct WidenSink<'a> {
     from: DType,
     to: DType,
     carry: Vec<u8>,
+    /// The converted elements of the chunk being passed on.
+    out: Vec<u8>,
     produced: u64,
 }
 
@@ -188,19 +193,18 @@ impl WidenSink<'_> {
         if whole.is_empty() {
             return Ok(());
         }
-        let out = if (self.from, self.to) == (DType::BF16, DType::F32) {
+        if (self.from, self.to) == (DType::BF16, DType::F32) {
             // The common case, without the general conversion: a bfloat16 is the high
-            // half of the float32 it stands for.
-            let mut out = Vec::with_capacity(whole.len() * 2);
+            // half of the float32 it stands for. The buffer is kept from chunk to chunk.
+            self.out.clear();
             for e in whole.chunks_exact(2) {
-                out.extend_from_slice(&[0, 0, e[0], e[1]]);
+                self.out.extend_from_slice(&[0, 0, e[0], e[1]]);
             }
-            out
         } else {
-            cast(whole, self.from, ByteOrder::Little, self.to)?
-        };
-        self.produced += out.len() as u64;
-        self.inner.chunk(&out)
+            self.out = cast(whole, self.from, ByteOrder::Little, self.to)?;
+        }
+        self.produced += self.out.len() as u64;
+        self.inner.chunk(&self.out)
     }
 }
 
