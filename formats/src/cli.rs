@@ -67,9 +67,10 @@ struct InputArgs {
 enum Command {
     /// List a file's tensors (name, dtype, shape) in file order.
     Inspect {
-        /// The file.
+        /// The file (a sharded checkpoint: its index, or the folder holding it).
         file: PathBuf,
-        /// Print one JSON object: {"format", "tensors": [{"name", "dtype", "shape", "sha256"?}]}.
+        /// Print one JSON object: {"format", "tensors": [{"name", "dtype", "shape",
+        /// "sha256"?}], "shards"?: [file names of a sharded checkpoint]}.
         #[arg(long)]
         json: bool,
         /// Add each tensor's SHA-256 over its elements in C order, little-endian.
@@ -82,9 +83,10 @@ enum Command {
     },
     /// Convert a file to another format (by --to, else by the output's extension).
     Convert {
-        /// Input file.
+        /// Input file (a sharded checkpoint: its index, or the folder holding it).
         input: PathBuf,
-        /// Output file (written atomically).
+        /// Output file (written atomically); an index's name (*.safetensors.index.json,
+        /// *.bin.index.json) writes a sharded checkpoint.
         output: PathBuf,
         /// Output format: one of the format names `formats` lists.
         #[arg(long)]
@@ -113,6 +115,13 @@ enum Command {
         /// Python 3.4 and later) or 2 (for old readers, Python 2); others are refused.
         #[arg(long, value_name = "P")]
         pickle_protocol: Option<u8>,
+        /// Write a sharded checkpoint as Hugging Face does, into the folder OUTPUT (or
+        /// the one holding OUTPUT, an index such as DIR/model.safetensors.index.json):
+        /// shards of at most SIZE bytes (5GB, 500MB, 2GiB, or a number of bytes),
+        /// safetensors unless --to pytorch. What the folder holds besides the checkpoint
+        /// is kept.
+        #[arg(long, value_name = "SIZE")]
+        max_shard_size: Option<String>,
         #[command(flatten)]
         external: ExternalArgs,
     },
@@ -314,6 +323,9 @@ fn inspect(
             })
             .collect();
         let mut doc = json!({ "format": file.format(), "tensors": tensors });
+        if let Some(shards) = file.shards() {
+            doc["shards"] = json!(shards.iter().map(|s| s.name.as_str()).collect::<Vec<_>>());
+        }
         if with_values {
             let values: Vec<serde_json::Value> = match structure {
                 Ok(Some(tree)) => listed_values(&file, &tree)
@@ -327,11 +339,16 @@ fn inspect(
         }
         outln!(out, "{}", doc);
     } else {
+        let shards = match file.shards() {
+            Some(s) => format!(" in {} shards", s.len()),
+            None => String::new(),
+        };
         outln!(
             out,
-            "{}: {} ({} tensors)",
+            "{}: {}{} ({} tensors)",
             shown(path),
             file.format(),
+            shards,
             file.tensors().len()
         );
         // Names as read from the file may hold escapes and newlines: printed escaped.
@@ -762,6 +779,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             keep_layout,
             align,
             pickle_protocol,
+            max_shard_size,
             external,
         } => {
             let dtype = match dtype {
@@ -780,6 +798,10 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 flatten,
                 keep_layout,
                 open: open_options(registry, inputs),
+                max_shard_size: max_shard_size
+                    .as_deref()
+                    .map(crate::sharded::parse_size)
+                    .transpose()?,
                 ..Default::default()
             };
             if compress {

@@ -55,6 +55,7 @@ pub mod caffe2;
 pub mod cli;
 mod registry;
 mod rewrite;
+pub mod sharded;
 
 pub use registry::Registry;
 /// `#[derive(TensorFormat)]`: a user's format generated from its `.fmt` schema, which may
@@ -138,6 +139,9 @@ pub struct TensorFile {
     /// Decompressed bytes that tensors loaded from this file hold at once
     /// ([`Limits::inflated_budget`] of the file's size).
     inflated: Arc<InflateBudget>,
+    /// The files of a checkpoint saved in several, when this is one: `source` is then its
+    /// index, and every tensor is read from the shard that holds it.
+    shards: Option<Box<sharded::Shards>>,
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -146,6 +150,10 @@ impl std::fmt::Debug for TensorFile {
             .field("path", &self.source.path())
             .field("format", &self.format.name)
             .field("tensors", &self.tensors.len())
+            .field(
+                "shards",
+                &self.shards.as_ref().map_or(0, |s| s.shards.len()),
+            )
             .finish()
     }
 }
@@ -157,9 +165,71 @@ impl TensorFile {
     }
 
     /// [`TensorFile::open`] with options: among others, the [`Registry`] of formats the
-    /// file may be of. A folder is read as the LMDB or LevelDB database it holds.
+    /// file may be of.
+    ///
+    /// A sharded checkpoint opens as one file: its index (`model.safetensors.index.json`,
+    /// `pytorch_model.bin.index.json`), or the folder holding one, lists every tensor of
+    /// every shard, each shard opened once ([`sharded`]; [`TensorFile::shards`]). Any
+    /// other folder is read as the LMDB or LevelDB database it holds.
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
-        Self::from_source(open_source(path.as_ref())?, options)
+        let path = path.as_ref();
+        if sharded::is_index_name(path) {
+            return Self::open_sharded(path, options);
+        }
+        let source = match Source::open(path) {
+            Ok(source) => source,
+            // Only a path that is not a regular file is looked at again.
+            Err(_) if path.is_dir() => {
+                if let Some(index) = sharded::find_index(path)? {
+                    return Self::open_sharded(&index, options);
+                }
+                open_source(path)?
+            }
+            Err(e) => return Err(e),
+        };
+        Self::from_source(source, options)
+    }
+
+    /// The sharded checkpoint whose index is `index`.
+    fn open_sharded(index: &Path, options: &OpenOptions) -> Result<Self> {
+        let (source, tensors, shards) = sharded::open(index, options)?;
+        let format = shards.shards[0].file.format_desc();
+        let size: u64 = shards
+            .shards
+            .iter()
+            .map(|s| s.file.source().data().len())
+            .sum();
+        let mut file = Self::indexed(source, format, tensors, options);
+        file.inflated = InflateBudget::new(options.limits.inflated_budget(size));
+        file.shards = Some(Box::new(shards));
+        Ok(file)
+    }
+
+    /// The shards of a checkpoint saved in several files (a Hugging Face sharded
+    /// checkpoint opened by its index or folder), each opened once, in the order of their
+    /// names; `None` for a single file.
+    pub fn shards(&self) -> Option<&[sharded::Shard]> {
+        self.shards.as_deref().map(|s| s.shards.as_slice())
+    }
+
+    /// The index of a sharded checkpoint: every tensor's shard file and the index's
+    /// `metadata`; `None` for a single file.
+    pub fn shard_index(&self) -> Option<&sharded::Index> {
+        self.shards.as_deref().map(|s| &s.index)
+    }
+
+    /// The shard that holds `info`'s bytes, for a sharded checkpoint: `None` for a single
+    /// file, an error for a tensor that no shard holds.
+    fn shard_of(&self, info: &TensorInfo) -> Result<Option<&TensorFile>> {
+        let Some(shards) = &self.shards else {
+            return Ok(None);
+        };
+        shards.holding(&info.name).map(Some).ok_or_else(|| {
+            Error::new(
+                ErrorKind::NotFound(format!("tensor '{}' in any shard", info.name)),
+                self.source.location(),
+            )
+        })
     }
 
     /// Indexes an already opened source (a buffer, a stream, or a map).
@@ -280,6 +350,7 @@ impl TensorFile {
             tensors,
             read_options,
             inflated,
+            shards: None,
         }
     }
 
@@ -300,6 +371,9 @@ impl TensorFile {
     /// [`Node::values`] lists everything else (hyperparameters, counters). Decoded on
     /// each call.
     pub fn structure(&self) -> Result<Option<Node>> {
+        if let Some(shards) = &self.shards {
+            return sharded::merged_structure(&shards.shards);
+        }
         (self.format.structure)(&self.source, &self.read_options.limits)
             .map_err(|e| self.source.in_file(e))
     }
@@ -321,6 +395,9 @@ impl TensorFile {
 
     /// Streams one tensor's bytes into `sink`.
     pub fn read_into(&self, info: &TensorInfo, sink: &mut dyn Sink) -> Result<Flow> {
+        if let Some(shard) = self.shard_of(info)? {
+            return shard.read_into(info, sink);
+        }
         let flow = read_tensor(&self.source, info, sink, &self.read_options)
             .map_err(|e| self.source.in_file(e));
         self.source.check_unchanged()?;
@@ -329,6 +406,14 @@ impl TensorFile {
 
     /// Streams every tensor into `sink`, in file order, honouring `Skip` and `Stop`.
     pub fn read_all(&self, sink: &mut dyn Sink) -> Result<()> {
+        if self.shards.is_some() {
+            for info in &self.tensors {
+                if self.read_into(info, sink)? == Flow::Stop {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         let done = tensorfmt_runtime::read::read_all(
             &self.source,
             &self.tensors,
@@ -383,6 +468,9 @@ impl TensorFile {
     /// before anything is read. Errors met while streaming come as `std::io::Error`s
     /// that carry this crate's [`Error`] (naming the file and tensor).
     pub fn elements(&self, info: &TensorInfo) -> Result<Box<dyn Read + '_>> {
+        if let Some(shard) = self.shard_of(info)? {
+            return shard.elements(info);
+        }
         let in_file = |e: Error| self.source.in_file(e.in_entry(&info.name));
         let nbytes = info.nbytes().map_err(in_file)?;
         if nbytes == 0 || info.order() == Some(Order::C) {
@@ -446,6 +534,13 @@ impl TensorFile {
     /// archive). [`TensorFile::read_all`] checks the tensors' own bytes.
     #[cfg(zip_formats)]
     pub fn verify_container(&self) -> Result<usize> {
+        if let Some(shards) = &self.shards {
+            return shards
+                .shards
+                .iter()
+                .map(|s| s.file.verify_container())
+                .sum();
+        }
         let data = self.source.data();
         if !tensorfmt_runtime::zip::starts_like_zip(data) {
             return Ok(0);
@@ -1120,6 +1215,11 @@ pub struct ConvertOptions {
     pub keep_layout: bool,
     /// How to open the input; its registry holds the output's format too.
     pub open: OpenOptions,
+    /// Write a sharded checkpoint as Hugging Face does, shards of at most this many bytes
+    /// ([`sharded::plan`]): the output is then a folder, or an index in one
+    /// (`dir/model.safetensors.index.json`); see [`sharded::write`]. An output that
+    /// names an index is written sharded at the default 5 GB without this.
+    pub max_shard_size: Option<u64>,
 }
 
 /// What [`convert`] did.
@@ -1155,6 +1255,12 @@ pub fn convert(
     options: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
+    if options.max_shard_size.is_some() || sharded::is_index_name(output.as_ref()) {
+        // The output folder may hold the input: it is replaced in one step, once the
+        // new checkpoint is complete, and the input's files are not written to.
+        let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+        return sharded::write(&file, output.as_ref(), options, &mut progress);
+    }
     refuse_input_as_output(input.as_ref(), output.as_ref())?;
     let file = TensorFile::open_with(input.as_ref(), &options.open)?;
     let registry = &options.open.registry;
@@ -1205,29 +1311,7 @@ pub fn convert(
         }
     }
     let dropped = match tree.as_ref() {
-        Some(tree) if values_beside && !kept.stored => {
-            let mut dropped = Vec::new();
-            let values = tree.top_values(&mut dropped);
-            values
-                .into_iter()
-                .map(|(name, _)| name)
-                .chain(dropped)
-                .collect()
-        }
-        // The output stores tensors alone (npz, safetensors without text values, a
-        // database), or `--flatten` asked for them alone: every value of the object is
-        // left out.
-        Some(tree) if !kept.stored => tree
-            .values()
-            .into_iter()
-            .map(|(path, _)| {
-                if path.is_empty() {
-                    "(the whole object)".to_string()
-                } else {
-                    path
-                }
-            })
-            .collect(),
+        Some(tree) if !kept.stored => values_left_out(tree, values_beside),
         _ => kept.dropped,
     };
     let total = file.tensors().len();
@@ -1281,6 +1365,33 @@ pub fn convert(
         dropped,
         retyped,
     })
+}
+
+/// The names of every value of `tree` that an output storing none of them leaves out:
+/// a format's values beside its tensors (`values_beside`: safetensors `__metadata__`,
+/// GGUF key/values) by key, else every non-tensor value of the stored object by path
+/// (the output stores tensors alone: npz, a database, safetensors without text values,
+/// or `--flatten` asked for them alone).
+pub(crate) fn values_left_out(tree: &Node, values_beside: bool) -> Vec<String> {
+    if values_beside {
+        let mut dropped = Vec::new();
+        let values = tree.top_values(&mut dropped);
+        return values
+            .into_iter()
+            .map(|(name, _)| name)
+            .chain(dropped)
+            .collect();
+    }
+    tree.values()
+        .into_iter()
+        .map(|(path, _)| {
+            if path.is_empty() {
+                "(the whole object)".to_string()
+            } else {
+                path
+            }
+        })
+        .collect()
 }
 
 /// The dtype format `to` reads back a tensor of each of `dtypes` as (a bf16 tensor

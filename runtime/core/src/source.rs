@@ -174,6 +174,45 @@ impl RandomAccess for Window<'_> {
     }
 }
 
+/// The file that `name`, a path relative to the folder of `container`, names there,
+/// resolved through symbolic links: a file an index or a document refers to (ONNX
+/// external data, the shards of a sharded checkpoint). The name must stay inside the
+/// folder: an empty or absolute name, a `..` component, or one that resolves (through
+/// symbolic links) outside the folder is refused with [`ErrorKind::Invalid`], saying
+/// "`{what} '{name}'` ... `{folder}` folder"; a file that cannot be found is an
+/// [`ErrorKind::Io`] error. Errors carry no location: the caller's names the container.
+pub fn resolve_beside(container: &Path, name: &str, what: &str, folder: &str) -> Result<PathBuf> {
+    let refuse = |why: String| Error::from(ErrorKind::Invalid(format!("{what} '{name}' {why}")));
+    let rel = Path::new(name);
+    if name.is_empty() || rel.is_absolute() || name.contains('\0') {
+        return Err(refuse("is not a relative path".into()));
+    }
+    if rel.components().any(|c| {
+        !matches!(
+            c,
+            std::path::Component::Normal(_) | std::path::Component::CurDir
+        )
+    }) {
+        return Err(refuse(format!("leaves the {folder} folder")));
+    }
+    let dir = match container.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let io = |e: std::io::Error| {
+        Error::from(ErrorKind::Io(std::io::Error::new(
+            e.kind(),
+            format!("{what} '{name}': {e}"),
+        )))
+    };
+    let real_dir = dir.canonicalize().map_err(io)?;
+    let real = dir.join(rel).canonicalize().map_err(io)?;
+    if !real.starts_with(&real_dir) {
+        return Err(refuse(format!("resolves outside the {folder} folder")));
+    }
+    Ok(real)
+}
+
 /// One value of [`Source::memo`].
 struct Memo {
     key: u64,
@@ -357,38 +396,22 @@ impl Source {
         if let Some((_, b)) = cache.iter().find(|(n, _)| n == name) {
             return Ok(b.clone());
         }
+        let Some(path) = &self.path else {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!(
+                    "external file '{name}' cannot be found: the source has no path"
+                )),
+                loc(),
+            ));
+        };
+        let real = resolve_beside(path, name, "external file", "model's")
+            .map_err(|e| Error::new(e.kind, loc()))?;
         let refuse = |why: &str| {
             Error::new(
                 ErrorKind::Invalid(format!("external file '{name}' {why}")),
                 loc(),
             )
         };
-        let Some(path) = &self.path else {
-            return Err(refuse("cannot be found: the source has no path"));
-        };
-        let rel = Path::new(name);
-        if name.is_empty() || rel.is_absolute() || name.contains('\0') {
-            return Err(refuse("is not a relative path"));
-        }
-        if rel.components().any(|c| {
-            !matches!(
-                c,
-                std::path::Component::Normal(_) | std::path::Component::CurDir
-            )
-        }) {
-            return Err(refuse("leaves the model's folder"));
-        }
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let joined = dir.join(rel);
-        let io = |e: std::io::Error| Error::new(ErrorKind::Io(e), loc());
-        let real_dir = dir.canonicalize().map_err(io)?;
-        let real = joined.canonicalize().map_err(io)?;
-        if !real.starts_with(&real_dir) {
-            return Err(refuse("resolves outside the model's folder"));
-        }
         let bytes = Source::open(&real).map_err(|e| Error::new(e.kind, loc()))?;
         let b = bytes.mapped.ok_or_else(|| refuse("could not be mapped"))?;
         cache.push((name.to_string(), b.clone()));
