@@ -92,7 +92,7 @@ if [ -n "${TENSORFMT_REQUIREMENTS:-}" ]; then
   mods="$(grep -E '^[A-Za-z0-9_.-]+==' "$req" | cut -d= -f1 | tr '-' '_' | paste -sd, -)"
   "$py" -c "import $mods" >&2 || die "one of $mods does not import"
 else
-  "$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel, safetensors; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__, "safetensors", safetensors.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb, plyvel or safetensors does not import"
+  "$py" -c 'import numpy, torch, onnx, onnxruntime, lmdb, plyvel, safetensors, huggingface_hub; print("pyenv: numpy", numpy.__version__, "torch", torch.__version__, "onnx", onnx.__version__, "onnxruntime", onnxruntime.__version__, "lmdb", lmdb.__version__, "plyvel", plyvel.__version__, "safetensors", safetensors.__version__, "huggingface_hub", huggingface_hub.__version__)' >&2 || die "numpy, torch, onnx, onnxruntime, lmdb, plyvel, safetensors or huggingface_hub does not import"
 fi
 log "ready"
 printf '%s\n' "$py"

@@ -169,8 +169,11 @@ impl TensorFile {
     ///
     /// A sharded checkpoint opens as one file: its index (`model.safetensors.index.json`,
     /// `pytorch_model.bin.index.json`), or the folder holding one, lists every tensor of
-    /// every shard, each shard opened once ([`sharded`]; [`TensorFile::shards`]). Any
-    /// other folder is read as the LMDB or LevelDB database it holds.
+    /// every shard, each shard opened once ([`sharded`]; [`TensorFile::shards`]). A
+    /// folder holding no index but a checkpoint of one file, `model.safetensors` (or
+    /// else `pytorch_model.bin`), as Hugging Face saves a model that fits one shard,
+    /// opens as that file. Any other folder is read as the LMDB or LevelDB database it
+    /// holds.
     pub fn open_with(path: impl AsRef<Path>, options: &OpenOptions) -> Result<Self> {
         let path = path.as_ref();
         if sharded::is_index_name(path) {
@@ -182,6 +185,9 @@ impl TensorFile {
             Err(_) if path.is_dir() => {
                 if let Some(index) = sharded::find_index(path)? {
                     return Self::open_sharded(&index, options);
+                }
+                if let Some(single) = sharded::single_file(path) {
+                    return Self::open_with(single, options);
                 }
                 open_source(path)?
             }

@@ -79,6 +79,16 @@ pub fn find_index(path: &Path) -> Result<Option<PathBuf>> {
     Ok(None)
 }
 
+/// The checkpoint of one file that a folder without an index holds, as
+/// `huggingface_hub` saves a model that fits one shard: `model.safetensors`, or else
+/// `pytorch_model.bin`.
+pub fn single_file(dir: &Path) -> Option<PathBuf> {
+    PATTERNS
+        .iter()
+        .map(|(_, name)| dir.join(name))
+        .find(|p| p.is_file())
+}
+
 /// A parsed index: the shard of every tensor, in the index's order, and its `metadata`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Index {
@@ -196,12 +206,8 @@ pub(crate) fn open(
     let mut shards: Vec<Shard> = Vec::with_capacity(files.len());
     for name in files {
         let path = resolve_beside(index_path, name, "shard", "checkpoint's").map_err(in_index)?;
-        let file = TensorFile::open_with(&path, options)?;
-        if file.shards().is_some() {
-            return Err(in_index(Error::from(ErrorKind::Invalid(format!(
-                "shard '{name}' is itself a sharded checkpoint"
-            )))));
-        }
+        // A shard is a file of its own (never a folder or another index).
+        let file = TensorFile::from_source(tensorfmt_runtime::Source::open(&path)?, options)?;
         if let Some(first) = shards.first().map(|s| &s.file) {
             if file.format() != first.format() {
                 return Err(in_index(Error::from(ErrorKind::Invalid(format!(
@@ -677,7 +683,11 @@ pub fn write(
 
     let tree = file.structure()?;
     let dropped = match &tree {
-        Some(tree) => crate::values_left_out(tree, file.format_desc().values),
+        // Safetensors shards hold `format` (as `pt`), and nothing else beside.
+        Some(tree) => crate::values_left_out(tree, file.format_desc().values)
+            .into_iter()
+            .filter(|name| !(out.format.values && name == "format"))
+            .collect(),
         None => Vec::new(),
     };
     let written: Vec<(&str, crate::DType)> = file

@@ -92,6 +92,12 @@ pub fn tfcheck_safetensors(args: &[&str]) -> String {
     run_script("tfcheck_safetensors.py", args)
 }
 
+/// Runs `tests/py/tfcheck_sharded.py` (the pinned `huggingface_hub`) with `args`;
+/// returns stdout, panicking with its output on failure.
+pub fn tfcheck_sharded(args: &[&str]) -> String {
+    run_script("tfcheck_sharded.py", args)
+}
+
 /// The seed of this run's unseen files: `TENSORFMT_SEED` when set (to reproduce a run),
 /// else a new one, printed either way.
 pub fn run_seed() -> String {

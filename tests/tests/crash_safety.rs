@@ -1,6 +1,7 @@
 //! Crash safety, proven: a child process saves one destination over and over with each
 //! writer (a PyTorch file, an npz zip, an ONNX model with external data, LMDB and
-//! LevelDB folders, Caffe2 checkpoints with keep-last-K), the parent kills it with
+//! LevelDB folders, Caffe2 checkpoints with keep-last-K, a Hugging Face sharded
+//! checkpoint in a model's folder beside its `config.json`), the parent kills it with
 //! SIGKILL at random moments, and checks after each kill that the destination holds
 //! one whole save, the last committed one or the one being written, never a mix (an
 //! ONNX model's external data is its own), and that what the kill left behind
@@ -39,7 +40,19 @@ const B_LEN: usize = 1 << 20;
 const KEEP: usize = 2;
 
 /// The writers, by job name.
-const WRITERS: [&str; 6] = ["pt", "npz", "onnx", "lmdb", "leveldb", "checkpoint"];
+const WRITERS: [&str; 7] = [
+    "pt",
+    "npz",
+    "onnx",
+    "lmdb",
+    "leveldb",
+    "checkpoint",
+    "sharded",
+];
+/// The sharded job's input (written whole before each save) and the file beside its
+/// checkpoint that every save keeps.
+const SHARDED_INPUT: &str = "in.safetensors";
+const CONFIG: &[u8] = b"{\"model_type\": \"tiny\"}";
 
 fn kills() -> usize {
     std::env::var("TENSORFMT_CRASH_RUNS")
@@ -71,6 +84,7 @@ fn dest(job: &str, dir: &Path) -> PathBuf {
         "onnx" => "out.onnx",
         "lmdb" => "out.lmdb",
         "leveldb" => "out.leveldb",
+        "sharded" => "repo",
         _ => "ckpt_%d",
     })
 }
@@ -90,6 +104,16 @@ fn save(job: &str, dir: &Path, g: i64) -> tensorfmt::Result<()> {
             ..Default::default()
         };
         return caffe2::checkpoint("lmdb", g, &refs, &opts).map(|_| ());
+    }
+    if job == "sharded" {
+        // Two shards: `a` (6 MB) alone, over the size; `gen` and `b` in the other.
+        let input = dir.join(SHARDED_INPUT);
+        tensorfmt::save(&input, None, refs, &WriteOptions::default())?;
+        let options = tensorfmt::ConvertOptions {
+            max_shard_size: Some(2_000_000),
+            ..Default::default()
+        };
+        return tensorfmt::convert(&input, dest(job, dir), &options, |_, _| {}).map(|_| ());
     }
     let (format, external) = match job {
         "pt" => ("pytorch", ExternalData::Auto),
@@ -153,6 +177,20 @@ fn read_whole(job: &str, path: &Path) -> i64 {
         f.load_info(info)
             .unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()))
     };
+    if job == "sharded" {
+        assert_eq!(
+            f.shards().map(|s| s.len()),
+            Some(2),
+            "{}: two shards",
+            path.display()
+        );
+        assert_eq!(
+            std::fs::read(path.join("config.json")).unwrap(),
+            CONFIG,
+            "{}: config.json kept",
+            path.display()
+        );
+    }
     let g = i64::from_le_bytes(get("gen").data.as_bytes().try_into().unwrap());
     let want = tensors(g);
     for (i, name) in ["a", "b"].iter().enumerate() {
@@ -169,6 +207,9 @@ fn read_whole(job: &str, path: &Path) -> i64 {
 /// it names; for checkpoints, every checkpoint folder.
 fn needed(job: &str, dir: &Path) -> BTreeSet<String> {
     let mut n = BTreeSet::new();
+    if job == "sharded" {
+        n.insert(SHARDED_INPUT.to_string());
+    }
     if job == "checkpoint" {
         for e in std::fs::read_dir(dir).unwrap() {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
@@ -220,6 +261,10 @@ fn kill_test(job: &str) {
     let mut rng = Rng(seed | 1);
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
+    if job == "sharded" {
+        std::fs::create_dir(dir.join("repo")).unwrap();
+        std::fs::write(dir.join("repo").join("config.json"), CONFIG).unwrap();
+    }
     let one = HARNESS.one_save(job);
     let mut tally = Tally::default();
     let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
@@ -270,7 +315,12 @@ fn kill_test(job: &str) {
             }
         } else {
             let d = dest(job, dir);
-            if d.exists() {
+            // A model's folder is there from the start: its checkpoint is its index.
+            let saved = match job {
+                "sharded" => d.join("model.safetensors.index.json").exists(),
+                _ => d.exists(),
+            };
+            if saved {
                 let g = read_whole(job, &d);
                 let lo = committed.unwrap_or(i64::MIN);
                 let hi = started.expect("a save with none started");
@@ -286,6 +336,14 @@ fn kill_test(job: &str) {
             } else {
                 assert_eq!(committed, None, "{what}: no destination");
                 tally.old += 1;
+            }
+            if job == "sharded" {
+                // Before the first commit too, the folder holds its config as it was.
+                assert_eq!(
+                    std::fs::read(dest(job, dir).join("config.json")).unwrap(),
+                    CONFIG,
+                    "{what}"
+                );
             }
         }
         left = leftovers(job, dir);
@@ -343,4 +401,10 @@ fn leveldb_folder_survives_kill_9() {
 #[test]
 fn checkpoints_with_keep_last_survive_kill_9() {
     kill_test(WRITERS[5]);
+}
+
+#[cfg(unix)]
+#[test]
+fn sharded_checkpoint_in_a_model_folder_survives_kill_9() {
+    kill_test(WRITERS[6]);
 }
