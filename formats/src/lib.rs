@@ -53,6 +53,8 @@ use tensorfmt_runtime::sink::ViewSink;
 #[cfg(feature = "caffe2")]
 pub mod caffe2;
 pub mod cli;
+#[cfg(feature = "pytorch")]
+pub mod dcp;
 mod registry;
 mod rewrite;
 pub mod sharded;
@@ -183,6 +185,10 @@ impl TensorFile {
             Ok(source) => source,
             // Only a path that is not a regular file is looked at again.
             Err(_) if path.is_dir() => {
+                #[cfg(feature = "pytorch")]
+                if path.join(dcp::METADATA).is_file() {
+                    return Self::open_with(path.join(dcp::METADATA), options);
+                }
                 if let Some(index) = sharded::find_index(path)? {
                     return Self::open_sharded(&index, options);
                 }
@@ -447,6 +453,44 @@ impl TensorFile {
             )
         })?;
         self.load_info(info)
+    }
+
+    /// The box of tensor `info` that starts at `offsets` and spans `sizes` elements along
+    /// each dimension, as a tensor of shape `sizes` in C order: what a rank of another
+    /// world size loads of a sharded tensor. For a tensor of a torch.distributed
+    /// checkpoint only the chunks the box overlaps are opened, and of each only the rows
+    /// that meet the box are copied (their zip members' CRC-32s, which cover whole
+    /// chunks, are not checked); any other tensor is read whole and the box cut from it.
+    ///
+    /// ```no_run
+    /// let ckpt = tensorfmt::TensorFile::open("checkpoint_dir")?; // a DCP folder
+    /// let w = ckpt.tensor("model.layers.0.weight").unwrap();
+    /// // Rank 1 of 4, sharded along dimension 0:
+    /// let rows = w.shape[0] / 4;
+    /// let mine = ckpt.load_slice(w, &[rows, 0], &[rows, w.shape[1]])?;
+    /// # Ok::<(), tensorfmt::Error>(())
+    /// ```
+    #[cfg(feature = "pytorch")]
+    pub fn load_slice(&self, info: &TensorInfo, offsets: &[u64], sizes: &[u64]) -> Result<Tensor> {
+        let holder = self.shard_of(info)?.unwrap_or(self);
+        let data = dcp::read_box(holder, info, offsets, sizes)
+            .map_err(|e| holder.source.in_file(e.in_entry(&info.name)))?;
+        let n = data.len() as u64;
+        let slice = TensorInfo::dense(
+            info.name.clone(),
+            info.dtype,
+            sizes.to_vec(),
+            Order::C,
+            info.byte_order,
+            DataLocation::Range { offset: 0, len: n },
+        )?;
+        Ok(Tensor {
+            info: slice,
+            data: TensorData::Mapped {
+                bytes: tensorfmt_runtime::source::Bytes::Owned(data.into()),
+                range: 0..n as usize,
+            },
+        })
     }
 
     /// Like [`TensorFile::load`], for a tensor of this file's index.

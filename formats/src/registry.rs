@@ -55,7 +55,8 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// The formats built into this crate (those its features enable), in schema order.
+    /// The formats built into this crate (those its features enable), in schema order, then
+    /// `torch-dcp` (torch.distributed checkpoints, read by [`crate::dcp`]) with `pytorch`.
     ///
     /// ```
     /// assert!(tensorfmt::Registry::builtin().named("npy").is_some());
@@ -63,6 +64,10 @@ impl Registry {
     pub fn builtin() -> Self {
         Registry {
             builtin: crate::generated::REGISTRY,
+            // Read by hand-written code over the `pytorch` format ([`crate::dcp`]).
+            #[cfg(feature = "pytorch")]
+            added: vec![&crate::dcp::DESC],
+            #[cfg(not(feature = "pytorch"))]
             added: Vec::new(),
         }
     }

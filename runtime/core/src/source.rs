@@ -75,6 +75,9 @@ pub enum Bytes {
     Mapped(Arc<crate::mapguard::Mapping>),
     /// An owned buffer.
     Owned(Arc<[u8]>),
+    /// A window of other bytes ([`Bytes::window`]): a file stored inside another (an item
+    /// of a torch.distributed checkpoint's `.distcp` file), read where it lies.
+    Window(Arc<(Bytes, std::ops::Range<usize>)>),
 }
 
 impl Bytes {
@@ -83,6 +86,26 @@ impl Bytes {
         match self {
             Bytes::Mapped(m) => m,
             Bytes::Owned(b) => b,
+            Bytes::Window(w) => &w.0.as_bytes()[w.1.clone()],
+        }
+    }
+
+    /// The `len` bytes at `offset` of these, shared (nothing copied); an error when they
+    /// are not all there.
+    pub fn window(&self, offset: u64, len: u64) -> Result<Bytes> {
+        check_range(offset, len, self.as_bytes().len() as u64)?;
+        let start = usize::try_from(offset)
+            .map_err(|_| Error::from(ErrorKind::Overflow("window offset".into())))?;
+        let end = start + len as usize;
+        Ok(Bytes::Window(Arc::new((self.clone(), start..end))))
+    }
+
+    /// Whether the file these bytes map shrank while mapped ([`crate::mapguard`]).
+    fn changed(&self) -> bool {
+        match self {
+            Bytes::Mapped(m) => m.changed(),
+            Bytes::Owned(_) => false,
+            Bytes::Window(w) => w.0.changed(),
         }
     }
 }
@@ -92,6 +115,7 @@ impl std::fmt::Debug for Bytes {
         match self {
             Bytes::Mapped(m) => write!(f, "Bytes::Mapped({} bytes)", m.len()),
             Bytes::Owned(b) => write!(f, "Bytes::Owned({} bytes)", b.len()),
+            Bytes::Window(w) => write!(f, "Bytes::Window({:?} of {:?})", w.1, w.0),
         }
     }
 }
@@ -422,7 +446,7 @@ impl Source {
     /// it was read ([`crate::mapguard`]): what was read since may be zeros in place of the
     /// file's bytes. The high-level API checks this after indexing and after every read.
     pub fn check_unchanged(&self) -> Result<()> {
-        let changed = |b: &Bytes| matches!(b, Bytes::Mapped(m) if m.changed());
+        let changed = |b: &Bytes| b.changed();
         let mut which = None;
         if self.mapped.as_ref().is_some_and(changed) {
             which = Some(self.location());

@@ -1,0 +1,953 @@
+//! torch.distributed.checkpoint (DCP) folders, the checkpoints FSDP, Megatron-Core's
+//! `torch_dist` and TorchTitan save: a pickled `.metadata` and one or more `.distcp` files
+//! per rank. The metadata lists every tensor of the state dict with its global size and
+//! the chunks the ranks saved (offsets and sizes along each dimension), and where each
+//! chunk lies: `storage_data` maps `MetadataIndex(fqn, offsets)` to
+//! `_StorageInfo(relative_path, offset, length)`, a byte range of a `.distcp` file holding
+//! a whole `torch.save` archive of the chunk. Values that are not tensors
+//! (`BytesStorageMetadata`) are `torch.save`d objects there too; `planner_data` gives
+//! each entry's path in the nested state dict.
+//!
+//! Written by hand rather than in a `.fmt` schema: the format is a layout of files
+//! around the `pytorch` format (each item is read by its `FormatDesc`), and assembling a
+//! tensor from chunks, or a slice of it from the chunks it overlaps, is arithmetic over
+//! boxes that no schema construct describes.
+//!
+//! Reading: `.metadata` goes through the restricted unpickler, allowed DCP's dataclasses
+//! (`Metadata`, `TensorStorageMetadata`, `ChunkStorageMetadata`, `BytesStorageMetadata`,
+//! `MetadataIndex`, `TensorProperties`, `StorageMeta`, `_StorageInfo`), the two values
+//! they hold that torch pickles by calling a function (`_MEM_FORMAT_ENCODING(0)`,
+//! `torch.serialization._get_layout("torch.strided")`), `torch.Size`, torch's dtypes and
+//! `pathlib.PosixPath` (`StorageMeta.checkpoint_id`), and nothing else. The index checks
+//! every chunk against its tensor (inside it, the chunks tiling it exactly, each with an
+//! item); `.distcp` files are mapped when a tensor or value is first read
+//! ([`Source::external`]: inside the folder), and each item's archive is checked as the
+//! `pytorch` format checks a file, and against its chunk (dtype, shape).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tensorfmt_runtime::pickle::{self, Kind, Rules, Value};
+use tensorfmt_runtime::read::ReadOptions;
+use tensorfmt_runtime::source::Bytes;
+use tensorfmt_runtime::tensor::{Encoded, EncodedBytes};
+
+use crate::{
+    ByteOrder, DType, Error, ErrorKind, FormatDesc, Limits, Location, Node, OpenOptions, Order,
+    Result, Sink, Source, TensorFile, TensorInfo,
+};
+
+/// The name of the metadata file in a DCP folder.
+pub const METADATA: &str = ".metadata";
+
+/// The module of DCP's metadata classes.
+const MODULE: &str = "torch.distributed.checkpoint.metadata";
+
+/// The format, read only: `TensorFile::open` on a DCP folder or its `.metadata`.
+pub const DESC: FormatDesc = FormatDesc::new("torch-dcp", &[], detect, index).structure(structure);
+
+/// torch's dtypes as DCP's metadata names them (`torch.float32`), with their aliases.
+const DTYPES: [(&str, DType); 23] = [
+    ("float16", DType::F16),
+    ("half", DType::F16),
+    ("bfloat16", DType::BF16),
+    ("float32", DType::F32),
+    ("float", DType::F32),
+    ("float64", DType::F64),
+    ("double", DType::F64),
+    ("int8", DType::I8),
+    ("int16", DType::I16),
+    ("short", DType::I16),
+    ("int32", DType::I32),
+    ("int", DType::I32),
+    ("int64", DType::I64),
+    ("long", DType::I64),
+    ("uint8", DType::U8),
+    ("uint16", DType::U16),
+    ("uint32", DType::U32),
+    ("uint64", DType::U64),
+    ("bool", DType::Bool),
+    ("complex64", DType::C64),
+    ("complex128", DType::C128),
+    ("float8_e4m3fn", DType::F8E4M3FN),
+    ("float8_e5m2", DType::F8E5M2),
+];
+
+/// What `.metadata` may name.
+fn rules() -> Rules {
+    let mut r = Rules::new();
+    for class in [
+        "Metadata",
+        "TensorStorageMetadata",
+        "ChunkStorageMetadata",
+        "BytesStorageMetadata",
+        "MetadataIndex",
+        "TensorProperties",
+        "StorageMeta",
+    ] {
+        r = r.allow(MODULE, class, Kind::Object);
+    }
+    r = r
+        .allow(
+            "torch.distributed.checkpoint.filesystem",
+            "_StorageInfo",
+            Kind::Object,
+        )
+        .allow_call(&format!("{MODULE}._MEM_FORMAT_ENCODING"), &["value"])
+        .allow_call("torch.serialization._get_layout", &["name"])
+        .allow_call("pathlib.PosixPath", &["path"])
+        .allow_call("pathlib.WindowsPath", &["path"])
+        .allow("torch", "Size", Kind::Tuple);
+    for (name, _) in DTYPES {
+        r = r.allow("torch", name, Kind::Class);
+    }
+    r
+}
+
+/// True when `src` is a DCP `.metadata` pickle: a pickle whose first bytes name DCP's
+/// `Metadata` class.
+fn detect(src: &Source, _: &Limits) -> bool {
+    let mut head = [0u8; 256];
+    let n = (src.data().len() as usize).min(head.len());
+    if n < 8 || src.data().read_exact_at(0, &mut head[..n]).is_err() {
+        return false;
+    }
+    let head = &head[..n];
+    let find = |needle: &[u8]| head.windows(needle.len()).position(|w| w == needle);
+    head[0] == 0x80
+        && (2..=5).contains(&head[1])
+        && find(MODULE.as_bytes())
+            .is_some_and(|at| find(b"Metadata").is_some_and(|m| m > at + MODULE.len()))
+}
+
+/// One chunk of a tensor: its box in the tensor and the item holding it (none for an
+/// empty chunk that has none).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    /// Where the chunk starts along each dimension.
+    pub offsets: Vec<u64>,
+    /// Its size along each dimension.
+    pub sizes: Vec<u64>,
+    /// The item that holds it, by position in [`Checkpoint::items`].
+    item: Option<usize>,
+}
+
+/// Where an item is: a byte range of a `.distcp` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    /// The file, relative to the checkpoint's folder.
+    pub file: String,
+    /// Offset of the item's first byte in the file.
+    pub offset: u64,
+    /// Its length in bytes.
+    pub length: u64,
+}
+
+/// A tensor of the checkpoint, as its global tensor.
+#[derive(Debug, Clone)]
+pub struct DcpTensor {
+    /// Its fully qualified name (`model.layers.0.weight`).
+    pub name: String,
+    /// Its dtype.
+    pub dtype: DType,
+    /// Its global shape.
+    pub shape: Vec<u64>,
+    /// The chunks the ranks saved, in the metadata's order.
+    pub chunks: Vec<Chunk>,
+}
+
+/// A value that is not a tensor, saved as a `torch.save`d object.
+#[derive(Debug, Clone)]
+struct DcpValue {
+    name: String,
+    item: usize,
+}
+
+/// What `.metadata` says of a checkpoint.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The tensors, in the metadata's order.
+    pub tensors: Vec<DcpTensor>,
+    values: Vec<DcpValue>,
+    /// Every item the metadata lists.
+    pub items: Vec<Item>,
+    /// Each entry's path in the nested state dict (`planner_data`), by name.
+    paths: HashMap<String, Vec<Node>>,
+    /// The order of all entries, tensors and values, as the metadata lists them.
+    order: Vec<(bool, usize)>,
+}
+
+/// `e` located at `name` (the entry) and `field`.
+fn at(e: Error, name: &str, field: &str) -> Error {
+    e.in_entry(name).in_field(field)
+}
+
+fn invalid(why: impl Into<String>) -> Error {
+    Error::from(ErrorKind::Invalid(why.into()))
+}
+
+/// The `BUILD` state's entry `name` of object `v`.
+fn field<'v>(v: &'v Value, name: &str) -> Option<&'v Value> {
+    pickle::attr(Some(v), name)
+}
+
+/// The class name of object `v` (`TensorStorageMetadata`), when it is one of DCP's.
+fn class_of(v: &Value) -> Option<&str> {
+    v.as_object().map(|o| &*o.global.name)
+}
+
+/// A `torch.Size` (or a tuple or list) of non-negative integers.
+fn size(v: Option<&Value>, what: &str) -> Result<Vec<u64>> {
+    let items = match v {
+        Some(Value::Object(o)) => &o.items[..],
+        Some(other) => other
+            .as_seq()
+            .ok_or_else(|| invalid(format!("{what} is not a size")))?,
+        None => return Err(invalid(format!("{what} is missing"))),
+    };
+    items
+        .iter()
+        .map(|i| {
+            i.as_i64()
+                .and_then(|n| u64::try_from(n).ok())
+                .ok_or_else(|| invalid(format!("{what} holds {i:?}, not a size")))
+        })
+        .collect()
+}
+
+/// The checkpoint `.metadata` describes (parsed once per source).
+pub fn checkpoint(src: &Source, limits: &Limits) -> Result<Arc<Checkpoint>> {
+    src.memo(limits.max_header_bytes, |src| {
+        let len = src.data().len();
+        if len > limits.max_header_bytes {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "metadata size",
+                limit: limits.max_header_bytes,
+                actual: len,
+            }));
+        }
+        let bytes = src.whole()?;
+        let root = pickle::read(&bytes, &rules(), limits)?;
+        parse(&root, limits)
+    })
+}
+
+/// The checkpoint of the metadata's object `root`.
+fn parse(root: &Value, limits: &Limits) -> Result<Checkpoint> {
+    if class_of(root) != Some("Metadata") {
+        return Err(invalid("the pickle holds no DCP `Metadata` object"));
+    }
+    // Items, by (name, offsets); values' items by name alone.
+    let mut items: Vec<Item> = Vec::new();
+    let mut item_of: HashMap<(String, Option<Vec<u64>>), usize> = HashMap::new();
+    if let Some(storage) = field(root, "storage_data") {
+        let entries = storage
+            .as_entries()
+            .ok_or_else(|| invalid("`storage_data` is not a dict").in_field("storage_data"))?;
+        for (key, info) in entries {
+            if class_of(key) != Some("MetadataIndex") {
+                return Err(invalid("a key of `storage_data` is not a `MetadataIndex`")
+                    .in_field("storage_data"));
+            }
+            let name = field(key, "fqn").and_then(Value::as_str).ok_or_else(|| {
+                invalid("a `MetadataIndex` has no `fqn`").in_field("storage_data")
+            })?;
+            let offsets = match field(key, "offset") {
+                None | Some(Value::None) => None,
+                v => Some(size(v, "the item's offset").map_err(|e| at(e, name, "storage_data"))?),
+            };
+            let loc = |e: Error| at(e, name, "storage_data");
+            let file = field(info, "relative_path")
+                .and_then(Value::as_str)
+                .ok_or_else(|| loc(invalid("the item has no `relative_path`")))?;
+            let offset = pickle::uint(field(info, "offset"), "offset").map_err(loc)?;
+            let length = pickle::uint(field(info, "length"), "length").map_err(loc)?;
+            match field(info, "transform_descriptors") {
+                None | Some(Value::None) => {}
+                Some(v) if v.as_seq().is_some_and(|s| s.is_empty()) => {}
+                Some(v) => {
+                    return Err(loc(Error::unsupported(format!(
+                        "the item is stored through transforms ({v:?}): items written \
+                         with storage transforms (compression) are not read"
+                    ))))
+                }
+            }
+            if items.len() as u64 >= limits.max_entries {
+                return Err(Error::from(ErrorKind::Limit {
+                    what: "item count",
+                    limit: limits.max_entries,
+                    actual: items.len() as u64 + 1,
+                }));
+            }
+            item_of.insert((name.to_string(), offsets), items.len());
+            items.push(Item {
+                file: file.to_string(),
+                offset,
+                length,
+            });
+        }
+    }
+    let mut paths = HashMap::new();
+    if let Some(planner) = field(root, "planner_data").and_then(Value::as_entries) {
+        for (k, v) in planner {
+            let (Some(name), Some(parts)) = (k.as_str(), v.as_seq()) else {
+                continue;
+            };
+            let path: Option<Vec<Node>> = parts
+                .iter()
+                .map(|p| match p {
+                    Value::Str(s) => Some(Node::Str(s.to_string())),
+                    Value::Int(i) => Some(Node::Int(*i as i128)),
+                    _ => None,
+                })
+                .collect();
+            if let Some(path) = path.filter(|p| !p.is_empty()) {
+                paths.insert(name.to_string(), path);
+            }
+        }
+    }
+    let entries = field(root, "state_dict_metadata")
+        .and_then(Value::as_entries)
+        .ok_or_else(|| {
+            invalid("the metadata has no `state_dict_metadata` dict")
+                .in_field("state_dict_metadata")
+        })?;
+    let mut tensors = Vec::new();
+    let mut values = Vec::new();
+    let mut order = Vec::new();
+    for (key, md) in entries {
+        let name = key
+            .as_str()
+            .ok_or_else(|| invalid("a key of `state_dict_metadata` is not a string"))?;
+        match class_of(md) {
+            Some("BytesStorageMetadata") => {
+                let item = *item_of.get(&(name.to_string(), None)).ok_or_else(|| {
+                    at(
+                        invalid("the value has no item in `storage_data`"),
+                        name,
+                        "storage_data",
+                    )
+                })?;
+                order.push((false, values.len()));
+                values.push(DcpValue {
+                    name: name.to_string(),
+                    item,
+                });
+            }
+            Some("TensorStorageMetadata") => {
+                let t = tensor(name, md, &item_of, limits)
+                    .map_err(|e| at(e, name, "state_dict_metadata"))?;
+                order.push((true, tensors.len()));
+                tensors.push(t);
+            }
+            _ => {
+                return Err(at(
+                    invalid("the entry is neither tensor nor bytes storage metadata"),
+                    name,
+                    "state_dict_metadata",
+                ))
+            }
+        }
+    }
+    if tensors.len() as u64 > limits.max_tensors {
+        return Err(Error::from(ErrorKind::Limit {
+            what: "tensor count",
+            limit: limits.max_tensors,
+            actual: tensors.len() as u64,
+        }));
+    }
+    Ok(Checkpoint {
+        tensors,
+        values,
+        items,
+        paths,
+        order,
+    })
+}
+
+/// The tensor `name` a `TensorStorageMetadata` describes, its chunks checked.
+fn tensor(
+    name: &str,
+    md: &Value,
+    item_of: &HashMap<(String, Option<Vec<u64>>), usize>,
+    limits: &Limits,
+) -> Result<DcpTensor> {
+    let props = field(md, "properties").ok_or_else(|| invalid("no `properties`"))?;
+    // `TensorProperties.__getstate__`: (dtype, layout, requires_grad, memory_format,
+    // pin_memory[, strides]).
+    let state = pickle::state(Some(props)).and_then(Value::as_seq);
+    let dtype_value = state
+        .and_then(|s| s.first())
+        .or_else(|| field(props, "dtype"))
+        .ok_or_else(|| invalid("the properties hold no dtype"))?;
+    let dtype = match dtype_value.as_global() {
+        Some(g) if &*g.module == "torch" => {
+            DTYPES.iter().find(|(n, _)| *n == &*g.name).map(|(_, d)| *d)
+        }
+        _ => None,
+    }
+    .ok_or_else(|| Error::from(ErrorKind::UnknownDType(format!("{dtype_value:?}"))))?;
+    let shape = size(field(md, "size"), "the size")?;
+    if shape.len() as u64 > limits.max_dims {
+        return Err(Error::from(ErrorKind::Limit {
+            what: "dimensions",
+            limit: limits.max_dims,
+            actual: shape.len() as u64,
+        }));
+    }
+    let total = tensorfmt_runtime::tensor::nbytes(dtype, &shape)?
+        / dtype.itemsize().unwrap_or(1).max(1) as u64;
+    let list = field(md, "chunks")
+        .and_then(Value::as_seq)
+        .ok_or_else(|| invalid("no `chunks` list"))?;
+    let mut chunks = Vec::with_capacity(list.len().min(1 << 16));
+    let mut covered = 0u64;
+    for (i, c) in list.iter().enumerate() {
+        let what = |w: &str| format!("chunk {i}'s {w}");
+        let offsets = size(field(c, "offsets"), &what("offsets"))?;
+        let sizes = size(field(c, "sizes"), &what("sizes"))?;
+        if offsets.len() != shape.len() || sizes.len() != shape.len() {
+            return Err(invalid(format!(
+                "chunk {i} has {} offsets and {} sizes for a tensor of {} dimensions",
+                offsets.len(),
+                sizes.len(),
+                shape.len()
+            )));
+        }
+        for d in 0..shape.len() {
+            if offsets[d]
+                .checked_add(sizes[d])
+                .is_none_or(|end| end > shape[d])
+            {
+                return Err(invalid(format!(
+                    "chunk {i} (offsets {offsets:?}, sizes {sizes:?}) runs past the tensor's \
+                     size {shape:?} along dimension {d}"
+                )));
+            }
+        }
+        let volume: u64 = sizes.iter().product();
+        let item = item_of
+            .get(&(name.to_string(), Some(offsets.clone())))
+            .copied();
+        if item.is_none() && volume > 0 {
+            return Err(invalid(format!(
+                "chunk {i} (offsets {offsets:?}) has no item in `storage_data`"
+            )));
+        }
+        covered = covered.saturating_add(volume);
+        chunks.push(Chunk {
+            offsets,
+            sizes,
+            item,
+        });
+    }
+    if covered != total || overlap(&chunks).is_some() {
+        let why = match overlap(&chunks) {
+            Some((a, b)) => format!("chunks {a} and {b} overlap"),
+            None => format!("its chunks hold {covered} of its {total} elements"),
+        };
+        return Err(invalid(format!(
+            "the chunks do not tile the tensor of size {shape:?}: {why}"
+        )));
+    }
+    Ok(DcpTensor {
+        name: name.to_string(),
+        dtype,
+        shape,
+        chunks,
+    })
+}
+
+/// Two non-empty chunks that share an element, if any: a sweep along the first
+/// dimension compares only chunks whose rows meet.
+fn overlap(chunks: &[Chunk]) -> Option<(usize, usize)> {
+    let mut live: Vec<usize> = (0..chunks.len())
+        .filter(|&i| chunks[i].sizes.iter().all(|&s| s > 0))
+        .collect();
+    if chunks.first().is_none_or(|c| c.offsets.is_empty()) {
+        // 0-d: one element; two chunks of it overlap.
+        return (live.len() > 1).then(|| (live[0], live[1]));
+    }
+    live.sort_by_key(|&i| chunks[i].offsets[0]);
+    for (n, &a) in live.iter().enumerate() {
+        let end = chunks[a].offsets[0] + chunks[a].sizes[0];
+        for &b in &live[n + 1..] {
+            if chunks[b].offsets[0] >= end {
+                break;
+            }
+            let meets = (0..chunks[a].offsets.len()).all(|d| {
+                let (ao, asz) = (chunks[a].offsets[d], chunks[a].sizes[d]);
+                let (bo, bsz) = (chunks[b].offsets[d], chunks[b].sizes[d]);
+                ao < bo + bsz && bo < ao + asz
+            });
+            if meets {
+                return Some((a.min(b), a.max(b)));
+            }
+        }
+    }
+    None
+}
+
+/// The content of a DCP checkpoint's tensors, read from its items: part `i` is tensor
+/// `i` of [`Checkpoint::tensors`], in C order.
+#[derive(Debug)]
+struct Content(Arc<Checkpoint>);
+
+impl Encoded for Content {
+    fn plain_offset(
+        &self,
+        _: &dyn tensorfmt_runtime::source::RandomAccess,
+        _: u64,
+    ) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    fn read(
+        &self,
+        src: &Source,
+        info: &TensorInfo,
+        part: u64,
+        window: (u64, u64),
+        sink: &mut dyn Sink,
+        opts: &ReadOptions,
+    ) -> Result<()> {
+        let t = usize::try_from(part)
+            .ok()
+            .and_then(|p| self.0.tensors.get(p))
+            .ok_or_else(|| invalid(format!("no tensor {part} in the checkpoint")))?;
+        let full: Vec<(u64, u64)> = t.shape.iter().map(|&n| (0, n)).collect();
+        let whole = window == (0, info.location.len());
+        // A tensor saved whole by one rank (replicated, or by a single writer): its
+        // item's bytes as they are, zero-copy where they lie plain.
+        if whole {
+            if let [c] = &t.chunks[..] {
+                if let Some(item) = c.item {
+                    let (file, chunk) = self.open_item(src, t, item, opts)?;
+                    let n = tensorfmt_runtime::tensor::nbytes(t.dtype, &t.shape)?;
+                    if chunk.shape == t.shape
+                        && chunk.order() == Some(Order::C)
+                        && chunk.location.len() == n
+                    {
+                        let mut forward = Forward { inner: sink, info };
+                        return file.read_into(&chunk, &mut forward).map(|_| ());
+                    }
+                }
+            }
+        }
+        let bytes = self.gather(src, t, &full, opts)?;
+        let (skip, len) = window;
+        let range = usize::try_from(skip)
+            .ok()
+            .zip(usize::try_from(len).ok())
+            .and_then(|(s, l)| Some(s..s.checked_add(l)?))
+            .filter(|r| r.end <= bytes.len())
+            .ok_or_else(|| invalid(format!("bytes {skip}+{len} past the tensor's end")))?;
+        for piece in bytes[range].chunks(tensorfmt_runtime::read::chunk_size(opts)) {
+            sink.chunk(piece)?;
+        }
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn same(&self, other: &dyn Encoded) -> bool {
+        other
+            .as_any()
+            .downcast_ref::<Content>()
+            .is_some_and(|o| Arc::ptr_eq(&self.0, &o.0))
+    }
+}
+
+/// Passes an item's bytes on to the sink of the tensor they are part of: views and
+/// chunks, not its `begin` and `end`, which the caller gives.
+struct Forward<'a> {
+    inner: &'a mut dyn Sink,
+    info: &'a TensorInfo,
+}
+
+impl Sink for Forward<'_> {
+    fn begin(&mut self, _: &TensorInfo) -> Result<crate::Flow> {
+        Ok(crate::Flow::Continue)
+    }
+    fn view(
+        &mut self,
+        _: &TensorInfo,
+        bytes: &Bytes,
+        range: std::ops::Range<usize>,
+    ) -> Result<bool> {
+        self.inner.view(self.info, bytes, range)
+    }
+    fn keeps_views(&self) -> bool {
+        self.inner.keeps_views()
+    }
+    fn chunk(&mut self, bytes: &[u8]) -> Result<()> {
+        self.inner.chunk(bytes)
+    }
+    fn end(&mut self, _: &TensorInfo) -> Result<crate::Flow> {
+        Ok(crate::Flow::Continue)
+    }
+}
+
+impl Content {
+    /// The archive of `item` (a chunk of `t`), opened as the `pytorch` format reads a
+    /// file, and its one tensor, checked against the chunk's dtype.
+    fn open_item(
+        &self,
+        src: &Source,
+        t: &DcpTensor,
+        item: usize,
+        opts: &ReadOptions,
+    ) -> Result<(TensorFile, TensorInfo)> {
+        let (file, it) = open_archive(src, &self.0.items[item], opts)?;
+        let in_item = |e: Error| e.in_entry(format!("{} (item {item} of '{}')", t.name, it.file));
+        let [chunk] = file.tensors() else {
+            return Err(in_item(invalid(format!(
+                "the item holds {} tensors, not one",
+                file.tensors().len()
+            ))));
+        };
+        if chunk.dtype != t.dtype {
+            return Err(in_item(invalid(format!(
+                "the item's tensor is {}, the metadata says {}",
+                chunk.dtype, t.dtype
+            ))));
+        }
+        let chunk = chunk.clone();
+        Ok((file, chunk))
+    }
+
+    /// The elements of box `target` (start, size per dimension) of `t`, in C order,
+    /// read from the chunks that overlap it and, of each, the rows that do.
+    fn gather(
+        &self,
+        src: &Source,
+        t: &DcpTensor,
+        target: &[(u64, u64)],
+        opts: &ReadOptions,
+    ) -> Result<Vec<u8>> {
+        let itemsize = t
+            .dtype
+            .itemsize()
+            .ok_or_else(|| Error::unsupported(format!("{} tensors", t.dtype)))?
+            as u64;
+        let out_shape: Vec<u64> = target.iter().map(|&(_, n)| n).collect();
+        let n = tensorfmt_runtime::tensor::nbytes(t.dtype, &out_shape)?;
+        let mut out = vec![0u8; tensorfmt_runtime::read::to_usize(n, "slice")?];
+        if n == 0 {
+            return Ok(out);
+        }
+        for c in &t.chunks {
+            let Some(item) = c.item else { continue };
+            let meet: Option<Vec<(u64, u64)>> = (0..target.len())
+                .map(|d| {
+                    let lo = c.offsets[d].max(target[d].0);
+                    let hi = (c.offsets[d] + c.sizes[d]).min(target[d].0 + target[d].1);
+                    (lo < hi).then_some((lo, hi))
+                })
+                .collect();
+            let Some(meet) = meet else { continue };
+            if c.sizes.iter().any(|&s| s == 0) {
+                continue;
+            }
+            let (file, chunk) = self.open_item(src, t, item, opts)?;
+            if chunk.shape != c.sizes {
+                return Err(invalid(format!(
+                    "the item's tensor has shape {:?}, the chunk {:?}",
+                    chunk.shape, c.sizes
+                ))
+                .in_entry(&t.name));
+            }
+            let data = chunk_bytes(&file, &chunk)?;
+            copy_box(
+                &data,
+                &c.offsets,
+                &c.sizes,
+                &mut out,
+                target,
+                &meet,
+                itemsize as usize,
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// A chunk's elements in C order: its bytes where they lie plain in C order (a view of
+/// the map), else streamed through [`TensorFile::elements`].
+fn chunk_bytes(file: &TensorFile, chunk: &TensorInfo) -> Result<std::borrow::Cow<'static, [u8]>> {
+    let mut data = Vec::new();
+    std::io::Read::read_to_end(&mut file.elements(chunk)?, &mut data)
+        .map_err(tensorfmt_runtime::zip::io_to_error)?;
+    Ok(std::borrow::Cow::Owned(data))
+}
+
+/// Copies the elements of box `meet` from a chunk at `c_off` of size `c_size` (its bytes
+/// `src`, C order) into `out`, the C-order bytes of box `target` (start, size).
+fn copy_box(
+    src: &[u8],
+    c_off: &[u64],
+    c_size: &[u64],
+    out: &mut [u8],
+    target: &[(u64, u64)],
+    meet: &[(u64, u64)],
+    itemsize: usize,
+) {
+    let nd = meet.len();
+    if nd == 0 {
+        out[..itemsize].copy_from_slice(&src[..itemsize]);
+        return;
+    }
+    // Row-major strides, in elements, of the chunk and of the target.
+    let strides = |dims: &mut dyn Iterator<Item = u64>| {
+        let dims: Vec<u64> = dims.collect();
+        let mut s = vec![1u64; nd];
+        for d in (0..nd.saturating_sub(1)).rev() {
+            s[d] = s[d + 1] * dims[d + 1];
+        }
+        s
+    };
+    let cs = strides(&mut c_size.iter().copied());
+    let ts = strides(&mut target.iter().map(|&(_, n)| n));
+    let run = ((meet[nd - 1].1 - meet[nd - 1].0) as usize) * itemsize;
+    // Every index of the box's leading dimensions, as an odometer.
+    let mut idx: Vec<u64> = meet.iter().map(|&(lo, _)| lo).collect();
+    loop {
+        let (mut from, mut to) = (0u64, 0u64);
+        for d in 0..nd {
+            from += (idx[d] - c_off[d]) * cs[d];
+            to += (idx[d] - target[d].0) * ts[d];
+        }
+        let (from, to) = (from as usize * itemsize, to as usize * itemsize);
+        out[to..to + run].copy_from_slice(&src[from..from + run]);
+        // Next row.
+        let mut d = nd - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < meet[d].1 {
+                break;
+            }
+            idx[d] = meet[d].0;
+        }
+    }
+}
+
+/// The `torch.save` archive `item` is, opened as the `pytorch` format (checksums as
+/// `opts` say), named by its `.distcp` file.
+fn open_archive<'i>(
+    src: &Source,
+    item: &'i Item,
+    opts: &ReadOptions,
+) -> Result<(TensorFile, &'i Item)> {
+    let whole = src.external(&item.file)?;
+    let path = src
+        .path()
+        .and_then(|p| p.parent())
+        .map(|d| d.join(&item.file))
+        .unwrap_or_else(|| item.file.clone().into());
+    let window = whole.window(item.offset, item.length).map_err(|e| {
+        e.in_file(&path).in_field(&format!(
+            "item at byte {} of {} bytes",
+            item.offset, item.length
+        ))
+    })?;
+    if !window.as_bytes().starts_with(b"PK\x03\x04") {
+        return Err(Error::new(
+            ErrorKind::Unsupported(
+                "the item is not a torch.save archive (checkpoints saved with \
+                 serialization_format=SAFETENSORS are not read)"
+                    .into(),
+            ),
+            Location::file(&path).with_offset(item.offset),
+        ));
+    }
+    let options = OpenOptions {
+        format: Some("pytorch".into()),
+        limits: opts.limits.clone(),
+        skip_checksums: !opts.verify_checksums,
+        ..Default::default()
+    };
+    let file = TensorFile::from_source(Source::from_mapped(window, &path), &options)?;
+    Ok((file, item))
+}
+
+/// Every tensor of the checkpoint, as its global tensor, read from its chunks.
+fn index(src: &Source, limits: &Limits) -> Result<Vec<TensorInfo>> {
+    let ck = checkpoint(src, limits)?;
+    let content = EncodedBytes::new(Content(ck.clone()));
+    ck.tensors
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let n = tensorfmt_runtime::tensor::nbytes(t.dtype, &t.shape)?;
+            TensorInfo::dense(
+                t.name.clone(),
+                t.dtype,
+                t.shape.clone(),
+                Order::C,
+                ByteOrder::Little,
+                content.clone().window(i as u64, 0, n),
+            )
+            .map_err(|e| e.in_entry(&t.name))
+        })
+        .collect()
+}
+
+/// The state dict the checkpoint was saved from, nested as `planner_data` says: tensors
+/// as [`Node::Tensor`] leaves, values read from their items.
+fn structure(src: &Source, limits: &Limits) -> Result<Option<Node>> {
+    let ck = checkpoint(src, limits)?;
+    let opts = ReadOptions {
+        limits: limits.clone(),
+        ..Default::default()
+    };
+    let mut root: Vec<(Node, Node)> = Vec::new();
+    for &(is_tensor, i) in &ck.order {
+        let (name, leaf) = if is_tensor {
+            let t = &ck.tensors[i];
+            (t.name.as_str(), Node::Tensor(t.name.clone()))
+        } else {
+            let v = &ck.values[i];
+            let (file, _) =
+                open_archive(src, &ck.items[v.item], &opts).map_err(|e| e.in_entry(&v.name))?;
+            let value = file
+                .structure()
+                .map_err(|e| e.in_entry(&v.name))?
+                .unwrap_or(Node::None);
+            (v.name.as_str(), value)
+        };
+        let path = ck
+            .paths
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| vec![Node::Str(name.to_string())]);
+        insert(&mut root, &path, leaf);
+    }
+    Ok(Some(lists(Node::Dict(root))))
+}
+
+/// Puts `leaf` at `path` in the nested dict `dict`.
+fn insert(dict: &mut Vec<(Node, Node)>, path: &[Node], leaf: Node) {
+    let Some((first, rest)) = path.split_first() else {
+        return;
+    };
+    if rest.is_empty() {
+        dict.push((first.clone(), leaf));
+        return;
+    }
+    let at = match dict
+        .iter()
+        .position(|(k, v)| k == first && matches!(v, Node::Dict(_)))
+    {
+        Some(at) => at,
+        None => {
+            dict.push((first.clone(), Node::Dict(Vec::new())));
+            dict.len() - 1
+        }
+    };
+    if let Node::Dict(inner) = &mut dict[at].1 {
+        insert(inner, rest, leaf);
+    }
+}
+
+/// `node` with every dict whose keys are the integers 0, 1, ... in order made a list, as
+/// DCP's `unflatten_state_dict` builds lists.
+fn lists(node: Node) -> Node {
+    match node {
+        Node::Dict(items) => {
+            let is_list = !items.is_empty()
+                && items
+                    .iter()
+                    .enumerate()
+                    .all(|(i, (k, _))| *k == Node::Int(i as i128));
+            let items: Vec<(Node, Node)> = items.into_iter().map(|(k, v)| (k, lists(v))).collect();
+            if is_list {
+                Node::List(items.into_iter().map(|(_, v)| v).collect())
+            } else {
+                Node::Dict(items)
+            }
+        }
+        other => other,
+    }
+}
+
+/// The chunks of tensor `name` of a DCP checkpoint and the box each covers, for callers
+/// that plan reads by rank.
+pub fn chunks_of<'c>(ck: &'c Checkpoint, name: &str) -> Option<&'c [Chunk]> {
+    ck.tensors
+        .iter()
+        .find(|t| t.name == name)
+        .map(|t| &t.chunks[..])
+}
+
+/// The elements of the box of `info` that starts at `offsets` and has `sizes` (one of
+/// each per dimension), in C order: for a tensor of a DCP checkpoint, read from only the
+/// chunks the box overlaps (their items opened, their rows that meet the box copied);
+/// for any other tensor, cut from the whole tensor.
+pub(crate) fn read_box(
+    file: &TensorFile,
+    info: &TensorInfo,
+    offsets: &[u64],
+    sizes: &[u64],
+) -> Result<Vec<u8>> {
+    if offsets.len() != info.shape.len() || sizes.len() != info.shape.len() {
+        return Err(invalid(format!(
+            "a slice of {} offsets and {} sizes for a tensor of {} dimensions",
+            offsets.len(),
+            sizes.len(),
+            info.shape.len()
+        ))
+        .in_entry(&info.name));
+    }
+    for d in 0..offsets.len() {
+        if offsets[d]
+            .checked_add(sizes[d])
+            .is_none_or(|e| e > info.shape[d])
+        {
+            return Err(invalid(format!(
+                "the slice at {offsets:?} of size {sizes:?} runs past the tensor's shape {:?}",
+                info.shape
+            ))
+            .in_entry(&info.name));
+        }
+    }
+    let target: Vec<(u64, u64)> = offsets.iter().copied().zip(sizes.iter().copied()).collect();
+    if let tensorfmt_runtime::DataLocation::Encoded { content, part, .. } = &info.location {
+        if let Some(c) = content.downcast::<Content>() {
+            let t = &c.0.tensors[*part as usize];
+            let opts = ReadOptions {
+                // A slice reads part of a chunk's member: its CRC-32 covers all of it.
+                verify_checksums: false,
+                ..ReadOptions::default()
+            };
+            return c.gather(file.source(), t, &target, &opts);
+        }
+    }
+    let itemsize = info
+        .dtype
+        .itemsize()
+        .ok_or_else(|| Error::unsupported(format!("slices of {} tensors", info.dtype)))?;
+    let whole = chunk_bytes(file, info)?;
+    let out_shape: Vec<u64> = sizes.to_vec();
+    let n = tensorfmt_runtime::tensor::nbytes(info.dtype, &out_shape)?;
+    let mut out = vec![0u8; tensorfmt_runtime::read::to_usize(n, "slice")?];
+    if n > 0 {
+        let zeros = vec![0u64; info.shape.len()];
+        let meet: Vec<(u64, u64)> = target.iter().map(|&(o, s)| (o, o + s)).collect();
+        copy_box(
+            &whole,
+            &zeros,
+            &info.shape,
+            &mut out,
+            &target,
+            &meet,
+            itemsize,
+        );
+    }
+    Ok(out)
+}
