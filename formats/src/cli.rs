@@ -122,6 +122,11 @@ enum Command {
         /// is kept.
         #[arg(long, value_name = "SIZE")]
         max_shard_size: Option<String>,
+        /// Write a torch.distributed checkpoint (--to torch-dcp, the folder OUTPUT) as
+        /// the N ranks of a job save one: each tensor sharded along its first dimension,
+        /// a `__<rank>_0.distcp` file per rank and `.metadata` (1 by default).
+        #[arg(long, value_name = "N")]
+        world_size: Option<u64>,
         #[command(flatten)]
         external: ExternalArgs,
     },
@@ -780,6 +785,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             align,
             pickle_protocol,
             max_shard_size,
+            world_size,
             external,
         } => {
             let dtype = match dtype {
@@ -802,6 +808,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     .as_deref()
                     .map(crate::sharded::parse_size)
                     .transpose()?,
+                world_size,
                 ..Default::default()
             };
             if compress {

@@ -951,3 +951,439 @@ pub(crate) fn read_box(
     }
     Ok(out)
 }
+
+// ---------------------------------------------------------------------------------------
+// Writing.
+
+/// A value of DCP's metadata classes, made as CPython pickles a dataclass: the class
+/// called with no arguments (`NEWOBJ`) and its fields set by `BUILD`.
+fn instance(module: &str, class: &str, fields: Vec<(&str, Value)>) -> Value {
+    let state = Value::dict(
+        fields
+            .into_iter()
+            .map(|(k, v)| (Value::str(k), v))
+            .collect(),
+    );
+    Value::object(
+        pickle::Object::new(pickle::Global::new(module, class), Kind::Object).with_state(state),
+    )
+}
+
+/// `torch.Size(dims)`.
+fn torch_size(dims: &[u64]) -> Value {
+    Value::object(
+        pickle::Object::new(pickle::Global::new("torch", "Size"), Kind::Tuple)
+            .with_items(dims.iter().map(|&d| Value::Int(d as i64)).collect()),
+    )
+}
+
+/// A call of `module.name` with `args`, recorded as `REDUCE` writes it.
+fn call(module: &str, name: &str, params: &[&str], args: Vec<Value>) -> Value {
+    let params: Vec<String> = params.iter().map(|p| p.to_string()).collect();
+    Value::object(
+        pickle::Object::new(
+            pickle::Global::new(module, name),
+            Kind::Call {
+                params: params.into(),
+            },
+        )
+        .with_args(args),
+    )
+}
+
+/// `TensorProperties` of a contiguous, strided CPU tensor of `dtype`, as torch pickles
+/// it (`__getstate__`'s five items).
+fn properties(dtype: DType) -> Result<Value> {
+    let name = DTYPES
+        .iter()
+        .find(|(_, d)| *d == dtype)
+        .map(|(n, _)| *n)
+        .ok_or_else(|| Error::unsupported(format!("{dtype} tensors in a DCP checkpoint")))?;
+    let state = Value::tuple(vec![
+        Value::global(&format!("torch.{name}")),
+        call(
+            "torch.serialization",
+            "_get_layout",
+            &["name"],
+            vec![Value::str("torch.strided")],
+        ),
+        Value::Bool(false),
+        call(
+            MODULE,
+            "_MEM_FORMAT_ENCODING",
+            &["value"],
+            vec![Value::Int(0)],
+        ),
+        Value::Bool(false),
+    ]);
+    Ok(Value::object(
+        pickle::Object::new(
+            pickle::Global::new(MODULE, "TensorProperties"),
+            Kind::Object,
+        )
+        .with_state(state),
+    ))
+}
+
+/// An item being written at the end of a rank's file: positions relative to its start,
+/// so that the `pytorch` writer lays its archive out as it would a file of its own.
+struct Region {
+    file: std::rc::Rc<std::cell::RefCell<tensorfmt_runtime::output::AtomicFile>>,
+    base: u64,
+}
+
+impl std::io::Write for Region {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.borrow_mut().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.borrow_mut().flush()
+    }
+}
+
+impl std::io::Seek for Region {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        use std::io::SeekFrom;
+        let pos = match pos {
+            SeekFrom::Start(p) => SeekFrom::Start(self.base + p),
+            other => other,
+        };
+        let at = self.file.borrow_mut().seek(pos)?;
+        at.checked_sub(self.base).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the item")
+        })
+    }
+}
+
+/// Appends a `torch.save` archive of `tree` (with the tensor `tensor`, when given, as its
+/// `Node::Tensor` leaf) to `file`: the item's offset and length.
+fn write_item(
+    file: &std::rc::Rc<std::cell::RefCell<tensorfmt_runtime::output::AtomicFile>>,
+    tree: &Node,
+    tensor: Option<(&crate::TensorMeta, &[u8])>,
+) -> Result<(u64, u64)> {
+    use std::io::Seek;
+    let base = file.borrow_mut().seek(std::io::SeekFrom::End(0))?;
+    let region = Region {
+        file: file.clone(),
+        base,
+    };
+    let mut w = (crate::generated::pytorch::DESC.writer)(Box::new(region), &Default::default())?;
+    w.set_structure(tree)?;
+    if let Some((meta, bytes)) = tensor {
+        w.add(meta, crate::Payload::Bytes(bytes))?;
+    }
+    w.finish()?;
+    let end = file.borrow_mut().seek(std::io::SeekFrom::End(0))?;
+    Ok((base, end - base))
+}
+
+/// One entry of the state dict a DCP checkpoint is written from: its path in the nested
+/// dict (`planner_data`) and what is there.
+enum Leaf {
+    Tensor(String),
+    Value(Node),
+}
+
+/// The entries of `tree` as DCP's `traverse_state_dict` visits them: dicts always
+/// traversed (keys as text), lists when they hold a tensor or a dict, anything else a
+/// leaf.
+fn leaves(tree: &Node, path: &mut Vec<Node>, out: &mut Vec<(Vec<Node>, Leaf)>) {
+    fn holds_more(n: &Node) -> bool {
+        match n {
+            Node::Dict(_) | Node::Tensor(_) => true,
+            Node::List(items) => items.iter().any(holds_more),
+            _ => false,
+        }
+    }
+    match tree {
+        Node::Dict(items) => {
+            for (k, v) in items {
+                let key = match k {
+                    Node::Str(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                path.push(Node::Str(key));
+                leaves(v, path, out);
+                path.pop();
+            }
+        }
+        Node::List(items) if items.iter().any(holds_more) => {
+            for (i, v) in items.iter().enumerate() {
+                path.push(Node::Int(i as i128));
+                leaves(v, path, out);
+                path.pop();
+            }
+        }
+        Node::Tensor(name) => out.push((path.clone(), Leaf::Tensor(name.clone()))),
+        other => out.push((path.clone(), Leaf::Value(other.clone()))),
+    }
+}
+
+/// The dotted name of a path (`model.layers.0.weight`), as DCP joins it.
+fn fqn(path: &[Node]) -> String {
+    path.iter()
+        .map(|p| match p {
+            Node::Str(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The rows of a tensor of `rows` rows that rank `r` of `world` holds, as a DTensor
+/// sharded along its first dimension splits them (`torch.chunk`: ranks of
+/// `ceil(rows / world)` rows, the last ones fewer or none).
+fn rows_of(rows: u64, world: u64, r: u64) -> (u64, u64) {
+    let per = rows.div_ceil(world.max(1));
+    let start = (r * per).min(rows);
+    (start, (start + per).min(rows))
+}
+
+/// Converts `file` to a torch.distributed checkpoint in the folder `out`, as ranks of a
+/// job of `world` processes save one (`__{rank}_0.distcp` each, and `.metadata`):
+/// every tensor of at least one dimension sharded along its first dimension as a DTensor
+/// with `Shard(0)` is (`torch.chunk`: `ceil(rows / world)` rows a rank, the last ranks
+/// fewer or none); 0-d tensors and values that are not tensors saved once, by rank 0.
+/// With `world` 1, a single writer's checkpoint (`__0_0.distcp`). Each chunk is a
+/// `torch.save` archive of a contiguous tensor, as DCP's `FileSystemWriter` writes it;
+/// `.metadata` is written last, as DCP's `Metadata` pickled at protocol 4, with the
+/// nested state dict's paths in `planner_data` (a PyTorch checkpoint's nesting, or each
+/// tensor at the top for formats of tensors alone) so that `dcp_to_torch_save` and
+/// `dcp.load` give back the source's structure.
+///
+/// Atomic: the folder is written beside `out` and replaces it in one rename, when `out`
+/// is absent or a DCP checkpoint (`.metadata` in it); anything else there is refused.
+/// Memory: one tensor at a time, and one chunk's archive.
+pub fn write(
+    file: &TensorFile,
+    out: &std::path::Path,
+    options: &crate::ConvertOptions,
+    world: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<crate::ConvertSummary> {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use tensorfmt_runtime::output::{AtomicDir, AtomicFile, DirPolicy};
+    if world == 0 {
+        return Err(invalid("a world size of 0").in_file(out));
+    }
+    let at = |e: std::io::Error| Error::new(ErrorKind::Io(e), Location::file(out));
+    if std::fs::symlink_metadata(out).is_ok() && !out.join(METADATA).is_file() {
+        return Err(Error::new(
+            ErrorKind::Invalid(
+                "the output exists and is not a DCP checkpoint's folder: an existing output \
+                 is replaced only by one of its kind (remove it or choose another path)"
+                    .into(),
+            ),
+            Location::file(out),
+        ));
+    }
+    let tree = match file.structure()? {
+        Some(t) if !options.flatten && t.is_plain() => t,
+        _ => Node::Dict(
+            file.tensors()
+                .iter()
+                .map(|t| (Node::Str(t.name.clone()), Node::Tensor(t.name.clone())))
+                .collect(),
+        ),
+    };
+    let mut entries = Vec::new();
+    leaves(&tree, &mut Vec::new(), &mut entries);
+
+    let mut tmp = AtomicDir::new(out)?;
+    std::fs::create_dir(tmp.path()).map_err(at)?;
+    let files: Vec<Rc<RefCell<AtomicFile>>> = (0..world)
+        .map(|r| {
+            AtomicFile::create(tmp.path().join(format!("__{r}_0.distcp")))
+                .map(|f| Rc::new(RefCell::new(f)))
+        })
+        .collect::<Result<_>>()?;
+    let name_of = |r: u64| format!("__{r}_0.distcp");
+    let mut sd_meta: Vec<(Value, Value)> = Vec::new();
+    let mut planner: Vec<(Value, Value)> = Vec::new();
+    let mut storage: Vec<(Value, Value)> = Vec::new();
+    let storage_info = |r: u64, offset: u64, length: u64| {
+        instance(
+            "torch.distributed.checkpoint.filesystem",
+            "_StorageInfo",
+            vec![
+                ("relative_path", Value::str(&name_of(r))),
+                ("offset", Value::Int(offset as i64)),
+                ("length", Value::Int(length as i64)),
+                ("transform_descriptors", Value::None),
+            ],
+        )
+    };
+    let total = file.tensors().len();
+    let (mut done, mut bytes_written, mut tensors_written) = (0, 0u64, 0usize);
+    let mut seen = std::collections::HashSet::new();
+    for (path, leaf) in &entries {
+        let name = fqn(path);
+        if !seen.insert(name.clone()) {
+            return Err(invalid(format!(
+                "two entries of the state dict flatten to the name '{name}'"
+            ))
+            .in_file(out));
+        }
+        planner.push((
+            Value::str(&name),
+            Value::tuple(
+                path.iter()
+                    .map(|p| match p {
+                        Node::Int(i) => Value::Int(*i as i64),
+                        Node::Str(s) => Value::str(s),
+                        other => Value::str(&other.to_string()),
+                    })
+                    .collect(),
+            ),
+        ));
+        let info = match leaf {
+            Leaf::Value(v) => {
+                let (offset, length) =
+                    write_item(&files[0], v, None).map_err(|e| e.in_entry(&name))?;
+                sd_meta.push((
+                    Value::str(&name),
+                    instance(MODULE, "BytesStorageMetadata", vec![]),
+                ));
+                storage.push((
+                    instance(
+                        MODULE,
+                        "MetadataIndex",
+                        vec![("fqn", Value::str(&name)), ("index", Value::None)],
+                    ),
+                    storage_info(0, offset, length),
+                ));
+                continue;
+            }
+            Leaf::Tensor(t) => file
+                .tensor(t)
+                .ok_or_else(|| invalid(format!("no tensor '{t}'")))?,
+        };
+        // The tensor's elements in C order, little-endian, in the dtype written.
+        let mut data = Vec::new();
+        std::io::Read::read_to_end(&mut file.elements(info)?, &mut data)
+            .map_err(tensorfmt_runtime::zip::io_to_error)?;
+        let mut dtype = info.dtype;
+        if info.byte_order == ByteOrder::Big && dtype.swap_unit().unwrap_or(1) > 1 {
+            data = tensorfmt_runtime::convert::cast(&data, dtype, ByteOrder::Big, dtype)?;
+        }
+        if let Some(to) = options.dtype.filter(|&d| d != dtype) {
+            data = tensorfmt_runtime::convert::cast(&data, dtype, ByteOrder::Little, to)?;
+            dtype = to;
+        }
+        let shape = info.shape.clone();
+        let row_bytes = if shape.is_empty() {
+            data.len() as u64
+        } else {
+            tensorfmt_runtime::tensor::nbytes(dtype, &shape[1..])?
+        };
+        let ranks = if shape.is_empty() || shape[0] == 0 {
+            1
+        } else {
+            world
+        };
+        let mut chunks = Vec::new();
+        for r in 0..ranks {
+            let (lo, hi) = if shape.is_empty() {
+                (0, 1)
+            } else if ranks == 1 {
+                (0, shape[0])
+            } else {
+                rows_of(shape[0], world, r)
+            };
+            if hi == lo && !shape.is_empty() && ranks > 1 {
+                continue;
+            }
+            let mut sizes = shape.clone();
+            let mut offsets = vec![0u64; shape.len()];
+            if !shape.is_empty() {
+                sizes[0] = hi - lo;
+                offsets[0] = lo;
+            }
+            let part = &data[(lo * row_bytes) as usize..(hi * row_bytes) as usize];
+            let meta = crate::TensorMeta {
+                name: name.clone(),
+                dtype,
+                shape: sizes.clone(),
+                order: Order::C,
+                byte_order: ByteOrder::Little,
+            };
+            let (offset, length) = write_item(
+                &files[r as usize],
+                &Node::Tensor(name.clone()),
+                Some((&meta, part)),
+            )
+            .map_err(|e| e.in_entry(&name))?;
+            storage.push((
+                instance(
+                    MODULE,
+                    "MetadataIndex",
+                    vec![
+                        ("fqn", Value::str(&name)),
+                        ("index", Value::Int(chunks.len() as i64)),
+                        ("offset", torch_size(&offsets)),
+                    ],
+                ),
+                storage_info(r, offset, length),
+            ));
+            chunks.push(instance(
+                MODULE,
+                "ChunkStorageMetadata",
+                vec![
+                    ("offsets", torch_size(&offsets)),
+                    ("sizes", torch_size(&sizes)),
+                ],
+            ));
+        }
+        sd_meta.push((
+            Value::str(&name),
+            instance(
+                MODULE,
+                "TensorStorageMetadata",
+                vec![
+                    (
+                        "properties",
+                        properties(dtype).map_err(|e| e.in_entry(&name))?,
+                    ),
+                    ("size", torch_size(&shape)),
+                    ("chunks", Value::list(chunks)),
+                ],
+            ),
+        ));
+        bytes_written += data.len() as u64;
+        tensors_written += 1;
+        done += 1;
+        progress(done, total);
+    }
+    for f in files {
+        Rc::try_unwrap(f)
+            .map_err(|_| invalid("a rank's file is still shared"))?
+            .into_inner()
+            .commit()?;
+    }
+    let metadata = instance(
+        MODULE,
+        "Metadata",
+        vec![
+            ("state_dict_metadata", Value::dict(sd_meta)),
+            ("planner_data", Value::dict(planner)),
+            ("storage_data", Value::dict(storage)),
+            ("storage_meta", Value::None),
+            ("version", Value::str("1.0.0")),
+        ],
+    );
+    let pickled = pickle::Writer::new().protocol(4).write(&metadata)?;
+    let mut md = AtomicFile::create(tmp.path().join(METADATA))?;
+    std::io::Write::write_all(&mut md, &pickled).map_err(at)?;
+    md.commit()?;
+    tmp.commit(DirPolicy::Replace)?;
+    Ok(crate::ConvertSummary {
+        from: file.format(),
+        to: DESC.name,
+        tensors: tensors_written,
+        bytes: bytes_written,
+        dropped: Vec::new(),
+        retyped: Vec::new(),
+    })
+}

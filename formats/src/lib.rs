@@ -1270,6 +1270,10 @@ pub struct ConvertOptions {
     /// (`dir/model.safetensors.index.json`); see [`sharded::write`]. An output that
     /// names an index is written sharded at the default 5 GB without this.
     pub max_shard_size: Option<u64>,
+    /// Write a torch.distributed checkpoint (format `torch-dcp`, a folder) as the ranks
+    /// of a job of this many processes save one, each tensor sharded along its first
+    /// dimension ([`dcp::write`]); by default 1, a single writer's.
+    pub world_size: Option<u64>,
 }
 
 /// What [`convert`] did.
@@ -1305,6 +1309,15 @@ pub fn convert(
     options: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
+    #[cfg(feature = "pytorch")]
+    if options.world_size.is_some() || options.to.as_deref() == Some(dcp::DESC.name) {
+        // The output folder is replaced in one step once complete; the input is read
+        // from its own files.
+        refuse_input_as_output(input.as_ref(), output.as_ref())?;
+        let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+        let world = options.world_size.unwrap_or(1);
+        return dcp::write(&file, output.as_ref(), options, world, &mut progress);
+    }
     if options.max_shard_size.is_some() || sharded::is_index_name(output.as_ref()) {
         // The output folder may hold the input: it is replaced in one step, once the
         // new checkpoint is complete, and the input's files are not written to.

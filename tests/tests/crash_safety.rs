@@ -1,7 +1,8 @@
 //! Crash safety, proven: a child process saves one destination over and over with each
 //! writer (a PyTorch file, an npz zip, an ONNX model with external data, LMDB and
 //! LevelDB folders, Caffe2 checkpoints with keep-last-K, a Hugging Face sharded
-//! checkpoint in a model's folder beside its `config.json`), the parent kills it with
+//! checkpoint in a model's folder beside its `config.json`, a torch.distributed
+//! checkpoint of two ranks' files and `.metadata`), the parent kills it with
 //! SIGKILL at random moments, and checks after each kill that the destination holds
 //! one whole save, the last committed one or the one being written, never a mix (an
 //! ONNX model's external data is its own), and that what the kill left behind
@@ -40,7 +41,7 @@ const B_LEN: usize = 1 << 20;
 const KEEP: usize = 2;
 
 /// The writers, by job name.
-const WRITERS: [&str; 7] = [
+const WRITERS: [&str; 8] = [
     "pt",
     "npz",
     "onnx",
@@ -48,6 +49,7 @@ const WRITERS: [&str; 7] = [
     "leveldb",
     "checkpoint",
     "sharded",
+    "dcp",
 ];
 /// The sharded job's input (written whole before each save) and the file beside its
 /// checkpoint that every save keeps.
@@ -85,6 +87,7 @@ fn dest(job: &str, dir: &Path) -> PathBuf {
         "lmdb" => "out.lmdb",
         "leveldb" => "out.leveldb",
         "sharded" => "repo",
+        "dcp" => "ckpt.dcp",
         _ => "ckpt_%d",
     })
 }
@@ -104,6 +107,15 @@ fn save(job: &str, dir: &Path, g: i64) -> tensorfmt::Result<()> {
             ..Default::default()
         };
         return caffe2::checkpoint("lmdb", g, &refs, &opts).map(|_| ());
+    }
+    if job == "dcp" {
+        let input = dir.join(SHARDED_INPUT);
+        tensorfmt::save(&input, None, refs, &WriteOptions::default())?;
+        let options = tensorfmt::ConvertOptions {
+            world_size: Some(2),
+            ..Default::default()
+        };
+        return tensorfmt::convert(&input, dest(job, dir), &options, |_, _| {}).map(|_| ());
     }
     if job == "sharded" {
         // Two shards: `a` (6 MB) alone, over the size; `gen` and `b` in the other.
@@ -207,7 +219,7 @@ fn read_whole(job: &str, path: &Path) -> i64 {
 /// it names; for checkpoints, every checkpoint folder.
 fn needed(job: &str, dir: &Path) -> BTreeSet<String> {
     let mut n = BTreeSet::new();
-    if job == "sharded" {
+    if job == "sharded" || job == "dcp" {
         n.insert(SHARDED_INPUT.to_string());
     }
     if job == "checkpoint" {
@@ -407,4 +419,10 @@ fn checkpoints_with_keep_last_survive_kill_9() {
 #[test]
 fn sharded_checkpoint_in_a_model_folder_survives_kill_9() {
     kill_test(WRITERS[6]);
+}
+
+#[cfg(unix)]
+#[test]
+fn torch_distributed_checkpoint_survives_kill_9() {
+    kill_test(WRITERS[7]);
 }

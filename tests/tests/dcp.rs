@@ -304,3 +304,132 @@ fn hostile_metadata_gets_clear_errors() {
     let e = open_err(&d);
     assert!(e.contains("not a torch.save archive"), "{e}");
 }
+
+#[test]
+fn what_tensorfmt_writes_torch_loads_at_other_world_sizes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        (dir().join("world4"), "3", "2"),
+        (
+            fixtures().join("sharded").join("safetensors_shards"),
+            "2",
+            "3",
+        ),
+        (
+            fixtures().join("pytorch").join("checkpoint_adam.pt"),
+            "4",
+            "1",
+        ),
+        (fixtures().join("npz").join("savez_stored.npz"), "1", "2"),
+    ];
+    for (i, (input, world, load_world)) in cases.iter().enumerate() {
+        let source = TensorFile::open(input).unwrap();
+        let out = tmp.path().join(format!("out{i}"));
+        let (code, text) = cli(&[
+            "convert",
+            s(input),
+            s(&out),
+            "--to",
+            "torch-dcp",
+            "--world-size",
+            world,
+        ]);
+        assert_eq!(code, ExitCode::SUCCESS, "{text}");
+        let files: Vec<String> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            files.len(),
+            world.parse::<usize>().unwrap() + 1,
+            "{files:?}"
+        );
+        // dcp_to_torch_save gives the source's tensors.
+        let described = json(&tfcheck(&["describe", s(&out)]));
+        let by_name = tensorfmt_tests::tensors_by_name;
+        let src_json = inspect_json(input);
+        // npz names are loaded as written; bool, ints and floats alike.
+        assert_eq!(
+            by_name(&described),
+            by_name(&src_json),
+            "{}",
+            input.display()
+        );
+        assert_eq!(by_name(&inspect_json(&out)), by_name(&src_json));
+        // Each rank of another world size loads the rows of the source it should.
+        for line in tfcheck(&["reshard", s(&out), load_world]).lines() {
+            let want = json(line);
+            let info = source.tensor(want["name"].as_str().unwrap()).unwrap();
+            let ints = |k: &str| -> Vec<u64> {
+                want[k]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect()
+            };
+            let got = source
+                .load_slice(info, &ints("offsets"), &ints("sizes"))
+                .unwrap();
+            assert_eq!(
+                sha256(&got),
+                want["sha256"].as_str().unwrap(),
+                "{}: rank {} of {load_world}: {}",
+                input.display(),
+                want["rank"],
+                info.name
+            );
+        }
+    }
+    // A checkpoint's values and nesting come back through dcp_to_torch_save.
+    let out = tmp.path().join("out2");
+    let pt = tmp.path().join("back.pt");
+    tfcheck(&["to-torch", s(&out), s(&pt)]);
+    let values = |p: &Path| {
+        let (code, text) = cli(&["inspect", "--json", "--values", s(p)]);
+        assert_eq!(code, ExitCode::SUCCESS);
+        json(&text)["values"].clone()
+    };
+    assert_eq!(
+        values(&pt),
+        values(&fixtures().join("pytorch").join("checkpoint_adam.pt"))
+    );
+}
+
+#[test]
+fn the_output_is_a_dcp_folder_replaced_whole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("ckpt");
+    for world in ["4", "2"] {
+        let (code, text) = cli(&[
+            "convert",
+            s(&dir().join("world2")),
+            s(&out),
+            "--to",
+            "torch-dcp",
+            "--world-size",
+            world,
+        ]);
+        assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    }
+    // The second save replaced the first: two ranks' files, not four.
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, [".metadata", "__0_0.distcp", "__1_0.distcp"]);
+    // Anything else at the output is refused and left as it was.
+    let other = tmp.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("keep"), b"x").unwrap();
+    let (code, _) = cli(&[
+        "convert",
+        s(&dir().join("world2")),
+        s(&other),
+        "--to",
+        "torch-dcp",
+    ]);
+    assert_ne!(code, ExitCode::SUCCESS);
+    assert_eq!(std::fs::read(other.join("keep")).unwrap(), b"x");
+}

@@ -679,7 +679,14 @@ impl Pickler<'_> {
         } else {
             self.tuple(&o.args, ALONE)?;
             if o.kwargs.is_empty() {
-                self.buf.push(b'R');
+                // An instance whose state `BUILD` sets is made as CPython makes one of a
+                // class it pickles by its state (`copyreg.__newobj__`): `cls.__new__`
+                // (`NEWOBJ`), without running its `__init__`.
+                self.buf.push(if o.kind == Kind::Object {
+                    op::NEWOBJ
+                } else {
+                    b'R'
+                });
             } else {
                 self.dict(&o.kwargs, ALONE)?;
                 self.buf.push(op::NEWOBJ_EX);
