@@ -27,6 +27,11 @@ fn main() {
     if on("NPZ") || on("PYTORCH") {
         println!("cargo::rustc-cfg=zip_formats");
     }
+    // `object_storage`: some object store backend is enabled (`tensorfmt::object`).
+    println!("cargo::rustc-check-cfg=cfg(object_storage)");
+    if on("S3") || on("GCS") || on("AZURE") || on("HTTP") {
+        println!("cargo::rustc-cfg=object_storage");
+    }
     // This crate depends on the runtime crate itself; its users reach the runtime through
     // its re-export (`tensorfmt::runtime::gen`), the compiler's default.
     let compiler = tensorfmt_codegen::Compiler::new().runtime("::tensorfmt_runtime::gen");

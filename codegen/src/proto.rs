@@ -1531,7 +1531,7 @@ pub(crate) fn gen_protobuf(
         }
     };
     let detect_doc = format!(
-        " True when the whole source reads as a `{}` message: every field it declares with its declared wire type, at least one of them present.",
+        " True when the whole source reads as a `{}` message: every field it declares with its declared wire type, at least one of them present (read from the fields' headers alone where the source is not in memory).",
         ir.message(root).name
     );
     Ok(quote! {
@@ -1539,7 +1539,7 @@ pub(crate) fn gen_protobuf(
 
         #[doc = #detect_doc]
         pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
-            src.bytes().is_some_and(|b| rt::protobuf::is_message(b.as_bytes(), &[#(#checks),*]))
+            rt::protobuf::is_message_at(src.data(), &[#(#checks),*])
         }
 
         /// Lists the tensors of `src` without reading their bytes: reads the root message in

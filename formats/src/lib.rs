@@ -55,6 +55,8 @@ pub mod caffe2;
 pub mod cli;
 #[cfg(feature = "pytorch")]
 pub mod dcp;
+#[cfg(object_storage)]
+pub mod object;
 mod registry;
 mod rewrite;
 pub mod sharded;
@@ -181,6 +183,9 @@ impl TensorFile {
         if sharded::is_index_name(path) {
             return Self::open_sharded(path, options);
         }
+        if let Some(url) = remote(path) {
+            return Self::open_remote(url, options);
+        }
         let source = match Source::open(path) {
             Ok(source) => source,
             // Only a path that is not a regular file is looked at again.
@@ -200,6 +205,18 @@ impl TensorFile {
             Err(e) => return Err(e),
         };
         Self::from_source(source, options)
+    }
+
+    /// The object at `url`, in a build with object storage ([`object`]).
+    #[cfg(object_storage)]
+    fn open_remote(url: &str, options: &OpenOptions) -> Result<Self> {
+        object::open(url, options).map(|(file, _)| file)
+    }
+
+    /// The object at `url`: refused by a build without object storage.
+    #[cfg(not(object_storage))]
+    fn open_remote(url: &str, _: &OpenOptions) -> Result<Self> {
+        Err(no_object_storage(url))
     }
 
     /// The sharded checkpoint whose index is `index`.
@@ -685,6 +702,32 @@ impl Read for MemberWindow<'_> {
     }
 }
 
+/// The URL `path` is, when it names an object in a store (`s3://bucket/key`,
+/// `gs://...`, `http(s)://...`): what [`object`] opens in a build with a backend.
+pub(crate) fn remote(path: &Path) -> Option<&str> {
+    let text = path.to_str()?;
+    let (scheme, _) = text.split_once("://")?;
+    (!scheme.is_empty()
+        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+        && scheme
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+    .then_some(text)
+}
+
+/// The error of a build without object storage given a URL.
+#[cfg(not(object_storage))]
+pub(crate) fn no_object_storage(url: &str) -> Error {
+    Error::new(
+        ErrorKind::Unsupported(
+            "object storage locations: this build has none of the features s3, gcs, azure, \
+             http"
+                .into(),
+        ),
+        Location::file(url),
+    )
+}
+
 /// Opens `path` as a [`Source`]: a file memory-mapped, a folder read as the key-value
 /// database it holds (where the build reads databases).
 pub fn open_source(path: &Path) -> Result<Source> {
@@ -698,10 +741,11 @@ pub fn open_source(path: &Path) -> Result<Source> {
     }
 }
 
-/// An [`AtomicFile`] shared between a format writer and the saver that commits it.
-struct Shared(Rc<RefCell<AtomicFile>>);
+/// An output (an [`AtomicFile`], an object store upload) shared between a format writer
+/// and the saver that commits it.
+struct Shared<T>(Rc<RefCell<T>>);
 
-impl Write for Shared {
+impl<T: Write> Write for Shared<T> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         self.0.borrow_mut().write(buf)
     }
@@ -710,7 +754,7 @@ impl Write for Shared {
     }
 }
 
-impl Seek for Shared {
+impl<T: Seek> Seek for Shared<T> {
     fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
         self.0.borrow_mut().seek(pos)
     }
@@ -730,6 +774,12 @@ pub struct Saver {
 enum SaverOut {
     File {
         file: Rc<RefCell<AtomicFile>>,
+        writer: Box<dyn TensorWriter>,
+    },
+    /// An object in a store, uploaded on commit.
+    #[cfg(object_storage)]
+    Remote {
+        file: Rc<RefCell<tensorfmt_object::Upload>>,
         writer: Box<dyn TensorWriter>,
     },
     Db {
@@ -784,6 +834,9 @@ impl Saver {
             })?,
         };
         check_align(registry, format, options).map_err(|e| e.in_file(path))?;
+        if let Some(url) = remote(path) {
+            return Self::create_remote(url, format, options);
+        }
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
             // A database folder: written beside and renamed into place by `commit`
             // (`AtomicDir`), so that it appears whole or not at all; an existing database
@@ -821,6 +874,52 @@ impl Saver {
         })
     }
 
+    /// A save to the object at `url`: written to a temporary file, uploaded on commit.
+    #[cfg(object_storage)]
+    fn create_remote(
+        url: &str,
+        format: &'static FormatDesc,
+        options: &WriteOptions,
+    ) -> Result<Self> {
+        if format.db.is_some_and(|d| d.backend != "records") {
+            return Err(Error::new(
+                ErrorKind::Unsupported(format!(
+                    "{} databases in object storage (write to a folder)",
+                    format.name
+                )),
+                Location::file(url),
+            ));
+        }
+        let file = Rc::new(RefCell::new(tensorfmt_object::Upload::create(url)?));
+        let mut options = options.clone();
+        // Files beside the output (ONNX external data) cannot be placed in a store.
+        options.external = match options.external {
+            ExternalData::Auto => ExternalData::Inline,
+            ExternalData::Inline => ExternalData::Inline,
+            ExternalData::External { .. } => {
+                return Err(Error::new(
+                    ErrorKind::Unsupported(
+                        "external data files beside a model in object storage".into(),
+                    ),
+                    Location::file(url),
+                ))
+            }
+        };
+        let writer = (format.writer)(Box::new(Shared(file.clone())), &options)
+            .map_err(|e| e.in_file(url))?;
+        Ok(Saver {
+            out: SaverOut::Remote { file, writer },
+            path: url.into(),
+            format,
+        })
+    }
+
+    /// A save to the object at `url`: refused by a build without object storage.
+    #[cfg(not(object_storage))]
+    fn create_remote(url: &str, _: &'static FormatDesc, _: &WriteOptions) -> Result<Self> {
+        Err(no_object_storage(url))
+    }
+
     /// The format being written.
     pub fn format(&self) -> &'static str {
         self.format.name
@@ -855,6 +954,10 @@ impl Saver {
             SaverOut::File { writer, .. } => writer
                 .set_structure(tree)
                 .map_err(|e| e.in_file(&self.path)),
+            #[cfg(object_storage)]
+            SaverOut::Remote { writer, .. } => writer
+                .set_structure(tree)
+                .map_err(|e| e.in_file(&self.path)),
             SaverOut::Db { .. } => Ok(StructureKept::default()),
         }
     }
@@ -878,6 +981,10 @@ impl Saver {
     ) -> Result<bool> {
         match &mut self.out {
             SaverOut::File { writer, .. } => writer
+                .add_view(meta, view, storage.map(Payload::Bytes))
+                .map_err(|e| e.in_file(&self.path).in_entry(&meta.name)),
+            #[cfg(object_storage)]
+            SaverOut::Remote { writer, .. } => writer
                 .add_view(meta, view, storage.map(Payload::Bytes))
                 .map_err(|e| e.in_file(&self.path).in_entry(&meta.name)),
             SaverOut::Db { .. } => Ok(false),
@@ -947,6 +1054,8 @@ impl Saver {
         let path = &self.path;
         match &mut self.out {
             SaverOut::File { writer, .. } => writer.add(meta, data),
+            #[cfg(object_storage)]
+            SaverOut::Remote { writer, .. } => writer.add(meta, data),
             SaverOut::Db {
                 db, desc, split, ..
             } => {
@@ -977,6 +1086,19 @@ impl Saver {
         let Saver { out, path, format } = self;
         let (file, writer) = match out {
             SaverOut::File { file, writer } => (file, writer),
+            #[cfg(object_storage)]
+            SaverOut::Remote { file, writer } => {
+                writer.finish().map_err(|e| e.in_file(&path))?;
+                let upload = Rc::try_unwrap(file)
+                    .map_err(|_| {
+                        Error::new(
+                            ErrorKind::Sink("writer still holds the output".into()),
+                            Location::file(&path),
+                        )
+                    })?
+                    .into_inner();
+                return upload.commit();
+            }
             SaverOut::Db {
                 db,
                 mut tmp,
@@ -1332,6 +1454,15 @@ pub fn convert(
         None => registry.for_path(output.as_ref()),
     };
     if let Some(target) = target.filter(|t| t.name == file.format() && t.rewrite.is_some()) {
+        if let Some(url) = remote(output.as_ref()) {
+            return Err(Error::new(
+                ErrorKind::Unsupported(format!(
+                    "rewriting a {} document in object storage (convert it to a local file)",
+                    target.name
+                )),
+                Location::file(url),
+            ));
+        }
         // A document that holds more than tensors (an ONNX graph) converted to its own
         // format: rewritten, everything but the moved tensors kept.
         let total = file.tensors().len();

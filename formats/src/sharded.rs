@@ -184,7 +184,7 @@ pub(crate) fn open(
     options: &OpenOptions,
 ) -> Result<(tensorfmt_runtime::Source, Vec<TensorInfo>, Shards)> {
     let in_index = |e: Error| e.in_file(index_path);
-    let source = tensorfmt_runtime::Source::open(index_path)?;
+    let source = open_file(index_path)?;
     let limits: &Limits = &options.limits;
     let len = source.data().len();
     if len > limits.max_header_bytes {
@@ -205,9 +205,9 @@ pub(crate) fn open(
     }
     let mut shards: Vec<Shard> = Vec::with_capacity(files.len());
     for name in files {
-        let path = resolve_beside(index_path, name, "shard", "checkpoint's").map_err(in_index)?;
         // A shard is a file of its own (never a folder or another index).
-        let file = TensorFile::from_source(tensorfmt_runtime::Source::open(&path)?, options)?;
+        let shard = beside(index_path, name).map_err(in_index)?;
+        let file = TensorFile::from_source(shard, options)?;
         if let Some(first) = shards.first().map(|s| &s.file) {
             if file.format() != first.format() {
                 return Err(in_index(Error::from(ErrorKind::Invalid(format!(
@@ -310,6 +310,35 @@ pub(crate) fn merged_structure(shards: &[Shard]) -> Result<Option<crate::Node>> 
         }
     }
     Ok(any.then_some(crate::Node::Dict(items)))
+}
+
+/// The file at `path`, mapped, or the object at a URL read by ranged GETs.
+fn open_file(path: &Path) -> Result<tensorfmt_runtime::Source> {
+    match crate::remote(path) {
+        #[cfg(object_storage)]
+        Some(url) => tensorfmt_object::open(url).map(|(source, _)| source),
+        #[cfg(not(object_storage))]
+        Some(url) => Err(crate::no_object_storage(url)),
+        None => tensorfmt_runtime::Source::open(path),
+    }
+}
+
+/// The shard `name` of the index at `index`: a file inside the index's folder, or an
+/// object beside an index in a store.
+fn beside(index: &Path, name: &str) -> Result<tensorfmt_runtime::Source> {
+    match crate::remote(index) {
+        #[cfg(object_storage)]
+        Some(url) => {
+            let loc = tensorfmt_object::locate(url)?.beside(name)?;
+            tensorfmt_object::open_at(loc).map(|(source, _)| source)
+        }
+        #[cfg(not(object_storage))]
+        Some(url) => Err(crate::no_object_storage(url)),
+        None => {
+            let path = resolve_beside(index, name, "shard", "checkpoint's")?;
+            tensorfmt_runtime::Source::open(&path)
+        }
+    }
 }
 
 /// The tensors of each shard, by position in the input, split as

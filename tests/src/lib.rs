@@ -270,6 +270,7 @@ pub fn assert_generator_writes(
 }
 
 pub mod kill;
+pub mod s3;
 
 /// The peak resident set of this process, in bytes (Linux `VmHWM`).
 pub fn peak_rss() -> Option<u64> {

@@ -106,17 +106,16 @@ pub mod pbt {
             pub tensors: ::std::vec::Vec<Tensor>,
         }
     }
-    /// True when the whole source reads as a `Bundle` message: every field it declares with its declared wire type, at least one of them present.
+    /// True when the whole source reads as a `Bundle` message: every field it declares with its declared wire type, at least one of them present (read from the fields' headers alone where the source is not in memory).
     pub fn detect(src: &rt::Source, _limits: &rt::Limits) -> bool {
-        src.bytes()
-            .is_some_and(|b| rt::protobuf::is_message(
-                b.as_bytes(),
-                &[
-                    (1, rt::protobuf::WireType::Varint),
-                    (2, rt::protobuf::WireType::Len),
-                    (3, rt::protobuf::WireType::Len),
-                ],
-            ))
+        rt::protobuf::is_message_at(
+            src.data(),
+            &[
+                (1, rt::protobuf::WireType::Varint),
+                (2, rt::protobuf::WireType::Len),
+                (3, rt::protobuf::WireType::Len),
+            ],
+        )
     }
     /// Lists the tensors of `src` without reading their bytes: reads the root message in
     /// place, then maps its items.

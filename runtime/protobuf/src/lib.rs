@@ -25,7 +25,7 @@ pub use map::{
 };
 /// `#[derive(View)]`: a message view's `View` impl from its attributes (see [`View`]).
 pub use tensorfmt_protobuf_derive::View;
-pub use view::{is_message, only_fields, read, Span, View};
+pub use view::{is_message, is_message_at, only_fields, read, Span, View};
 
 /// What the expansion of `#[derive(View)]` names, reached through this crate.
 #[doc(hidden)]

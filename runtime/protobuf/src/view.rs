@@ -247,9 +247,103 @@ pub fn is_message(bytes: &[u8], declared: &[(u32, WireType)]) -> bool {
     known
 }
 
+/// [`is_message`] over any random-access source: for bytes in memory, that; otherwise
+/// only each top-level field's tag and length are read (a few bytes each), never its
+/// value, so that a document in object storage is recognised from the blocks that hold
+/// its fields' headers. At most 2^20 fields are walked.
+pub fn is_message_at(
+    src: &dyn tensorfmt_core::source::RandomAccess,
+    declared: &[(u32, WireType)],
+) -> bool {
+    if let Some(bytes) = src.as_slice() {
+        return is_message(bytes, declared);
+    }
+    let len = src.len();
+    let (mut pos, mut known, mut steps) = (0u64, false, 0u32);
+    let mut head = [0u8; 20];
+    while pos < len {
+        steps += 1;
+        if steps > 1 << 20 {
+            return false;
+        }
+        let n = (len - pos).min(head.len() as u64) as usize;
+        let head = &mut head[..n];
+        if src.read_exact_at(pos, head).is_err() {
+            return false;
+        }
+        let Ok((tag, p)) = crate::read_varint(head, 0, 0) else {
+            return false;
+        };
+        let number = tag >> 3;
+        if number == 0 || number > (1 << 29) - 1 {
+            return false;
+        }
+        let (wire, size) = match tag & 7 {
+            0 => match crate::read_varint(head, p, 0) {
+                Ok((_, q)) => (WireType::Varint, q as u64),
+                Err(_) => return false,
+            },
+            1 => (WireType::I64, p as u64 + 8),
+            2 => match crate::read_varint(head, p, 0) {
+                Ok((l, q)) => match (q as u64).checked_add(l) {
+                    Some(size) => (WireType::Len, size),
+                    None => return false,
+                },
+                Err(_) => return false,
+            },
+            5 => (WireType::I32, p as u64 + 4),
+            _ => return false,
+        };
+        if size > len - pos {
+            return false;
+        }
+        if let Some((_, want)) = declared.iter().find(|(k, _)| u64::from(*k) == number) {
+            if *want != wire {
+                return false;
+            }
+            known = true;
+        }
+        pos += size;
+    }
+    known
+}
+
 #[cfg(test)]
 mod tests {
     use crate::{Field, Value};
+
+    #[test]
+    fn messages_are_told_from_their_headers_alone() {
+        use crate::WireType::{Len, Varint};
+        let declared = [(1, Varint), (7, Len)];
+        let mut doc = Vec::new();
+        crate::put_tag(&mut doc, 1, Varint);
+        crate::put_varint(&mut doc, 8);
+        crate::put_len_field(&mut doc, 7, &[0u8; 300]);
+        crate::put_len_field(&mut doc, 20, b"unknown field");
+        // Read through a stream: only headers are read.
+        let stream = |b: &[u8]| {
+            tensorfmt_core::source::Stream::new(std::io::Cursor::new(b.to_vec())).unwrap()
+        };
+        for (bytes, want) in [
+            (doc.clone(), true),
+            (doc[..doc.len() - 1].to_vec(), false),
+            (b"\x08".to_vec(), false),
+            (vec![0x0b], false),
+            (vec![], false),
+        ] {
+            assert_eq!(
+                super::is_message_at(&stream(&bytes), &declared),
+                want,
+                "{bytes:?}"
+            );
+            assert_eq!(super::is_message(&bytes, &declared), want, "{bytes:?}");
+        }
+        // A declared field of another wire type.
+        let mut wrong = Vec::new();
+        crate::put_len_field(&mut wrong, 1, b"x");
+        assert!(!super::is_message_at(&stream(&wrong), &declared));
+    }
 
     fn field(value: Value<'_>) -> Field<'_> {
         Field {
