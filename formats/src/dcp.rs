@@ -648,7 +648,7 @@ impl Content {
                 })
                 .collect();
             let Some(meet) = meet else { continue };
-            if c.sizes.iter().any(|&s| s == 0) {
+            if c.sizes.contains(&0) {
                 continue;
             }
             let (file, chunk) = self.open_item(src, t, item, opts)?;

@@ -98,10 +98,10 @@ fn cut(whole: &[u8], info: &TensorInfo, offsets: &[u64], sizes: &[u64]) -> Vec<u
             rest /= sizes[d];
         }
         at[nd - 1] = offsets[nd - 1];
-        let mut linear = 0u64;
-        for d in 0..nd {
-            linear = linear * info.shape[d] + at[d];
-        }
+        let linear = at
+            .iter()
+            .zip(&info.shape)
+            .fold(0u64, |linear, (&i, &n)| linear * n + i);
         let start = linear as usize * item;
         out.extend_from_slice(&whole[start..start + sizes[nd - 1] as usize * item]);
     }
