@@ -9,8 +9,9 @@
 //! }
 //! ```
 //!
-//! Reading: [`open`] parses the index (bounded by [`Limits::max_header_bytes`]), resolves
-//! each shard inside the index's folder ([`resolve_beside`]), opens each shard once as a
+//! Reading: [`crate::TensorFile::open`] on an index parses it (bounded by
+//! [`Limits::max_header_bytes`]), resolves each shard inside the index's folder
+//! ([`resolve_beside`]; beside it, for an index in object storage), opens each shard once as a
 //! file of its own format (headers only: payloads are read when asked for) and checks the
 //! index against what the shards hold. Writing: [`plan`] splits tensors into shards as
 //! `huggingface_hub.split_state_dict_into_shards_factory` does, [`shard_name`] names them,
