@@ -146,6 +146,10 @@ pub struct TensorFile {
     /// The files of a checkpoint saved in several, when this is one: `source` is then its
     /// index, and every tensor is read from the shard that holds it.
     shards: Option<Box<sharded::Shards>>,
+    /// What the file's bytes need kept while it is open (the local copy of a folder read
+    /// from object storage).
+    #[allow(dead_code)]
+    keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -380,6 +384,7 @@ impl TensorFile {
             read_options,
             inflated,
             shards: None,
+            keep: None,
         }
     }
 
@@ -1431,6 +1436,22 @@ pub fn convert(
     options: &ConvertOptions,
     mut progress: impl FnMut(usize, usize),
 ) -> Result<ConvertSummary> {
+    #[cfg(object_storage)]
+    if let Some(url) = remote(output.as_ref()) {
+        let registry = &options.open.registry;
+        let format = match options.to.as_deref() {
+            Some(name) => registry.named(name),
+            None => registry.for_path(output.as_ref()),
+        };
+        let folder = options.world_size.is_some()
+            || options.max_shard_size.is_some()
+            || sharded::is_index_name(output.as_ref())
+            || format.is_some_and(|f| f.name == "torch-dcp")
+            || format.is_some_and(|f| f.db.is_some_and(|d| d.backend != "records"));
+        if folder {
+            return object::convert_to_folder(input.as_ref(), url, options, &mut progress);
+        }
+    }
     #[cfg(feature = "pytorch")]
     if options.world_size.is_some() || options.to.as_deref() == Some(dcp::DESC.name) {
         // The output folder is replaced in one step once complete; the input is read

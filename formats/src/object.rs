@@ -5,12 +5,15 @@
 //! completed last). A sharded checkpoint's index in a store opens with its shards, each
 //! read from the store.
 //!
-//! What this build cannot do in a store (an error says so): ONNX external data files,
-//! torch.distributed checkpoints and database folders (their files are found through a
-//! local folder), sharded or DCP outputs, and rewriting an ONNX model into a store (a
-//! new model of its initializers is written instead only on request: convert to a local
-//! file). An ONNX document is read whole to be indexed (protobuf has no index), and a
-//! MiniDB file is fetched whole (its records are read from memory).
+//! Formats whose files are found through a folder — torch.distributed checkpoints, LMDB
+//! and LevelDB databases — are read from a store by copying the folder's objects to a
+//! local temporary folder first (a URL with no object, or ending in `/`, names such a
+//! folder), and written to a store by writing them locally, then uploading their files,
+//! what makes them a checkpoint (`.metadata`, an index, LevelDB's `CURRENT`) last; so are
+//! sharded outputs. The objects of a folder are not replaced together. Not in a store:
+//! ONNX external data files, and rewriting an ONNX model into a store. An ONNX document
+//! is read whole to be indexed (protobuf has no index), and a MiniDB file is fetched
+//! whole (its records are read from memory).
 //!
 //! The API is synchronous; [`open_async`] and [`convert_async`] run it off a tokio
 //! runtime's workers for callers already in one.
@@ -38,7 +41,20 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stats>)
         let file = TensorFile::open_with(url, options)?;
         return Ok((file, Arc::new(Stats::default())));
     }
-    let (source, stats) = tensorfmt_object::open(url)?;
+    if url.ends_with('/') {
+        return open_folder(url.trim_end_matches('/'), options);
+    }
+    let (source, stats) = match tensorfmt_object::open(url) {
+        Ok(opened) => opened,
+        // No object there (or a store that fails to say so: s3s-fs answers a HEAD on a
+        // "folder" with an error): a folder of objects (a DCP checkpoint, a database)?
+        Err(e) => {
+            return open_folder(url, options).map_err(|folder| match folder.kind {
+                crate::ErrorKind::NotFound(_) => e,
+                _ => folder,
+            })
+        }
+    };
     // Formats of records (Caffe2's MiniDB) are read from memory: the object is fetched
     // whole for them.
     let format = match &options.format {
@@ -51,6 +67,51 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stats>)
         return Ok((TensorFile::from_source(source, options)?, stats));
     }
     Ok((TensorFile::from_source(source, options)?, stats))
+}
+
+/// Most objects a folder copied from a store may hold.
+const MAX_FOLDER_OBJECTS: usize = 1 << 16;
+
+/// The folder of objects under `url`, copied to a local temporary folder that the file
+/// keeps (and removes when dropped), opened as [`TensorFile::open_with`] opens a folder.
+fn open_folder(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stats>)> {
+    let loc = tensorfmt_object::locate(url)?;
+    let staged = tensorfmt_object::download(&loc, MAX_FOLDER_OBJECTS)?;
+    let mut file = TensorFile::open_with(staged.path(), options)
+        .map_err(|e| e.in_entry(format!("the copy of {url}")))?;
+    file.keep = Some(Box::new(staged));
+    Ok((file, Arc::new(Stats::default())))
+}
+
+/// Converts `input` to a folder format in a store (a DCP checkpoint, a sharded
+/// checkpoint, a database): written to a local temporary folder as [`crate::convert`]
+/// writes one, then uploaded file by file, what makes it a checkpoint (`.metadata`, the
+/// index, LevelDB's `CURRENT`) last.
+pub(crate) fn convert_to_folder(
+    input: &Path,
+    url: &str,
+    options: &ConvertOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ConvertSummary> {
+    let staged = tensorfmt_object::Staged::new()?;
+    let index = crate::sharded::is_index_name(Path::new(url));
+    let (local, folder_url) = if index {
+        let (folder, name) = url.rsplit_once('/').unwrap_or((url, url));
+        let dir = staged.path().join("out");
+        std::fs::create_dir(&dir).map_err(|e| crate::Error::from(crate::ErrorKind::Io(e)))?;
+        (dir.join(name), folder.to_string())
+    } else {
+        (
+            staged.path().join("out"),
+            url.trim_end_matches('/').to_string(),
+        )
+    };
+    let summary = crate::convert(input, &local, options, progress)?;
+    let loc = tensorfmt_object::locate(&folder_url)?;
+    let last =
+        |name: &str| name == ".metadata" || name.ends_with(".index.json") || name == "CURRENT";
+    tensorfmt_object::upload_dir(&staged.path().join("out"), &loc, &last)?;
+    Ok(summary)
 }
 
 /// [`TensorFile::open_with`] for callers in a tokio runtime: the opening runs on a

@@ -274,3 +274,80 @@ fn a_killed_upload_leaves_the_previous_object_whole() {
     }
     println!("s3 upload: 4 kills: old {old} new {new} mix 0, one save {one:?}");
 }
+
+/// Uploads every file of the local folder `dir` under `url`.
+fn put_folder(dir: &Path, url: &str) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_file() {
+            put(&e.path(), &format!("{url}/{name}"));
+        }
+    }
+}
+
+#[test]
+fn folder_formats_round_trip_through_the_store() {
+    let s3 = server();
+    let source = fixtures().join("pytorch/checkpoint_adam.pt");
+    let want = tensors_by_name(&inspect_json(&source));
+    // Folders the tools made, uploaded file by file, read by their folder's URL.
+    for (folder, name) in [
+        (fixtures().join("dcp/world4"), "world4"),
+        (fixtures().join("caffe2/weights.lmdb"), "weights.lmdb"),
+        (fixtures().join("caffe2/weights.leveldb"), "weights.leveldb"),
+    ] {
+        let url = s3.url(&format!("folders/made/{name}"));
+        put_folder(&folder, &url);
+        assert_eq!(inspect_url(&url), inspect_json(&folder), "{name}");
+        assert_eq!(
+            inspect_url(&format!("{url}/")),
+            inspect_json(&folder),
+            "{name}/"
+        );
+    }
+    // Folders tensorfmt writes to the store: a DCP checkpoint of 2 ranks, databases, a
+    // sharded checkpoint.
+    for (out, extra) in [
+        (
+            "folders/written/ckpt",
+            &["--to", "torch-dcp", "--world-size", "2"][..],
+        ),
+        ("folders/written/w.lmdb", &["--to", "caffe2-lmdb"][..]),
+        ("folders/written/w.leveldb", &["--to", "caffe2-leveldb"][..]),
+        (
+            "folders/written/sharded/model.safetensors.index.json",
+            &["--max-shard-size", "40"][..],
+        ),
+    ] {
+        let url = s3.url(out);
+        let args = [
+            &["convert", source.to_str().unwrap(), url.as_str()][..],
+            extra,
+        ]
+        .concat();
+        let (code, text) = cli(&args);
+        assert_eq!(code, ExitCode::SUCCESS, "{out}: {text}");
+        assert_eq!(tensors_by_name(&inspect_url(&url)), want, "{out}");
+    }
+    // The checkpoints' files are all there: the shards the index names, DCP's metadata.
+    assert!(s3.file("folders/written/ckpt/.metadata").exists());
+    let index = json(
+        &std::fs::read_to_string(s3.file("folders/written/sharded/model.safetensors.index.json"))
+            .unwrap(),
+    );
+    let shards: std::collections::BTreeSet<&str> = index["weight_map"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(shards.len() > 1, "{shards:?}");
+    for shard in shards {
+        assert!(
+            s3.file(&format!("folders/written/sharded/{shard}"))
+                .exists(),
+            "{shard}"
+        );
+    }
+}

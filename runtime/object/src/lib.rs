@@ -131,6 +131,18 @@ impl Location {
         Error::new(kind, ErrorLocation::file(&self.url))
     }
 
+    /// The location of `name` (a relative path, checked by the caller) under this
+    /// location taken as a folder.
+    fn beside_child(&self, name: &str) -> Location {
+        let mut parts: Vec<String> = self.path.parts().map(|p| p.as_ref().to_string()).collect();
+        parts.extend(name.split('/').map(str::to_string));
+        Location {
+            store: self.store.clone(),
+            path: ObjectPath::from_iter(parts),
+            url: format!("{}/{name}", self.url.trim_end_matches('/')),
+        }
+    }
+
     /// The location of `name`, a path relative to this object's "folder" (the shards of
     /// a sharded checkpoint beside its index): refused when it is absolute or has a `..`
     /// component.
@@ -493,6 +505,161 @@ pub fn read_whole(loc: &Location, limit: u64) -> Result<Vec<u8>> {
         ));
     }
     Ok(src.whole()?.into_owned())
+}
+
+/// The objects under the "folder" `loc` names (its path as a prefix: `s3://b/ckpt` holds
+/// `s3://b/ckpt/.metadata`), by their names relative to it, with their sizes; at most
+/// `limit` of them.
+pub fn list(loc: &Location, limit: usize) -> Result<Vec<(String, u64)>> {
+    let prefix = loc.path.clone();
+    let found: Vec<object_store::ObjectMeta> = block_on(async {
+        loc.store
+            .list(Some(&prefix))
+            .take(limit.saturating_add(1))
+            .try_collect()
+            .await
+    })
+    .map_err(|e| loc.error(e))?;
+    if found.len() > limit {
+        return Err(Error::new(
+            ErrorKind::Limit {
+                what: "objects in the folder",
+                limit: limit as u64,
+                actual: found.len() as u64,
+            },
+            ErrorLocation::file(&loc.url),
+        ));
+    }
+    let mut names = Vec::with_capacity(found.len());
+    for meta in found {
+        let Some(rest) = meta.location.prefix_match(&prefix) else {
+            continue;
+        };
+        let parts: Vec<String> = rest.map(|p| p.as_ref().to_string()).collect();
+        names.push((parts.join("/"), meta.size));
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// A folder of objects copied to a local temporary folder ([`download`]), removed when
+/// dropped: what formats whose files are found through a folder (DCP checkpoints,
+/// LMDB and LevelDB databases) read from a store.
+#[derive(Debug)]
+pub struct Staged {
+    dir: tempfile::TempDir,
+}
+
+impl Staged {
+    /// An empty temporary folder (what a folder written for a store is written into
+    /// before [`upload_dir`]).
+    pub fn new() -> Result<Staged> {
+        let dir = tempfile::Builder::new()
+            .prefix("tensorfmt-staged-")
+            .tempdir()
+            .map_err(|e| Error::from(ErrorKind::Io(e)))?;
+        Ok(Staged { dir })
+    }
+
+    /// The local folder.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+/// Copies every object under `loc` (at most `limit` of them) into a new temporary
+/// folder, each streamed to disk as it arrives. Names that would leave the folder (a `..`
+/// part) are refused.
+pub fn download(loc: &Location, limit: usize) -> Result<Staged> {
+    let staged = Staged::new()?;
+    let names = list(loc, limit)?;
+    if names.is_empty() {
+        return Err(Error::new(
+            ErrorKind::NotFound(format!("no object at or under {}", loc.url)),
+            ErrorLocation::file(&loc.url),
+        ));
+    }
+    for (name, _) in names {
+        if name.is_empty()
+            || name
+                .split('/')
+                .any(|p| p.is_empty() || p == "." || p == "..")
+        {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!("the object name '{name}' cannot be a local file")),
+                ErrorLocation::file(&loc.url),
+            ));
+        }
+        let target = staged.path().join(&name);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::from(ErrorKind::Io(e)))?;
+        }
+        let object = loc.beside_child(&name);
+        let mut out = std::fs::File::create(&target).map_err(|e| Error::from(ErrorKind::Io(e)))?;
+        block_on(async {
+            let got = object
+                .store
+                .get(&object.path)
+                .await
+                .map_err(|e| object.error(e))?;
+            let mut stream = got.into_stream();
+            while let Some(piece) = stream.next().await {
+                let piece = piece.map_err(|e| object.error(e))?;
+                out.write_all(&piece)
+                    .map_err(|e| Error::new(ErrorKind::Io(e), ErrorLocation::file(&object.url)))?;
+            }
+            Ok::<(), Error>(())
+        })?;
+    }
+    Ok(staged)
+}
+
+/// Uploads every file under the local folder `dir` as the objects under `loc` (names
+/// relative to both), each a multipart upload completed last; the files whose names
+/// `last` accepts (what makes the folder a checkpoint: DCP's `.metadata`, a sharded
+/// checkpoint's index) go after all the others, so that a reader finds them only once
+/// what they name is there. Objects are not replaced together: a folder rewritten in place
+/// may be read, in between, with some of its files new.
+pub fn upload_dir(
+    dir: &std::path::Path,
+    loc: &Location,
+    last: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).map_err(|e| Error::from(ErrorKind::Io(e)))? {
+            let e = e.map_err(|e| Error::from(ErrorKind::Io(e)))?;
+            let kind = e.file_type().map_err(|e| Error::from(ErrorKind::Io(e)))?;
+            if kind.is_dir() {
+                stack.push(e.path());
+            } else if kind.is_file() {
+                let rel = e
+                    .path()
+                    .strip_prefix(dir)
+                    .map(|p| {
+                        p.components()
+                            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                            .collect::<Vec<_>>()
+                            .join("/")
+                    })
+                    .unwrap_or_default();
+                files.push((e.path(), rel));
+            }
+        }
+    }
+    files.sort_by_key(|(_, rel)| (last(rel), rel.clone()));
+    for (path, rel) in files {
+        let mut up = Upload {
+            file: std::fs::File::open(&path).map_err(|e| Error::from(ErrorKind::Io(e)))?,
+            loc: loc.beside_child(&rel),
+        };
+        up.file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::from(ErrorKind::Io(e)))?;
+        up.commit()?;
+    }
+    Ok(())
 }
 
 /// A file being written for an object: bytes go to an anonymous temporary file, and
