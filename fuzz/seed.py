@@ -16,6 +16,7 @@ kv_folder        byte 0 then the data.mdb of each LMDB fixture of tests/fixtures
 safetensors      the safetensors-made fixtures of tests/fixtures/safetensors/
 numpy_pickle     the pickles of NumPy arrays of tests/fixtures/numpy_pickle/ (pickle.dump at
                  protocols 2, 4, 5, the Python 2 Detectron pickle) and its hostile corpus
+dcp_metadata     the .metadata of each torch.distributed checkpoint of tests/fixtures/dcp/
 
 Run from anywhere. The seeds are added to each target's corpus folder (files named by
 their SHA-1, so running it again adds nothing twice); what earlier runs found stays.
@@ -31,7 +32,7 @@ import shutil
 import zipfile
 
 ALL = ["pickle_read", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
-       "kv_folder", "safetensors", "numpy_pickle"]
+       "kv_folder", "safetensors", "numpy_pickle", "dcp_metadata"]
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--fresh", action="store_true",
                     help="empty each corpus folder before adding its seeds")
@@ -121,3 +122,7 @@ NP = os.path.join(FIX, "numpy_pickle")
 seeds("numpy_pickle",
       list(files(NP, lambda n: n.endswith(".pkl")))
       + list(files(os.path.join(NP, "hostile"), lambda n: n.endswith(".pkl"))))
+DCP = os.path.join(FIX, "dcp")
+seeds("dcp_metadata",
+      [blob for d in sorted(os.listdir(DCP)) if os.path.isdir(os.path.join(DCP, d))
+       for blob in files(os.path.join(DCP, d), lambda n: n == ".metadata")])
