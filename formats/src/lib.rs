@@ -1094,15 +1094,7 @@ impl Saver {
             #[cfg(object_storage)]
             SaverOut::Remote { file, writer } => {
                 writer.finish().map_err(|e| e.in_file(&path))?;
-                let upload = Rc::try_unwrap(file)
-                    .map_err(|_| {
-                        Error::new(
-                            ErrorKind::Sink("writer still holds the output".into()),
-                            Location::file(&path),
-                        )
-                    })?
-                    .into_inner();
-                return upload.commit();
+                return unshared(file, &path)?.commit();
             }
             SaverOut::Db {
                 db,
@@ -1119,14 +1111,7 @@ impl Saver {
             sweep_data_files(&path, format, &tag, true, &Default::default());
             return Err(e.in_file(&path));
         }
-        let file = Rc::try_unwrap(file)
-            .map_err(|_| {
-                Error::new(
-                    ErrorKind::Sink("writer still holds the output".into()),
-                    Location::file(&path),
-                )
-            })?
-            .into_inner();
+        let file = unshared(file, &path)?;
         let old = own_data_files(&path, format);
         if let Err(e) = file.commit() {
             sweep_data_files(&path, format, &tag, true, &Default::default());
@@ -1559,19 +1544,7 @@ pub fn convert(
     }
     let to = saver.format();
     saver.commit()?;
-    let written: Vec<(&str, DType)> = file
-        .tensors()
-        .iter()
-        .map(|t| (t.name.as_str(), options.dtype.unwrap_or(t.dtype)))
-        .collect();
-    let read_as = read_back_dtypes(registry, to, written.iter().map(|&(_, d)| d));
-    let retyped = written
-        .into_iter()
-        .filter_map(|(name, d)| match read_as.get(&d) {
-            Some(&r) if r != d => Some((name.to_string(), d, r)),
-            _ => None,
-        })
-        .collect();
+    let retyped = retyped(registry, to, file.tensors(), options.dtype);
     Ok(ConvertSummary {
         from: file.format(),
         to,
@@ -1607,6 +1580,40 @@ pub(crate) fn values_left_out(tree: &Node, values_beside: bool) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// The tensors of `tensors`, written to format `to` (as `dtype` when given), that it
+/// reads back as another dtype: (name, written, read) ([`ConvertSummary::retyped`]).
+pub(crate) fn retyped(
+    registry: &Registry,
+    to: &'static str,
+    tensors: &[TensorInfo],
+    dtype: Option<DType>,
+) -> Vec<(String, DType, DType)> {
+    let written: Vec<(&str, DType)> = tensors
+        .iter()
+        .map(|t| (t.name.as_str(), dtype.unwrap_or(t.dtype)))
+        .collect();
+    let read_as = read_back_dtypes(registry, to, written.iter().map(|&(_, d)| d));
+    written
+        .into_iter()
+        .filter_map(|(name, d)| match read_as.get(&d) {
+            Some(&r) if r != d => Some((name.to_string(), d, r)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The output of a save that the writer still shares, or an error naming `path`.
+fn unshared<T>(shared: Rc<RefCell<T>>, path: &Path) -> Result<T> {
+    Rc::try_unwrap(shared)
+        .map(RefCell::into_inner)
+        .map_err(|_| {
+            Error::new(
+                ErrorKind::Sink("writer still holds the output".into()),
+                Location::file(path),
+            )
+        })
 }
 
 /// The dtype format `to` reads back a tensor of each of `dtypes` as (a bf16 tensor

@@ -720,20 +720,7 @@ pub fn write(
             .collect(),
         None => Vec::new(),
     };
-    let written: Vec<(&str, crate::DType)> = file
-        .tensors()
-        .iter()
-        .map(|t| (t.name.as_str(), options.dtype.unwrap_or(t.dtype)))
-        .collect();
-    let read_as =
-        crate::read_back_dtypes(registry, out.format.name, written.iter().map(|&(_, d)| d));
-    let retyped = written
-        .into_iter()
-        .filter_map(|(name, d)| match read_as.get(&d) {
-            Some(&r) if r != d => Some((name.to_string(), d, r)),
-            _ => None,
-        })
-        .collect();
+    let retyped = crate::retyped(registry, out.format.name, file.tensors(), options.dtype);
     Ok(crate::ConvertSummary {
         from: file.format(),
         to: out.format.name,

@@ -108,21 +108,14 @@ fn save(job: &str, dir: &Path, g: i64) -> tensorfmt::Result<()> {
         };
         return caffe2::checkpoint("lmdb", g, &refs, &opts).map(|_| ());
     }
-    if job == "dcp" {
+    if job == "dcp" || job == "sharded" {
+        // A folder written from a file: a DCP checkpoint of two ranks, or two shards
+        // (`a`, 6 MB, alone over the size; `gen` and `b` in the other).
         let input = dir.join(SHARDED_INPUT);
         tensorfmt::save(&input, None, refs, &WriteOptions::default())?;
         let options = tensorfmt::ConvertOptions {
-            world_size: Some(2),
-            ..Default::default()
-        };
-        return tensorfmt::convert(&input, dest(job, dir), &options, |_, _| {}).map(|_| ());
-    }
-    if job == "sharded" {
-        // Two shards: `a` (6 MB) alone, over the size; `gen` and `b` in the other.
-        let input = dir.join(SHARDED_INPUT);
-        tensorfmt::save(&input, None, refs, &WriteOptions::default())?;
-        let options = tensorfmt::ConvertOptions {
-            max_shard_size: Some(2_000_000),
+            world_size: (job == "dcp").then_some(2),
+            max_shard_size: (job == "sharded").then_some(2_000_000),
             ..Default::default()
         };
         return tensorfmt::convert(&input, dest(job, dir), &options, |_, _| {}).map(|_| ());

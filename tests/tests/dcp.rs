@@ -37,6 +37,15 @@ fn tfcheck(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// A JSON array of non-negative integers.
+fn ints(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
 /// The digest `inspect --sha256` gives a loaded tensor.
 fn sha256(t: &tensorfmt::Tensor) -> String {
     use tensorfmt::runtime::hash::{hex, tensor_sha256};
@@ -118,14 +127,7 @@ fn a_rank_of_another_world_size_reads_what_dcp_load_gives_it() {
             let want = json(line);
             let name = want["name"].as_str().unwrap();
             let info = ckpt.tensor(name).unwrap();
-            let ints = |k: &str| -> Vec<u64> {
-                want[k]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect()
-            };
+            let ints = |k: &str| ints(&want[k]);
             let (offsets, sizes) = (ints("offsets"), ints("sizes"));
             let offsets = if info.shape.is_empty() {
                 vec![]
@@ -360,14 +362,7 @@ fn what_tensorfmt_writes_torch_loads_at_other_world_sizes() {
         for line in tfcheck(&["reshard", s(&out), load_world]).lines() {
             let want = json(line);
             let info = source.tensor(want["name"].as_str().unwrap()).unwrap();
-            let ints = |k: &str| -> Vec<u64> {
-                want[k]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect()
-            };
+            let ints = |k: &str| ints(&want[k]);
             let got = source
                 .load_slice(info, &ints("offsets"), &ints("sizes"))
                 .unwrap();
