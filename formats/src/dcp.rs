@@ -634,12 +634,19 @@ impl Content {
             as u64;
         let out_shape: Vec<u64> = target.iter().map(|&(_, n)| n).collect();
         let n = tensorfmt_runtime::tensor::nbytes(t.dtype, &out_shape)?;
-        let mut out = vec![0u8; tensorfmt_runtime::read::to_usize(n, "slice")?];
         if n == 0 {
-            return Ok(out);
+            return Ok(Vec::new());
         }
+        // Every chunk the box overlaps is opened and checked against its item before the
+        // box is allocated: sizes are the metadata's word, the items' tensors are bytes
+        // that exist (their storages checked against their members), and the chunks tile
+        // the tensor, so the box is never larger than what the items hold.
+        let mut parts = Vec::new();
         for c in &t.chunks {
             let Some(item) = c.item else { continue };
+            if c.sizes.contains(&0) {
+                continue;
+            }
             let meet: Option<Vec<(u64, u64)>> = (0..target.len())
                 .map(|d| {
                     let lo = c.offsets[d].max(target[d].0);
@@ -648,9 +655,6 @@ impl Content {
                 })
                 .collect();
             let Some(meet) = meet else { continue };
-            if c.sizes.contains(&0) {
-                continue;
-            }
             let (file, chunk) = self.open_item(src, t, item, opts)?;
             if chunk.shape != c.sizes {
                 return Err(invalid(format!(
@@ -659,9 +663,29 @@ impl Content {
                 ))
                 .in_entry(&t.name));
             }
-            let data = chunk_bytes(&file, &chunk)?;
+            parts.push((file, chunk, c, meet));
+        }
+        let mut out = vec![0u8; tensorfmt_runtime::read::to_usize(n, "slice")?];
+        for (file, chunk, c, meet) in parts {
+            let (held, streamed);
+            let data: &[u8] = if chunk.order() == Some(Order::C) {
+                // Viewed where it lies plain: only the rows copied are read.
+                held = file.load_info(&chunk)?;
+                held.data.as_bytes()
+            } else {
+                streamed = chunk_bytes(&file, &chunk)?;
+                &streamed
+            };
+            let need = tensorfmt_runtime::tensor::nbytes(t.dtype, &c.sizes)?;
+            if (data.len() as u64) < need {
+                return Err(invalid(format!(
+                    "the item's tensor holds {} bytes, its chunk needs {need}",
+                    data.len()
+                ))
+                .in_entry(&t.name));
+            }
             copy_box(
-                &data,
+                data,
                 &c.offsets,
                 &c.sizes,
                 &mut out,
@@ -674,13 +698,14 @@ impl Content {
     }
 }
 
-/// A chunk's elements in C order: its bytes where they lie plain in C order (a view of
-/// the map), else streamed through [`TensorFile::elements`].
-fn chunk_bytes(file: &TensorFile, chunk: &TensorInfo) -> Result<std::borrow::Cow<'static, [u8]>> {
+/// A tensor's elements in C order, in memory, streamed through
+/// [`TensorFile::elements`] (a view gathered from its storage, a deflated member
+/// inflated).
+fn chunk_bytes(file: &TensorFile, chunk: &TensorInfo) -> Result<Vec<u8>> {
     let mut data = Vec::new();
     std::io::Read::read_to_end(&mut file.elements(chunk)?, &mut data)
         .map_err(tensorfmt_runtime::zip::io_to_error)?;
-    Ok(std::borrow::Cow::Owned(data))
+    Ok(data)
 }
 
 /// Copies the elements of box `meet` from a chunk at `c_off` of size `c_size` (its bytes

@@ -274,6 +274,16 @@ fn hostile_metadata_gets_clear_errors() {
             "transforms",
         ),
         (
+            // A size the items do not hold: refused before the tensor is allocated.
+            "huge",
+            "k = next(k for k, v in md.state_dict_metadata.items() if getattr(v, 'size', None) is not None and len(v.size) == 1 and v.chunks[0].offsets == torch.Size([0]))\n\
+             tsm = md.state_dict_metadata[k]\n\
+             tsm.size = torch.Size([1 << 40])\n\
+             tsm.chunks = [ChunkStorageMetadata(offsets=torch.Size([0]), sizes=torch.Size([1 << 40]))]"
+                .into(),
+            "the chunk [1099511627776]",
+        ),
+        (
             "not_metadata",
             "md = pickle.dumps({'a': 1}, protocol=4)".into(),
             "no DCP `Metadata` object",
