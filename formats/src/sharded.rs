@@ -393,7 +393,7 @@ pub fn parse_size(text: &str) -> Result<u64> {
         )))
     };
     if let Ok(n) = t.parse::<u64>() {
-        return Ok(n);
+        return if n == 0 { Err(bad()) } else { Ok(n) };
     }
     let upper = t.to_ascii_uppercase();
     let units: [(&str, f64); 8] = [
@@ -793,7 +793,7 @@ mod tests {
         assert_eq!(parse_size(" 1.5mb ").unwrap(), 1_500_000);
         assert_eq!(parse_size("2GiB").unwrap(), 2 << 30);
         assert_eq!(parse_size("123").unwrap(), 123);
-        for bad in ["", "GB", "-1GB", "1XB", "nanGB", "0GB"] {
+        for bad in ["", "GB", "-1GB", "1XB", "nanGB", "0GB", "0"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
     }
