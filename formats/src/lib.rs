@@ -710,14 +710,8 @@ impl Read for MemberWindow<'_> {
 /// The URL `path` is, when it names an object in a store (`s3://bucket/key`,
 /// `gs://...`, `http(s)://...`): what [`object`] opens in a build with a backend.
 pub(crate) fn remote(path: &Path) -> Option<&str> {
-    let text = path.to_str()?;
-    let (scheme, _) = text.split_once("://")?;
-    (!scheme.is_empty()
-        && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
-    .then_some(text)
+    path.to_str()
+        .filter(|t| tensorfmt_runtime::source::is_url(t))
 }
 
 /// The error of a build without object storage given a URL.

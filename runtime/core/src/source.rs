@@ -27,6 +27,18 @@ pub trait RandomAccess: Send + Sync {
     }
 }
 
+/// Whether `text` names an object by URL (`s3://bucket/key`, `gs://`, `http(s)://`):
+/// `scheme://...` with a scheme of a letter then letters, digits, `+`, `-` and `.` (a
+/// path never reads so on the platforms tensorfmt runs on).
+pub fn is_url(text: &str) -> bool {
+    text.split_once("://").is_some_and(|(scheme, _)| {
+        scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    })
+}
+
 /// Checks that `len` bytes at `offset` lie inside a source of `total` bytes.
 pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
     match offset.checked_add(len) {
