@@ -20,5 +20,8 @@ if ! command -v cargo >/dev/null 2>&1 && [ -f "$HOME/.cargo/env" ]; then
 fi
 cargo --version >&2 || { echo "test.sh: cargo is not usable" >&2; exit 1; }
 
+# A whole-suite run gains nothing from incremental compilation's caches (gigabytes
+# across the test binaries); a caller who wants them sets CARGO_INCREMENTAL=1.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 echo "== cargo test --workspace --no-fail-fast $*" >&2
 exec cargo test --workspace --no-fail-fast "$@" </dev/null

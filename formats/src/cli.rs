@@ -61,6 +61,11 @@ struct InputArgs {
     /// larger of 256 MiB and 2048 times the input's size. Tensors streamed are not held.
     #[arg(long, global = true, value_name = "BYTES")]
     max_inflated_bytes: Option<u64>,
+    /// Most memory that expanding one pickle's objects may spend (values shared through
+    /// its memo count at every reference); by default 64 MiB and 64 bytes per byte of
+    /// the pickle. Raise it for a checkpoint refused for this limit that you trust.
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_tree_bytes: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -270,6 +275,9 @@ impl InputArgs {
         }
         if let Some(n) = self.max_inflated_bytes {
             limits.max_inflated_bytes = Some(n);
+        }
+        if let Some(n) = self.max_tree_bytes {
+            limits.max_tree_bytes = Some(n);
         }
         limits
     }

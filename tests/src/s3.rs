@@ -36,14 +36,55 @@ pub fn server() -> &'static Server {
     SERVER.get_or_init(start)
 }
 
+/// The server folders' name prefix, followed by the serving process's id.
+const ROOT_PREFIX: &str = "tensorfmt-s3-";
+
+/// The folder this process's server serves.
+static ROOT: OnceLock<PathBuf> = OnceLock::new();
+
+/// Removes the folders of servers whose process is gone.
+fn remove_stale_roots() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(ROOT_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = unsafe { libc::kill(pid, 0) } == -1
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
 fn start() -> Server {
     use hyper_util::rt::{TokioExecutor, TokioIo};
     use hyper_util::server::conn::auto::Builder;
+    remove_stale_roots();
     let root = tempfile::Builder::new()
-        .prefix("tensorfmt-s3-")
+        .prefix(&format!("{ROOT_PREFIX}{}-", std::process::id()))
         .tempdir()
         .expect("a folder for the S3 server")
         .keep();
+    // The server lives as long as the process, so its folder is removed at exit (and,
+    // after a test binary was killed, by the next one's `remove_stale_roots`).
+    ROOT.set(root.clone()).expect("one S3 server per process");
+    extern "C" fn remove_root() {
+        if let Some(root) = ROOT.get() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+    // SAFETY: `remove_root` is a plain function that touches only `ROOT`, set above.
+    unsafe { libc::atexit(remove_root) };
     std::fs::create_dir_all(root.join(BUCKET)).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     let served = root.clone();

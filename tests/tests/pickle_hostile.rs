@@ -137,6 +137,49 @@ fn billion_laughs_values_are_refused_before_the_memory_is_spent() {
 }
 
 #[test]
+fn the_budget_for_expanding_a_pickle_is_a_limit_the_caller_sets() {
+    for (file, _) in BOMBS {
+        let path = bombs_dir().join(file);
+        let len = std::fs::metadata(&path).unwrap().len();
+        // The default: 64 MiB and 64 bytes per byte of the pickle (at most the file).
+        let e = TensorFile::open(&path).unwrap().structure().unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("(--max-tree-bytes)"), "{file}: {text}");
+        let limit: u64 = text
+            .split("the limit is ")
+            .nth(1)
+            .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{file}: {text}"));
+        assert!(
+            (64 << 20..=(64 << 20) + 64 * len).contains(&limit),
+            "{file}: {text}"
+        );
+        // Set lower, it fires there, and at once.
+        let options = tensorfmt::OpenOptions {
+            limits: tensorfmt::Limits {
+                max_tree_bytes: Some(1 << 16),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let e = TensorFile::open_with(&path, &options)
+            .and_then(|f| f.structure())
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("the limit is 65536"), "{file}: {text}");
+        let (code, out) = cli(&[
+            "inspect",
+            "--max-tree-bytes",
+            "65536",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(code, ExitCode::SUCCESS, "{file}: {out}");
+        assert!(out.contains("values: not shown"), "{file}: {out}");
+    }
+}
+
+#[test]
 fn the_generator_writes_the_committed_corpus() {
     let tmp = tempfile::tempdir().unwrap();
     let (refused, bombs) = (tmp.path().join("refused"), tmp.path().join("bombs"));

@@ -36,6 +36,13 @@ pub struct Limits {
     /// before the memory is spent). `None`, the default, is proportional to the input:
     /// [`Limits::inflated_budget`].
     pub max_inflated_bytes: Option<u64>,
+    /// Most memory, in bytes, that expanding one pickle's value may spend: the walk that
+    /// finds its tensors and the object tree of its structure, each. Values shared through
+    /// the memo are expanded at every reference, so a few kilobytes can describe a tree
+    /// of billions of nodes ("billion laughs"); the walk charges each node before making
+    /// it and stops here. `None`, the default, is proportional to the pickle:
+    /// [`Limits::tree_budget`].
+    pub max_tree_bytes: Option<u64>,
 }
 
 /// The least per-file budget of decompressed bytes held in memory when
@@ -47,6 +54,15 @@ pub const MIN_INFLATED_BUDGET: u64 = 256 << 20;
 /// loaded once fits; only bytes inflated again and again from the same compressed bytes
 /// (a storage that many tensors share, loaded once per tensor) go past it.
 pub const INFLATED_PER_INPUT_BYTE: u64 = 2048;
+
+/// The base of the default budget for expanding a pickle's value when
+/// [`Limits::max_tree_bytes`] is not set: 64 MiB.
+pub const MIN_TREE_BUDGET: u64 = 64 << 20;
+
+/// The default budget for expanding a pickle's value, per byte of the pickle, on top of
+/// [`MIN_TREE_BUDGET`]: 64 (a node costs 64 bytes, and a pickle without memo sharing
+/// makes at most one node per byte).
+pub const TREE_BYTES_PER_INPUT_BYTE: u64 = 64;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -63,6 +79,7 @@ impl Default for Limits {
             max_memo: 1 << 22,
             max_view_bytes: 16 << 30,
             max_inflated_bytes: None,
+            max_tree_bytes: None,
         }
     }
 }
@@ -76,6 +93,15 @@ impl Limits {
             input_len
                 .saturating_mul(INFLATED_PER_INPUT_BYTE)
                 .max(MIN_INFLATED_BUDGET)
+        })
+    }
+
+    /// The memory that expanding the value of a pickle of `input_len` bytes may spend:
+    /// [`Limits::max_tree_bytes`] when set, else [`MIN_TREE_BUDGET`] plus
+    /// [`TREE_BYTES_PER_INPUT_BYTE`] per byte.
+    pub fn tree_budget(&self, input_len: u64) -> u64 {
+        self.max_tree_bytes.unwrap_or_else(|| {
+            MIN_TREE_BUDGET.saturating_add(input_len.saturating_mul(TREE_BYTES_PER_INPUT_BYTE))
         })
     }
 
@@ -180,6 +206,19 @@ mod tests {
             ..Limits::default()
         };
         assert_eq!(set.inflated_budget(1 << 30), 10);
+    }
+
+    #[test]
+    fn the_default_tree_budget_grows_with_the_pickle_unless_set() {
+        let l = Limits::default();
+        assert_eq!(l.tree_budget(0), MIN_TREE_BUDGET);
+        assert_eq!(l.tree_budget(1000), MIN_TREE_BUDGET + 64_000);
+        assert_eq!(l.tree_budget(u64::MAX), u64::MAX);
+        let set = Limits {
+            max_tree_bytes: Some(4096),
+            ..Limits::default()
+        };
+        assert_eq!(set.tree_budget(1 << 30), 4096);
     }
 
     #[test]

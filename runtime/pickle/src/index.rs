@@ -335,7 +335,7 @@ impl<'c, S: Storages> Index<'c, S> {
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
         let kind_of = |o: &Object| kind_of(placed, o);
         let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
-        let budget = super::memory_budget(bytes.len());
+        let budget = self.limits.tree_budget(bytes.len() as u64);
         let objects = find_objects(&value, &is_target, self.limits, budget).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
         let mut names = Names::default();
@@ -604,7 +604,7 @@ pub fn read_file(
     let object = &values[spec.object];
     let kind_of = |o: &Object| kind_of(spec.placed, o);
     let is_target = |o: &Object| (spec.is_target)(o) || kind_of(o).is_some();
-    let budget = super::memory_budget(object_at.1.len());
+    let budget = limits.tree_budget(object_at.1.len() as u64);
     let objects = find_objects(object, &is_target, limits, budget).map_err(in_file)?;
 
     // Every call mapped; the storages' dtypes are those of the tensors using them.
@@ -744,7 +744,7 @@ pub fn read_one(
     };
     let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
     let is_target = |o: &Object| spec.kinds.iter().any(|(is, _)| is(o));
-    let budget = super::memory_budget(bytes.len());
+    let budget = limits.tree_budget(bytes.len() as u64);
     let objects = find_objects(&value, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());
     let mut names = Names::default();

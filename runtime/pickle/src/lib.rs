@@ -57,14 +57,16 @@ pub use tree::{from_tree, to_tree};
 pub use value::{ByteRange, Global, Object, Stream, Value};
 pub use walk::find_objects;
 
-/// The memory a walk of a pickle's value ([`find_objects`]) or its object tree
+/// The default memory a walk of a pickle's value ([`find_objects`]) or its object tree
 /// ([`to_tree`]) may spend, each, for a pickle of `input_len` bytes: 64 MiB and 64 bytes
 /// per byte of the pickle (a node of the tree costs 64 bytes, and a pickle with no memo
-/// sharing makes at most one node per byte). Memo-shared values are expanded at each
+/// sharing makes at most one node per byte); the readers use
+/// [`Limits::tree_budget`](tensorfmt_core::limits::Limits::tree_budget), which is this
+/// unless `Limits::max_tree_bytes` is set. Memo-shared values are expanded at each
 /// reference by both, so a small pickle that references a value a billion times ("billion
 /// laughs") is refused when its expansion reaches this budget, before it is allocated.
 pub fn memory_budget(input_len: usize) -> u64 {
-    (64u64 << 20).saturating_add((input_len as u64).saturating_mul(64))
+    tensorfmt_core::limits::Limits::default().tree_budget(input_len as u64)
 }
 
 /// Refused when `spent` bytes would exceed `budget`.

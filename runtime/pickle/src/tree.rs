@@ -26,7 +26,7 @@ use tensorfmt_core::tree::Node;
 /// tensor) is that argument; other calls and object-kind instances (TorchScript
 /// modules) are [`Node::Object`]s with their arguments and state. Shared nodes are
 /// expanded at each reference; at most `limits.max_pickle_ops` nodes are made,
-/// `limits.max_depth` levels entered and [`memory_budget`](super::memory_budget) of the
+/// `limits.max_depth` levels entered and [`Limits::tree_budget`] of the
 /// buffer's size spent (charged before each allocation), beyond that it fails with
 /// [`ErrorKind::Limit`].
 pub fn to_tree(
@@ -40,7 +40,7 @@ pub fn to_tree(
         tensor_name,
         limits,
         made: 0,
-        budget: super::memory_budget(buffer.len()),
+        budget: limits.tree_budget(buffer.len() as u64),
         spent: 0,
     };
     b.charge(NODE)?;
@@ -65,7 +65,7 @@ impl TreeBuilder<'_> {
         self.spent = self.spent.saturating_add(bytes);
         if self.spent > self.budget {
             return Err(super::over_budget(
-                "object tree memory",
+                "object tree memory (--max-tree-bytes)",
                 self.budget,
                 self.spent,
             ));

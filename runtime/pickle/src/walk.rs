@@ -28,7 +28,7 @@ use tensorfmt_core::limits::Limits;
 /// nodes, goes at most `limits.max_depth` levels deep, and lists at most
 /// `limits.max_tensors` objects, whose paths (kept three times by an index: the list, the
 /// tensors' names, the object tree's names) take at most `budget` bytes
-/// ([`memory_budget`](super::memory_budget)); beyond that it fails with
+/// ([`Limits::tree_budget`] of the pickle's size); beyond that it fails with
 /// [`ErrorKind::Limit`], before the memory is spent.
 pub fn find_objects<'v>(
     root: &'v Value,
@@ -129,7 +129,7 @@ impl<'v> Walker<'_, 'v> {
                     self.spent = self.spent.saturating_add(cost);
                     if self.spent > self.budget {
                         return Err(super::over_budget(
-                            "memory for tensor names",
+                            "memory for tensor names (--max-tree-bytes)",
                             self.budget,
                             self.spent,
                         ));
