@@ -11,7 +11,11 @@
 #     tensorfmt's index and full load of a .pkl of NumPy arrays, with the memcpy limit;
 #   --suite safetensors: benches/compare_safetensors.py, Python safetensors vs tensorfmt vs
 #     the safetensors crate vs candle (tfbench built with --features candle) on a file
-#     written by safetensors.torch.save_file, with the memcpy limit.
+#     written by safetensors.torch.save_file, with the memcpy limit;
+#   --suite distributed: benches/compare_distributed.py, a >= 1 GiB checkpoint read from a
+#     local S3-protocol server vs from the file, one rank's shard of a torch.distributed
+#     checkpoint vs torch's dcp.load, and the peak anonymous memory of converting a sharded
+#     checkpoint (the tensorfmt CLI built too).
 # Other arguments are passed to the suite's script (--runs, --only, --json, --markdown,
 # --dir ...; npy: --no-1g; pytorch, safetensors: --layers, --small).
 #
@@ -40,12 +44,17 @@ case "$suite" in
   caffe2) script=benches/compare_caffe2.py; features=(); module=lmdb ;;
   safetensors) script=benches/compare_safetensors.py; features=(--features candle); module=safetensors ;;
   pickle) script=benches/compare_pickle.py; features=(); module=torch ;;
-  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2, safetensors, pickle)" >&2; exit 2 ;;
+  distributed) script=benches/compare_distributed.py; features=(); module=huggingface_hub ;;
+  *) echo "compare.sh: unknown suite '$suite' (npy, pytorch, onnx, caffe2, safetensors, pickle, distributed)" >&2; exit 2 ;;
 esac
 
 cargo build --release -p tensorfmt-benches --bin tfbench ${features[@]+"${features[@]}"}
 target_dir="$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')"
 tfbench="$target_dir/release/tfbench"
+if [ "$suite" = distributed ]; then
+  cargo build --release -p tensorfmt --bin tensorfmt
+  args+=(--cli "$target_dir/release/tensorfmt")
+fi
 
 # The project's Python environment (scripts/pyenv.sh, which pins NumPy and torch, prints
 # its python as its last line). For the npy suite only, a venv with NumPy made on the

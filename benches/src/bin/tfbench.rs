@@ -1038,6 +1038,202 @@ fn raw_scan(dir: &std::path::Path) -> Result<(usize, usize)> {
     Ok((n, bytes))
 }
 
+/// Adds the request counters of `stats` (those of the last timed run) to the last result.
+fn with_requests(b: &mut Bench, op: &str, lib: &str, stats: Option<&tensorfmt::object::Stats>) {
+    if let (Some(stats), Some(last)) = (stats, b.results.last_mut()) {
+        if last["op"] == op && last["lib"] == lib {
+            last["requests"] = json!(stats.requests());
+            last["received_bytes"] = json!(stats.bytes());
+        }
+    }
+}
+
+/// The distributed suite (`compare_distributed.py`), on `DIR/dist`: `model.safetensors`
+/// and `model.pt` (one state dict of at least 1 GiB) opened and loaded from the file and
+/// from the tests' S3-protocol server on 127.0.0.1 (s3s-fs, in this process, serving a
+/// folder the files are hard-linked into), with the requests each read made and one
+/// plain GET of the whole object (the server's limit); `dcp/`, a torch.distributed
+/// checkpoint, read as rank 0 of a job of `dcp/world` ranks loads its shard (each tensor
+/// split along its first dimension as `Shard(0)` splits it) and read whole.
+fn distributed(b: &mut Bench) -> Result<()> {
+    use tensorfmt::{OpenOptions, TensorFile};
+    let dir = b.args.dir.join("dist");
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let runs = b.args.runs;
+    let open_runs = b.args.open_runs;
+    let none = || Ok(());
+    for (stem, name) in [("st", "model.safetensors"), ("pt", "model.pt")] {
+        let local = dir.join(name);
+        if !local.exists() {
+            continue;
+        }
+        let server = tensorfmt_tests::s3::server();
+        let key = format!("bench/{name}");
+        let served = server.file(&key);
+        std::fs::create_dir_all(served.parent().unwrap())?;
+        remove_if_exists(&served)?;
+        if std::fs::hard_link(&local, &served).is_err() {
+            std::fs::copy(&local, &served)?;
+        }
+        let url = server.url(&key);
+        let file = tf::open(&local)?;
+        let bytes = file
+            .tensors()
+            .iter()
+            .map(|t| t.nbytes().map(|n| n as usize))
+            .sum::<tensorfmt::Result<usize>>()?;
+        drop(file);
+        let s3_open = || -> Result<(TensorFile, std::sync::Arc<tensorfmt::object::Stats>)> {
+            Ok(tensorfmt::object::open(&url, &OpenOptions::default())?)
+        };
+
+        let op = format!("dist.{stem}.open");
+        b.time(
+            Case {
+                op: &op,
+                lib: "tensorfmt",
+                how: "TensorFile::open of the file (map + detect + index) + names listed",
+                bytes,
+                runs: open_runs,
+            },
+            none,
+            || tf::open_list(&local, None),
+        )?;
+        let mut last = None;
+        b.time(
+            Case {
+                op: &op,
+                lib: "tensorfmt-s3",
+                how: "tensorfmt::object::open of the s3:// URL (ranged GETs: detect + index) + names listed",
+                bytes,
+                runs: open_runs,
+            },
+            none,
+            || {
+                let (file, stats) = s3_open()?;
+                let n = file.tensors().iter().map(|t| t.name.len()).count();
+                last = Some(stats);
+                Ok(n)
+            },
+        )?;
+        with_requests(b, &op, "tensorfmt-s3", last.as_deref());
+
+        let op = format!("dist.{stem}.load");
+        b.time(
+            Case {
+                op: &op,
+                lib: "tensorfmt",
+                how: "TensorFile::open of the file + read_all into owned memory (OwnedSink)",
+                bytes,
+                runs,
+            },
+            none,
+            || tf::read_owned(&local),
+        )?;
+        let mut last = None;
+        b.time(
+            Case {
+                op: &op,
+                lib: "tensorfmt-s3",
+                how: "tensorfmt::object::open of the s3:// URL + read_all into owned memory \
+                      (OwnedSink; concurrent ranged GETs)",
+                bytes,
+                runs,
+            },
+            none,
+            || {
+                let (file, stats) = s3_open()?;
+                let mut sink = tensorfmt::runtime::sink::OwnedSink::new();
+                file.read_all(&mut sink)?;
+                last = Some(stats);
+                Ok(sink.into_tensors())
+            },
+        )?;
+        with_requests(b, &op, "tensorfmt-s3", last.as_deref());
+        let loc = tensorfmt_object::locate(&url)?;
+        let object_len = std::fs::metadata(&local)?.len();
+        b.time(
+            Case {
+                op: &format!("dist.{stem}.get"),
+                lib: "object_store",
+                how: "the whole object in one GET into memory (the server's limit; not a load)",
+                bytes,
+                runs,
+            },
+            none,
+            || Ok(tensorfmt_object::read_whole(&loc, object_len)?),
+        )?;
+    }
+
+    let dcp = dir.join("dcp");
+    if dcp.is_dir() {
+        let world: u64 = std::fs::read_to_string(dir.join("dcp.world"))?.trim().parse()?;
+        // Rank 0's box of every tensor: the first ceil(n / world) rows (torch.chunk's
+        // split, as Shard(0) places a DTensor), the other dimensions whole.
+        let file = tf::open(&dcp)?;
+        let boxes: Vec<(String, Vec<u64>, Vec<u64>)> = file
+            .tensors()
+            .iter()
+            .map(|t| {
+                let mut sizes = t.shape.clone();
+                if let Some(rows) = sizes.first_mut() {
+                    *rows = (*rows).min(rows.div_ceil(world));
+                }
+                (t.name.clone(), vec![0; t.shape.len()], sizes)
+            })
+            .collect();
+        let rank0: usize = file
+            .tensors()
+            .iter()
+            .zip(&boxes)
+            .map(|(t, (_, _, sizes))| {
+                sizes.iter().product::<u64>() as usize * t.dtype.itemsize().unwrap_or(1)
+            })
+            .sum();
+        let whole = file
+            .tensors()
+            .iter()
+            .map(|t| t.nbytes().map(|n| n as usize))
+            .sum::<tensorfmt::Result<usize>>()?;
+        drop(file);
+        b.time(
+            Case {
+                op: "dist.dcp.rank0",
+                lib: "tensorfmt",
+                how: "TensorFile::open of the DCP folder (.metadata unpickled) + load_slice of rank 0's \
+                      rows of every tensor (only the chunks and byte ranges they overlap read)",
+                bytes: rank0,
+                runs,
+            },
+            none,
+            || {
+                let file = tf::open(&dcp)?;
+                let mut out = Vec::with_capacity(boxes.len());
+                for (name, offsets, sizes) in &boxes {
+                    let info = file.tensor(name).ok_or("a tensor listed is gone")?;
+                    out.push(file.load_slice(info, offsets, sizes)?);
+                }
+                Ok(out)
+            },
+        )?;
+        b.time(
+            Case {
+                op: "dist.dcp.full",
+                lib: "tensorfmt",
+                how: "TensorFile::open of the DCP folder + read_all into owned memory \
+                      (every tensor assembled from its chunks)",
+                bytes: whole,
+                runs,
+            },
+            none,
+            || tf::read_owned(&dcp),
+        )?;
+    }
+    Ok(())
+}
+
 fn main() {
     let result = (|| -> Result<Value> {
         let args = parse_args()?;
@@ -1054,6 +1250,7 @@ fn main() {
         safetensors(&mut b)?;
         pickle(&mut b)?;
         caffe2(&mut b)?;
+        distributed(&mut b)?;
         Ok(json!({
             "tool": "tfbench",
             "runs": b.args.runs,
