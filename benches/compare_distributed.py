@@ -8,14 +8,14 @@ of float32 and bfloat16 by default) written by the real tools:
 
 - `model.safetensors` (`safetensors.torch.save_file`) and `model.pt` (`torch.save`), read by
   the `tfbench` release binary from the file and from the tests' S3-protocol server on
-  127.0.0.1 (s3s-fs in tfbench's process, the files hard-linked into the folder it serves):
+  127.0.0.1 (s3s-fs in tfbench's process, the files uploaded to it by multipart uploads):
   index and full load, GiB/s and the requests each read made, and one plain GET of the
   whole object as the server's limit;
 - `dcp/`, saved by `torch.distributed.checkpoint.save` from 4 gloo processes, every tensor a
   DTensor row-sharded over them (`Shard(0)`); rank 0 of a 2-process job loads its shard:
   torch (`dcp.load` into DTensors `Shard(0)` over 2 gloo processes on 127.0.0.1, rank 0's
   time) against tensorfmt (`TensorFile::load_slice` of rank 0's rows of every tensor);
-- `sharded/`, saved by `huggingface_hub.save_torch_state_dict` (300 MB shards), converted
+- `sharded/`, saved by `huggingface_hub.save_torch_state_dict` (300MB shards), converted
   by the release `tensorfmt` CLI to one PyTorch file and to PyTorch shards, its anonymous
   memory (RssAnon, /proc, sampled every millisecond) against the bound of the largest
   tensor + 64 MiB, and a Python peer that loads the shards (`safetensors.torch.load_file`)
@@ -51,7 +51,10 @@ import torch.multiprocessing as mp  # noqa: E402
 
 SAVE_WORLD = 4
 LOAD_WORLD = 2
-SHARD_SIZE = "300MB"
+# The shards of the sharded checkpoint, and those its conversion writes (--small: sizes
+# that still make several).
+SHARD_SIZE, OUT_SHARD_SIZE = "300MB", "200MB"
+SMALL_SHARD_SIZE, SMALL_OUT_SHARD_SIZE = "200KB", "100KB"
 
 
 def free_port():
@@ -162,7 +165,7 @@ torch.save(sd, out)
 """
 
 
-def convert_memory(args, top, runs):
+def convert_memory(args, top, runs, out_shard_size):
     """The conversions of `sharded/` timed with their peak anonymous memory."""
     index = os.path.join(top, "dist", "sharded", "model.safetensors.index.json")
     out_pt = os.path.join(top, "out.pt")
@@ -172,9 +175,9 @@ def convert_memory(args, top, runs):
          "tensorfmt convert sharded/model.safetensors.index.json out.pt",
          [args.cli, "convert", index, out_pt]),
         ("dist.convert.shards", "tensorfmt",
-         "tensorfmt convert sharded/ out_shards --max-shard-size 200MB --to pytorch",
-         [args.cli, "convert", os.path.dirname(index), out_shards, "--max-shard-size", "200MB",
-          "--to", "pytorch"]),
+         f"tensorfmt convert sharded/ out_shards --max-shard-size {out_shard_size} --to pytorch",
+         [args.cli, "convert", os.path.dirname(index), out_shards, "--max-shard-size",
+          out_shard_size, "--to", "pytorch"]),
         ("dist.convert.pt", "python",
          "safetensors.torch.load_file of every shard into one dict + torch.save",
          [sys.executable, "-c", PEER, index, out_pt]),
@@ -205,7 +208,7 @@ def convert_memory(args, top, runs):
     return results
 
 
-def table(results, sd_line, largest):
+def table(results, largest, shard_size):
     by = {(r["op"], r["lib"]): r for r in results}
     gib_s = lambda r: "n/a" if not r else f"{r['bytes'] / GIB / r['median_s']:.2f}"  # noqa: E731
     lines = [
@@ -260,7 +263,7 @@ def table(results, sd_line, largest):
         bound = largest + 64 * MIB
         lines += [
             "",
-            f"Converting the sharded checkpoint (`save_torch_state_dict`, {SHARD_SIZE} shards): peak "
+            f"Converting the sharded checkpoint (`save_torch_state_dict`, {shard_size} shards): peak "
             f"anonymous memory (RssAnon sampled every ms, the largest of the runs) against the "
             f"bound, the largest tensor ({largest / MIB:.0f} MiB) + 64 MiB = {bound / MIB:.0f} MiB:",
             "",
@@ -306,7 +309,10 @@ def main():
         from safetensors.torch import save_file
         save_file(sd, os.path.join(d, "model.safetensors"))
         torch.save(sd, os.path.join(d, "model.pt"))
-        save_torch_state_dict(sd, os.path.join(d, "sharded"), max_shard_size=SHARD_SIZE)
+        shard_size, out_shard_size = ((SMALL_SHARD_SIZE, SMALL_OUT_SHARD_SIZE) if args.small
+                                      else (SHARD_SIZE, OUT_SHARD_SIZE))
+        os.makedirs(os.path.join(d, "sharded"))
+        save_torch_state_dict(sd, os.path.join(d, "sharded"), max_shard_size=shard_size)
         del sd
         mp.spawn(run_save, args=(SAVE_WORLD, free_port(), os.path.join(d, "dcp"), shapes),
                  nprocs=SAVE_WORLD)
@@ -320,7 +326,7 @@ def main():
         t = {r["lib"]: r["bytes"] for r in results if r["op"] == "dist.dcp.rank0"}
         if len(set(t.values())) > 1:
             sys.exit(f"compare_distributed.py: rank 0's shard differs in size: {t}")
-        results += convert_memory(args, top, min(args.runs, 3))
+        results += convert_memory(args, top, min(args.runs, 3), out_shard_size)
     finally:
         if args.keep:
             print(f"compare_distributed.py: kept {top}", file=sys.stderr)
@@ -338,7 +344,7 @@ def main():
         f"for the index), page cache warm, files in {env['dir']}; 1-min load average "
         f"{load_before:.2f} before, {env['loadavg_1min'][1]:.2f} after"
     )
-    report(header + "\n\n" + table(results, sd_line, largest) + "\n", env, results, args)
+    report(header + "\n\n" + table(results, largest, shard_size) + "\n", env, results, args)
 
 
 if __name__ == "__main__":

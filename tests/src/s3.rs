@@ -111,6 +111,9 @@ fn start() -> Server {
                     let Ok((socket, _)) = listener.accept().await else {
                         continue;
                     };
+                    // Small writes go out at once (without, Nagle's algorithm meets the
+                    // client's delayed ACKs and a response's tail waits ~40 ms).
+                    let _ = socket.set_nodelay(true);
                     let conn = http
                         .serve_connection(TokioIo::new(socket), service.clone())
                         .into_owned();

@@ -1050,8 +1050,8 @@ fn with_requests(b: &mut Bench, op: &str, lib: &str, stats: Option<&tensorfmt::o
 
 /// The distributed suite (`compare_distributed.py`), on `DIR/dist`: `model.safetensors`
 /// and `model.pt` (one state dict of at least 1 GiB) opened and loaded from the file and
-/// from the tests' S3-protocol server on 127.0.0.1 (s3s-fs, in this process, serving a
-/// folder the files are hard-linked into), with the requests each read made and one
+/// from the tests' S3-protocol server on 127.0.0.1 (s3s-fs, in this process, the files
+/// uploaded to it through the S3 API), with the requests each read made and one
 /// plain GET of the whole object (the server's limit); `dcp/`, a torch.distributed
 /// checkpoint, read as rank 0 of a job of `dcp/world` ranks loads its shard (each tensor
 /// split along its first dimension as `Shard(0)` splits it) and read whole.
@@ -1071,13 +1071,12 @@ fn distributed(b: &mut Bench) -> Result<()> {
         }
         let server = tensorfmt_tests::s3::server();
         let key = format!("bench/{name}");
-        let served = server.file(&key);
-        std::fs::create_dir_all(served.parent().unwrap())?;
-        remove_if_exists(&served)?;
-        if std::fs::hard_link(&local, &served).is_err() {
-            std::fs::copy(&local, &served)?;
-        }
         let url = server.url(&key);
+        // Uploaded through the S3 API (a multipart upload), untimed: the server then keeps
+        // the object's ETag, as a store does, instead of hashing the file at every request.
+        let mut upload = tensorfmt::object::Upload::create(&url)?;
+        std::io::copy(&mut std::fs::File::open(&local)?, &mut upload)?;
+        upload.commit()?;
         let file = tf::open(&local)?;
         let bytes = file
             .tensors()
@@ -1113,7 +1112,8 @@ fn distributed(b: &mut Bench) -> Result<()> {
             none,
             || {
                 let (file, stats) = s3_open()?;
-                let n = file.tensors().iter().map(|t| t.name.len()).count();
+                let names: Vec<&str> = file.tensors().iter().map(|t| t.name.as_str()).collect();
+                let n = names.len();
                 last = Some(stats);
                 Ok(n)
             },
@@ -1169,7 +1169,9 @@ fn distributed(b: &mut Bench) -> Result<()> {
 
     let dcp = dir.join("dcp");
     if dcp.is_dir() {
-        let world: u64 = std::fs::read_to_string(dir.join("dcp.world"))?.trim().parse()?;
+        let world: u64 = std::fs::read_to_string(dir.join("dcp.world"))?
+            .trim()
+            .parse()?;
         // Rank 0's box of every tensor: the first ceil(n / world) rows (torch.chunk's
         // split, as Shard(0) places a DTensor), the other dimensions whole.
         let file = tf::open(&dcp)?;
