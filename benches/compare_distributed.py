@@ -14,7 +14,8 @@ of float32 and bfloat16 by default) written by the real tools:
 - `dcp/`, saved by `torch.distributed.checkpoint.save` from 4 gloo processes, every tensor a
   DTensor row-sharded over them (`Shard(0)`); rank 0 of a 2-process job loads its shard:
   torch (`dcp.load` into DTensors `Shard(0)` over 2 gloo processes on 127.0.0.1, rank 0's
-  time) against tensorfmt (`TensorFile::load_slice` of rank 0's rows of every tensor);
+  time) against tensorfmt (`TensorFile::load_slice` of rank 0's rows of every tensor, from
+  the folder and from the S3 server, where the checkpoint is read in place);
 - `sharded/`, saved by `huggingface_hub.save_torch_state_dict` (300MB shards), converted
   by the release `tensorfmt` CLI to one PyTorch file and to PyTorch shards, its anonymous
   memory (RssAnon, /proc, sampled every millisecond) against the bound of the largest
@@ -254,6 +255,14 @@ def table(results, largest, shard_size):
                 f"| rank 0's rows of every tensor | {nbytes / MIB:.0f} MiB | "
                 f"{fmt_time(r0t and r0t['median_s'])} | {fmt_time(r0f and r0f['median_s'])} | "
                 f"{fmt_ratio(r0t and r0t['median_s'], r0f and r0f['median_s'])} | {gib_s(r0f)} |")
+        r0s = by.get(("dist.dcp.rank0", "tensorfmt-s3"))
+        if r0s:
+            lines.append(
+                f"| rank 0's rows of every tensor, from the S3 server ({r0s.get('requests', 'n/a')} "
+                f"requests, {r0s.get('received_bytes', 0) / MIB:.0f} MiB received) | "
+                f"{r0s['bytes'] / MIB:.0f} MiB | {fmt_time(r0t and r0t['median_s'])} | "
+                f"{fmt_time(r0s['median_s'])} | {fmt_ratio(r0t and r0t['median_s'], r0s['median_s'])} | "
+                f"{gib_s(r0s)} |")
         if full:
             lines.append(f"| the whole checkpoint (tensorfmt, every chunk assembled) | "
                          f"{full['bytes'] / MIB:.0f} MiB | | {fmt_time(full['median_s'])} | | "

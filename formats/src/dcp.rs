@@ -21,7 +21,8 @@
 //! `pathlib.PosixPath` (`StorageMeta.checkpoint_id`), and nothing else. The index checks
 //! every chunk against its tensor (inside it, the chunks tiling it exactly, each with an
 //! item); `.distcp` files are mapped when a tensor or value is first read
-//! ([`Source::external`]: inside the folder), and each item's archive is checked as the
+//! ([`Source::external`]: inside the folder), or for a checkpoint in object storage read
+//! by ranged GETs of the items' byte ranges ([`Source::neighbour`]), and each item's archive is checked as the
 //! `pytorch` format checks a file, and against its chunk (dtype, shape).
 
 use std::collections::HashMap;
@@ -29,7 +30,7 @@ use std::sync::Arc;
 
 use tensorfmt_runtime::pickle::{self, Kind, Rules, Value};
 use tensorfmt_runtime::read::ReadOptions;
-use tensorfmt_runtime::source::Bytes;
+use tensorfmt_runtime::source::{Bytes, RandomAccess};
 use tensorfmt_runtime::tensor::{Encoded, EncodedBytes};
 
 use crate::{
@@ -769,19 +770,41 @@ fn open_archive<'i>(
     item: &'i Item,
     opts: &ReadOptions,
 ) -> Result<(TensorFile, &'i Item)> {
-    let whole = src.external(&item.file)?;
     let path = src
         .path()
         .and_then(|p| p.parent())
         .map(|d| d.join(&item.file))
         .unwrap_or_else(|| item.file.clone().into());
-    let window = whole.window(item.offset, item.length).map_err(|e| {
+    let in_item = |e: Error| {
         e.in_file(&path).in_field(&format!(
             "item at byte {} of {} bytes",
             item.offset, item.length
         ))
-    })?;
-    if !window.as_bytes().starts_with(b"PK\x03\x04") {
+    };
+    // A checkpoint in object storage reads its `.distcp` files by ranged GETs; a local
+    // one maps them.
+    let (source, starts_like_zip) = match src.neighbour(&item.file)? {
+        Some(data) => {
+            let window =
+                tensorfmt_runtime::source::SharedWindow::new(data, item.offset, item.length)
+                    .map_err(in_item)?;
+            let mut magic = [0u8; 4];
+            let zip = window.len() >= 4
+                && window.read_exact_at(0, &mut magic).is_ok()
+                && &magic == b"PK\x03\x04";
+            (
+                Source::from_random_access(Box::new(window), Some(path.clone())),
+                zip,
+            )
+        }
+        None => {
+            let whole = src.external(&item.file)?;
+            let window = whole.window(item.offset, item.length).map_err(in_item)?;
+            let zip = window.as_bytes().starts_with(b"PK\x03\x04");
+            (Source::from_mapped(window, &path), zip)
+        }
+    };
+    if !starts_like_zip {
         return Err(Error::new(
             ErrorKind::Unsupported(
                 "the item is not a torch.save archive (checkpoints saved with \
@@ -797,7 +820,7 @@ fn open_archive<'i>(
         skip_checksums: !opts.verify_checksums,
         ..Default::default()
     };
-    let file = TensorFile::from_source(Source::from_mapped(window, &path), &options)?;
+    let file = TensorFile::from_source(source, &options)?;
     Ok((file, item))
 }
 

@@ -5,10 +5,11 @@
 //! completed last). A sharded checkpoint's index in a store opens with its shards, each
 //! read from the store.
 //!
-//! Formats whose files are found through a folder — torch.distributed checkpoints, LMDB
-//! and LevelDB databases — are read from a store by copying the folder's objects to a
-//! local temporary folder first (a URL with no object, or ending in `/`, names such a
-//! folder), and written to a store by writing them locally, then uploading their files,
+//! A folder in a store (a URL with no object, or ending in `/`) holding a
+//! torch.distributed checkpoint is read in place: its `.metadata` object, then the byte
+//! ranges of the `.distcp` objects the reads need ([`crate::Source::with_neighbours`]).
+//! LMDB and LevelDB databases are read from a store by copying the folder's objects to a
+//! local temporary folder first. Folder formats are written to a store by writing them locally, then uploading their files,
 //! what makes them a checkpoint (`.metadata`, an index, LevelDB's `CURRENT`) last; so are
 //! sharded outputs. The objects of a folder are not replaced together. Not in a store:
 //! ONNX external data files, and rewriting an ONNX model into a store. An ONNX document
@@ -72,9 +73,40 @@ pub fn open(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stats>)
 /// Most objects a folder copied from a store may hold.
 const MAX_FOLDER_OBJECTS: usize = 1 << 16;
 
-/// The folder of objects under `url`, copied to a local temporary folder that the file
+/// The folder of objects under `url`: a torch.distributed checkpoint (a `.metadata`
+/// object there) is read in place, its `.metadata` and then the `.distcp` byte ranges
+/// its tensors need by ranged GETs (the requests of all its objects counted together);
+/// any other folder (a database) is copied to a local temporary folder that the file
 /// keeps (and removes when dropped), opened as [`TensorFile::open_with`] opens a folder.
 fn open_folder(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stats>)> {
+    let folder = url.trim_end_matches('/');
+    let dcp_name = crate::dcp::DESC.name;
+    if options.format.as_deref().is_none_or(|f| f == dcp_name) {
+        let meta_url = format!("{folder}/.metadata");
+        let meta = tensorfmt_object::locate(&meta_url)?;
+        let stats = Arc::new(Stats::default());
+        match tensorfmt_object::open_shared(meta.clone(), stats.clone()) {
+            Ok(data) => {
+                let counted = stats.clone();
+                let open: crate::runtime::source::OpenNeighbour = Arc::new(move |name: &str| {
+                    tensorfmt_object::open_shared(meta.beside(name)?, counted.clone())
+                });
+                let len = data.len();
+                let whole = crate::runtime::source::SharedWindow::new(data, 0, len)?;
+                let source = crate::Source::from_random_access(Box::new(whole), None)
+                    .with_path(meta_url)
+                    .with_neighbours(open);
+                let options = OpenOptions {
+                    format: Some(dcp_name.to_string()),
+                    ..options.clone()
+                };
+                return Ok((TensorFile::from_source(source, &options)?, stats));
+            }
+            // No `.metadata` there: not a DCP checkpoint.
+            Err(e) if matches!(e.kind, crate::ErrorKind::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let loc = tensorfmt_object::locate(url)?;
     let staged = tensorfmt_object::download(&loc, MAX_FOLDER_OBJECTS)?;
     let mut file = TensorFile::open_with(staged.path(), options)

@@ -3,7 +3,8 @@
 //! made, uploaded as they are, read from the store as from disk; every format's writer
 //! saves to the store and reads back the same; indexing a checkpoint costs a few ranged
 //! requests, not the object; a sharded checkpoint's index in the store opens with its
-//! shards; a save killed at any moment of its upload leaves the previous object whole.
+//! shards; a torch.distributed checkpoint in the store is read in place, a rank's slice
+//! fetching only its own `.distcp` ranges; a save killed at any moment of its upload leaves the previous object whole.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -140,6 +141,58 @@ fn indexing_costs_a_few_requests_and_reading_is_ranged() {
     let mut sink = tensorfmt::runtime::hash::HashSink::new();
     whole.read_all(&mut sink).unwrap();
     drop(read_all);
+}
+
+#[test]
+fn a_dcp_checkpoint_in_the_store_is_read_in_place_by_ranges() {
+    let s3 = server();
+    let tmp = tempfile::tempdir().unwrap();
+    // 8 tensors of 1024 x 1024 f32 (4 MiB each), saved as 4 ranks do: each rank's file
+    // holds a quarter of every tensor's rows.
+    let data: Vec<u8> = (0..4usize << 20).map(|i| (i % 253) as u8).collect();
+    let tensors: Vec<(TensorMeta, &[u8])> = (0..8)
+        .map(|i| (meta(&format!("w{i}"), DType::F32, &[1024, 1024]), &data[..]))
+        .collect();
+    let pt = tmp.path().join("w.pt");
+    tensorfmt::save(&pt, None, tensors, &Default::default()).unwrap();
+    let local = tmp.path().join("ckpt");
+    let (code, text) = cli(&[
+        "convert",
+        pt.to_str().unwrap(),
+        local.to_str().unwrap(),
+        "--to",
+        "torch-dcp",
+        "--world-size",
+        "4",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{text}");
+    let url = s3.url("dcp/ranged");
+    put_folder(&local, &url);
+    let total: u64 = std::fs::read_dir(&local)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+
+    let (file, stats) = tensorfmt::object::open(&url, &Default::default()).unwrap();
+    assert_eq!(file.format(), "torch-dcp");
+    assert_eq!(file.tensors().len(), 8);
+    let indexed = stats.bytes();
+    assert!(indexed < 1 << 20, "{indexed} bytes read to index");
+    // Rank 0's rows of one tensor: from rank 0's file only.
+    let info = file.tensor("w5").unwrap().clone();
+    let slice = file.load_slice(&info, &[0, 0], &[256, 1024]).unwrap();
+    let disk = TensorFile::open(&local).unwrap();
+    let want = disk
+        .load_slice(disk.tensor("w5").unwrap(), &[0, 0], &[256, 1024])
+        .unwrap();
+    assert_eq!(slice.data.as_bytes(), want.data.as_bytes());
+    assert_eq!(&slice.data.as_bytes()[..1 << 20], &data[..1 << 20]);
+    let (requests, bytes) = (stats.requests(), stats.bytes());
+    println!("dcp slice: {requests} requests, {bytes} of {total} bytes");
+    assert!(bytes < total / 2, "{bytes} of {total} bytes for a slice");
+    assert!(requests <= 12, "{requests} requests for a slice");
+    // The whole checkpoint, values and structure included: what it is on disk.
+    assert_eq!(inspect_url(&url), inspect_json(&local));
 }
 
 #[test]

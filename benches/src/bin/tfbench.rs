@@ -1038,6 +1038,20 @@ fn raw_scan(dir: &std::path::Path) -> Result<(usize, usize)> {
     Ok((n, bytes))
 }
 
+/// Every box of `boxes` (tensor name, offsets, sizes) read from `file` with
+/// `TensorFile::load_slice`.
+fn slices(
+    file: &tensorfmt::TensorFile,
+    boxes: &[(String, Vec<u64>, Vec<u64>)],
+) -> Result<Vec<tensorfmt::Tensor>> {
+    let mut out = Vec::with_capacity(boxes.len());
+    for (name, offsets, sizes) in boxes {
+        let info = file.tensor(name).ok_or("a tensor listed is gone")?;
+        out.push(file.load_slice(info, offsets, sizes)?);
+    }
+    Ok(out)
+}
+
 /// Adds the request counters of `stats` (those of the last timed run) to the last result.
 fn with_requests(b: &mut Bench, op: &str, lib: &str, stats: Option<&tensorfmt::object::Stats>) {
     if let (Some(stats), Some(last)) = (stats, b.results.last_mut()) {
@@ -1210,16 +1224,42 @@ fn distributed(b: &mut Bench) -> Result<()> {
                 runs,
             },
             none,
+            || slices(&tf::open(&dcp)?, &boxes),
+        )?;
+        // The same from the S3 server: the folder uploaded object by object, read in
+        // place (`.metadata`, then the byte ranges of the `.distcp` objects).
+        let server = tensorfmt_tests::s3::server();
+        let dcp_url = server.url("bench/dcp");
+        for entry in std::fs::read_dir(&dcp)? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let mut upload = tensorfmt::object::Upload::create(&format!("{dcp_url}/{name}"))?;
+            std::io::copy(&mut std::fs::File::open(entry.path())?, &mut upload)?;
+            upload.commit()?;
+        }
+        let mut last = None;
+        b.time(
+            Case {
+                op: "dist.dcp.rank0",
+                lib: "tensorfmt-s3",
+                how: "tensorfmt::object::open of the DCP folder's s3:// URL (with a trailing /) + load_slice of rank 0's \
+                      rows of every tensor (ranged GETs of the .distcp objects)",
+                bytes: rank0,
+                runs,
+            },
+            none,
             || {
-                let file = tf::open(&dcp)?;
-                let mut out = Vec::with_capacity(boxes.len());
-                for (name, offsets, sizes) in &boxes {
-                    let info = file.tensor(name).ok_or("a tensor listed is gone")?;
-                    out.push(file.load_slice(info, offsets, sizes)?);
-                }
+                // The trailing `/` names a folder: no HEAD of the folder's URL as an
+                // object first (which s3s-fs answers with a 500 that the client retries
+                // for seconds; S3 answers 404 at once).
+                let folder = format!("{dcp_url}/");
+                let (file, stats) = tensorfmt::object::open(&folder, &OpenOptions::default())?;
+                let out = slices(&file, &boxes)?;
+                last = Some(stats);
                 Ok(out)
             },
         )?;
+        with_requests(b, "dist.dcp.rank0", "tensorfmt-s3", last.as_deref());
         b.time(
             Case {
                 op: "dist.dcp.full",

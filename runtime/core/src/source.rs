@@ -267,6 +267,44 @@ pub struct Source {
     external: Mutex<Vec<(String, Bytes)>>,
     /// The records of a key-value database read whole (the key-value engine's `open_dir`).
     records: Option<Arc<crate::db::Records>>,
+    /// How files beside this one are opened when they are not local files
+    /// ([`Source::with_neighbours`]), and those opened, by the name used.
+    neighbours: Option<(OpenNeighbour, Mutex<Vec<(String, Arc<dyn RandomAccess>)>>)>,
+}
+
+/// Opens a file beside a source that is not a local file, by its name relative to the
+/// source's folder (an object beside another in its store): see
+/// [`Source::with_neighbours`].
+pub type OpenNeighbour = Arc<dyn Fn(&str) -> Result<Arc<dyn RandomAccess>> + Send + Sync>;
+
+/// A sub-range of a shared source, addressed from 0 (a `.distcp` item in an object).
+pub struct SharedWindow {
+    inner: Arc<dyn RandomAccess>,
+    offset: u64,
+    len: u64,
+}
+
+impl SharedWindow {
+    /// The `len` bytes of `inner` at `offset` (checked).
+    pub fn new(inner: Arc<dyn RandomAccess>, offset: u64, len: u64) -> Result<Self> {
+        check_range(offset, len, inner.len())?;
+        Ok(SharedWindow { inner, offset, len })
+    }
+}
+
+impl RandomAccess for SharedWindow {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(offset, buf.len() as u64, self.len)?;
+        self.inner.read_exact_at(self.offset + offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        self.inner
+            .as_slice()
+            .map(|s| &s[self.offset as usize..(self.offset + self.len) as usize])
+    }
 }
 
 impl Source {
@@ -293,6 +331,7 @@ impl Source {
             memo: Mutex::new(Vec::new()),
             external: Mutex::new(Vec::new()),
             records: None,
+            neighbours: None,
         })
     }
 
@@ -306,6 +345,7 @@ impl Source {
             memo: Mutex::new(Vec::new()),
             external: Mutex::new(Vec::new()),
             records: None,
+            neighbours: None,
         }
     }
 
@@ -318,6 +358,7 @@ impl Source {
             memo: Mutex::new(Vec::new()),
             external: Mutex::new(Vec::new()),
             records: None,
+            neighbours: None,
         })
     }
 
@@ -331,6 +372,7 @@ impl Source {
             memo: Mutex::new(Vec::new()),
             external: Mutex::new(Vec::new()),
             records: None,
+            neighbours: None,
         }
     }
 
@@ -343,7 +385,45 @@ impl Source {
             memo: Mutex::new(Vec::new()),
             external: Mutex::new(Vec::new()),
             records: None,
+            neighbours: None,
         }
+    }
+
+    /// Has the files beside this one opened by `open` ([`Source::neighbour`]) rather than
+    /// mapped from the local folder: a source in object storage opens its neighbours
+    /// as objects of its store, read by ranged GETs.
+    pub fn with_neighbours(mut self, open: OpenNeighbour) -> Self {
+        self.neighbours = Some((open, Mutex::new(Vec::new())));
+        self
+    }
+
+    /// The file `name` beside this one (relative to its folder) when this source opens
+    /// its neighbours itself ([`Source::with_neighbours`]), opened once and shared by
+    /// later calls; `None` when it does not (local files: [`Source::external`]). An
+    /// empty or absolute name, or one with a `..` component, is refused.
+    pub fn neighbour(&self, name: &str) -> Result<Option<Arc<dyn RandomAccess>>> {
+        let Some((open, opened)) = &self.neighbours else {
+            return Ok(None);
+        };
+        let loc = || self.location().with_field(format!("file '{name}'"));
+        if name.is_empty()
+            || name.starts_with('/')
+            || name.contains('\\')
+            || name.contains('\0')
+            || name.split('/').any(|p| p == "..")
+        {
+            return Err(Error::new(
+                ErrorKind::Invalid(format!("'{name}' is not a path inside the folder")),
+                loc(),
+            ));
+        }
+        let mut opened = opened.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, data)) = opened.iter().find(|(n, _)| n == name) {
+            return Ok(Some(data.clone()));
+        }
+        let data = open(name)?;
+        opened.push((name.to_string(), data.clone()));
+        Ok(Some(data))
     }
 
     /// Attaches the records of a key-value database whose values are in these bytes.

@@ -463,20 +463,31 @@ pub fn open(url: &str) -> Result<(Source, Arc<Stats>)> {
 /// [`open`] for a location already made ([`Location::beside`]).
 pub fn open_at(loc: Location) -> Result<(Source, Arc<Stats>)> {
     let stats = Arc::new(Stats::default());
-    stats.requests.fetch_add(1, Ordering::Relaxed);
-    let meta = block_on(loc.store.head(&loc.path)).map_err(|e| loc.error(e))?;
     let url = loc.url.clone();
-    let object = RemoteObject {
-        len: meta.size,
-        etag: meta.e_tag,
-        loc,
-        kept: Mutex::new(Kept::default()),
-        stats: stats.clone(),
-    };
+    let object = remote(loc, stats.clone())?;
     Ok((
         Source::from_random_access(Box::new(object), Some(url.into())),
         stats,
     ))
+}
+
+/// The object at `loc` as random-access bytes read by ranged GETs (one HEAD request
+/// now), its requests counted in `stats`: the objects beside another one (a DCP
+/// checkpoint's `.distcp` files beside its `.metadata`), counted together.
+pub fn open_shared(loc: Location, stats: Arc<Stats>) -> Result<Arc<dyn RandomAccess>> {
+    Ok(Arc::new(remote(loc, stats)?))
+}
+
+fn remote(loc: Location, stats: Arc<Stats>) -> Result<RemoteObject> {
+    stats.requests.fetch_add(1, Ordering::Relaxed);
+    let meta = block_on(loc.store.head(&loc.path)).map_err(|e| loc.error(e))?;
+    Ok(RemoteObject {
+        len: meta.size,
+        etag: meta.e_tag,
+        loc,
+        kept: Mutex::new(Kept::default()),
+        stats,
+    })
 }
 
 /// The whole object at `loc`, in memory (a sharded checkpoint's index).
