@@ -35,7 +35,6 @@ Usage (see benches/compare.sh --suite distributed, which builds tfbench and the 
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare import GIB, MIB, environment, fmt_ratio, fmt_time, median, report, run_tfbench  # noqa: E402
 from compare_torch import FULL, SMALL, describe, make_state_dict, state_dict_args, state_dict_spec  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "py"))
+from tfcheck_dcp import free_port, init  # noqa: E402  (the DCP tests' gloo job on 127.0.0.1)
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -56,20 +58,6 @@ LOAD_WORLD = 2
 # that still make several).
 SHARD_SIZE, OUT_SHARD_SIZE = "300MB", "200MB"
 SMALL_SHARD_SIZE, SMALL_OUT_SHARD_SIZE = "200KB", "100KB"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def init(rank, world, port):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    from torch.distributed.device_mesh import init_device_mesh
-    return init_device_mesh("cpu", (world,))
 
 
 def run_save(rank, world, port, out, shapes):

@@ -210,6 +210,17 @@ impl RandomAccess for Window<'_> {
     }
 }
 
+impl SharedWindow {
+    /// The same window, borrowing its source.
+    fn view(&self) -> Window<'_> {
+        Window {
+            inner: &*self.inner,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
 /// The file that `name`, a path relative to the folder of `container`, names there,
 /// resolved through symbolic links: a file an index or a document refers to (ONNX
 /// external data, the shards of a sharded checkpoint). The name must stay inside the
@@ -297,13 +308,11 @@ impl RandomAccess for SharedWindow {
         self.len
     }
     fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        check_range(offset, buf.len() as u64, self.len)?;
-        self.inner.read_exact_at(self.offset + offset, buf)
+        self.view().read_exact_at(offset, buf)
     }
     fn as_slice(&self) -> Option<&[u8]> {
-        self.inner
-            .as_slice()
-            .map(|s| &s[self.offset as usize..(self.offset + self.len) as usize])
+        let s = self.inner.as_slice()?;
+        Some(&s[self.offset as usize..(self.offset + self.len) as usize])
     }
 }
 
