@@ -280,8 +280,11 @@ pub struct Source {
     records: Option<Arc<crate::db::Records>>,
     /// How files beside this one are opened when they are not local files
     /// ([`Source::with_neighbours`]), and those opened, by the name used.
-    neighbours: Option<(OpenNeighbour, Mutex<Vec<(String, Arc<dyn RandomAccess>)>>)>,
+    neighbours: Option<(OpenNeighbour, Neighbours)>,
 }
+
+/// The files beside a source that it opened ([`Source::neighbour`]), by the name used.
+type Neighbours = Mutex<Vec<(String, Arc<dyn RandomAccess>)>>;
 
 /// Opens a file beside a source that is not a local file, by its name relative to the
 /// source's folder (an object beside another in its store): see
