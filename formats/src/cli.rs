@@ -9,7 +9,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// `writeln!` that turns a failed write (a closed pipe) into the crate's error.
 macro_rules! outln {
@@ -157,6 +157,14 @@ enum Command {
     },
     /// List the formats this command reads and writes: name and extensions.
     Formats,
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell), e.g.
+    /// `tensorfmt completions bash > ~/.local/share/bash-completion/completions/tensorfmt`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff), e.g. `tensorfmt man > ~/.local/share/man/man1/tensorfmt.1`.
+    Man,
     /// Compare two files' tensors by name, element by element in their own types; exits
     /// 0 when they are the same, 1 when they differ, 2 on an error.
     Diff {
@@ -947,6 +955,12 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                 outln!(out, "{}", line.trim_end());
             }
         }
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "tensorfmt", out);
+        }
+        Command::Man => clap_mangen::Man::new(Cli::command())
+            .render(out)
+            .map_err(|e| crate::Error::from(crate::ErrorKind::Io(e)))?,
         Command::Diff { a, b, atol, rtol } => {
             if !diff(registry, inputs, out, &a, &b, atol, rtol)? {
                 return Ok(ExitCode::from(1));
@@ -954,4 +968,72 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `run` prints for `args`, and its exit code.
+    fn output(args: &[&str]) -> (ExitCode, String) {
+        let mut out = Vec::new();
+        let code = run(
+            std::iter::once("tensorfmt")
+                .chain(args.iter().copied())
+                .map(OsString::from),
+            &mut out,
+        );
+        (code, String::from_utf8(out).unwrap())
+    }
+
+    const COMMANDS: &[&str] = &[
+        "inspect",
+        "convert",
+        "replace",
+        "verify",
+        "formats",
+        "diff",
+        "completions",
+        "man",
+    ];
+
+    #[test]
+    fn completions_name_every_command_and_bash_parses_them() {
+        for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+            let (code, script) = output(&["completions", shell]);
+            assert_eq!(code, ExitCode::SUCCESS, "{shell}");
+            for command in COMMANDS {
+                assert!(script.contains(command), "{shell}: {command}");
+            }
+            assert!(script.contains("max-shard-size"), "{shell}");
+        }
+        let (_, script) = output(&["completions", "bash"]);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tensorfmt.bash");
+        std::fs::write(&path, script).unwrap();
+        match std::process::Command::new("bash")
+            .arg("-n")
+            .arg(&path)
+            .output()
+        {
+            Ok(o) => assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr)),
+            Err(e) => eprintln!("bash not run ({e}): the script's syntax is not checked"),
+        }
+        let (code, _) = output(&["completions", "tcsh"]);
+        assert_ne!(code, ExitCode::SUCCESS, "an unknown shell is refused");
+    }
+
+    #[test]
+    fn the_manual_page_is_roff_and_lists_every_command() {
+        let (code, page) = output(&["man"]);
+        assert_eq!(code, ExitCode::SUCCESS);
+        assert!(page.contains(".TH tensorfmt 1"), "{page}");
+        assert!(page.contains(".SH SUBCOMMANDS"), "{page}");
+        for command in COMMANDS {
+            assert!(
+                page.contains(&format!("tensorfmt\\-{command}")),
+                "{command}"
+            );
+        }
+    }
 }
