@@ -49,6 +49,9 @@ from safetensors.numpy import load_file as np_load_file
 from safetensors.numpy import save_file as np_save_file
 from safetensors.torch import save_file as pt_save_file
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tfcheck_torch import le_c_bytes  # noqa: E402
+
 CANONICAL = {
     torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32",
     torch.float64: "f64", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32",
@@ -59,8 +62,10 @@ CANONICAL = {
 
 
 def element_bytes(t):
-    """The elements in C order as stored (little-endian on the machines tests run on)."""
-    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    """The elements in C order as stored (little-endian on the machines tests run on), as
+    tfcheck_torch.le_c_bytes gives them (a fresh 1-d copy first: a tensor of one element
+    with a stride of 0 counts as contiguous and will not view as bytes)."""
+    return le_c_bytes(t)
 
 
 def header_keys(path):
