@@ -91,9 +91,7 @@ fn open_folder(url: &str, options: &OpenOptions) -> Result<(TensorFile, Arc<Stat
                 let open: crate::runtime::source::OpenNeighbour = Arc::new(move |name: &str| {
                     tensorfmt_object::open_shared(meta.beside(name)?, counted.clone())
                 });
-                let len = data.len();
-                let whole = crate::runtime::source::SharedWindow::new(data, 0, len)?;
-                let source = crate::Source::from_random_access(Box::new(whole), None)
+                let source = crate::Source::from_random_access(Box::new(data), None)
                     .with_path(meta_url)
                     .with_neighbours(open);
                 let options = OpenOptions {

@@ -1230,13 +1230,10 @@ fn distributed(b: &mut Bench) -> Result<()> {
         // place (`.metadata`, then the byte ranges of the `.distcp` objects).
         let server = tensorfmt_tests::s3::server();
         let dcp_url = server.url("bench/dcp");
-        for entry in std::fs::read_dir(&dcp)? {
-            let entry = entry?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let mut upload = tensorfmt::object::Upload::create(&format!("{dcp_url}/{name}"))?;
-            std::io::copy(&mut std::fs::File::open(entry.path())?, &mut upload)?;
-            upload.commit()?;
-        }
+        // As `convert` uploads a folder it writes to a store: `.metadata` last.
+        tensorfmt_object::upload_dir(&dcp, &tensorfmt_object::locate(&dcp_url)?, &|name| {
+            name == ".metadata"
+        })?;
         let mut last = None;
         b.time(
             Case {

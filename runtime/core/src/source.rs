@@ -39,6 +39,19 @@ pub fn is_url(text: &str) -> bool {
     })
 }
 
+/// A shared source (a neighbour [`Source::neighbour`] opened) reads as the source it holds.
+impl<T: RandomAccess + ?Sized> RandomAccess for Arc<T> {
+    fn len(&self) -> u64 {
+        (**self).len()
+    }
+    fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        (**self).read_exact_at(offset, buf)
+    }
+    fn as_slice(&self) -> Option<&[u8]> {
+        (**self).as_slice()
+    }
+}
+
 /// Checks that `len` bytes at `offset` lie inside a source of `total` bytes.
 pub fn check_range(offset: u64, len: u64, total: u64) -> Result<()> {
     match offset.checked_add(len) {
@@ -221,6 +234,33 @@ impl SharedWindow {
     }
 }
 
+/// Why a name read from a file cannot name a file inside the file's folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameOutside {
+    /// Empty, absolute, or holding a NUL.
+    NotRelative,
+    /// A component other than a plain name or `.` (a `..`).
+    Leaves,
+}
+
+/// Whether `name` (a path relative to a folder, read from a file: ONNX external data,
+/// a shard, a DCP item, an object beside another) stays out of that folder, by its text
+/// alone; `None` when it stays inside (symbolic links are [`resolve_beside`]'s to check).
+pub fn outside_folder(name: &str) -> Option<NameOutside> {
+    let rel = Path::new(name);
+    if name.is_empty() || rel.is_absolute() || name.contains('\0') {
+        return Some(NameOutside::NotRelative);
+    }
+    rel.components()
+        .any(|c| {
+            !matches!(
+                c,
+                std::path::Component::Normal(_) | std::path::Component::CurDir
+            )
+        })
+        .then_some(NameOutside::Leaves)
+}
+
 /// The file that `name`, a path relative to the folder of `container`, names there,
 /// resolved through symbolic links: a file an index or a document refers to (ONNX
 /// external data, the shards of a sharded checkpoint). The name must stay inside the
@@ -230,17 +270,10 @@ impl SharedWindow {
 /// [`ErrorKind::Io`] error. Errors carry no location: the caller's names the container.
 pub fn resolve_beside(container: &Path, name: &str, what: &str, folder: &str) -> Result<PathBuf> {
     let refuse = |why: String| Error::from(ErrorKind::Invalid(format!("{what} '{name}' {why}")));
-    let rel = Path::new(name);
-    if name.is_empty() || rel.is_absolute() || name.contains('\0') {
-        return Err(refuse("is not a relative path".into()));
-    }
-    if rel.components().any(|c| {
-        !matches!(
-            c,
-            std::path::Component::Normal(_) | std::path::Component::CurDir
-        )
-    }) {
-        return Err(refuse(format!("leaves the {folder} folder")));
+    match outside_folder(name) {
+        Some(NameOutside::NotRelative) => return Err(refuse("is not a relative path".into())),
+        Some(NameOutside::Leaves) => return Err(refuse(format!("leaves the {folder} folder"))),
+        None => {}
     }
     let dir = match container.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -253,7 +286,7 @@ pub fn resolve_beside(container: &Path, name: &str, what: &str, folder: &str) ->
         )))
     };
     let real_dir = dir.canonicalize().map_err(io)?;
-    let real = dir.join(rel).canonicalize().map_err(io)?;
+    let real = dir.join(name).canonicalize().map_err(io)?;
     if !real.starts_with(&real_dir) {
         return Err(refuse(format!("resolves outside the {folder} folder")));
     }
@@ -418,12 +451,8 @@ impl Source {
             return Ok(None);
         };
         let loc = || self.location().with_field(format!("file '{name}'"));
-        if name.is_empty()
-            || name.starts_with('/')
-            || name.contains('\\')
-            || name.contains('\0')
-            || name.split('/').any(|p| p == "..")
-        {
+        // A backslash is a separator on one platform and a key's character on another.
+        if outside_folder(name).is_some() || name.contains('\\') {
             return Err(Error::new(
                 ErrorKind::Invalid(format!("'{name}' is not a path inside the folder")),
                 loc(),

@@ -131,11 +131,7 @@ impl Location {
     /// a sharded checkpoint beside its index): refused when it is absolute or has a `..`
     /// component.
     pub fn beside(&self, name: &str) -> Result<Location> {
-        if name.is_empty()
-            || name.starts_with('/')
-            || name.contains('\\')
-            || name.split('/').any(|p| p == "..")
-        {
+        if tensorfmt_core::source::outside_folder(name).is_some() || name.contains('\\') {
             return Err(Error::new(
                 ErrorKind::Invalid(format!(
                     "'{name}' is not a path inside the folder of {}",
