@@ -710,6 +710,54 @@ mod tests {
     }
 
     #[test]
+    fn neighbours_are_named_inside_the_folder_and_opened_once() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let opened = Arc::new(AtomicUsize::new(0));
+        let count = opened.clone();
+        let src = Source::from_bytes(vec![1u8, 2, 3])
+            .with_path("s3://b/ckpt/.metadata")
+            .with_neighbours(Arc::new(move |_name: &str| {
+                count.fetch_add(1, Ordering::Relaxed);
+                Ok(Arc::new(Bytes::Owned(Arc::from(vec![7u8; 8]))) as Arc<dyn RandomAccess>)
+            }));
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x.distcp",
+            "a/../../x",
+            "a\\..\\x",
+            "a\0b",
+        ] {
+            let e = src
+                .neighbour(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert!(
+                e.to_string().contains("is not a path inside the folder"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            opened.load(Ordering::Relaxed),
+            0,
+            "nothing opened for a bad name"
+        );
+        let a = src.neighbour("__0_0.distcp").unwrap().unwrap();
+        let b = src.neighbour("__0_0.distcp").unwrap().unwrap();
+        assert_eq!((a.len(), b.len()), (8, 8));
+        assert_eq!(opened.load(Ordering::Relaxed), 1, "opened once");
+        // A window past the neighbour's end is refused before any read.
+        assert!(SharedWindow::new(a.clone(), 4, 5).is_err());
+        let w = SharedWindow::new(a, 2, 4).unwrap();
+        assert_eq!(w.as_slice(), Some(&[7u8; 4][..]));
+        // A local source has no neighbours of its own: `external` maps them.
+        assert!(Source::from_bytes(vec![0u8])
+            .neighbour("x")
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
     fn external_files_stay_in_the_folder() {
         let dir = tempfile::tempdir().unwrap();
         let model = dir.path().join("model.onnx");
