@@ -45,6 +45,7 @@ mod pickle;
 mod proto;
 mod read;
 mod schemas;
+pub mod state_derive;
 mod table;
 mod union;
 mod values;

@@ -1,21 +1,156 @@
 //! # tensorfmt
 //!
-//! Read and write the tensor files of deep learning from one declarative description per
-//! format. Every built-in format is a `.fmt` schema under `formats/fmt/`, compiled at build
-//! time into the readers and writers of [`generated`]; this crate adds the high-level API:
-//! open any file (format detected by content, then extension), list its tensors without
-//! reading their bytes, read them into any sink (zero-copy from the memory map where the
-//! bytes are stored plain), save atomically, and convert between formats.
+//! Read and write the tensor files of deep learning — PyTorch checkpoints, NumPy
+//! `.npy`/`.npz`/`.pkl`, safetensors, ONNX, Caffe2 databases, sharded and
+//! torch.distributed checkpoints — from one declarative description per format. Files are
+//! memory-mapped and indexed without reading a payload; tensors stored plain are
+//! zero-copy views of the map; saves are atomic.
 //!
-//! ```no_run
-//! let file = tensorfmt::TensorFile::open("weights.npz")?;
+//! ## Open any file
+//!
+//! The format is found by content, then extension; [`TensorFile::tensors`] lists every
+//! tensor without reading its bytes.
+//!
+//! ```
+//! # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+//! # tensorfmt::save("weights.safetensors", None,
+//! #     [(tensorfmt::TensorMeta { name: "w".into(), dtype: tensorfmt::DType::F32, shape: vec![2, 3],
+//! #       order: tensorfmt::Order::C, byte_order: tensorfmt::ByteOrder::Little }, &[0u8; 24][..])],
+//! #     &Default::default())?;
+//! let file = tensorfmt::TensorFile::open("weights.safetensors")?;
 //! for t in file.tensors() {
 //!     println!("{} {} {:?}", t.name, t.dtype, t.shape);
 //! }
-//! let first = file.load(&file.tensors()[0].name)?;
-//! println!("{} bytes", first.data.as_bytes().len());
-//! # Ok::<(), tensorfmt::Error>(())
+//! let w = file.load("w")?; // a view of the map: no copy
+//! let values: Vec<f32> = w.to_vec()?;
+//! assert_eq!(values.len(), 6);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! ## Load into ndarray (the `ndarray` feature)
+//!
+//! ```
+//! # #[cfg(feature = "ndarray")] {
+//! # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+//! use tensorfmt::{nd, ndarray::Array2};
+//! let a = Array2::from_shape_fn((2, 3), |(i, j)| (i * 3 + j) as f32);
+//! tensorfmt::Saver::create("a.npy", None, &Default::default()).and_then(|mut s| {
+//!     let t = nd::from_array("a", &a)?;
+//!     s.add_bytes(&t.meta().unwrap(), t.data.as_bytes())?;
+//!     s.commit()
+//! })?;
+//! let file = tensorfmt::TensorFile::open("a.npy")?;
+//! let t = file.load_info(&file.tensors()[0])?;
+//! let view = nd::view::<f32>(&t)?; // borrows the file's bytes
+//! assert_eq!(view, a.into_dyn());
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Load a struct of tensors
+//!
+//! [`StateDict`] (derived) loads a model's weights by their dotted names from any
+//! format, with PyTorch's report of missing and unexpected keys ([`state`]).
+//!
+//! ```
+//! # #[cfg(feature = "derive")] {
+//! # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+//! use tensorfmt::{StateDict, Tensor};
+//!
+//! #[derive(StateDict)]
+//! struct Linear { weight: Tensor, bias: Option<Tensor> }
+//!
+//! #[derive(StateDict)]
+//! struct Model { layers: Vec<Linear>, epoch: u64 }
+//!
+//! let model = Model {
+//!     layers: vec![Linear { weight: Tensor::from_slice("", &[2, 2], &[1f32, 0., 0., 1.])?, bias: None }],
+//!     epoch: 3,
+//! };
+//! model.save("model.pt", None)?; // {"layers": [{"weight": tensor}], "epoch": 3}
+//! let back = Model::load("model.pt")?; // strict: every key, nothing more
+//! assert_eq!(back.layers[0].weight.to_vec::<f32>()?, [1., 0., 0., 1.]);
+//! assert_eq!(back.epoch, 3);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Convert
+//!
+//! Any readable format to any writable one, a tensor at a time.
+//!
+//! ```
+//! # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+//! # let meta = tensorfmt::TensorMeta { name: "w".into(), dtype: tensorfmt::DType::F32, shape: vec![2],
+//! #     order: tensorfmt::Order::C, byte_order: tensorfmt::ByteOrder::Little };
+//! # tensorfmt::save("weights.npz", None, [(meta, &[0u8; 8][..])], &Default::default())?;
+//! let summary = tensorfmt::convert("weights.npz", "weights.safetensors", &Default::default(), |_, _| {})?;
+//! println!("{} tensors", summary.tensors);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Save a checkpoint
+//!
+//! A [`Saver`] streams tensors into a temporary file and renames it into place on
+//! [`Saver::commit`]; [`Saver::set_structure`] keeps a PyTorch checkpoint's nesting and
+//! values.
+//!
+//! ```
+//! # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+//! use tensorfmt::{Node, Saver, Tensor};
+//! let w = Tensor::from_slice("model.w", &[2], &[0.5f32, 1.5])?;
+//! let mut saver = Saver::create("ckpt.pt", None, &Default::default())?;
+//! saver.set_structure(&Node::Dict(vec![
+//!     (Node::str("model"), Node::Dict(vec![(Node::str("w"), Node::Tensor("model.w".into()))])),
+//!     (Node::str("epoch"), Node::Int(3)),
+//! ]))?;
+//! saver.add_bytes(&w.meta().unwrap(), w.data.as_bytes())?;
+//! saver.commit()?; // torch.load gives {"model": {"w": tensor([0.5, 1.5])}, "epoch": 3}
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Caffe2's input pipeline (the `caffe2` feature)
+//!
+//! Batches of a database of `TensorProtos` records, sharded and prefetched by a thread,
+//! as Caffe2's `TensorProtosDBInput` gives them.
+//!
+//! ```
+//! # #[cfg(feature = "caffe2")] {
+//! # let dir = tempfile::tempdir()?; let path = dir.path().join("train.minidb");
+//! # use tensorfmt::generated::caffe2_lmdb::messages::{TensorProto, TensorProtos};
+//! # use tensorfmt::prost::Message;
+//! # let desc = tensorfmt::caffe2::db_format("minidb")?.db.unwrap();
+//! # let mut db = (desc.open)(&path, tensorfmt::runtime::db::Mode::New)?;
+//! # { let mut t = db.transaction()?;
+//! #   for i in 0..10u8 {
+//! #     let p = TensorProtos { protos: vec![
+//! #         TensorProto { dims: vec![4], data_type: Some(6), byte_data: Some(vec![i; 4]), ..Default::default() },
+//! #         TensorProto { dims: vec![], data_type: Some(2), int32_data: vec![i.into()], ..Default::default() }] };
+//! #     t.put(format!("{i:04}").as_bytes(), &p.encode_to_vec())?; }
+//! #   t.commit()?; }
+//! # db.close()?;
+//! use tensorfmt::caffe2::{DbInput, DbInputOptions};
+//! let options = DbInputOptions { batch_size: 5, epochs: Some(1), ..Default::default() };
+//! let mut batches = 0;
+//! for batch in DbInput::open(&path, &options)? {
+//!     let batch = batch?; // batch.tensors[i]: [5] + the record's dims
+//!     assert_eq!(batch.tensors[0].info.shape, [5, 4]);
+//!     batches += 1;
+//! }
+//! assert_eq!(batches, 2);
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## Features
+//!
+//! The default covers the common case with no C library and no network client: `npy`,
+//! `npz`, `safetensors`, `pickle`, `pytorch`, `onnx` and `derive`. Off by default:
+//! `caffe2` (MiniDB; LMDB read by tensorfmt's own reader), `lmdb` (LMDB written, through
+//! liblmdb), `leveldb`, `full` (every format and backend), `ndarray`, `half`, `cuda`
+//! (device sinks), and object storage: `s3`, `gcs`, `azure`, `http`.
+//!
+//! ## Formats of your own
 //!
 //! Formats of a user's own crate — generated from its `.fmt` schemas by
 //! [`#[derive(TensorFormat)]`](TensorFormat) or by `tensorfmt_codegen::compile` in its
@@ -35,13 +170,19 @@ use std::sync::Arc;
 #[cfg(any(feature = "onnx", feature = "caffe2"))]
 pub use prost;
 pub use tensorfmt_runtime as runtime;
+/// The `half` crate, whose `f16` and `bf16` are [`Element`]s (the `half` feature).
+#[cfg(feature = "half")]
+pub use tensorfmt_runtime::half;
+/// The `ndarray` crate the [`nd`] interop is built on (the `ndarray` feature).
+#[cfg(feature = "ndarray")]
+pub use ndarray;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView, StructureKept};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
 pub use tensorfmt_runtime::Compression;
 pub use tensorfmt_runtime::{
-    ByteOrder, DType, DataLocation, Error, ErrorKind, Limits, Location, Order, Result, Source,
-    TensorInfo, TensorMeta, WriteOptions,
+    ByteOrder, DType, DataLocation, Element, Error, ErrorKind, Limits, Location, Order, Result,
+    Source, TensorInfo, TensorMeta, WriteOptions,
 };
 
 use tensorfmt_runtime::limits::InflateBudget;
@@ -57,9 +198,12 @@ pub mod cli;
 pub mod dcp;
 #[cfg(object_storage)]
 pub mod object;
+#[cfg(feature = "ndarray")]
+pub mod nd;
 mod registry;
 mod rewrite;
 pub mod sharded;
+pub mod state;
 
 pub use registry::Registry;
 /// `#[derive(TensorFormat)]`: a user's format generated from its `.fmt` schema, which may
@@ -74,6 +218,12 @@ pub use registry::Registry;
 /// ```
 #[cfg(feature = "derive")]
 pub use tensorfmt_derive::TensorFormat;
+
+pub use state::{LoadOptions, LoadReport, SaveOptions, StateDict};
+/// `#[derive(StateDict)]`: a struct of tensors that loads from and saves to any format
+/// ([`state`]; the trait is [`state::StateDict`]).
+#[cfg(feature = "derive")]
+pub use tensorfmt_derive::StateDict;
 
 pub use rewrite::{
     can_rewrite, replace_tensors, rewrite, rewrite_storage, RewriteOptions, RewriteSummary,

@@ -1,4 +1,5 @@
-//! `#[derive(TensorFormat)]`: generates a tensor format from a `.fmt` schema.
+//! `#[derive(TensorFormat)]`: generates a tensor format from a `.fmt` schema;
+//! `#[derive(StateDict)]`: loads and saves a struct of tensors from and to any format.
 //!
 //! ```ignore
 //! use tensorfmt_derive::TensorFormat;
@@ -11,7 +12,7 @@
 //! ```
 //!
 //! This crate has no logic of its own: it forwards to
-//! [`tensorfmt_codegen::derive::expand`].
+//! [`tensorfmt_codegen::derive::expand`] and [`tensorfmt_codegen::state_derive::expand`].
 
 use proc_macro::TokenStream;
 
@@ -21,4 +22,12 @@ use proc_macro::TokenStream;
 #[proc_macro_derive(TensorFormat, attributes(tensorfmt))]
 pub fn derive_tensor_format(input: TokenStream) -> TokenStream {
     tensorfmt_codegen::derive::expand(input.into()).into()
+}
+
+/// Implements `tensorfmt::state::StateDict` for a struct: each field an entry under its
+/// name (`#[state(rename = "..")]`, `#[state(flatten)]`, `#[state(skip)]`; on the
+/// struct `#[state(prefix = "..")]`).
+#[proc_macro_derive(StateDict, attributes(state))]
+pub fn derive_state_dict(input: TokenStream) -> TokenStream {
+    tensorfmt_codegen::state_derive::expand(input.into()).into()
 }

@@ -19,6 +19,7 @@ pub mod convert;
 pub mod cursor;
 pub mod db;
 pub mod dtype;
+pub mod element;
 pub mod error;
 pub mod expr;
 pub mod hash;
@@ -39,6 +40,9 @@ pub mod tree;
 pub mod widen;
 
 pub use dtype::DType;
+pub use element::Element;
+/// The `half` crate, whose `f16` and `bf16` are [`Element`]s.
+pub use half;
 pub use error::{Error, ErrorKind, Location, Result};
 pub use limits::Limits;
 pub use source::{Bytes, RandomAccess, Source};

@@ -111,12 +111,13 @@ fn only_files_and_folders(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// The error for a database whose backend this build leaves out.
-#[cfg(not(feature = "leveldb"))]
+/// The error for a database whose backend this build leaves out: `what` it cannot do,
+/// and the feature that adds it.
+#[cfg(any(not(feature = "leveldb"), not(feature = "lmdb")))]
 fn without(what: &str, feature: &str, dir: &Path) -> Error {
     Error::new(
         ErrorKind::Unsupported(format!(
-            "{what}, which this build reads without: enable the `{feature}` feature"
+            "{what}, which this build does without: enable tensorfmt's `{feature}` feature"
         )),
         Location::file(dir),
     )
@@ -364,6 +365,61 @@ pub fn open_lmdb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
 /// Opens an LMDB environment as `options` say, as a [`Db`] (for a format's open function).
 pub fn open_lmdb_with(path: &Path, mode: Mode, options: &OpenOptions) -> OpenResult {
     Ok(Box::new(lmdb::open_with(path, mode, options)?))
+}
+
+/// Opens an LMDB environment to read, in a build without liblmdb (the `lmdb` feature):
+/// read by [`lmdb_read`] as with it; writing is refused, naming the feature.
+#[cfg(not(feature = "lmdb"))]
+pub fn open_lmdb(path: &Path, mode: Mode) -> Result<Box<dyn Db>> {
+    open_lmdb_with(path, mode, &OpenOptions::DEFAULT)
+}
+
+/// [`open_lmdb`] with a format's options (which only a written environment uses).
+#[cfg(not(feature = "lmdb"))]
+pub fn open_lmdb_with(path: &Path, mode: Mode, _options: &OpenOptions) -> OpenResult {
+    if mode != Mode::Read {
+        return Err(without("writing an LMDB environment", "lmdb", path));
+    }
+    if !is_lmdb(path) {
+        return Err(db_error(path, "not an LMDB environment (no data.mdb)"));
+    }
+    // Checked now, as the build with liblmdb checks it when opened.
+    locate(path)?;
+    Ok(Box::new(ReadOnlyLmdb(path.to_path_buf())))
+}
+
+/// An LMDB environment opened to read without liblmdb.
+#[cfg(not(feature = "lmdb"))]
+struct ReadOnlyLmdb(PathBuf);
+
+#[cfg(not(feature = "lmdb"))]
+impl Db for ReadOnlyLmdb {
+    fn cursor(&mut self) -> Result<Box<dyn Cursor + '_>> {
+        let (bytes, records) = locate(&self.0)?;
+        Ok(Box::new(RecordsCursor::new(bytes, records, true)))
+    }
+    fn transaction(&mut self) -> Result<Box<dyn Transaction + '_>> {
+        Err(db_error(
+            &self.0,
+            "a database opened to read takes no transaction",
+        ))
+    }
+    fn close(self: Box<Self>) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Refuses a LevelDB database in a build without the LevelDB backend, naming the
+/// feature that adds it.
+#[cfg(not(feature = "leveldb"))]
+pub fn open_leveldb(path: &Path, _mode: Mode) -> Result<Box<dyn Db>> {
+    Err(without("a LevelDB database", "leveldb", path))
+}
+
+/// [`open_leveldb`] with a format's options.
+#[cfg(not(feature = "leveldb"))]
+pub fn open_leveldb_with(path: &Path, _mode: Mode, _options: &OpenOptions) -> OpenResult {
+    Err(without("a LevelDB database", "leveldb", path))
 }
 
 #[cfg(feature = "leveldb")]
