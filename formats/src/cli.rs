@@ -225,8 +225,10 @@ fn progress_bar(total: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(total);
     if std::io::stderr().is_terminal() {
         bar.set_style(
-            ProgressStyle::with_template("{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ({eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
         bar.set_message(what.to_string());
     } else {
@@ -386,22 +388,32 @@ fn inspect(
             .max(4);
         if !file.tensors().is_empty() {
             let head = format!(
-                "  {:width$}  {:8}  {:20}  {}",
+                "  {:width$}  {:8}  {:20}  {:>10}  {}",
                 "name",
                 "dtype",
                 "shape",
+                "size",
                 if hashes.is_some() { "sha256" } else { "" }
             );
             outln!(out, "{}", head.trim_end());
         }
         for (i, t) in file.tensors().iter().enumerate() {
             let shape = format!("{:?}", t.shape);
-            let mut line = format!("  {:width$}  {:8}  {:20}", names[i], t.dtype.name(), shape);
+            let mut line = format!(
+                "  {:width$}  {:8}  {:20}  {:>10}",
+                names[i],
+                t.dtype.name(),
+                shape,
+                human_bytes(tensor_bytes(t))
+            );
             if let Some(h) = &hashes {
                 line.push_str("  ");
                 line.push_str(&hex(&h[i].1));
             }
             outln!(out, "{}", line.trim_end());
+        }
+        for line in totals(file.tensors()) {
+            outln!(out, "{}", line);
         }
         match &structure {
             Ok(Some(tree)) => {
@@ -428,6 +440,81 @@ fn inspect(
         }
     }
     Ok(())
+}
+
+/// A tensor's size in bytes: its elements' (a string tensor's stored bytes).
+fn tensor_bytes(t: &TensorInfo) -> u64 {
+    t.nbytes().unwrap_or_else(|_| t.location.len())
+}
+
+/// `n` bytes as people read them: `512 B`, `1.5 KiB`, `3.2 GiB`.
+fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// `n` with thousands separated by commas.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The lines under `inspect`'s table: per dtype (when there are several) the tensors,
+/// parameters (elements) and bytes, then the file's total.
+fn totals(tensors: &[TensorInfo]) -> Vec<String> {
+    if tensors.is_empty() {
+        return Vec::new();
+    }
+    let mut by_dtype: Vec<(DType, u64, u64, u64)> = Vec::new();
+    for t in tensors {
+        let numel = t.numel().unwrap_or(0);
+        match by_dtype.iter_mut().find(|(d, ..)| *d == t.dtype) {
+            Some(e) => {
+                e.1 += 1;
+                e.2 = e.2.saturating_add(numel);
+                e.3 = e.3.saturating_add(tensor_bytes(t));
+            }
+            None => by_dtype.push((t.dtype, 1, numel, tensor_bytes(t))),
+        }
+    }
+    let line = |count: u64, params: u64, bytes: u64| {
+        format!(
+            "{count} tensor{}, {} parameter{}, {}",
+            if count == 1 { "" } else { "s" },
+            grouped(params),
+            if params == 1 { "" } else { "s" },
+            human_bytes(bytes)
+        )
+    };
+    let (count, params, bytes) = by_dtype.iter().fold((0u64, 0u64, 0u64), |a, e| {
+        (a.0 + e.1, a.1.saturating_add(e.2), a.2.saturating_add(e.3))
+    });
+    if let [(dtype, ..)] = by_dtype[..] {
+        return vec![format!("total: {} ({dtype})", line(count, params, bytes))];
+    }
+    let mut out: Vec<String> = by_dtype
+        .iter()
+        .map(|(d, c, p, b)| format!("  {:<6}{}", format!("{d}:"), line(*c, *p, *b)))
+        .collect();
+    out.push(format!("total: {}", line(count, params, bytes)));
+    out
 }
 
 /// The values `inspect` lists, with their names: a format's values beside its tensors
@@ -833,16 +920,41 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             options.write.external = external.policy()?;
             options.write.align = align;
             options.write.pickle_protocol = pickle_protocol;
-            let bar = progress_bar(0, "converting");
-            if std::io::stderr().is_terminal() {
+            // On a terminal: the bytes converted and the rate, from the input's index
+            // (each tensor's size, in the order convert writes them); nothing when piped.
+            let sizes: Option<Vec<u64>> = if std::io::stderr().is_terminal() {
+                open(registry, inputs, &input).ok().map(|f| {
+                    let mut at = 0u64;
+                    std::iter::once(0)
+                        .chain(f.tensors().iter().map(|t| {
+                            at = at.saturating_add(tensor_bytes(t));
+                            at
+                        }))
+                        .collect()
+                })
+            } else {
+                None
+            };
+            let bar = progress_bar(
+                sizes.as_ref().and_then(|s| s.last().copied()).unwrap_or(0),
+                "converting",
+            );
+            if std::io::stderr().is_terminal() && sizes.is_none() {
                 bar.set_style(
                     ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} tensors")
                         .unwrap_or_else(|_| ProgressStyle::default_bar()),
                 );
             }
-            let summary = crate::convert(&input, &output, &options, |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
+            let summary = crate::convert(&input, &output, &options, |done, total| match &sizes {
+                Some(s) => {
+                    if s.len() == total + 1 {
+                        bar.set_position(s[done.min(total)]);
+                    }
+                }
+                None => {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                }
             })?;
             bar.finish_and_clear();
             eprintln!(
@@ -1035,5 +1147,73 @@ mod tests {
                 "{command}"
             );
         }
+    }
+
+    #[test]
+    fn inspect_shows_sizes_totals_per_dtype_and_the_parameter_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.safetensors");
+        let w = crate::Tensor::from_slice("w", &[1000, 3], &[0f32; 3000]).unwrap();
+        let b = crate::Tensor::from_slice("b", &[3], &[0f32; 3]).unwrap();
+        let n = crate::Tensor::from_slice("n", &[], &[7i64]).unwrap();
+        crate::save(
+            &path,
+            None,
+            [&w, &b, &n].map(|t| (t.meta().unwrap(), t.data.as_bytes())),
+            &Default::default(),
+        )
+        .unwrap();
+        let (code, text) = output(&["inspect", path.to_str().unwrap()]);
+        assert_eq!(code, ExitCode::SUCCESS, "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].contains("shape") && lines[1].ends_with("size"),
+            "{text}"
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("[1000, 3]") && l.ends_with("11.7 KiB")),
+            "{text}"
+        );
+        assert!(
+            lines.iter().any(|l| l.contains("[]") && l.ends_with("8 B")),
+            "{text}"
+        );
+        assert!(
+            text.contains("  f32:  2 tensors, 3,003 parameters, 11.7 KiB\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  i64:  1 tensor, 1 parameter, 8 B\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("total: 3 tensors, 3,004 parameters, 11.7 KiB\n"),
+            "{text}"
+        );
+        assert_eq!(grouped(1234567), "1,234,567");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        // --json stays as it was: no sizes, no totals.
+        let (_, json) = output(&["inspect", "--json", path.to_str().unwrap()]);
+        assert!(!json.contains("total") && !json.contains("size"), "{json}");
+    }
+
+    #[test]
+    fn a_folder_that_is_no_checkpoint_says_what_was_looked_for() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        let (code, _) = output(&["inspect", dir.path().to_str().unwrap()]);
+        assert_ne!(code, ExitCode::SUCCESS);
+        let e = TensorFile::open(dir.path()).err().unwrap().to_string();
+        assert!(
+            e.contains("it looked for a sharded checkpoint's index"),
+            "{e}"
+        );
+        assert!(
+            e.contains("torch.distributed checkpoint (.metadata)"),
+            "{e}"
+        );
+        assert!(e.contains("name a file inside it"), "{e}");
     }
 }

@@ -165,6 +165,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// The `ndarray` crate the [`nd`] interop is built on (the `ndarray` feature).
+#[cfg(feature = "ndarray")]
+pub use ndarray;
 /// The `prost` crate the generated message types (`generated::onnx::messages`) derive
 /// from: `use tensorfmt::prost::Message;` to encode and decode them.
 #[cfg(any(feature = "onnx", feature = "caffe2"))]
@@ -173,9 +176,6 @@ pub use tensorfmt_runtime as runtime;
 /// The `half` crate, whose `f16` and `bf16` are [`Element`]s (the `half` feature).
 #[cfg(feature = "half")]
 pub use tensorfmt_runtime::half;
-/// The `ndarray` crate the [`nd`] interop is built on (the `ndarray` feature).
-#[cfg(feature = "ndarray")]
-pub use ndarray;
 pub use tensorfmt_runtime::registry::{FormatDesc, Payload, StorageView, StructureKept};
 pub use tensorfmt_runtime::sink::{Flow, Sink, Tensor, TensorData};
 pub use tensorfmt_runtime::tree::Node;
@@ -196,10 +196,10 @@ pub mod caffe2;
 pub mod cli;
 #[cfg(feature = "pytorch")]
 pub mod dcp;
-#[cfg(object_storage)]
-pub mod object;
 #[cfg(feature = "ndarray")]
 pub mod nd;
+#[cfg(object_storage)]
+pub mod object;
 mod registry;
 mod rewrite;
 pub mod sharded;
@@ -354,7 +354,7 @@ impl TensorFile {
                 if let Some(single) = sharded::single_file(path) {
                     return Self::open_with(single, options);
                 }
-                open_source(path)?
+                open_folder(path)?
             }
             Err(e) => return Err(e),
         };
@@ -888,6 +888,36 @@ pub fn open_source(path: &Path) -> Result<Source> {
         Err(_) if path.is_dir() => tensorfmt_runtime::kv::open_dir(path),
         opened => opened,
     }
+}
+
+/// A folder that is no sharded or distributed checkpoint: the database it holds, or an
+/// error saying what was looked for.
+fn open_folder(path: &Path) -> Result<Source> {
+    #[cfg(feature = "caffe2")]
+    if tensorfmt_runtime::kv::is_lmdb(path) || tensorfmt_runtime::kv::is_leveldb(path) {
+        return tensorfmt_runtime::kv::open_dir(path);
+    }
+    let (databases, note) = if cfg!(feature = "caffe2") {
+        (
+            ", an LMDB environment (data.mdb) or a LevelDB database (CURRENT, MANIFEST-*)",
+            "",
+        )
+    } else {
+        (
+            "",
+            " (LMDB and LevelDB databases are read in a build with the `caffe2` feature)",
+        )
+    };
+    Err(Error::new(
+        ErrorKind::Unsupported(format!(
+            "a folder holding nothing tensorfmt reads as one checkpoint: it looked for a \
+             sharded checkpoint's index (model.safetensors.index.json, \
+             pytorch_model.bin.index.json), model.safetensors or pytorch_model.bin, a \
+             torch.distributed checkpoint (.metadata){databases}; name a file inside it to \
+             read that file{note}"
+        )),
+        Location::file(path),
+    ))
 }
 
 /// An output (an [`AtomicFile`], an object store upload) shared between a format writer

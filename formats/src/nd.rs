@@ -50,7 +50,10 @@ fn not_array(t: &Tensor, why: &str) -> Error {
 /// for `A`, a negative stride): [`to_array`] copies then.
 pub fn view<A: Element>(t: &Tensor) -> Result<ArrayViewD<'_, A>> {
     if t.info.dtype != A::DTYPE {
-        return Err(not_array(t, &format!("it holds {}, not {}", t.info.dtype, A::DTYPE)));
+        return Err(not_array(
+            t,
+            &format!("it holds {}, not {}", t.info.dtype, A::DTYPE),
+        ));
     }
     if t.info.byte_order != NATIVE && std::mem::size_of::<A>() > 1 {
         return Err(not_array(t, "its bytes are not this machine's byte order"));
@@ -87,7 +90,8 @@ pub fn to_array<A: Element>(t: &Tensor) -> Result<ArrayD<A>> {
         return ArrayD::from_shape_vec(IxDyn(&shape).f(), data)
             .map_err(|e| not_array(t, &e.to_string()));
     }
-    ArrayD::from_shape_vec(IxDyn(&shape), t.to_vec::<A>()?).map_err(|e| not_array(t, &e.to_string()))
+    ArrayD::from_shape_vec(IxDyn(&shape), t.to_vec::<A>()?)
+        .map_err(|e| not_array(t, &e.to_string()))
 }
 
 /// The array as a tensor named `name`: its elements copied in C order, or in Fortran
@@ -99,7 +103,8 @@ pub fn from_array<A: Element, S: Data<Elem = A>, D: Dimension>(
     let (meta, bytes) = array_bytes(name, a)?;
     let mut t = Tensor::from_bytes(name, meta.dtype, &meta.shape, &bytes, NATIVE)?;
     if meta.order == Order::Fortran {
-        t.info.strides = tensorfmt_runtime::tensor::contiguous_strides(&meta.shape, Order::Fortran)?;
+        t.info.strides =
+            tensorfmt_runtime::tensor::contiguous_strides(&meta.shape, Order::Fortran)?;
     }
     Ok(t)
 }
@@ -126,7 +131,10 @@ pub fn array_bytes<'a, A: Element, S: Data<Elem = A>, D: Dimension>(
         }
     }
     let c: Vec<A> = a.iter().copied().collect();
-    Ok((meta(Order::C), Cow::Owned(bytemuck::cast_slice(&c).to_vec())))
+    Ok((
+        meta(Order::C),
+        Cow::Owned(bytemuck::cast_slice(&c).to_vec()),
+    ))
 }
 
 /// An owned array field: loaded (a copy) as its element type and number of dimensions,
@@ -164,7 +172,11 @@ impl<A: Element, D: Dimension> StateDict for ArrayBase<ndarray::OwnedRepr<A>, D>
         };
         let want: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
         if t.info.shape != want {
-            cx.mismatch(key, format!("shape {want:?}"), format!("shape {:?}", t.info.shape));
+            cx.mismatch(
+                key,
+                format!("shape {want:?}"),
+                format!("shape {:?}", t.info.shape),
+            );
             return;
         }
         let Some(t) = cx.with_dtype(key, t, A::DTYPE) else {

@@ -166,9 +166,18 @@ impl Registry {
     /// ```
     pub fn require(&self, name: &str) -> crate::Result<&'static FormatDesc> {
         self.named(name).ok_or_else(|| {
+            let known = self.names();
+            let what = match (left_out(name), closest(name, &known)) {
+                (Some(feature), _) => format!(
+                    "the format '{name}' is left out of this build: enable tensorfmt's \
+                     `{feature}` feature"
+                ),
+                (None, Some(close)) => format!("unknown format '{name}': did you mean '{close}'?"),
+                (None, None) => format!("unknown format '{name}'"),
+            };
             Error::from(ErrorKind::Unsupported(format!(
-                "unknown format '{name}' (known: {})",
-                self.names().join(", ")
+                "{what} (known: {})",
+                known.join(", ")
             )))
         })
     }
@@ -248,5 +257,88 @@ impl Registry {
         self.formats()
             .filter(|f| f.extensions.contains(&ext.as_str()))
             .collect()
+    }
+}
+
+/// The feature that builds the built-in format `name`, when this build leaves it out.
+fn left_out(name: &str) -> Option<&'static str> {
+    const FEATURES: &[(&str, &str)] = &[
+        ("npy", "npy"),
+        ("npz", "npz"),
+        ("safetensors", "safetensors"),
+        ("pickle", "pickle"),
+        ("pytorch", "pytorch"),
+        ("pytorch-legacy", "pytorch"),
+        ("torchscript", "pytorch"),
+        ("onnx", "onnx"),
+        ("caffe2-minidb", "caffe2"),
+        ("caffe2-lmdb", "caffe2"),
+        ("caffe2-leveldb", "caffe2"),
+    ];
+    let name = name.to_ascii_lowercase();
+    FEATURES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .filter(|(n, _)| crate::format_named(n).is_none())
+        .map(|(_, f)| *f)
+}
+
+/// The known name closest to `name` (a misspelling: an edit distance of at most a third
+/// of its length, and at least 1 or 2), if one is.
+fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
+    let name = name.to_ascii_lowercase().replace('_', "-");
+    let most = (name.chars().count() / 3).max(2);
+    known
+        .iter()
+        .map(|k| (edit_distance(&name, k), *k))
+        .filter(|(d, _)| *d <= most)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance between `a` and `b`, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(cur)
+            };
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_format_name_gets_the_closest_known_one() {
+        let r = Registry::builtin();
+        let e = r.require("safetensor").err().unwrap().to_string();
+        assert!(
+            e.contains("unknown format 'safetensor': did you mean 'safetensors'?"),
+            "{e}"
+        );
+        assert!(e.contains("known: "), "{e}");
+        let e = r.require("pytorch_legacy").err().unwrap().to_string();
+        assert!(e.contains("did you mean 'pytorch-legacy'?"), "{e}");
+        let e = r.require("tensorflow").err().unwrap().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "npz"), 3);
+        #[cfg(not(feature = "caffe2"))]
+        {
+            let e = r.require("caffe2-lmdb").err().unwrap().to_string();
+            assert!(e.contains("enable tensorfmt's `caffe2` feature"), "{e}");
+        }
     }
 }

@@ -18,11 +18,11 @@
 //! through [`gen`].
 #![warn(missing_docs)]
 
+pub use tensorfmt_core::half;
 pub use tensorfmt_core::{
     convert, cursor, db, dtype, element, error, hash, layout_writer, limits, mapguard, output,
     pattern, read, registry, sink, source, storage, tensor, tree,
 };
-pub use tensorfmt_core::half;
 pub use tensorfmt_core::{
     ByteOrder, Bytes, Compression, DType, DataLocation, Element, Encoded, Error, ErrorKind,
     ExternalData, Limits, Location, Order, RandomAccess, Result, Source, TensorInfo, TensorMeta,

@@ -243,7 +243,7 @@ fn names_read_from_a_file_are_printed_escaped() {
     std::fs::write(&p, safetensors_bytes(header.as_bytes(), &[0; 4])).unwrap();
     let (code, out) = cli(&["inspect", "--sha256", path_str(&p)]);
     assert_eq!(code, ExitCode::SUCCESS);
-    assert_eq!(out.lines().count(), 3, "{out}");
+    assert_eq!(out.lines().count(), 4, "{out}");
     assert!(!out.contains('\x1b') && !out.contains('\r') && !out.contains('\u{202e}'));
     assert!(
         out.contains("a\\x1b[2J\\nforged  f32  [9]\\r\\u{202e}"),

@@ -2,8 +2,8 @@
 //! views of C, Fortran and big-endian `.npy` fixtures, f16/bf16 elements, arrays as
 //! `StateDict` fields, and arrays written back that NumPy reads as the same values.
 
-use tensorfmt::ndarray::{self, Array1, Array2, ArrayD, IxDyn};
 use tensorfmt::half::{bf16, f16};
+use tensorfmt::ndarray::{self, Array1, Array2, ArrayD, IxDyn};
 use tensorfmt::{nd, StateDict, TensorFile};
 use tensorfmt_tests::{fixtures, python_snippet};
 
@@ -25,8 +25,18 @@ print(" ".join(repr(float(x)) for x in a.astype("f8").ravel(order="C")))
     let (ok, out) = python_snippet(code, &[path.to_str().unwrap()]);
     assert!(ok, "{out}");
     let mut lines = out.lines();
-    let s = lines.next().unwrap().split_whitespace().map(|d| d.parse().unwrap()).collect();
-    let v = lines.next().unwrap_or("").split_whitespace().map(|x| x.parse().unwrap()).collect();
+    let s = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|d| d.parse().unwrap())
+        .collect();
+    let v = lines
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
     (v, s)
 }
 
@@ -56,7 +66,10 @@ fn arrays_of_c_fortran_and_big_endian_files_hold_numpys_values() {
         let got = c_order(&a);
         assert_eq!(got.len(), want.len(), "{file}");
         for (g, w) in got.iter().zip(&want) {
-            assert!(g == w || (g.is_nan() && w.is_nan()), "{file}: {got:?} != {want:?}");
+            assert!(
+                g == w || (g.is_nan() && w.is_nan()),
+                "{file}: {got:?} != {want:?}"
+            );
         }
         // A view borrows where the bytes allow it, and then agrees with the copy.
         let viewed = match t.info.dtype {
@@ -78,7 +91,12 @@ fn arrays_of_c_fortran_and_big_endian_files_hold_numpys_values() {
 fn half_elements_read_as_numpy_and_torch_wrote_them() {
     let t = npy("dtype_f16.npy");
     let (want, _) = numpy_values("dtype_f16.npy");
-    let got: Vec<f64> = t.to_vec::<f16>().unwrap().iter().map(|x| x.to_f64()).collect();
+    let got: Vec<f64> = t
+        .to_vec::<f16>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_f64())
+        .collect();
     for (g, w) in got.iter().zip(&want) {
         assert!(g == w || (g.is_nan() && w.is_nan()), "{got:?} != {want:?}");
     }
@@ -96,11 +114,19 @@ print(" ".join(repr(float(x)) for x in t.float()))
     let want: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
     let file = TensorFile::open(&pt).unwrap();
     let b = file.load("b").unwrap();
-    let got: Vec<f64> = b.to_vec::<bf16>().unwrap().iter().map(|x| x.to_f64()).collect();
+    let got: Vec<f64> = b
+        .to_vec::<bf16>()
+        .unwrap()
+        .iter()
+        .map(|x| x.to_f64())
+        .collect();
     assert_eq!(got, want);
     let arr = nd::to_array::<bf16>(&b).unwrap();
     assert_eq!(arr.len(), 5);
-    assert!(b.to_vec::<f16>().is_err(), "another dtype is refused, not reinterpreted");
+    assert!(
+        b.to_vec::<f16>().is_err(),
+        "another dtype is refused, not reinterpreted"
+    );
 }
 
 #[test]
@@ -119,7 +145,9 @@ fn arrays_written_back_read_in_numpy_as_the_same_values_and_order() {
     let path = dir.path().join("a.npz");
     let mut saver = tensorfmt::Saver::create(&path, None, &Default::default()).unwrap();
     for t in &tensors {
-        saver.add_bytes(&t.meta().unwrap(), t.data.as_bytes()).unwrap();
+        saver
+            .add_bytes(&t.meta().unwrap(), t.data.as_bytes())
+            .unwrap();
     }
     saver.commit().unwrap();
     let code = r#"
@@ -169,5 +197,8 @@ fn arrays_are_state_dict_fields() {
         Err(e) => e.to_string(),
         Ok(_) => panic!("a 1-d tensor loaded as 2-d"),
     };
-    assert!(err.contains("mismatch for \"b\": the file has shape [2], the struct expects 2 dimensions"), "{err}");
+    assert!(
+        err.contains("mismatch for \"b\": the file has shape [2], the struct expects 2 dimensions"),
+        "{err}"
+    );
 }

@@ -21,28 +21,75 @@ fn cargo(args: &[&str]) -> String {
 
 #[test]
 fn the_default_features_pull_no_database_device_or_network_crate() {
-    let tree = cargo(&["tree", "-p", "tensorfmt", "-e", "normal", "--prefix", "none", "--offline"]);
+    let tree = cargo(&[
+        "tree",
+        "-p",
+        "tensorfmt",
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+        "--offline",
+    ]);
     assert!(tree.contains("tensorfmt-runtime"), "{tree}");
-    for heavy in ["heed", "lmdb", "rusty-leveldb", "cudarc", "tensorfmt-cuda", "object_store", "tokio"] {
+    for heavy in [
+        "heed",
+        "lmdb",
+        "rusty-leveldb",
+        "cudarc",
+        "tensorfmt-cuda",
+        "object_store",
+        "tokio",
+    ] {
         assert!(
             !tree.lines().any(|l| l.starts_with(&format!("{heavy} "))),
             "{heavy} in the default tree:\n{tree}"
         );
     }
     // And each comes with its feature.
-    for (feature, crate_name) in [("lmdb", "heed "), ("leveldb", "rusty-leveldb "), ("s3", "object_store ")] {
+    for (feature, crate_name) in [
+        ("lmdb", "heed "),
+        ("leveldb", "rusty-leveldb "),
+        ("s3", "object_store "),
+    ] {
         let tree = cargo(&[
-            "tree", "-p", "tensorfmt", "-e", "normal", "--prefix", "none", "--offline", "--features", feature,
+            "tree",
+            "-p",
+            "tensorfmt",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+            "--features",
+            feature,
         ]);
-        assert!(tree.lines().any(|l| l.starts_with(crate_name)), "{feature}: {tree}");
+        assert!(
+            tree.lines().any(|l| l.starts_with(crate_name)),
+            "{feature}: {tree}"
+        );
     }
 }
 
 #[test]
 fn the_package_lists_what_a_user_needs() {
-    let list = cargo(&["package", "--list", "-p", "tensorfmt", "--allow-dirty", "--offline"]);
+    let list = cargo(&[
+        "package",
+        "--list",
+        "-p",
+        "tensorfmt",
+        "--allow-dirty",
+        "--offline",
+    ]);
     let files: Vec<&str> = list.lines().collect();
-    for needed in ["Cargo.toml", "README.md", "build.rs", "src/lib.rs", "src/state.rs", "fmt/pytorch.fmt"] {
+    for needed in [
+        "Cargo.toml",
+        "README.md",
+        "build.rs",
+        "src/lib.rs",
+        "src/state.rs",
+        "fmt/pytorch.fmt",
+    ] {
         assert!(files.contains(&needed), "{needed} missing from:\n{list}");
     }
     let root = tensorfmt_tests::repo_root().join("formats");

@@ -85,7 +85,10 @@ fn digests<T: StateDict>(value: &T) -> BTreeMap<String, (String, Vec<u64>, Strin
     for info in file.tensors() {
         let t = file.load_info(info).unwrap();
         let sha = hex(&tensor_sha256(&t.info, t.data.as_bytes()).unwrap());
-        out.insert(info.name.clone(), (info.dtype.to_string(), info.shape.clone(), sha));
+        out.insert(
+            info.name.clone(),
+            (info.dtype.to_string(), info.shape.clone(), sha),
+        );
     }
     out
 }
@@ -102,8 +105,20 @@ fn expected() -> BTreeMap<String, (String, Vec<u64>, String)> {
                 "float32" => "f32",
                 other => panic!("unexpected dtype {other}"),
             };
-            let shape = v["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap()).collect();
-            (k.clone(), (dtype.to_string(), shape, v["sha256"].as_str().unwrap().to_string()))
+            let shape = v["shape"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d.as_u64().unwrap())
+                .collect();
+            (
+                k.clone(),
+                (
+                    dtype.to_string(),
+                    shape,
+                    v["sha256"].as_str().unwrap().to_string(),
+                ),
+            )
         })
         .collect()
 }
@@ -112,7 +127,12 @@ fn expected() -> BTreeMap<String, (String, Vec<u64>, String)> {
 fn torch_order() -> Vec<String> {
     let text = std::fs::read_to_string(dir().join("expected.json")).unwrap();
     let json: serde_json::Value = serde_json::from_str(&text).unwrap();
-    json["tensors"].as_object().unwrap().keys().cloned().collect()
+    json["tensors"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect()
 }
 
 #[test]
@@ -126,16 +146,29 @@ fn the_struct_loads_the_same_weights_from_every_format_the_real_tools_wrote() {
         let (model, report) = if file.ends_with(".onnx") {
             Tiny::load_with(&path, &LoadOptions::partial()).unwrap()
         } else {
-            (Tiny::load(&path).unwrap_or_else(|e| panic!("{file}: {e}")), Default::default())
+            (
+                Tiny::load(&path).unwrap_or_else(|e| panic!("{file}: {e}")),
+                Default::default(),
+            )
         };
-        assert!(report.missing.is_empty() && report.mismatched.is_empty(), "{file}: {report}");
+        assert!(
+            report.missing.is_empty() && report.mismatched.is_empty(),
+            "{file}: {report}"
+        );
         for name in &report.unexpected {
-            assert!(!want.contains_key(name), "{file}: a parameter left unexpected: {name}");
+            assert!(
+                !want.contains_key(name),
+                "{file}: a parameter left unexpected: {name}"
+            );
         }
         assert_eq!(model.layers.len(), 2, "{file}");
         assert_eq!(digests(&model), want, "{file}: the struct's tensors");
         let keys = model.keys().unwrap();
-        assert_eq!(keys, torch_order(), "{file}: the struct's keys in state_dict()'s order");
+        assert_eq!(
+            keys,
+            torch_order(),
+            "{file}: the struct's keys in state_dict()'s order"
+        );
     }
     // Bytes stored plain are views of the file's map, not copies.
     let model = Tiny::load(dir().join("tiny.safetensors")).unwrap();
@@ -159,14 +192,20 @@ fn a_checkpoint_of_nested_dicts_and_values_and_a_prefix_map() {
     // Without the map, every key is missing and every tensor unexpected.
     let err = Tiny::load(&path).err().unwrap().to_string();
     assert!(err.contains("missing keys: \"embed.weight\""), "{err}");
-    assert!(err.contains("unexpected keys: \"model.embed.weight\""), "{err}");
+    assert!(
+        err.contains("unexpected keys: \"model.embed.weight\""),
+        "{err}"
+    );
     assert!(err.contains("LoadOptions::map_prefix"), "{err}");
 
     // safetensors keeps the counter as text in `__metadata__`.
     let st = WithEpoch::load(dir().join("tiny.safetensors")).unwrap();
     assert_eq!(st.epoch, 7);
     // npz has no values: the counter is missing.
-    let err = WithEpoch::load(dir().join("tiny.npz")).err().unwrap().to_string();
+    let err = WithEpoch::load(dir().join("tiny.npz"))
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("missing keys: \"epoch\""), "{err}");
 }
 
@@ -190,7 +229,10 @@ fn missing_and_unexpected_keys_are_reported_strict_and_partial() {
     );
     // A `Vec` takes the entries the file has: a third block, with one tensor of twelve.
     let err = Tiny::load(&bad).err().unwrap().to_string();
-    assert!(err.contains("missing keys: \"layers.1.mlp.fc.bias\", \"layers.2.ln1.weight\""), "{err}");
+    assert!(
+        err.contains("missing keys: \"layers.1.mlp.fc.bias\", \"layers.2.ln1.weight\""),
+        "{err}"
+    );
 
     // Partial, into an existing value: the report, and the missing tensor keeps its value.
     let mut model = Tiny::load(dir().join("tiny.npz")).unwrap();
@@ -202,19 +244,36 @@ fn missing_and_unexpected_keys_are_reported_strict_and_partial() {
     assert_eq!(report.unexpected, ["layers.2.attn.qkv.weight"]);
     assert!(report.mismatched.is_empty());
     assert_eq!(model.layers[1].mlp.fc.bias.to_vec::<f32>().unwrap(), kept);
-    assert_eq!(model.layers[0].attn.qkv.weight.to_vec::<f32>().unwrap(), before, "loaded");
+    assert_eq!(
+        model.layers[0].attn.qkv.weight.to_vec::<f32>().unwrap(),
+        before,
+        "loaded"
+    );
     assert_eq!(
         report.to_string(),
         "missing keys: \"layers.1.mlp.fc.bias\"\nunexpected keys: \"layers.2.attn.qkv.weight\""
     );
 
     // Strict into an existing value: the same error.
-    let err = model.update(&bad, &LoadOptions::default()).err().unwrap().to_string();
-    assert!(err.contains("missing keys: \"layers.1.mlp.fc.bias\""), "{err}");
+    let err = model
+        .update(&bad, &LoadOptions::default())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("missing keys: \"layers.1.mlp.fc.bias\""),
+        "{err}"
+    );
 
     // A fresh partial load cannot build the struct without the key.
-    let err = Tiny::load_with(&bad, &LoadOptions::partial()).err().unwrap().to_string();
-    assert!(err.contains("cannot be built without its missing keys"), "{err}");
+    let err = Tiny::load_with(&bad, &LoadOptions::partial())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("cannot be built without its missing keys"),
+        "{err}"
+    );
 
     // An optional field is no missing key.
     #[derive(StateDict)]
@@ -237,9 +296,15 @@ fn shapes_and_dtypes_are_checked_and_converted_only_when_asked() {
     let path = tmp.path().join("other.npz");
     other.save(&path, None).unwrap();
 
-    let err = model.update(&path, &LoadOptions::partial()).err().unwrap().to_string();
+    let err = model
+        .update(&path, &LoadOptions::partial())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(
-        err.contains("mismatch for \"norm.weight\": the file has shape [4], the struct expects shape [8]"),
+        err.contains(
+            "mismatch for \"norm.weight\": the file has shape [4], the struct expects shape [8]"
+        ),
         "{err}"
     );
     assert!(
@@ -302,7 +367,11 @@ print("ok")
     let sd = dir().join("tiny.pt");
     let (ok, out) = python_snippet(
         code,
-        &[nested.to_str().unwrap(), flat.to_str().unwrap(), sd.to_str().unwrap()],
+        &[
+            nested.to_str().unwrap(),
+            flat.to_str().unwrap(),
+            sd.to_str().unwrap(),
+        ],
     );
     assert!(ok && out.trim_end().ends_with("ok"), "{out}");
 
@@ -346,7 +415,11 @@ print("ok")
         w: Tensor::from_slice("", &[1], &[1f32]).unwrap(),
         name: "tiny".into(),
     };
-    let err = n.save(tmp.path().join("n.npz"), None).err().unwrap().to_string();
+    let err = n
+        .save(tmp.path().join("n.npz"), None)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(err.contains("the value \"name\""), "{err}");
     assert!(!tmp.path().join("n.npz").exists());
     n.save(tmp.path().join("n.pt"), None).unwrap();

@@ -41,9 +41,9 @@ pub mod widen;
 
 pub use dtype::DType;
 pub use element::Element;
+pub use error::{Error, ErrorKind, Location, Result};
 /// The `half` crate, whose `f16` and `bf16` are [`Element`]s.
 pub use half;
-pub use error::{Error, ErrorKind, Location, Result};
 pub use limits::Limits;
 pub use source::{Bytes, RandomAccess, Source};
 pub use tensor::{
