@@ -1,5 +1,5 @@
 //! ndarray interop (the `ndarray` feature): tensors as `ndarray` arrays and views, and
-//! arrays as fields of a [`StateDict`](crate::StateDict) struct.
+//! arrays as fields of a [`StateDict`] struct.
 //!
 //! ```no_run
 //! use ndarray::{Array2, ArrayD};
