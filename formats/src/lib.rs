@@ -147,8 +147,8 @@
 //! The default covers the common case with no C library and no network client: `npy`,
 //! `npz`, `safetensors`, `pickle`, `pytorch`, `onnx` and `derive`. Off by default:
 //! `caffe2` (MiniDB; LMDB read by tensorfmt's own reader), `lmdb` (LMDB written, through
-//! liblmdb), `leveldb`, `full` (every format and backend), `ndarray`, `half`, `cuda`
-//! (device sinks), and object storage: `s3`, `gcs`, `azure`, `http`.
+//! liblmdb), `leveldb`, `full` (every format and backend), `ndarray`, `half`, `candle`,
+//! `cuda` (device sinks), and object storage: `s3`, `gcs`, `azure`, `http`.
 //!
 //! ## Formats of your own
 //!
@@ -165,6 +165,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
 
+/// The `candle_core` crate the [`candle`] interop is built on (the `candle` feature).
+#[cfg(feature = "candle")]
+pub use candle_core;
 /// The `ndarray` crate the [`nd`] interop is built on (the `ndarray` feature).
 #[cfg(feature = "ndarray")]
 pub use ndarray;
@@ -193,6 +196,8 @@ use tensorfmt_runtime::sink::ViewSink;
 
 #[cfg(feature = "caffe2")]
 pub mod caffe2;
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod cli;
 #[cfg(feature = "pytorch")]
 pub mod dcp;
@@ -893,8 +898,13 @@ pub fn open_source(path: &Path) -> Result<Source> {
 /// A folder that is no sharded or distributed checkpoint: the database it holds, or an
 /// error saying what was looked for.
 fn open_folder(path: &Path) -> Result<Source> {
+    // A database's files by name, whatever they are (the database's reader refuses
+    // members that are not regular files, naming them).
     #[cfg(feature = "caffe2")]
-    if tensorfmt_runtime::kv::is_lmdb(path) || tensorfmt_runtime::kv::is_leveldb(path) {
+    if ["data.mdb", "CURRENT"]
+        .iter()
+        .any(|f| std::fs::symlink_metadata(path.join(f)).is_ok())
+    {
         return tensorfmt_runtime::kv::open_dir(path);
     }
     let (databases, note) = if cfg!(feature = "caffe2") {

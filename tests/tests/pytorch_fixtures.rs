@@ -57,7 +57,7 @@ fn numpy_scalars_and_random_state_are_values() {
     let (code, text) = cli(&["inspect", "--values", p.to_str().unwrap()]);
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
     for line in [
-        "  rng_state.1         u32       [624]\n",
+        "  rng_state.1         u32       [624]                    2.4 KiB\n",
         "  rng_state.0 = 'MT19937'\n",
         "  lr = 0.1\n",
         "  step = 100\n",
@@ -474,8 +474,8 @@ fn legacy_numpy_values_match_torch_and_verify() {
     let (code, text) = cli(&["inspect", "--values", p.to_str().unwrap()]);
     assert_eq!(code, ExitCode::SUCCESS, "{text}");
     for line in [
-        "  arrays.be_i32       i32       [6]\n",
-        "  rng_state.1         u32       [624]\n",
+        "  arrays.be_i32       i32       [6]                         24 B\n",
+        "  rng_state.1         u32       [624]                    2.4 KiB\n",
         "  rng_state.0 = 'MT19937'\n",
         "  lr = 0.1\n",
         "  step = 100\n",
