@@ -39,6 +39,24 @@ pub fn candle_dtype(d: DType) -> Option<CDType> {
     })
 }
 
+/// The tensorfmt dtype of a candle dtype, if tensorfmt has it.
+pub fn tensorfmt_dtype(d: CDType) -> Option<DType> {
+    [
+        DType::U8,
+        DType::U32,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::BF16,
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::F8E4M3FN,
+    ]
+    .into_iter()
+    .find(|t| candle_dtype(*t) == Some(d))
+}
+
 fn candle_error(name: &str, e: candle_core::Error) -> Error {
     ErrorKind::Sink(format!(
         "tensor '{}' in candle: {e}",
@@ -123,44 +141,15 @@ impl StateDict for candle_core::Tensor {
     }
 
     fn update_state(&mut self, cx: &mut LoadCx<'_>, key: &Key) {
-        let Some(t) = cx.tensor(key) else {
-            return;
-        };
         let want: Vec<u64> = self.dims().iter().map(|&d| d as u64).collect();
-        if t.info.shape != want {
-            cx.mismatch(
-                key,
-                format!("shape {want:?}"),
-                format!("shape {:?}", t.info.shape),
-            );
+        let Some(t) = cx.tensor_of_shape(key, &want) else {
             return;
-        }
-        let ours = match candle_dtype(t.info.dtype) {
-            Some(d) if d == self.dtype() => Some(t),
-            _ => {
-                let want = [
-                    DType::U8,
-                    DType::U32,
-                    DType::I16,
-                    DType::I32,
-                    DType::I64,
-                    DType::BF16,
-                    DType::F16,
-                    DType::F32,
-                    DType::F64,
-                ]
-                .into_iter()
-                .find(|d| candle_dtype(*d) == Some(self.dtype()));
-                match want {
-                    Some(d) => cx.with_dtype(key, t, d),
-                    None => {
-                        cx.mismatch(key, format!("{:?}", self.dtype()), t.info.dtype.to_string());
-                        None
-                    }
-                }
-            }
         };
-        let Some(t) = ours else {
+        let Some(dtype) = tensorfmt_dtype(self.dtype()) else {
+            cx.mismatch(key, format!("{:?}", self.dtype()), t.info.dtype.to_string());
+            return;
+        };
+        let Some(t) = cx.with_dtype(key, t, dtype) else {
             return;
         };
         match to_candle(&t, self.device()) {

@@ -167,18 +167,10 @@ impl<A: Element, D: Dimension> StateDict for ArrayBase<ndarray::OwnedRepr<A>, D>
     }
 
     fn update_state(&mut self, cx: &mut LoadCx<'_>, key: &Key) {
-        let Some(t) = cx.tensor(key) else {
+        let want: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
+        let Some(t) = cx.tensor_of_shape(key, &want) else {
             return;
         };
-        let want: Vec<u64> = self.shape().iter().map(|&d| d as u64).collect();
-        if t.info.shape != want {
-            cx.mismatch(
-                key,
-                format!("shape {want:?}"),
-                format!("shape {:?}", t.info.shape),
-            );
-            return;
-        }
         let Some(t) = cx.with_dtype(key, t, A::DTYPE) else {
             return;
         };

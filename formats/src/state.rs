@@ -337,6 +337,17 @@ impl<'f> LoadCx<'f> {
         }
     }
 
+    /// [`LoadCx::tensor`] checked against the shape a value already has: a tensor of
+    /// another shape is recorded as a mismatch (and not returned).
+    pub fn tensor_of_shape(&mut self, key: &Key, shape: &[u64]) -> Option<Tensor> {
+        let t = self.tensor(key)?;
+        if t.info.shape != shape {
+            self.mismatch(key, shape_text(shape), shape_text(&t.info.shape));
+            return None;
+        }
+        Some(t)
+    }
+
     /// The plain value at `key`: from the file's structure, or a tensor of one element
     /// of that name (taken). `None` when there is neither (recorded as missing).
     pub fn value(&mut self, key: &Key) -> Option<Node> {
@@ -622,35 +633,28 @@ fn write_entries(path: &Path, entries: Vec<(Key, Entry<'_>)>, options: &SaveOpti
     let mut saver = Saver::create(path, options.format.as_deref(), &options.write)?;
     let desc = crate::Registry::builtin().named(saver.format()).copied();
     let values_beside = desc.is_some_and(|d| d.values);
-    let tree = if values_beside {
-        // Values beside the tensors (safetensors `__metadata__`) hold text under flat keys.
+    // A flat dict of dotted keys, each value as `value` gives it.
+    let flat = |value: &dyn Fn(&Node) -> Node| {
         Node::Dict(
             entries
                 .iter()
                 .map(|(k, e)| {
                     let v = match e {
                         Entry::Tensor(..) => Node::Tensor(k.name()),
-                        Entry::Value(v) => Node::Str(value_text(v)),
+                        Entry::Value(v) => value(v),
                     };
                     (Node::Str(k.name()), v)
                 })
                 .collect(),
         )
+    };
+    let tree = if values_beside {
+        // Values beside the tensors (safetensors `__metadata__`) hold text under flat keys.
+        flat(&|v| Node::Str(value_text(v)))
     } else if options.nested {
         nest(&entries)
     } else {
-        Node::Dict(
-            entries
-                .iter()
-                .map(|(k, e)| {
-                    let v = match e {
-                        Entry::Tensor(..) => Node::Tensor(k.name()),
-                        Entry::Value(v) => v.clone(),
-                    };
-                    (Node::Str(k.name()), v)
-                })
-                .collect(),
-        )
+        flat(&|v| v.clone())
     };
     let kept = saver.set_structure(&tree)?;
     if !kept.dropped.is_empty() {
@@ -782,13 +786,9 @@ impl StateDict for Tensor {
     }
 
     fn update_state(&mut self, cx: &mut LoadCx<'_>, key: &Key) {
-        let Some(t) = cx.tensor(key) else {
+        let Some(t) = cx.tensor_of_shape(key, &self.info.shape) else {
             return;
         };
-        if t.info.shape != self.info.shape {
-            cx.mismatch(key, shape_text(&self.info.shape), shape_text(&t.info.shape));
-            return;
-        }
         if let Some(t) = cx.with_dtype(key, t, self.info.dtype) {
             *self = t;
         }
@@ -868,6 +868,21 @@ impl<T: StateDict> StateDict for Box<T> {
     }
 }
 
+/// Updates each item at its position under `key`.
+fn update_items<T: StateDict>(items: &mut [T], cx: &mut LoadCx<'_>, key: &Key) {
+    for (i, v) in items.iter_mut().enumerate() {
+        v.update_state(cx, &key.index(i));
+    }
+}
+
+/// Saves each item at its position under `key`.
+fn save_items<'a, T: StateDict>(items: &'a [T], cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
+    for (i, v) in items.iter().enumerate() {
+        v.save_state(cx, &key.index(i))?;
+    }
+    Ok(())
+}
+
 impl<T: StateDict> StateDict for Vec<T> {
     fn load_state(cx: &mut LoadCx<'_>, key: &Key) -> Option<Self> {
         let mut out = Vec::new();
@@ -884,16 +899,11 @@ impl<T: StateDict> StateDict for Vec<T> {
     }
 
     fn update_state(&mut self, cx: &mut LoadCx<'_>, key: &Key) {
-        for (i, v) in self.iter_mut().enumerate() {
-            v.update_state(cx, &key.index(i));
-        }
+        update_items(self, cx, key)
     }
 
     fn save_state<'a>(&'a self, cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
-        for (i, v) in self.iter().enumerate() {
-            v.save_state(cx, &key.index(i))?;
-        }
-        Ok(())
+        save_items(self, cx, key)
     }
 }
 
@@ -905,16 +915,11 @@ impl<T: StateDict, const N: usize> StateDict for [T; N] {
     }
 
     fn update_state(&mut self, cx: &mut LoadCx<'_>, key: &Key) {
-        for (i, v) in self.iter_mut().enumerate() {
-            v.update_state(cx, &key.index(i));
-        }
+        update_items(self, cx, key)
     }
 
     fn save_state<'a>(&'a self, cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
-        for (i, v) in self.iter().enumerate() {
-            v.save_state(cx, &key.index(i))?;
-        }
-        Ok(())
+        save_items(self, cx, key)
     }
 }
 
@@ -969,28 +974,36 @@ fn value_mismatch(cx: &mut LoadCx<'_>, key: &Key, want: &str, node: &Node) {
     cx.mismatch(key, want.to_string(), format!("the value {node}"));
 }
 
-macro_rules! int_value {
-    ($($t:ty),*) => {$(
+/// Plain numbers: each type with how it is read from a value node (`parse`) and written
+/// as one (`node`).
+macro_rules! number_value {
+    ($want:expr, $node:expr, $parse:expr; $($t:ty),*) => {$(
         impl StateDict for $t {
             fn load_state(cx: &mut LoadCx<'_>, key: &Key) -> Option<Self> {
                 let node = cx.value(key)?;
-                let parsed = match &node {
-                    Node::Int(i) => <$t>::try_from(*i).ok(),
-                    Node::Bool(b) => Some(*b as $t),
-                    Node::Str(s) => s.trim().parse::<$t>().ok(),
-                    _ => None,
-                };
+                let parsed: Option<$t> = ($parse)(&node);
                 if parsed.is_none() {
-                    value_mismatch(cx, key, concat!("an integer (", stringify!($t), ")"), &node);
+                    value_mismatch(cx, key, &format!("{} ({})", $want, stringify!($t)), &node);
                 }
                 parsed
             }
 
             fn save_state<'a>(&'a self, cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
-                cx.value(key, Node::Int(*self as i128));
+                cx.value(key, ($node)(*self));
                 Ok(())
             }
         }
+    )*};
+}
+
+macro_rules! int_value {
+    ($($t:ty),*) => {$(
+        number_value!("an integer", |v: $t| Node::Int(v as i128), |n: &Node| match n {
+            Node::Int(i) => <$t>::try_from(*i).ok(),
+            Node::Bool(b) => Some(*b as $t),
+            Node::Str(s) => s.trim().parse::<$t>().ok(),
+            _ => None,
+        }; $t);
     )*};
 }
 
@@ -998,26 +1011,12 @@ int_value!(i8, i16, i32, i64, u8, u16, u32, u64, usize, isize);
 
 macro_rules! float_value {
     ($($t:ty),*) => {$(
-        impl StateDict for $t {
-            fn load_state(cx: &mut LoadCx<'_>, key: &Key) -> Option<Self> {
-                let node = cx.value(key)?;
-                let parsed = match &node {
-                    Node::Float(f) => Some(*f as $t),
-                    Node::Int(i) => Some(*i as $t),
-                    Node::Str(s) => s.trim().parse::<$t>().ok(),
-                    _ => None,
-                };
-                if parsed.is_none() {
-                    value_mismatch(cx, key, "a number", &node);
-                }
-                parsed
-            }
-
-            fn save_state<'a>(&'a self, cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
-                cx.value(key, Node::Float(*self as f64));
-                Ok(())
-            }
-        }
+        number_value!("a number", |v: $t| Node::Float(v as f64), |n: &Node| match n {
+            Node::Float(f) => Some(*f as $t),
+            Node::Int(i) => Some(*i as $t),
+            Node::Str(s) => s.trim().parse::<$t>().ok(),
+            _ => None,
+        }; $t);
     )*};
 }
 

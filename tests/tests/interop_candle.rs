@@ -61,6 +61,43 @@ fn a_struct_of_candle_tensors_holds_what_candle_reads_itself() {
             &theirs[&format!("layers.{i}.attn.proj.weight")],
         );
     }
+    // An update keeps each field's dtype: another one is a mismatch, or converted when
+    // asked.
+    let mut ours = ours;
+    ours.layers[0].attn.qkv.weight = ours.layers[0]
+        .attn
+        .qkv
+        .weight
+        .to_dtype(CDType::F16)
+        .unwrap();
+    let st = dir.join("tiny.safetensors");
+    let err = match ours.update(&st, &LoadOptions::partial()) {
+        Err(e) => e.to_string(),
+        Ok(r) => panic!("loaded f32 into f16: {r}"),
+    };
+    assert!(
+        err.contains(
+            "mismatch for \"layers.0.attn.qkv.weight\": the file has f32, the struct expects f16"
+        ),
+        "{err}"
+    );
+    let options = LoadOptions {
+        convert_dtype: true,
+        ..LoadOptions::partial()
+    };
+    let report = ours.update(&st, &options).unwrap();
+    assert_eq!(report.converted, ["layers.0.attn.qkv.weight"]);
+    let w = &ours.layers[0].attn.qkv.weight;
+    assert_eq!(w.dtype(), CDType::F16);
+    same(
+        &w.to_dtype(CDType::F32).unwrap(),
+        &theirs["layers.0.attn.qkv.weight"]
+            .to_dtype(CDType::F16)
+            .unwrap()
+            .to_dtype(CDType::F32)
+            .unwrap(),
+    );
+
     // One tensor at a time too, on the device candle is given.
     let file = TensorFile::open(dir.join("tiny.npz")).unwrap();
     let e = tc::to_candle(&file.load("embed.weight").unwrap(), &Device::Cpu).unwrap();

@@ -19,9 +19,9 @@ fn cargo(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-#[test]
-fn the_default_features_pull_no_database_device_or_network_crate() {
-    let tree = cargo(&[
+/// `cargo tree` of tensorfmt's normal dependencies with `features` (none: the default).
+fn tree(features: Option<&str>) -> String {
+    let mut args = vec![
         "tree",
         "-p",
         "tensorfmt",
@@ -30,8 +30,17 @@ fn the_default_features_pull_no_database_device_or_network_crate() {
         "--prefix",
         "none",
         "--offline",
-    ]);
-    assert!(tree.contains("tensorfmt-runtime"), "{tree}");
+    ];
+    if let Some(f) = features {
+        args.extend(["--features", f]);
+    }
+    cargo(&args)
+}
+
+#[test]
+fn the_default_features_pull_no_database_device_or_network_crate() {
+    let default = tree(None);
+    assert!(default.contains("tensorfmt-runtime"), "{default}");
     for heavy in [
         "heed",
         "lmdb",
@@ -42,8 +51,8 @@ fn the_default_features_pull_no_database_device_or_network_crate() {
         "tokio",
     ] {
         assert!(
-            !tree.lines().any(|l| l.starts_with(&format!("{heavy} "))),
-            "{heavy} in the default tree:\n{tree}"
+            !default.lines().any(|l| l.starts_with(&format!("{heavy} "))),
+            "{heavy} in the default tree:\n{default}"
         );
     }
     // And each comes with its feature.
@@ -52,21 +61,10 @@ fn the_default_features_pull_no_database_device_or_network_crate() {
         ("leveldb", "rusty-leveldb "),
         ("s3", "object_store "),
     ] {
-        let tree = cargo(&[
-            "tree",
-            "-p",
-            "tensorfmt",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-            "--features",
-            feature,
-        ]);
+        let with = tree(Some(feature));
         assert!(
-            tree.lines().any(|l| l.starts_with(crate_name)),
-            "{feature}: {tree}"
+            with.lines().any(|l| l.starts_with(crate_name)),
+            "{feature}: {with}"
         );
     }
 }
