@@ -177,6 +177,34 @@ fn the_struct_loads_the_same_weights_from_every_format_the_real_tools_wrote() {
 }
 
 #[test]
+fn sharded_and_distributed_checkpoints_load_as_one_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Hugging Face shards of at most 2 KB, and a torch.distributed checkpoint of two
+    // ranks, both written from the torch checkpoint.
+    let shards = tmp.path().join("shards");
+    let options = tensorfmt::ConvertOptions {
+        max_shard_size: Some(2000),
+        ..Default::default()
+    };
+    let summary = tensorfmt::convert(&dir().join("tiny.pt"), &shards, &options, |_, _| {});
+    summary.unwrap_or_else(|e| panic!("{e}"));
+    let dcp = tmp.path().join("dcp");
+    let options = tensorfmt::ConvertOptions {
+        world_size: Some(2),
+        ..Default::default()
+    };
+    tensorfmt::convert(&dir().join("tiny.pt"), &dcp, &options, |_, _| {}).unwrap();
+    for path in [&shards, &dcp] {
+        let file = tensorfmt::TensorFile::open(path).unwrap();
+        if path == &shards {
+            assert!(file.shards().unwrap().len() > 2, "{path:?}");
+        }
+        let model = Tiny::load(path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        assert_eq!(digests(&model), expected(), "{path:?}");
+    }
+}
+
+#[test]
 fn a_checkpoint_of_nested_dicts_and_values_and_a_prefix_map() {
     let path = dir().join("tiny_checkpoint.pt");
     let ckpt = Checkpoint::load(&path).unwrap();
