@@ -158,6 +158,15 @@ impl LoadOptions {
 
     /// These options with the file's names starting with `from` read as starting with
     /// `to` instead.
+    ///
+    /// ```
+    /// // A Hugging Face checkpoint's `model.layers.0…` read into a struct whose keys are
+    /// // `layers.0…`, and `lm_head.weight` as `head.weight`:
+    /// let options = tensorfmt::LoadOptions::partial()
+    ///     .map_prefix("model.", "")
+    ///     .map_prefix("lm_head.", "head.");
+    /// assert_eq!(options.map_prefix.len(), 2);
+    /// ```
     pub fn map_prefix(mut self, from: &str, to: &str) -> Self {
         self.map_prefix.push((from.to_string(), to.to_string()));
         self
@@ -574,6 +583,34 @@ pub trait StateDict: Sized {
     /// Loads the file at `path` into this value as `options` say (PyTorch's
     /// `load_state_dict`), with the report; in a partial load what the file lacks keeps
     /// its value.
+    ///
+    /// ```
+    /// # #[cfg(all(feature = "derive", feature = "safetensors"))] {
+    /// # let dir = tempfile::tempdir()?; std::env::set_current_dir(dir.path())?;
+    /// use tensorfmt::{LoadOptions, StateDict, Tensor};
+    ///
+    /// #[derive(StateDict)]
+    /// struct Head { weight: Tensor, bias: Tensor }
+    ///
+    /// #[derive(StateDict)]
+    /// struct Other { weight: Tensor, extra: Tensor }
+    ///
+    /// let t = |v: f32| Tensor::from_slice("", &[2], &[v, v]);
+    /// Other { weight: t(1.0)?, extra: t(9.0)? }.save("head.safetensors", None)?;
+    ///
+    /// let mut head = Head { weight: t(0.0)?, bias: t(0.5)? };
+    /// // Strict (the default): an error naming the missing and the unexpected key.
+    /// let err = head.update("head.safetensors", &LoadOptions::default()).unwrap_err();
+    /// assert!(err.to_string().contains("missing keys: \"bias\""));
+    /// // Partial: the report, and what the file lacks keeps its value.
+    /// let report = head.update("head.safetensors", &LoadOptions::partial())?;
+    /// assert_eq!(report.missing, ["bias"]);
+    /// assert_eq!(report.unexpected, ["extra"]);
+    /// assert_eq!(head.weight.to_vec::<f32>()?, [1.0, 1.0]);
+    /// assert_eq!(head.bias.to_vec::<f32>()?, [0.5, 0.5]);
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn update(&mut self, path: impl AsRef<Path>, options: &LoadOptions) -> Result<LoadReport> {
         let file = TensorFile::open_with(path, &options.open)?;
         self.update_from(&file, options)

@@ -186,14 +186,14 @@ fn sharded_and_distributed_checkpoints_load_as_one_file() {
         max_shard_size: Some(2000),
         ..Default::default()
     };
-    let summary = tensorfmt::convert(&dir().join("tiny.pt"), &shards, &options, |_, _| {});
+    let summary = tensorfmt::convert(dir().join("tiny.pt"), &shards, &options, |_, _| {});
     summary.unwrap_or_else(|e| panic!("{e}"));
     let dcp = tmp.path().join("dcp");
     let options = tensorfmt::ConvertOptions {
         world_size: Some(2),
         ..Default::default()
     };
-    tensorfmt::convert(&dir().join("tiny.pt"), &dcp, &options, |_, _| {}).unwrap();
+    tensorfmt::convert(dir().join("tiny.pt"), &dcp, &options, |_, _| {}).unwrap();
     for path in [&shards, &dcp] {
         let file = tensorfmt::TensorFile::open(path).unwrap();
         if path == &shards {
