@@ -261,6 +261,8 @@ pub struct LoadCx<'f> {
     used: Vec<bool>,
     report: LoadReport,
     error: Option<Error>,
+    /// Why the file's values could not be read, if they could not.
+    values_error: Option<Error>,
 }
 
 impl<'f> LoadCx<'f> {
@@ -282,7 +284,13 @@ impl<'f> LoadCx<'f> {
             tensors.entry(name).or_insert(i);
         }
         let mut values = HashMap::new();
-        if let Some(tree) = file.structure()? {
+        // The values come from the stored object; one that cannot be decoded (past
+        // `Limits::max_tree_bytes`, say) fails only a load that asks for a value.
+        let (tree, values_error) = match file.structure() {
+            Ok(tree) => (tree, None),
+            Err(e) => (None, Some(e)),
+        };
+        if let Some(tree) = tree {
             for (path, node) in tree.values() {
                 if path.is_empty() {
                     continue;
@@ -301,6 +309,7 @@ impl<'f> LoadCx<'f> {
             values,
             report: LoadReport::default(),
             error: None,
+            values_error,
         })
     }
 
@@ -376,7 +385,10 @@ impl<'f> LoadCx<'f> {
                 };
             }
         }
-        self.missing(key);
+        match self.values_error.take() {
+            Some(e) => self.fail(e),
+            None => self.missing(key),
+        }
         None
     }
 
