@@ -74,10 +74,12 @@ pub fn to_candle(t: &Tensor, device: &Device) -> Result<candle_core::Tensor> {
             t.info.dtype
         )))
     })?;
-    let mut bytes = t.c_bytes()?.into_owned();
+    // Borrowed from the file where the bytes are C order and little-endian, as candle
+    // takes them (it copies them into its own storage).
+    let mut bytes = t.c_bytes()?;
     if t.info.byte_order == ByteOrder::Big {
         let unit = t.info.dtype.itemsize().unwrap_or(1);
-        crate::runtime::convert::swap_in_place(&mut bytes, unit);
+        crate::runtime::convert::swap_in_place(bytes.to_mut(), unit);
     }
     let shape: Vec<usize> = t
         .info
@@ -159,13 +161,6 @@ impl StateDict for candle_core::Tensor {
     }
 
     fn save_state<'a>(&'a self, cx: &mut SaveCx<'a>, key: &Key) -> Result<()> {
-        let t = from_candle(&key.name(), self)?;
-        let meta = t.meta().expect("a new tensor is in C order");
-        cx.tensor(
-            key,
-            meta,
-            std::borrow::Cow::Owned(t.data.as_bytes().to_vec()),
-        );
-        Ok(())
+        cx.held_tensor(key, from_candle(&key.name(), self)?)
     }
 }

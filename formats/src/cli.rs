@@ -463,19 +463,6 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-/// `n` with thousands separated by commas.
-fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// The lines under `inspect`'s table: per dtype (when there are several) the tensors,
 /// parameters (elements) and bytes, then the file's total.
 fn totals(tensors: &[TensorInfo]) -> Vec<String> {
@@ -498,7 +485,7 @@ fn totals(tensors: &[TensorInfo]) -> Vec<String> {
         format!(
             "{count} tensor{}, {} parameter{}, {}",
             if count == 1 { "" } else { "s" },
-            grouped(params),
+            indicatif::HumanCount(params),
             if params == 1 { "" } else { "s" },
             human_bytes(bytes)
         )
@@ -1192,7 +1179,6 @@ mod tests {
             text.ends_with("total: 3 tensors, 3,004 parameters, 11.7 KiB\n"),
             "{text}"
         );
-        assert_eq!(grouped(1234567), "1,234,567");
         assert_eq!(human_bytes(3 << 30), "3.0 GiB");
         // --json stays as it was: no sizes, no totals.
         let (_, json) = output(&["inspect", "--json", path.to_str().unwrap()]);

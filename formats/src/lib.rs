@@ -898,13 +898,8 @@ pub fn open_source(path: &Path) -> Result<Source> {
 /// A folder that is no sharded or distributed checkpoint: the database it holds, or an
 /// error saying what was looked for.
 fn open_folder(path: &Path) -> Result<Source> {
-    // A database's files by name, whatever they are (the database's reader refuses
-    // members that are not regular files, naming them).
     #[cfg(feature = "caffe2")]
-    if ["data.mdb", "CURRENT"]
-        .iter()
-        .any(|f| std::fs::symlink_metadata(path.join(f)).is_ok())
-    {
+    if tensorfmt_runtime::kv::names_a_database(path) {
         return tensorfmt_runtime::kv::open_dir(path);
     }
     let (databases, note) = if cfg!(feature = "caffe2") {
@@ -1112,6 +1107,11 @@ impl Saver {
     /// The format being written.
     pub fn format(&self) -> &'static str {
         self.format.name
+    }
+
+    /// The descriptor of the format being written.
+    pub fn format_desc(&self) -> &'static FormatDesc {
+        self.format
     }
 
     /// Writes the tensors inside `tree` (nested dicts, lists, tuples, numbers, strings,

@@ -130,11 +130,12 @@ pub fn array_bytes<'a, A: Element, S: Data<Elem = A>, D: Dimension>(
             return Ok((meta(Order::Fortran), Cow::Borrowed(bytemuck::cast_slice(s))));
         }
     }
-    let c: Vec<A> = a.iter().copied().collect();
-    Ok((
-        meta(Order::C),
-        Cow::Owned(bytemuck::cast_slice(&c).to_vec()),
-    ))
+    // Neither order: the elements gathered in C order, straight into bytes.
+    let mut c = Vec::with_capacity(a.len() * std::mem::size_of::<A>());
+    for x in a.iter() {
+        c.extend_from_slice(bytemuck::bytes_of(x));
+    }
+    Ok((meta(Order::C), Cow::Owned(c)))
 }
 
 /// An owned array field: loaded (a copy) as its element type and number of dimensions,
@@ -174,10 +175,14 @@ impl<A: Element, D: Dimension> StateDict for ArrayBase<ndarray::OwnedRepr<A>, D>
         let Some(t) = cx.with_dtype(key, t, A::DTYPE) else {
             return;
         };
-        match view::<A>(&t)
-            .map(|v| v.to_owned())
-            .or_else(|_| to_array::<A>(&t))
-        {
+        // Assigned straight from the file's bytes where they can be viewed: one copy.
+        if let Ok(v) = view::<A>(&t) {
+            if let Ok(v) = v.into_dimensionality::<D>() {
+                self.assign(&v);
+            }
+            return;
+        }
+        match to_array::<A>(&t) {
             Ok(a) => {
                 if let Ok(a) = a.into_dimensionality::<D>() {
                     self.assign(&a);

@@ -283,37 +283,17 @@ fn left_out(name: &str) -> Option<&'static str> {
         .map(|(_, f)| *f)
 }
 
-/// The known name closest to `name` (a misspelling: an edit distance of at most a third
-/// of its length, and at least 1 or 2), if one is.
+/// The known name closest to `name` (a misspelling: a Levenshtein distance of at most a
+/// third of its length, and at least 2), if one is.
 fn closest<'a>(name: &str, known: &[&'a str]) -> Option<&'a str> {
     let name = name.to_ascii_lowercase().replace('_', "-");
     let most = (name.chars().count() / 3).max(2);
     known
         .iter()
-        .map(|k| (edit_distance(&name, k), *k))
+        .map(|k| (strsim::levenshtein(&name, k), *k))
         .filter(|(d, _)| *d <= most)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-/// Levenshtein distance between `a` and `b`, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = if ca == *cb {
-                prev
-            } else {
-                1 + prev.min(row[j]).min(cur)
-            };
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
@@ -333,8 +313,6 @@ mod tests {
         assert!(e.contains("did you mean 'pytorch-legacy'?"), "{e}");
         let e = r.require("tensorflow").err().unwrap().to_string();
         assert!(!e.contains("did you mean"), "{e}");
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "npz"), 3);
         #[cfg(not(feature = "caffe2"))]
         {
             let e = r.require("caffe2-lmdb").err().unwrap().to_string();

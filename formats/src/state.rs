@@ -55,7 +55,8 @@
 //!   get numbers as 0-d tensors and refuse text.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::cell::OnceCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use crate::{
@@ -254,51 +255,59 @@ pub struct LoadCx<'f> {
     options: &'f LoadOptions,
     /// The file's tensors by (mapped) name: their index in `file.tensors()`.
     tensors: HashMap<String, usize>,
-    /// Every (mapped) name the file has, tensors and values, for prefix lookups.
-    names: std::collections::BTreeSet<String>,
-    /// The file's plain values by (mapped) path.
-    values: HashMap<String, Node>,
+    /// The (mapped) names of the file's tensors, for prefix lookups.
+    names: BTreeSet<String>,
+    /// The file's plain values, read from its stored object the first time a value or a
+    /// name that no tensor has is asked for (a struct of tensors never decodes it).
+    values: OnceCell<Values>,
     used: Vec<bool>,
     report: LoadReport,
     error: Option<Error>,
-    /// Why the file's values could not be read, if they could not.
-    values_error: Option<Error>,
+}
+
+/// The plain values of a file's stored object.
+struct Values {
+    /// The object (`None`: the format stores none, or it could not be decoded).
+    tree: Option<Node>,
+    /// The (mapped) path of each value.
+    names: BTreeSet<String>,
+    /// Why the object could not be decoded (past `Limits::max_tree_bytes`, say): the
+    /// error of a load that asks for a value, and only of such a load.
+    error: Option<Error>,
+}
+
+/// True when `set` holds `name` or a name below it (`name.…`); the root holds anything.
+fn has_prefix(set: &BTreeSet<String>, name: &str) -> bool {
+    if name.is_empty() {
+        return !set.is_empty();
+    }
+    set.range(name.to_string()..)
+        .take_while(|n| n.starts_with(name))
+        .any(|n| n.len() == name.len() || n.as_bytes()[name.len()] == b'.')
+}
+
+impl LoadOptions {
+    /// `name` as the struct's keys see it: the first of [`LoadOptions::map_prefix`] that
+    /// applies, applied.
+    fn mapped<'n>(&self, name: &'n str) -> Cow<'n, str> {
+        for (from, to) in &self.map_prefix {
+            if let Some(rest) = name.strip_prefix(from.as_str()) {
+                return Cow::Owned(format!("{to}{rest}"));
+            }
+        }
+        Cow::Borrowed(name)
+    }
 }
 
 impl<'f> LoadCx<'f> {
     /// A load of `file`'s tensors as `options` say.
     pub fn new(file: &'f TensorFile, options: &'f LoadOptions) -> Result<Self> {
-        let map = |name: &str| -> String {
-            for (from, to) in &options.map_prefix {
-                if let Some(rest) = name.strip_prefix(from.as_str()) {
-                    return format!("{to}{rest}");
-                }
-            }
-            name.to_string()
-        };
         let mut tensors = HashMap::new();
-        let mut names = std::collections::BTreeSet::new();
+        let mut names = BTreeSet::new();
         for (i, t) in file.tensors().iter().enumerate() {
-            let name = map(&t.name);
+            let name = options.mapped(&t.name).into_owned();
             names.insert(name.clone());
             tensors.entry(name).or_insert(i);
-        }
-        let mut values = HashMap::new();
-        // The values come from the stored object; one that cannot be decoded (past
-        // `Limits::max_tree_bytes`, say) fails only a load that asks for a value.
-        let (tree, values_error) = match file.structure() {
-            Ok(tree) => (tree, None),
-            Err(e) => (None, Some(e)),
-        };
-        if let Some(tree) = tree {
-            for (path, node) in tree.values() {
-                if path.is_empty() {
-                    continue;
-                }
-                let path = map(&path);
-                names.insert(path.clone());
-                values.entry(path).or_insert_with(|| node.clone());
-            }
         }
         Ok(LoadCx {
             file,
@@ -306,10 +315,26 @@ impl<'f> LoadCx<'f> {
             used: vec![false; file.tensors().len()],
             tensors,
             names,
-            values,
+            values: OnceCell::new(),
             report: LoadReport::default(),
             error: None,
-            values_error,
+        })
+    }
+
+    /// The file's values, decoded on the first call.
+    fn values(&self) -> &Values {
+        self.values.get_or_init(|| {
+            let (tree, error) = match self.file.structure() {
+                Ok(tree) => (tree, None),
+                Err(e) => (None, Some(e)),
+            };
+            let names = tree
+                .iter()
+                .flat_map(|t| t.values())
+                .filter(|(path, _)| !path.is_empty())
+                .map(|(path, _)| self.options.mapped(&path).into_owned())
+                .collect();
+            Values { tree, names, error }
         })
     }
 
@@ -322,13 +347,26 @@ impl<'f> LoadCx<'f> {
     /// `key` or `key.…`): what an `Option` field and a `Vec`'s length go by.
     pub fn present(&self, key: &Key) -> bool {
         let name = key.name();
-        if name.is_empty() {
-            return !self.names.is_empty();
-        }
+        has_prefix(&self.names, &name) || has_prefix(&self.values().names, &name)
+    }
+
+    /// The first parts of the names below `key` (`experts.gate.weight` → `gate` under
+    /// `experts`), tensors and values, in order and each once.
+    pub fn children(&self, key: &Key) -> BTreeSet<String> {
+        let prefix = key.name();
+        let below = |n: &String| -> Option<String> {
+            let rest = if prefix.is_empty() {
+                n.as_str()
+            } else {
+                n.strip_prefix(prefix.as_str())?.strip_prefix('.')?
+            };
+            rest.split('.').next().map(str::to_string)
+        };
         self.names
-            .range(name.clone()..)
-            .take_while(|n| n.starts_with(&name))
-            .any(|n| n.len() == name.len() || n.as_bytes()[name.len()] == b'.')
+            .iter()
+            .chain(self.values().names.iter())
+            .filter_map(below)
+            .collect()
     }
 
     /// The tensor at `key`, taken (it will not be reported unexpected): loaded, a view of
@@ -370,8 +408,19 @@ impl<'f> LoadCx<'f> {
     /// of that name (taken). `None` when there is neither (recorded as missing).
     pub fn value(&mut self, key: &Key) -> Option<Node> {
         let name = key.name();
-        if let Some(v) = self.values.get(&name) {
-            return Some(v.untyped().clone());
+        let values = self.values();
+        if values.names.contains(&name) {
+            // Only the value asked for is copied out of the object.
+            let found = values
+                .tree
+                .iter()
+                .flat_map(|t| t.values())
+                .find_map(|(path, node)| {
+                    (self.options.mapped(&path) == name).then(|| node.untyped().clone())
+                });
+            if found.is_some() {
+                return found;
+            }
         }
         if let Some(&i) = self.tensors.get(&name) {
             if self.file.tensors()[i].numel().ok() == Some(1) {
@@ -385,7 +434,7 @@ impl<'f> LoadCx<'f> {
                 };
             }
         }
-        match self.values_error.take() {
+        match self.values.get_mut().and_then(|v| v.error.take()) {
             Some(e) => self.fail(e),
             None => self.missing(key),
         }
@@ -492,6 +541,9 @@ pub struct SaveCx<'a> {
 
 enum Entry<'a> {
     Tensor(TensorMeta, Cow<'a, [u8]>),
+    /// A tensor made for the save (a candle tensor copied to the CPU), written from
+    /// its own buffer.
+    Held(TensorMeta, Tensor),
     Value(Node),
 }
 
@@ -501,6 +553,19 @@ impl<'a> SaveCx<'a> {
     pub fn tensor(&mut self, key: &Key, mut meta: TensorMeta, bytes: Cow<'a, [u8]>) {
         meta.name = key.name();
         self.entries.push((key.clone(), Entry::Tensor(meta, bytes)));
+    }
+
+    /// Adds a tensor made for this save at `key` (C or Fortran order), written from its
+    /// own buffer.
+    pub fn held_tensor(&mut self, key: &Key, t: Tensor) -> Result<()> {
+        let mut meta = t.meta().ok_or_else(|| {
+            Error::from(ErrorKind::Unsupported(format!(
+                "tensor \"{key}\" is a strided view: save its elements in C order"
+            )))
+        })?;
+        meta.name = key.name();
+        self.entries.push((key.clone(), Entry::Held(meta, t)));
+        Ok(())
     }
 
     /// Adds a plain value at `key` (numbers, booleans, text).
@@ -680,8 +745,7 @@ fn write_entries(path: &Path, entries: Vec<(Key, Entry<'_>)>, options: &SaveOpti
         }
     }
     let mut saver = Saver::create(path, options.format.as_deref(), &options.write)?;
-    let desc = crate::Registry::builtin().named(saver.format()).copied();
-    let values_beside = desc.is_some_and(|d| d.values);
+    let values_beside = saver.format_desc().values;
     // A flat dict of dotted keys, each value as `value` gives it.
     let flat = |value: &dyn Fn(&Node) -> Node| {
         Node::Dict(
@@ -689,7 +753,7 @@ fn write_entries(path: &Path, entries: Vec<(Key, Entry<'_>)>, options: &SaveOpti
                 .iter()
                 .map(|(k, e)| {
                     let v = match e {
-                        Entry::Tensor(..) => Node::Tensor(k.name()),
+                        Entry::Tensor(..) | Entry::Held(..) => Node::Tensor(k.name()),
                         Entry::Value(v) => value(v),
                     };
                     (Node::Str(k.name()), v)
@@ -720,6 +784,7 @@ fn write_entries(path: &Path, entries: Vec<(Key, Entry<'_>)>, options: &SaveOpti
     for (key, entry) in &entries {
         match entry {
             Entry::Tensor(meta, bytes) => saver.add_bytes(meta, bytes)?,
+            Entry::Held(meta, t) => saver.add_bytes(meta, t.data.as_bytes())?,
             Entry::Value(v) if !kept.stored => {
                 // Formats of tensors alone: a number as a 0-d tensor.
                 let t = value_tensor(key, v).map_err(|e| e.in_file(path))?;
@@ -788,7 +853,7 @@ fn nest(entries: &[(Key, Entry<'_>)]) -> Node {
             at = &mut at.children[pos].1;
         }
         at.leaf = Some(match entry {
-            Entry::Tensor(..) => Node::Tensor(key.name()),
+            Entry::Tensor(..) | Entry::Held(..) => Node::Tensor(key.name()),
             Entry::Value(v) => v.clone(),
         });
     }
@@ -976,19 +1041,7 @@ impl<T: StateDict, const N: usize> StateDict for [T; N] {
 /// (`experts.gate`, `experts.up`) becomes an entry, in key order.
 impl<T: StateDict> StateDict for BTreeMap<String, T> {
     fn load_state(cx: &mut LoadCx<'_>, key: &Key) -> Option<Self> {
-        let prefix = key.name();
-        let skip = if prefix.is_empty() {
-            0
-        } else {
-            prefix.len() + 1
-        };
-        let mut parts: Vec<String> = cx
-            .names
-            .iter()
-            .filter(|n| prefix.is_empty() || n.starts_with(&format!("{prefix}.")))
-            .filter_map(|n| n.get(skip..)?.split('.').next().map(str::to_string))
-            .collect();
-        parts.dedup();
+        let parts = cx.children(key);
         let mut out = BTreeMap::new();
         let mut ok = true;
         for p in parts {

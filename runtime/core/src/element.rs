@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use crate::dtype::DType;
 use crate::error::{ErrorKind, Result};
 use crate::sink::{AlignedBuf, Tensor, TensorData};
-use crate::tensor::{contiguous_strides, ByteOrder, DataLocation, Order, TensorInfo, TensorMeta};
+use crate::tensor::{ByteOrder, DataLocation, Order, TensorInfo, TensorMeta};
 
 /// A Rust type a tensor's elements are read as: a plain number type with the dtype it
 /// is stored as. `f16` and `bf16` (the `half` crate) are elements too.
@@ -82,17 +82,11 @@ impl Tensor {
             ))
             .into());
         }
-        let info = TensorInfo {
-            name: name.to_string(),
-            dtype,
-            shape: shape.to_vec(),
-            strides: contiguous_strides(shape, Order::C)?,
-            byte_order,
-            location: DataLocation::Range {
-                offset: 0,
-                len: nbytes,
-            },
+        let location = DataLocation::Range {
+            offset: 0,
+            len: nbytes,
         };
+        let info = TensorInfo::dense(name, dtype, shape.to_vec(), Order::C, byte_order, location)?;
         Ok(Tensor {
             info,
             data: TensorData::Owned(AlignedBuf::from_slice(bytes)?),
@@ -146,9 +140,11 @@ impl Tensor {
         if let Some(s) = self.as_slice::<T>() {
             return Ok(s.to_vec());
         }
-        let mut bytes = self.c_bytes()?.into_owned();
+        // One copy: the elements read out of the C-order bytes (gathered only for a view
+        // of other strides), swapped in place only when stored in the other byte order.
+        let mut bytes = self.c_bytes()?;
         if self.info.byte_order != NATIVE {
-            crate::convert::swap_in_place(&mut bytes, std::mem::size_of::<T>());
+            crate::convert::swap_in_place(bytes.to_mut(), std::mem::size_of::<T>());
         }
         let n = bytes.len() / std::mem::size_of::<T>();
         let mut out: Vec<T> = Vec::new();

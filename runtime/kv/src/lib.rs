@@ -54,6 +54,15 @@ pub fn is_leveldb(dir: &Path) -> bool {
         })
 }
 
+/// Whether `dir` holds a file named as a database's (`data.mdb`, `CURRENT`), whatever it
+/// is: such a folder is opened by [`open_dir`], which names a member that is not a
+/// regular file.
+pub fn names_a_database(dir: &Path) -> bool {
+    ["data.mdb", "CURRENT"]
+        .iter()
+        .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
+}
+
 /// Whether `dir` looks like a database of the backend named `backend` (`lmdb`,
 /// `leveldb`), by its files alone: nothing is opened (opening LevelDB may write to it).
 pub fn is_database(dir: &Path, backend: &str) -> bool {
