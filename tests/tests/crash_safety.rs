@@ -2,7 +2,9 @@
 //! writer (a PyTorch file, an npz zip, an ONNX model with external data, LMDB and
 //! LevelDB folders, Caffe2 checkpoints with keep-last-K, a Hugging Face sharded
 //! checkpoint in a model's folder beside its `config.json`, a torch.distributed
-//! checkpoint of two ranks' files and `.metadata`), the parent kills it with
+//! checkpoint of two ranks' files and `.metadata`, a `StateDict` struct loaded from its
+//! destination and saved back over it while its tensors view that file's map, then
+//! saved anew), the parent kills it with
 //! SIGKILL at random moments, and checks after each kill that the destination holds
 //! one whole save, the last committed one or the one being written, never a mix (an
 //! ONNX model's external data is its own), and that what the kill left behind
@@ -19,7 +21,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
-use tensorfmt::{DType, DataLocation, ExternalData, Saver, TensorFile, TensorMeta, WriteOptions};
+use tensorfmt::{
+    DType, DataLocation, ExternalData, Saver, StateDict, TensorFile, TensorMeta, WriteOptions,
+};
 use tensorfmt_tests::kill::{Harness, Rng};
 use tensorfmt_tests::meta;
 
@@ -41,7 +45,7 @@ const B_LEN: usize = 1 << 20;
 const KEEP: usize = 2;
 
 /// The writers, by job name.
-const WRITERS: [&str; 8] = [
+const WRITERS: [&str; 9] = [
     "pt",
     "npz",
     "onnx",
@@ -50,6 +54,7 @@ const WRITERS: [&str; 8] = [
     "checkpoint",
     "sharded",
     "dcp",
+    "state",
 ];
 /// The sharded job's input (written whole before each save) and the file beside its
 /// checkpoint that every save keeps.
@@ -88,12 +93,21 @@ fn dest(job: &str, dir: &Path) -> PathBuf {
         "leveldb" => "out.leveldb",
         "sharded" => "repo",
         "dcp" => "ckpt.dcp",
+        "state" => "state.pt",
         _ => "ckpt_%d",
     })
 }
 
 fn checkpoint_path(dir: &Path, g: i64) -> PathBuf {
     dir.join(format!("ckpt_{g}"))
+}
+
+/// A generation's tensors as a struct (the `state` job).
+#[derive(tensorfmt::StateDict)]
+struct Generation {
+    gen: tensorfmt::Tensor,
+    a: tensorfmt::Tensor,
+    b: tensorfmt::Tensor,
 }
 
 /// Saves generation `g` with `job`'s writer.
@@ -107,6 +121,25 @@ fn save(job: &str, dir: &Path, g: i64) -> tensorfmt::Result<()> {
             ..Default::default()
         };
         return caffe2::checkpoint("lmdb", g, &refs, &opts).map(|_| ());
+    }
+    if job == "state" {
+        // The last save loaded (its tensors views of the file's map) and saved back over
+        // that file, then this generation saved.
+        let path = dest(job, dir);
+        if path.exists() {
+            let last = Generation::load(&path)?;
+            last.save(&path, None)?;
+        }
+        let [gen, a, b] = [0, 1, 2].map(|i| {
+            let (m, bytes) = &t[i];
+            tensorfmt::Tensor::from_bytes(&m.name, m.dtype, &m.shape, bytes, m.byte_order)
+        });
+        let this = Generation {
+            gen: gen?,
+            a: a?,
+            b: b?,
+        };
+        return this.save(&path, None);
     }
     if job == "dcp" || job == "sharded" {
         // A folder written from a file: a DCP checkpoint of two ranks, or two shards
@@ -418,4 +451,10 @@ fn sharded_checkpoint_in_a_model_folder_survives_kill_9() {
 #[test]
 fn torch_distributed_checkpoint_survives_kill_9() {
     kill_test(WRITERS[7]);
+}
+
+#[cfg(unix)]
+#[test]
+fn state_dict_saved_over_the_file_it_views_survives_kill_9() {
+    kill_test(WRITERS[8]);
 }

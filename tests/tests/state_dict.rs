@@ -488,3 +488,40 @@ fn keys_of_renamed_flattened_skipped_and_prefixed_fields() {
     assert_eq!(back.by_name.keys().collect::<Vec<_>>(), ["up"]);
     assert!(back.scratch.is_empty());
 }
+
+#[test]
+fn files_built_to_hurt_give_errors_not_panics() {
+    // A struct that asks for tensors, values and maps of whatever the file holds.
+    #[derive(StateDict)]
+    struct Probe {
+        #[state(rename = "model")]
+        model: Option<BTreeMap<String, Tensor>>,
+        embed: Option<Embedding>,
+        layers: Vec<Block>,
+        epoch: Option<u64>,
+        #[state(flatten)]
+        rest: BTreeMap<String, Tensor>,
+    }
+    let root = tensorfmt_tests::fixtures().join("hostile");
+    let mut probed = 0;
+    for kind in ["inputs", "kv", "pickle", "views", "zip"] {
+        for name in tensorfmt_tests::corpus_files(&root.join(kind), &[]) {
+            let path = root.join(kind).join(&name);
+            if name.ends_with(".py") || name.ends_with(".md") || name.ends_with(".txt") {
+                continue;
+            }
+            let started = std::time::Instant::now();
+            let outcome = std::panic::catch_unwind(|| {
+                Probe::load_with(&path, &LoadOptions::partial()).map(|(_, r)| r)
+            });
+            assert!(outcome.is_ok(), "{kind}/{name}: a panic");
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(20),
+                "{kind}/{name}: {:?}",
+                started.elapsed()
+            );
+            probed += 1;
+        }
+    }
+    assert!(probed >= 50, "{probed} files probed");
+}
