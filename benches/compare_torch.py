@@ -91,6 +91,22 @@ def save_fsync(sd, path, save=torch.save):
         os.close(fd)
 
 
+def module_of(sd):
+    """A module whose parameters are the state dict's names, on the meta device (no
+    memory): what `load_state_dict(.., assign=True)` fills, as tensorfmt's struct."""
+    root = torch.nn.Module()
+    for name, t in sd.items():
+        *path, leaf = name.split(".")
+        m = root
+        for part in path:
+            if not hasattr(m, part):
+                m.add_module(part, torch.nn.Module())
+            m = getattr(m, part)
+        empty = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        m.register_parameter(leaf, torch.nn.Parameter(empty, requires_grad=False))
+    return root
+
+
 def torch_side(b, d, sd, nbytes):
     inp = os.path.join(d, "in.pt")
     out = os.path.join(d, "out_torch.pt")
@@ -98,6 +114,11 @@ def torch_side(b, d, sd, nbytes):
            lambda: torch.load(inp, mmap=True, weights_only=True), runs=b.open_runs)
     b.time("pt.read.owned", "torch.load(path, weights_only=True)", nbytes,
            lambda: torch.load(inp, weights_only=True))
+    module = module_of(sd)
+    b.time("pt.state", "module.load_state_dict(torch.load(path, mmap=True, weights_only=True), "
+           "assign=True)", nbytes,
+           lambda: module.load_state_dict(torch.load(inp, mmap=True, weights_only=True),
+                                          assign=True), runs=b.open_runs)
     b.time("pt.write.fsync", "torch.save(sd, path) + os.fsync", nbytes,
            lambda: save_fsync(sd, out), before=fresh(out))
     b.time("pt.write.nofsync", "torch.save(sd, path)", nbytes,
@@ -117,6 +138,8 @@ ROWS = [
      {"torch": "pt.read.owned", "tensorfmt": "pt.read.owned", "candle": "pt.read.owned"}),
     ("full load into memory (tensorfmt skips CRC-32, as torch.load)",
      {"torch": "pt.read.owned", "tensorfmt": "pt.read.owned_nocrc", "candle": "pt.read.owned"}),
+    ("model struct loaded by name (strict; views of the map)",
+     {"torch": "pt.state", "tensorfmt": "pt.state"}),
     ("save, with fsync", {"torch": "pt.write.fsync", "tensorfmt": "pt.write.fsync"}),
     ("save, no fsync", {"torch": "pt.write.nofsync", "tensorfmt": "pt.write.nofsync"}),
 ]

@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 use tensorfmt::Compression;
+use tensorfmt::StateDict;
 use tensorfmt::TensorMeta;
 use tensorfmt_benches::{mem, nd, remove_if_exists, st, sync_all, tf, Result};
 
@@ -613,6 +614,20 @@ fn pytorch(b: &mut Bench) -> Result<()> {
     )?;
     memcpy_references(b, "pt", &input, &ranges, bytes)?;
 
+    // The model as a struct: every tensor matched to its field by name, strictly, each a
+    // view of the map (torch: `load_state_dict(.., assign=True)` of a `mmap=True` load).
+    b.time(
+        Case {
+            op: "pt.state",
+            lib: "tensorfmt",
+            how: "BenchModel::load (#[derive(StateDict)], strict, views of the map)",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || Ok(BenchModel::load(&input)?),
+    )?;
+
     // Saves of the same tensors, from owned memory.
     let writes = ["pt.write.fsync", "pt.write.nofsync"];
     if !writes.iter().any(|op| b.wanted(op)) || !b.wanted_lib("tensorfmt") {
@@ -625,6 +640,54 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         .zip(tensors.iter().map(|t| t.data.as_bytes()))
         .collect();
     tf_saves(b, "pt", "pytorch", &dir.join("out_tf.pt"), &refs, bytes)
+}
+
+/// The PyTorch suite's model (`compare_torch.py`'s `state_dict_spec`) as a struct.
+#[derive(tensorfmt::StateDict)]
+struct BenchModel {
+    tok_embeddings: Weight,
+    pos_embeddings: Weight,
+    layers: Vec<Layer>,
+    ln_f: Affine,
+    lm_head: Weight,
+}
+
+/// A tensor named `weight`.
+#[derive(tensorfmt::StateDict)]
+struct Weight {
+    weight: tensorfmt::Tensor,
+}
+
+/// `weight` and `bias`.
+#[derive(tensorfmt::StateDict)]
+struct Affine {
+    weight: tensorfmt::Tensor,
+    bias: tensorfmt::Tensor,
+}
+
+/// One block of the PyTorch suite's model.
+#[derive(tensorfmt::StateDict)]
+struct Layer {
+    ln_1: Affine,
+    attn: Attention,
+    ln_2: Affine,
+    mlp: Mlp,
+}
+
+/// The block's attention projections.
+#[derive(tensorfmt::StateDict)]
+struct Attention {
+    q_proj: Affine,
+    k_proj: Affine,
+    v_proj: Affine,
+    o_proj: Affine,
+}
+
+/// The block's MLP.
+#[derive(tensorfmt::StateDict)]
+struct Mlp {
+    fc_in: Affine,
+    fc_out: Affine,
 }
 
 /// The pickle suite on `in.pkl` (NumPy arrays written by `pickle.dump` in
