@@ -138,8 +138,10 @@ ROWS = [
      {"torch": "pt.read.owned", "tensorfmt": "pt.read.owned", "candle": "pt.read.owned"}),
     ("full load into memory (tensorfmt skips CRC-32, as torch.load)",
      {"torch": "pt.read.owned", "tensorfmt": "pt.read.owned_nocrc", "candle": "pt.read.owned"}),
-    ("model struct loaded by name (strict; views of the map)",
+    ("model struct loaded by name (strict; views of the map; tensorfmt verifies CRC-32)",
      {"torch": "pt.state", "tensorfmt": "pt.state"}),
+    ("model struct loaded by name (strict; views of the map; tensorfmt skips CRC-32, as torch)",
+     {"torch": "pt.state", "tensorfmt": "pt.state_nocrc"}),
     ("save, with fsync", {"torch": "pt.write.fsync", "tensorfmt": "pt.write.fsync"}),
     ("save, no fsync", {"torch": "pt.write.nofsync", "tensorfmt": "pt.write.nofsync"}),
 ]

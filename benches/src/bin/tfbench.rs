@@ -620,12 +620,30 @@ fn pytorch(b: &mut Bench) -> Result<()> {
         Case {
             op: "pt.state",
             lib: "tensorfmt",
-            how: "BenchModel::load (#[derive(StateDict)], strict, views of the map)",
+            how: "BenchModel::load (#[derive(StateDict)], strict, views of the map, CRC-32 verified)",
             bytes,
             runs: open_runs,
         },
         none,
         || Ok(BenchModel::load(&input)?),
+    )?;
+    let unchecked = tensorfmt::LoadOptions {
+        open: tensorfmt::OpenOptions {
+            skip_checksums: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    b.time(
+        Case {
+            op: "pt.state_nocrc",
+            lib: "tensorfmt",
+            how: "BenchModel::load_with(skip_checksums) (strict, views of the map, CRC-32 skipped as torch skips it)",
+            bytes,
+            runs: open_runs,
+        },
+        none,
+        || Ok(BenchModel::load_with(&input, &unchecked)?),
     )?;
 
     // Saves of the same tensors, from owned memory.
