@@ -409,6 +409,58 @@ print("ok")
     assert_eq!(again.epoch, 7);
 }
 
+/// `(name, sha256)` of each tensor in a description the Python side printed (one JSON
+/// object per line, each with `tensors`).
+fn described(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .flat_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["tensors"].as_array().unwrap().clone()
+        })
+        .map(|t| {
+            let name = t["name"].as_str().unwrap().to_string();
+            (name, t["sha256"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_struct_saved_as_onnx_and_lmdb_reads_in_onnx_and_lmdb() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = Tiny::load(dir().join("tiny.pt")).unwrap();
+    let want: BTreeMap<String, String> = expected()
+        .into_iter()
+        .map(|(k, (_, _, sha))| (k, sha))
+        .collect();
+    // ONNX initializers, read by onnx.load.
+    let onnx = tmp.path().join("tiny.onnx");
+    model.save(&onnx, None).unwrap();
+    let text = tensorfmt_tests::tfcheck_onnx(&["describe", onnx.to_str().unwrap()]);
+    assert_eq!(described(&text), want, "onnx");
+    // A Caffe2 LMDB database, read by the lmdb package and protobuf.
+    let lmdb = tmp.path().join("tiny.lmdb");
+    model.save(&lmdb, Some("caffe2-lmdb")).unwrap();
+    let out = std::process::Command::new(tensorfmt_tests::python())
+        .arg(tensorfmt_tests::repo_root().join("tests/py/tfcheck_caffe2.py"))
+        .args(["describe", "lmdb", lmdb.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        described(&String::from_utf8(out.stdout).unwrap()),
+        want,
+        "lmdb"
+    );
+    // And back into the struct.
+    for path in [&onnx, &lmdb] {
+        assert_eq!(digests(&Tiny::load(path).unwrap()), expected(), "{path:?}");
+    }
+}
+
 #[test]
 fn values_go_where_the_format_can_hold_them() {
     let tmp = tempfile::tempdir().unwrap();
