@@ -86,6 +86,12 @@ pub fn tfcheck_onnx(args: &[&str]) -> String {
     run_script("tfcheck_onnx.py", args)
 }
 
+/// Runs `tests/py/tfcheck_caffe2.py` (the pinned `lmdb`, `plyvel` and `protobuf`) with
+/// `args`; returns stdout, panicking with its output on failure.
+pub fn tfcheck_caffe2(args: &[&str]) -> String {
+    run_script("tfcheck_caffe2.py", args)
+}
+
 /// Runs `tests/py/tfcheck_safetensors.py` (the pinned `safetensors` package) with
 /// `args`; returns stdout, panicking with its output on failure.
 pub fn tfcheck_safetensors(args: &[&str]) -> String {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed};
+use tensorfmt_tests::{cli, fixtures, inspect_json, json, run_seed, tfcheck_caffe2};
 
 fn dir() -> PathBuf {
     fixtures().join("caffe2")
@@ -20,21 +20,6 @@ const FIXTURES: &[(&str, &str)] = &[
     ("minidb", "dataset.minidb"),
     ("minidb", "spec_example.minidb"),
 ];
-
-fn tfcheck_caffe2(args: &[&str]) -> String {
-    let out = std::process::Command::new(tensorfmt_tests::python())
-        .arg(tensorfmt_tests::repo_root().join("tests/py/tfcheck_caffe2.py"))
-        .args(args)
-        .output()
-        .expect("running tfcheck_caffe2.py");
-    assert!(
-        out.status.success(),
-        "tfcheck_caffe2.py {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// A copy of a fixture to read (LevelDB writes into its folder when opened).
 fn copy_of(src: &Path, tmp: &Path) -> PathBuf {

@@ -440,21 +440,8 @@ fn the_struct_saved_as_onnx_and_lmdb_reads_in_onnx_and_lmdb() {
     // A Caffe2 LMDB database, read by the lmdb package and protobuf.
     let lmdb = tmp.path().join("tiny.lmdb");
     model.save(&lmdb, Some("caffe2-lmdb")).unwrap();
-    let out = std::process::Command::new(tensorfmt_tests::python())
-        .arg(tensorfmt_tests::repo_root().join("tests/py/tfcheck_caffe2.py"))
-        .args(["describe", "lmdb", lmdb.to_str().unwrap()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        described(&String::from_utf8(out.stdout).unwrap()),
-        want,
-        "lmdb"
-    );
+    let text = tensorfmt_tests::tfcheck_caffe2(&["describe", "lmdb", lmdb.to_str().unwrap()]);
+    assert_eq!(described(&text), want, "lmdb");
     // And back into the struct.
     for path in [&onnx, &lmdb] {
         assert_eq!(digests(&Tiny::load(path).unwrap()), expected(), "{path:?}");
