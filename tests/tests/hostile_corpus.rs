@@ -103,19 +103,23 @@ struct Run {
     max_rss_kib: i64,
 }
 
-/// Runs `tensorfmt inspect --sha256 <entry>` as a child and waits for it with `wait4`,
-/// killing it past [`WALL_LIMIT`].
+/// Runs `tensorfmt inspect --sha256 <entry>` as a child (see [`run_cli`]).
 fn inspect(entry: &Path, stderr_file: &Path) -> Run {
+    let args = [OsStr::new("inspect"), OsStr::new("--sha256"), entry.as_os_str()];
+    run_cli(&args, None, stderr_file, WALL_LIMIT)
+}
+
+/// Runs the command line with `args` as a child under [`DATA_CEILING`], its stdout to
+/// `stdout_file` (or nowhere) and its stderr to `stderr_file`, and waits for it with
+/// `wait4`, killing it past `limit`.
+fn run_cli(args: &[&OsStr], stdout_file: Option<&Path>, stderr_file: &Path, limit: Duration) -> Run {
     let err = std::fs::File::create(stderr_file).expect("the stderr file");
+    let out = match stdout_file {
+        Some(p) => Stdio::from(std::fs::File::create(p).expect("the stdout file")),
+        None => Stdio::null(),
+    };
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tensorfmt-cli"));
-    cmd.args([
-        OsStr::new("inspect"),
-        OsStr::new("--sha256"),
-        entry.as_os_str(),
-    ])
-    .stdin(Stdio::null())
-    .stdout(Stdio::null())
-    .stderr(err);
+    cmd.args(args).stdin(Stdio::null()).stdout(out).stderr(err);
     // SAFETY: `setrlimit` is async-signal-safe and touches no memory of the parent.
     unsafe {
         cmd.pre_exec(|| {
@@ -146,7 +150,7 @@ fn inspect(entry: &Path, stderr_file: &Path) -> Run {
             break;
         }
         assert!(r == 0, "wait4: {}", std::io::Error::last_os_error());
-        if !killed && start.elapsed() > WALL_LIMIT {
+        if !killed && start.elapsed() > limit {
             // SAFETY: signalling our own child, not yet reaped.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             killed = true;
@@ -265,4 +269,234 @@ fn every_hostile_entry_is_refused_by_inspect_quickly_and_in_little_memory() {
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The round-three cases: files and folders that `tests/fixtures/hostile/round3/make.py`
+/// writes at test time (some are tens of MB, made by the real tools), each with its
+/// command line and what must hold (see that script). Unlike the corpora above, a case
+/// may be read (exit 0) or refused (exit 1), as it says; none may panic, abort or be
+/// killed, take longer than its limit (10 s) or peak over its memory (256 MB), or change
+/// any file under the folder but the ones it names (inputs, and the user's files in an
+/// output folder, stay as they were: same bytes, same inode).
+mod round3 {
+    use super::*;
+    use serde_json::Value;
+    use std::collections::BTreeMap;
+    use std::hash::Hasher;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Files up to this size are compared by content too (larger ones by size, inode
+    /// and modification time).
+    const HASHED: u64 = 8 << 20;
+
+    /// What a path under the cases' folder is: its kind, size, inode, modification time
+    /// and, for a small file, a digest of its bytes; a link's target.
+    #[derive(PartialEq, Debug)]
+    struct Stamp {
+        kind: &'static str,
+        len: u64,
+        ino: u64,
+        mtime_ns: i128,
+        digest: u64,
+        target: Option<PathBuf>,
+    }
+
+    fn stamp(path: &Path) -> Stamp {
+        let m = std::fs::symlink_metadata(path).expect("a path listed a moment ago");
+        let kind = if m.is_symlink() {
+            "link"
+        } else if m.is_dir() {
+            "folder"
+        } else if m.is_file() {
+            "file"
+        } else {
+            "other"
+        };
+        let mut digest = 0;
+        if m.is_file() && m.len() <= HASHED {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            h.write(&std::fs::read(path).expect("reading a case file"));
+            digest = h.finish();
+        }
+        Stamp {
+            kind,
+            len: if m.is_dir() { 0 } else { m.len() },
+            ino: m.ino(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+            digest,
+            target: std::fs::read_link(path).ok(),
+        }
+    }
+
+    /// Every path below `root` (not following links) with its [`Stamp`]; folders'
+    /// stamps leave out their times, which entries added or removed change.
+    fn snapshot(root: &Path) -> BTreeMap<PathBuf, Stamp> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for child in sorted_children(&dir) {
+                let mut s = stamp(&child);
+                if s.kind == "folder" {
+                    s.mtime_ns = 0;
+                    stack.push(child.clone());
+                }
+                out.insert(child, s);
+            }
+        }
+        out
+    }
+
+    fn strings(case: &Value, key: &str) -> Vec<String> {
+        case.get(key)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The differences between two snapshots outside the `allowed` paths.
+    fn changes(
+        before: &BTreeMap<PathBuf, Stamp>,
+        after: &BTreeMap<PathBuf, Stamp>,
+        allowed: &[PathBuf],
+    ) -> Vec<String> {
+        let free = |p: &Path| allowed.iter().any(|a| p.starts_with(a));
+        let mut out = Vec::new();
+        for (p, s) in before {
+            match after.get(p) {
+                _ if free(p) => {}
+                None => out.push(format!("{} was removed", p.display())),
+                Some(t) if t != s => out.push(format!("{} was changed", p.display())),
+                Some(_) => {}
+            }
+        }
+        for p in after.keys().filter(|p| !before.contains_key(*p) && !free(p)) {
+            out.push(format!("{} was created", p.display()));
+        }
+        out
+    }
+
+    /// What is wrong with one run of `case`.
+    fn judge(case: &Value, run: &Run, stdout: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        let allowed: Vec<i64> = case["exit"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_i64).collect())
+            .unwrap_or_default();
+        match run.status {
+            Ok(code) if allowed.contains(&i64::from(code)) => {}
+            Ok(code) => out.push(format!("exit code {code}, not one of {allowed:?}")),
+            Err(sig) => out.push(format!(
+                "killed by signal {sig}{}",
+                if run.killed { " (time limit)" } else { "" }
+            )),
+        }
+        let secs = case["max_seconds"].as_f64().unwrap_or(10.0);
+        if run.wall.as_secs_f64() > secs {
+            out.push(format!("took {:.1} s (limit {secs} s)", run.wall.as_secs_f64()));
+        }
+        let mb = case["max_rss_mb"].as_i64().unwrap_or(256);
+        if run.max_rss_kib >= mb * 1024 {
+            out.push(format!("peak RSS {} MB (limit {mb} MB)", run.max_rss_kib / 1024));
+        }
+        for (key, text, want) in [
+            ("stdout_contains", stdout, true),
+            ("stderr_contains", run.stderr.as_str(), true),
+            ("stdout_excludes", stdout, false),
+            ("stderr_excludes", run.stderr.as_str(), false),
+        ] {
+            for s in strings(case, key) {
+                if text.contains(&s) != want {
+                    let how = if want { "lacks" } else { "holds" };
+                    out.push(format!("{} {how} {:?}", &key[..6], shorten(&s, 80)));
+                }
+            }
+        }
+        if let Some(names) = case.get("json_tensors").and_then(Value::as_array) {
+            out.extend(json_names_differ(names, stdout));
+        }
+        out
+    }
+
+    /// Whether `inspect --json`'s output lists exactly `names`.
+    fn json_names_differ(names: &[Value], stdout: &str) -> Option<String> {
+        let mut want: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+        want.sort_unstable();
+        let got: Value = match serde_json::from_str(stdout) {
+            Ok(v) => v,
+            Err(e) => return Some(format!("stdout is not JSON: {e}")),
+        };
+        let mut listed: Vec<String> = got["tensors"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        listed.sort_unstable();
+        (listed != want).then(|| format!("listed tensors {listed:?}, not {want:?}"))
+    }
+
+    /// Runs the generator into `out` and reads its cases.
+    fn generate(out: &Path) -> Vec<Value> {
+        let script = fixtures().join("hostile/round3/make.py");
+        let made = Command::new(tensorfmt_tests::python())
+            .arg(&script)
+            .arg(out)
+            .output()
+            .expect("running round3/make.py");
+        assert!(
+            made.status.success(),
+            "round3/make.py failed:\n{}{}",
+            String::from_utf8_lossy(&made.stdout),
+            String::from_utf8_lossy(&made.stderr)
+        );
+        let text = std::fs::read_to_string(out.join("cases.json")).expect("cases.json");
+        let cases: Vec<Value> = serde_json::from_str(&text).expect("cases.json is JSON");
+        cases
+    }
+
+    #[test]
+    fn every_round_three_case_holds() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path().join("cases");
+        let cases = generate(&dir);
+        assert!(!cases.is_empty(), "round3/make.py wrote no case");
+        let (out_file, err_file) = (scratch.path().join("stdout"), scratch.path().join("stderr"));
+        let mut failures = Vec::new();
+        for case in &cases {
+            let name = case["name"].as_str().unwrap_or("?");
+            let argv = strings(case, "argv");
+            let args: Vec<&OsStr> = argv.iter().map(OsStr::new).collect();
+            let allowed: Vec<PathBuf> = strings(case, "may_change").into_iter().map(PathBuf::from).collect();
+            let secs = case["max_seconds"].as_f64().unwrap_or(10.0);
+            let before = snapshot(&dir);
+            let run = run_cli(&args, Some(&out_file), &err_file, Duration::from_secs_f64(secs * 2.0));
+            let stdout = String::from_utf8_lossy(&std::fs::read(&out_file).unwrap()).into_owned();
+            let mut found = judge(case, &run, &stdout);
+            found.extend(changes(&before, &snapshot(&dir), &allowed));
+            eprintln!(
+                "{name}: exit {:?}, {:.2} s, {} MB{}",
+                run.status,
+                run.wall.as_secs_f64(),
+                run.max_rss_kib / 1024,
+                if found.is_empty() { "" } else { " FAILED" }
+            );
+            if !found.is_empty() {
+                failures.push(format!(
+                    "{name} ({}): {} [stderr: {}]",
+                    argv.join(" "),
+                    found.join("; "),
+                    shorten(&run.stderr, 300)
+                ));
+            }
+        }
+        assert!(
+            failures.is_empty(),
+            "{} of {} round-three cases failed:\n{}",
+            failures.len(),
+            cases.len(),
+            failures.join("\n")
+        );
+    }
 }
