@@ -666,6 +666,8 @@ pub mod mem {
     }
 }
 
+pub mod scaling;
+
 /// The `safetensors` crate (0.8), the reader and writer under the Python package
 /// `safetensors`, used as its documentation shows: the fastest peer of the safetensors suite.
 pub mod st {

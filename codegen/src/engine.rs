@@ -117,6 +117,20 @@ pub(crate) fn desc(structure: bool) -> TokenStream {
     )
 }
 
+/// [`desc`] of a format that bounds its tensors' names (`max_name`: an
+/// `rt::NameLimit` expression): `.max_name(..)` is added.
+pub(crate) fn desc_max_name(max_name: TokenStream) -> TokenStream {
+    desc_with(
+        Some(quote!(Ok(::std::boxed::Box::new(Writer::new(w, options)?)))),
+        " This format for the registry: name, extensions, detector, indexer and writer.",
+        Structure::None,
+        false,
+        None,
+        (false, false),
+        Some(max_name),
+    )
+}
+
 /// `DESC` with a writer constructor whose body is `make` (given `w` and `options`, an
 /// expression or statements).
 pub(crate) fn desc_around(make: TokenStream, doc: &str, structure: bool) -> TokenStream {
@@ -140,8 +154,8 @@ pub(crate) fn desc_ordered(
         Structure::values(structure),
         false,
         None,
-        c_only,
-        aligns,
+        (c_only, aligns),
+        None,
     )
 }
 
@@ -185,27 +199,41 @@ pub(crate) fn desc_full(
     rewrite: bool,
     db: Option<TokenStream>,
 ) -> TokenStream {
+    desc_full_max_name(make, doc, structure, rewrite, db, None)
+}
+
+/// [`desc_full`] of a format that may bound its tensors' names (`max_name`: an
+/// `rt::NameLimit` expression, added as `.max_name(..)`).
+pub(crate) fn desc_full_max_name(
+    make: Option<TokenStream>,
+    doc: &str,
+    structure: bool,
+    rewrite: bool,
+    db: Option<TokenStream>,
+    max_name: Option<TokenStream>,
+) -> TokenStream {
     desc_with(
         make,
         doc,
         Structure::object(structure),
         rewrite,
         db,
-        false,
-        false,
+        (false, false),
+        max_name,
     )
 }
 
-/// [`desc_full`], and `c_order_only`: the format stores C order only; `aligns`: its
-/// writer aligns the tensors' data as the save asks.
+/// [`desc_full`], and `(c_order_only, aligns)`: the format stores C order only, its
+/// writer aligns the tensors' data as the save asks; `max_name`: the longest name it
+/// stores.
 fn desc_with(
     make: Option<TokenStream>,
     doc: &str,
     structure: Structure,
     rewrite: bool,
     db: Option<TokenStream>,
-    c_order_only: bool,
-    aligns: bool,
+    (c_order_only, aligns): (bool, bool),
+    max_name: Option<TokenStream>,
 ) -> TokenStream {
     // What differs from `FormatDesc::new`'s defaults, one builder call each. The formats
     // that rewrite documents (protobuf) are those that store C order only.
@@ -243,10 +271,33 @@ fn desc_with(
     if aligns {
         set.push(quote!(.aligns()));
     }
+    if let Some(limit) = max_name {
+        set.push(quote!(.max_name(#limit)));
+    }
     quote! {
         #[doc = #doc]
         pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
             #(#set)*;
+    }
+}
+
+/// `desc` (a `DESC` constant as [`desc_ordered`] makes it) with `.max_names_total(..)`:
+/// the names of a file's tensors take at most `limit` bytes together, the size of the
+/// header that holds them all.
+pub(crate) fn with_names_total(desc: TokenStream, limit: u64, json: bool) -> TokenStream {
+    let why = format!("its header, which holds every name, is at most {limit} bytes");
+    let text = if json {
+        quote!(rt::NameText::Json)
+    } else {
+        quote!(rt::NameText::Utf8)
+    };
+    let tokens: Vec<proc_macro2::TokenTree> = desc.into_iter().collect();
+    // The constant's last token is its `;`: the builder call goes before it.
+    let (semi, body) = tokens.split_last().expect("a DESC constant");
+    quote! {
+        #(#body)*
+        .max_names_total(rt::NameLimit { bytes: #limit, why: #why, text: #text })
+        #semi
     }
 }
 
@@ -376,7 +427,12 @@ pub(crate) fn gen_zip(ir: &Ir, fid: FormatId) -> TokenStream {
     let wdoc =
         format!(" Streaming writer of `{public}` archives: one `{pattern}` member per tensor.");
     let tr = tensor_writer_impl(false);
-    let desc = desc(false);
+    let why = format!("a zip member name, `{pattern}`, is at most 65,535 bytes");
+    let desc = desc_max_name(quote!(rt::NameLimit::in_pattern(
+        rt::zip::MAX_NAME_BYTES,
+        #pconst,
+        #why
+    )));
     quote! {
         #[doc = #pdoc_head]
         #[doc = ""]
@@ -509,7 +565,7 @@ pub(crate) fn read_only_file_desc(message: &str, values: bool) -> TokenStream {
         Structure::values(values),
         false,
         None,
-        false,
-        false,
+        (false, false),
+        None,
     )
 }

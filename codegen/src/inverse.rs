@@ -660,6 +660,10 @@ pub(crate) fn gen_file_writer(ir: &Ir, fid: FormatId) -> R<TokenStream> {
         !ir.format(fid).values.is_empty(),
         aligns,
     );
+    let desc = match header_limit(ir, inv.layout, &items) {
+        Some((limit, json)) => crate::engine::with_names_total(desc, limit, json),
+        None => desc,
+    };
     Ok(quote! {
         #[doc = #wdoc]
         pub struct Writer<W: ::std::io::Write + ::std::io::Seek> {
@@ -772,4 +776,39 @@ impl Env for OrderEnv<'_> {
         let public = &self.ir.format(self.fid).public_name;
         Some(Val::value(quote!(#table.row_of(#public, #d)?), Type::INT))
     }
+}
+
+/// The most bytes of the encoded field that holds every tensor's item (`items`, from the
+/// layout `layout`: safetensors' JSON `header`), where that field's size is a field
+/// checked against a constant (`header_len: u64 check header_len <= 100_000_000`): as
+/// the names are in it, they take at most that much together; and whether the field is
+/// JSON (its names written as JSON strings).
+fn header_limit(ir: &Ir, layout: ir::LayoutId, items: &[Step]) -> Option<(u64, bool)> {
+    use tensorfmt_schema::ast::BinaryOp;
+    let Some(Step::Field(f)) = items.first() else {
+        return None;
+    };
+    let field = ir.field(layout, *f);
+    let json = matches!(field.codec.as_ref()?, ir::Codec::Json { .. });
+    let ExprKind::Field(sl, sf) = &field.size.as_ref()?.kind else {
+        return None;
+    };
+    let limit = ir
+        .field(*sl, *sf)
+        .checks
+        .iter()
+        .find_map(|c| match &c.kind {
+            ExprKind::Binary { op, lhs, rhs } => match (&lhs.kind, &rhs.kind) {
+                (ExprKind::Field(l, f), ExprKind::Const(Const::Int(n))) if (l, f) == (sl, sf) => {
+                    match op {
+                        BinaryOp::Le => u64::try_from(*n).ok(),
+                        BinaryOp::Lt => u64::try_from(*n - 1).ok(),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        })?;
+    Some((limit, json))
 }

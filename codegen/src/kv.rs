@@ -50,9 +50,9 @@ pub(crate) fn gen_kv(
 ) -> R<TokenStream> {
     let fmt = ir.format(fid);
     let backend = backend_name(backend);
-    if let Some(schema) = schema {
+    if let Some(schema_id) = schema {
         // Another format's entries and mappings over this backend's records.
-        let schema = &ir.format(schema).name;
+        let schema = &ir.format(schema_id).name;
         let other = rs_ident(schema);
         let detect_doc =
             format!(" True when the source is a database folder read by the `{backend}` backend.");
@@ -82,7 +82,7 @@ pub(crate) fn gen_kv(
             });
         }
         let (open, open_items) = open_fn(backend, &options);
-        let desc = crate::engine::desc_full(
+        let desc = crate::engine::desc_full_max_name(
             None,
             " This format for the registry: name, extensions, detector, indexer and database operations.",
             false,
@@ -94,6 +94,7 @@ pub(crate) fn gen_kv(
                 split: super::#other::SPLIT,
                 map: map_db,
             })),
+            max_name(ir, schema_id, backend),
         );
         let folder = backend_fns(backend, &quote!(super::#other::), &detect_doc, &index_doc);
         return Ok(quote! {
@@ -263,12 +264,13 @@ pub(crate) fn gen_kv(
         map: map_db,
     });
     let make = (backend == "records").then(|| records_writer(&quote!()));
-    let desc = crate::engine::desc_full(
+    let desc = crate::engine::desc_full_max_name(
         make,
         " This format for the registry: name, extensions, detector, indexer, writer and database operations.",
         false,
         false,
         Some(db),
+        max_name(ir, fid, backend),
     );
     match backend {
         "records" => items.push(gen_records_backend(&quote!())),
@@ -430,6 +432,27 @@ struct Written<'a> {
     name_cap: String,
     /// Elements per record (the entry's `split`).
     split: u64,
+}
+
+/// The `rt::NameLimit` of a format over `backend` whose keys the write rule of format
+/// `keys` makes: LMDB bounds its keys, and so the names in them; the other backends bound
+/// keys by the size of the file only. `None` too for a format without a write rule.
+fn max_name(ir: &Ir, keys: FormatId, backend: &str) -> Option<TokenStream> {
+    if backend != "lmdb" {
+        return None;
+    }
+    let written = ir
+        .format(keys)
+        .mappings
+        .iter()
+        .find_map(|&m| written(ir, m))?;
+    let pattern = &written.entry.pattern.text;
+    let why = format!("an LMDB key, `{pattern}`, is at most 511 bytes");
+    Some(quote!(rt::NameLimit::in_pattern(
+        rt::kv::LMDB_MAX_KEY_BYTES,
+        #pattern,
+        #why
+    )))
 }
 
 /// Mapping `m`'s write rule with what it writes, when it has one. The checker sees that

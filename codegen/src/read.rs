@@ -15,7 +15,8 @@ use crate::model::{docs, rs_ident};
 /// The struct of a dict, with `rt::pydict::Dict`: its keys, `read` (a `match` arm per
 /// key; the runtime reads dicts through it, key by key as a Python literal or JSON text is
 /// parsed, or from a value tree) and
-/// `items` (its items in declared order, which the runtime's `ToPy` and encoders write).
+/// `items` (its items in declared order, which the runtime's `ToPy` and encoders write;
+/// with a `rest` key also `each_item`, the same one at a time).
 pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let d = ir.dict(id);
     let ident = rs_ident(&d.name);
@@ -24,6 +25,7 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
     let mut keys = Vec::new();
     let mut sets = Vec::new();
     let mut items = Vec::new();
+    let mut each = Vec::new();
     for (i, k) in d.keys.iter().enumerate() {
         let t = storage_ty(ir, &k.ty)
             .expect("the checker's rule dict_values: a dict's values are Python or JSON values");
@@ -51,6 +53,11 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
                     items.push((k.as_str(), #v));
                 }
             });
+            each.push(quote! {
+                for (k, v) in self.#id.iter() {
+                    f(k.as_str(), #v)?;
+                }
+            });
         } else if k.optional {
             fields.push(quote!(#fdoc pub #id: ::std::option::Option<#t>,));
             keys.push(quote!(rt::pydict::Key::Optional(#key)));
@@ -61,12 +68,18 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
                     items.push((#key, #v));
                 }
             });
+            each.push(quote! {
+                if let Some(v) = &self.#id {
+                    f(#key, #v)?;
+                }
+            });
         } else {
             fields.push(quote!(#fdoc pub #id: #t,));
             keys.push(quote!(rt::pydict::Key::Required(#key)));
             sets.push((i, quote!(self.#id = rt::ItemValue::get(v)?)));
             let v = to(quote!(&self.#id));
             items.push(quote!(items.push((#key, #v));));
+            each.push(quote!(f(#key, #v)?;));
         }
     }
     let plain = d.keys.iter().all(|k| !k.optional && !k.rest);
@@ -88,6 +101,21 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             #(#items)*
             items
         }
+    };
+    // A dict with a `rest` key (a header of an entry per tensor) hands its items over one
+    // at a time, for the encoder; the others keep the default, through `items`.
+    let each_item = if d.keys.iter().any(|k| k.rest) {
+        quote! {
+            fn each_item<'a>(
+                &'a self,
+                f: &mut dyn FnMut(&'a str, rt::PyValue) -> rt::Result<()>,
+            ) -> rt::Result<()> {
+                #(#each)*
+                Ok(())
+            }
+        }
+    } else {
+        quote!()
     };
     // The key of an undeclared item, which only a `rest` key reads.
     let key_arg = if d.keys.iter().any(|k| k.rest) {
@@ -122,6 +150,8 @@ pub(crate) fn gen_dict(ir: &Ir, id: DictId) -> Result<TokenStream, Unlowered> {
             fn items(&self) -> ::std::vec::Vec<(&str, rt::PyValue)> {
                 #items_body
             }
+
+            #each_item
         }
     })
 }

@@ -386,7 +386,7 @@ fn put_body(ir: &Ir, id: LayoutId, p: &WritePlan, src: &str) -> R<TokenStream> {
             }
             Some(Codec::Json { .. }) => {
                 out.push(quote! {
-                    let #t = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(#v)).map_err(|e| e.in_field(#name))?;
+                    let #t = rt::pydict::json::encode_dict(#v).map_err(|e| e.in_field(#name))?;
                 });
             }
             _ => {}
@@ -606,7 +606,7 @@ fn place(env: &WriteEnv<'_>, i: usize, f: &ir::Field, endian: ByteOrder) -> R<To
                     quote!(buf.put_text(#name, &#t, "utf8")?; #pad)
                 } else {
                     quote! {
-                        let text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(#item)).map_err(|e| e.in_field(#name))?;
+                        let text = rt::pydict::json::encode_dict(#item).map_err(|e| e.in_field(#name))?;
                         buf.put_text(#name, &text, "utf8")?;
                         #pad
                     }

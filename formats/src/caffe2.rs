@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use tensorfmt_runtime::kv::Mode;
-use tensorfmt_runtime::output::{AtomicDir, DirPolicy};
 use tensorfmt_runtime::sink::{AlignedBuf, SliceSink};
 
 use crate::{
@@ -142,12 +141,6 @@ pub fn save(
 ) -> Result<()> {
     let path = path.as_ref();
     let format = db_format(db_type)?;
-    let names: Vec<&str> = tensors.iter().map(|(m, _)| m.name.as_str()).collect();
-    let names = save_names(&names, options).map_err(|e| e.in_file(path))?;
-    let write = crate::WriteOptions {
-        chunk_elements: options.chunk_size.elements(),
-        ..Default::default()
-    };
     if format.db.is_some_and(|d| d.backend != "records") && path.exists() {
         // Caffe2's NEW mode: a database folder is created, never replaced.
         return Err(crate::Error::new(
@@ -157,10 +150,28 @@ pub fn save(
             crate::Location::file(path),
         ));
     }
+    write_db(format, path, tensors, options)
+}
+
+/// Writes `tensors` as SaveOp names them into a database of `format` at `path` through a
+/// [`crate::Saver`], which replaces what is there under the rule of outputs (a MiniDB
+/// file; a database folder's own files, the other files in it kept).
+fn write_db(
+    format: &'static crate::FormatDesc,
+    path: &Path,
+    tensors: &[(TensorMeta, &[u8])],
+    options: &SaveOptions,
+) -> Result<()> {
+    let names: Vec<&str> = tensors.iter().map(|(m, _)| m.name.as_str()).collect();
+    let names = save_names(&names, options).map_err(|e| e.in_file(path))?;
+    let write = crate::WriteOptions {
+        chunk_elements: options.chunk_size.elements(),
+        ..Default::default()
+    };
     let mut saver = crate::Saver::create(path, Some(format.name), &write)?;
     for ((meta, bytes), name) in tensors.iter().zip(names) {
         let meta = TensorMeta {
-            name,
+            name: name.clone(),
             ..meta.clone()
         };
         saver.add_bytes(&meta, bytes)?;
@@ -499,9 +510,12 @@ impl Default for CheckpointOptions {
 /// Saves a checkpoint at iteration `iter` when `iter % every == 0` (CheckpointOp): the
 /// iteration counter and the tensors into the database the pattern names, atomically (a
 /// MiniDB through its temporary file; an LMDB or LevelDB folder is written beside and
-/// swapped into place with [`AtomicDir`]'s replace policy, so that a crash at any point
-/// leaves the previous checkpoint at the path, or the new one, whole); then removes all but the last `keep_last` checkpoints of the
-/// pattern. Returns the path written, or `None` when this iteration saves nothing.
+/// swapped into place under the rule of folder outputs,
+/// [`tensorfmt_runtime::output::FolderKind`]: other files in the folder are kept, and a
+/// crash at any point leaves the previous checkpoint at the path, or the new one, whole);
+/// then removes all but the last `keep_last` checkpoints of the pattern (a checkpoint
+/// folder holding other files than the database's is left as it is). Returns the path
+/// written, or `None` when this iteration saves nothing.
 pub fn checkpoint(
     db_type: &str,
     iter: i64,
@@ -532,19 +546,9 @@ pub fn checkpoint(
     if let Some(o) = save_options.blob_name_overrides.as_mut() {
         o.insert(0, options.iter_name.clone());
     }
-    let backend = format.db.map(|d| d.backend).unwrap_or("records");
-    if backend == "records" {
-        save(db_type, &path, &all, &save_options)?;
-    } else {
-        // A folder: written beside, then swapped into place in one step (`AtomicDir`,
-        // replace policy): the older checkpoint at this path stays whole and readable
-        // until the new one is.
-        let mut tmp = AtomicDir::new(&path)?;
-        save(db_type, tmp.path(), &all, &save_options)?;
-        tmp.commit(DirPolicy::Replace)?;
-    }
+    write_db(format, &path, &all, &save_options)?;
     if let Some(keep) = options.keep_last {
-        prune(&options.pattern, iter, keep)?;
+        prune(format, &options.pattern, iter, keep)?;
     }
     remove_stale_checkpoints(&options.pattern);
     Ok(Some(path))
@@ -582,8 +586,14 @@ fn remove_stale_checkpoints(pattern: &str) {
 }
 
 /// Removes the checkpoints of `pattern` older than the `keep` newest (by iteration,
-/// `current` included).
-fn prune(pattern: &str, current: i64, keep: usize) -> Result<()> {
+/// `current` included): files, and folders that hold the database's files alone
+/// ([`tensorfmt_runtime::output::remove_folder_of`]).
+fn prune(
+    format: &'static crate::FormatDesc,
+    pattern: &str,
+    current: i64,
+    keep: usize,
+) -> Result<()> {
     let path = PathBuf::from(pattern);
     let dir = path
         .parent()
@@ -606,9 +616,10 @@ fn prune(pattern: &str, current: i64, keep: usize) -> Result<()> {
         if p.is_dir() {
             // Renamed aside first, so that a kill while it is removed leaves a hidden
             // temporary folder (removed by a later checkpoint), never a partial one
-            // under a checkpoint's name; removed when `aside` is dropped.
-            let aside = AtomicDir::new(&p)?;
-            std::fs::rename(&p, aside.path()).map_err(|e| Error::from(e).in_file(&p))?;
+            // under a checkpoint's name.
+            if let Some(desc) = format.db {
+                tensorfmt_runtime::output::remove_folder_of(&p, &crate::db_folder(&desc))?;
+            }
         } else {
             std::fs::remove_file(&p).map_err(|e| Error::from(e).in_file(&p))?;
         }

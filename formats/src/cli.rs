@@ -17,7 +17,7 @@ macro_rules! outln {
         writeln!($out, $($arg)*).map_err(crate::Error::from)?
     };
 }
-use crate::runtime::error::{escape_controls, escape_name};
+use crate::runtime::error::{escape_controls, escape_name, escape_name_within, needs_escape};
 use crate::runtime::hash::{hex, HashSink};
 use crate::runtime::sink::{Flow, Sink};
 use crate::{
@@ -61,21 +61,31 @@ struct InputArgs {
     /// larger of 256 MiB and 2048 times the input's size. Tensors streamed are not held.
     #[arg(long, global = true, value_name = "BYTES")]
     max_inflated_bytes: Option<u64>,
-    /// Most memory that expanding one pickle's objects may spend (values shared through
-    /// its memo count at every reference); by default 64 MiB and 64 bytes per byte of
-    /// the pickle. Raise it for a checkpoint refused for this limit that you trust.
+    /// Most memory that one pickle's objects may take: what the reader holds (its stack,
+    /// memo and objects, charged as they are made), then the value and the tree of its
+    /// structure (values shared through its memo count at every reference); by default
+    /// 128 MiB and a byte per byte of the pickle. A pickle refused for it names the
+    /// opcode's offset; raise it for a checkpoint that you trust.
     #[arg(long, global = true, value_name = "BYTES")]
     max_tree_bytes: Option<u64>,
+    /// Most memory that the tensors one input lists may take, each charged 2 KiB; by
+    /// default 128 MiB and 16 bytes per byte of the input (65,536 tensors and one per
+    /// 128 bytes). Raise it for a file of many tiny tensors refused for this limit.
+    #[arg(long, global = true, value_name = "BYTES")]
+    max_tensor_bytes: Option<u64>,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// List a file's tensors (name, dtype, shape) in file order.
+    /// List a file's tensors (name, dtype, shape) in file order. Names are printed with
+    /// control, format and invisible characters escaped (`\x1b`, `\u{61c}`), a name of
+    /// more than 256 characters cut there; `--json` gives them whole.
     Inspect {
         /// The file (a sharded checkpoint: its index, or the folder holding it).
         file: PathBuf,
         /// Print one JSON object: {"format", "tensors": [{"name", "dtype", "shape",
-        /// "sha256"?}], "shards"?: [file names of a sharded checkpoint]}.
+        /// "sha256"?}], "shards"?: [file names of a sharded checkpoint]}. Control, format
+        /// and invisible characters are written as JSON escapes (`\u061c`).
         #[arg(long)]
         json: bool,
         /// Add each tensor's SHA-256 over its elements in C order, little-endian.
@@ -132,6 +142,12 @@ enum Command {
         /// a `__<rank>_0.distcp` file per rank and `.metadata` (1 by default).
         #[arg(long, value_name = "N")]
         world_size: Option<u64>,
+        /// Most bytes of tensor data the output may hold; by default the larger of 256 MiB
+        /// and 16 times the input's tensor data, bytes that several tensors share (one
+        /// array referenced again and again through a pickle's memo, views of one
+        /// storage) counted once. A larger output is refused before anything is written.
+        #[arg(long, value_name = "BYTES")]
+        max_output_bytes: Option<u64>,
         #[command(flatten)]
         external: ExternalArgs,
     },
@@ -289,6 +305,9 @@ impl InputArgs {
         if let Some(n) = self.max_tree_bytes {
             limits.max_tree_bytes = Some(n);
         }
+        if let Some(n) = self.max_tensor_bytes {
+            limits.max_tensor_bytes = Some(n);
+        }
         limits
     }
 }
@@ -360,7 +379,7 @@ fn inspect(
             };
             doc["values"] = json!(values);
         }
-        outln!(out, "{}", doc);
+        outln!(out, "{}", terminal_safe_json(&doc));
     } else {
         let shards = match file.shards() {
             Some(s) => format!(" in {} shards", s.len()),
@@ -374,15 +393,18 @@ fn inspect(
             shards,
             file.tensors().len()
         );
-        // Names as read from the file may hold escapes and newlines: printed escaped.
+        // Names as read from the file may hold escapes and newlines: printed escaped, and
+        // cut past `NAME_SHOWN` characters. The column is as wide as the longest name of
+        // at most `NAME_COLUMN` characters; a longer name pushes the rest of its line right.
         let names: Vec<_> = file
             .tensors()
             .iter()
-            .map(|t| escape_name(&t.name))
+            .map(|t| escape_name_within(&t.name, NAME_SHOWN))
             .collect();
         let width = names
             .iter()
             .map(|n| n.chars().count())
+            .filter(|&n| n <= NAME_COLUMN)
             .max()
             .unwrap_or(4)
             .max(4);
@@ -424,7 +446,7 @@ fn inspect(
                         let name = if name.is_empty() {
                             "<root>".into()
                         } else {
-                            escape_name(&name)
+                            escape_name_within(&name, NAME_SHOWN)
                         };
                         let value = shorten(&v.to_string(), 200);
                         outln!(out, "  {} = {}", name, escape_controls(&value));
@@ -440,6 +462,47 @@ fn inspect(
         }
     }
     Ok(())
+}
+
+/// The widest the name column of `inspect`'s table is padded to, in characters.
+const NAME_COLUMN: usize = 96;
+
+/// The most characters of a name that `inspect`'s table shows: a longer name is cut there,
+/// saying how long it is ([`escape_name_within`]); `--json` gives every name whole.
+const NAME_SHOWN: usize = 256;
+
+/// `doc` as one line of JSON that is safe to print to a terminal and reads back as the
+/// same value: besides what JSON escapes, every character [`needs_escape`] names (DEL, C1
+/// controls, bidirectional and other format characters) is written as a `\uXXXX` escape,
+/// which every JSON reader decodes to the character itself. Such characters can stand in
+/// a JSON text only inside its strings, where the escape means them.
+fn terminal_safe_json(doc: &serde_json::Value) -> String {
+    use std::fmt::Write as _;
+    let text = doc.to_string();
+    let bytes = text.as_bytes();
+    let (mut out, mut start, mut i) = (String::new(), 0, 0);
+    while i < bytes.len() {
+        // JSON escapes the ASCII controls but DEL; other characters are looked at whole.
+        if bytes[i] < 0x7f {
+            i += 1;
+            continue;
+        }
+        let c = text[i..].chars().next().unwrap_or_default();
+        if needs_escape(c) {
+            out.push_str(&text[start..i]);
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                let _ = write!(out, "\\u{unit:04x}");
+            }
+            start = i + c.len_utf8();
+        }
+        i += c.len_utf8();
+    }
+    if start == 0 {
+        return text;
+    }
+    out.push_str(&text[start..]);
+    out
 }
 
 /// A tensor's size in bytes: its elements' (a string tensor's stored bytes).
@@ -876,6 +939,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
             pickle_protocol,
             max_shard_size,
             world_size,
+            max_output_bytes,
             external,
         } => {
             let dtype = match dtype {
@@ -899,6 +963,7 @@ fn dispatch(registry: &Registry, cli: Cli, out: &mut dyn Write) -> crate::Result
                     .map(crate::sharded::parse_size)
                     .transpose()?,
                 world_size,
+                max_output_bytes,
                 ..Default::default()
             };
             if compress {
@@ -1083,6 +1148,34 @@ mod tests {
             &mut out,
         );
         (code, String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn json_escapes_what_a_terminal_would_act_on_and_reads_back_the_same() {
+        let names = [
+            "w\u{61c}x",
+            "t\u{e0041}\u{e007f}",
+            "d\u{7f}\u{9b}",
+            "ok.é",
+            "\u{1b}[2J",
+        ];
+        let doc =
+            json!({ "tensors": names.iter().map(|n| json!({ "name": n })).collect::<Vec<_>>() });
+        let text = terminal_safe_json(&doc);
+        assert!(!text.chars().any(needs_escape), "{text}");
+        for escape in [
+            "w\\u061cx",
+            "t\\udb40\\udc41\\udb40\\udc7f",
+            "d\\u007f\\u009b",
+            "ok.é",
+            "\\u001b[2J",
+        ] {
+            assert!(text.contains(escape), "{escape} in {text}");
+        }
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, doc);
+        let plain = json!({ "name": "layer.0.weight" });
+        assert_eq!(terminal_safe_json(&plain), plain.to_string());
     }
 
     const COMMANDS: &[&str] = &[

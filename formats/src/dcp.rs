@@ -173,9 +173,11 @@ pub struct Checkpoint {
     /// Every item the metadata lists.
     pub items: Vec<Item>,
     /// Each entry's path in the nested state dict (`planner_data`), by name.
-    paths: HashMap<String, Vec<Node>>,
+    paths: HashMap<String, Vec<Key>>,
     /// The order of all entries, tensors and values, as the metadata lists them.
     order: Vec<(bool, usize)>,
+    /// The tensors by name, made on the first lookup ([`chunks_of`]).
+    by_name: crate::NameIndex,
 }
 
 /// `e` located at `name` (the entry) and `field`.
@@ -294,11 +296,11 @@ fn parse(root: &Value, limits: &Limits) -> Result<Checkpoint> {
             let (Some(name), Some(parts)) = (k.as_str(), v.as_seq()) else {
                 continue;
             };
-            let path: Option<Vec<Node>> = parts
+            let path: Option<Vec<Key>> = parts
                 .iter()
                 .map(|p| match p {
-                    Value::Str(s) => Some(Node::Str(s.to_string())),
-                    Value::Int(i) => Some(Node::Int(*i as i128)),
+                    Value::Str(s) => Some(Key::Str(s.to_string())),
+                    Value::Int(i) => Some(Key::Int(*i)),
                     _ => None,
                 })
                 .collect();
@@ -363,6 +365,7 @@ fn parse(root: &Value, limits: &Limits) -> Result<Checkpoint> {
         items,
         paths,
         order,
+        by_name: Default::default(),
     })
 }
 
@@ -442,10 +445,22 @@ fn tensor(
             item,
         });
     }
-    if covered != total || overlap(&chunks).is_some() {
-        let why = match overlap(&chunks) {
-            Some((a, b)) => format!("chunks {a} and {b} overlap"),
-            None => format!("its chunks hold {covered} of its {total} elements"),
+    if let Some(miss) = Tiling::new(&shape, &chunks).check()? {
+        let holding: Vec<usize> = (0..chunks.len())
+            .filter(|&i| chunks[i].holds(&miss.point))
+            .take(2)
+            .collect();
+        let why = match holding[..] {
+            [a, b] => format!(
+                "chunks {a} and {b} overlap (both hold the element at {:?})",
+                miss.point
+            ),
+            _ if covered != total => format!("its chunks hold {covered} of its {total} elements"),
+            _ => format!(
+                "no chunk holds the element at {:?}, and the chunks' sizes add up to the \
+                 tensor's: others overlap",
+                miss.point
+            ),
         };
         return Err(invalid(format!(
             "the chunks do not tile the tensor of size {shape:?}: {why}"
@@ -459,34 +474,147 @@ fn tensor(
     })
 }
 
-/// Two non-empty chunks that share an element, if any: a sweep along the first
-/// dimension compares only chunks whose rows meet.
-fn overlap(chunks: &[Chunk]) -> Option<(usize, usize)> {
-    let mut live: Vec<usize> = (0..chunks.len())
-        .filter(|&i| chunks[i].sizes.iter().all(|&s| s > 0))
-        .collect();
-    if chunks.first().is_none_or(|c| c.offsets.is_empty()) {
-        // 0-d: one element; two chunks of it overlap.
-        return (live.len() > 1).then(|| (live[0], live[1]));
+impl Chunk {
+    /// True when the chunk holds the element at `point` (one coordinate per dimension).
+    fn holds(&self, point: &[u64]) -> bool {
+        point.len() == self.offsets.len()
+            && (0..point.len())
+                .all(|d| self.offsets[d] <= point[d] && point[d] - self.offsets[d] < self.sizes[d])
     }
-    live.sort_by_key(|&i| chunks[i].offsets[0]);
-    for (n, &a) in live.iter().enumerate() {
-        let end = chunks[a].offsets[0] + chunks[a].sizes[0];
-        for &b in &live[n + 1..] {
-            if chunks[b].offsets[0] >= end {
-                break;
-            }
-            let meets = (0..chunks[a].offsets.len()).all(|d| {
-                let (ao, asz) = (chunks[a].offsets[d], chunks[a].sizes[d]);
-                let (bo, bsz) = (chunks[b].offsets[d], chunks[b].sizes[d]);
-                ao < bo + bsz && bo < ao + asz
-            });
-            if meets {
-                return Some((a.min(b), a.max(b)));
-            }
+}
+
+/// An element that the chunks of a tensor do not hold exactly once.
+#[derive(Debug)]
+struct Miss {
+    /// Its coordinates.
+    point: Vec<u64>,
+}
+
+/// The check that chunks tile a tensor exactly: every element held by exactly one chunk.
+///
+/// The chunks, each counted +1, and the tensor's box, counted −1, sum to zero at every
+/// element exactly when they tile it. Such a signed sum of boxes is zero when, along
+/// its first dimension, it changes nowhere: at every coordinate where boxes start or end,
+/// the boxes starting (their weight) and ending (the opposite) sum to zero over the
+/// remaining dimensions, a check of one dimension fewer. Boxes of equal extent over the
+/// remaining dimensions cancel before it (chunks in a grid, the common case: a row of
+/// chunks ends where the next starts), and a dimension along which all the boxes of a
+/// check have one extent is passed over. Sorting dominates: O(n log n) for chunks laid
+/// out along any one dimension or in a grid; the work is bounded all the same (a limit
+/// error past it), whatever the layout. Coordinates are visited in increasing order, so
+/// the first one found where the sum is not zero is an element held by no chunk or by
+/// several.
+struct Tiling<'c> {
+    shape: &'c [u64],
+    chunks: &'c [Chunk],
+    /// Boxes looked at so far, and the most allowed.
+    work: u64,
+    budget: u64,
+}
+
+impl<'c> Tiling<'c> {
+    fn new(shape: &'c [u64], chunks: &'c [Chunk]) -> Self {
+        let n = chunks.len() as u64 + 1;
+        Tiling {
+            shape,
+            chunks,
+            work: 0,
+            budget: (n.saturating_mul(16 * (shape.len() as u64 + 1))).max(1 << 20),
         }
     }
-    None
+
+    /// The extent `[lo, hi)` of box `b` along dimension `d`: chunk `b`, or the tensor
+    /// for `b` past the chunks.
+    fn extent(&self, b: usize, d: usize) -> (u64, u64) {
+        match self.chunks.get(b) {
+            Some(c) => (c.offsets[d], c.offsets[d] + c.sizes[d]),
+            None => (0, self.shape[d]),
+        }
+    }
+
+    /// Boxes `a` and `b` compared by their extents along dimensions `from` on.
+    fn cmp_rest(&self, a: usize, b: usize, from: usize) -> std::cmp::Ordering {
+        (from..self.shape.len())
+            .map(|d| self.extent(a, d).cmp(&self.extent(b, d)))
+            .find(|o| o.is_ne())
+            .unwrap_or(std::cmp::Ordering::Equal)
+    }
+
+    /// The first element the chunks do not hold exactly once, if any.
+    fn check(&mut self) -> Result<Option<Miss>> {
+        let mut boxes: Vec<(i64, usize)> = (0..self.chunks.len())
+            .filter(|&i| !self.chunks[i].sizes.contains(&0))
+            .map(|i| (1, i))
+            .collect();
+        if !self.shape.contains(&0) {
+            boxes.push((-1, self.chunks.len()));
+        }
+        let mut point = Vec::with_capacity(self.shape.len());
+        Ok(self
+            .first_nonzero(boxes, 0, &mut point)?
+            .then_some(Miss { point }))
+    }
+
+    /// True when the weighted boxes `boxes` (of one extent along the dimensions before
+    /// `d`) do not sum to zero along the dimensions from `d` on; `point` is then
+    /// extended with the coordinates, from `d` on, of the first element where they do
+    /// not.
+    fn first_nonzero(
+        &mut self,
+        boxes: Vec<(i64, usize)>,
+        d: usize,
+        point: &mut Vec<u64>,
+    ) -> Result<bool> {
+        if boxes.is_empty() {
+            return Ok(false);
+        }
+        self.work += boxes.len() as u64;
+        if self.work > self.budget {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "work to check that the chunks tile the tensor (boxes compared)",
+                limit: self.budget,
+                actual: self.work,
+            }));
+        }
+        if d == self.shape.len() {
+            return Ok(boxes.iter().map(|&(w, _)| w).sum::<i64>() != 0);
+        }
+        let first = self.extent(boxes[0].1, d);
+        if boxes.iter().all(|&(_, b)| self.extent(b, d) == first) {
+            point.push(first.0);
+            let found = self.first_nonzero(boxes, d + 1, point)?;
+            if !found {
+                point.pop();
+            }
+            return Ok(found);
+        }
+        // Each box starts (its weight) and ends (the opposite) along `d`; at one
+        // coordinate, boxes of equal extent over the rest come together and cancel.
+        let mut events: Vec<(u64, i64, usize)> = Vec::with_capacity(boxes.len() * 2);
+        for &(w, b) in &boxes {
+            let (lo, hi) = self.extent(b, d);
+            events.push((lo, w, b));
+            events.push((hi, -w, b));
+        }
+        drop(boxes);
+        events.sort_unstable_by(|x, y| x.0.cmp(&y.0).then_with(|| self.cmp_rest(x.2, y.2, d + 1)));
+        for group in events.chunk_by(|x, y| x.0 == y.0) {
+            let mut change: Vec<(i64, usize)> = Vec::new();
+            for &(_, w, b) in group {
+                match change.last_mut() {
+                    Some(last) if self.cmp_rest(last.1, b, d + 1).is_eq() => last.0 += w,
+                    _ => change.push((w, b)),
+                }
+            }
+            change.retain(|&(w, _)| w != 0);
+            point.push(group[0].0);
+            if self.first_nonzero(change, d + 1, point)? {
+                return Ok(true);
+            }
+            point.pop();
+        }
+        Ok(false)
+    }
 }
 
 /// The content of a DCP checkpoint's tensors, read from its items: part `i` is tensor
@@ -848,88 +976,151 @@ fn index(src: &Source, limits: &Limits) -> Result<Vec<TensorInfo>> {
 
 /// The state dict the checkpoint was saved from, nested as `planner_data` says: tensors
 /// as [`Node::Tensor`] leaves, values read from their items.
+///
+/// Each key of an entry's path is a level of nesting, bounded as every nesting is:
+/// a path of more keys than `limits.max_depth` is an [`ErrorKind::Limit`] naming the
+/// entry, and a value's own object is read with the levels its path leaves (so that the
+/// whole tree is at most `max_depth` deep, and every walk of it stays within that).
 fn structure(src: &Source, limits: &Limits) -> Result<Option<Node>> {
     let ck = checkpoint(src, limits)?;
-    let opts = ReadOptions {
-        limits: limits.clone(),
-        ..Default::default()
-    };
-    let mut root: Vec<(Node, Node)> = Vec::new();
+    let mut root = Branch::default();
     for &(is_tensor, i) in &ck.order {
-        let (name, leaf) = if is_tensor {
-            let t = &ck.tensors[i];
-            (t.name.as_str(), Node::Tensor(t.name.clone()))
+        let name = if is_tensor {
+            &ck.tensors[i].name
         } else {
-            let v = &ck.values[i];
-            let (file, _) =
-                open_archive(src, &ck.items[v.item], &opts).map_err(|e| e.in_entry(&v.name))?;
-            let value = file
-                .structure()
-                .map_err(|e| e.in_entry(&v.name))?
-                .unwrap_or(Node::None);
-            (v.name.as_str(), value)
+            &ck.values[i].name
         };
-        let path = ck
-            .paths
-            .get(name)
-            .cloned()
-            .unwrap_or_else(|| vec![Node::Str(name.to_string())]);
-        insert(&mut root, &path, leaf);
-    }
-    Ok(Some(lists(Node::Dict(root))))
-}
-
-/// Puts `leaf` at `path` in the nested dict `dict`.
-fn insert(dict: &mut Vec<(Node, Node)>, path: &[Node], leaf: Node) {
-    let Some((first, rest)) = path.split_first() else {
-        return;
-    };
-    if rest.is_empty() {
-        dict.push((first.clone(), leaf));
-        return;
-    }
-    let at = match dict
-        .iter()
-        .position(|(k, v)| k == first && matches!(v, Node::Dict(_)))
-    {
-        Some(at) => at,
-        None => {
-            dict.push((first.clone(), Node::Dict(Vec::new())));
-            dict.len() - 1
-        }
-    };
-    if let Node::Dict(inner) = &mut dict[at].1 {
-        insert(inner, rest, leaf);
-    }
-}
-
-/// `node` with every dict whose keys are the integers 0, 1, ... in order made a list, as
-/// DCP's `unflatten_state_dict` builds lists.
-fn lists(node: Node) -> Node {
-    match node {
-        Node::Dict(items) => {
-            let is_list = !items.is_empty()
-                && items
-                    .iter()
-                    .enumerate()
-                    .all(|(i, (k, _))| *k == Node::Int(i as i128));
-            let items: Vec<(Node, Node)> = items.into_iter().map(|(k, v)| (k, lists(v))).collect();
-            if is_list {
-                Node::List(items.into_iter().map(|(_, v)| v).collect())
-            } else {
-                Node::Dict(items)
+        let top;
+        let path: &[Key] = match ck.paths.get(name) {
+            Some(path) => path,
+            None => {
+                top = [Key::Str(name.clone())];
+                &top
             }
+        };
+        let depth = path.len() as u64;
+        if depth > limits.max_depth {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "nesting depth of the entry's path in `planner_data` (keys)",
+                limit: limits.max_depth,
+                actual: depth,
+            })
+            .in_entry(name)
+            .in_field("planner_data"));
         }
-        other => other,
+        let leaf = if is_tensor {
+            Node::Tensor(name.clone())
+        } else {
+            let opts = ReadOptions {
+                limits: Limits {
+                    max_depth: limits.max_depth - depth,
+                    ..limits.clone()
+                },
+                ..Default::default()
+            };
+            let item = &ck.items[ck.values[i].item];
+            let in_value = |e: Error| e.in_entry(name);
+            let (file, _) = open_archive(src, item, &opts).map_err(in_value)?;
+            file.structure().map_err(in_value)?.unwrap_or(Node::None)
+        };
+        root.insert(path, leaf);
+    }
+    Ok(Some(Node::Dict(root.into_items())))
+}
+
+/// A key of an entry's path in `planner_data`: text, or an integer (a list's index).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Str(String),
+    Int(i64),
+}
+
+impl Key {
+    fn node(&self) -> Node {
+        match self {
+            Key::Str(s) => Node::Str(s.clone()),
+            Key::Int(i) => Node::Int(i128::from(*i)),
+        }
+    }
+}
+
+/// A dict of the state dict being rebuilt from the entries' paths: its items in order,
+/// and the position of the dict under each key, found by hashing (a path's keys are
+/// looked up in constant time, whatever the number of entries beside them).
+#[derive(Default)]
+struct Branch {
+    items: Vec<(Key, Slot)>,
+    dicts: HashMap<Key, usize>,
+}
+
+/// An item of a [`Branch`]: an entry, or the dict under a key of paths.
+enum Slot {
+    Leaf(Node),
+    Dict(Branch),
+}
+
+impl Branch {
+    /// Puts `leaf` at `path`, making the dicts on the way: a key already holding a dict
+    /// leads into it; a key holding an entry gets a dict beside it.
+    fn insert(&mut self, path: &[Key], leaf: Node) {
+        let Some((last, parents)) = path.split_last() else {
+            return;
+        };
+        let mut at = self;
+        for key in parents {
+            let pos = match at.dicts.get(key) {
+                Some(&pos) => pos,
+                None => {
+                    at.items.push((key.clone(), Slot::Dict(Branch::default())));
+                    at.dicts.insert(key.clone(), at.items.len() - 1);
+                    at.items.len() - 1
+                }
+            };
+            let Slot::Dict(inner) = &mut at.items[pos].1 else {
+                return;
+            };
+            at = inner;
+        }
+        at.items.push((last.clone(), Slot::Leaf(leaf)));
+    }
+
+    /// The dict's items as nodes. A dict below the top whose keys are the integers 0, 1,
+    /// ... in order is a list, as DCP's `unflatten_state_dict` builds lists. The recursion
+    /// goes as deep as the longest path, which [`structure`] bounds.
+    fn into_items(self) -> Vec<(Node, Node)> {
+        self.items
+            .into_iter()
+            .map(|(k, slot)| {
+                let v = match slot {
+                    Slot::Leaf(node) => node,
+                    Slot::Dict(b) => b.into_node(),
+                };
+                (k.node(), v)
+            })
+            .collect()
+    }
+
+    fn into_node(self) -> Node {
+        let is_list = !self.items.is_empty()
+            && self
+                .items
+                .iter()
+                .enumerate()
+                .all(|(i, (k, _))| *k == Key::Int(i as i64));
+        let items = self.into_items();
+        if is_list {
+            Node::List(items.into_iter().map(|(_, v)| v).collect())
+        } else {
+            Node::Dict(items)
+        }
     }
 }
 
 /// The chunks of tensor `name` of a DCP checkpoint and the box each covers, for callers
 /// that plan reads by rank.
 pub fn chunks_of<'c>(ck: &'c Checkpoint, name: &str) -> Option<&'c [Chunk]> {
-    ck.tensors
-        .iter()
-        .find(|t| t.name == name)
+    ck.by_name
+        .find(&ck.tensors, |t| &t.name, name)
         .map(|t| &t.chunks[..])
 }
 
@@ -1188,6 +1379,41 @@ fn rows_of(rows: u64, world: u64, r: u64) -> (u64, u64) {
     (start, (start + per).min(rows))
 }
 
+/// Whether `name` is a file DCP writes in its folder: `.metadata` and the ranks' files,
+/// `__<rank>_<n>.distcp`.
+fn owns(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    name == METADATA
+        || name
+            .strip_prefix("__")
+            .and_then(|n| n.strip_suffix(".distcp"))
+            .and_then(|n| n.split_once('_'))
+            .is_some_and(|(r, n)| digits(r) && digits(n))
+}
+
+/// Checks that the DCP files in `dir` are a checkpoint: its `.metadata` parses.
+fn check_folder(dir: &std::path::Path) -> Result<()> {
+    let md = dir.join(METADATA);
+    if !std::fs::symlink_metadata(&md).is_ok_and(|m| m.is_file()) {
+        return Err(invalid("no .metadata").in_file(dir));
+    }
+    let src = Source::open(&md)?;
+    checkpoint(&src, &Limits::default()).map(|_| ())
+}
+
+/// The rule of a DCP folder at a save's destination
+/// ([`tensorfmt_runtime::output::FolderKind`]): `.metadata` and `__<rank>_<n>.distcp`
+/// replaced when the metadata parses, every other file kept; a folder holding no
+/// checkpoint is refused unless empty.
+pub fn folder_kind() -> tensorfmt_runtime::output::FolderKind<'static> {
+    tensorfmt_runtime::output::FolderKind {
+        what: "a torch.distributed checkpoint",
+        owns: &owns,
+        check: &check_folder,
+        adopts: false,
+    }
+}
+
 /// Converts `file` to a torch.distributed checkpoint in the folder `out`, as ranks of a
 /// job of `world` processes save one (`__{rank}_0.distcp` each, and `.metadata`):
 /// every tensor of at least one dimension sharded along its first dimension as a DTensor
@@ -1200,8 +1426,9 @@ fn rows_of(rows: u64, world: u64, r: u64) -> (u64, u64) {
 /// tensor at the top for formats of tensors alone) so that `dcp_to_torch_save` and
 /// `dcp.load` give back the source's structure.
 ///
-/// Atomic: the folder is written beside `out` and replaces it in one rename, when `out`
-/// is absent or a DCP checkpoint (`.metadata` in it); anything else there is refused.
+/// Atomic: the folder is written beside `out` and replaces it in one rename under the
+/// rule of folder outputs ([`folder_kind`]): `out` absent, empty, or a DCP checkpoint
+/// (its `.metadata` parses), whose other files are kept in the new folder.
 /// Memory: one tensor at a time, and one chunk's archive.
 pub fn write(
     file: &TensorFile,
@@ -1212,21 +1439,13 @@ pub fn write(
 ) -> Result<crate::ConvertSummary> {
     use std::cell::RefCell;
     use std::rc::Rc;
-    use tensorfmt_runtime::output::{AtomicDir, AtomicFile, DirPolicy};
+    use tensorfmt_runtime::output::{AtomicDir, AtomicFile};
     if world == 0 {
         return Err(invalid("a world size of 0").in_file(out));
     }
     let at = |e: std::io::Error| Error::new(ErrorKind::Io(e), Location::file(out));
-    if std::fs::symlink_metadata(out).is_ok() && !out.join(METADATA).is_file() {
-        return Err(Error::new(
-            ErrorKind::Invalid(
-                "the output exists and is not a DCP checkpoint's folder: an existing output \
-                 is replaced only by one of its kind (remove it or choose another path)"
-                    .into(),
-            ),
-            Location::file(out),
-        ));
-    }
+    let mut tmp = AtomicDir::new(out)?;
+    tmp.check(&folder_kind())?;
     let tree = match file.structure()? {
         Some(t) if !options.flatten && t.is_plain() => t,
         _ => Node::Dict(
@@ -1236,10 +1455,13 @@ pub fn write(
                 .collect(),
         ),
     };
+    // Each level of the tree is a key of a path (or a level of a value): one nested past
+    // what the reader takes is refused before it is walked or written.
+    tensorfmt_runtime::tree::check_depth(&tree, Limits::default().max_depth)
+        .map_err(|e| e.in_file(out))?;
     let mut entries = Vec::new();
     leaves(&tree, &mut Vec::new(), &mut entries);
 
-    let mut tmp = AtomicDir::new(out)?;
     std::fs::create_dir(tmp.path()).map_err(at)?;
     let files: Vec<Rc<RefCell<AtomicFile>>> = (0..world)
         .map(|r| {
@@ -1425,7 +1647,7 @@ pub fn write(
     let mut md = AtomicFile::create(tmp.path().join(METADATA))?;
     std::io::Write::write_all(&mut md, &pickled).map_err(at)?;
     md.commit()?;
-    tmp.commit(DirPolicy::Replace)?;
+    tmp.commit_folder(&folder_kind())?;
     Ok(crate::ConvertSummary {
         from: file.format(),
         to: DESC.name,
@@ -1434,4 +1656,161 @@ pub fn write(
         dropped: Vec::new(),
         retyped: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small random number generator (xorshift), for layouts that repeat.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n.max(1)
+        }
+    }
+
+    fn chunk(offsets: &[u64], sizes: &[u64]) -> Chunk {
+        Chunk {
+            offsets: offsets.to_vec(),
+            sizes: sizes.to_vec(),
+            item: None,
+        }
+    }
+
+    /// How many chunks hold each element, counted one by one.
+    fn coverage(shape: &[u64], chunks: &[Chunk]) -> Vec<(Vec<u64>, usize)> {
+        let total: u64 = shape.iter().product();
+        (0..total)
+            .map(|mut i| {
+                let mut p = vec![0; shape.len()];
+                for d in (0..shape.len()).rev() {
+                    p[d] = i % shape[d];
+                    i /= shape[d];
+                }
+                let n = chunks.iter().filter(|c| c.holds(&p)).count();
+                (p, n)
+            })
+            .collect()
+    }
+
+    /// Splits the box `(lo, hi)` at random cuts, down to boxes of no more than `left`
+    /// splits: a tiling that is no grid (each part cut on its own).
+    fn split(rng: &mut Rng, lo: Vec<u64>, hi: Vec<u64>, left: u32, out: &mut Vec<Chunk>) {
+        let d = rng.below(lo.len() as u64) as usize;
+        if left == 0 || hi[d] - lo[d] < 2 {
+            let sizes: Vec<u64> = (0..lo.len()).map(|k| hi[k] - lo[k]).collect();
+            out.push(chunk(&lo, &sizes));
+            return;
+        }
+        let at = lo[d] + 1 + rng.below(hi[d] - lo[d] - 1);
+        let (mut hi_a, mut lo_b) = (hi.clone(), lo.clone());
+        hi_a[d] = at;
+        lo_b[d] = at;
+        split(rng, lo, hi_a, left - 1, out);
+        split(rng, lo_b, hi, left - 1, out);
+    }
+
+    /// The check agrees with counting every element: it passes the tilings, and for
+    /// anything else names an element held by no chunk or by several.
+    #[test]
+    fn the_tiling_check_agrees_with_counting_each_element() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..3000 {
+            let dims = 1 + rng.below(3) as usize;
+            let shape: Vec<u64> = (0..dims).map(|_| 1 + rng.below(5)).collect();
+            let mut chunks = Vec::new();
+            let cuts = 1 + rng.below(6) as u32;
+            split(&mut rng, vec![0; dims], shape.clone(), cuts, &mut chunks);
+            // Damaged: a chunk moved, grown, dropped or repeated.
+            match rng.below(5) {
+                0 => {
+                    let i = rng.below(chunks.len() as u64) as usize;
+                    let d = rng.below(dims as u64) as usize;
+                    let c = &mut chunks[i];
+                    if c.offsets[d] > 0 {
+                        c.offsets[d] -= 1;
+                    } else if c.offsets[d] + c.sizes[d] < shape[d] {
+                        c.sizes[d] += 1;
+                    }
+                }
+                1 if chunks.len() > 1 => {
+                    chunks.remove(rng.below(chunks.len() as u64) as usize);
+                }
+                2 => chunks.push(chunks[rng.below(chunks.len() as u64) as usize].clone()),
+                3 => chunks.push(chunk(&vec![0; dims], &vec![0; dims])),
+                _ => {}
+            }
+            let counted = coverage(&shape, &chunks);
+            let tiles = counted.iter().all(|&(_, n)| n == 1);
+            match Tiling::new(&shape, &chunks).check().unwrap() {
+                None => assert!(tiles, "round {round}: {shape:?} {chunks:?}"),
+                Some(miss) => {
+                    let n = counted.iter().find(|(p, _)| *p == miss.point).map(|x| x.1);
+                    assert!(
+                        !tiles && n.is_some_and(|n| n != 1),
+                        "round {round}: {shape:?} {chunks:?} {miss:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn zero_dimensions_and_empty_chunks() {
+        let one = chunk(&[], &[]);
+        assert!(Tiling::new(&[], std::slice::from_ref(&one))
+            .check()
+            .unwrap()
+            .is_none());
+        assert!(Tiling::new(&[], &[one.clone(), one.clone()])
+            .check()
+            .unwrap()
+            .is_some());
+        assert!(Tiling::new(&[], &[]).check().unwrap().is_some());
+        // An empty tensor, its chunks empty too.
+        assert!(Tiling::new(&[0, 3], &[chunk(&[0, 0], &[0, 3])])
+            .check()
+            .unwrap()
+            .is_none());
+        assert!(Tiling::new(&[0, 3], &[]).check().unwrap().is_none());
+    }
+
+    /// Chunks along any one dimension, and in a grid, at 200k: the work stays linear.
+    #[test]
+    fn many_chunks_in_any_arrangement_are_checked_in_bounded_work() {
+        let n = 200_000u64;
+        let along = |d: usize| -> (Vec<u64>, Vec<Chunk>) {
+            let mut shape = vec![2, 3, 2];
+            shape[d] = n;
+            let chunks = (0..n)
+                .map(|i| {
+                    let mut offsets = vec![0; 3];
+                    offsets[d] = (i * 7919) % n;
+                    let mut sizes = shape.clone();
+                    sizes[d] = 1;
+                    chunk(&offsets, &sizes)
+                })
+                .collect();
+            (shape, chunks)
+        };
+        for d in 0..3 {
+            let (shape, chunks) = along(d);
+            let mut t = Tiling::new(&shape, &chunks);
+            assert!(t.check().unwrap().is_none());
+            assert!(t.work <= 8 * n, "{d}: {}", t.work);
+        }
+        let side = 400u64;
+        let grid: Vec<Chunk> = (0..side * side)
+            .map(|i| chunk(&[i / side * 2, i % side * 3], &[2, 3]))
+            .collect();
+        let shape = [side * 2, side * 3];
+        let mut t = Tiling::new(&shape, &grid);
+        assert!(t.check().unwrap().is_none());
+        assert!(t.work <= 8 * side * side, "{}", t.work);
+    }
 }

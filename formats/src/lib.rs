@@ -189,7 +189,7 @@ pub use tensorfmt_runtime::{
 };
 
 use tensorfmt_runtime::limits::InflateBudget;
-use tensorfmt_runtime::output::{AtomicDir, AtomicFile, DirPolicy};
+use tensorfmt_runtime::output::{AtomicDir, AtomicFile};
 use tensorfmt_runtime::read::{read_tensor, ReadOptions};
 use tensorfmt_runtime::registry::TensorWriter;
 use tensorfmt_runtime::sink::ViewSink;
@@ -305,6 +305,39 @@ pub struct TensorFile {
     /// from object storage).
     #[allow(dead_code)]
     keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+    /// The tensors by name, made on the first lookup ([`TensorFile::tensor`]).
+    by_name: NameIndex,
+}
+
+/// Positions of a list's items sorted by name, made once, on the first lookup: a lookup
+/// by name is then a binary search, at 4 bytes per item. Of items that share a name, the
+/// first in the list is found.
+#[derive(Debug, Default)]
+pub(crate) struct NameIndex(std::sync::OnceLock<Vec<u32>>);
+
+impl NameIndex {
+    /// The first item of `items` whose name (`name_of`) is `name`. `items` must be the
+    /// same list at every call.
+    pub(crate) fn find<'a, T>(
+        &self,
+        items: &'a [T],
+        name_of: impl Fn(&T) -> &str,
+        name: &str,
+    ) -> Option<&'a T> {
+        if u32::try_from(items.len()).is_err() {
+            return items.iter().find(|t| name_of(t) == name);
+        }
+        let sorted = self.0.get_or_init(|| {
+            let mut sorted: Vec<u32> = (0..items.len() as u32).collect();
+            // Stable: of equal names, the first in the list comes first.
+            sorted.sort_by(|&a, &b| name_of(&items[a as usize]).cmp(name_of(&items[b as usize])));
+            sorted
+        });
+        let at = sorted.partition_point(|&i| name_of(&items[i as usize]) < name);
+        let &i = sorted.get(at)?;
+        let item = &items[i as usize];
+        (name_of(item) == name).then_some(item)
+    }
 }
 
 impl std::fmt::Debug for TensorFile {
@@ -421,9 +454,13 @@ impl TensorFile {
     }
 
     /// Indexes an already opened source (a buffer, a stream, or a map).
+    ///
+    /// The tensors it may list are bounded by its size ([`Limits::for_input`]).
     pub fn from_source(source: Source, options: &OpenOptions) -> Result<Self> {
-        let (format, tensors) =
-            Self::resolve(&source, options, |f| (f.index)(&source, &options.limits))?;
+        let options = &sized_for(options, &source);
+        let (format, tensors) = Self::resolve(&source, options, |f| {
+            (f.index)(&source, &options.limits).map_err(|e| tensor_bound(e, &options.limits))
+        })?;
         source.check_unchanged()?;
         Ok(Self::indexed(source, format, tensors, options))
     }
@@ -437,12 +474,14 @@ impl TensorFile {
         options: &OpenOptions,
     ) -> Result<(Self, Option<tensorfmt_runtime::kv::Mapped>)> {
         let source = open_source(path)?;
+        let options = &sized_for(options, &source);
+        let bound = |e| tensor_bound(e, &options.limits);
         let (format, (tensors, mapped)) = Self::resolve(&source, options, |f| match f.db {
             Some(db) => {
-                let mut mapped = (db.map)(&source, &options.limits)?;
+                let mut mapped = (db.map)(&source, &options.limits).map_err(bound)?;
                 Ok((std::mem::take(&mut mapped.tensors), Some(mapped)))
             }
-            None => Ok(((f.index)(&source, &options.limits)?, None)),
+            None => Ok(((f.index)(&source, &options.limits).map_err(bound)?, None)),
         })?;
         Ok((Self::indexed(source, format, tensors, options), mapped))
     }
@@ -540,6 +579,7 @@ impl TensorFile {
             inflated,
             shards: None,
             keep: None,
+            by_name: NameIndex::default(),
         }
     }
 
@@ -572,9 +612,10 @@ impl TensorFile {
         &self.tensors
     }
 
-    /// Metadata of the tensor named `name`.
+    /// Metadata of the tensor named `name` (the first of that name). The first call
+    /// sorts the names once; every lookup is then a binary search.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensors.iter().find(|t| t.name == name)
+        self.by_name.find(&self.tensors, |t| &t.name, name)
     }
 
     /// The underlying source.
@@ -882,6 +923,39 @@ pub(crate) fn no_object_storage(url: &str) -> Error {
     )
 }
 
+/// `options` for reading `source`: the tensors it may list bounded by its size
+/// ([`Limits::for_input`]).
+fn sized_for(options: &OpenOptions, source: &Source) -> OpenOptions {
+    OpenOptions {
+        limits: options.limits.for_input(source.data().len()),
+        ..options.clone()
+    }
+}
+
+/// `e`, said to be the bound that [`Limits::for_input`] puts on a file's tensors when it
+/// is the limit on tensors of `sized` and that is the budget's, not `max_tensors`.
+fn tensor_bound(mut e: Error, sized: &Limits) -> Error {
+    let what = match e.kind {
+        ErrorKind::Limit { limit, .. }
+            if limit == sized.max_tensors && limit < Limits::default().max_tensors =>
+        {
+            if sized.max_tensor_bytes.is_some() {
+                "tensors (each charged 2 KiB of the budget that --max-tensor-bytes, \
+                 `Limits::max_tensor_bytes`, sets)"
+            } else {
+                "tensors for a file of this size (65,536 and one per 128 bytes of the file: \
+                 each is charged 2 KiB of a budget of 128 MiB and 16 bytes per byte of the \
+                 file; --max-tensor-bytes, `Limits::max_tensor_bytes`, raises it)"
+            }
+        }
+        _ => return e,
+    };
+    if let ErrorKind::Limit { what: w, .. } = &mut e.kind {
+        *w = what;
+    }
+    e
+}
+
 /// Opens `path` as a [`Source`]: a file memory-mapped, a folder read as the key-value
 /// database it holds (where the build reads databases).
 pub fn open_source(path: &Path) -> Result<Source> {
@@ -951,6 +1025,8 @@ pub struct Saver {
     out: SaverOut,
     path: std::path::PathBuf,
     format: &'static FormatDesc,
+    /// The bytes of the names added so far ([`FormatDesc::check_name`]).
+    names: u64,
 }
 
 /// Where a [`Saver`] writes: a file through the format's writer, or a database folder
@@ -971,7 +1047,6 @@ enum SaverOut {
         desc: tensorfmt_runtime::db::DbDesc,
         split: Option<u64>,
         tmp: AtomicDir,
-        policy: DirPolicy,
     },
 }
 
@@ -1023,11 +1098,11 @@ impl Saver {
         }
         if let Some(desc) = format.db.filter(|d| d.backend != "records") {
             // A database folder: written beside and renamed into place by `commit`
-            // (`AtomicDir`), so that it appears whole or not at all; an existing database
-            // of the format is replaced in one step, anything else there is refused
-            // (checked here to fail before anything is written, and by the commit again).
-            let policy = existing_output(path, Some(&desc))?;
+            // under the rule of folder outputs (`db_folder`), so that it appears whole
+            // or not at all; checked here to fail before anything is written, and by the
+            // commit again.
             let tmp = AtomicDir::new(path)?;
+            tmp.check(&db_folder(&desc))?;
             let db = (desc.open)(tmp.path(), tensorfmt_runtime::db::Mode::New)
                 .map_err(|e| e.in_file(path))?;
             return Ok(Saver {
@@ -1036,13 +1111,13 @@ impl Saver {
                     desc,
                     split: options.chunk_elements,
                     tmp,
-                    policy,
                 },
                 path: path.to_path_buf(),
                 format,
+                names: 0,
             });
         }
-        existing_output(path, None)?;
+        existing_output(path)?;
         let file = Rc::new(RefCell::new(
             AtomicFile::create(path).map_err(|e| e.in_file(path))?,
         ));
@@ -1055,6 +1130,7 @@ impl Saver {
             out: SaverOut::File { file, writer },
             path: path.to_path_buf(),
             format,
+            names: 0,
         })
     }
 
@@ -1095,6 +1171,7 @@ impl Saver {
             out: SaverOut::Remote { file, writer },
             path: url.into(),
             format,
+            names: 0,
         })
     }
 
@@ -1139,6 +1216,9 @@ impl Saver {
     /// # Ok::<(), tensorfmt::Error>(())
     /// ```
     pub fn set_structure(&mut self, tree: &Node) -> Result<StructureKept> {
+        // A tree nested past what the readers take is refused before a writer walks it.
+        tensorfmt_runtime::tree::check_depth(tree, Limits::default().max_depth)
+            .map_err(|e| e.in_file(&self.path))?;
         match &mut self.out {
             SaverOut::File { writer, .. } => writer
                 .set_structure(tree)
@@ -1152,7 +1232,8 @@ impl Saver {
     }
 
     /// Adds a tensor whose `meta.nbytes()` bytes `data` yields, copied through a bounded
-    /// buffer.
+    /// buffer. A name the format cannot store ([`FormatDesc::check_name`]) is refused
+    /// before anything of the tensor is written.
     pub fn add(&mut self, meta: &TensorMeta, data: &mut dyn Read) -> Result<()> {
         self.add_payload(meta, Payload::Reader(data))
     }
@@ -1168,7 +1249,12 @@ impl Saver {
         view: &StorageView,
         storage: Option<&[u8]>,
     ) -> Result<bool> {
-        match &mut self.out {
+        // Counted once the view is written: a tensor not taken as a view is added again.
+        let mut names = self.names;
+        self.format
+            .check_name(&meta.name, &mut names)
+            .map_err(|e| e.in_file(&self.path))?;
+        let kept = match &mut self.out {
             SaverOut::File { writer, .. } => writer
                 .add_view(meta, view, storage.map(Payload::Bytes))
                 .map_err(|e| e.in_file(&self.path).in_entry(&meta.name)),
@@ -1177,7 +1263,11 @@ impl Saver {
                 .add_view(meta, view, storage.map(Payload::Bytes))
                 .map_err(|e| e.in_file(&self.path).in_entry(&meta.name)),
             SaverOut::Db { .. } => Ok(false),
+        }?;
+        if kept {
+            self.names = names;
         }
+        Ok(kept)
     }
 
     /// Adds a tensor from bytes in memory, written straight from there.
@@ -1186,6 +1276,9 @@ impl Saver {
     }
 
     fn add_payload(&mut self, meta: &TensorMeta, data: Payload<'_>) -> Result<()> {
+        self.format
+            .check_name(&meta.name, &mut self.names)
+            .map_err(|e| e.in_file(&self.path))?;
         let fortran =
             meta.order == Order::Fortran && meta.shape.iter().filter(|&&d| d > 1).count() > 1;
         if (self.format.c_order_only || self.format.db.is_some()) && fortran {
@@ -1272,7 +1365,9 @@ impl Saver {
     /// itself, then removes the data files the document it replaced had under names of
     /// this scheme (see [`ExternalData`]).
     pub fn commit(self) -> Result<()> {
-        let Saver { out, path, format } = self;
+        let Saver {
+            out, path, format, ..
+        } = self;
         let (file, writer) = match out {
             SaverOut::File { file, writer } => (file, writer),
             #[cfg(object_storage)]
@@ -1281,13 +1376,10 @@ impl Saver {
                 return unshared(file, &path)?.commit();
             }
             SaverOut::Db {
-                db,
-                mut tmp,
-                policy,
-                ..
+                db, mut tmp, desc, ..
             } => {
                 db.close().map_err(|e| e.in_file(&path))?;
-                return tmp.commit(policy);
+                return tmp.commit_folder(&db_folder(&desc));
             }
         };
         let tag = file.borrow().save_tag();
@@ -1359,14 +1451,12 @@ pub(crate) fn sweep_data_files(
     }
 }
 
-/// What a save does with an output that exists, the one rule for files, folders and
-/// databases alike: it is replaced, whole and atomically when the save commits, when it
-/// is what the save writes (a file for a file format, a database of the format for a
-/// database, `db`); anything else there (a folder where a file goes, a fifo or device, a
-/// folder that is not such a database) is refused, naming it, and left as it was. A
-/// symbolic link at the output is replaced by the new file (what it points to is left as
-/// it was). Returns how a database folder is committed.
-fn existing_output(path: &Path, db: Option<&tensorfmt_runtime::db::DbDesc>) -> Result<DirPolicy> {
+/// What a save to a file does with an output that exists: a file (or a symbolic link,
+/// which is replaced by the new file, what it points to left as it was) is replaced,
+/// whole and atomically when the save commits; anything else there (a folder, a fifo or
+/// device) is refused, naming it, and left as it was. Folder outputs follow the rule of
+/// [`tensorfmt_runtime::output::FolderKind`].
+fn existing_output(path: &Path) -> Result<()> {
     let refuse = |what: &str| {
         Err(Error::new(
             ErrorKind::Invalid(format!(
@@ -1377,36 +1467,37 @@ fn existing_output(path: &Path, db: Option<&tensorfmt_runtime::db::DbDesc>) -> R
         ))
     };
     let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(DirPolicy::CreateNew);
+        return Ok(());
     };
-    match db {
-        Some(desc) => {
-            if !meta.is_dir() {
-                return refuse(&format!("not a {} database folder", desc.backend));
-            }
-            // Told by its files, without opening it (which may write to it). Database
-            // formats are built with the key-value crate.
-            #[cfg(feature = "caffe2")]
-            let is_db = tensorfmt_runtime::kv::is_database(path, desc.backend);
-            #[cfg(not(feature = "caffe2"))]
-            let is_db = false;
-            if !is_db {
-                return refuse(&format!("a folder that is not a {} database", desc.backend));
-            }
-            Ok(DirPolicy::Replace)
-        }
-        None => {
-            let target = if meta.file_type().is_symlink() {
-                std::fs::metadata(path).ok()
-            } else {
-                Some(meta)
-            };
-            match target {
-                Some(m) if m.is_dir() => refuse("a folder"),
-                Some(m) if !m.is_file() => refuse("not a regular file"),
-                _ => Ok(DirPolicy::Replace),
-            }
-        }
+    let target = if meta.file_type().is_symlink() {
+        std::fs::metadata(path).ok()
+    } else {
+        Some(meta)
+    };
+    match target {
+        Some(m) if m.is_dir() => refuse("a folder"),
+        Some(m) if !m.is_file() => refuse("not a regular file"),
+        _ => Ok(()),
+    }
+}
+
+/// The rule of a database folder of `desc`'s backend at a save's destination (see
+/// [`tensorfmt_runtime::output::FolderKind`]): its files replaced when they are such a
+/// database, every other file kept. In a build without the key-value crate, no folder
+/// but an empty one is replaced.
+pub(crate) fn db_folder(
+    desc: &tensorfmt_runtime::db::DbDesc,
+) -> tensorfmt_runtime::output::FolderKind<'static> {
+    #[cfg(feature = "caffe2")]
+    if let Some(kind) = tensorfmt_runtime::kv::folder_kind(desc.backend) {
+        return kind;
+    }
+    let _ = desc;
+    tensorfmt_runtime::output::FolderKind {
+        what: "a database",
+        owns: &|_| false,
+        check: &|_| Ok(()),
+        adopts: false,
     }
 }
 
@@ -1570,6 +1661,35 @@ pub struct ConvertOptions {
     /// of a job of this many processes save one, each tensor sharded along its first
     /// dimension ([`dcp::write`]); by default 1, a single writer's.
     pub world_size: Option<u64>,
+    /// The most bytes of tensor data the output may hold. By default the larger of
+    /// [`MIN_OUTPUT_BUDGET`] and [`OUTPUT_PER_PAYLOAD_BYTE`] times the input's payload
+    /// ([`TensorFile::payload_bytes`]: bytes that several tensors share counted once), so
+    /// that a small input whose tensors all view the same bytes (one array referenced
+    /// thousands of times through a pickle's memo) cannot fill a disk. Checked before
+    /// anything is written; raise it for an output that is meant to be that large.
+    pub max_output_bytes: Option<u64>,
+}
+
+/// The least default budget of a conversion's output ([`ConvertOptions::max_output_bytes`]):
+/// 256 MiB.
+pub const MIN_OUTPUT_BUDGET: u64 = 256 << 20;
+
+/// The default budget of a conversion's output per byte of the input's payload
+/// ([`ConvertOptions::max_output_bytes`]): 16, room for the widest cast (`bool` to `c128`)
+/// of tensors that share nothing, or for a few tensors tied to one storage cast wider.
+pub const OUTPUT_PER_PAYLOAD_BYTE: u64 = 16;
+
+impl ConvertOptions {
+    /// The most bytes of tensor data a conversion of an input whose payload is
+    /// `payload` bytes writes: [`ConvertOptions::max_output_bytes`] when set, else the
+    /// larger of [`MIN_OUTPUT_BUDGET`] and [`OUTPUT_PER_PAYLOAD_BYTE`] times `payload`.
+    pub fn output_budget(&self, payload: u64) -> u64 {
+        self.max_output_bytes.unwrap_or_else(|| {
+            payload
+                .saturating_mul(OUTPUT_PER_PAYLOAD_BYTE)
+                .max(MIN_OUTPUT_BUDGET)
+        })
+    }
 }
 
 /// What [`convert`] did.
@@ -1627,6 +1747,7 @@ pub fn convert(
         // from its own files.
         refuse_input_as_output(input.as_ref(), output.as_ref())?;
         let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+        check_conversion(&file, Some(&dcp::DESC), output.as_ref(), options, false)?;
         let world = options.world_size.unwrap_or(1);
         return dcp::write(&file, output.as_ref(), options, world, &mut progress);
     }
@@ -1634,6 +1755,12 @@ pub fn convert(
         // The output folder may hold the input: it is replaced in one step, once the
         // new checkpoint is complete, and the input's files are not written to.
         let file = TensorFile::open_with(input.as_ref(), &options.open)?;
+        let registry = &options.open.registry;
+        let shard_format = match options.to.as_deref() {
+            Some(name) => registry.named(name),
+            None => registry.named("safetensors"),
+        };
+        check_conversion(&file, shard_format, output.as_ref(), options, false)?;
         return sharded::write(&file, output.as_ref(), options, &mut progress);
     }
     refuse_input_as_output(input.as_ref(), output.as_ref())?;
@@ -1681,13 +1808,19 @@ pub fn convert(
             retyped: Vec::new(),
         });
     }
-    let mut saver = Saver::create_in(registry, output, options.to.as_deref(), &options.write)?;
     let tree = file.structure()?;
+    let values_beside = file.format_desc().values;
+    // Storages are members of their own in formats around a stored object (PyTorch,
+    // TorchScript); an npz member is an npy file, not a storage, and values beside the
+    // tensors hold none.
+    let mut keep_layout =
+        options.keep_layout && options.dtype.is_none() && tree.is_some() && !values_beside;
+    let budget = check_conversion(&file, target, output.as_ref(), options, keep_layout)?;
+    let mut saver = Saver::create_in(registry, &output, options.to.as_deref(), &options.write)?;
     // A format's values beside its tensors (safetensors `__metadata__`, GGUF key/values)
     // go to formats of such values alone: an object format would store them in the
     // object its tensors are in. They are set before the first tensor (GGUF's alignment
     // is among them); those the output cannot hold are noted.
-    let values_beside = file.format_desc().values;
     let mut kept = StructureKept::default();
     if !options.flatten && (!values_beside || saver.format.values) {
         if let Some(tree) = tree.as_ref().filter(|t| t.is_plain()) {
@@ -1700,17 +1833,15 @@ pub fn convert(
     };
     let total = file.tensors().len();
     let mut bytes = 0u64;
-    // Storages are members of their own in formats around a stored object (PyTorch,
-    // TorchScript); an npz member is an npy file, not a storage, and values beside the
-    // tensors hold none.
-    let mut keep_layout =
-        options.keep_layout && options.dtype.is_none() && tree.is_some() && !values_beside;
     let mut storages: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for (i, info) in file.tensors().iter().enumerate() {
         if keep_layout {
             if let Some((meta, view, member)) = storage_view(info, &mut storages) {
                 let whole = match member {
-                    Some(m) => Some(file.load_info(&m)?),
+                    Some(m) => {
+                        within_budget(bytes, m.location.len(), budget, output.as_ref())?;
+                        Some(file.load_info(&m)?)
+                    }
                     None => None,
                 };
                 if saver.add_view(&meta, &view, whole.as_ref().map(|t| t.data.as_bytes()))? {
@@ -1723,6 +1854,10 @@ pub fn convert(
                 storages.clear();
             }
         }
+        // The output as planned was checked; this holds it to the budget whatever the
+        // writer does (views it could not keep, written dense).
+        let next = written_bytes(info, options.dtype);
+        within_budget(bytes, next, budget, output.as_ref())?;
         bytes += write_tensor(&file, &mut saver, info, options.dtype)?;
         progress(i + 1, total);
     }
@@ -1737,6 +1872,160 @@ pub fn convert(
         dropped,
         retyped,
     })
+}
+
+/// Refuses a conversion of `file` to `output` (in `format`, where it is known) before
+/// anything is written: a tensor name longer than the format stores
+/// ([`FormatDesc::check_name`]), or an output of more bytes of tensor data than
+/// [`ConvertOptions::output_budget`] allows for the input's payload (each tensor's bytes
+/// in the dtype written; with `keep_layout`, each storage viewed once). Returns the
+/// budget.
+fn check_conversion(
+    file: &TensorFile,
+    format: Option<&FormatDesc>,
+    output: &Path,
+    options: &ConvertOptions,
+    keep_layout: bool,
+) -> Result<u64> {
+    if let Some(format) = format {
+        let mut names = 0;
+        for t in file.tensors() {
+            format
+                .check_name(&t.name, &mut names)
+                .map_err(|e| e.in_file(output))?;
+        }
+    }
+    let budget = options.output_budget(file.payload_bytes());
+    let mut storages = std::collections::HashMap::new();
+    let mut planned = 0u64;
+    for info in file.tensors() {
+        let view = if keep_layout {
+            storage_view(info, &mut storages)
+        } else {
+            None
+        };
+        let n = match view {
+            Some((_, _, whole)) => whole.map_or(0, |m| m.location.len()),
+            None => written_bytes(info, options.dtype),
+        };
+        planned = planned.saturating_add(n);
+    }
+    within_budget(0, planned, budget, output)?;
+    Ok(budget)
+}
+
+/// The bytes of `info`'s data a conversion writes: its elements in `dtype` when given,
+/// else in its own (a string tensor's stored bytes).
+fn written_bytes(info: &TensorInfo, dtype: Option<DType>) -> u64 {
+    let Some(own) = info.dtype.itemsize() else {
+        return info.location.len();
+    };
+    let size = dtype.and_then(|d| d.itemsize()).unwrap_or(own);
+    info.numel()
+        .map_or(info.location.len(), |n| n.saturating_mul(size as u64))
+}
+
+/// Refuses `more` bytes of tensor data on top of the `done` written to `output` when they
+/// pass `budget` ([`ConvertOptions::max_output_bytes`]).
+fn within_budget(done: u64, more: u64, budget: u64, output: &Path) -> Result<()> {
+    let total = done.saturating_add(more);
+    if total <= budget {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Limit {
+            what: "the bytes of tensor data written (by default the larger of 256 MiB and 16 \
+                   times the input's tensor data, bytes that tensors share counted once; \
+                   --max-output-bytes raises it)",
+            limit: budget,
+            actual: total,
+        },
+        Location::file(output),
+    ))
+}
+
+impl TensorFile {
+    /// The bytes this file's tensors are read from, each stored byte counted once however
+    /// many tensors share it (views of one storage, an array a pickle references again
+    /// and again through its memo): the union of the tensors' byte ranges in the file, in
+    /// each external file and in each part of content stored in a container's own
+    /// encoding (a zip member, at its decompressed size). A checkpoint in several files
+    /// adds up its shards'.
+    pub fn payload_bytes(&self) -> u64 {
+        if let Some(shards) = &self.shards {
+            return shards
+                .shards
+                .iter()
+                .map(|s| s.file.payload_bytes())
+                .fold(0, u64::saturating_add);
+        }
+        let mut spans = Vec::with_capacity(self.tensors.len());
+        let mut files = std::collections::HashMap::new();
+        for t in &self.tensors {
+            byte_spans(&t.location, &mut files, &mut spans);
+        }
+        union_len(spans)
+    }
+}
+
+/// A byte range of one space, the container file, an external file (by number) or a part
+/// of encoded content (by the content's address and the part): (space, start, end).
+type Span = ((u8, u64, u64), u64, u64);
+
+/// Pushes the byte ranges `loc` reads to `spans`, numbering external files in `files`.
+fn byte_spans<'a>(
+    loc: &'a DataLocation,
+    files: &mut std::collections::HashMap<&'a str, u64>,
+    spans: &mut Vec<Span>,
+) {
+    let (space, start, len) = match loc {
+        DataLocation::Range { offset, len } => ((0, 0, 0), *offset, *len),
+        DataLocation::External { path, offset, len } => {
+            let next = files.len() as u64;
+            let file = *files.entry(path.as_str()).or_insert(next);
+            ((1, file, 0), *offset, *len)
+        }
+        DataLocation::Encoded {
+            content,
+            part,
+            skip,
+            len,
+        } => {
+            let at = Arc::as_ptr(&content.0) as *const () as usize as u64;
+            ((2, at, *part), *skip, *len)
+        }
+        DataLocation::Pieces(pieces) => {
+            for p in pieces {
+                byte_spans(p, files, spans);
+            }
+            return;
+        }
+    };
+    if len > 0 {
+        spans.push((space, start, start.saturating_add(len)));
+    }
+}
+
+/// The bytes that `spans` cover together, overlaps counted once.
+fn union_len(mut spans: Vec<Span>) -> u64 {
+    spans.sort_unstable();
+    let mut total = 0u64;
+    let mut open: Option<Span> = None;
+    for (space, start, end) in spans {
+        match &mut open {
+            Some((s, _, e)) if *s == space && start <= *e => *e = (*e).max(end),
+            _ => {
+                if let Some((_, s, e)) = open {
+                    total = total.saturating_add(e - s);
+                }
+                open = Some((space, start, end));
+            }
+        }
+    }
+    if let Some((_, s, e)) = open {
+        total = total.saturating_add(e - s);
+    }
+    total
 }
 
 /// The names of every value of `tree` that an output storing none of them leaves out:
@@ -2028,5 +2317,59 @@ pub fn prepare_for_write<'a>(
             };
             Ok((meta, data))
         }
+    }
+}
+
+#[cfg(test)]
+mod tensor_budget_tests {
+    use super::*;
+    use tensorfmt_runtime::limits::{
+        MIN_TENSOR_BUDGET, TENSOR_BUDGET_PER_INPUT_BYTE, TENSOR_CHARGE,
+    };
+
+    /// A safetensors file of `n` empty tensors.
+    fn empty_tensors(n: usize) -> Source {
+        let entry = r#"{"dtype":"F32","shape":[0],"data_offsets":[0,0]}"#;
+        let items: Vec<String> = (0..n).map(|i| format!("\"t{i}\":{entry}")).collect();
+        let mut header = format!("{{{}}}", items.join(",")).into_bytes();
+        header.resize(header.len().next_multiple_of(8), b' ');
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend(header);
+        Source::from_bytes(bytes)
+    }
+
+    /// A file lists the tensors its budget pays for: `max_tensor_bytes` over 2 KiB each,
+    /// by default 128 MiB and 16 bytes per byte of it; past them it is refused, the error
+    /// naming the option that raises the budget.
+    #[test]
+    fn the_tensors_a_file_lists_are_paid_by_its_budget() {
+        // The numbers `tensor_bound` and the CLI's help give.
+        assert_eq!(TENSOR_CHARGE, 2048);
+        assert_eq!(MIN_TENSOR_BUDGET / TENSOR_CHARGE, 65_536);
+        assert_eq!(TENSOR_CHARGE / TENSOR_BUDGET_PER_INPUT_BYTE, 128);
+        let options = |budget: u64| OpenOptions {
+            limits: Limits {
+                max_tensor_bytes: Some(budget),
+                ..Limits::default()
+            },
+            ..OpenOptions::default()
+        };
+        let file = TensorFile::from_source(empty_tensors(5), &options(5 * TENSOR_CHARGE)).unwrap();
+        assert_eq!(file.tensors().len(), 5);
+        let e = TensorFile::from_source(empty_tensors(6), &options(5 * TENSOR_CHARGE)).unwrap_err();
+        assert!(
+            matches!(
+                e.kind,
+                ErrorKind::Limit {
+                    limit: 5,
+                    actual: 6,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("--max-tensor-bytes"), "{e}");
+        let default = TensorFile::from_source(empty_tensors(6), &OpenOptions::default()).unwrap();
+        assert_eq!(default.tensors().len(), 6);
     }
 }

@@ -284,9 +284,10 @@ pub(crate) fn open(
 /// such an object, or when one stores something other than a dict.
 pub(crate) fn merged_structure(shards: &[Shard]) -> Result<Option<crate::Node>> {
     let mut items: Vec<(crate::Node, crate::Node)> = Vec::new();
-    // Keys seen: text keys (all of a state dict's) by hash, others by comparison.
+    // Keys seen, by hash: text keys (all of a state dict's) as they are, others by their
+    // Python-like text (which tells `1` from `'1'` and `1.0`).
     let mut text_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let mut other_keys: Vec<crate::Node> = Vec::new();
+    let mut other_keys: std::collections::HashSet<String> = std::collections::HashSet::new();
     let mut any = false;
     for shard in shards {
         match shard.file.structure()? {
@@ -296,11 +297,7 @@ pub(crate) fn merged_structure(shards: &[Shard]) -> Result<Option<crate::Node>> 
                 for (k, v) in entries {
                     let new = match &k {
                         crate::Node::Str(text) => text_keys.insert(text.clone()),
-                        other if other_keys.contains(other) => false,
-                        other => {
-                            other_keys.push(other.clone());
-                            true
-                        }
+                        other => other_keys.insert(other.to_string()),
                     };
                     if new {
                         items.push((k, v));
@@ -565,38 +562,21 @@ fn of_pattern(name: &str, pattern: &str) -> bool {
             && b[1..6].iter().chain(&b[10..15]).all(u8::is_ascii_digit))
 }
 
-/// Makes in `to` what `from` holds, by hard links (folders made anew, symbolic links
-/// copied), leaving out the top-level names `skip` says: the files a sharded save
-/// replaces keep their neighbours (`config.json`, a tokenizer) in the new folder.
-fn carry_over(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let name = entry.file_name();
-        if name.to_str().is_some_and(skip) {
-            continue;
-        }
-        let src = entry.path();
-        let dst = to.join(&name);
-        let kind = entry.file_type()?;
-        if kind.is_dir() {
-            std::fs::create_dir(&dst)?;
-            std::fs::set_permissions(&dst, std::fs::metadata(&src)?.permissions())?;
-            carry_over(&src, &dst, &|_| false)?;
-        } else if kind.is_symlink() {
-            #[cfg(unix)]
-            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
-            #[cfg(not(unix))]
-            std::fs::copy(&src, &dst).map(|_| ())?;
-        } else if kind.is_file() {
-            std::fs::hard_link(&src, &dst)?;
-        } else {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::Unsupported,
-                format!(
-                    "{} is neither a file, a folder nor a link: it cannot be kept in the new folder",
-                    src.display()
-                ),
-            ));
+/// Checks that the files of `pattern` in the folder `dir` are a checkpoint: each opens
+/// (an index with the shards it names).
+fn check_pattern(dir: &Path, pattern: &str, registry: &crate::Registry) -> Result<()> {
+    let options = crate::OpenOptions {
+        registry: registry.clone(),
+        ..Default::default()
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::from(e).in_file(dir))?;
+    for e in entries {
+        let e = e.map_err(|e| Error::from(e).in_file(dir))?;
+        if e.file_name()
+            .to_str()
+            .is_some_and(|n| of_pattern(n, pattern))
+        {
+            TensorFile::open_with(e.path(), &options)?;
         }
     }
     Ok(())
@@ -612,15 +592,15 @@ fn carry_over(from: &Path, to: &Path, skip: &dyn Fn(&str) -> bool) -> std::io::R
 /// `model.safetensors` and no index, unless the output names the index.
 ///
 /// Atomic: the new folder is made beside the output folder, its shards and index
-/// written and synced there, and it replaces the output folder in one rename
-/// ([`tensorfmt_runtime::output::AtomicDir`]). What the output folder held besides the
-/// checkpoint of this file name pattern (`config.json`, a tokenizer, shards of the other
-/// format) is carried into the new folder by hard links, unchanged; the files of the
-/// pattern (earlier shards and index) are not, as `huggingface_hub` removes them before
-/// a save. A save interrupted at any point leaves the output folder as it was. So the
+/// written and synced there, and it replaces the output folder in one rename under the
+/// rule of folder outputs ([`tensorfmt_runtime::output::FolderKind`], a model's folder
+/// adopted). What the output folder holds besides the checkpoint of this file name
+/// pattern (`config.json`, a tokenizer, shards of the other format) is carried into the
+/// new folder by hard links, unchanged; the files of the pattern (earlier shards and
+/// index, each of which must open) are not, as `huggingface_hub` removes them before a
+/// save. A save interrupted at any point leaves the output folder as it was. So the
 /// input may be in the output folder: it is read from its own files, which are not
-/// written to. Changes made to the output folder by others while the save runs are lost
-/// with the old folder.
+/// written to.
 ///
 /// Values stored beside the tensors (a checkpoint's `epoch`, safetensors `__metadata__`)
 /// are not written: they are listed in [`crate::ConvertSummary::dropped`].
@@ -630,20 +610,19 @@ pub fn write(
     options: &crate::ConvertOptions,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<crate::ConvertSummary> {
-    use tensorfmt_runtime::output::{AtomicDir, DirPolicy};
+    use tensorfmt_runtime::output::{AtomicDir, FolderKind};
     let registry = &options.open.registry;
     let out = output(path, options.to.as_deref(), registry)?;
     let at = |e: std::io::Error| Error::new(ErrorKind::Io(e), Location::file(&out.dir));
-    if std::fs::symlink_metadata(&out.dir).is_ok() && !out.dir.is_dir() {
-        return Err(Error::new(
-            ErrorKind::Invalid(
-                "the output exists and is not a folder: a sharded checkpoint is written into \
-                 a folder"
-                    .into(),
-            ),
-            Location::file(&out.dir),
-        ));
-    }
+    let what = format!("a sharded checkpoint of {}", out.pattern);
+    let kind = FolderKind {
+        what: &what,
+        owns: &|name| of_pattern(name, &out.pattern),
+        check: &|dir| check_pattern(dir, &out.pattern, registry),
+        adopts: true,
+    };
+    let mut tmp = AtomicDir::new(&out.dir)?;
+    tmp.check(&kind)?;
     let max = options.max_shard_size.unwrap_or(5_000_000_000);
     let sizes: Vec<u64> = file
         .tensors()
@@ -667,16 +646,7 @@ pub fn write(
         })
         .collect();
 
-    let mut tmp = AtomicDir::new(&out.dir)?;
     std::fs::create_dir(tmp.path()).map_err(at)?;
-    if out.dir.is_dir() {
-        std::fs::set_permissions(
-            tmp.path(),
-            std::fs::metadata(&out.dir).map_err(at)?.permissions(),
-        )
-        .map_err(at)?;
-        carry_over(&out.dir, tmp.path(), &|name| of_pattern(name, &out.pattern)).map_err(at)?;
-    }
     let total = file.tensors().len();
     let mut done = 0;
     let mut bytes = 0u64;
@@ -709,7 +679,7 @@ pub fn write(
         .map_err(at)?;
         index.commit()?;
     }
-    tmp.commit(DirPolicy::Replace)?;
+    tmp.commit_folder(&kind)?;
 
     let tree = file.structure()?;
     let dropped = match &tree {

@@ -272,8 +272,9 @@ pub struct LoadCx<'f> {
 
 /// The plain values of a file's stored object.
 struct Values {
-    /// The object (`None`: the format stores none, or it could not be decoded).
-    tree: Option<Node>,
+    /// Each value of the object by its (mapped) path, the first of a path (none when the
+    /// format stores no object, or it could not be decoded).
+    by_name: BTreeMap<String, Node>,
     /// The (mapped) path of each value.
     names: BTreeSet<String>,
     /// Why the object could not be decoded (past `Limits::max_tree_bytes`, say): the
@@ -333,13 +334,21 @@ impl<'f> LoadCx<'f> {
                 Ok(tree) => (tree, None),
                 Err(e) => (None, Some(e)),
             };
-            let names = tree
-                .iter()
-                .flat_map(|t| t.values())
-                .filter(|(path, _)| !path.is_empty())
-                .map(|(path, _)| self.options.mapped(&path).into_owned())
-                .collect();
-            Values { tree, names, error }
+            // Found by name in O(log n), each copied out of the object once.
+            let mut by_name = BTreeMap::new();
+            for (path, node) in tree.iter().flat_map(|t| t.values()) {
+                if !path.is_empty() {
+                    by_name
+                        .entry(self.options.mapped(&path).into_owned())
+                        .or_insert_with(|| node.untyped().clone());
+                }
+            }
+            let names = by_name.keys().cloned().collect();
+            Values {
+                by_name,
+                names,
+                error,
+            }
         })
     }
 
@@ -367,11 +376,20 @@ impl<'f> LoadCx<'f> {
             };
             rest.split('.').next().map(str::to_string)
         };
-        self.names
-            .iter()
-            .chain(self.values().names.iter())
+        // The names that start with the key's, found in the sorted sets (not by a pass
+        // over every name: a map of maps asks once per map).
+        let starting = |set: &'_ BTreeSet<String>| -> Vec<String> {
+            set.range::<str, _>((
+                std::ops::Bound::Included(prefix.as_str()),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|n| n.starts_with(prefix.as_str()))
             .filter_map(below)
             .collect()
+        };
+        let mut out: BTreeSet<String> = starting(&self.names).into_iter().collect();
+        out.extend(starting(&self.values().names));
+        out
     }
 
     /// The tensor at `key`, taken (it will not be reported unexpected): loaded, a view of
@@ -413,19 +431,8 @@ impl<'f> LoadCx<'f> {
     /// of that name (taken). `None` when there is neither (recorded as missing).
     pub fn value(&mut self, key: &Key) -> Option<Node> {
         let name = key.name();
-        let values = self.values();
-        if values.names.contains(&name) {
-            // Only the value asked for is copied out of the object.
-            let found = values
-                .tree
-                .iter()
-                .flat_map(|t| t.values())
-                .find_map(|(path, node)| {
-                    (self.options.mapped(&path) == name).then(|| node.untyped().clone())
-                });
-            if found.is_some() {
-                return found;
-            }
+        if let Some(found) = self.values().by_name.get(&name) {
+            return Some(found.clone());
         }
         if let Some(&i) = self.tensors.get(&name) {
             if self.file.tensors()[i].numel().ok() == Some(1) {

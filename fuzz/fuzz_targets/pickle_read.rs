@@ -18,6 +18,6 @@ fuzz_target!(|data: &[u8]| {
     let limits = Limits::default();
     if let Ok(value) = pickle::read(data, rules(), &limits) {
         let budget = pickle::memory_budget(data.len());
-        let _ = pickle::find_objects(&value, &pytorch::is_checkpoint_tensor, &limits, budget);
+        let _ = pickle::find_objects(&value, data, &pytorch::is_checkpoint_tensor, &limits, budget);
     }
 });

@@ -40,8 +40,8 @@ pub use tensorfmt_core::output::{AtomicFile, Spool, SpoolRanges};
 pub use tensorfmt_core::parts::{StoredData, TensorParts};
 pub use tensorfmt_core::pattern::{Captures, Pattern};
 pub use tensorfmt_core::registry::{
-    no_structure, FormatDesc, Payload, Replacement, RewriteFn, SingleTensorWriter, StorageView,
-    StructureKept, TensorWriter, WriteOneFn, WriteSeek,
+    no_structure, FormatDesc, NameLimit, NameText, Payload, Replacement, RewriteFn,
+    SingleTensorWriter, StorageView, StructureKept, TensorWriter, WriteOneFn, WriteSeek,
 };
 pub use tensorfmt_core::source::{Bytes, RandomAccess, Source, Window};
 pub use tensorfmt_core::storage::{Located, Metadata, StorageRef, Storages};

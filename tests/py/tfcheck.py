@@ -115,10 +115,31 @@ PICKLE_SUFFIXES = (".pkl", ".pickle")
 
 
 def named_key(k):
-    """A dict key's name in a path, or None when tensorfmt gives it none."""
-    if k is None or isinstance(k, (str, int, bool)):
+    """A dict key's name in a path: text as it is, an integer in decimal, any other key
+    (a tuple, bytes, a float, None, a bool) as Python's repr of it."""
+    if isinstance(k, str):
+        return k
+    if isinstance(k, int) and not isinstance(k, bool):
         return str(k)
-    return None
+    return repr(k)
+
+
+def unique_names(found):
+    """`found` with the later of names taken twice suffixed `#2`, `#3`, ... (the first of
+    these not already a name), as tensorfmt tells them apart."""
+    seen, taken, nxt, out = set(), set(n for n, _ in found), {}, []
+    for name, a in found:
+        if name not in seen:
+            seen.add(name)
+            out.append((name, a))
+            continue
+        k = nxt.get(name, 2)
+        while f"{name}#{k}" in taken:
+            k += 1
+        nxt[name] = k + 1
+        taken.add(f"{name}#{k}")
+        out.append((f"{name}#{k}", a))
+    return out
 
 
 def walk_pickle(obj, prefix, found):
@@ -130,9 +151,7 @@ def walk_pickle(obj, prefix, found):
         found.append((prefix, obj))
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            name = named_key(k)
-            if name is not None:
-                walk_pickle(v, join(name), found)
+            walk_pickle(v, join(named_key(k)), found)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
             walk_pickle(v, join(str(i)), found)
@@ -145,7 +164,7 @@ def load(path):
             obj = pickle.load(f, encoding="latin1")
         found = []
         walk_pickle(obj, "", found)
-        return "pickle", found
+        return "pickle", unique_names(found)
     obj = np.load(path, allow_pickle=False)
     if isinstance(obj, np.ndarray):
         return "npy", [(Path(path).stem, obj)]

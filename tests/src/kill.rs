@@ -123,3 +123,48 @@ impl Rng {
         lo + self.draw() % (hi - lo + 1)
     }
 }
+
+/// A user's files that the crash tests put into a folder output beside its checkpoint:
+/// path and content (and [`add_foreign`] adds a symbolic link `notes` to the README).
+pub const FOREIGN: [(&str, &[u8]); 2] = [
+    ("README.md", b"# my model\n"),
+    ("src/train.py", b"print('training')\n"),
+];
+
+/// Puts the user's files ([`FOREIGN`], and a symbolic link `notes` to the README) into
+/// the folder `dest`; returns each file's inode, which every save must keep.
+#[cfg(unix)]
+pub fn add_foreign(dest: &Path) -> Vec<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::create_dir_all(dest.join("src")).unwrap();
+    std::os::unix::fs::symlink("README.md", dest.join("notes")).unwrap();
+    FOREIGN
+        .iter()
+        .map(|(p, b)| {
+            std::fs::write(dest.join(p), b).unwrap();
+            std::fs::metadata(dest.join(p)).unwrap().ino()
+        })
+        .collect()
+}
+
+/// Checks that the user's files in `dest` ([`add_foreign`]) are there, the same files
+/// (`inodes`), unchanged; `what` names the moment in a failure.
+#[cfg(unix)]
+pub fn check_foreign(dest: &Path, inodes: &[u64], what: &str) {
+    use std::os::unix::fs::MetadataExt;
+    for ((p, b), ino) in FOREIGN.iter().zip(inodes) {
+        let path = dest.join(p);
+        let got = std::fs::read(&path).unwrap_or_else(|e| panic!("{what}: {p}: {e}"));
+        assert_eq!(&got[..], *b, "{what}: {p} changed");
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().ino(),
+            *ino,
+            "{what}: {p} is another file"
+        );
+    }
+    assert_eq!(
+        std::fs::read_link(dest.join("notes")).unwrap(),
+        Path::new("README.md"),
+        "{what}: the link"
+    );
+}

@@ -9,7 +9,9 @@
 //! one whole save, the last committed one or the one being written, never a mix (an
 //! ONNX model's external data is its own), and that what the kill left behind
 //! (temporary files and folders, data files of a model never committed) is gone once
-//! the next child has committed a save.
+//! the next child has committed a save. The folder outputs (LMDB, LevelDB, DCP, sharded)
+//! hold a user's files beside the checkpoint (a README, a source file in a sub-folder, a
+//! symbolic link): after every kill they are there, the same files, unchanged.
 //!
 //! Kills per writer: `TENSORFMT_CRASH_RUNS` (3 by default, for CI; 50 for the opt-in
 //! run). The child is this test binary run again on the test `child` (which does
@@ -24,7 +26,7 @@ use tensorfmt::caffe2::{self, CheckpointOptions};
 use tensorfmt::{
     DType, DataLocation, ExternalData, Saver, StateDict, TensorFile, TensorMeta, WriteOptions,
 };
-use tensorfmt_tests::kill::{Harness, Rng};
+use tensorfmt_tests::kill::{add_foreign, check_foreign, Harness, Rng};
 use tensorfmt_tests::meta;
 
 const JOB: &str = "CRASH_CHILD";
@@ -60,6 +62,11 @@ const WRITERS: [&str; 9] = [
 /// checkpoint that every save keeps.
 const SHARDED_INPUT: &str = "in.safetensors";
 const CONFIG: &[u8] = b"{\"model_type\": \"tiny\"}";
+
+/// Whether `job` writes a folder.
+fn folder_job(job: &str) -> bool {
+    matches!(job, "lmdb" | "leveldb" | "dcp" | "sharded")
+}
 
 fn kills() -> usize {
     std::env::var("TENSORFMT_CRASH_RUNS")
@@ -307,6 +314,17 @@ fn kill_test(job: &str) {
     let mut tally = Tally::default();
     let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
     let mut first = 0;
+    // A folder output holds a user's files from the start: beside the first save's
+    // checkpoint (a folder holding no checkpoint of a database or DCP is refused), in the
+    // model's folder before any for a sharded one.
+    let mut inodes = Vec::new();
+    if folder_job(job) {
+        if job != "sharded" {
+            save(job, dir, 0).unwrap();
+            (committed, started, first) = (Some(0), Some(0), 1);
+        }
+        inodes = add_foreign(&dest(job, dir));
+    }
     let mut left: BTreeSet<String> = BTreeSet::new();
     let runs = kills();
     for kill in 0..runs {
@@ -383,6 +401,9 @@ fn kill_test(job: &str) {
                     "{what}"
                 );
             }
+            if folder_job(job) {
+                check_foreign(&dest(job, dir), &inodes, &what);
+            }
         }
         left = leftovers(job, dir);
         if !left.is_empty() {
@@ -393,6 +414,9 @@ fn kill_test(job: &str) {
     }
     // A last save, not killed: it removes whatever the last kill left.
     save(job, dir, first).unwrap();
+    if folder_job(job) {
+        check_foreign(&dest(job, dir), &inodes, job);
+    }
     let end = leftovers(job, dir);
     assert!(end.is_empty(), "{job}: left after a whole save: {end:?}");
     println!(

@@ -1,7 +1,9 @@
 //! Database folders survive `kill -9` whole: a child process saves LMDB databases over
 //! and over (Caffe2's `checkpoint` replacing one path, and `Saver` creating fresh ones),
 //! the parent kills it with SIGKILL at random moments and checks after each kill that
-//! every destination is absent or a complete database holding one whole save.
+//! every destination is absent or a complete database holding one whole save. The
+//! checkpoint's folder holds a user's files beside the database: after every kill they
+//! are there, the same files, unchanged.
 //!
 //! The child is this test binary run again on the test `child` (which does nothing
 //! unless `FOLDER_COMMIT_CHILD` names its job), printing `start G` before and
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tensorfmt::caffe2::{self, CheckpointOptions};
 use tensorfmt::{DType, Saver, TensorMeta};
-use tensorfmt_tests::kill::{Harness, Rng};
+use tensorfmt_tests::kill::{add_foreign, check_foreign, Harness, Rng};
 use tensorfmt_tests::meta;
 
 /// The environment variable that makes `child` run: `checkpoint` or `saver`.
@@ -169,11 +171,20 @@ fn checkpoint_survives_kill_9_whole() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("ckpt_{ITER}"));
     let mut tally = Tally::default();
+    let save = HARNESS.one_save("checkpoint");
+    // A first checkpoint, then a user's files beside it, which every save keeps.
+    let t = tensors(0);
+    let refs: Vec<(TensorMeta, &[u8])> = t.iter().map(|(m, b)| (m.clone(), &b[..])).collect();
+    let opts = CheckpointOptions {
+        pattern: dir.path().join("ckpt_%d").to_string_lossy().into_owned(),
+        ..Default::default()
+    };
+    caffe2::checkpoint("lmdb", ITER, &refs, &opts).unwrap();
+    let inodes = add_foreign(&path);
     // The generations that may be on disk: at least the last committed one, at most the
     // last started.
-    let (mut committed, mut started): (Option<i64>, Option<i64>) = (None, None);
-    let mut first = 0;
-    let save = HARNESS.one_save("checkpoint");
+    let (mut committed, mut started) = (Some(0), Some(0));
+    let mut first = 1;
     for kill in 0..KILLS {
         let delay = kill_delay(&mut rng, save);
         let p = HARNESS.run_and_kill("checkpoint", dir.path(), first, delay);
@@ -186,6 +197,7 @@ fn checkpoint_survives_kill_9_whole() {
         }
         started = p.started.or(started);
         committed = p.committed.or(committed);
+        check_foreign(&path, &inodes, &format!("kill {kill} after {delay:?}"));
         if path.exists() {
             let g = read_whole(&path, true);
             let lo = committed.unwrap_or(i64::MIN);

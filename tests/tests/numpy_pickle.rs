@@ -114,6 +114,73 @@ fn unseen_pickles_made_by_python_read_the_same() {
     assert_described_alike(&paths, &format!("seed {seed}"));
 }
 
+/// Pickles whose arrays NumPy reads by its own rules read as NumPy reads them (elements,
+/// shape, name alike): a state's `is_fortran` of 7, -1 or `True` is Fortran order, a
+/// state of 4 items is version 0, a byte order given as bytes (`b'>'`) holds, the
+/// transposed arrays NumPy 2 pickles at protocol 5 (`order='K'` with `axis_order`) are
+/// transposed; and arrays under keys that are not text are named by the key's `repr`,
+/// two that would take one name told apart (`#2`).
+#[test]
+fn numpy_s_own_rules_and_every_key_read_as_python_reads_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, out) = python_snippet(
+        r#"
+import pickle, sys, numpy as np
+from numpy._core.multiarray import _reconstruct
+class R:
+    def __init__(self, f, args, state=None): self.f, self.args, self.state = f, args, state
+    def __reduce__(self):
+        return (self.f, self.args) if self.state is None else (self.f, self.args, self.state)
+def array(state): return R(_reconstruct, (np.ndarray, (0,), b'b'), state)
+le, be = np.arange(12, dtype='<i4').tobytes(), np.arange(12, dtype='>i4').tobytes()
+be_dt = R(np.dtype, ('i4', False, True), (3, b'>', None, None, None, -1, -1, 0))
+x = np.arange(60, dtype='<f8').reshape(3, 4, 5)
+files = {
+  'fortran.pkl': ({'seven': array((1, (3, 4), np.dtype('<i4'), 7, le)),
+                   'minus_one': array((1, (3, 4), np.dtype('<i4'), -1, le)),
+                   'true': array((1, (3, 4), np.dtype('<i4'), True, le)),
+                   'four_items': array(((3, 4), np.dtype('<i4'), 1, le)),
+                   'bytes_order': array((1, (3, 4), be_dt, 1, be))}, 4),
+  'transposed.pkl': ({'t': x.transpose(2, 0, 1), 'u': x.transpose(1, 0, 2)[:, ::-1].T,
+                      'f': np.asfortranarray(x)}, 5),
+  'keys.pkl': ({(1, 'x'): x[0], b'k': x[1], 1.5: x[2], None: x[0], 7: x[1], '7': x[2],
+                frozenset({2}): x[0], (): x[1], "it's": {(0, 1): x[2]}}, 4),
+}
+for name, (obj, protocol) in files.items():
+    with open(sys.argv[1] + '/' + name, 'wb') as f:
+        pickle.dump(obj, f, protocol=protocol)
+"#,
+        &[path_str(tmp.path())],
+    );
+    assert!(ok, "{out}");
+    let paths: Vec<String> = ["fortran.pkl", "transposed.pkl", "keys.pkl"]
+        .iter()
+        .map(|f| path_str(&tmp.path().join(f)).to_string())
+        .collect();
+    let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+    assert_described_alike(&paths, "NumPy's rules and keys");
+    let names: Vec<String> = inspect_json(&tmp.path().join("keys.pkl"))["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "(1, 'x')",
+            "b'k'",
+            "1.5",
+            "None",
+            "7",
+            "7#2",
+            "frozenset({2})",
+            "()",
+            "it's.(0, 1)"
+        ]
+    );
+}
+
 /// The format `TensorFile::open` detects for `path`, or the error.
 fn detected(path: &Path) -> Result<String, String> {
     TensorFile::open(path)

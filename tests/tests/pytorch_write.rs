@@ -410,3 +410,38 @@ fn a_checkpoint_past_4_gib_streams_in_bounded_memory_and_loads_in_torch() {
     );
     assert!(ok && text.contains("ok"), "torch.load: {text}");
 }
+
+/// A structure nested deeper than readers take (`Limits::max_depth`) is refused before
+/// anything is written, whether the tree or its pickle is too deep; one within the limit
+/// writes and reads back.
+#[test]
+fn structures_nested_past_the_readers_limit_are_not_written() {
+    use tensorfmt::{Node, Saver, TensorFile};
+    let tmp = tempfile::tempdir().unwrap();
+    let nested = |levels: usize| {
+        let mut tree = Node::Tensor("w".into());
+        for _ in 0..levels {
+            tree = Node::Dict(vec![(Node::str("k"), tree)]);
+        }
+        tree
+    };
+    let w = meta("w", DType::F32, &[1], ByteOrder::Little);
+    let save = |levels: usize, name: &str| {
+        let path = tmp.path().join(name);
+        let mut saver = Saver::create(&path, None, &WriteOptions::default())?;
+        saver.set_structure(&nested(levels))?;
+        saver.add_bytes(&w, &[0u8; 4])?;
+        saver.commit().map(|_| path)
+    };
+    // The tree itself: refused by the saver. Its pickle (a tensor is three levels of
+    // calls and tuples more): refused by the pickle writer.
+    for (levels, name) in [(1_000, "tree.pt"), (127, "pickle.pt")] {
+        let e = save(levels, name).unwrap_err().to_string();
+        assert!(e.contains("nesting depth"), "{levels}: {e}");
+        assert!(!tmp.path().join(name).exists(), "{levels}");
+    }
+    let path = save(100, "ok.pt").unwrap();
+    let file = TensorFile::open(&path).unwrap();
+    assert_eq!(file.structure().unwrap().unwrap().depth(), 100);
+    assert_eq!(file.tensors().len(), 1);
+}

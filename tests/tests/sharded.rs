@@ -179,15 +179,20 @@ fn the_output_folder_keeps_what_is_not_the_checkpoint() {
     std::fs::write(out.join("config.json"), b"{\"model_type\": \"tiny\"}").unwrap();
     std::fs::write(out.join("tokenizer").join("vocab.txt"), b"a\nb\n").unwrap();
     std::os::unix::fs::symlink("config.json", out.join("link.json")).unwrap();
-    // An earlier save of seven shards, and a checkpoint of the other format.
-    for f in [
-        "model-00001-of-00007.safetensors",
-        "model-00007-of-00007.safetensors",
-        "model.safetensors.index.json",
-        "model.safetensors",
-    ] {
-        std::fs::write(out.join(f), b"old").unwrap();
-    }
+    // An earlier save of more shards and a single-file checkpoint beside them: files of
+    // the name pattern, which a save replaces (each must be what its name says: a file of
+    // such a name that is no shard is in the way, and the save refused); then a
+    // checkpoint of the other format.
+    shard(
+        &dir().join("safetensors_shards"),
+        &out,
+        &["--max-shard-size", "1.5KB"],
+    );
+    convert(
+        &dir().join("safetensors_shards"),
+        &out.join("model.safetensors"),
+        &[],
+    );
     shard(
         &dir().join("pytorch_shards"),
         &out,

@@ -76,6 +76,18 @@ pub mod jsonhdr {
             }
             items
         }
+        fn each_item<'a>(
+            &'a self,
+            f: &mut dyn FnMut(&'a str, rt::PyValue) -> rt::Result<()>,
+        ) -> rt::Result<()> {
+            if let Some(v) = &self.version {
+                f("version", rt::pydict::ToPy::to_py(v))?;
+            }
+            for (k, v) in self.rest.iter() {
+                f(k.as_str(), rt::pydict::ToPy::to_py(v))?;
+            }
+            Ok(())
+        }
     }
     #[derive(Debug, Clone, PartialEq)]
     pub struct File {
@@ -106,7 +118,7 @@ pub mod jsonhdr {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
             let start = buf.pos();
-            let header_text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(header))
+            let header_text = rt::pydict::json::encode_dict(header)
                 .map_err(|e| e.in_field("header"))?;
             let header_len_slot = buf.reserve("header_len", 4);
             let header_start = buf.pos();

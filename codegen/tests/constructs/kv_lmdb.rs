@@ -218,7 +218,14 @@ pub mod kvl {
             encode: encode_parts,
             split: SPLIT,
             map: map_db,
-        });
+        })
+        .max_name(
+            rt::NameLimit::in_pattern(
+                rt::kv::LMDB_MAX_KEY_BYTES,
+                "{name}#%{chunk}",
+                "an LMDB key, `{name}#%{chunk}`, is at most 511 bytes",
+            ),
+        );
 }
 /// LMDB and LevelDB databases sharing one format's entries and mapping (`schema = F`);
 /// values split into records of at most `split` elements, joined back by their segments.

@@ -148,7 +148,7 @@ pub mod repsized {
             buf.check_count("entries", entries.len(), n)?;
             for item in entries {
                 let entries_item_start = buf.pos();
-                let text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(item))
+                let text = rt::pydict::json::encode_dict(item)
                     .map_err(|e| e.in_field("entries"))?;
                 buf.put_text("entries", &text, "utf8")?;
                 buf.check_size("entries", entries_item_start, 8)?;

@@ -96,7 +96,7 @@ pub mod resttext {
     impl Meta {
         /// Lays out a `Meta` of `header` into `buf`, computing every other field (the payload's bytes excepted).
         pub fn put(buf: &mut rt::LayoutBuf, header: &Header) -> rt::Result<()> {
-            let header_text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(header))
+            let header_text = rt::pydict::json::encode_dict(header)
                 .map_err(|e| e.in_field("header"))?;
             buf.put_u8(1);
             buf.put_text("header", &header_text, "utf8")?;

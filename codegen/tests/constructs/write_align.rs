@@ -68,6 +68,15 @@ pub mod alignhdr {
             }
             items
         }
+        fn each_item<'a>(
+            &'a self,
+            f: &mut dyn FnMut(&'a str, rt::PyValue) -> rt::Result<()>,
+        ) -> rt::Result<()> {
+            for (k, v) in self.rest.iter() {
+                f(k.as_str(), rt::pydict::ToPy::to_py(v))?;
+            }
+            Ok(())
+        }
     }
     #[derive(Debug, Clone, PartialEq)]
     pub struct File {
@@ -107,7 +116,7 @@ pub mod alignhdr {
             let mut out = rt::LayoutBuf::new(0);
             let buf = &mut out;
             let start = buf.pos();
-            let header_text = rt::pydict::json::encode(&rt::pydict::ToPy::to_py(header))
+            let header_text = rt::pydict::json::encode_dict(header)
                 .map_err(|e| e.in_field("header"))?;
             let alignment = rt::expr::write_align(write_align, 16);
             buf.int_u32_le("alignment", alignment)?;

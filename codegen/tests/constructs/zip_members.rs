@@ -226,7 +226,14 @@ pub mod vecs {
     }
     /// This format for the registry: name, extensions, detector, indexer and writer.
     pub const DESC: rt::FormatDesc = rt::FormatDesc::new(NAME, EXTENSIONS, detect, index)
-        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)));
+        .writer(|w, options| Ok(::std::boxed::Box::new(Writer::new(w, options)?)))
+        .max_name(
+            rt::NameLimit::in_pattern(
+                rt::zip::MAX_NAME_BYTES,
+                MEMBER_PATTERN,
+                "a zip member name, `{name}.vec`, is at most 65,535 bytes",
+            ),
+        );
 }
 /// A zip of text notes that maps no tensor: indexing lists none, writing one is refused.
 ///

@@ -53,23 +53,51 @@ impl Location {
     }
 }
 
-/// Whether `c` is shown escaped by [`escape_name`]: control characters (ASCII and C1),
-/// the line and paragraph separators, and the invisible characters that reorder or hide
-/// text (bidirectional controls, zero-width characters, the byte order mark).
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2069}'
-                | '\u{feff}'
-        )
+/// The characters that Unicode's `Default_Ignorable_Code_Point` property (DerivedCoreProperties.txt)
+/// names and whose general category is none of those [`needs_escape`] escapes whole: marks
+/// and letters that show nothing (the combining grapheme joiner, Hangul fillers, Khmer
+/// inherent vowels, Mongolian free variation selectors, the variation selectors).
+const INVISIBLE: [(char, char); 9] = [
+    ('\u{034f}', '\u{034f}'),
+    ('\u{115f}', '\u{1160}'),
+    ('\u{17b4}', '\u{17b5}'),
+    ('\u{180b}', '\u{180d}'),
+    ('\u{180f}', '\u{180f}'),
+    ('\u{3164}', '\u{3164}'),
+    ('\u{fe00}', '\u{fe0f}'),
+    ('\u{ffa0}', '\u{ffa0}'),
+    ('\u{e0100}', '\u{e01ef}'),
+];
+
+/// Whether `c` is shown escaped by [`escape_name`] and [`escape_controls`], the one rule
+/// for every name and message printed: every character of Unicode general category `Cc`
+/// (controls, C0 and C1), `Cf` (format characters: the bidirectional controls and marks
+/// such as U+202E and U+061C, zero-width characters, U+180E, the interlinear annotation
+/// characters U+FFF9 to U+FFFB, the tag characters, the byte order mark), `Zl` and `Zp`
+/// (the line and paragraph separators), `Cn` (unassigned code points and noncharacters,
+/// which a terminal may show as anything, among them the rest of the tag block) and the
+/// other default-ignorable characters, which show nothing (the table `INVISIBLE`). The categories
+/// are those of the `unicode-properties` crate's tables.
+pub fn needs_escape(c: char) -> bool {
+    use unicode_properties::general_category::{GeneralCategory as G, UnicodeGeneralCategory};
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    matches!(
+        c.general_category(),
+        G::Control
+            | G::Format
+            | G::LineSeparator
+            | G::ParagraphSeparator
+            | G::Surrogate
+            | G::Unassigned
+    ) || INVISIBLE.iter().any(|&(lo, hi)| (lo..=hi).contains(&c))
 }
 
 /// `name` as it is safe to print to a terminal or in a line of text: a name read from a
 /// file (a tensor's, a member's, a key's) may hold ANSI escapes or newlines that would
-/// forge lines of a listing. Control and invisible characters are written as escapes
+/// forge lines of a listing, or bidirectional controls that reorder what follows.
+/// The characters [`needs_escape`] names are written as escapes
 /// (`\n`, `\t`, `\r`, `\0`, `\x1b`, `\u{202e}`) and a backslash as `\\`, as Python's
 /// `repr` and Rust's `escape_debug` do; a name holding none of them (nor a backslash) is
 /// borrowed unchanged.
@@ -90,6 +118,37 @@ pub fn escape_name(name: &str) -> std::borrow::Cow<'_, str> {
     }
     std::borrow::Cow::Owned(out)
 }
+
+/// [`escape_name`] of `name`, cut after `max` characters when it is longer, saying how
+/// many more there are (`abc… (70000 characters in all)`): for a line of text that quotes a
+/// name, where a name of megabytes would bury what the line says.
+///
+/// ```
+/// use tensorfmt_core::error::escape_name_within;
+/// assert_eq!(escape_name_within("short", 8), "short");
+/// assert_eq!(escape_name_within("abcdefghij", 4), "abcd… (10 characters in all)");
+/// assert_eq!(escape_name_within("\x1b\x1b\x1b", 8), "\\x1b\\x1b… (3 characters in all)");
+/// ```
+pub fn escape_name_within(name: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    // Escaped a character at a time up to `max` characters, never past: a name of
+    // megabytes costs its length to count, not to escape.
+    let (mut out, mut shown) = (String::new(), 0);
+    for c in name.chars() {
+        let before = out.len();
+        push_escaped(&mut out, c, true);
+        shown += out[before..].chars().count();
+        if shown > max {
+            out.truncate(before);
+            let all = name.chars().count();
+            return std::borrow::Cow::Owned(format!("{out}… ({all} characters in all)"));
+        }
+    }
+    escape_name(name)
+}
+
+/// The most characters of a name that an error's location shows
+/// ([`escape_name_within`]).
+pub const LOCATION_NAME_CHARS: usize = 256;
 
 /// `text` with its control and invisible characters escaped as [`escape_name`] escapes
 /// them, backslashes left as they are: for a message (an error's) that quotes names among
@@ -132,10 +191,16 @@ impl fmt::Display for Location {
             parts.push(escape_controls(&file.display().to_string()).into_owned());
         }
         if let Some(entry) = &self.entry {
-            parts.push(format!("entry '{}'", escape_name(entry)));
+            parts.push(format!(
+                "entry '{}'",
+                escape_name_within(entry, LOCATION_NAME_CHARS)
+            ));
         }
         if let Some(field) = &self.field {
-            parts.push(format!("field '{}'", escape_name(field)));
+            parts.push(format!(
+                "field '{}'",
+                escape_name_within(field, LOCATION_NAME_CHARS)
+            ));
         }
         if let Some(offset) = self.offset {
             parts.push(format!("byte {offset}"));
@@ -313,6 +378,111 @@ impl From<std::io::Error> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_bidi_invisible_and_format_character_is_escaped() {
+        // Bidi controls and marks, format characters, tags (assigned and not), separators,
+        // C0 and C1 controls, noncharacters, invisible marks and fillers.
+        let escaped = [
+            '\u{0}',
+            '\u{1b}',
+            '\u{7f}',
+            '\u{85}',
+            '\u{9b}',
+            '\u{ad}',
+            '\u{34f}',
+            '\u{600}',
+            '\u{61c}',
+            '\u{6dd}',
+            '\u{70f}',
+            '\u{115f}',
+            '\u{17b4}',
+            '\u{180b}',
+            '\u{180e}',
+            '\u{200b}',
+            '\u{200e}',
+            '\u{200f}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{202a}',
+            '\u{202e}',
+            '\u{2060}',
+            '\u{2065}',
+            '\u{2066}',
+            '\u{2069}',
+            '\u{206f}',
+            '\u{3164}',
+            '\u{fe0f}',
+            '\u{feff}',
+            '\u{ffa0}',
+            '\u{fff9}',
+            '\u{fffa}',
+            '\u{fffb}',
+            '\u{fffe}',
+            '\u{ffff}',
+            '\u{110bd}',
+            '\u{13430}',
+            '\u{1bca0}',
+            '\u{1d173}',
+            '\u{e0000}',
+            '\u{e0001}',
+            '\u{e0002}',
+            '\u{e001f}',
+            '\u{e0020}',
+            '\u{e0041}',
+            '\u{e007f}',
+            '\u{e0100}',
+            '\u{e01ef}',
+            '\u{e0fff}',
+            '\u{10ffff}',
+        ];
+        for c in escaped {
+            assert!(needs_escape(c), "U+{:04X}", c as u32);
+            let name = format!("a{c}b");
+            let shown = escape_name(&name);
+            assert!(!shown.contains(c), "U+{:04X}", c as u32);
+            assert_eq!(shown, escape_controls(&name), "U+{:04X}", c as u32);
+        }
+        assert_eq!(escape_name("a\u{61c}b"), "a\\u{61c}b");
+        assert_eq!(escape_name("\u{e0041}"), "\\u{e0041}");
+        assert_eq!(escape_name("\u{9b}"), "\\u{9b}");
+    }
+
+    #[test]
+    fn visible_text_of_every_script_is_kept() {
+        for name in [
+            "layer.0.weight",
+            "Gewichte.äöü",
+            "вес",
+            "وزن",
+            "משקל",
+            "权重",
+            "重み",
+            "가중치",
+            "🦀.w",
+            "a b\u{a0}c\u{3000}d",
+            "e\u{301}",
+            "\u{e000}",
+        ] {
+            assert_eq!(escape_name(name), name, "{name:?}");
+            assert!(matches!(escape_name(name), std::borrow::Cow::Borrowed(_)));
+        }
+    }
+
+    #[test]
+    fn long_names_are_cut_between_whole_escapes() {
+        let name = "\u{1b}".repeat(16 << 10);
+        let shown = escape_name_within(&name, 10);
+        assert_eq!(shown, "\\x1b\\x1b… (16384 characters in all)");
+        assert_eq!(escape_name_within("abc", 3), "abc");
+        let e = Error::new(
+            ErrorKind::Invalid("x".into()),
+            Location::default().with_entry("a".repeat(70_000)),
+        );
+        let text = e.to_string();
+        assert!(text.len() < 400, "{}", text.len());
+        assert!(text.contains("(70000 characters in all)"), "{text}");
+    }
 
     #[test]
     fn display_names_everything() {

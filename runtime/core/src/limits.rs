@@ -36,13 +36,24 @@ pub struct Limits {
     /// before the memory is spent). `None`, the default, is proportional to the input:
     /// [`Limits::inflated_budget`].
     pub max_inflated_bytes: Option<u64>,
-    /// Most memory, in bytes, that expanding one pickle's value may spend: the walk that
-    /// finds its tensors and the object tree of its structure, each. Values shared through
-    /// the memo are expanded at every reference, so a few kilobytes can describe a tree
-    /// of billions of nodes ("billion laughs"); the walk charges each node before making
-    /// it and stops here. `None`, the default, is proportional to the pickle:
-    /// [`Limits::tree_budget`].
+    /// Most memory, in bytes, that one pickle's objects may take: the reader's stack,
+    /// marks, memo, containers, tuple items, calls and strings, and the value they make
+    /// (charged as they are made, reading stops at the opcode past it); then that value
+    /// and the object tree of its structure, expanded from it (values shared through the
+    /// memo are expanded at every reference, so a few kilobytes can describe a tree of
+    /// billions of nodes, "billion laughs": each node is charged before it is made); and
+    /// the names of the tensors the walk lists. `None`, the default, grows with the
+    /// pickle: [`Limits::tree_budget`].
     pub max_tree_bytes: Option<u64>,
+    /// Most memory, in bytes, that the tensors one file lists may take, each charged
+    /// [`TENSOR_CHARGE`] (what listing, hashing and converting one tensor costs: its
+    /// metadata and name, a table row, a writer's entry): a file lists at most this over
+    /// the charge, and at most `max_tensors` ([`Limits::for_input`]). A tensor's
+    /// metadata can take a few bytes of a file (an empty tensor of a protobuf record
+    /// takes 6, a dict key naming a memoized view a dozen), so that without a bound a
+    /// small file makes the reader spend kilobytes per byte of it. `None`, the default,
+    /// grows with the file: [`Limits::tensor_budget`].
+    pub max_tensor_bytes: Option<u64>,
 }
 
 /// The least per-file budget of decompressed bytes held in memory when
@@ -55,14 +66,35 @@ pub const MIN_INFLATED_BUDGET: u64 = 256 << 20;
 /// (a storage that many tensors share, loaded once per tensor) go past it.
 pub const INFLATED_PER_INPUT_BYTE: u64 = 2048;
 
-/// The base of the default budget for expanding a pickle's value when
-/// [`Limits::max_tree_bytes`] is not set: 64 MiB.
-pub const MIN_TREE_BUDGET: u64 = 64 << 20;
+/// The base of the default budget for a pickle's objects when
+/// [`Limits::max_tree_bytes`] is not set: 128 MiB, what a checkpoint's pickle of tens of
+/// thousands of tensors (a few megabytes) takes.
+pub const MIN_TREE_BUDGET: u64 = 128 << 20;
 
-/// The default budget for expanding a pickle's value, per byte of the pickle, on top of
-/// [`MIN_TREE_BUDGET`]: 64 (a node costs 64 bytes, and a pickle without memo sharing
-/// makes at most one node per byte).
-pub const TREE_BYTES_PER_INPUT_BYTE: u64 = 64;
+/// The default budget for a pickle's objects, per byte of the pickle, on top of
+/// [`MIN_TREE_BUDGET`]: 1, so that reading any pickle takes at most 128 MiB and twice
+/// its size (the pickle itself, then its objects). A pickle's objects take 15 to 40 bytes
+/// of memory per byte of it (a one-byte opcode makes a value of 16 bytes, a container
+/// of 40 more, and the value made of them as much again), so a pickle of more than a few
+/// megabytes of objects needs `max_tree_bytes` raised; the byte strings of a pickle that
+/// leaves them in the file (NumPy arrays) take none.
+pub const TREE_BYTES_PER_INPUT_BYTE: u64 = 1;
+
+/// What each tensor a file lists is charged against [`Limits::max_tensor_bytes`]: 2 KiB,
+/// about what a tensor of a short name and one dimension costs at the peak of a
+/// conversion (its metadata, the structure's leaf, the writer's entry and header).
+pub const TENSOR_CHARGE: u64 = 2 << 10;
+
+/// The base of the default budget of a file's tensors when [`Limits::max_tensor_bytes`]
+/// is not set: 128 MiB, 65,536 tensors whatever the file's size.
+pub const MIN_TENSOR_BUDGET: u64 = 128 << 20;
+
+/// The default budget of a file's tensors, per byte of the file, on top of
+/// [`MIN_TENSOR_BUDGET`]: 16, one more tensor per 128 bytes of the file. A checkpoint's
+/// tensors hold far more than that each (the largest models list about a hundred
+/// thousand tensors in hundreds of gigabytes); a file of more, smaller tensors (empty
+/// ones, or names of one memoized view) needs `max_tensor_bytes` raised.
+pub const TENSOR_BUDGET_PER_INPUT_BYTE: u64 = 16;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -80,6 +112,7 @@ impl Default for Limits {
             max_view_bytes: 16 << 30,
             max_inflated_bytes: None,
             max_tree_bytes: None,
+            max_tensor_bytes: None,
         }
     }
 }
@@ -96,13 +129,32 @@ impl Limits {
         })
     }
 
-    /// The memory that expanding the value of a pickle of `input_len` bytes may spend:
+    /// The memory that the objects of a pickle of `input_len` bytes may take:
     /// [`Limits::max_tree_bytes`] when set, else [`MIN_TREE_BUDGET`] plus
     /// [`TREE_BYTES_PER_INPUT_BYTE`] per byte.
     pub fn tree_budget(&self, input_len: u64) -> u64 {
         self.max_tree_bytes.unwrap_or_else(|| {
             MIN_TREE_BUDGET.saturating_add(input_len.saturating_mul(TREE_BYTES_PER_INPUT_BYTE))
         })
+    }
+
+    /// The memory that the tensors of a file of `input_len` bytes may take:
+    /// [`Limits::max_tensor_bytes`] when set, else [`MIN_TENSOR_BUDGET`] plus
+    /// [`TENSOR_BUDGET_PER_INPUT_BYTE`] per byte.
+    pub fn tensor_budget(&self, input_len: u64) -> u64 {
+        self.max_tensor_bytes.unwrap_or_else(|| {
+            MIN_TENSOR_BUDGET.saturating_add(input_len.saturating_mul(TENSOR_BUDGET_PER_INPUT_BYTE))
+        })
+    }
+
+    /// These limits for reading a file of `input_len` bytes: `max_tensors` lowered to the
+    /// tensors its budget pays for ([`Limits::tensor_budget`] over [`TENSOR_CHARGE`]).
+    pub fn for_input(&self, input_len: u64) -> Limits {
+        let paid = self.tensor_budget(input_len) / TENSOR_CHARGE;
+        Limits {
+            max_tensors: self.max_tensors.min(paid),
+            ..self.clone()
+        }
     }
 
     /// These limits one level of nesting deeper: `max_depth` less one, or an error when
@@ -212,13 +264,28 @@ mod tests {
     fn the_default_tree_budget_grows_with_the_pickle_unless_set() {
         let l = Limits::default();
         assert_eq!(l.tree_budget(0), MIN_TREE_BUDGET);
-        assert_eq!(l.tree_budget(1000), MIN_TREE_BUDGET + 64_000);
+        assert_eq!(l.tree_budget(1000), MIN_TREE_BUDGET + 1_000);
         assert_eq!(l.tree_budget(u64::MAX), u64::MAX);
         let set = Limits {
             max_tree_bytes: Some(4096),
             ..Limits::default()
         };
         assert_eq!(set.tree_budget(1 << 30), 4096);
+    }
+
+    #[test]
+    fn the_tensors_a_file_lists_are_paid_by_its_size_unless_set() {
+        let l = Limits::default();
+        assert_eq!(l.for_input(0).max_tensors, 65_536);
+        assert_eq!(l.for_input(6 << 20).max_tensors, 65_536 + (6 << 20) / 128);
+        assert_eq!(l.for_input(1 << 40).max_tensors, l.max_tensors);
+        assert_eq!(l.for_input(u64::MAX).max_tensors, l.max_tensors);
+        let set = Limits {
+            max_tensor_bytes: Some(10 * TENSOR_CHARGE + 1),
+            ..Limits::default()
+        };
+        assert_eq!(set.for_input(1 << 30).max_tensors, 10);
+        assert_eq!(set.for_input(1 << 30).max_depth, set.max_depth);
     }
 
     #[test]

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ErrorKind, Location, Result};
 
+mod folder;
+pub use folder::{remove_folder_of, FolderKind};
+
 /// A file written atomically: the bytes go to a temporary file in the destination's
 /// directory, `.{name}.{pid}.{random}.tmp`, and [`AtomicFile::commit`] flushes, syncs
 /// and renames it over the destination. Dropped without a commit (an error, a panic, an
@@ -649,14 +652,39 @@ impl AtomicDir {
     /// [`AtomicDir::commit`], with `renameat2` used only when `native` (false tests the
     /// fallback).
     fn commit_with(&mut self, policy: DirPolicy, native: bool) -> Result<()> {
-        let dest = self.dest.clone();
-        let tmp = self.tmp.clone().ok_or_else(|| {
+        self.sync()?;
+        if let Some(old) = self.swap(policy, native)? {
+            // Best effort (see above); the parent is synced again so that the removal
+            // is durable too.
+            if remove_any(&old).is_ok() {
+                let _ = sync_dir(parent_of(&self.dest));
+            }
+        }
+        Ok(())
+    }
+
+    /// The temporary folder, or an error when the folder is committed already.
+    fn uncommitted(&self) -> Result<PathBuf> {
+        self.tmp.clone().ok_or_else(|| {
             Error::new(
                 ErrorKind::Invalid("the folder is committed already".into()),
-                Location::file(&dest),
+                Location::file(&self.dest),
             )
-        })?;
-        sync_tree(&tmp).map_err(|e| io_at(e, &tmp))?;
+        })
+    }
+
+    /// Syncs every file and folder of the temporary folder.
+    fn sync(&self) -> Result<()> {
+        let tmp = self.uncommitted()?;
+        sync_tree(&tmp).map_err(|e| io_at(e, &tmp))
+    }
+
+    /// Renames the temporary folder (synced: [`AtomicDir::sync`]) to the destination
+    /// under `policy` (see [`AtomicDir::commit`]), syncing the parent folder; returns
+    /// where the old destination is now, when one was replaced, for the caller to remove.
+    fn swap(&mut self, policy: DirPolicy, native: bool) -> Result<Option<PathBuf>> {
+        let dest = self.dest.clone();
+        let tmp = self.uncommitted()?;
         fault::check(fault::Op::Rename).map_err(|e| io_at(e, &dest))?;
         let io = |e| io_at(e, &dest);
         let exists = || {
@@ -716,14 +744,7 @@ impl AtomicDir {
         }
         self.tmp = None;
         sync_dir(parent_of(&dest)).map_err(io)?;
-        if let Some(old) = old {
-            // Best effort (see above); the parent is synced again so that the removal
-            // is durable too.
-            if remove_any(&old).is_ok() {
-                let _ = sync_dir(parent_of(&dest));
-            }
-        }
-        Ok(())
+        Ok(old)
     }
 }
 

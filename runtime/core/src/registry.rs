@@ -338,6 +338,89 @@ pub struct FormatDesc {
     /// schema uses `write_align`); a save of another format that asks for an alignment
     /// is refused.
     pub aligns: bool,
+    /// The longest tensor name the format can store, where it bounds names itself (a zip
+    /// member or database key holding the name); `None` where only the size of the file
+    /// does. A save checks every name against it before writing the tensor
+    /// ([`FormatDesc::check_name`]).
+    pub max_name: Option<NameLimit>,
+    /// The most bytes the names of one file's tensors take together, where one block of
+    /// the file holds them all and is bounded (safetensors' JSON header, of at most
+    /// 100,000,000 bytes); `None` elsewhere. Checked as [`FormatDesc::max_name`] is.
+    pub max_names_total: Option<NameLimit>,
+}
+
+/// The longest tensor name a format stores: a number of bytes of the name as the format
+/// writes it, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NameLimit {
+    /// The most bytes of a name.
+    pub bytes: u64,
+    /// What holds the name and its own limit, in the user's words ("a zip member name,
+    /// `{name}.npy`, of at most 65,535 bytes").
+    pub why: &'static str,
+    /// How the format writes a name, which gives its size.
+    pub text: NameText,
+}
+
+/// How a format writes a tensor's name, for [`NameLimit`]: what its size is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameText {
+    /// As UTF-8, byte for byte.
+    Utf8,
+    /// As the content of a JSON string: `"` and `\` take 2 bytes, and control
+    /// characters 2 (`\n`) or 6 (`\u001b`).
+    Json,
+}
+
+impl NameText {
+    /// The bytes `name` takes written this way.
+    pub fn len(self, name: &str) -> u64 {
+        match self {
+            NameText::Utf8 => name.len() as u64,
+            NameText::Json => name
+                .bytes()
+                .map(|b| match b {
+                    b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2u64,
+                    0..=0x1f => 6,
+                    _ => 1,
+                })
+                .sum(),
+        }
+    }
+}
+
+impl NameLimit {
+    /// The limit on a name that `pattern` (a [`crate::pattern::Pattern`] such as
+    /// `{name}.npy` or `{name}#%{chunk}`) turns into a string of at most `limit` bytes:
+    /// `limit` less the pattern's own characters and [`NameLimit::OTHER_CAPTURE`] bytes for
+    /// every capture after the first, which holds the name (a part's number).
+    pub const fn in_pattern(limit: u64, pattern: &str, why: &'static str) -> NameLimit {
+        let b = pattern.as_bytes();
+        let (mut i, mut fixed, mut captures, mut open) = (0, 0u64, 0u64, false);
+        while i < b.len() {
+            match (open, b[i]) {
+                (false, b'{') => {
+                    open = true;
+                    captures += 1;
+                }
+                (true, b'}') => open = false,
+                (false, _) => fixed += 1,
+                (true, _) => {}
+            }
+            i += 1;
+        }
+        let others = captures.saturating_sub(1);
+        let used = fixed.saturating_add(others.saturating_mul(NameLimit::OTHER_CAPTURE));
+        NameLimit {
+            bytes: limit.saturating_sub(used),
+            why,
+            text: NameText::Utf8,
+        }
+    }
+
+    /// The bytes a capture other than the name may take in a pattern: a part's number,
+    /// 20 digits at most.
+    pub const OTHER_CAPTURE: u64 = 20;
 }
 
 impl FormatDesc {
@@ -363,7 +446,60 @@ impl FormatDesc {
             db: None,
             rewrite: None,
             aligns: false,
+            max_name: None,
+            max_names_total: None,
         }
+    }
+
+    /// The format whose names take at most `limit` together
+    /// ([`FormatDesc::max_names_total`]).
+    pub const fn max_names_total(self, limit: NameLimit) -> Self {
+        FormatDesc {
+            max_names_total: Some(limit),
+            ..self
+        }
+    }
+
+    /// The format whose names are at most `limit` long ([`FormatDesc::max_name`]).
+    pub const fn max_name(self, limit: NameLimit) -> Self {
+        FormatDesc {
+            max_name: Some(limit),
+            ..self
+        }
+    }
+
+    /// Refuses a tensor name longer than the format stores ([`FormatDesc::max_name`]), or
+    /// one that takes the names of a file past what it holds of them together
+    /// ([`FormatDesc::max_names_total`]), with an error naming the tensor and the limit.
+    /// `total` is the bytes of the names checked before in the same file; this name's
+    /// are added to it.
+    pub fn check_name(&self, name: &str, total: &mut u64) -> Result<()> {
+        if let Some(limit) = self.max_names_total {
+            *total = total.saturating_add(limit.text.len(name));
+        }
+        if let Some(limit) = self.max_name {
+            let len = limit.text.len(name);
+            if len > limit.bytes {
+                return Err(name_error(
+                    name,
+                    format!(
+                        "a tensor name of {len} bytes: {} stores names of at most {} bytes ({})",
+                        self.name, limit.bytes, limit.why
+                    ),
+                ));
+            }
+        }
+        if let Some(limit) = self.max_names_total.filter(|l| *total > l.bytes) {
+            return Err(name_error(
+                name,
+                format!(
+                    "the tensors' names take {} bytes with this one as written: {} stores \
+                     names of at most {} bytes together ({})",
+                    *total, self.name, limit.bytes, limit.why
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The format with its streaming writer.
@@ -419,6 +555,14 @@ impl FormatDesc {
     }
 }
 
+/// An error about the name of tensor `name`: `message`, at the tensor.
+fn name_error(name: &str, message: String) -> Error {
+    Error::new(
+        ErrorKind::Unsupported(message),
+        crate::error::Location::default().with_entry(name),
+    )
+}
+
 /// The writer of a [`FormatDesc`] that was given none: refuses to write.
 fn no_writer<'a>(
     _: Box<dyn WriteSeek + 'a>,
@@ -447,4 +591,53 @@ pub struct Replacement<'b> {
     pub data: Box<dyn AsRef<[u8]> + 'b>,
     /// The external file the tensor was in, kept with [`crate::tensor::ExternalData::Auto`].
     pub keep_location: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn detect(_: &Source, _: &Limits) -> bool {
+        false
+    }
+
+    fn index(_: &Source, _: &Limits) -> Result<Vec<TensorInfo>> {
+        Ok(Vec::new())
+    }
+
+    #[test]
+    fn a_pattern_leaves_its_limit_less_its_own_characters_to_the_name() {
+        let zip = NameLimit::in_pattern(65_535, "{name}.npy", "zip");
+        assert_eq!(zip.bytes, 65_531);
+        let key = NameLimit::in_pattern(511, "{name}#%{chunk}", "lmdb");
+        assert_eq!(key.bytes, 511 - 2 - NameLimit::OTHER_CAPTURE);
+        assert_eq!(NameLimit::in_pattern(3, "abcd{name}", "x").bytes, 0);
+    }
+
+    #[test]
+    fn names_past_a_format_limit_are_refused_naming_the_tensor() {
+        let desc = FormatDesc::new("f", &[], detect, index)
+            .max_name(NameLimit::in_pattern(10, "{name}.x", "a 10-byte field"))
+            .max_names_total(NameLimit {
+                bytes: 20,
+                why: "a 20-byte header",
+                text: NameText::Json,
+            });
+        let mut total = 0;
+        desc.check_name("12345678", &mut total).unwrap();
+        let e = desc.check_name("123456789", &mut total).unwrap_err();
+        assert_eq!(e.location.entry.as_deref(), Some("123456789"));
+        assert!(
+            e.to_string().contains(
+                "a tensor name of 9 bytes: f stores names of at most 8 bytes (a 10-byte field)"
+            ),
+            "{e}"
+        );
+        // Together: 8 + 9 + 4 (two escapes of 2, `"` and `\\`) + 6 (`\u001b`) bytes.
+        let mut total = 8 + 9;
+        let e = desc.check_name("\"\\\x1b", &mut total).unwrap_err();
+        assert_eq!(total, 27);
+        assert!(e.to_string().contains("take 27 bytes with this one as written: f stores names of at most 20 bytes together"), "{e}");
+        assert_eq!(NameText::Json.len("a\nb\u{61c}"), 1 + 2 + 1 + 2);
+    }
 }

@@ -139,6 +139,41 @@ impl Node {
         out
     }
 
+    /// How deep the tree nests: 0 for a value that holds none (a number, text, a tensor
+    /// leaf), one more than its deepest item for a list, tuple or dict (keys and values)
+    /// and for an object (its arguments and state); a tagged value as deep as its value.
+    /// Measured without recursion, so that a tree of any depth can be checked against a
+    /// limit ([`crate::Limits::max_depth`]) before anything walks it recursively.
+    pub fn depth(&self) -> u64 {
+        let mut deepest = 0;
+        let mut stack: Vec<(&Node, u64)> = vec![(self, 0)];
+        while let Some((node, level)) = stack.pop() {
+            deepest = deepest.max(level);
+            let below = level + 1;
+            match node {
+                Node::List(v) | Node::Tuple(v) => {
+                    deepest = deepest.max(below);
+                    stack.extend(v.iter().map(|n| (n, below)));
+                }
+                Node::Dict(e) => {
+                    deepest = deepest.max(below);
+                    for (k, v) in e {
+                        stack.push((k, below));
+                        stack.push((v, below));
+                    }
+                }
+                Node::Object { args, state, .. } => {
+                    deepest = deepest.max(below);
+                    stack.extend(args.iter().map(|n| (n, below)));
+                    stack.extend(state.as_deref().map(|s| (s, below)));
+                }
+                Node::Typed { value, .. } => stack.push((value, level)),
+                _ => {}
+            }
+        }
+        deepest
+    }
+
     /// True when a tensor leaf is somewhere below (or at) this node.
     pub fn has_tensor(&self) -> bool {
         match self {
@@ -191,8 +226,9 @@ impl Node {
     /// The values that are not tensors, each with its path: containers that hold a
     /// tensor are walked (dicts by key, lists and tuples by index, an object's state
     /// dict by attribute name), and anything without a tensor below it is one value
-    /// (`optimizer.param_groups.0.betas` = `(0.9, 0.999)`). Dict entries whose key has
-    /// no name (a tuple key) are listed under their key's text in brackets.
+    /// (`optimizer.param_groups.0.betas` = `(0.9, 0.999)`). A key that is not text or a
+    /// number (a tuple, bytes, a float) is named by its Python-like text (`(1, 'x')`), as
+    /// tensor names name it.
     pub fn values(&self) -> Vec<(String, &Node)> {
         let mut out = Vec::new();
         self.collect_values(String::new(), &mut out);
@@ -213,7 +249,7 @@ impl Node {
             }
             Node::Dict(e) => {
                 for (k, v) in e {
-                    let part = key_text(k).unwrap_or_else(|| format!("[{k}]"));
+                    let part = key_text(k).unwrap_or_else(|| k.to_string());
                     v.collect_values(join(&path, &part), out);
                 }
             }
@@ -226,7 +262,7 @@ impl Node {
                 match state.as_deref() {
                     Some(Node::Dict(e)) => {
                         for (k, v) in e {
-                            let part = key_text(k).unwrap_or_else(|| format!("[{k}]"));
+                            let part = key_text(k).unwrap_or_else(|| k.to_string());
                             v.collect_values(join(&path, &part), out);
                         }
                     }
@@ -481,12 +517,110 @@ pub fn dict_item<'a>(node: &'a Node, key: &str) -> Option<&'a Node> {
         .map(|(_, v)| v)
 }
 
+/// An error when `tree` nests deeper than `limit` levels ([`Node::depth`]), before a
+/// writer walks it: a file written from it would hold a nesting that readers refuse
+/// (theirs is bounded by [`crate::Limits::max_depth`]).
+pub fn check_depth(tree: &Node, limit: u64) -> crate::error::Result<()> {
+    let depth = tree.depth();
+    if depth > limit {
+        return Err(crate::error::ErrorKind::Limit {
+            what: "nesting depth of the object to write (readers refuse a deeper one)",
+            limit,
+            actual: depth,
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Replaces the first item of `items` that is `same` as `item` by it, or adds it last.
 pub fn set_item<T>(items: &mut Vec<T>, item: T, same: impl Fn(&T) -> bool) {
     match items.iter_mut().find(|i| same(i)) {
         Some(old) => *old = item,
         None => items.push(item),
     }
+}
+
+/// Python's `repr` of the text `s`, quoted as Python quotes it (`'a'`, `"it's"`), with
+/// the characters Python does not print escaped (`\n`, `\x00`, `\u200b`).
+pub fn repr_str(s: &str, out: &mut String) {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if c.is_ascii() || printable(c) => out.push(c),
+            c if (c as u32) <= 0xff => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if (c as u32) <= 0xffff => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => {
+                let _ = write!(out, "\\U{:08x}", c as u32);
+            }
+        }
+    }
+    out.push(quote);
+}
+
+/// Python's `repr` of the byte string `b` (`b'k'`, `b'\x00'`).
+pub fn repr_bytes(b: &[u8], out: &mut String) {
+    let quote = if b.contains(&b'\'') && !b.contains(&b'"') {
+        b'"'
+    } else {
+        b'\''
+    };
+    out.push('b');
+    out.push(quote as char);
+    for &c in b {
+        match c {
+            b'\\' => out.push_str("\\\\"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c as char);
+            }
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            0x20..=0x7e => out.push(c as char),
+            c => {
+                let _ = write!(out, "\\x{c:02x}");
+            }
+        }
+    }
+    out.push(quote as char);
+}
+
+/// Whether Python prints the non-ASCII character `c` as it is (`str.isprintable`): not
+/// of the general categories Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs.
+fn printable(c: char) -> bool {
+    use unicode_properties::general_category::{GeneralCategory as G, UnicodeGeneralCategory};
+    !matches!(
+        c.general_category(),
+        G::Control
+            | G::Format
+            | G::Surrogate
+            | G::PrivateUse
+            | G::Unassigned
+            | G::LineSeparator
+            | G::ParagraphSeparator
+            | G::SpaceSeparator
+    )
 }
 
 fn write_seq(f: &mut fmt::Formatter<'_>, open: &str, items: &[Node], close: &str) -> fmt::Result {
@@ -537,33 +671,14 @@ impl fmt::Display for Node {
             Node::Int(i) => write!(f, "{i}"),
             Node::Float(x) => f.write_str(&float_repr(*x)),
             Node::Str(s) => {
-                f.write_char('\'')?;
-                for c in s.chars() {
-                    match c {
-                        '\'' => f.write_str("\\'")?,
-                        '\\' => f.write_str("\\\\")?,
-                        '\n' => f.write_str("\\n")?,
-                        '\r' => f.write_str("\\r")?,
-                        '\t' => f.write_str("\\t")?,
-                        c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                            write!(f, "\\x{:02x}", c as u32)?
-                        }
-                        c => f.write_char(c)?,
-                    }
-                }
-                f.write_char('\'')
+                let mut out = String::with_capacity(s.len() + 2);
+                repr_str(s, &mut out);
+                f.write_str(&out)
             }
             Node::Bytes(b) => {
-                f.write_str("b'")?;
-                for &c in b {
-                    match c {
-                        b'\'' => f.write_str("\\'")?,
-                        b'\\' => f.write_str("\\\\")?,
-                        0x20..=0x7e => f.write_char(c as char)?,
-                        _ => write!(f, "\\x{c:02x}")?,
-                    }
-                }
-                f.write_char('\'')
+                let mut out = String::with_capacity(b.len() + 3);
+                repr_bytes(b, &mut out);
+                f.write_str(&out)
             }
             Node::List(v) => write_seq(f, "[", v, "]"),
             Node::Tuple(v) => write_seq(f, "(", v, ")"),
@@ -652,9 +767,43 @@ mod tests {
                     "[{'lr': 0.001, 'betas': (0.9, 0.999)}]".to_string()
                 ),
                 ("epoch".to_string(), "3".to_string()),
-                ("tag".to_string(), "'it\\'s'".to_string()),
+                ("tag".to_string(), "\"it's\"".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn depth_counts_containers_without_recursion() {
+        assert_eq!(Node::Int(1).depth(), 0);
+        assert_eq!(Node::Tensor("w".into()).depth(), 0);
+        assert_eq!(Node::List(vec![]).depth(), 1);
+        let tree = Node::Dict(vec![
+            (Node::str("a"), Node::Int(1)),
+            (
+                Node::str("b"),
+                Node::typed(4, Node::List(vec![Node::Tuple(vec![Node::Int(2)])])),
+            ),
+        ]);
+        assert_eq!(tree.depth(), 3);
+        let object = Node::Object {
+            class: "m.C".into(),
+            args: vec![],
+            state: Some(Box::new(Node::Dict(vec![]))),
+        };
+        assert_eq!(object.depth(), 2);
+        // A million levels: measured, and refused by the check, without recursion.
+        let mut deep = Node::Tensor("w".into());
+        for _ in 0..1_000_000 {
+            deep = Node::List(vec![deep]);
+        }
+        assert_eq!(deep.depth(), 1_000_000);
+        let e = check_depth(&deep, 128).unwrap_err().to_string();
+        assert!(e.contains("nesting depth") && e.contains("1000000"), "{e}");
+        check_depth(&tree, 3).unwrap();
+        // Dropped a level at a time: the derived drop would recurse a million deep.
+        while let Node::List(mut v) = deep {
+            deep = v.pop().unwrap_or(Node::None);
+        }
     }
 
     #[test]

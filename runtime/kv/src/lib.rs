@@ -28,6 +28,13 @@ pub use tensorfmt_core::db::{
     Transaction, Value, ValuePiece,
 };
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
+
+/// The longest key an LMDB database takes, in bytes: liblmdb's `MDB_MAXKEYSIZE` as it is
+/// built by default (and by heed), which `mdb_env_get_maxkeysize` reports; a longer key
+/// fails to be put. A format over LMDB bounds its tensors' names by it
+/// (`FormatDesc::max_name`).
+pub const LMDB_MAX_KEY_BYTES: u64 = 511;
+use tensorfmt_core::output::FolderKind;
 use tensorfmt_core::parts::TensorParts;
 use tensorfmt_core::pattern::Pattern;
 use tensorfmt_core::source::Source;
@@ -63,13 +70,106 @@ pub fn names_a_database(dir: &Path) -> bool {
         .any(|f| std::fs::symlink_metadata(dir.join(f)).is_ok())
 }
 
-/// Whether `dir` looks like a database of the backend named `backend` (`lmdb`,
-/// `leveldb`), by its files alone: nothing is opened (opening LevelDB may write to it).
-pub fn is_database(dir: &Path, backend: &str) -> bool {
+/// Whether `name` is one of the files the backend `backend` writes in its folder:
+/// LMDB's `data.mdb` and `lock.mdb`; LevelDB's `CURRENT`, `LOCK`, `LOG`, `LOG.old`,
+/// `MANIFEST-N`, `N.log`, `N.ldb`, `N.sst` and `N.dbtmp` (`N` digits).
+pub fn owns_file(backend: &str, name: &str) -> bool {
     match backend {
-        "lmdb" => is_lmdb(dir),
-        "leveldb" => is_leveldb(dir),
+        "lmdb" => lmdb_owns(name),
+        "leveldb" => leveldb_owns(name),
         _ => false,
+    }
+}
+
+fn lmdb_owns(name: &str) -> bool {
+    name == "data.mdb" || name == "lock.mdb"
+}
+
+fn leveldb_owns(name: &str) -> bool {
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if let Some(n) = name.strip_prefix("MANIFEST-") {
+        return digits(n);
+    }
+    match name.split_once('.') {
+        _ if matches!(name, "CURRENT" | "LOCK" | "LOG" | "LOG.old") => true,
+        Some((n, ext)) => digits(n) && matches!(ext, "log" | "ldb" | "sst" | "dbtmp"),
+        None => false,
+    }
+}
+
+/// Checks that the database files in `dir` are a database of the backend `backend`
+/// (`lmdb`, `leveldb`) by their headers, without opening it (opening LevelDB may write to
+/// it): LMDB's `data.mdb` has a valid meta page; LevelDB's `CURRENT` names a
+/// `MANIFEST-N` file of the folder. The error says what is wrong.
+pub fn check_database(dir: &Path, backend: &str) -> Result<()> {
+    match backend {
+        "lmdb" => check_lmdb(dir),
+        "leveldb" => check_leveldb(dir),
+        other => Err(db_error(dir, format!("no database backend `{other}`"))),
+    }
+}
+
+fn check_lmdb(dir: &Path) -> Result<()> {
+    let data = dir.join("data.mdb");
+    if !std::fs::symlink_metadata(&data).is_ok_and(|m| m.is_file()) {
+        return Err(db_error(dir, "no data.mdb"));
+    }
+    let source = Source::open(&data)?;
+    let bytes = source
+        .bytes()
+        .ok_or_else(|| db_error(&data, "data.mdb could not be mapped"))?;
+    lmdb_read::Reader::new(&data, bytes.as_bytes()).map(|_| ())
+}
+
+fn check_leveldb(dir: &Path) -> Result<()> {
+    let current = dir.join("CURRENT");
+    let is_file = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_file());
+    if !is_file(&current) {
+        return Err(db_error(dir, "no CURRENT file"));
+    }
+    // CURRENT holds the name of the manifest and a newline: a few bytes.
+    let mut head = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(
+            std::fs::File::open(&current).map_err(|e| Error::from(e).in_file(&current))?,
+            64,
+        ),
+        &mut head,
+    )
+    .map_err(|e| Error::from(e).in_file(&current))?;
+    let named = std::str::from_utf8(&head)
+        .ok()
+        .and_then(|t| t.strip_suffix('\n'))
+        .filter(|m| m.starts_with("MANIFEST-") && leveldb_owns(m));
+    match named {
+        Some(m) if is_file(&dir.join(m)) => Ok(()),
+        Some(m) => Err(db_error(
+            &current,
+            format!("it names {m}, which is not there"),
+        )),
+        None => Err(db_error(&current, "it does not name a MANIFEST file")),
+    }
+}
+
+/// The rule of a database folder of the backend `backend` at a save's destination
+/// ([`FolderKind`]): its files are those of [`owns_file`], a database when
+/// [`check_database`] says so; other files beside a database are kept; a folder holding
+/// no database is refused unless empty. `None` for a backend of no folder.
+pub fn folder_kind(backend: &str) -> Option<FolderKind<'static>> {
+    match backend {
+        "lmdb" => Some(FolderKind {
+            what: "an LMDB environment",
+            owns: &lmdb_owns,
+            check: &check_lmdb,
+            adopts: false,
+        }),
+        "leveldb" => Some(FolderKind {
+            what: "a LevelDB database",
+            owns: &leveldb_owns,
+            check: &check_leveldb,
+            adopts: false,
+        }),
+        _ => None,
     }
 }
 
@@ -529,6 +629,16 @@ pub mod lmdb {
         if let Some(size) = options.map_size {
             let size = size.max(1).div_ceil(MAP_UNIT).saturating_mul(MAP_UNIT);
             opts.map_size(option_size(path, "map_size", size)?);
+        }
+        if mode == Mode::New {
+            // A new environment holds nothing to lose until it is closed, which syncs it
+            // (`force_sync`): its commits (one per record, as Caffe2's Save makes them)
+            // are not flushed one by one, which would cost a disk flush per tensor.
+            // SAFETY: NO_SYNC only delays durability to `close`; a crash of the system
+            // before then loses a database that was never complete.
+            unsafe {
+                opts.flags(heed::EnvFlags::NO_SYNC);
+            }
         }
         // SAFETY: the map is used through heed's API only, and the file is not truncated
         // while open by this process (LMDB's own requirement); an existing file was
@@ -1277,13 +1387,14 @@ pub fn map_records(
                 break;
             }
         }
-    }
-    if found.chunks.len() as u64 > limits.max_tensors {
-        return Err(in_file(Error::from(ErrorKind::Limit {
-            what: "tensors",
-            limit: limits.max_tensors,
-            actual: found.chunks.len() as u64,
-        })));
+        // Counted record by record, before the next one adds to them.
+        if found.chunks.len() as u64 > limits.max_tensors {
+            return Err(in_file(Error::from(ErrorKind::Limit {
+                what: "tensors",
+                limit: limits.max_tensors,
+                actual: found.chunks.len() as u64,
+            })));
+        }
     }
     let (tensors, of_chunk) = join_indexed(found.chunks).map_err(in_file)?;
     let mut ids = Vec::with_capacity(of_chunk.len());
@@ -1477,30 +1588,31 @@ pub fn join_segments(chunks: Vec<Chunk>) -> Result<Vec<tensorfmt_core::TensorInf
 }
 
 /// [`join_segments`], and for each chunk the index of the tensor it is a part of.
+///
+/// Memory: a few words per chunk besides the chunks (no list per tensor, no name copied),
+/// so that a record of a million one-part tensors costs what its tensors do.
 fn join_indexed(chunks: Vec<Chunk>) -> Result<(Vec<tensorfmt_core::TensorInfo>, Vec<usize>)> {
-    // The parts of each tensor, in the order tensors first appear; `at` finds a name's.
-    let mut groups: Vec<Vec<Chunk>> = Vec::new();
-    let mut at: std::collections::HashMap<String, usize> = Default::default();
+    // The tensor of each chunk, tensors numbered in the order their names first appear.
     let mut of_chunk = Vec::with_capacity(chunks.len());
-    for c in chunks {
-        let i = match at.get(&c.name) {
-            Some(&i) => i,
-            None => {
-                at.insert(c.name.clone(), groups.len());
-                groups.push(Vec::new());
-                groups.len() - 1
-            }
-        };
-        of_chunk.push(i);
-        groups[i].push(c);
+    let mut count = 0usize;
+    {
+        let mut at: std::collections::HashMap<&str, usize> = Default::default();
+        for c in &chunks {
+            let i = *at.entry(c.name.as_str()).or_insert(count);
+            count += usize::from(i == count);
+            of_chunk.push(i);
+        }
     }
-    let tensors = groups
-        .into_iter()
-        .map(|parts| {
-            let name = parts[0].name.clone();
-            join_one(&name, parts)
-        })
-        .collect::<Result<Vec<_>>>()?;
+    // The chunks of each tensor together, in record order (a stable sort).
+    let mut order: Vec<usize> = (0..chunks.len()).collect();
+    order.sort_by_key(|&c| of_chunk[c]);
+    let mut chunks: Vec<Option<Chunk>> = chunks.into_iter().map(Some).collect();
+    let mut tensors = Vec::with_capacity(count);
+    for run in order.chunk_by(|&a, &b| of_chunk[a] == of_chunk[b]) {
+        let parts: Vec<Chunk> = run.iter().filter_map(|&c| chunks[c].take()).collect();
+        let name = parts[0].name.clone();
+        tensors.push(join_one(&name, parts)?);
+    }
     Ok((tensors, of_chunk))
 }
 

@@ -336,3 +336,49 @@ fn hostile_corpus_is_refused() {
     }
     assert!(n >= 8);
 }
+
+#[test]
+fn every_file_a_database_writes_is_its_own_and_checked_by_its_header() {
+    let tmp = tempfile::tempdir().unwrap();
+    for backend in ["lmdb", "leveldb"] {
+        let dir = tmp.path().join(backend);
+        let mut db: Box<dyn Db> = match backend {
+            "lmdb" => Box::new(kv::lmdb::open(&dir, Mode::New).unwrap()),
+            _ => Box::new(kv::leveldb::open(&dir, Mode::New).unwrap()),
+        };
+        fill(&mut *db, 30);
+        db.close().unwrap();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(kv::owns_file(backend, &name), "{backend}: {name}");
+        }
+        kv::check_database(&dir, backend).unwrap();
+        let kind = kv::folder_kind(backend).unwrap();
+        assert!(!kind.adopts);
+        for other in [
+            "README",
+            "data.mdb.bak",
+            "MANIFEST-",
+            "12a.log",
+            "LOG.older",
+        ] {
+            assert!(!kv::owns_file(backend, other), "{backend}: {other}");
+        }
+    }
+    // The other's files are not a database of this backend, nor empty files.
+    assert!(kv::check_database(&tmp.path().join("leveldb"), "lmdb").is_err());
+    assert!(kv::check_database(&tmp.path().join("lmdb"), "leveldb").is_err());
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::write(empty.join("data.mdb"), b"").unwrap();
+    std::fs::write(empty.join("CURRENT"), b"MANIFEST-000009\n").unwrap();
+    let e = kv::check_database(&empty, "lmdb").unwrap_err().to_string();
+    assert!(e.contains("data.mdb"), "{e}");
+    let e = kv::check_database(&empty, "leveldb")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("MANIFEST-000009") && e.contains("not there"),
+        "{e}"
+    );
+}

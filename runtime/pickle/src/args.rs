@@ -131,13 +131,12 @@ pub fn lookup(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Global;
 
     #[test]
     fn conversions_name_the_field() {
         let id = Value::Persistent(std::sync::Arc::new(Value::tuple(vec![
             Value::str("storage"),
-            Value::Global(Global::new("torch", "FloatStorage")),
+            Value::global("torch.FloatStorage"),
             Value::Int(3),
         ])));
         assert_eq!(name(item(Some(&id), 1), "c").unwrap(), "torch.FloatStorage");

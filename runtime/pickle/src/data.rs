@@ -6,7 +6,7 @@
 //! text (`STRING`, `UNICODE`), which the reader decodes into bytes of their own: those
 //! are [`Held`], read from memory (never more than the file holds).
 
-use super::value::{ByteRange, Value};
+use super::value::Value;
 use tensorfmt_core::error::{Error, ErrorKind, Result};
 use tensorfmt_core::read::ReadOptions;
 use tensorfmt_core::sink::Sink;
@@ -46,7 +46,7 @@ pub fn data(v: Option<&Value>, base: u64, field: &str) -> Result<DataLocation> {
 /// size; `None` when `v` is not one.
 pub fn data_len(v: Option<&Value>) -> Option<u64> {
     match v {
-        Some(Value::Range(ByteRange { len, .. })) => Some(*len),
+        Some(Value::Range(r)) => Some(r.len),
         Some(Value::Bytes(b)) => Some(b.len() as u64),
         _ => None,
     }
@@ -224,6 +224,7 @@ impl Encoded for Held {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ByteRange;
 
     fn decoded(text: &str, window: (u64, u64)) -> Result<Vec<u8>> {
         let src = Source::from_bytes(format!("xx{text}").into_bytes());
@@ -257,13 +258,16 @@ mod tests {
     fn data_names_the_field() {
         let e = data(Some(&Value::Int(1)), 0, "a.state[4]").unwrap_err();
         assert!(e.to_string().contains("`a.state[4]` is int"), "{e}");
-        let r = Value::Range(ByteRange {
-            offset: 10,
-            stored: 8,
-            len: 8,
-            latin1: false,
-            text: None,
-        });
+        let r = Value::Range(
+            ByteRange {
+                offset: 10,
+                stored: 8,
+                len: 8,
+                latin1: false,
+                text: None,
+            }
+            .into(),
+        );
         assert_eq!(
             data(Some(&r), 100, "d").unwrap(),
             DataLocation::range(110, 8)

@@ -336,14 +336,15 @@ impl<'c, S: Storages> Index<'c, S> {
         let kind_of = |o: &Object| kind_of(placed, o);
         let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
         let budget = self.limits.tree_budget(bytes.len() as u64);
-        let objects = find_objects(&value, &is_target, self.limits, budget).map_err(in_member)?;
+        let objects =
+            find_objects(&value, &bytes, &is_target, self.limits, budget).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
         let mut names = Names::default();
         self.tensors.reserve(objects.len());
         for (path, o) in objects {
             let t = match (kind_of(o), stored) {
                 (Some(place), _) => match offset {
-                    Some(base) => place(&path, o, base),
+                    Some(base) => place_array(place, &path, o, base, &bytes),
                     None => Err(ErrorKind::Unsupported(format!(
                         "the bytes of '{}' lie in a compressed pickle member, which cannot be read in place; store the member uncompressed",
                         field_of(&path)
@@ -605,14 +606,15 @@ pub fn read_file(
     let kind_of = |o: &Object| kind_of(spec.placed, o);
     let is_target = |o: &Object| (spec.is_target)(o) || kind_of(o).is_some();
     let budget = limits.tree_budget(object_at.1.len() as u64);
-    let objects = find_objects(object, &is_target, limits, budget).map_err(in_file)?;
+    let objects =
+        find_objects(object, &object_at.1, &is_target, limits, budget).map_err(in_file)?;
 
     // Every call mapped; the storages' dtypes are those of the tensors using them.
     let mut mapped = Vec::with_capacity(objects.len());
     let mut used: HashMap<String, (DType, Option<&Value>)> = HashMap::new();
     for (path, o) in &objects {
         if let Some(place) = kind_of(o) {
-            let t = place(path, o, object_at.0);
+            let t = place_array(place, path, o, object_at.0, &object_at.1);
             mapped.push(Pending::Placed(
                 t.map_err(|e| in_file(e.in_field(field_of(path))))?,
             ));
@@ -698,6 +700,28 @@ pub type Place = for<'v> fn(&str, &'v Object, u64) -> Result<TensorInfo>;
 /// A call kind of a [`OneSpec`]: which calls are of it, and their mapping.
 pub type OneKind = (fn(&Object) -> bool, Place);
 
+/// The tensor `place` maps the call `o` to (at `path`, the pickle `buffer` at `base`),
+/// a call of NumPy's that rebuilds an array read as NumPy reads it first (its canonical
+/// form mapped, then transposed by its `axis_order`), or refused where NumPy refuses it.
+fn place_array(
+    place: Place,
+    path: &str,
+    o: &Object,
+    base: u64,
+    buffer: &[u8],
+) -> Result<TensorInfo> {
+    match super::numpy::array(o, buffer)? {
+        None => place(path, o, base),
+        Some(a) => {
+            let t = place(path, &a.object, base)?;
+            match a.axes {
+                Some(axes) => super::numpy::transpose(t, &axes),
+                None => Ok(t),
+            }
+        }
+    }
+}
+
 /// The mapping of the first of `kinds` that `o` is of.
 fn kind_of(kinds: &[OneKind], o: &Object) -> Option<Place> {
     kinds.iter().find(|(is, _)| is(o)).map(|k| k.1)
@@ -745,12 +769,13 @@ pub fn read_one(
     let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
     let is_target = |o: &Object| spec.kinds.iter().any(|(is, _)| is(o));
     let budget = limits.tree_budget(bytes.len() as u64);
-    let objects = find_objects(&value, &is_target, limits, budget).map_err(in_file)?;
+    let objects = find_objects(&value, bytes, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());
     let mut names = Names::default();
     for (path, o) in objects {
         let place = kind_of(spec.kinds, o).expect("find_objects gives objects of the kinds");
-        let t = place(&path, o, 0).map_err(|e| src.in_file(e.in_field(field_of(&path))))?;
+        let t = place_array(place, &path, o, 0, bytes)
+            .map_err(|e| src.in_file(e.in_field(field_of(&path))))?;
         if with_structure {
             names.add(o, &t.name);
         }

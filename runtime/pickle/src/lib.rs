@@ -35,8 +35,10 @@ mod arrays;
 mod data;
 mod detect;
 mod index;
+mod numpy;
 mod objects;
 mod read;
+mod repr;
 mod rules;
 mod tree;
 mod value;
@@ -57,14 +59,16 @@ pub use tree::{from_tree, to_tree};
 pub use value::{ByteRange, Global, Object, Stream, Value};
 pub use walk::find_objects;
 
-/// The default memory a walk of a pickle's value ([`find_objects`]) or its object tree
-/// ([`to_tree`]) may spend, each, for a pickle of `input_len` bytes: 64 MiB and 64 bytes
-/// per byte of the pickle (a node of the tree costs 64 bytes, and a pickle with no memo
-/// sharing makes at most one node per byte); the readers use
+/// The default memory a pickle of `input_len` bytes may take: its objects as the reader
+/// makes them ([`read`]: the stack, memo, containers, calls and strings, and the value
+/// made of them), then that value and its object tree ([`to_tree`]), and the names of
+/// the tensors a walk lists ([`find_objects`]): 128 MiB and a byte per byte of the
+/// pickle. The readers use
 /// [`Limits::tree_budget`](tensorfmt_core::limits::Limits::tree_budget), which is this
 /// unless `Limits::max_tree_bytes` is set. Memo-shared values are expanded at each
-/// reference by both, so a small pickle that references a value a billion times ("billion
-/// laughs") is refused when its expansion reaches this budget, before it is allocated.
+/// reference by the walk and the tree, so a small pickle that references a value a
+/// billion times ("billion laughs") is refused when its expansion reaches this budget,
+/// before it is allocated.
 pub fn memory_budget(input_len: usize) -> u64 {
     tensorfmt_core::limits::Limits::default().tree_budget(input_len as u64)
 }

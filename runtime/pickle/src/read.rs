@@ -1,11 +1,23 @@
 //! The restricted pickle reader.
+//!
+//! Everything the machine holds — its stack, marks and memo, the containers, tuple items,
+//! calls and leaves (strings, byte strings, large integers, globals) of its arenas, and
+//! the [`Value`] made of them at `STOP` — is charged to one budget before it is allocated
+//! ([`Limits::tree_budget`] of the pickle's size, `Limits::max_tree_bytes` when set), at
+//! what it takes in memory: a value on the stack (at its highest), in the memo or in a
+//! container costs 16 bytes, a container 40 more, a call 72, a string its bytes; the
+//! stack and the memo are given back before the value is made. Past the budget, reading
+//! stops at the opcode that would spend more, naming its offset.
+
+mod convert;
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::rc::Rc;
 use std::sync::Arc;
 
 use super::rules::{Kind, Rules};
-use super::value::{minimal_le, ByteRange, Global, Object, Value};
+use super::value::{arc_bytes, heap_bytes, minimal_le, ByteRange, Global, Value};
 use super::{codec_error, CODEC};
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
 use tensorfmt_core::limits::Limits;
@@ -29,7 +41,10 @@ pub fn read(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<Value> {
 /// it took (up to and including its `STOP`), for inputs that concatenate several pickles.
 ///
 /// Under [`Rules::byte_ranges`] the pickle may be of any size (its byte strings are not
-/// copied); otherwise it must fit in `limits.max_header_bytes`.
+/// copied); otherwise it must fit in `limits.max_header_bytes`. The memory the machine
+/// and the value it makes take is charged to [`Limits::tree_budget`] of `bytes.len()`
+/// as it is spent; past it, reading fails with [`ErrorKind::Limit`] at the opcode that
+/// would spend more.
 pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Value, usize)> {
     if bytes.len() as u64 > limits.max_header_bytes && !rules.keeps_byte_ranges() {
         return Err(Error::new(
@@ -47,12 +62,15 @@ pub fn read_prefix(bytes: &[u8], rules: &Rules, limits: &Limits) -> Result<(Valu
         op_start: 0,
         rules,
         limits,
+        spend: Spend::new(limits.tree_budget(bytes.len() as u64)),
         stack: Vec::new(),
         marks: Vec::new(),
+        high: (0, 0),
         memo: Memo::default(),
         objs: Vec::new(),
         pool: Vec::new(),
         calls: Vec::new(),
+        leaves: Vec::new(),
         frame_end: None,
         refused: Vec::new(),
     };
@@ -65,20 +83,63 @@ const MAX_REFUSED_NAMED: usize = 32;
 /// Most refused globals recorded: reading stops at the next one.
 const MAX_REFUSED: usize = 1 << 16;
 
-/// A value on the machine's stack. Containers live in the machine's arena and are named
-/// by their index there: shared and mutable, as in Python, so that later
-/// `APPENDS`/`SETITEMS`/`BUILD` show through every memo reference.
-#[derive(Clone)]
+/// What the budget's error calls what it limits.
+const MEMORY: &str = "memory for the pickle's objects, in bytes (--max-tree-bytes raises it)";
+
+/// The memory a reading holds, charged against its budget before it is allocated.
+struct Spend {
+    budget: u64,
+    spent: u64,
+}
+
+impl Spend {
+    fn new(budget: u64) -> Self {
+        Spend { budget, spent: 0 }
+    }
+
+    /// Charges `bytes`; past the budget, the total it would reach (nothing charged).
+    fn charge(&mut self, bytes: u64) -> std::result::Result<(), u64> {
+        let total = self.spent.saturating_add(bytes);
+        if total > self.budget {
+            return Err(total);
+        }
+        self.spent = total;
+        Ok(())
+    }
+
+    /// Room for `extra` more items in `v`, charged first (the items' bytes: a vector's
+    /// room beyond its length is reserved, not touched, until items fill it).
+    fn reserve<T>(&mut self, v: &mut Vec<T>, extra: usize) -> std::result::Result<(), u64> {
+        self.charge((extra as u64).saturating_mul(std::mem::size_of::<T>() as u64))?;
+        v.reserve(extra);
+        Ok(())
+    }
+}
+
+/// A value on the machine's stack, in its memo or in a container: 16 bytes. Containers
+/// live in the machine's arena and are named by their index there: shared and mutable,
+/// as in Python, so that later `APPENDS`/`SETITEMS`/`BUILD` show through every memo
+/// reference. Values that own memory (strings, byte strings, large integers, globals)
+/// live in the machine's leaves, so that a copy never allocates.
+#[derive(Clone, Copy)]
 enum N {
     None,
     Bool(bool),
     Int(i64),
-    Big(Arc<[u8]>),
     Float(f64),
+    /// A container: its index in the machine's `objs`.
+    Ref(u32),
+    /// A leaf: its index in the machine's `leaves`.
+    Leaf(u32),
+}
+
+/// A value of the machine that owns memory.
+enum Leaf {
+    Big(Arc<[u8]>),
     Str(Arc<str>),
     Bytes(Arc<[u8]>),
     /// A byte string left in the buffer ([`Rules::byte_ranges`]).
-    Range(ByteRange),
+    Range(Arc<ByteRange>),
     /// A text left in the buffer ([`Rules::byte_ranges`]): its UTF-8 bytes, not yet
     /// checked, and the text itself when it is short (checked, copied).
     Utf8 {
@@ -87,14 +148,13 @@ enum N {
         short: Option<Arc<str>>,
     },
     Global(Rc<GlobalN>),
-    Ref(u32),
 }
 
-impl N {
-    /// The text of a string node, when it is known without the buffer.
+impl Leaf {
+    /// The text of a string leaf, when it is known without the buffer.
     fn text(&self) -> Option<&Arc<str>> {
         match self {
-            N::Str(s) | N::Utf8 { short: Some(s), .. } => Some(s),
+            Leaf::Str(s) | Leaf::Utf8 { short: Some(s), .. } => Some(s),
             _ => None,
         }
     }
@@ -103,7 +163,7 @@ impl N {
 /// An allowed global and what the rules say calling it builds (`None`: the
 /// `_codecs.encode` special case).
 struct GlobalN {
-    global: Global,
+    global: Arc<Global>,
     kind: Option<Kind>,
     /// Outside the rules: recorded in the machine's `refused`, and read on (as an opaque
     /// object when called) so that one error can name every such global.
@@ -112,7 +172,7 @@ struct GlobalN {
 
 struct Obj {
     /// Height of the tree below (1 for a container of scalars), as far as known.
-    height: u64,
+    height: u32,
     body: Body,
 }
 
@@ -126,11 +186,15 @@ struct Memo {
     count: u64,
 }
 
+/// The bytes one entry of the memo's map takes: the key and value, the control byte, and
+/// the room a hash table keeps free (at most half of it after it grows).
+const SPARSE_ENTRY: u64 = 2 * (std::mem::size_of::<(u64, N)>() as u64 + 1);
+
 impl Memo {
-    fn get(&self, key: u64) -> Option<&N> {
+    fn get(&self, key: u64) -> Option<N> {
         match self.dense.get(key as usize) {
-            Some(slot) => slot.as_ref(),
-            None => self.sparse.get(&key),
+            Some(slot) => *slot,
+            None => self.sparse.get(&key).copied(),
         }
     }
 
@@ -138,13 +202,25 @@ impl Memo {
         self.get(key).is_some()
     }
 
+    /// Where `key` lives: in the vector (`Some`: the slots it must grow by) or in the map.
+    fn dense_growth(&self, key: u64) -> Option<usize> {
+        let k = key as usize;
+        if k < self.dense.len() {
+            return Some(0);
+        }
+        (key <= 2 * self.count + 64 && self.sparse.is_empty()).then(|| k + 1 - self.dense.len())
+    }
+
+    /// Sets `key` (the vector grown to hold it when [`Memo::dense_growth`] says so).
     fn put(&mut self, key: u64, v: N) {
         let k = key as usize;
-        if k >= self.dense.len() && key <= 2 * self.count + 64 && self.sparse.is_empty() {
-            self.dense.resize_with(k + 1, || None);
-        }
-        let old = match self.dense.get_mut(k) {
-            Some(slot) => slot.replace(v),
+        let old = match self.dense_growth(key) {
+            Some(grow) => {
+                if grow > 0 {
+                    self.dense.resize_with(k + 1, || None);
+                }
+                self.dense[k].replace(v)
+            }
             None => self.sparse.insert(key, v),
         };
         if old.is_none() {
@@ -165,6 +241,10 @@ impl Span {
     fn len(self) -> usize {
         (self.end - self.start) as usize
     }
+
+    fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
 }
 
 enum Body {
@@ -179,17 +259,48 @@ enum Body {
 }
 
 struct ObjN {
-    global: Global,
-    kind: Kind,
+    /// The global called (its `kind` is `None` for the call of a refused global).
+    callee: Rc<GlobalN>,
     /// The items of the argument tuple.
     args: Span,
-    kwargs: Vec<(N, N)>,
     state: Option<N>,
-    items: Vec<N>,
-    entries: Vec<(N, N)>,
+    content: Content,
     /// The call of a refused global: takes any `APPEND(S)`, `SETITEM(S)`, `BUILD`, so
     /// that reading goes on to the next global (the pickle is refused anyway).
     opaque: bool,
+}
+
+/// What a call holds beyond its arguments and state, by the kind of its global.
+enum Content {
+    /// The items of a list-, set- or tuple-kind call.
+    Items(Vec<N>),
+    /// The entries of a dict-kind call.
+    Entries(Vec<(N, N)>),
+    /// The keyword arguments of any other (`NEWOBJ_EX`).
+    Kwargs(Vec<(N, N)>),
+}
+
+impl ObjN {
+    fn items(&self) -> &[N] {
+        match &self.content {
+            Content::Items(v) => v,
+            _ => &[],
+        }
+    }
+
+    fn entries(&self) -> &[(N, N)] {
+        match &self.content {
+            Content::Entries(d) => d,
+            _ => &[],
+        }
+    }
+
+    fn kwargs(&self) -> &[(N, N)] {
+        match &self.content {
+            Content::Kwargs(d) => d,
+            _ => &[],
+        }
+    }
 }
 
 struct Machine<'a> {
@@ -198,8 +309,12 @@ struct Machine<'a> {
     op_start: usize,
     rules: &'a Rules,
     limits: &'a Limits,
+    /// The memory held, and the budget it may reach.
+    spend: Spend,
     stack: Vec<N>,
     marks: Vec<usize>,
+    /// The most items the stack and the marks have held (what they are charged for).
+    high: (usize, usize),
     memo: Memo,
     /// Every container made ([`N::Ref`] indexes it). Dropping it recurses nowhere, and
     /// cycles cannot leak.
@@ -208,11 +323,13 @@ struct Machine<'a> {
     pool: Vec<N>,
     /// Every call made ([`Body::Object`]).
     calls: Vec<ObjN>,
+    /// Every value that owns memory ([`N::Leaf`]).
+    leaves: Vec<Leaf>,
     /// The end of the current `FRAME`, while an opcode may read up to it: no read may
     /// cross it (as CPython's `_Unframer`), and a read that starts there leaves it.
     frame_end: Option<usize>,
     /// The globals refused so far, and the offsets of their opcodes.
-    refused: Vec<(Global, usize)>,
+    refused: Vec<(Arc<Global>, usize)>,
 }
 
 /// The opcodes of pickle protocols 0 to 5 (the writer's too).
@@ -287,22 +404,17 @@ pub(crate) mod op {
     pub const READONLY_BUFFER: u8 = 0x98;
 }
 
-fn int_node(bytes: &[u8]) -> N {
+/// The integer of little-endian two's complement `bytes`: in an `i64`, or else its
+/// minimal bytes.
+fn int_of(bytes: &[u8]) -> std::result::Result<i64, Vec<u8>> {
     let min = minimal_le(bytes);
     if min.len() <= 8 {
         let neg = min.last().is_some_and(|b| b & 0x80 != 0);
         let mut full = if neg { [0xffu8; 8] } else { [0u8; 8] };
         full[..min.len()].copy_from_slice(&min);
-        N::Int(i64::from_le_bytes(full))
+        Ok(i64::from_le_bytes(full))
     } else {
-        N::Big(min.into())
-    }
-}
-
-fn i128_node(v: i128) -> N {
-    match i64::try_from(v) {
-        Ok(v) => N::Int(v),
-        Err(_) => N::Big(minimal_le(&v.to_le_bytes()).into()),
+        Err(min)
     }
 }
 
@@ -373,49 +485,66 @@ fn raw_unicode_escape(s: &[u8]) -> Option<String> {
     Some(out)
 }
 
-fn str_or_bytes(b: Vec<u8>) -> N {
-    match String::from_utf8(b) {
-        Ok(s) => N::Str(s.into()),
-        Err(e) => N::Bytes(e.into_bytes().into()),
-    }
-}
-
 impl<'a> Machine<'a> {
-    fn type_name(&self, n: &N) -> String {
+    fn type_name(&self, n: N) -> String {
         match n {
             N::None => "None".into(),
             N::Bool(_) => "bool".into(),
-            N::Int(_) | N::Big(_) => "int".into(),
+            N::Int(_) => "int".into(),
             N::Float(_) => "float".into(),
-            N::Str(_) => "str".into(),
-            N::Bytes(_) | N::Range(ByteRange { text: None, .. }) => "bytes".into(),
-            N::Range(_) | N::Utf8 { .. } => "str".into(),
-            N::Global(g) => format!("global '{}'", g.global),
-            N::Ref(i) => match &self.objs[*i as usize].body {
+            N::Leaf(i) => match &self.leaves[i as usize] {
+                Leaf::Big(_) => "int".into(),
+                Leaf::Str(_) | Leaf::Utf8 { .. } => "str".into(),
+                Leaf::Range(r) if r.text.is_none() => "bytes".into(),
+                Leaf::Bytes(_) => "bytes".into(),
+                Leaf::Range(_) => "str".into(),
+                Leaf::Global(g) => format!("global '{}'", g.global),
+            },
+            N::Ref(i) => match &self.objs[i as usize].body {
                 Body::Tuple(_) => "tuple".into(),
                 Body::List(_) => "list".into(),
                 Body::Dict(_) => "dict".into(),
                 Body::Set(_) => "set".into(),
                 Body::FrozenSet(_) => "frozenset".into(),
-                Body::Object(c) => format!("object of '{}'", self.calls[*c as usize].global),
+                Body::Object(c) => {
+                    format!("object of '{}'", self.calls[*c as usize].callee.global)
+                }
                 Body::Persistent(_) => "persistent id".into(),
             },
         }
     }
 
-    fn height(&self, n: &N) -> u64 {
+    fn height(&self, n: N) -> u32 {
         match n {
-            N::Ref(i) => self.objs[*i as usize].height,
+            N::Ref(i) => self.objs[i as usize].height,
             _ => 0,
         }
     }
 
+    /// The highest of `items`' heights.
+    fn max_height(&self, items: &[N]) -> u32 {
+        items.iter().map(|&n| self.height(n)).max().unwrap_or(0)
+    }
+
     /// The container `n` names, if it is one.
-    fn obj(&self, n: &N) -> Option<&Obj> {
+    fn obj(&self, n: N) -> Option<&Obj> {
         match n {
-            N::Ref(i) => self.objs.get(*i as usize),
+            N::Ref(i) => self.objs.get(i as usize),
             _ => None,
         }
+    }
+
+    /// The leaf `n` names, if it is one.
+    fn leaf_of(&self, n: N) -> Option<&Leaf> {
+        match n {
+            N::Leaf(i) => self.leaves.get(i as usize),
+            _ => None,
+        }
+    }
+
+    /// The text of a string value, when it is known without the buffer.
+    fn text(&self, n: N) -> Option<&Arc<str>> {
+        self.leaf_of(n)?.text()
     }
 
     fn err(&self, message: impl Into<String>) -> Error {
@@ -431,6 +560,25 @@ impl<'a> Machine<'a> {
             },
             Location::default().with_offset(self.op_start as u64),
         )
+    }
+
+    /// The error of a charge that would bring the memory held to `total`.
+    fn over(&self, total: u64) -> Error {
+        self.limit(MEMORY, self.spend.budget, total)
+    }
+
+    /// Charges `bytes` to the budget.
+    fn charge(&mut self, bytes: u64) -> Result<()> {
+        self.spend.charge(bytes).map_err(|t| self.over(t))
+    }
+
+    /// Checks that a buffer of `bytes` that is freed at once (a text decoded before it
+    /// is stored) fits in the budget with what is held.
+    fn transient(&mut self, bytes: u64) -> Result<()> {
+        let bytes = heap_bytes(bytes);
+        self.charge(bytes)?;
+        self.spend.spent -= bytes;
+        Ok(())
     }
 
     /// Leaves the current frame when `pos` is at its end; fails when a read of `n`
@@ -502,8 +650,13 @@ impl<'a> Machine<'a> {
         self.marks.last().copied().unwrap_or(0)
     }
 
-    fn push(&mut self, n: N) {
+    fn push(&mut self, n: N) -> Result<()> {
+        if self.stack.len() >= self.high.0 {
+            self.charge(std::mem::size_of::<N>() as u64)?;
+            self.high.0 = self.stack.len() + 1;
+        }
         self.stack.push(n);
+        Ok(())
     }
 
     fn pop(&mut self) -> Result<N> {
@@ -513,63 +666,151 @@ impl<'a> Machine<'a> {
         self.stack.pop().ok_or_else(|| self.err("stack underflow"))
     }
 
-    fn top(&self) -> Result<&N> {
+    fn top(&self) -> Result<N> {
         if self.stack.len() <= self.base() {
             return Err(self.err("stack underflow"));
         }
-        self.stack.last().ok_or_else(|| self.err("stack underflow"))
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| self.err("stack underflow"))
     }
 
-    fn pop_mark(&mut self) -> Result<Vec<N>> {
+    /// Pops the last mark: where its items begin on the stack.
+    fn pop_mark(&mut self) -> Result<usize> {
         match self.marks.pop() {
-            Some(k) => Ok(self.stack.split_off(k.min(self.stack.len()))),
+            Some(k) => Ok(k.min(self.stack.len())),
             None => Err(self.err("no MARK on the stack")),
         }
+    }
+
+    /// The value under the items from `from` on (what `APPENDS`, `SETITEMS` and
+    /// `ADDITEMS` extend), above the current mark.
+    fn under(&self, from: usize) -> Result<N> {
+        if from <= self.base() || from > self.stack.len() {
+            return Err(self.err("stack underflow"));
+        }
+        Ok(self.stack[from - 1])
+    }
+
+    /// The stack's items from `from` on, moved to a new vector (charged).
+    fn split_stack(&mut self, from: usize) -> Result<Vec<N>> {
+        let n = self.stack.len() - from;
+        self.charge((n as u64).saturating_mul(std::mem::size_of::<N>() as u64))?;
+        Ok(self.stack.split_off(from))
+    }
+
+    /// The stack's items from `from` on (an even number), moved to a new vector of pairs
+    /// (charged).
+    fn split_pairs(&mut self, from: usize) -> Result<Vec<(N, N)>> {
+        let n = (self.stack.len() - from) / 2;
+        self.charge((n as u64).saturating_mul(std::mem::size_of::<(N, N)>() as u64))?;
+        let mut out = Vec::with_capacity(n);
+        out.extend(pairs(self.stack.drain(from..)));
+        Ok(out)
     }
 
     /// A tuple of the stack's items from `from` on, which are moved to the pool.
     fn tuple_from_stack(&mut self, from: usize) -> Result<N> {
         let from = from.min(self.stack.len());
-        let items = &self.stack[from..];
-        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+        let h = self.max_height(&self.stack[from..]);
+        let n = self.stack.len() - from;
         let start = self.pool.len();
-        let end = start + items.len();
+        let end = start + n;
         let (Ok(start), Ok(end)) = (u32::try_from(start), u32::try_from(end)) else {
             return Err(self.limit("pickle tuple items", u32::MAX as u64, end as u64));
         };
+        self.spend
+            .reserve(&mut self.pool, n)
+            .map_err(|t| self.over(t))?;
         self.pool.extend(self.stack.drain(from..));
         self.new_obj(Body::Tuple(Span { start, end }), h)
     }
 
     /// The items of a tuple.
     fn items(&self, span: Span) -> &[N] {
-        &self.pool[span.start as usize..span.end as usize]
+        &self.pool[span.range()]
     }
 
-    fn check_height(&self, h: u64) -> Result<()> {
-        if h > self.limits.max_depth {
-            return Err(self.limit("pickle nesting depth", self.limits.max_depth, h));
+    fn check_height(&self, h: u32) -> Result<()> {
+        if h as u64 > self.limits.max_depth {
+            return Err(self.limit("pickle nesting depth", self.limits.max_depth, h as u64));
         }
         Ok(())
     }
 
-    fn new_obj(&mut self, body: Body, children_height: u64) -> Result<N> {
+    fn new_obj(&mut self, body: Body, children_height: u32) -> Result<N> {
         let height = children_height.saturating_add(1);
         self.check_height(height)?;
         let index = u32::try_from(self.objs.len()).map_err(|_| {
             self.limit("pickle containers", u32::MAX as u64, self.objs.len() as u64)
         })?;
+        self.spend
+            .reserve(&mut self.objs, 1)
+            .map_err(|t| self.over(t))?;
         self.objs.push(Obj { height, body });
         Ok(N::Ref(index))
     }
 
-    fn seq(&mut self, items: Vec<N>, make: fn(Vec<N>) -> Body) -> Result<N> {
-        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
+    /// A container of the stack's items from `from` on.
+    fn seq(&mut self, from: usize, make: fn(Vec<N>) -> Body) -> Result<N> {
+        let h = self.max_height(&self.stack[from..]);
+        let items = self.split_stack(from)?;
         self.new_obj(make(items), h)
     }
 
+    /// A new leaf, whose own memory (beyond the arena's slot) the caller charged.
+    fn leaf(&mut self, l: Leaf) -> Result<N> {
+        let index = u32::try_from(self.leaves.len())
+            .map_err(|_| self.limit("pickle values", u32::MAX as u64, self.leaves.len() as u64))?;
+        self.spend
+            .reserve(&mut self.leaves, 1)
+            .map_err(|t| self.over(t))?;
+        self.leaves.push(l);
+        Ok(N::Leaf(index))
+    }
+
+    /// A text leaf of `s`, charged.
+    fn str_leaf(&mut self, s: &str) -> Result<N> {
+        self.charge(arc_bytes(s.len() as u64))?;
+        self.leaf(Leaf::Str(s.into()))
+    }
+
+    /// A byte string leaf of `b`, charged.
+    fn bytes_leaf(&mut self, b: &[u8]) -> Result<N> {
+        self.charge(arc_bytes(b.len() as u64))?;
+        self.leaf(Leaf::Bytes(b.into()))
+    }
+
+    /// The integer of little-endian two's complement `bytes`.
+    fn int_bytes(&mut self, bytes: &[u8]) -> Result<N> {
+        if bytes.len() > 8 {
+            self.transient(bytes.len() as u64)?;
+            self.charge(arc_bytes(bytes.len() as u64))?;
+        }
+        match int_of(bytes) {
+            Ok(v) => Ok(N::Int(v)),
+            Err(big) => self.leaf(Leaf::Big(big.into())),
+        }
+    }
+
+    fn int128(&mut self, v: i128) -> Result<N> {
+        match i64::try_from(v) {
+            Ok(v) => Ok(N::Int(v)),
+            Err(_) => self.int_bytes(&v.to_le_bytes()),
+        }
+    }
+
+    /// Text when `b` is UTF-8, else bytes (a protocol-0 `STRING`, a Python 2 `str`).
+    fn str_or_bytes(&mut self, b: &[u8]) -> Result<N> {
+        match std::str::from_utf8(b) {
+            Ok(s) => self.str_leaf(s),
+            Err(_) => self.bytes_leaf(b),
+        }
+    }
+
     fn memo_put(&mut self, key: u64) -> Result<()> {
-        let v = self.top()?.clone();
+        let v = self.top()?;
         if self.memo.count >= self.limits.max_memo && !self.memo.contains(key) {
             return Err(self.limit(
                 "pickle memo entries",
@@ -577,17 +818,22 @@ impl<'a> Machine<'a> {
                 self.memo.count + 1,
             ));
         }
+        match self.memo.dense_growth(key) {
+            Some(0) => {}
+            Some(grow) => self
+                .spend
+                .reserve(&mut self.memo.dense, grow)
+                .map_err(|t| self.over(t))?,
+            None if self.memo.sparse.contains_key(&key) => {}
+            None => self.charge(SPARSE_ENTRY)?,
+        }
         self.memo.put(key, v);
         Ok(())
     }
 
     fn memo_get(&mut self, key: u64) -> Result<()> {
         match self.memo.get(key) {
-            Some(v) => {
-                let v = v.clone();
-                self.push(v);
-                Ok(())
-            }
+            Some(v) => self.push(v),
             None => Err(self.err(format!("memo key {key} is not defined"))),
         }
     }
@@ -596,14 +842,27 @@ impl<'a> Machine<'a> {
         let kind = self.rules.kind(module, name).cloned();
         let allowed =
             kind.is_some() || (is_bytes_codec(module, name) && self.rules.codecs_encode());
-        let global = Global::new(module, name);
+        // The leaf, its global, and the module, name and path texts of the global.
+        let (m, n) = (module.len() as u64, name.len() as u64);
+        let (leaf, shared) = (size_of::<GlobalN>(), size_of::<Global>());
+        self.charge(
+            arc_bytes(leaf as u64)
+                + arc_bytes(shared as u64)
+                + arc_bytes(m)
+                + arc_bytes(n)
+                + arc_bytes(m + n + 1),
+        )?;
+        let global = Arc::new(Global::new(module, name));
         if !allowed {
             if self.refused.len() >= MAX_REFUSED {
                 return Err(self.refusal().unwrap_or_else(|| self.err("global refused")));
             }
+            self.spend
+                .reserve(&mut self.refused, 1)
+                .map_err(|t| self.over(t))?;
             self.refused.push((global.clone(), self.op_start));
         }
-        Ok(N::Global(Rc::new(GlobalN {
+        self.leaf(Leaf::Global(Rc::new(GlobalN {
             global,
             kind,
             refused: !allowed,
@@ -638,10 +897,11 @@ impl<'a> Machine<'a> {
         ))
     }
 
-    /// Appends `items` (or dict `pairs`) to the mutable container `target`, for the
-    /// opcode `opname` (`APPEND` or `APPENDS`: a list; `SETITEM` or `SETITEMS`: a dict;
-    /// `ADDITEMS`: a set; or an object of an allowed global of that kind).
-    fn extend(&mut self, target: &N, items: Vec<N>, opname: &str) -> Result<()> {
+    /// Moves the stack's items from `from` on (or dict pairs) into the mutable container
+    /// `target`, for the opcode `opname` (`APPEND` or `APPENDS`: a list; `SETITEM` or
+    /// `SETITEMS`: a dict; `ADDITEMS`: a set; or an object of an allowed global of that
+    /// kind). The container's growth is charged first.
+    fn extend(&mut self, target: N, from: usize, opname: &str) -> Result<()> {
         let what = match opname {
             "APPEND" => "APPENDS",
             "SETITEM" => "SETITEMS",
@@ -658,166 +918,196 @@ impl<'a> Machine<'a> {
                 m.type_name(target)
             ))
         };
-        let h = items.iter().map(|n| self.height(n)).max().unwrap_or(0);
-        let N::Ref(i) = *target else {
+        let h = self.max_height(&self.stack[from..]);
+        let N::Ref(i) = target else {
             return Err(refuse(self));
         };
+        let n = self.stack.len() - from;
+        let (spend, stack) = (&mut self.spend, &mut self.stack);
         let o = &mut self.objs[i as usize];
         let new_h = o.height.max(h.saturating_add(1));
-        let ok = match (what, &mut o.body) {
+        let grown = match (what, &mut o.body) {
             ("APPENDS", Body::List(v)) | ("ADDITEMS", Body::Set(v)) => {
-                v.extend(items);
-                true
+                Some(spend.reserve(v, n).map(|_| v.extend(stack.drain(from..))))
             }
-            ("SETITEMS", Body::Dict(d)) => {
-                d.extend(pairs(items));
-                true
+            ("SETITEMS", Body::Dict(d)) => Some(
+                spend
+                    .reserve(d, n / 2)
+                    .map(|_| d.extend(pairs(stack.drain(from..)))),
+            ),
+            (_, Body::Object(c)) if self.calls[*c as usize].opaque => {
+                stack.truncate(from);
+                Some(Ok(()))
             }
-            (_, Body::Object(c)) if self.calls[*c as usize].opaque => true,
             (_, Body::Object(c)) => {
                 let ob = &mut self.calls[*c as usize];
-                match (what, &ob.kind) {
-                    ("APPENDS", Kind::List) | ("ADDITEMS", Kind::Set) => {
-                        ob.items.extend(items);
-                        true
+                match (what, ob.callee.kind.as_ref(), &mut ob.content) {
+                    ("APPENDS", Some(Kind::List), Content::Items(v))
+                    | ("ADDITEMS", Some(Kind::Set), Content::Items(v)) => {
+                        Some(spend.reserve(v, n).map(|_| v.extend(stack.drain(from..))))
                     }
-                    ("SETITEMS", Kind::Dict) => {
-                        ob.entries.extend(pairs(items));
-                        true
-                    }
-                    _ => false,
+                    ("SETITEMS", Some(Kind::Dict), Content::Entries(d)) => Some(
+                        spend
+                            .reserve(d, n / 2)
+                            .map(|_| d.extend(pairs(stack.drain(from..)))),
+                    ),
+                    _ => None,
                 }
             }
-            _ => false,
+            _ => None,
         };
-        if !ok {
-            return Err(refuse(self));
+        match grown {
+            None => return Err(refuse(self)),
+            Some(Err(total)) => return Err(self.over(total)),
+            Some(Ok(())) => {}
         }
-        o.height = new_h;
+        self.objs[i as usize].height = new_h;
         self.check_height(new_h)
     }
 
     fn call(&mut self, callable: N, args: N, kwargs: Vec<(N, N)>, opname: &str) -> Result<N> {
-        let N::Global(g) = callable else {
-            return Err(self.err(format!(
-                "{opname} on {}, which is not an allowed global",
-                self.type_name(&callable)
-            )));
+        let callee = match self.leaf_of(callable) {
+            Some(Leaf::Global(g)) => g.clone(),
+            _ => {
+                return Err(self.err(format!(
+                    "{opname} on {}, which is not an allowed global",
+                    self.type_name(callable)
+                )))
+            }
         };
-        let args = match self.obj(&args).map(|o| &o.body) {
+        let args = match self.obj(args).map(|o| &o.body) {
             Some(Body::Tuple(span)) => *span,
             _ => Span { start: 0, end: 0 },
         };
-        if g.refused {
+        if callee.refused {
             // Never run: an opaque stand-in, so that reading goes on to the next global.
-            return self.opaque_call(&g.global);
+            return self.opaque_call(callee);
         }
-        let kind = match &g.kind {
-            Some(k) => k.clone(),
-            None => return self.codecs_encode(&g.global, self.items(args)),
+        let Some(kind) = callee.kind.clone() else {
+            // At most three: more are refused as two or more than two.
+            let args: Vec<N> = self.items(args).iter().take(3).copied().collect();
+            return self.codecs_encode(&callee.global, &args);
         };
         let mut ob = ObjN {
-            global: g.global.clone(),
-            kind,
+            callee,
             args: Span { start: 0, end: 0 },
-            kwargs: Vec::new(),
             state: None,
-            items: Vec::new(),
-            entries: Vec::new(),
+            content: Content::Items(Vec::new()),
             opaque: false,
         };
-        match &ob.kind {
+        match kind {
             Kind::Class => {
-                return Err(self.err(format!("global '{}' may not be called", ob.global)));
+                return Err(self.err(format!("global '{}' may not be called", ob.callee.global)));
             }
             Kind::Call { .. } | Kind::Object => {
                 ob.args = args;
-                ob.kwargs = kwargs;
+                ob.content = Content::Kwargs(kwargs);
             }
             Kind::Dict | Kind::List | Kind::Set | Kind::Tuple => {
                 if !kwargs.is_empty() || args.len() > 1 {
                     return Err(self.err(format!(
                         "global '{}' called with unsupported arguments",
-                        ob.global
+                        ob.callee.global
                     )));
                 }
-                if let Some(a) = self.items(args).first().cloned() {
-                    let Some(b) = self.obj(&a) else {
-                        return Err(self.err(format!(
-                            "global '{}' called with {}",
-                            ob.global,
-                            self.type_name(&a)
-                        )));
-                    };
-                    let seq: Option<&[N]> = match &b.body {
-                        Body::Tuple(span) => Some(self.items(*span)),
-                        Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => Some(v),
-                        _ => None,
-                    };
-                    match (&ob.kind, seq, &b.body) {
-                        (Kind::Dict, _, Body::Dict(d)) => ob.entries = d.clone(),
-                        (Kind::Dict, Some(v), _) => {
-                            match v.iter().map(|n| self.pair_of(n)).collect() {
-                                Some(entries) => ob.entries = entries,
-                                None => {
-                                    return Err(self.err(format!(
-                                        "global '{}' called with a sequence that is not of pairs",
-                                        ob.global
-                                    )));
-                                }
-                            }
-                        }
-                        (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => ob.items = v.to_vec(),
-                        _ => {
-                            return Err(self.err(format!(
-                                "global '{}' called with {}",
-                                ob.global,
-                                self.type_name(&a)
-                            )));
-                        }
-                    }
+                if kind == Kind::Dict {
+                    ob.content = Content::Entries(Vec::new());
+                }
+                if let Some(&a) = self.items(args).first() {
+                    self.copy_argument(&mut ob, &kind, a)?;
                 }
             }
         }
         let h = self
-            .items(ob.args)
-            .iter()
-            .chain(ob.items.iter())
-            .map(|n| self.height(n))
-            .chain(
-                ob.entries
+            .max_height(self.items(ob.args))
+            .max(self.max_height(ob.items()))
+            .max(
+                ob.entries()
                     .iter()
-                    .chain(ob.kwargs.iter())
-                    .map(|(k, v)| self.height(k).max(self.height(v))),
-            )
-            .max()
-            .unwrap_or(0);
+                    .chain(ob.kwargs())
+                    .map(|&(k, v)| self.height(k).max(self.height(v)))
+                    .max()
+                    .unwrap_or(0),
+            );
+        self.new_call(ob, h)
+    }
+
+    /// The items or entries of `a`, the one argument of a call of a dict-, list-, set- or
+    /// tuple-kind global, copied into the call `ob` (charged first).
+    fn copy_argument(&mut self, ob: &mut ObjN, kind: &Kind, a: N) -> Result<()> {
+        let n = match self.obj(a).map(|b| &b.body) {
+            Some(Body::Tuple(span)) => span.len(),
+            Some(Body::List(v) | Body::Set(v) | Body::FrozenSet(v)) => v.len(),
+            Some(Body::Dict(d)) => d.len(),
+            _ => 0,
+        };
+        let item = match kind {
+            Kind::Dict => std::mem::size_of::<(N, N)>(),
+            _ => std::mem::size_of::<N>(),
+        };
+        self.charge((n as u64).saturating_mul(item as u64))?;
+        let called_with = |m: &Self| {
+            m.err(format!(
+                "global '{}' called with {}",
+                ob.callee.global,
+                m.type_name(a)
+            ))
+        };
+        let Some(b) = self.obj(a) else {
+            return Err(called_with(self));
+        };
+        let seq: Option<&[N]> = match &b.body {
+            Body::Tuple(span) => Some(self.items(*span)),
+            Body::List(v) | Body::Set(v) | Body::FrozenSet(v) => Some(v),
+            _ => None,
+        };
+        let (items, entries): (Vec<N>, Vec<(N, N)>) = match (kind, seq, &b.body) {
+            (Kind::Dict, _, Body::Dict(d)) => (Vec::new(), d.clone()),
+            (Kind::Dict, Some(v), _) => match v.iter().map(|&n| self.pair_of(n)).collect() {
+                Some(entries) => (Vec::new(), entries),
+                None => {
+                    return Err(self.err(format!(
+                        "global '{}' called with a sequence that is not of pairs",
+                        ob.callee.global
+                    )));
+                }
+            },
+            (Kind::List | Kind::Set | Kind::Tuple, Some(v), _) => (v.to_vec(), Vec::new()),
+            _ => return Err(called_with(self)),
+        };
+        ob.content = match kind {
+            Kind::Dict => Content::Entries(entries),
+            _ => Content::Items(items),
+        };
+        Ok(())
+    }
+
+    /// Records the call `ob` and makes the object it builds.
+    fn new_call(&mut self, ob: ObjN, children_height: u32) -> Result<N> {
         let c = u32::try_from(self.calls.len())
             .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
+        self.spend
+            .reserve(&mut self.calls, 1)
+            .map_err(|t| self.over(t))?;
         self.calls.push(ob);
-        self.new_obj(Body::Object(c), h)
+        self.new_obj(Body::Object(c), children_height)
     }
 
     /// The stand-in for the call of a refused global (see [`ObjN::opaque`]).
-    fn opaque_call(&mut self, global: &Global) -> Result<N> {
-        let c = u32::try_from(self.calls.len())
-            .map_err(|_| self.limit("pickle calls", u32::MAX as u64, self.calls.len() as u64))?;
-        self.calls.push(ObjN {
-            global: global.clone(),
-            kind: Kind::Object,
+    fn opaque_call(&mut self, callee: Rc<GlobalN>) -> Result<N> {
+        let ob = ObjN {
+            callee,
             args: Span { start: 0, end: 0 },
-            kwargs: Vec::new(),
             state: None,
-            items: Vec::new(),
-            entries: Vec::new(),
+            content: Content::Items(Vec::new()),
             opaque: true,
-        });
-        self.new_obj(Body::Object(c), 0)
+        };
+        self.new_call(ob, 0)
     }
 
     /// Checks a persistent id against the form the rules set, if any (torch's
     /// `persistent_load`: `('storage', class, key, location, numel)`).
-    fn check_persistent(&self, pid: &N) -> Result<()> {
+    fn check_persistent(&self, pid: N) -> Result<()> {
         let Some((kind, names)) = self.rules.persistent_shape() else {
             return Ok(());
         };
@@ -840,10 +1130,10 @@ impl<'a> Machine<'a> {
                 form()
             )));
         }
-        let tag = match items.first() {
-            Some(N::Bytes(b)) => std::str::from_utf8(b).ok().map(String::from),
-            Some(N::Range(ByteRange { text: Some(t), .. })) => Some(t.to_string()),
-            Some(n) => n.text().map(|t| t.to_string()),
+        let tag = match items.first().and_then(|&n| self.leaf_of(n)) {
+            Some(Leaf::Bytes(b)) => std::str::from_utf8(b).ok().map(String::from),
+            Some(Leaf::Range(r)) => r.text.as_ref().map(|t| t.to_string()),
+            Some(l) => l.text().map(|t| t.to_string()),
             None => None,
         };
         match tag {
@@ -851,27 +1141,30 @@ impl<'a> Machine<'a> {
             Some(t) => Err(self.err(format!("a persistent id's tag is '{t}', not '{kind}'"))),
             None => Err(self.err(format!(
                 "a persistent id's tag is a {}, not the text '{kind}'",
-                items.first().map(|n| self.type_name(n)).unwrap_or_default()
+                items
+                    .first()
+                    .map(|&n| self.type_name(n))
+                    .unwrap_or_default()
             ))),
         }
     }
 
     /// The two items of a pair (a 2-tuple).
-    fn pair_of(&self, n: &N) -> Option<(N, N)> {
+    fn pair_of(&self, n: N) -> Option<(N, N)> {
         match &self.obj(n)?.body {
             Body::Tuple(span) if span.len() == 2 => {
                 let t = self.items(*span);
-                Some((t[0].clone(), t[1].clone()))
+                Some((t[0], t[1]))
             }
             _ => None,
         }
     }
 
-    fn is_tuple(&self, n: &N) -> bool {
+    fn is_tuple(&self, n: N) -> bool {
         matches!(self.obj(n).map(|o| &o.body), Some(Body::Tuple(_)))
     }
 
-    fn codecs_encode(&self, g: &Global, args: &[N]) -> Result<N> {
+    fn codecs_encode(&mut self, g: &Global, args: &[N]) -> Result<N> {
         if !is_bytes_codec(&g.module, &g.name) || !self.rules.codecs_encode() {
             return Err(self.err(format!("global '{g}' is not allowed")));
         }
@@ -880,21 +1173,21 @@ impl<'a> Machine<'a> {
             if !args.is_empty() {
                 return Err(self.err(format!("global '{g}' called with arguments")));
             }
-            return Ok(match self.rules.keeps_byte_ranges() {
-                true => N::Range(ByteRange {
+            return match self.rules.keeps_byte_ranges() {
+                true => self.leaf(Leaf::Range(Arc::new(ByteRange {
                     offset: self.op_start as u64,
                     stored: 0,
                     len: 0,
                     latin1: false,
                     text: None,
-                }),
-                false => N::Bytes(Arc::from(&[][..])),
-            });
+                }))),
+                false => self.bytes_leaf(&[]),
+            };
         }
         let (text, enc) = match args {
-            [s] => (s, "utf-8".to_string()),
-            [s, e] => match e.text() {
-                Some(e) => (s, e.to_ascii_lowercase().replace('_', "-")),
+            [s] => (*s, "utf-8".to_string()),
+            [s, e] => match self.text(*e) {
+                Some(e) => (*s, e.to_ascii_lowercase().replace('_', "-")),
                 None => return Err(self.err("_codecs.encode called with unsupported arguments")),
             },
             _ => return Err(self.err("_codecs.encode called with unsupported arguments")),
@@ -907,24 +1200,31 @@ impl<'a> Machine<'a> {
                 "_codecs.encode: encoding '{enc}' is not allowed (only latin1)"
             )));
         }
-        if let N::Utf8 { offset, len, short } = text {
+        if let Some(&Leaf::Utf8 {
+            offset,
+            len,
+            ref short,
+        }) = self.leaf_of(text)
+        {
             // Left in the buffer: one byte per character, checked when read.
-            let stored = &self.data[*offset as usize..(*offset + *len) as usize];
+            let stored = &self.data[offset as usize..(offset + len) as usize];
             let chars = match short {
                 Some(s) => s.chars().count(),
                 None => stored.iter().filter(|&&b| b & 0xc0 != 0x80).count(),
             };
-            return Ok(N::Range(ByteRange {
-                offset: *offset,
-                stored: *len,
+            return self.leaf(Leaf::Range(Arc::new(ByteRange {
+                offset,
+                stored: len,
                 len: chars as u64,
                 latin1: true,
                 text: None,
-            }));
+            })));
         }
-        let Some(s) = text.text() else {
+        let Some(s) = self.text(text).cloned() else {
             return Err(self.err("_codecs.encode called with unsupported arguments"));
         };
+        self.transient(s.len() as u64)?;
+        self.charge(arc_bytes(s.len() as u64))?;
         let mut out = Vec::with_capacity(s.len());
         for c in s.chars() {
             match u8::try_from(c as u32) {
@@ -932,7 +1232,7 @@ impl<'a> Machine<'a> {
                 Err(_) => return Err(self.err("_codecs.encode: character outside latin-1")),
             }
         }
-        Ok(N::Bytes(out.into()))
+        self.leaf(Leaf::Bytes(out.into()))
     }
 
     /// A Python 2 `str` of `n` bytes (`BINSTRING`, `SHORT_BINSTRING`): text when it is
@@ -942,17 +1242,23 @@ impl<'a> Machine<'a> {
         let offset = self.pos as u64;
         let b = self.take(n)?;
         if !self.rules.keeps_byte_ranges() {
-            return Ok(str_or_bytes(b.to_vec()));
+            return self.str_or_bytes(b);
         }
-        let text = (n <= ByteRange::TEXT_MAX)
-            .then(|| b.iter().map(|&c| c as char).collect::<String>().into());
-        Ok(N::Range(ByteRange {
+        let text = match n <= ByteRange::TEXT_MAX {
+            true => {
+                self.transient(2 * n)?;
+                self.charge(arc_bytes(2 * n))?;
+                Some(b.iter().map(|&c| c as char).collect::<String>().into())
+            }
+            false => None,
+        };
+        self.leaf(Leaf::Range(Arc::new(ByteRange {
             offset,
             stored: n,
             len: n,
             latin1: false,
             text,
-        }))
+        })))
     }
 
     fn persistent_ok(&self) -> Result<()> {
@@ -961,7 +1267,6 @@ impl<'a> Machine<'a> {
         }
         Ok(())
     }
-
     fn run(&mut self) -> Result<(Value, usize)> {
         let mut ops: u64 = 0;
         loop {
@@ -1017,15 +1322,7 @@ impl<'a> Machine<'a> {
                             self.marks.len()
                         )));
                     }
-                    let value = Converter::new(
-                        self.data,
-                        &self.objs,
-                        &self.pool,
-                        &self.calls,
-                        self.limits.max_depth,
-                    )
-                    .convert(&v)
-                    .map_err(|m| self.err(m))?;
+                    let value = self.convert(v)?;
                     return Ok((value, self.pos));
                 }
                 op::MARK => {
@@ -1036,36 +1333,44 @@ impl<'a> Machine<'a> {
                             self.marks.len() as u64 + 1,
                         ));
                     }
+                    if self.marks.len() >= self.high.1 {
+                        self.charge(std::mem::size_of::<usize>() as u64)?;
+                        self.high.1 = self.marks.len() + 1;
+                    }
                     self.marks.push(self.stack.len());
                 }
                 op::POP => {
                     if self.stack.len() > self.base() {
                         self.stack.pop();
                     } else {
-                        self.pop_mark()?;
+                        let k = self.pop_mark()?;
+                        self.stack.truncate(k);
                     }
                 }
                 op::POP_MARK => {
-                    self.pop_mark()?;
+                    let k = self.pop_mark()?;
+                    self.stack.truncate(k);
                 }
                 op::DUP => {
-                    let v = self.top()?.clone();
-                    self.push(v);
+                    let v = self.top()?;
+                    self.push(v)?;
                 }
-                op::NONE => self.push(N::None),
-                op::NEWTRUE => self.push(N::Bool(true)),
-                op::NEWFALSE => self.push(N::Bool(false)),
+                op::NONE => self.push(N::None)?,
+                op::NEWTRUE => self.push(N::Bool(true))?,
+                op::NEWFALSE => self.push(N::Bool(false))?,
                 op::INT => {
                     let l = self.line_str()?.trim();
                     let n = match l {
                         "01" => N::Bool(true),
                         "00" => N::Bool(false),
-                        _ => i128_node(
-                            l.parse::<i128>()
-                                .map_err(|_| self.err(format!("bad INT argument '{l}'")))?,
-                        ),
+                        _ => {
+                            let v = l
+                                .parse::<i128>()
+                                .map_err(|_| self.err(format!("bad INT argument '{l}'")))?;
+                            self.int128(v)?
+                        }
                     };
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::LONG => {
                     let l = self.line_str()?.trim();
@@ -1073,24 +1378,26 @@ impl<'a> Machine<'a> {
                     let v = l
                         .parse::<i128>()
                         .map_err(|_| self.err(format!("bad or too large LONG argument '{l}'")))?;
-                    self.push(i128_node(v));
+                    let n = self.int128(v)?;
+                    self.push(n)?;
                 }
                 op::BININT => {
                     let v = i32::from_le_bytes(self.fixed::<4>()?);
-                    self.push(N::Int(v as i64));
+                    self.push(N::Int(v as i64))?;
                 }
                 op::BININT1 => {
                     let [v] = self.fixed::<1>()?;
-                    self.push(N::Int(v as i64));
+                    self.push(N::Int(v as i64))?;
                 }
                 op::BININT2 => {
                     let v = u16::from_le_bytes(self.fixed::<2>()?);
-                    self.push(N::Int(v as i64));
+                    self.push(N::Int(v as i64))?;
                 }
                 op::LONG1 => {
                     let [n] = self.fixed::<1>()?;
                     let b = self.take(n as u64)?;
-                    self.push(int_node(b));
+                    let n = self.int_bytes(b)?;
+                    self.push(n)?;
                 }
                 op::LONG4 => {
                     let n = i32::from_le_bytes(self.fixed::<4>()?);
@@ -1098,18 +1405,19 @@ impl<'a> Machine<'a> {
                         return Err(self.err("LONG4 with a negative length"));
                     }
                     let b = self.take(n as u64)?;
-                    self.push(int_node(b));
+                    let n = self.int_bytes(b)?;
+                    self.push(n)?;
                 }
                 op::FLOAT => {
                     let l = self.line_str()?.trim();
                     let v = l
                         .parse::<f64>()
                         .map_err(|_| self.err(format!("bad FLOAT argument '{l}'")))?;
-                    self.push(N::Float(v));
+                    self.push(N::Float(v))?;
                 }
                 op::BINFLOAT => {
                     let v = f64::from_be_bytes(self.fixed::<8>()?);
-                    self.push(N::Float(v));
+                    self.push(N::Float(v))?;
                 }
                 op::STRING => {
                     let l = self.line()?;
@@ -1117,9 +1425,11 @@ impl<'a> Machine<'a> {
                         [q, body @ .., q2] if q == q2 && (*q == b'\'' || *q == b'"') => body,
                         _ => return Err(self.err("STRING argument is not quoted")),
                     };
+                    self.transient(body.len() as u64)?;
                     let b = unescape_string(body)
                         .ok_or_else(|| self.err("STRING argument has a bad escape"))?;
-                    self.push(str_or_bytes(b));
+                    let n = self.str_or_bytes(&b)?;
+                    self.push(n)?;
                 }
                 op::BINSTRING => {
                     let n = i32::from_le_bytes(self.fixed::<4>()?);
@@ -1127,18 +1437,20 @@ impl<'a> Machine<'a> {
                         return Err(self.err("BINSTRING with a negative length"));
                     }
                     let n = self.py2_str(n as u64)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::SHORT_BINSTRING => {
                     let [n] = self.fixed::<1>()?;
                     let n = self.py2_str(n as u64)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::UNICODE => {
                     let l = self.line()?;
+                    self.transient(2 * l.len() as u64)?;
                     let s = raw_unicode_escape(l)
                         .ok_or_else(|| self.err("UNICODE argument has a bad escape"))?;
-                    self.push(N::Str(s.into()));
+                    let n = self.str_leaf(&s)?;
+                    self.push(n)?;
                 }
                 op::BINUNICODE | op::SHORT_BINUNICODE | op::BINUNICODE8 => {
                     let n = match code {
@@ -1148,20 +1460,30 @@ impl<'a> Machine<'a> {
                     };
                     let offset = self.pos as u64;
                     let b = self.take(n)?;
-                    let short = || -> Result<Arc<str>> {
-                        std::str::from_utf8(b)
-                            .map(Arc::from)
-                            .map_err(|_| self.err("string is not valid UTF-8"))
+                    let checked = |m: &Self| {
+                        std::str::from_utf8(b).map_err(|_| m.err("string is not valid UTF-8"))
                     };
                     let node = match self.rules.keeps_byte_ranges() {
-                        true => N::Utf8 {
+                        true if n > ByteRange::TEXT_MAX => self.leaf(Leaf::Utf8 {
                             offset,
                             len: n,
-                            short: (n <= ByteRange::TEXT_MAX).then(short).transpose()?,
-                        },
-                        false => N::Str(short()?),
+                            short: None,
+                        })?,
+                        true => {
+                            let s = checked(self)?;
+                            self.charge(arc_bytes(n))?;
+                            self.leaf(Leaf::Utf8 {
+                                offset,
+                                len: n,
+                                short: Some(s.into()),
+                            })?
+                        }
+                        false => {
+                            let s = checked(self)?;
+                            self.str_leaf(s)?
+                        }
                     };
-                    self.push(node);
+                    self.push(node)?;
                 }
                 op::BINBYTES | op::SHORT_BINBYTES | op::BINBYTES8 | op::BYTEARRAY8 => {
                     let n = match code {
@@ -1171,27 +1493,28 @@ impl<'a> Machine<'a> {
                     };
                     let offset = self.pos as u64;
                     let b = self.take(n)?;
-                    self.push(match self.rules.keeps_byte_ranges() {
-                        true => N::Range(ByteRange {
+                    let node = match self.rules.keeps_byte_ranges() {
+                        true => self.leaf(Leaf::Range(Arc::new(ByteRange {
                             offset,
                             stored: n,
                             len: n,
                             latin1: false,
                             text: None,
-                        }),
-                        false => N::Bytes(b.into()),
-                    });
+                        })))?,
+                        false => self.bytes_leaf(b)?,
+                    };
+                    self.push(node)?;
                 }
                 op::EMPTY_TUPLE => {
                     let n = self.tuple_from_stack(self.stack.len())?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::TUPLE => {
                     let Some(from) = self.marks.pop() else {
                         return Err(self.err("no MARK on the stack"));
                     };
                     let n = self.tuple_from_stack(from)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::TUPLE1 | op::TUPLE2 | op::TUPLE3 => {
                     let k = (code - op::TUPLE1 + 1) as usize;
@@ -1199,66 +1522,67 @@ impl<'a> Machine<'a> {
                         return Err(self.err("stack underflow"));
                     }
                     let n = self.tuple_from_stack(self.stack.len() - k)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::EMPTY_LIST => {
                     let n = self.new_obj(Body::List(Vec::new()), 0)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::LIST => {
-                    let items = self.pop_mark()?;
-                    let n = self.seq(items, Body::List)?;
-                    self.push(n);
+                    let k = self.pop_mark()?;
+                    let n = self.seq(k, Body::List)?;
+                    self.push(n)?;
                 }
                 op::EMPTY_DICT => {
                     let n = self.new_obj(Body::Dict(Vec::new()), 0)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::DICT => {
-                    let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
+                    let k = self.pop_mark()?;
+                    if (self.stack.len() - k) % 2 != 0 {
                         return Err(self.err("DICT with an odd number of items"));
                     }
-                    let n = self.seq(items, |v| Body::Dict(pairs(v)))?;
-                    self.push(n);
+                    let h = self.max_height(&self.stack[k..]);
+                    let d = self.split_pairs(k)?;
+                    let n = self.new_obj(Body::Dict(d), h)?;
+                    self.push(n)?;
                 }
                 op::EMPTY_SET => {
                     let n = self.new_obj(Body::Set(Vec::new()), 0)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::FROZENSET => {
-                    let items = self.pop_mark()?;
-                    let n = self.seq(items, Body::FrozenSet)?;
-                    self.push(n);
+                    let k = self.pop_mark()?;
+                    let n = self.seq(k, Body::FrozenSet)?;
+                    self.push(n)?;
                 }
                 op::APPEND => {
-                    let v = self.pop()?;
-                    let t = self.top()?.clone();
-                    self.extend(&t, vec![v], "APPEND")?;
+                    let from = self.stack.len().saturating_sub(1);
+                    let t = self.under(from)?;
+                    self.extend(t, from, "APPEND")?;
                 }
                 op::APPENDS => {
-                    let items = self.pop_mark()?;
-                    let t = self.top()?.clone();
-                    self.extend(&t, items, "APPENDS")?;
+                    let k = self.pop_mark()?;
+                    let t = self.under(k)?;
+                    self.extend(t, k, "APPENDS")?;
                 }
                 op::SETITEM => {
-                    let v = self.pop()?;
-                    let k = self.pop()?;
-                    let t = self.top()?.clone();
-                    self.extend(&t, vec![k, v], "SETITEM")?;
+                    let from = self.stack.len().saturating_sub(2);
+                    let t = self.under(from)?;
+                    self.extend(t, from, "SETITEM")?;
                 }
                 op::SETITEMS => {
-                    let items = self.pop_mark()?;
-                    if items.len() % 2 != 0 {
+                    let k = self.pop_mark()?;
+                    if (self.stack.len() - k) % 2 != 0 {
                         return Err(self.err("SETITEMS with an odd number of items"));
                     }
-                    let t = self.top()?.clone();
-                    self.extend(&t, items, "SETITEMS")?;
+                    let t = self.under(k)?;
+                    self.extend(t, k, "SETITEMS")?;
                 }
                 op::ADDITEMS => {
-                    let items = self.pop_mark()?;
-                    let t = self.top()?.clone();
-                    self.extend(&t, items, "ADDITEMS")?;
+                    let k = self.pop_mark()?;
+                    let t = self.under(k)?;
+                    self.extend(t, k, "ADDITEMS")?;
                 }
                 op::PUT => {
                     let l = self.line_str()?;
@@ -1300,20 +1624,21 @@ impl<'a> Machine<'a> {
                     let module = self.line_str()?;
                     let name = self.line_str()?;
                     let g = self.global(module, name)?;
-                    self.push(g);
+                    self.push(g)?;
                 }
                 op::STACK_GLOBAL => {
                     let name = self.pop()?;
                     let module = self.pop()?;
-                    let (Some(module), Some(name)) = (module.text(), name.text()) else {
+                    let (Some(m), Some(n)) = (self.text(module), self.text(name)) else {
                         return Err(self.err(format!(
                             "STACK_GLOBAL with a {} and a {} (needs two str)",
-                            self.type_name(&module),
-                            self.type_name(&name)
+                            self.type_name(module),
+                            self.type_name(name)
                         )));
                     };
-                    let g = self.global(module, name)?;
-                    self.push(g);
+                    let (m, n) = (m.clone(), n.clone());
+                    let g = self.global(&m, &n)?;
+                    self.push(g)?;
                 }
                 op::REDUCE | op::NEWOBJ => {
                     let args = self.pop()?;
@@ -1323,40 +1648,42 @@ impl<'a> Machine<'a> {
                     } else {
                         "NEWOBJ"
                     };
-                    if !self.is_tuple(&args) {
+                    if !self.is_tuple(args) {
                         return Err(self.err(format!(
                             "{name} arguments are a {}, not a tuple",
-                            self.type_name(&args)
+                            self.type_name(args)
                         )));
                     }
                     let n = self.call(callable, args, Vec::new(), name)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::NEWOBJ_EX => {
                     let kwargs = self.pop()?;
                     let args = self.pop()?;
                     let callable = self.pop()?;
-                    if !self.is_tuple(&args) {
+                    if !self.is_tuple(args) {
                         return Err(self.err("NEWOBJ_EX arguments are not a tuple"));
                     }
-                    let kw = match self.obj(&kwargs).map(|o| &o.body) {
-                        Some(Body::Dict(d)) => Some(d.clone()),
-                        _ => None,
+                    let n = match self.obj(kwargs).map(|o| &o.body) {
+                        Some(Body::Dict(d)) => d.len(),
+                        _ => return Err(self.err("NEWOBJ_EX keyword arguments are not a dict")),
                     };
-                    let Some(kw) = kw else {
-                        return Err(self.err("NEWOBJ_EX keyword arguments are not a dict"));
+                    self.charge((n as u64).saturating_mul(std::mem::size_of::<(N, N)>() as u64))?;
+                    let kw = match self.obj(kwargs).map(|o| &o.body) {
+                        Some(Body::Dict(d)) => d.clone(),
+                        _ => Vec::new(),
                     };
                     let n = self.call(callable, args, kw, "NEWOBJ_EX")?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::BUILD => {
                     let state = self.pop()?;
-                    let target = self.top()?.clone();
-                    let sh = self.height(&state);
+                    let target = self.top()?;
+                    let sh = self.height(state);
                     let N::Ref(i) = target else {
                         return Err(self.err(format!(
                             "BUILD on {}: it applies to an object built by an allowed call only",
-                            self.type_name(&target)
+                            self.type_name(target)
                         )));
                     };
                     let o = &mut self.objs[i as usize];
@@ -1367,7 +1694,7 @@ impl<'a> Machine<'a> {
                         _ => {
                             return Err(self.err(format!(
                                 "BUILD on {}: it applies to an object built by an allowed call only",
-                                self.type_name(&target)
+                                self.type_name(target)
                             )));
                         }
                     }
@@ -1384,16 +1711,17 @@ impl<'a> Machine<'a> {
                     let l = self.line()?;
                     let s = std::str::from_utf8(l)
                         .map_err(|_| self.err("PERSID argument is not text"))?;
-                    let n = self.new_obj(Body::Persistent(N::Str(s.into())), 0)?;
-                    self.push(n);
+                    let s = self.str_leaf(s)?;
+                    let n = self.new_obj(Body::Persistent(s), 0)?;
+                    self.push(n)?;
                 }
                 op::BINPERSID => {
                     self.persistent_ok()?;
                     let pid = self.pop()?;
-                    self.check_persistent(&pid)?;
-                    let h = self.height(&pid);
+                    self.check_persistent(pid)?;
+                    let h = self.height(pid);
                     let n = self.new_obj(Body::Persistent(pid), h)?;
-                    self.push(n);
+                    self.push(n)?;
                 }
                 op::INST => {
                     let module = self.line_str()?;
@@ -1428,188 +1756,9 @@ fn is_bytes_codec(module: &str, name: &str) -> bool {
     )
 }
 
-fn pairs(v: Vec<N>) -> Vec<(N, N)> {
-    let mut out = Vec::with_capacity(v.len() / 2);
-    let mut it = v.into_iter();
-    while let (Some(k), Some(v)) = (it.next(), it.next()) {
-        out.push((k, v));
-    }
-    out
-}
-
-/// Turns the machine's shared mutable nodes into the immutable, shared [`Value`] tree in
-/// one pass: each container is converted once (so sharing is kept), in one allocation;
-/// a cycle or nesting beyond `max_depth` stops the conversion (its recursion is bounded
-/// by `max_depth`) and [`Converter::convert`] reports it.
-struct Converter<'m> {
-    /// The pickle (the texts left in it).
-    data: &'m [u8],
-    objs: &'m [Obj],
-    /// The items of tuples.
-    pool: &'m [N],
-    /// The calls.
-    calls: &'m [ObjN],
-    /// What each container of `objs` became.
-    done: Vec<Done>,
-    max_depth: u64,
-    /// Why the conversion stopped, if it did.
-    failed: Option<String>,
-}
-
-/// The conversion of one container.
-#[derive(Clone)]
-enum Done {
-    /// Not met yet.
-    No,
-    /// Being converted (met again: a cycle).
-    Busy,
-    /// Converted: its value and the height of the tree below it (1 for a container of
-    /// scalars).
-    Value(Value, u64),
-}
-
-impl<'m> Converter<'m> {
-    fn new(
-        data: &'m [u8],
-        objs: &'m [Obj],
-        pool: &'m [N],
-        calls: &'m [ObjN],
-        max_depth: u64,
-    ) -> Self {
-        Converter {
-            data,
-            objs,
-            pool,
-            calls,
-            done: vec![Done::No; objs.len()],
-            max_depth,
-            failed: None,
-        }
-    }
-
-    /// The value of `n`, or why it cannot be had.
-    fn convert(mut self, n: &N) -> std::result::Result<Value, String> {
-        let (v, _) = self.build(n, 0);
-        match self.failed {
-            Some(why) => Err(why),
-            None => Ok(v),
-        }
-    }
-
-    fn fail(&mut self, why: String) -> (Value, u64) {
-        self.failed.get_or_insert(why);
-        (Value::None, 0)
-    }
-
-    /// The value of `n`, met at nesting `level`, and its height. After a failure, returns
-    /// at once.
-    fn build(&mut self, n: &N, level: u64) -> (Value, u64) {
-        let i = match n {
-            N::None => return (Value::None, 0),
-            N::Bool(b) => return (Value::Bool(*b), 0),
-            N::Int(v) => return (Value::Int(*v), 0),
-            N::Big(b) => return (Value::BigInt(b.clone()), 0),
-            N::Float(f) => return (Value::Float(*f), 0),
-            N::Str(s) => return (Value::Str(s.clone()), 0),
-            N::Bytes(b) => return (Value::Bytes(b.clone()), 0),
-            N::Range(r) => return (Value::Range(r.clone()), 0),
-            N::Utf8 { short: Some(s), .. } => return (Value::Str(s.clone()), 0),
-            N::Utf8 { offset, len, .. } => {
-                // A long text that is not array data: checked and copied now.
-                let b = &self.data[*offset as usize..(*offset + *len) as usize];
-                return match std::str::from_utf8(b) {
-                    Ok(s) => (Value::Str(s.into()), 0),
-                    Err(_) => self.fail("string is not valid UTF-8".into()),
-                };
-            }
-            N::Global(g) => return (Value::Global(g.global.clone()), 0),
-            N::Ref(i) => *i as usize,
-        };
-        if self.failed.is_some() {
-            return (Value::None, 0);
-        }
-        match &self.done[i] {
-            Done::Value(v, h) => {
-                let h = *h;
-                if level + h > self.max_depth {
-                    return self.fail(format!(
-                        "nesting depth {} exceeds the limit {}",
-                        level + h,
-                        self.max_depth
-                    ));
-                }
-                return (v.clone(), h);
-            }
-            Done::Busy => return self.fail("the pickle builds a recursive structure".into()),
-            Done::No => {}
-        }
-        if level + 1 > self.max_depth {
-            return self.fail(format!(
-                "nesting depth exceeds the limit {}",
-                self.max_depth
-            ));
-        }
-        self.done[i] = Done::Busy;
-        let (objs, pool, calls) = (self.objs, self.pool, self.calls);
-        let items = |span: Span| &pool[span.start as usize..span.end as usize];
-        let mut h = 0;
-        let value = match &objs[i].body {
-            Body::Tuple(span) => Value::Tuple(self.seq(items(*span), level, &mut h)),
-            Body::List(v) => Value::List(self.seq(v, level, &mut h)),
-            Body::Set(v) => Value::Set(self.seq(v, level, &mut h)),
-            Body::FrozenSet(v) => Value::FrozenSet(self.seq(v, level, &mut h)),
-            Body::Dict(d) => Value::Dict(self.pairs(d, level, &mut h)),
-            Body::Persistent(p) => {
-                let (p, ph) = self.build(p, level + 1);
-                h = ph;
-                Value::Persistent(Arc::new(p))
-            }
-            Body::Object(c) => {
-                let ob = &calls[*c as usize];
-                let mut obj = Object::new(ob.global.clone(), ob.kind.clone());
-                obj.args = self.seq(items(ob.args), level, &mut h);
-                obj.items = self.seq(&ob.items, level, &mut h);
-                obj.entries = self.pairs(&ob.entries, level, &mut h);
-                obj.kwargs = self.pairs(&ob.kwargs, level, &mut h);
-                if let Some(s) = &ob.state {
-                    let (s, sh) = self.build(s, level + 1);
-                    h = h.max(sh);
-                    obj.state = Some(s);
-                }
-                Value::Object(Arc::new(obj))
-            }
-        };
-        let h = h + 1;
-        self.done[i] = Done::Value(value.clone(), h);
-        (value, h)
-    }
-
-    /// `v`'s items converted, into any collection (one allocation for a slice).
-    fn seq<C: FromIterator<Value>>(&mut self, v: &[N], level: u64, h: &mut u64) -> C {
-        v.iter()
-            .map(|x| {
-                let (x, xh) = self.build(x, level + 1);
-                *h = (*h).max(xh);
-                x
-            })
-            .collect()
-    }
-
-    fn pairs<C: FromIterator<(Value, Value)>>(
-        &mut self,
-        d: &[(N, N)],
-        level: u64,
-        h: &mut u64,
-    ) -> C {
-        d.iter()
-            .map(|(k, v)| {
-                let (k, kh) = self.build(k, level + 1);
-                let (v, vh) = self.build(v, level + 1);
-                *h = (*h).max(kh).max(vh);
-                (k, v)
-            })
-            .collect()
-    }
+/// The items of `it` two by two.
+fn pairs(mut it: impl Iterator<Item = N>) -> impl Iterator<Item = (N, N)> {
+    std::iter::from_fn(move || Some((it.next()?, it.next()?)))
 }
 
 #[cfg(test)]
@@ -1711,5 +1860,104 @@ mod tests {
     fn cycles_are_refused_and_torn_down() {
         let e = rd(b"]q\x002a.").unwrap_err();
         assert!(e.to_string().contains("recursive"), "{e}");
+    }
+
+    /// Reads `p` with a budget of `bytes` for its objects.
+    fn within(p: &[u8], bytes: u64) -> Result<Value> {
+        let limits = Limits {
+            max_tree_bytes: Some(bytes),
+            ..Limits::default()
+        };
+        read(p, &Rules::new(), &limits)
+    }
+
+    /// The offset, limit and total of a refusal for the budget.
+    fn over(e: &Error) -> (u64, u64, u64) {
+        match e.kind {
+            ErrorKind::Limit {
+                what,
+                limit,
+                actual,
+            } if what == MEMORY => (e.location.offset.unwrap(), limit, actual),
+            _ => panic!("not the budget: {e}"),
+        }
+    }
+
+    const SLOT: u64 = std::mem::size_of::<N>() as u64;
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn the_machine_s_items_are_as_small_as_the_docs_say() {
+        assert_eq!(std::mem::size_of::<N>(), 16);
+        assert_eq!(std::mem::size_of::<Obj>(), 40);
+        assert_eq!(std::mem::size_of::<ObjN>(), 72);
+        assert_eq!(std::mem::size_of::<Value>(), 24);
+    }
+
+    #[test]
+    fn the_stack_is_charged_at_its_highest() {
+        // A MARK (8 bytes) and ten values fit; the eleventh (at offset 11) does not.
+        let p = [b"(".as_slice(), &[b'N'; 11], b"t."].concat();
+        let e = within(&p, 8 + 10 * SLOT).unwrap_err();
+        assert_eq!(over(&e), (11, 8 + 10 * SLOT, 8 + 11 * SLOT), "{e}");
+        assert!(e.to_string().contains("--max-tree-bytes"), "{e}");
+        // Values pushed and popped again and again cost one slot.
+        let p = [b"N0".repeat(10_000).as_slice(), b"N."].concat();
+        assert_eq!(within(&p, SLOT).unwrap(), Value::None);
+    }
+
+    #[test]
+    fn marks_are_charged() {
+        let mark = std::mem::size_of::<usize>() as u64;
+        let e = within(b"((((", 3 * mark).unwrap_err();
+        assert_eq!(over(&e), (3, 3 * mark, 4 * mark), "{e}");
+        // Marks popped and pushed again cost nothing more.
+        let p = [b"(1".repeat(1000).as_slice(), b"N."].concat();
+        within(&p, mark + SLOT).unwrap();
+    }
+
+    #[test]
+    fn memo_entries_are_charged() {
+        // Keys counted up from 0 (MEMOIZE) take a slot each.
+        let p = [b"\x80\x04N".as_slice(), &[0x94; 6], b"."].concat();
+        let e = within(&p, SLOT + 5 * SLOT).unwrap_err();
+        assert_eq!(over(&e), (8, 6 * SLOT, 7 * SLOT), "{e}");
+        // A key far from the others goes to the map, at more bytes an entry.
+        let e = within(b"Nr\x00\x00\x00\x40.", 4 * SLOT).unwrap_err();
+        assert_eq!(over(&e), (1, 4 * SLOT, SLOT + SPARSE_ENTRY), "{e}");
+        // The memo is given back before the value is made.
+        let p = [b"\x80\x04N".as_slice(), &[0x94; 100], b"."].concat();
+        within(&p, 101 * SLOT).unwrap();
+    }
+
+    #[test]
+    fn containers_and_the_value_made_of_them_are_charged() {
+        let obj = std::mem::size_of::<Obj>() as u64;
+        // Each empty list: its slot on the stack and its container.
+        let e = within(&[b']'; 4], 3 * (SLOT + obj)).unwrap_err();
+        assert_eq!(over(&e).0, 3, "{e}");
+        // A list of a thousand lists reads in what it takes, and not in less: the
+        // machine fits, the value made at STOP (offset 2003) does not.
+        let p = [b"(".as_slice(), &[b']'; 1000], b"l."].concat();
+        let v = within(&p, 1 << 20).unwrap();
+        assert_eq!(v.as_seq().map(<[Value]>::len), Some(1000));
+        let machine = 8 + 1000 * (2 * SLOT + obj);
+        let e = within(&p, machine + 1000).unwrap_err();
+        assert_eq!(over(&e).0, 1002, "{e}");
+        // Byte strings and texts copied are charged with their bytes.
+        let big = [b"B\x00\x00\x10\x00".as_slice(), &[7u8; 1 << 20], b"."].concat();
+        assert_eq!(over(&within(&big, 1 << 20).unwrap_err()).0, 0);
+        within(&big, 2 << 20).unwrap();
+    }
+
+    #[test]
+    fn the_default_budget_bounds_a_pickle_of_one_byte_opcodes() {
+        // Three million empty lists (3 MB): refused at the budget of 128 MiB and 3 MB,
+        // at the opcode that passes it, long before the end.
+        let p = [b"\x80\x04(".as_slice(), &vec![b']'; 3_000_000], b"l."].concat();
+        let e = rd(&p).unwrap_err();
+        let (at, limit, _) = over(&e);
+        assert_eq!(limit, Limits::default().tree_budget(p.len() as u64));
+        assert!(at < 3_000_000, "{e}");
     }
 }

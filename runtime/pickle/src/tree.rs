@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::rules::Kind;
-use super::value::{ByteRange, Object, Value};
+use super::value::{held_bytes, ByteRange, Object, Value};
 use tensorfmt_core::error::{ErrorKind, Result};
 use tensorfmt_core::limits::Limits;
 use tensorfmt_core::tree::Node;
@@ -25,10 +25,11 @@ use tensorfmt_core::tree::Node;
 /// A call that wraps exactly one argument holding a tensor (a parameter around its
 /// tensor) is that argument; other calls and object-kind instances (TorchScript
 /// modules) are [`Node::Object`]s with their arguments and state. Shared nodes are
-/// expanded at each reference; at most `limits.max_pickle_ops` nodes are made,
-/// `limits.max_depth` levels entered and [`Limits::tree_budget`] of the
-/// buffer's size spent (charged before each allocation), beyond that it fails with
-/// [`ErrorKind::Limit`].
+/// expanded at each reference; at most `limits.max_pickle_ops` nodes are made and
+/// `limits.max_depth` levels entered, and the tree is charged before each allocation to
+/// the budget of the pickle's objects ([`Limits::tree_budget`] of the buffer's size),
+/// from what `root` itself holds on (counted as the reader charged it): the value and
+/// its tree together stay within it. Beyond that it fails with [`ErrorKind::Limit`].
 pub fn to_tree(
     root: &Value,
     buffer: &[u8],
@@ -41,7 +42,7 @@ pub fn to_tree(
         limits,
         made: 0,
         budget: limits.tree_budget(buffer.len() as u64),
-        spent: 0,
+        spent: held_bytes(root, limits.max_depth),
     };
     b.charge(NODE)?;
     b.node(root, 0)
@@ -79,17 +80,24 @@ impl TreeBuilder<'_> {
         Ok(s.to_string())
     }
 
+    /// The nodes of `items`, in a vector of exactly their number (what is charged).
     fn seq(&mut self, items: &[Value], depth: u64) -> Result<Vec<Node>> {
         self.charge(NODE.saturating_mul(items.len() as u64))?;
-        items.iter().map(|v| self.node(v, depth + 1)).collect()
+        let mut out = Vec::with_capacity(items.len());
+        for v in items {
+            out.push(self.node(v, depth + 1)?);
+        }
+        Ok(out)
     }
 
+    /// The nodes of `entries`, in a vector of exactly their number (what is charged).
     fn pairs(&mut self, entries: &[(Value, Value)], depth: u64) -> Result<Vec<(Node, Node)>> {
         self.charge((2 * NODE).saturating_mul(entries.len() as u64))?;
-        entries
-            .iter()
-            .map(|(k, v)| Ok((self.node(k, depth + 1)?, self.node(v, depth + 1)?)))
-            .collect()
+        let mut out = Vec::with_capacity(entries.len());
+        for (k, v) in entries {
+            out.push((self.node(k, depth + 1)?, self.node(v, depth + 1)?));
+        }
+        Ok(out)
     }
 
     fn node(&mut self, v: &Value, depth: u64) -> Result<Node> {
@@ -189,7 +197,7 @@ impl TreeBuilder<'_> {
 
 /// The bytes of the byte string `r` of `buffer` (a latin-1 text decoded); `None` when
 /// they are not all there or the text is not latin-1.
-fn range_bytes(buffer: &[u8], r: &ByteRange) -> Option<Vec<u8>> {
+pub(crate) fn range_bytes(buffer: &[u8], r: &ByteRange) -> Option<Vec<u8>> {
     let start = usize::try_from(r.offset).ok()?;
     let stored = buffer.get(start..start.checked_add(usize::try_from(r.stored).ok()?)?)?;
     if !r.latin1 {
@@ -265,7 +273,9 @@ fn shortest_f16(x: half::f16) -> f64 {
 /// The pickle values of `tree`: dicts, lists, tuples, numbers, strings, bytes and `None`
 /// as themselves, each [`Node::Tensor`] as `tensor(name)` gives it (the same name twice
 /// gives the same shared value, so the pickle memoizes it). Objects, globals and
-/// [`Node::Other`] values cannot be written: an error names their path.
+/// [`Node::Other`] values cannot be written: an error names their path, as it names a
+/// value nested deeper than `Limits::default().max_depth` (which the reader refuses; the
+/// conversion recurses no deeper).
 pub fn from_tree(tree: &Node, tensor: &mut dyn FnMut(&str) -> Result<Value>) -> Result<Value> {
     let mut seen: HashMap<String, Value> = HashMap::new();
     let mut get = |name: &str| -> Result<Value> {
@@ -276,10 +286,15 @@ pub fn from_tree(tree: &Node, tensor: &mut dyn FnMut(&str) -> Result<Value>) -> 
         seen.insert(name.to_string(), v.clone());
         Ok(v)
     };
-    build(tree, "", &mut get)
+    build(tree, "", 0, &mut get)
 }
 
-fn build(n: &Node, path: &str, tensor: &mut dyn FnMut(&str) -> Result<Value>) -> Result<Value> {
+fn build(
+    n: &Node,
+    path: &str,
+    depth: u64,
+    tensor: &mut dyn FnMut(&str) -> Result<Value>,
+) -> Result<Value> {
     let at = |i: &dyn std::fmt::Display| {
         if path.is_empty() {
             i.to_string()
@@ -287,6 +302,17 @@ fn build(n: &Node, path: &str, tensor: &mut dyn FnMut(&str) -> Result<Value>) ->
             format!("{path}.{i}")
         }
     };
+    let max_depth = Limits::default().max_depth;
+    if depth > max_depth {
+        let place = if path.is_empty() { "<root>" } else { path };
+        let e = tensorfmt_core::error::Error::from(ErrorKind::Limit {
+            what: "nesting depth of the values to write (no reader of pickles reads deeper)",
+            limit: max_depth,
+            actual: depth,
+        });
+        return Err(e.in_field(place));
+    }
+    let d = depth + 1;
     Ok(match n {
         Node::None => Value::None,
         Node::Bool(b) => Value::Bool(*b),
@@ -297,25 +323,25 @@ fn build(n: &Node, path: &str, tensor: &mut dyn FnMut(&str) -> Result<Value>) ->
         Node::List(v) => Value::List(
             v.iter()
                 .enumerate()
-                .map(|(i, n)| build(n, &at(&i), tensor))
+                .map(|(i, n)| build(n, &at(&i), d, tensor))
                 .collect::<Result<_>>()?,
         ),
         Node::Tuple(v) => Value::Tuple(
             v.iter()
                 .enumerate()
-                .map(|(i, n)| build(n, &at(&i), tensor))
+                .map(|(i, n)| build(n, &at(&i), d, tensor))
                 .collect::<Result<_>>()?,
         ),
         Node::Dict(e) => Value::Dict(
             e.iter()
                 .map(|(k, v)| {
                     let part = tensorfmt_core::tree::key_text(k).unwrap_or_else(|| k.to_string());
-                    Ok((build(k, path, tensor)?, build(v, &at(&part), tensor)?))
+                    Ok((build(k, path, d, tensor)?, build(v, &at(&part), d, tensor)?))
                 })
                 .collect::<Result<_>>()?,
         ),
         Node::Tensor(name) => tensor(name)?,
-        Node::Typed { value, .. } => build(value, path, tensor)?,
+        Node::Typed { value, .. } => build(value, path, depth, tensor)?,
         Node::Global(_) | Node::Object { .. } | Node::Other(_) => {
             let place = if path.is_empty() { "<root>" } else { path };
             return Err(ErrorKind::Unsupported(format!(
@@ -383,6 +409,44 @@ mod tests {
         // Objects cannot be written back; plain containers can.
         let e = from_tree(&tree, &mut |_| Ok(Value::None)).unwrap_err();
         assert!(e.to_string().contains("'net'"), "{e}");
+    }
+
+    #[test]
+    fn the_tree_is_charged_on_top_of_what_the_value_holds() {
+        // A list of 10,000 lists of one shared string.
+        let items = vec![Value::list(vec![Value::str("x")]); 10_000];
+        let root = Value::list(items);
+        let held = held_bytes(&root, 128);
+        let node = std::mem::size_of::<Node>() as u64;
+        let tree = 1 + 10_000 * 2 + 1;
+        assert!(held > 10_000 * 24, "{held}");
+        let limits = |n| Limits {
+            max_tree_bytes: Some(n),
+            ..Limits::default()
+        };
+        // The tree alone fits (its nodes, and a byte for each text), not with the value.
+        let alone = tree * node + 10_000 + 1000;
+        let e = to_tree(&root, &[], &mut |_| None, &limits(alone)).unwrap_err();
+        assert!(e.to_string().contains("object tree memory"), "{e}");
+        to_tree(&root, &[], &mut |_| None, &limits(held + alone)).unwrap();
+        // A value shared a million times is counted once.
+        let wide = Value::list(vec![root.clone(); 1_000_000]);
+        assert!(held_bytes(&wide, 128) < held + (25 << 20));
+    }
+
+    #[test]
+    fn trees_nested_past_the_readers_depth_are_not_written() {
+        let mut deep = Node::None;
+        for _ in 0..1000 {
+            deep = Node::List(vec![deep]);
+        }
+        let e = from_tree(&deep, &mut |_| Ok(Value::None)).unwrap_err();
+        assert!(e.to_string().contains("nesting depth"), "{e}");
+        let mut ok = Node::None;
+        for _ in 0..100 {
+            ok = Node::List(vec![ok]);
+        }
+        from_tree(&ok, &mut |_| Ok(Value::None)).unwrap();
     }
 
     #[test]

@@ -37,8 +37,8 @@ impl fmt::Display for Global {
 /// later opcodes added to it (`SETITEMS`, `APPENDS`, `BUILD`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Object {
-    /// The global called.
-    pub global: Global,
+    /// The global called (shared by every call of it that a pickle makes).
+    pub global: Arc<Global>,
     /// What the rules say it builds.
     pub kind: Kind,
     /// The positional arguments of the call. For [`Kind::Dict`], [`Kind::List`],
@@ -58,6 +58,11 @@ pub struct Object {
 impl Object {
     /// An object of `global` and `kind` with nothing in it.
     pub fn new(global: Global, kind: Kind) -> Self {
+        Object::of(Arc::new(global), kind)
+    }
+
+    /// An object of the shared `global` and `kind` with nothing in it.
+    pub fn of(global: Arc<Global>, kind: Kind) -> Self {
         Object {
             global,
             kind,
@@ -135,7 +140,7 @@ pub enum Value {
     /// A frozenset, in the order of the pickle.
     FrozenSet(Arc<[Value]>),
     /// A global referenced as a value (a class or function that is not called).
-    Global(Global),
+    Global(Arc<Global>),
     /// A call of an allowed global.
     Object(Arc<Object>),
     /// A persistent id (`PERSID`, `BINPERSID`): what the pickler's `persistent_id`
@@ -143,7 +148,7 @@ pub enum Value {
     Persistent(Arc<Value>),
     /// A byte string left where the pickle stores it (only under
     /// [`Rules::byte_ranges`](super::Rules::byte_ranges)): never copied.
-    Range(ByteRange),
+    Range(Arc<ByteRange>),
     /// A byte string that the writer takes from a source as it reaches it
     /// ([`Writer::write_streamed`](crate::Writer::write_streamed)), so that a tree of
     /// arrays can be written without their bytes in memory. The reader never builds one.
@@ -221,7 +226,7 @@ impl Value {
     /// module is everything before the last dot.
     pub fn global(path: &str) -> Value {
         let (module, name) = path.rsplit_once('.').unwrap_or(("", path));
-        Value::Global(Global::new(module, name))
+        Value::Global(Arc::new(Global::new(module, name)))
     }
 
     /// A persistent id whose content is the tuple of `items`.
@@ -317,7 +322,7 @@ impl Value {
     /// The global, when this is a [`Value::Global`].
     pub fn as_global(&self) -> Option<&Global> {
         match self {
-            Value::Global(g) => Some(g),
+            Value::Global(g) => Some(g.as_ref()),
             _ => None,
         }
     }
@@ -373,6 +378,110 @@ impl Value {
     }
 }
 
+/// The bytes a shared allocation of `len` bytes takes (`Arc<str>`, `Arc<[T]>`): its
+/// counts and the allocator's header, rounded up.
+pub(crate) fn arc_bytes(len: u64) -> u64 {
+    len.saturating_add(16 + 16 + 15) & !15
+}
+
+/// The bytes of a heap allocation of `len` bytes (none for 0).
+pub(crate) fn heap_bytes(len: u64) -> u64 {
+    match len {
+        0 => 0,
+        n => n.saturating_add(16 + 15) & !15,
+    }
+}
+
+/// The bytes an [`Object`] of `seqs` items (its arguments and items) and `maps` pairs
+/// (its entries and keyword arguments) takes, not counting what its values hold.
+pub(crate) fn object_bytes(seqs: [usize; 2], maps: [usize; 2]) -> u64 {
+    let v = std::mem::size_of::<Value>() as u64;
+    let seqs: u64 = seqs.iter().map(|&n| heap_bytes(n as u64 * v)).sum();
+    let maps: u64 = maps.iter().map(|&n| heap_bytes(n as u64 * 2 * v)).sum();
+    arc_bytes(std::mem::size_of::<Object>() as u64) + seqs + maps
+}
+
+/// The memory the value `root` holds: each allocation counted once however often it is
+/// shared, as the reader charged it when it made the value. Values nested deeper than
+/// `max_depth` are not counted (nothing that reads the value goes there).
+pub(crate) fn held_bytes(root: &Value, max_depth: u64) -> u64 {
+    let mut seen = std::collections::HashSet::new();
+    held(root, &mut seen, max_depth)
+}
+
+/// The bytes of one entry of the set of shared allocations met.
+const SEEN_ENTRY: u64 = 2 * (std::mem::size_of::<usize>() as u64 + 1);
+
+/// `len`, when `a` is met for the first time (shared allocations are remembered).
+fn once<T: ?Sized>(a: &Arc<T>, len: u64, seen: &mut std::collections::HashSet<usize>) -> u64 {
+    if Arc::strong_count(a) == 1 {
+        return len;
+    }
+    match seen.insert(Arc::as_ptr(a).cast::<u8>() as usize) {
+        true => len + SEEN_ENTRY,
+        false => 0,
+    }
+}
+
+fn held(v: &Value, seen: &mut std::collections::HashSet<usize>, depth: u64) -> u64 {
+    let v_size = std::mem::size_of::<Value>() as u64;
+    let inner = |items: &mut dyn Iterator<Item = &Value>, seen: &mut _| -> u64 {
+        match depth.checked_sub(1) {
+            Some(d) => items.map(|x| held(x, seen, d)).sum(),
+            None => 0,
+        }
+    };
+    match v {
+        Value::None | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Stream(_) => 0,
+        Value::BigInt(b) | Value::Bytes(b) => once(b, arc_bytes(b.len() as u64), seen),
+        Value::Str(s) => once(s, arc_bytes(s.len() as u64), seen),
+        Value::Range(r) => {
+            let text = r.text.as_ref().map_or(0, |t| arc_bytes(t.len() as u64));
+            once(
+                r,
+                arc_bytes(std::mem::size_of::<ByteRange>() as u64) + text,
+                seen,
+            )
+        }
+        Value::Global(g) => {
+            let names = (g.module.len() + g.name.len()) as u64;
+            once(
+                g,
+                arc_bytes(std::mem::size_of::<Global>() as u64) + 3 * arc_bytes(names + 1),
+                seen,
+            )
+        }
+        Value::Tuple(a) | Value::List(a) | Value::Set(a) | Value::FrozenSet(a) => {
+            match once(a, arc_bytes(a.len() as u64 * v_size), seen) {
+                0 => 0,
+                own => own + inner(&mut a.iter(), seen),
+            }
+        }
+        Value::Dict(a) => match once(a, arc_bytes(a.len() as u64 * 2 * v_size), seen) {
+            0 => 0,
+            own => own + inner(&mut a.iter().flat_map(|(k, v)| [k, v]), seen),
+        },
+        Value::Persistent(p) => match once(p, arc_bytes(v_size), seen) {
+            0 => 0,
+            own => own + inner(&mut std::iter::once(&**p), seen),
+        },
+        Value::Object(o) => {
+            let own = object_bytes(
+                [o.args.len(), o.items.len()],
+                [o.entries.len(), o.kwargs.len()],
+            );
+            match once(o, own, seen) {
+                0 => 0,
+                own => {
+                    let pairs = o.entries.iter().chain(&o.kwargs).flat_map(|(k, v)| [k, v]);
+                    let mut all = o.args.iter().chain(&o.items).chain(pairs).chain(&o.state);
+                    own + inner(&mut all, seen)
+                }
+            }
+        }
+    }
+}
+
 /// `bytes` (little-endian two's complement) without redundant sign bytes; empty for 0.
 pub(crate) fn minimal_le(bytes: &[u8]) -> Vec<u8> {
     let mut n = bytes.len();
@@ -408,7 +517,7 @@ mod tests {
 
     #[test]
     fn names_are_text_or_a_global_s_path() {
-        let g = Value::Global(Global::new("numpy", "ndarray"));
+        let g = Value::global("numpy.ndarray");
         assert_eq!(g.as_name(), Some("numpy.ndarray"));
         assert_eq!(g.as_str(), None);
         assert_eq!(Value::str("F").as_name(), Some("F"));

@@ -1,7 +1,6 @@
 //! Finding the objects of interest in a pickle's value DAG, with their names.
 
-use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::rules::Kind;
 use super::value::{Object, Value};
@@ -11,16 +10,24 @@ use tensorfmt_core::limits::Limits;
 /// Every object reachable from `root` for which `is_target` is true, with its path, in
 /// the order a depth-first walk meets them (the order of the unpickled object).
 ///
-/// Paths follow the naming of README.md (*Tensor names and digests*): dict keys
-/// (strings; integers, booleans and `None` as Python prints them) and list, tuple and
-/// set indices, joined with `.` (`optimizer.state.0.exp_avg`). Dict-kind objects (`OrderedDict`) are walked like
-/// dicts (their `BUILD` state is not), list-, set- and tuple-kind objects like lists.
-/// Any other object that is not a target is transparent: its arguments are walked under
-/// the object's own path, so a target wrapped in a call (a parameter wrapping a tensor)
-/// takes the wrapper's path. An object-kind instance ([`Kind::Object`], a TorchScript
-/// module) is transparent too, and its `BUILD` state, a dict of attributes, is walked like
-/// a dict (`conv.weight`). A target is not walked into. Entries whose key is of another
-/// type (a tuple, a float) are skipped: they have no name.
+/// Paths follow the naming of README.md (*Tensor names and digests*): dict keys and
+/// list, tuple and set indices, joined with `.` (`optimizer.state.0.exp_avg`). A key
+/// that is text is itself, an integer its decimal digits, any other key (a tuple, bytes,
+/// a float, `None`, `True`) Python's `repr` of it (`(1, 'x')`, `b'k'`, `1.5`): every
+/// entry has a name, and a target under any key is listed. Dict-kind objects
+/// (`OrderedDict`) are walked like dicts (their `BUILD` state is not), list-, set- and
+/// tuple-kind objects like lists. Any other object that is not a target is transparent:
+/// its arguments are walked under the object's own path, so a target wrapped in a call
+/// (a parameter wrapping a tensor) takes the wrapper's path. An object-kind instance
+/// ([`Kind::Object`], a TorchScript module) is transparent too, and its `BUILD` state, a
+/// dict of attributes, is walked like a dict (`conv.weight`). A target is not walked
+/// into. A target inside a dict key (a tensor used as a key) is listed under the entry's
+/// path too. `buffer` is the pickle, whose byte strings [`Value::Range`] keys point into.
+///
+/// Two targets that would take the same path (keys `1` and `'1'`, `'a.b'` and `'a'` then
+/// `'b'`, two tensors in one wrapper call) are told apart: the first in walk order keeps
+/// the path, each later one takes it with `#2`, `#3`, ... appended (the first of these
+/// not already a path).
 ///
 /// A shared node (the pickle's memo) reached again is walked again, so that a target
 /// referenced under two names is listed twice, but a subtree found to hold no target is
@@ -32,11 +39,13 @@ use tensorfmt_core::limits::Limits;
 /// [`ErrorKind::Limit`], before the memory is spent.
 pub fn find_objects<'v>(
     root: &'v Value,
+    buffer: &[u8],
     is_target: &dyn Fn(&Object) -> bool,
     limits: &Limits,
     budget: u64,
 ) -> Result<Vec<(String, &'v Object)>> {
     let mut w = Walker {
+        buffer,
         is_target,
         limits,
         budget,
@@ -47,10 +56,55 @@ pub fn find_objects<'v>(
     };
     let mut path = String::new();
     w.walk(root, &mut path, 0)?;
+    unique(&mut w.out, &mut w.spent, w.budget)?;
     Ok(w.out)
 }
 
+/// Makes the paths of `out` unique (see [`find_objects`]), each suffix charged to `spent`
+/// (at most `budget`).
+fn unique(out: &mut [(String, &Object)], spent: &mut u64, budget: u64) -> Result<()> {
+    let mut seen: HashSet<&str> = HashSet::with_capacity(out.len());
+    let dups: Vec<usize> = (0..out.len())
+        .filter(|&i| !seen.insert(out[i].0.as_str()))
+        .collect();
+    if dups.is_empty() {
+        return Ok(());
+    }
+    // Per path taken twice, the next suffix to try: each is tried once.
+    let mut next: HashMap<&str, u64> = HashMap::new();
+    let mut added: HashSet<String> = HashSet::new();
+    let mut renamed = Vec::with_capacity(dups.len());
+    for i in dups {
+        let base = out[i].0.as_str();
+        let k = next.entry(base).or_insert(2);
+        let name = loop {
+            let name = format!("{base}#{k}");
+            *k += 1;
+            if !seen.contains(name.as_str()) && !added.contains(&name) {
+                break name;
+            }
+        };
+        *spent = spent.saturating_add(3 * (name.len() as u64 + 32));
+        if *spent > budget {
+            return Err(super::over_budget(
+                "memory for tensor names (--max-tree-bytes)",
+                budget,
+                *spent,
+            ));
+        }
+        added.insert(name.clone());
+        renamed.push((i, name));
+    }
+    drop((seen, next));
+    for (i, name) in renamed {
+        out[i].0 = name;
+    }
+    Ok(())
+}
+
 struct Walker<'a, 'v> {
+    /// The pickle, whose byte strings [`Value::Range`]s point into.
+    buffer: &'a [u8],
     is_target: &'a dyn Fn(&Object) -> bool,
     limits: &'a Limits,
     /// The bytes the listed paths may take, and those they take.
@@ -62,25 +116,17 @@ struct Walker<'a, 'v> {
     out: Vec<(String, &'v Object)>,
 }
 
-/// The name of a dict key in a path, when it has one.
-fn key_text(k: &Value) -> Option<Cow<'_, str>> {
-    match k {
-        Value::Str(_) | Value::Range(_) => k.as_str().map(Cow::Borrowed),
-        Value::Int(_) | Value::BigInt(_) => k.as_i128().map(|v| Cow::Owned(v.to_string())),
-        Value::Bool(b) => Some(Cow::Borrowed(if *b { "True" } else { "False" })),
-        Value::None => Some(Cow::Borrowed("None")),
-        _ => None,
-    }
-}
-
-/// The address of a shared node, for the barren set.
+/// The address of a shared node, for the barren set (`None` for a node referenced once,
+/// which the walk cannot meet again).
 fn address(v: &Value) -> Option<usize> {
+    fn shared<T: ?Sized>(a: &std::sync::Arc<T>) -> Option<usize> {
+        let address = std::sync::Arc::as_ptr(a).cast::<u8>() as usize;
+        (std::sync::Arc::strong_count(a) > 1).then_some(address)
+    }
     match v {
-        Value::Tuple(a) | Value::List(a) | Value::Set(a) | Value::FrozenSet(a) => {
-            Some(std::sync::Arc::as_ptr(a) as *const u8 as usize)
-        }
-        Value::Dict(a) => Some(std::sync::Arc::as_ptr(a) as *const u8 as usize),
-        Value::Object(a) => Some(std::sync::Arc::as_ptr(a) as *const u8 as usize),
+        Value::Tuple(a) | Value::List(a) | Value::Set(a) | Value::FrozenSet(a) => shared(a),
+        Value::Dict(a) => shared(a),
+        Value::Object(a) => shared(a),
         _ => None,
     }
 }
@@ -192,8 +238,66 @@ impl<'v> Walker<'_, 'v> {
         depth: u64,
     ) -> Result<()> {
         for (k, item) in entries {
-            if let Some(k) = key_text(k) {
-                self.step(item, &k, path, depth)?;
+            let (in_key, in_item) = (self.may_hold(k), self.may_hold(item));
+            if !in_key && !in_item {
+                continue;
+            }
+            let len = path.len();
+            if !path.is_empty() {
+                path.push('.');
+            }
+            let r = self.key_name(k, path, depth).and_then(|()| {
+                if in_key {
+                    self.walk(k, path, depth + 1)?;
+                }
+                match in_item {
+                    true => self.walk(item, path, depth + 1),
+                    false => Ok(()),
+                }
+            });
+            path.truncate(len);
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Whether `v` may hold a target: a container or an object not known to hold none.
+    fn may_hold(&self, v: &Value) -> bool {
+        match v {
+            Value::Tuple(_)
+            | Value::List(_)
+            | Value::Set(_)
+            | Value::FrozenSet(_)
+            | Value::Dict(_)
+            | Value::Object(_) => !address(v).is_some_and(|a| self.barren.contains(&a)),
+            _ => false,
+        }
+    }
+
+    /// Appends the name of the dict key `k` to `path` (see [`find_objects`]), its cost
+    /// counted in the walk's bounds.
+    fn key_name(&mut self, k: &Value, path: &mut String, depth: u64) -> Result<()> {
+        match k {
+            Value::Str(s) => path.push_str(s),
+            Value::Range(r) if r.text.is_some() => path.push_str(r.text.as_deref().unwrap_or("")),
+            Value::Int(i) => {
+                use std::fmt::Write as _;
+                let _ = write!(path, "{i}");
+            }
+            _ => {
+                let left = self.budget.saturating_sub(self.spent) / 3;
+                let mut repr = super::repr::Repr {
+                    buffer: self.buffer,
+                    max_len: path
+                        .len()
+                        .saturating_add(usize::try_from(left).unwrap_or(usize::MAX)),
+                    nodes_left: self.limits.max_pickle_ops.saturating_sub(self.visited),
+                    depth_left: self.limits.max_depth.saturating_sub(depth + 1),
+                };
+                let before = repr.nodes_left;
+                let r = repr.write(k, path);
+                self.visited += before - repr.nodes_left;
+                r?;
             }
         }
         Ok(())
@@ -224,7 +328,7 @@ mod tests {
 
     fn names(v: &Value, limits: &Limits) -> Result<Vec<(String, i64)>> {
         Ok(
-            find_objects(v, &is_tensor, limits, crate::memory_budget(0))?
+            find_objects(v, &[], &is_tensor, limits, crate::memory_budget(0))?
                 .into_iter()
                 .map(|(p, o)| (p, o.arg("offset").and_then(Value::as_i64).unwrap()))
                 .collect(),
@@ -264,13 +368,75 @@ mod tests {
             [
                 ("model.w".to_string(), 1),
                 ("model.p".to_string(), 2),
-                ("state.0.1".to_string(), 3)
+                ("state.0.1".to_string(), 3),
+                ("()".to_string(), 100),
             ]
         );
         assert_eq!(
             names(&tensor(7), &Limits::default()).unwrap(),
             [(String::new(), 7)]
         );
+    }
+
+    #[test]
+    fn every_key_names_its_entry_and_names_are_unique() {
+        let root = Value::dict(vec![
+            (
+                Value::tuple(vec![Value::Int(1), Value::str("x")]),
+                tensor(1),
+            ),
+            (Value::bytes(b"k"), tensor(2)),
+            (Value::Float(1.5), tensor(3)),
+            (Value::None, tensor(4)),
+            (Value::Int(7), tensor(5)),
+            (Value::str("7"), tensor(6)),
+            (Value::str("7#2"), tensor(7)),
+            (Value::str("a.b"), tensor(8)),
+            (
+                Value::str("a"),
+                Value::dict(vec![(Value::str("b"), tensor(9))]),
+            ),
+            (Value::Int(7), tensor(10)),
+            (Value::Bool(false), Value::Int(0)),
+            (tensor(11), Value::Int(0)),
+        ]);
+        let got = names(&root, &Limits::default()).unwrap();
+        let want = [
+            ("(1, 'x')", 1),
+            ("b'k'", 2),
+            ("1.5", 3),
+            ("None", 4),
+            ("7", 5),
+            ("7#3", 6),
+            ("7#2", 7),
+            ("a.b", 8),
+            ("a.b#2", 9),
+            ("7#4", 10),
+            ("m.tensor(None, 11)", 11),
+        ];
+        let want: Vec<(String, i64)> = want.iter().map(|(n, i)| (n.to_string(), *i)).collect();
+        assert_eq!(got, want);
+        // Many targets under one path: each suffix is found at once.
+        let call = Value::object(
+            Object::new(
+                Global::new("m", "wrap"),
+                Kind::Call {
+                    params: vec!["xs".into()].into(),
+                },
+            )
+            .with_args((0..20_000).map(tensor).collect()),
+        );
+        let got = names(&call, &Limits::default()).unwrap();
+        assert_eq!(got.len(), 20_000);
+        assert_eq!(got[19_999].0, "#20000");
+        // A key's name is bounded like the walk.
+        let mut key = Value::Int(0);
+        for _ in 0..200 {
+            key = Value::tuple(vec![key]);
+        }
+        let root = Value::dict(vec![(key, tensor(1))]);
+        let e = names(&root, &Limits::default()).unwrap_err();
+        assert!(matches!(e.kind, ErrorKind::Limit { .. }), "{e}");
     }
 
     #[test]

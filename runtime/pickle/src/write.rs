@@ -89,6 +89,7 @@ impl Streams for NoStreams {
 pub struct Writer {
     memoize: bool,
     protocol: u8,
+    max_depth: u64,
 }
 
 impl Default for Writer {
@@ -123,7 +124,17 @@ impl Writer {
         Writer {
             memoize: true,
             protocol: 2,
+            max_depth: tensorfmt_core::limits::Limits::default().max_depth,
         }
+    }
+
+    /// The most nesting written (the readers' limit, `Limits::max_depth`, by default): a
+    /// value nested deeper, as the reader counts it, is refused before anything is
+    /// written, since no reader of pickles under that limit (this crate's included)
+    /// would read the file back.
+    pub fn max_depth(mut self, levels: u64) -> Self {
+        self.max_depth = levels;
+        self
     }
 
     /// Turns memo opcodes on (the default) or off.
@@ -165,6 +176,14 @@ impl Writer {
                 self.protocol
             )));
         }
+        let depth = height(value, self.protocol >= 4);
+        if depth > self.max_depth {
+            return Err(Error::from(ErrorKind::Limit {
+                what: "pickle nesting depth of the value to write (readers refuse a deeper one)",
+                limit: self.max_depth,
+                actual: depth,
+            }));
+        }
         let mut p = Pickler {
             proto4: self.protocol >= 4,
             memoize: self.memoize,
@@ -183,6 +202,95 @@ impl Writer {
         p.commit()?;
         p.sink.flush()?;
         Ok(())
+    }
+}
+
+/// The nesting height of `value` once pickled, as the reader counts it when it reads it
+/// back (its limit on depth applies to this): none for a scalar, one level above its
+/// tallest item for a container (a tuple, list, dict, set, call or persistent id), with
+/// the containers the writer adds (at protocol 2, a set is a call on a list). Walked
+/// without recursion; a value shared through an `Arc` is measured once.
+fn height(value: &Value, proto4: bool) -> u64 {
+    let mut done: HashMap<usize, u64> = HashMap::new();
+    let known = |v: &Value, done: &HashMap<usize, u64>| match address(v) {
+        Some(a) => done.get(&a).copied(),
+        None => Some(0),
+    };
+    let mut stack: Vec<(&Value, bool)> = vec![(value, false)];
+    while let Some((v, expanded)) = stack.pop() {
+        let Some(at) = address(v) else { continue };
+        if done.contains_key(&at) {
+            continue;
+        }
+        if expanded {
+            // An empty set is still a call on a list at protocol 2.
+            let mut h = match v {
+                Value::Set(_) | Value::FrozenSet(_) if !proto4 => 2,
+                _ => 1,
+            };
+            parts(v, proto4, &mut |c, above| {
+                h = h.max(known(c, &done).unwrap_or(0) + above);
+            });
+            done.insert(at, h);
+        } else {
+            stack.push((v, true));
+            parts(v, proto4, &mut |c, _| {
+                if known(c, &done).is_none() {
+                    stack.push((c, false));
+                }
+            });
+        }
+    }
+    known(value, &done).unwrap_or(0)
+}
+
+/// The address of a container's shared contents; `None` for a scalar.
+fn address(v: &Value) -> Option<usize> {
+    Some(match v {
+        Value::Tuple(a) | Value::List(a) | Value::Set(a) | Value::FrozenSet(a) => {
+            Arc::as_ptr(a) as *const u8 as usize
+        }
+        Value::Dict(a) => Arc::as_ptr(a) as *const u8 as usize,
+        Value::Object(a) => Arc::as_ptr(a) as *const u8 as usize,
+        Value::Persistent(a) => Arc::as_ptr(a) as *const u8 as usize,
+        _ => return None,
+    })
+}
+
+/// Calls `each(item, levels)` for every item of container `v`, with the levels the
+/// pickle puts between the container and the item (as [`Pickler::object`] and
+/// [`Pickler::set`] write them).
+fn parts<'v>(v: &'v Value, proto4: bool, each: &mut dyn FnMut(&'v Value, u64)) {
+    let pairs = |e: &'v [(Value, Value)], each: &mut dyn FnMut(&'v Value, u64)| {
+        for (k, x) in e {
+            each(k, 1);
+            each(x, 1);
+        }
+    };
+    match v {
+        Value::Tuple(a) | Value::List(a) => a.iter().for_each(|x| each(x, 1)),
+        // `builtins.set([items])` at protocol 2: a list inside the call.
+        Value::Set(a) | Value::FrozenSet(a) => {
+            let levels = if proto4 { 1 } else { 2 };
+            a.iter().for_each(|x| each(x, levels));
+        }
+        Value::Dict(e) => pairs(e, each),
+        Value::Persistent(x) => each(x, 1),
+        Value::Object(o) => {
+            let items_as_arg = matches!(o.kind, Kind::List | Kind::Set | Kind::Tuple)
+                && o.args.is_empty()
+                && o.kwargs.is_empty();
+            // Items given as the call's one argument are a tuple or list inside it.
+            let levels = if items_as_arg { 2 } else { 1 };
+            o.items.iter().for_each(|x| each(x, levels));
+            o.args.iter().for_each(|x| each(x, 1));
+            pairs(&o.kwargs, each);
+            pairs(&o.entries, each);
+            if let Some(state) = &o.state {
+                each(state, 1);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -924,6 +1032,84 @@ mod tests {
 
     fn v4(v: &Value) -> Vec<u8> {
         Writer::new().protocol(4).write(v).unwrap()
+    }
+
+    /// Values nested `n` levels through each kind of container, at the levels the reader
+    /// counts: what the writer measures, the reader reads back at the same limit.
+    #[test]
+    fn nesting_is_measured_as_the_reader_counts_it() {
+        use tensorfmt_core::limits::Limits;
+        let rules = crate::Rules::new()
+            .allow_codecs_encode()
+            .allow("builtins", "set", Kind::Set)
+            .allow("m", "C", Kind::Object)
+            .allow("collections", "OrderedDict", Kind::Dict);
+        let wrap: [&dyn Fn(Value) -> Value; 6] = [
+            &|v| Value::list(vec![v]),
+            &|v| Value::dict(vec![(Value::str("k"), v)]),
+            &|v| Value::tuple(vec![Value::Int(1), v]),
+            &|v| Value::Set(vec![Value::tuple(vec![v])].into()),
+            &|v| {
+                Value::object(
+                    Object::new(Global::new("m", "C"), Kind::Object)
+                        .with_state(Value::dict(vec![(Value::str("a"), v)])),
+                )
+            },
+            &|v| {
+                let mut o = Object::new(Global::new("collections", "OrderedDict"), Kind::Dict);
+                o.entries.push((Value::str("k"), v));
+                Value::object(o)
+            },
+        ];
+        for proto in [2u8, 4] {
+            for (i, w) in wrap.iter().enumerate() {
+                let mut v = Value::Bytes(vec![1u8].into());
+                for _ in 0..20 {
+                    v = w(v);
+                }
+                let h = height(&v, proto == 4);
+                let at = |limit: u64| {
+                    let limits = Limits {
+                        max_depth: limit,
+                        ..Limits::default()
+                    };
+                    let b = Writer::new().protocol(proto).max_depth(limit).write(&v);
+                    let read = b
+                        .as_ref()
+                        .ok()
+                        .map(|b| super::super::read(b, &rules, &limits));
+                    (b.is_ok(), read.map(|r| r.is_ok()))
+                };
+                assert_eq!(at(h), (true, Some(true)), "protocol {proto}, kind {i}");
+                assert_eq!(at(h - 1), (false, None), "protocol {proto}, kind {i}");
+                // The least limit the reader reads it under: never more than the writer
+                // measured (what is written reads back), and the same but for a set at
+                // protocol 2, a call on a list that the writer counts as two levels and
+                // the reader, but for the outermost, as one.
+                let b = Writer::new().protocol(proto).write(&v).unwrap();
+                let least = (0..=h)
+                    .find(|&l| {
+                        let limits = Limits {
+                            max_depth: l,
+                            ..Limits::default()
+                        };
+                        super::super::read(&b, &rules, &limits).is_ok()
+                    })
+                    .unwrap();
+                let set_at_2 = proto == 2 && i == 3;
+                assert!(
+                    least == h || (set_at_2 && least < h),
+                    "protocol {proto}, kind {i}: {least} read, {h} measured"
+                );
+            }
+        }
+        // Deeper than the default limit: refused before anything is written.
+        let mut v = Value::None;
+        for _ in 0..200 {
+            v = Value::list(vec![v]);
+        }
+        let e = Writer::new().write(&v).unwrap_err().to_string();
+        assert!(e.contains("nesting depth") && e.contains("200"), "{e}");
     }
 
     /// The frames of a protocol-4 pickle after `PROTO 4`: (offset of the frame's data,

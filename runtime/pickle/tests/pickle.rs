@@ -161,7 +161,7 @@ fn reads_cpython_pickles_of_every_protocol() {
 fn tensor_call(key: &str, offset: i64, hooks: Value) -> Value {
     let pid = Value::tuple(vec![
         s("storage"),
-        Value::Global(Global::new("torch", "FloatStorage")),
+        Value::global("torch.FloatStorage"),
         s(key),
         s("cpu"),
         Value::Int(2),
@@ -599,8 +599,9 @@ fn mutation_fuzz_never_panics() {
         }
         // Byte strings left in the pickle: every range found lies in it.
         if let Ok(v) = pickle::read(&data, &numpy, &limits) {
-            for (_, a) in pickle::find_objects(&v, &is_array, &limits, pickle::memory_budget(0))
-                .unwrap_or_default()
+            for (_, a) in
+                pickle::find_objects(&v, &data, &is_array, &limits, pickle::memory_budget(0))
+                    .unwrap_or_default()
             {
                 let d = a.arg("buffer").or(pickle::index(a.state.as_ref(), 4));
                 if let Ok(tensorfmt_core::DataLocation::Range { offset, len }) =
@@ -764,9 +765,14 @@ fn numpy_pickles_by_the_real_tools() {
         let bytes = std::fs::read(dir.join(file)).unwrap();
         let v = pickle::read(&bytes, &numpy_all_paths(), &Limits::default())
             .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let found =
-            pickle::find_objects(&v, &is_array, &Limits::default(), pickle::memory_budget(0))
-                .unwrap();
+        let found = pickle::find_objects(
+            &v,
+            &bytes,
+            &is_array,
+            &Limits::default(),
+            pickle::memory_budget(0),
+        )
+        .unwrap();
         let arrays = arrays.as_object().unwrap();
         assert_eq!(found.len(), arrays.len(), "{file}");
         for (path, a) in found {

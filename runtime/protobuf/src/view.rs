@@ -219,6 +219,34 @@ impl<'a> Field<'a> {
         }
         self.message(field, depth, limits)
     }
+
+    /// [`Field::message`] of an item of a repeated message field that holds `held` items
+    /// already. The items of the formats' repeated messages are tensors or what describes
+    /// them (a record's tensors, a graph's initializers and nodes): at most
+    /// `limits.max_tensors` are read, each view taking memory for a few bytes of input
+    /// (an empty message takes two), past them an [`ErrorKind::Limit`] at the item.
+    #[inline]
+    pub fn message_item<M: View<'a>>(
+        &self,
+        held: usize,
+        field: &str,
+        depth: u64,
+        limits: &Limits,
+    ) -> Result<M> {
+        if held as u64 >= limits.max_tensors {
+            return Err(Error::new(
+                ErrorKind::Limit {
+                    what: "items of a repeated message field (`Limits::max_tensors`)",
+                    limit: limits.max_tensors,
+                    actual: held as u64 + 1,
+                },
+                Location::default()
+                    .with_offset(self.offset)
+                    .with_field(field.to_string()),
+            ));
+        }
+        self.message(field, depth, limits)
+    }
 }
 
 /// Whether every field of the message `bytes` (first byte at `base`) is well formed and

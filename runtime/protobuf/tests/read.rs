@@ -58,3 +58,52 @@ fn protobuf_fields_are_decoded_into_elements() {
     .unwrap_err();
     assert!(e.to_string().contains("'h'"), "{e}");
 }
+
+/// `message Item { optional int64 n = 1; }` and `message List { repeated Item items = 1; }`.
+#[derive(Debug, Default, tensorfmt_protobuf::View)]
+#[view(name = "Item", crate = "tensorfmt_protobuf")]
+struct Item<'a> {
+    #[view(span)]
+    span: tensorfmt_protobuf::Span<'a>,
+    #[view(1, varint)]
+    n: Option<i64>,
+}
+
+#[derive(Debug, Default, tensorfmt_protobuf::View)]
+#[view(name = "List", crate = "tensorfmt_protobuf")]
+struct List<'a> {
+    #[view(span)]
+    span: tensorfmt_protobuf::Span<'a>,
+    #[view(1, message, repeated)]
+    items: Vec<Item<'a>>,
+}
+
+/// The items of a repeated message field are views of a few bytes of input each (two for
+/// an empty message): at most `Limits::max_tensors` are read, the one past them refused
+/// where it is.
+#[test]
+fn repeated_messages_are_bounded_as_they_are_read() {
+    let msg = [0x0a, 0x00].repeat(5);
+    let limits = |n| tensorfmt_core::Limits {
+        max_tensors: n,
+        ..Default::default()
+    };
+    let list: List<'_> = tensorfmt_protobuf::read(&msg, 0, 0, &limits(5)).unwrap();
+    assert_eq!(list.items.len(), 5);
+    assert_eq!((list.span.bytes.len(), list.items[4].span.base), (10, 10));
+    assert_eq!(list.items[0].n, None);
+    let e = tensorfmt_protobuf::read::<List<'_>>(&msg, 100, 0, &limits(4)).unwrap_err();
+    assert!(
+        matches!(
+            e.kind,
+            tensorfmt_core::ErrorKind::Limit {
+                limit: 4,
+                actual: 5,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.location.offset, Some(108));
+    assert_eq!(e.location.field.as_deref(), Some("List.items"));
+}

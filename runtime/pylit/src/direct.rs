@@ -61,11 +61,27 @@ fn refuse<E: serde::de::Error>(why: &str) -> E {
 
 /// A dict: its keys by [`Dict::KEYS`], each value read by [`Dict::read`]; every required
 /// key present, none repeated, none undeclared unless the dict has a `rest` key.
-pub(crate) struct DictVisitor<T>(PhantomData<T>);
+/// The refusal of a dict whose `rest` key takes more items than the visitor's limit:
+/// final, the slower path would refuse it too.
+pub(crate) const PAST_MAX_REST: &str = "more items than the limit";
+
+/// At most `max_rest` items go to the `rest` key (more: refused, [`PAST_MAX_REST`]).
+pub(crate) struct DictVisitor<T> {
+    max_rest: u64,
+    of: PhantomData<T>,
+}
 
 impl<T> DictVisitor<T> {
     pub(crate) fn new() -> Self {
-        DictVisitor(PhantomData)
+        DictVisitor::with_max_rest(u64::MAX)
+    }
+
+    /// A visitor that refuses a dict whose `rest` key takes more than `max_rest` items.
+    pub(crate) fn with_max_rest(max_rest: u64) -> Self {
+        DictVisitor {
+            max_rest,
+            of: PhantomData,
+        }
     }
 }
 
@@ -95,6 +111,9 @@ impl<'de, T: Dict> Visitor<'de> for DictVisitor<T> {
                     i
                 }
                 None => match rest {
+                    Some(_) if hashes.len() as u64 >= self.max_rest => {
+                        return Err(refuse(PAST_MAX_REST))
+                    }
                     Some(i) => {
                         hashes.push(fnv(&key));
                         i

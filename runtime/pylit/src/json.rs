@@ -66,13 +66,29 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits, unique: bool) ->
     if keys.len() > 64 || !is_object || text.len() as u64 > limits.max_header_bytes {
         return from_dict(&parse_with(text, limits, unique)?);
     }
+    // The items of the `rest` key are one per name (a safetensors header's tensors): at
+    // most `limits.max_tensors`, counted as they are read, before they take memory.
+    let max_rest = limits.max_tensors;
     // The direct path: no value tree at all, when the text reads plainly (see
     // `crate::direct`); anything else is read below, which gives the result or the error.
+    let past_max_rest = || {
+        Error::from(ErrorKind::Limit {
+            what: "items of a dict beyond its declared keys (one per tensor, \
+                   `Limits::max_tensors`)",
+            limit: max_rest,
+            actual: max_rest.saturating_add(1),
+        })
+    };
     let mut de = serde_json::Deserializer::from_slice(text);
-    if let Ok(out) =
-        <T as crate::FromPy>::from_json_direct(&mut de).and_then(|out| de.end().map(|()| out))
+    match de
+        .deserialize_map(crate::direct::DictVisitor::<T>::with_max_rest(max_rest))
+        .and_then(|out| de.end().map(|()| out))
     {
-        return Ok(out);
+        Ok(out) => return Ok(out),
+        Err(e) if e.to_string().starts_with(crate::direct::PAST_MAX_REST) => {
+            return Err(past_max_rest())
+        }
+        Err(_) => {}
     }
     let mut items = Items {
         unique,
@@ -80,15 +96,20 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits, unique: bool) ->
         seen: 0,
         failed: Vec::new(),
         hashes: Vec::new(),
+        max_rest,
+        rest: 0,
     };
     let mut de = serde_json::Deserializer::from_slice(text);
-    (&mut de)
+    let read = (&mut de)
         .deserialize_map(&mut items)
-        .and_then(|()| de.end())
-        .map_err(|e| ErrorKind::Codec {
-            codec: CODEC,
-            message: e.to_string(),
-        })?;
+        .and_then(|()| de.end());
+    if items.rest > max_rest {
+        return Err(past_max_rest());
+    }
+    read.map_err(|e| ErrorKind::Codec {
+        codec: CODEC,
+        message: e.to_string(),
+    })?;
     items.hashes.sort_unstable();
     if items.hashes.windows(2).any(|w| w[0] == w[1]) {
         return from_dict(&parse_with(text, limits, unique)?);
@@ -113,14 +134,17 @@ pub(crate) fn parse_dict<T: Dict>(text: &[u8], limits: &Limits, unique: bool) ->
 }
 
 /// The state of [`parse_dict`]: the dict being filled, the keys set (bit `i` for
-/// `T::KEYS[i]`), the first error of each key (its field named), and a hash of every key
-/// met, to find a repeated one.
+/// `T::KEYS[i]`), the first error of each key (its field named), a hash of every key
+/// met, to find a repeated one, and the items of the `rest` key, at most `max_rest`
+/// (reading stops at the one past them).
 struct Items<T> {
     unique: bool,
     out: T,
     seen: u64,
     failed: Vec<(usize, Error)>,
     hashes: Vec<u64>,
+    max_rest: u64,
+    rest: u64,
 }
 
 impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
@@ -133,11 +157,18 @@ impl<'de, T: Dict> Visitor<'de> for &mut Items<T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
         let rest = T::KEYS.iter().position(|k| matches!(k, Key::Rest));
         while let Some(Text(key)) = map.next_key::<Text<'de>>()? {
+            let known = T::KEYS.iter().position(|k| k.name() == Some(&*key));
+            if known.is_none() && rest.is_some() {
+                self.rest += 1;
+                if self.rest > self.max_rest {
+                    return Err(serde::de::Error::custom("more items than the limit"));
+                }
+            }
             let value = map.next_value_seed(JsonVisitor {
                 unique: self.unique,
             })?;
             self.hashes.push(fnv(&key));
-            let i = match T::KEYS.iter().position(|k| k.name() == Some(&*key)) {
+            let i = match known {
                 Some(i) => {
                     self.seen |= 1 << i;
                     i
@@ -193,15 +224,122 @@ impl<'de> Deserialize<'de> for Text<'de> {
 
 /// Encodes a value as compact JSON (`{"a":[1,2]}`, no spaces, keys in the given order).
 /// Tuples and lists are arrays, bytes an array of numbers, `None` is `null`; a
-/// non-finite float is an error (JSON has none).
+/// non-finite float is an error (JSON has none). A dict that repeats a key keeps one
+/// item for it (the last value at the first position).
+///
+/// Written straight from the value: no JSON tree is built (a header of a million entries
+/// costs its text), except for a dict that repeats a key.
 pub fn encode(v: &PyValue) -> Result<String> {
-    serde_json::to_string(&to_json(v)?).map_err(|e| {
+    serde_json::to_string(&Direct(v)).map_err(|e| {
         ErrorKind::Codec {
             codec: CODEC,
             message: e.to_string(),
         }
         .into()
     })
+}
+
+/// [`encode`] of the dict `d`'s value ([`crate::ToPy::to_py`]), its items made one at a
+/// time ([`Dict::each_item`]): a header of a million entries costs its text, its keys and
+/// one entry's value. A dict that repeats a key is encoded from its value.
+pub fn encode_dict<D: Dict>(d: &D) -> Result<String> {
+    use serde::ser::{SerializeMap, Serializer as _};
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::new(&mut out);
+    let mut map = ser.serialize_map(None).map_err(|e| codec_error(&e))?;
+    let mut keys = std::collections::HashSet::new();
+    let mut repeated = false;
+    d.each_item(&mut |k, v| {
+        if !keys.insert(k) {
+            repeated = true;
+            // Stops the walk; the value is encoded whole below.
+            return Err(ErrorKind::Invalid(String::new()).into());
+        }
+        map.serialize_entry(k, &Direct(&v))
+            .map_err(|e| codec_error(&e))
+    })
+    .or_else(|e| if repeated { Ok(()) } else { Err(e) })?;
+    if repeated {
+        return encode(&crate::ToPy::to_py(d));
+    }
+    map.end().map_err(|e| codec_error(&e))?;
+    drop(keys);
+    String::from_utf8(out).map_err(|_| {
+        ErrorKind::Codec {
+            codec: CODEC,
+            message: "the text is not UTF-8".into(),
+        }
+        .into()
+    })
+}
+
+/// A serializer's error as [`encode`] reports it.
+fn codec_error(e: &serde_json::Error) -> Error {
+    ErrorKind::Codec {
+        codec: CODEC,
+        message: e.to_string(),
+    }
+    .into()
+}
+
+/// A value serialized as [`encode`] writes it, without an intermediate tree.
+struct Direct<'a>(&'a PyValue);
+
+impl serde::Serialize for Direct<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        use serde::ser::{Error as _, SerializeMap, SerializeSeq};
+        match self.0 {
+            PyValue::None => s.serialize_unit(),
+            PyValue::Bool(b) => s.serialize_bool(*b),
+            PyValue::Int(i) => match (u64::try_from(*i), i64::try_from(*i)) {
+                (Ok(u), _) => s.serialize_u64(u),
+                (_, Ok(v)) => s.serialize_i64(v),
+                _ => Err(S::Error::custom(format!("{i} does not fit in 64 bits"))),
+            },
+            PyValue::Float(f) if f.is_finite() => s.serialize_f64(*f),
+            PyValue::Float(f) => Err(S::Error::custom(format!("{f} has no JSON form"))),
+            PyValue::Str(t) => s.serialize_str(t),
+            PyValue::Bytes(b) => s.collect_seq(b.iter().map(|&x| u64::from(x))),
+            PyValue::Tuple(items) | PyValue::List(items) => {
+                let mut seq = s.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&Direct(item))?;
+                }
+                seq.end()
+            }
+            PyValue::Dict(items) => {
+                let mut keys = std::collections::HashSet::with_capacity(items.len());
+                for (k, _) in items {
+                    let PyValue::Str(k) = k else {
+                        return Err(S::Error::custom(format!(
+                            "a {} key has no JSON form",
+                            k.type_name()
+                        )));
+                    };
+                    if !keys.insert(k.as_str()) {
+                        // A repeated key: one item per key, as a JSON object keeps them.
+                        let tree =
+                            to_json(self.0).map_err(|e| S::Error::custom(codec_message(&e)))?;
+                        return serde::Serialize::serialize(&tree, s);
+                    }
+                }
+                drop(keys);
+                let mut map = s.serialize_map(Some(items.len()))?;
+                for (k, v) in items {
+                    map.serialize_entry(&Direct(k), &Direct(v))?;
+                }
+                map.end()
+            }
+        }
+    }
+}
+
+/// The message of a [`to_json`] error, as [`encode`] words it.
+fn codec_message(e: &Error) -> String {
+    match &e.kind {
+        ErrorKind::Codec { message, .. } => message.clone(),
+        _ => e.to_string(),
+    }
 }
 
 fn to_json(v: &PyValue) -> Result<serde_json::Value> {
@@ -456,6 +594,71 @@ mod tests {
             encode(&distinct).unwrap(),
             r#"{"j":0,"i":1,"h":2,"g":3,"f":4,"e":5,"d":6,"c":7,"b":8,"a":9}"#
         );
+    }
+
+    /// Written straight from the value, the text is what the JSON tree writes, a dict
+    /// that repeats a key included; errors word the same.
+    #[test]
+    fn direct_encoding_is_the_tree_s_text() {
+        let s = |t: &str| PyValue::Str(t.into());
+        let v = PyValue::Dict(vec![
+            (s("n"), PyValue::None),
+            (
+                s("i"),
+                PyValue::List(vec![PyValue::Int(-5), PyValue::Int(u64::MAX.into())]),
+            ),
+            (
+                s("f"),
+                PyValue::Tuple(vec![PyValue::Float(0.1), PyValue::Float(-2.0)]),
+            ),
+            (s("b"), PyValue::Bytes(vec![0, 255])),
+            (s("t"), PyValue::Bool(true)),
+            (
+                s("q\"\u{1}"),
+                PyValue::Dict(vec![(s("k"), s("v")), (s("k"), s("w"))]),
+            ),
+        ]);
+        let tree = serde_json::to_string(&to_json(&v).unwrap()).unwrap();
+        assert_eq!(encode(&v).unwrap(), tree);
+        assert!(encode(&v).unwrap().contains(r#"{"k":"w"}"#));
+        let huge = PyValue::List(vec![PyValue::Int(1 << 70)]);
+        let e = encode(&huge).unwrap_err();
+        assert!(e.to_string().contains("does not fit in 64 bits"), "{e}");
+        let key = PyValue::Dict(vec![(PyValue::Int(1), PyValue::None)]);
+        let e = encode(&key).unwrap_err();
+        assert!(e.to_string().contains("key has no JSON form"), "{e}");
+    }
+
+    /// A header: `format` then the entries of the rest key, made one at a time.
+    #[derive(Default)]
+    struct Header(Vec<(String, u64)>);
+
+    impl Dict for Header {
+        const KEYS: &'static [Key] = &[Key::Required("format"), Key::Rest];
+        fn read<V: crate::ItemValue>(&mut self, _: usize, _: &str, _: V) -> crate::Got<V> {
+            Ok(())
+        }
+        fn items(&self) -> Vec<(&str, PyValue)> {
+            let mut items = vec![("format", PyValue::Str("pt".into()))];
+            items.extend(
+                self.0
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), PyValue::Int((*v).into()))),
+            );
+            items
+        }
+    }
+
+    /// A dict encoded item by item is its value's text; one that repeats a key keeps one
+    /// item for it, as its value's text does.
+    #[test]
+    fn dicts_encode_item_by_item_as_their_value() {
+        let h = Header(vec![("a".into(), 1), ("b\"".into(), 2)]);
+        let text = encode_dict(&h).unwrap();
+        assert_eq!(text, r#"{"format":"pt","a":1,"b\"":2}"#);
+        assert_eq!(text, encode(&crate::ToPy::to_py(&h)).unwrap());
+        let twice = Header(vec![("a".into(), 1), ("format".into(), 2), ("a".into(), 3)]);
+        assert_eq!(encode_dict(&twice).unwrap(), r#"{"format":2,"a":3}"#);
     }
 
     #[test]

@@ -119,6 +119,14 @@ pub trait Dict: Default {
     /// The items, in declared order (the undeclared ones where the `rest` key is), an
     /// optional key that is `None` left out: what [`ToPy`] and [`literal`] encode.
     fn items(&self) -> Vec<(&str, PyValue)>;
+
+    /// Hands the items of [`Dict::items`] to `f` one by one, each value made as it is
+    /// handed over and dropped after, so that an encoder
+    /// ([`crate::json::encode_dict`]) holds one at a time; stops at `f`'s first error.
+    /// Generated dicts with a `rest` key implement it so.
+    fn each_item<'a>(&'a self, f: &mut dyn FnMut(&'a str, PyValue) -> Result<()>) -> Result<()> {
+        self.items().into_iter().try_for_each(|(k, v)| f(k, v))
+    }
 }
 
 /// Reads the dict `value` as `T`: keys in declared order, a missing required key or a
@@ -657,6 +665,37 @@ mod tests {
                 assert_eq!(a.location.field, b.location.field, "{text}");
             }
             (a, b) => panic!("{text}: {a:?} / {b:?}"),
+        }
+    }
+
+    /// A JSON dict's `rest` items are at most `Limits::max_tensors`, counted as they are
+    /// read, on the direct path and on the one item by item (a key with an escape).
+    #[test]
+    fn json_rest_items_are_bounded_as_they_are_read() {
+        type M = Meta<Vec<u64>, Vec<u64>>;
+        let limits = Limits {
+            max_tensors: 2,
+            ..Limits::default()
+        };
+        let two = r#"{"w": [1], "a": [1], "__metadata__": {"k": "v"}, "b\u0041": [2]}"#;
+        let m = M::from_json(two.as_bytes(), &limits).unwrap();
+        assert_eq!(m.rest.0.len(), 2);
+        for three in [
+            r#"{"w": [1], "a": [1], "b": [2], "c": [3]}"#,
+            r#"{"w": [1], "a\u0041": [1], "b": [2], "c": "not read"}"#,
+        ] {
+            let e = M::from_json(three.as_bytes(), &limits).unwrap_err();
+            assert!(
+                matches!(
+                    e.kind,
+                    ErrorKind::Limit {
+                        limit: 2,
+                        actual: 3,
+                        ..
+                    }
+                ),
+                "{three}: {e}"
+            );
         }
     }
 

@@ -146,6 +146,9 @@ pub fn starts_like_zip(src: &dyn RandomAccess) -> bool {
 }
 const MAX_COMMENT: u64 = 0xffff;
 const U32_MAX: u64 = 0xffff_ffff;
+/// The longest member name a zip archive holds, in bytes: its length is a 16-bit field of
+/// the local and central headers.
+pub const MAX_NAME_BYTES: u64 = 0xffff;
 /// Output block of the lazily decompressing source, and input chunk of both readers.
 const BLOCK: usize = 64 << 10;
 /// Members whose declared size is at most this are never refused for their compression
@@ -200,6 +203,9 @@ pub struct ZipIndex {
     members: Vec<ZipMember>,
     /// Indices of `members`, sorted by name.
     by_name: Vec<u32>,
+    /// The stored members whose CRC-32 was checked in full from the map: read again
+    /// (another view of the same storage), they are not hashed again.
+    checked: location::Checked,
 }
 
 /// What the end-of-central-directory records say.
@@ -248,7 +254,11 @@ impl ZipIndex {
             pos = next;
         }
         let by_name = check_unambiguous(&mut members, cd.start)?;
-        Ok(ZipIndex { members, by_name })
+        Ok(ZipIndex {
+            members,
+            by_name,
+            checked: Default::default(),
+        })
     }
 
     /// An index of one member (a member located apart from its archive's index).
@@ -256,6 +266,7 @@ impl ZipIndex {
         ZipIndex {
             members: vec![member],
             by_name: vec![0],
+            checked: Default::default(),
         }
     }
 
@@ -1406,9 +1417,20 @@ impl<W: Write + Seek> ZipWriter<W> {
     /// name first ([`safe_member_name`]). With `align` > 1 the member's data starts at a
     /// multiple of `align` bytes in the archive (padding goes into the local header's
     /// extra field); this is what makes stored members mappable. Deflate uses the default
-    /// level (6).
+    /// level (6). A name longer than [`MAX_NAME_BYTES`] is refused, naming it, before anything of the
+    /// member is written.
     pub fn start_member(&mut self, name: &str, compression: Compression, align: u16) -> Result<()> {
         let name = &*safe_member_name(name);
+        if name.len() as u64 > MAX_NAME_BYTES {
+            return Err(Error::new(
+                ErrorKind::Unsupported(format!(
+                    "a zip member name of {} bytes: zip archives hold names of at most \
+                     {MAX_NAME_BYTES} bytes",
+                    name.len()
+                )),
+                Location::default().with_entry(name),
+            ));
+        }
         let method = match compression {
             Compression::Stored => zip::CompressionMethod::Stored,
             Compression::Deflate => zip::CompressionMethod::Deflated,
@@ -2279,6 +2301,28 @@ mod tests {
         // Plain io errors pass through io_to_error as Io.
         let e = io_to_error(io::Error::new(io::ErrorKind::UnexpectedEof, "eof"));
         assert!(matches!(e.kind, ErrorKind::Io(_)));
+    }
+
+    #[test]
+    fn member_names_past_the_zip_limit_are_refused_without_a_panic() {
+        let at_limit = "a".repeat(MAX_NAME_BYTES as usize);
+        let over = "\u{20ac}".repeat(21_846); // 65,538 bytes in 21,846 characters
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        w.start_member("first", Compression::Stored, 64).unwrap();
+        w.write_all(b"1").unwrap();
+        let e = w.start_member(&over, Compression::Deflate, 64).unwrap_err();
+        assert!(e.to_string().contains("65538 bytes"), "{e}");
+        assert_eq!(e.location.entry.as_deref(), Some(over.as_str()));
+        w.start_member(&at_limit, Compression::Stored, 64).unwrap();
+        w.write_all(b"2").unwrap();
+        let archive = w.finish().unwrap().into_inner();
+        let index = ZipIndex::read(&bytes(archive), &Limits::default()).unwrap();
+        assert_eq!(index.members().len(), 2);
+        assert_eq!(index.members()[1].name, at_limit);
+        // Dropped after the refusal, unfinished: no panic either.
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        assert!(w.start_member(&over, Compression::Stored, 0).is_err());
+        drop(w);
     }
 
     fn python() -> Option<&'static str> {

@@ -3,6 +3,7 @@
 //! same pass, compressed ones inflated and checked as they stream.
 
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tensorfmt_core::error::{Error, ErrorKind, Location, Result};
@@ -115,7 +116,9 @@ impl Encoded for ZipIndex {
         sink: &mut dyn Sink,
         opts: &ReadOptions,
     ) -> Result<()> {
-        read_member(src, info, self.part(part)?, skip, len, sink, opts)
+        let member = self.part(part)?;
+        let checked = (&self.checked, self.members().len());
+        read_member(src, info, (member, part), checked, (skip, len), sink, opts)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -130,12 +133,62 @@ impl Encoded for ZipIndex {
     }
 }
 
+/// The members of an index whose CRC-32 was checked in full ([`ZipIndex`]'s `checked`):
+/// a flag per member, made at the first check. A copy of the index checks again; two
+/// indexes compare equal whatever they checked.
+#[derive(Default)]
+pub(crate) struct Checked(std::sync::OnceLock<Box<[AtomicBool]>>);
+
+impl Checked {
+    /// True when member `part` was checked.
+    fn is(&self, part: u64) -> bool {
+        self.0
+            .get()
+            .and_then(|f| f.get(usize::try_from(part).ok()?))
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+    }
+
+    /// Notes that member `part` of `members` members was checked.
+    fn set(&self, part: u64, members: usize) {
+        let flags = self
+            .0
+            .get_or_init(|| (0..members).map(|_| AtomicBool::new(false)).collect());
+        if let Some(f) = usize::try_from(part).ok().and_then(|i| flags.get(i)) {
+            f.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Clone for Checked {
+    fn clone(&self) -> Self {
+        Checked::default()
+    }
+}
+
+impl PartialEq for Checked {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Checked {}
+
+impl std::fmt::Debug for Checked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Checked")
+    }
+}
+
+/// Pushes `len` bytes of `member` (number `part` of its index), `skip` bytes into its
+/// content, into `sink`. A stored member of a map has its CRC-32 checked in full the first
+/// time it is read (`checked`, of the index's `members` members, remembers it), so that
+/// many views of one storage hash it once.
 fn read_member(
     src: &Source,
     info: &TensorInfo,
-    member: &ZipMember,
-    skip: u64,
-    len: u64,
+    (member, part): (&ZipMember, u64),
+    (checked, members): (&Checked, usize),
+    (skip, len): (u64, u64),
     sink: &mut dyn Sink,
     opts: &ReadOptions,
 ) -> Result<()> {
@@ -177,7 +230,8 @@ fn read_member(
                 }))
             }
         };
-        if opts.verify_checksums && !sink.keeps_views() {
+        let verify = opts.verify_checksums && !checked.is(part);
+        if verify && !sink.keeps_views() {
             // One pass: each piece is checksummed just before the sink copies it, while
             // it is still in the cache; the member's bytes around the tensor are
             // checksummed too. A mismatch fails the read once the tensor is pushed.
@@ -190,10 +244,12 @@ fn read_member(
             }
             hasher.update(&whole[end..]);
             check(hasher.finalize())?;
+            checked.set(part, members);
             return Ok(());
         }
-        if opts.verify_checksums {
+        if verify {
             check(crc32fast::hash(whole))?;
+            checked.set(part, members);
         }
         if view_or_push(src, info, data_offset + skip, len, sink, opts)? {
             return Ok(());
@@ -257,4 +313,67 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Cursor, Write};
+
+    use tensorfmt_core::read::read_tensor;
+    use tensorfmt_core::sink::{OwnedSink, ViewSink};
+    use tensorfmt_core::{ByteOrder, DType, Order};
+
+    use super::*;
+    use crate::ZipWriter;
+
+    /// An archive of one stored member of 4096 bytes, its data from `data_offset`.
+    fn archive() -> (Vec<u8>, u64) {
+        let mut w = ZipWriter::new(Cursor::new(Vec::new()));
+        w.start_member("data/0", Compression::Stored, 64).unwrap();
+        w.write_all(&(0..4096u32).map(|i| i as u8).collect::<Vec<_>>())
+            .unwrap();
+        let bytes = w.finish().unwrap().into_inner();
+        let src = Source::from_bytes(bytes.clone());
+        let zip = index(&src, &Limits::default()).unwrap();
+        let at = zip.members()[0].data_offset(src.data()).unwrap();
+        (bytes, at)
+    }
+
+    /// Reads the 16 bytes at `skip` of the member as a tensor, into a copy or as a view.
+    fn read(src: &Source, skip: u64, views: bool) -> Result<()> {
+        let zip = index(src, &Limits::default())?;
+        let loc = location(&zip, &zip.members()[0], skip, 16);
+        let info = TensorInfo::dense("t", DType::U8, vec![16], Order::C, ByteOrder::Little, loc)?;
+        let opts = ReadOptions::default();
+        if views {
+            read_tensor(src, &info, &mut ViewSink::new(), &opts).map(|_| ())
+        } else {
+            read_tensor(src, &info, &mut OwnedSink::new(), &opts).map(|_| ())
+        }
+    }
+
+    /// Many views of one stored member check its CRC-32 once: the first read that checks
+    /// it in full marks it, the next ones push their window alone; a damaged member is
+    /// never marked, and every read of it fails.
+    #[test]
+    fn a_member_is_checksummed_once_for_all_its_views() {
+        for views in [false, true] {
+            let (bytes, _) = archive();
+            let src = Source::from_bytes(bytes);
+            let zip = index(&src, &Limits::default()).unwrap();
+            assert!(!zip.checked.is(0));
+            read(&src, 0, views).unwrap();
+            assert!(zip.checked.is(0));
+            read(&src, 4000, views).unwrap();
+
+            let (mut bytes, at) = archive();
+            bytes[at as usize + 100] ^= 1;
+            let src = Source::from_bytes(bytes);
+            for skip in [0, 200] {
+                let e = read(&src, skip, views).unwrap_err();
+                assert!(matches!(e.kind, ErrorKind::Checksum { .. }), "{e}");
+            }
+            assert!(!index(&src, &Limits::default()).unwrap().checked.is(0));
+        }
+    }
 }

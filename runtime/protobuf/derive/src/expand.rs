@@ -216,7 +216,9 @@ pub(crate) fn view(input: &DeriveInput) -> syn::Result<TokenStream> {
         let what = format!("{name}.{}", field.strip_prefix("r#").unwrap_or(&field));
         let value = match h.kind {
             Kind::Bool => quote!(f.varint(#what)? != 0),
-            Kind::Message if h.hold == Hold::Repeated => quote!(f.message(#what, depth, limits)?),
+            Kind::Message if h.hold == Hold::Repeated => {
+                quote!(f.message_item(self.#id.len(), #what, depth, limits)?)
+            }
             Kind::Message => quote!(f.message_once(self.#id.is_some(), #what, depth, limits)?),
             k => {
                 let accessor = format_ident!(
@@ -335,7 +337,7 @@ mod tests {
                         2 => self.data_type = ::core::option::Option::Some(f.varint("TensorProto.data_type")?),
                         6 => self.string_data.push(f.bytes("TensorProto.string_data")?),
                         8 => self.name = ::core::option::Option::Some(f.str("TensorProto.name")?),
-                        13 => self.external_data.push(f.message("TensorProto.external_data", depth, limits)?),
+                        13 => self.external_data.push(f.message_item(self.external_data.len(), "TensorProto.external_data", depth, limits)?),
                         3 => self.r#type = ::core::option::Option::Some(::std::boxed::Box::new(
                             f.message_once(self.r#type.is_some(), "TensorProto.type", depth, limits)?
                         )),
