@@ -1,5 +1,5 @@
 //! Files of many entries, for the benches that show work linear in their number
-//! (`benches/scaling.rs`): safetensors files of `n` one-element tensors (what `diff`
+//! (`benches/scaling.rs`): safetensors files of `n` small tensors (what `diff`
 //! pairs by name), and torch.distributed checkpoints whose `.metadata` nests `n` tensors
 //! under their own first keys in `planner_data`, or tiles one tensor by `n` chunks.
 //!
@@ -16,20 +16,20 @@ use crate::Result;
 /// The module of DCP's metadata classes.
 const MODULE: &str = "torch.distributed.checkpoint.metadata";
 
-/// Writes a safetensors file of `n` float32 tensors of one element, `layer{i}.w` holding
-/// `i`, and `last` as the last one's value.
+/// Writes a safetensors file of `n` float32 tensors of 32 elements, `layer{i}.w` holding
+/// `i` in each, `last` in the last one's.
 pub fn safetensors(path: &Path, n: usize, last: f32) -> Result<()> {
     let mut saver = Saver::create(path, Some("safetensors"), &WriteOptions::default())?;
     for i in 0..n {
         let meta = TensorMeta {
             name: format!("layer{i}.w"),
             dtype: DType::F32,
-            shape: vec![1],
+            shape: vec![32],
             order: Order::C,
             byte_order: ByteOrder::Little,
         };
         let value = if i + 1 == n { last } else { i as f32 };
-        saver.add_bytes(&meta, &value.to_le_bytes())?;
+        saver.add_bytes(&meta, &value.to_le_bytes().repeat(32))?;
     }
     saver.commit()?;
     Ok(())

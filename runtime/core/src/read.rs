@@ -12,7 +12,8 @@ use crate::tensor::{DataLocation, TensorInfo};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOptions {
     /// Check the CRC-32 of zip members (default true). Stored members viewed zero-copy are
-    /// checksummed over their whole content before the view is offered.
+    /// checksummed over their whole content before the view is offered; a stored member
+    /// of a map is checksummed the first time it is read, not again for its other views.
     pub verify_checksums: bool,
     /// Largest chunk pushed to a sink, in bytes (default 4 MiB).
     pub chunk_size: usize,
