@@ -939,7 +939,8 @@ mod tests {
         std::fs::write(dir.join("sub/lock"), b"lock").unwrap();
     }
 
-    fn names(dir: &Path) -> Vec<String> {
+    /// The names in `dir`, sorted (the folder commit's tests use it too).
+    pub(super) fn names(dir: &Path) -> Vec<String> {
         let mut n: Vec<String> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

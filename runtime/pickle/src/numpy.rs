@@ -447,9 +447,14 @@ mod tests {
     }
 
     fn le() -> Value {
+        float32_with_order("<")
+    }
+
+    /// A float32 dtype whose full state gives byte order `order`.
+    fn float32_with_order(order: &str) -> Value {
         dtype(Value::tuple(vec![
             Value::Int(3),
-            Value::str("<"),
+            Value::str(order),
             Value::None,
             Value::None,
             Value::None,
@@ -509,16 +514,7 @@ mod tests {
                 vec![
                     Value::Int(1),
                     shape(),
-                    dtype(Value::tuple(vec![
-                        Value::Int(3),
-                        Value::str(""),
-                        Value::None,
-                        Value::None,
-                        Value::None,
-                        Value::Int(-1),
-                        Value::Int(-1),
-                        Value::Int(0),
-                    ])),
+                    float32_with_order(""),
                     Value::Int(0),
                     data.clone(),
                 ],

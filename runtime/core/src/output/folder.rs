@@ -423,6 +423,7 @@ pub fn remove_folder_of(path: &Path, kind: &FolderKind) -> Result<bool> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::names;
     use super::*;
 
     /// The format of these tests: `ckpt` (which must read `ok`) and `part.N`.
@@ -482,15 +483,6 @@ mod tests {
         std::fs::write(d.path().join("ckpt"), b"ok").unwrap();
         std::fs::write(d.path().join("part.0"), gen).unwrap();
         d
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut n: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        n.sort();
-        n
     }
 
     #[cfg(unix)]
