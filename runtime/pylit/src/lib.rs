@@ -1029,75 +1029,14 @@ fn float_repr(f: f64) -> String {
     }
 }
 
+/// Python's `repr` of `s` (the core's rule, `str.isprintable` exactly).
 fn str_repr(out: &mut String, s: &str) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.push(quote);
-    for ch in s.chars() {
-        match ch {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if is_printable(c) => out.push(c),
-            c => {
-                let code = c as u32;
-                if code < 0x100 {
-                    out.push_str(&format!("\\x{code:02x}"));
-                } else if code < 0x10000 {
-                    out.push_str(&format!("\\u{code:04x}"));
-                } else {
-                    out.push_str(&format!("\\U{code:08x}"));
-                }
-            }
-        }
-    }
-    out.push(quote);
+    tensorfmt_core::tree::repr_str(s, out);
 }
 
-/// An approximation of Python's `str.isprintable` for `repr`: ASCII printables, and
-/// non-ASCII characters other than controls, separators and the like.
-fn is_printable(c: char) -> bool {
-    if c.is_ascii() {
-        return (' '..='~').contains(&c);
-    }
-    !(c.is_control()
-        || c.is_whitespace()
-        || matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
-            | '\u{e000}'..='\u{f8ff}'))
-}
-
+/// Python's `repr` of the byte string `b` (the core's rule).
 fn bytes_repr(out: &mut String, b: &[u8]) {
-    let quote = if b.contains(&b'\'') && !b.contains(&b'"') {
-        '"'
-    } else {
-        '\''
-    };
-    out.push('b');
-    out.push(quote);
-    for &c in b {
-        match c {
-            b'\\' => out.push_str("\\\\"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            c if c as char == quote => {
-                out.push('\\');
-                out.push(c as char);
-            }
-            0x20..=0x7e => out.push(c as char),
-            c => out.push_str(&format!("\\x{c:02x}")),
-        }
-    }
-    out.push(quote);
+    tensorfmt_core::tree::repr_bytes(b, out);
 }
 
 /// A dict of named items as a Python literal, items in the order given: `{`, each item
