@@ -73,6 +73,12 @@ struct InputArgs {
     /// 128 bytes). Raise it for a file of many tiny tensors refused for this limit.
     #[arg(long, global = true, value_name = "BYTES")]
     max_tensor_bytes: Option<u64>,
+    /// Refuse every pickle global outside the format's allowlist, as
+    /// `torch.load(weights_only=True)` does. By default a class or function the format
+    /// does not know is read as an inert object (its name, arguments and state
+    /// recorded; nothing imported or run), so that whole models and Python objects open.
+    #[arg(long, global = true)]
+    weights_only: bool,
 }
 
 #[derive(Subcommand)]
@@ -308,6 +314,7 @@ impl InputArgs {
         if let Some(n) = self.max_tensor_bytes {
             limits.max_tensor_bytes = Some(n);
         }
+        limits.weights_only = self.weights_only;
         limits
     }
 }

@@ -54,6 +54,11 @@ pub struct Limits {
     /// small file makes the reader spend kilobytes per byte of it. `None`, the default,
     /// grows with the file: [`Limits::tensor_budget`].
     pub max_tensor_bytes: Option<u64>,
+    /// Refuse every pickle global outside the format's allowlist, as
+    /// `torch.load(weights_only=True)` does (the CLI's `--weights-only`). By default such a
+    /// global is read as an inert object: its class path, arguments and state recorded,
+    /// nothing imported or called, so that no code runs either way.
+    pub weights_only: bool,
 }
 
 /// The least per-file budget of decompressed bytes held in memory when
@@ -113,6 +118,7 @@ impl Default for Limits {
             max_inflated_bytes: None,
             max_tree_bytes: None,
             max_tensor_bytes: None,
+            weights_only: false,
         }
     }
 }

@@ -54,7 +54,7 @@ pub use index::{
 };
 pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
 pub use read::{read, read_prefix};
-pub use rules::{Kind, Rules};
+pub use rules::{InlineFn, Kind, Rules};
 pub use tree::{from_tree, to_tree};
 pub use value::{ByteRange, Global, Object, Stream, Value};
 pub use walk::find_objects;

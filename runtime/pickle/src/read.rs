@@ -10,6 +10,7 @@
 //! stops at the opcode that would spend more, naming its offset.
 
 mod convert;
+mod inline;
 
 use std::collections::HashMap;
 use std::mem::size_of;
@@ -278,12 +279,24 @@ enum Content {
     Entries(Vec<(N, N)>),
     /// The keyword arguments of any other (`NEWOBJ_EX`).
     Kwargs(Vec<(N, N)>),
+    /// An inert object's keyword arguments, and the items and entries later opcodes
+    /// append to it (see [`Kind::Inert`]); boxed, so that other calls stay small.
+    Inert(Box<Inert>),
+}
+
+/// What an inert object holds beyond its arguments and state.
+#[derive(Default)]
+struct Inert {
+    kwargs: Vec<(N, N)>,
+    items: Vec<N>,
+    entries: Vec<(N, N)>,
 }
 
 impl ObjN {
     fn items(&self) -> &[N] {
         match &self.content {
             Content::Items(v) => v,
+            Content::Inert(i) => &i.items,
             _ => &[],
         }
     }
@@ -291,6 +304,7 @@ impl ObjN {
     fn entries(&self) -> &[(N, N)] {
         match &self.content {
             Content::Entries(d) => d,
+            Content::Inert(i) => &i.entries,
             _ => &[],
         }
     }
@@ -298,6 +312,7 @@ impl ObjN {
     fn kwargs(&self) -> &[(N, N)] {
         match &self.content {
             Content::Kwargs(d) => d,
+            Content::Inert(i) => &i.kwargs,
             _ => &[],
         }
     }
@@ -853,6 +868,14 @@ impl<'a> Machine<'a> {
                 + arc_bytes(m + n + 1),
         )?;
         let global = Arc::new(Global::new(module, name));
+        if !allowed && !self.limits.weights_only {
+            // Inert: recorded, never imported (see `Kind::Inert`).
+            return self.leaf(Leaf::Global(Rc::new(GlobalN {
+                global,
+                kind: Some(Kind::Inert),
+                refused: false,
+            })));
+        }
         if !allowed {
             if self.refused.len() >= MAX_REFUSED {
                 return Err(self.refusal().unwrap_or_else(|| self.err("global refused")));
@@ -941,12 +964,24 @@ impl<'a> Machine<'a> {
             }
             (_, Body::Object(c)) => {
                 let ob = &mut self.calls[*c as usize];
-                match (what, ob.callee.kind.as_ref(), &mut ob.content) {
-                    ("APPENDS", Some(Kind::List), Content::Items(v))
-                    | ("ADDITEMS", Some(Kind::Set), Content::Items(v)) => {
+                let (kind, content) = (ob.callee.kind.as_ref(), &mut ob.content);
+                let (items, entries) = match content {
+                    Content::Items(v) => (Some(v), None),
+                    Content::Entries(d) => (None, Some(d)),
+                    Content::Inert(b) => (Some(&mut b.items), Some(&mut b.entries)),
+                    Content::Kwargs(_) => (None, None),
+                };
+                let inert = kind == Some(&Kind::Inert);
+                match (what, kind, items, entries) {
+                    ("APPENDS", Some(Kind::List), Some(v), _)
+                    | ("ADDITEMS", Some(Kind::Set), Some(v), _) => {
                         Some(spend.reserve(v, n).map(|_| v.extend(stack.drain(from..))))
                     }
-                    ("SETITEMS", Some(Kind::Dict), Content::Entries(d)) => Some(
+                    ("APPENDS" | "ADDITEMS", _, Some(v), _) if inert => {
+                        Some(spend.reserve(v, n).map(|_| v.extend(stack.drain(from..))))
+                    }
+                    ("SETITEMS", Some(Kind::Dict), _, Some(d))
+                    | ("SETITEMS", Some(Kind::Inert), _, Some(d)) => Some(
                         spend
                             .reserve(d, n / 2)
                             .map(|_| d.extend(pairs(stack.drain(from..)))),
@@ -1002,6 +1037,14 @@ impl<'a> Machine<'a> {
             Kind::Call { .. } | Kind::Object => {
                 ob.args = args;
                 ob.content = Content::Kwargs(kwargs);
+            }
+            Kind::Inert => {
+                self.charge(size_of::<Inert>() as u64)?;
+                ob.args = args;
+                ob.content = Content::Inert(Box::new(Inert {
+                    kwargs,
+                    ..Inert::default()
+                }));
             }
             Kind::Dict | Kind::List | Kind::Set | Kind::Tuple => {
                 if !kwargs.is_empty() || args.len() > 1 {
@@ -1688,18 +1731,24 @@ impl<'a> Machine<'a> {
                     };
                     let o = &mut self.objs[i as usize];
                     let new_h = o.height.max(sh.saturating_add(1));
-                    match &mut o.body {
-                        Body::Object(c) if self.calls[*c as usize].opaque => {}
-                        Body::Object(c) => self.calls[*c as usize].state = Some(state),
+                    let call = match &mut o.body {
+                        Body::Object(c) if self.calls[*c as usize].opaque => None,
+                        Body::Object(c) => {
+                            self.calls[*c as usize].state = Some(state);
+                            Some(*c)
+                        }
                         _ => {
                             return Err(self.err(format!(
                                 "BUILD on {}: it applies to an object built by an allowed call only",
                                 self.type_name(target)
                             )));
                         }
-                    }
+                    };
                     o.height = new_h;
                     self.check_height(new_h)?;
+                    if let Some(c) = call {
+                        self.inline_data(c, state)?;
+                    }
                 }
                 op::PERSID => {
                     self.persistent_ok()?;
@@ -1726,19 +1775,58 @@ impl<'a> Machine<'a> {
                 op::INST => {
                     let module = self.line_str()?;
                     let name = self.line_str()?;
-                    return Err(self.err(format!(
-                        "opcode INST (global '{module}.{name}') is refused: it calls arbitrary classes"
-                    )));
+                    if self.limits.weights_only {
+                        return Err(self.err(format!(
+                            "opcode INST (global '{module}.{name}') is refused under --weights-only, as torch.load(weights_only=True) refuses it"
+                        )));
+                    }
+                    let k = self.pop_mark()?;
+                    let args = self.tuple_from_stack(k)?;
+                    let g = self.global(module, name)?;
+                    let n = self.call(g, args, Vec::new(), "INST")?;
+                    self.push(n)?;
                 }
                 op::OBJ => {
-                    return Err(self.err("opcode OBJ is refused: it calls arbitrary classes"));
+                    if self.limits.weights_only {
+                        return Err(self.err(
+                            "opcode OBJ is refused under --weights-only, as torch.load(weights_only=True) refuses it",
+                        ));
+                    }
+                    let k = self.pop_mark()?;
+                    if self.stack.len() == k {
+                        return Err(self.err("OBJ with no class after its MARK"));
+                    }
+                    let args = self.tuple_from_stack(k + 1)?;
+                    let class = self.pop()?;
+                    let n = self.call(class, args, Vec::new(), "OBJ")?;
+                    self.push(n)?;
                 }
                 op::EXT1 | op::EXT2 | op::EXT4 => {
-                    return Err(self.err("extension registry opcodes (EXT1/2/4) are refused"));
+                    let code = match code {
+                        op::EXT1 => u32::from(self.fixed::<1>()?[0]),
+                        op::EXT2 => u32::from(u16::from_le_bytes(self.fixed::<2>()?)),
+                        _ => u32::from_le_bytes(self.fixed::<4>()?),
+                    };
+                    return Err(self.err(format!(
+                        "extension code {code} (EXT1/2/4): Python reads it only from a copyreg registry that the program loading the pickle fills, which a file cannot name; refused, as pickle.load refuses it"
+                    )));
                 }
-                op::NEXT_BUFFER | op::READONLY_BUFFER => {
+                op::READONLY_BUFFER => {
+                    // A read-only view of the byte string on top: the same bytes.
+                    let top = self.top()?;
+                    if !matches!(
+                        self.leaf_of(top),
+                        Some(Leaf::Bytes(_) | Leaf::Range(_))
+                    ) {
+                        return Err(self.err(format!(
+                            "READONLY_BUFFER on {}: it applies to a byte string",
+                            self.type_name(top)
+                        )));
+                    }
+                }
+                op::NEXT_BUFFER => {
                     return Err(self.err(
-                        "out-of-band buffers (NEXT_BUFFER/READONLY_BUFFER) are not supported",
+                        "NEXT_BUFFER: an out-of-band buffer that the program loading the pickle passes (pickle.loads(buffers=...)); a file holds none",
                     ));
                 }
                 _ => return Err(self.err(format!("unknown opcode 0x{code:02x}"))),
@@ -1766,7 +1854,14 @@ mod tests {
     use super::*;
 
     fn rd(b: &[u8]) -> Result<Value> {
-        read(b, &Rules::new(), &Limits::default())
+        read(b, &Rules::new(), &weights_only())
+    }
+
+    fn weights_only() -> Limits {
+        Limits {
+            weights_only: true,
+            ..Limits::default()
+        }
     }
 
     #[test]
@@ -1778,7 +1873,7 @@ mod tests {
             .contains("global 'posix.system' is not allowed"));
         // Never allowed, whatever the rules say.
         let rules = Rules::new().allow("os", "system", Kind::Class);
-        assert!(read(b"cos\nsystem\n.", &rules, &Limits::default()).is_err());
+        assert!(read(b"cos\nsystem\n.", &rules, &weights_only()).is_err());
     }
 
     #[test]

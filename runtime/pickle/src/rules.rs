@@ -4,6 +4,14 @@ use std::collections::HashMap;
 use std::ops::RangeInclusive;
 use std::sync::Arc;
 
+use super::value::Value;
+use tensorfmt_core::error::Result;
+
+/// Data that follows the `BUILD` of an object of a global in the stream (joblib writes an
+/// array's bytes right after its wrapper's `BUILD`): given the object's state and the
+/// bytes after the `BUILD` opcode, the padding to skip and the length of the data.
+pub type InlineFn = fn(state: &Value, after: &[u8]) -> Result<(u64, u64)>;
+
 /// What an allowed global is and what calling it (`REDUCE`, `NEWOBJ`) builds. Every call
 /// gives an [`Object`](super::Object) that records the global, its kind and its arguments.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +45,14 @@ pub enum Kind {
     /// `BUILD` gives it (usually a dict of attributes) is the object's content. Walks name
     /// what the state holds by its keys, under the object's own path.
     Object,
+    /// A global outside the rules, read inertly (the default unless
+    /// `Limits::weights_only`): nothing is imported, called, looked up or set. Calling it
+    /// (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) records the arguments; `BUILD`
+    /// records the state (the last one given); `APPEND(S)` and `ADDITEMS` record
+    /// [`items`](super::Object::items), `SETITEM(S)` [`entries`](super::Object::entries),
+    /// as a `list` or `dict` subclass would hold them. Walks treat it as an
+    /// [`Kind::Object`].
+    Inert,
 }
 
 /// The allowed globals, persistent ids and protocols of one kind of pickle. Built with
@@ -57,6 +73,8 @@ pub struct Rules {
     /// the kind's name (see [`Rules::persistent_form`]).
     persistent_form: Option<(String, Vec<String>)>,
     protocols: RangeInclusive<u8>,
+    /// Globals whose objects have data inline after their `BUILD`: path → its length.
+    inline: HashMap<String, InlineFn>,
 }
 
 impl Default for Rules {
@@ -85,6 +103,7 @@ impl Rules {
             persistent: false,
             persistent_form: None,
             protocols: 0..=5,
+            inline: HashMap::new(),
         }
     }
 
@@ -178,6 +197,23 @@ impl Rules {
     pub fn protocols(mut self, range: RangeInclusive<u8>) -> Self {
         self.protocols = range;
         self
+    }
+
+    /// Reads data inline after the `BUILD` of each object of the global `path`, whose
+    /// length `f` gives: the reader records it as the object's one
+    /// [`item`](super::Object::items), a [`Value::Range`] of the buffer, and reads on
+    /// after it. The global is allowed, as [`Kind::Inert`] (its objects are never
+    /// called); the data must not lie inside a `FRAME` (joblib commits its frame first).
+    pub fn inline_data(self, path: &str, f: InlineFn) -> Self {
+        let mut r = self.allow_path(path, Kind::Inert);
+        r.inline.insert(path.to_string(), f);
+        r
+    }
+
+    /// The length of the data inline after the `BUILD` of an object of `path`, when the
+    /// rules say there is some ([`Rules::inline_data`]).
+    pub fn inline_fn(&self, path: &str) -> Option<InlineFn> {
+        self.inline.get(path).copied()
     }
 
     /// What `module`.`name` builds, when it is allowed.

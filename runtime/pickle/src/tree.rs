@@ -167,7 +167,7 @@ impl TreeBuilder<'_> {
                     Kind::Dict => Node::Dict(self.pairs(&o.entries, depth)?),
                     Kind::Tuple => Node::Tuple(self.seq(&o.items, depth)?),
                     Kind::List | Kind::Set => Node::List(self.seq(&o.items, depth)?),
-                    Kind::Call { .. } | Kind::Class | Kind::Object => {
+                    Kind::Call { .. } | Kind::Class | Kind::Object | Kind::Inert => {
                         let args = self.seq(&o.args, depth)?;
                         let state = match &o.state {
                             Some(s) => {
@@ -178,7 +178,10 @@ impl TreeBuilder<'_> {
                         };
                         let holding: Vec<usize> =
                             (0..args.len()).filter(|&i| args[i].has_tensor()).collect();
-                        if o.kind != Kind::Object && state.is_none() && holding.len() == 1 {
+                        if !matches!(o.kind, Kind::Object | Kind::Inert)
+                            && state.is_none()
+                            && holding.len() == 1
+                        {
                             let mut args = args;
                             return Ok(args.swap_remove(holding[0]));
                         }

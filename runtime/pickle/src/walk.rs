@@ -186,21 +186,8 @@ impl<'v> Walker<'_, 'v> {
                 match o.kind {
                     Kind::Dict => self.entries(&o.entries, path, depth)?,
                     Kind::List | Kind::Set | Kind::Tuple => self.items(&o.items, path, depth)?,
-                    Kind::Call { .. } | Kind::Class | Kind::Object => {
-                        for a in &o.args {
-                            self.walk(a, path, depth + 1)?;
-                        }
-                        for (_, a) in &o.kwargs {
-                            self.walk(a, path, depth + 1)?;
-                        }
-                        if o.kind == Kind::Object {
-                            match &o.state {
-                                Some(Value::Dict(entries)) => self.entries(entries, path, depth)?,
-                                Some(state) => self.walk(state, path, depth + 1)?,
-                                None => {}
-                            }
-                        }
-                    }
+                    Kind::Call { .. } | Kind::Class => self.arguments(o, path, depth)?,
+                    Kind::Object | Kind::Inert => self.instance(o, path, depth)?,
                 }
             }
             _ => {}
@@ -208,6 +195,81 @@ impl<'v> Walker<'_, 'v> {
         if self.out.len() == before {
             if let Some(a) = addr {
                 self.barren.insert(a);
+            }
+        }
+        Ok(())
+    }
+
+    /// The arguments of a call, walked under the call's own path.
+    fn arguments(&mut self, o: &'v Object, path: &mut String, depth: u64) -> Result<()> {
+        for a in &o.args {
+            self.walk(a, path, depth + 1)?;
+        }
+        for (_, a) in &o.kwargs {
+            self.walk(a, path, depth + 1)?;
+        }
+        Ok(())
+    }
+
+    /// An instance ([`Kind::Object`], [`Kind::Inert`]): a `torch.nn.Module` by its state
+    /// dict ([`Walker::module`]); any other by its arguments (under its own path), its
+    /// attributes (a state dict, or the `(dict, slots)` pair of a class with
+    /// `__slots__`: each named by the attribute), then the items and entries a list or
+    /// dict subclass holds.
+    fn instance(&mut self, o: &'v Object, path: &mut String, depth: u64) -> Result<()> {
+        if o.kind == Kind::Inert {
+            if let Some(state) = o.state.as_ref().and_then(module_state) {
+                return self.module(state, path, depth);
+            }
+        }
+        self.arguments(o, path, depth)?;
+        match &o.state {
+            Some(Value::Dict(entries)) => self.entries(entries, path, depth)?,
+            Some(state) => match slots_state(state) {
+                Some(parts) => {
+                    for entries in parts.into_iter().flatten() {
+                        self.entries(entries, path, depth)?;
+                    }
+                }
+                None => self.walk(state, path, depth + 1)?,
+            },
+            None => {}
+        }
+        self.items(&o.items, path, depth)?;
+        self.entries(&o.entries, path, depth)
+    }
+
+    /// A `torch.nn.Module` (see [`module_state`]): what its `state_dict()` holds, named
+    /// as it names them — each parameter, each buffer that is not in
+    /// `_non_persistent_buffers_set`, then each submodule's, by their names joined with
+    /// `.`. Entries set to `None` are left out, as `state_dict()` leaves them; nothing
+    /// else of the module is walked.
+    fn module(&mut self, state: &'v [(Value, Value)], path: &mut String, depth: u64) -> Result<()> {
+        let field = |name: &str| {
+            state
+                .iter()
+                .rev()
+                .find(|(k, _)| k.as_str() == Some(name))
+                .map(|(_, v)| v)
+        };
+        let transient = field("_non_persistent_buffers_set")
+            .map(set_texts)
+            .unwrap_or_default();
+        let groups = [
+            ("_parameters", false),
+            ("_buffers", true),
+            ("_modules", false),
+        ];
+        for (name, buffers) in groups {
+            for (k, v) in field(name).and_then(dict_entries).unwrap_or_default() {
+                if matches!(v, Value::None) || !self.may_hold(v) {
+                    continue;
+                }
+                let Some(key) = k.as_str() else { continue };
+                if buffers && transient.contains(&key) {
+                    continue;
+                }
+                self.step(v, key, path, depth)?;
             }
         }
         Ok(())
@@ -301,6 +363,66 @@ impl<'v> Walker<'_, 'v> {
             }
         }
         Ok(())
+    }
+}
+
+/// The state dict of a `torch.nn.Module`: a dict (or dict-kind object) with the entries
+/// `_parameters`, `_buffers` and `_modules`, each a dict, as `Module.__dict__` has them.
+fn module_state(state: &Value) -> Option<&[(Value, Value)]> {
+    let entries = dict_entries(state)?;
+    let has = |name: &str| {
+        entries
+            .iter()
+            .any(|(k, v)| k.as_str() == Some(name) && dict_entries(v).is_some())
+    };
+    (has("_parameters") && has("_buffers") && has("_modules")).then_some(entries)
+}
+
+/// The entries of a dict or of a dict-kind object (`OrderedDict`).
+fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
+    match v {
+        Value::Dict(entries) => Some(entries),
+        Value::Object(o) if o.kind == Kind::Dict => Some(&o.entries),
+        _ => None,
+    }
+}
+
+/// The texts of a set: a set or frozenset value (protocol 4), or the call
+/// `builtins.set(list)` that protocol 2 pickles one as (read inertly or allowed).
+fn set_texts(v: &Value) -> Vec<&str> {
+    let items: &[Value] = match v {
+        Value::Set(items) | Value::FrozenSet(items) => items,
+        Value::Object(o) if matches!(&*o.global.name, "set" | "frozenset") => {
+            match (o.items.is_empty(), o.args.first()) {
+                (false, _) => &o.items,
+                (true, Some(Value::List(items) | Value::Tuple(items))) => items,
+                _ => &[],
+            }
+        }
+        _ => &[],
+    };
+    items.iter().filter_map(Value::as_str).collect()
+}
+
+/// The two dicts of the state `(dict, slots)` that Python pickles an object with
+/// `__slots__` as (either may be `None`).
+fn slots_state(state: &Value) -> Option<[Option<&[(Value, Value)]>; 2]> {
+    let Value::Tuple(pair) = state else {
+        return None;
+    };
+    let [d, slots] = &pair[..] else {
+        return None;
+    };
+    let (d, slots) = (slot_part(d)?, slot_part(slots)?);
+    slots.is_some().then_some([d, slots])
+}
+
+/// One dict of a `(dict, slots)` state: `Some(None)` for `None`.
+#[allow(clippy::type_complexity)]
+fn slot_part(v: &Value) -> Option<Option<&[(Value, Value)]>> {
+    match v {
+        Value::None => Some(None),
+        other => dict_entries(other).map(Some),
     }
 }
 
