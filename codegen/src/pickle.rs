@@ -43,6 +43,11 @@ pub(crate) fn gen_pickle(ir: &Ir, p: PickleId) -> TokenStream {
             GlobalKind::Tuple => quote!(rt::pickle::Kind::Tuple),
             GlobalKind::Class => quote!(rt::pickle::Kind::Class),
             GlobalKind::Object => quote!(rt::pickle::Kind::Object),
+            GlobalKind::Apply { params } => {
+                let at = |n: &str| params.iter().position(|p| p == n).unwrap_or(0);
+                let (func, args) = (at("func"), at("args"));
+                quote!(rt::pickle::Kind::Apply { func: #func, args: #args })
+            }
             GlobalKind::Call { kind, params } => {
                 match kinds.iter_mut().find(|(k, _)| k == kind) {
                     Some((_, gs)) => gs.push((module, name)),

@@ -1418,9 +1418,20 @@ impl<'a> Checker<'a> {
                     }
                     persistent = true;
                 }
-                PickleItem::Global { path, .. } => {
+                PickleItem::Global {
+                    path, kind, params, ..
+                } => {
                     if !path.value.contains('.') {
                         self.err(at.file, path.span, "a global is written \"module.name\"");
+                    }
+                    let named = |n: &str| params.iter().any(|p| p.name == n);
+                    if kind.name == "apply" && !(named("func") && named("args")) {
+                        self.err_help(
+                            at.file,
+                            kind.span,
+                            "an `apply` global names the parameters `func` and `args`",
+                            "`apply(func, new_type, args, state)`: the call is `func(*args)`",
+                        );
                     }
                     if let Some(&prev) = globals.get(path.value.as_str()) {
                         let first = self.where_is(at.file, prev);

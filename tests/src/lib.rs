@@ -92,6 +92,13 @@ pub fn tfcheck_caffe2(args: &[&str]) -> String {
     run_script("tfcheck_caffe2.py", args)
 }
 
+/// Runs `tests/py/tfcheck_objects.py` (torch, safetensors and NumPy load what a pickle of
+/// whole objects was converted to) with `args`; returns stdout, panicking with its
+/// output on failure.
+pub fn tfcheck_objects(args: &[&str]) -> String {
+    run_script("tfcheck_objects.py", args)
+}
+
 /// Runs `tests/py/tfcheck_safetensors.py` (the pinned `safetensors` package) with
 /// `args`; returns stdout, panicking with its output on failure.
 pub fn tfcheck_safetensors(args: &[&str]) -> String {

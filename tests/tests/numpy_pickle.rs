@@ -243,6 +243,9 @@ struct Case {
     error: String,
     /// Whether the index alone refuses the file (else only reading its data does).
     index: bool,
+    /// Refused only under `--weights-only` (a global outside the allowlist); read by
+    /// default, the global an inert object.
+    weights_only: bool,
 }
 
 fn manifest() -> Vec<Case> {
@@ -263,6 +266,7 @@ fn manifest() -> Vec<Case> {
             index: e["index"]
                 .as_bool()
                 .expect("manifest entry without 'index'"),
+            weights_only: e["weights_only"].as_bool().unwrap_or(false),
         })
         .collect()
 }
@@ -280,11 +284,12 @@ const TIME_LIMIT: Duration = Duration::from_secs(10);
 
 /// Opens `path` (as `pickle` when `named`) and, when `data`, hashes every tensor; the
 /// error text, or `Err` saying it was accepted.
-fn open_err(path: &Path, named: bool, data: bool) -> Result<String, String> {
-    let options = OpenOptions {
+fn open_err(path: &Path, named: bool, data: bool, weights_only: bool) -> Result<String, String> {
+    let mut options = OpenOptions {
         format: named.then(|| "pickle".to_string()),
         ..Default::default()
     };
+    options.limits.weights_only = weights_only;
     let r = TensorFile::open_with(path, &options).and_then(|f| {
         if data {
             f.read_all(&mut HashSink::default())?;
@@ -310,7 +315,13 @@ fn check(case: &Case) -> Vec<String> {
         ("named, index", true, false),
         ("named, data", true, true),
     ] {
-        let (got, largest) = alloc::armed(|| open_err(&path, named, data));
+        let (got, largest) = alloc::armed(|| open_err(&path, named, data, case.weights_only));
+        if case.weights_only {
+            // Read by default: the global is an inert object, never called.
+            if let Ok(msg) = open_err(&path, named, data, false) {
+                problems.push(format!("{how}: refused without --weights-only: {msg}"));
+            }
+        }
         match got {
             Err(accepted) if data || case.index => problems.push(format!("{how}: {accepted}")),
             Err(_) => {}
@@ -339,11 +350,16 @@ fn check(case: &Case) -> Vec<String> {
             ExitCode::SUCCESS
         }
     };
-    let (code, out) = cli(&["inspect", path_str(&path)]);
+    let strict: &[&str] = if case.weights_only {
+        &["--weights-only"]
+    } else {
+        &[]
+    };
+    let (code, out) = cli(&[&["inspect", path_str(&path)], strict].concat());
     if code != want(case.index) {
         problems.push(format!("inspect exits {code:?}: {out}"));
     }
-    let (code, out) = cli(&["inspect", "--sha256", path_str(&path)]);
+    let (code, out) = cli(&[&["inspect", "--sha256", path_str(&path)], strict].concat());
     if code != want(true) {
         problems.push(format!("inspect --sha256 exits {code:?}: {out}"));
     }

@@ -334,7 +334,10 @@ impl<'c, S: Storages> Index<'c, S> {
         let in_member = |e: Error| s.in_file(e.in_entry(member));
         let value = read(&bytes, rules, self.limits).map_err(in_member)?;
         let kind_of = |o: &Object| kind_of(placed, o);
-        let is_target = |o: &Object| stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some();
+        let is_target = |o: &Object| {
+            (stored.is_some_and(|(is, _)| is(o)) || kind_of(o).is_some())
+                && !super::numpy::is_value_array(o)
+        };
         let budget = self.limits.tree_budget(bytes.len() as u64);
         let objects =
             find_objects(&value, &bytes, &is_target, self.limits, budget).map_err(in_member)?;
@@ -702,8 +705,10 @@ pub type OneKind = (fn(&Object) -> bool, Place);
 
 /// The tensor `place` maps the call `o` to (at `path`, the pickle `buffer` at `base`),
 /// a call of NumPy's that rebuilds an array read as NumPy reads it first (its canonical
-/// form mapped, then transposed by its `axis_order`), or refused where NumPy refuses it.
-fn place_array(
+/// form mapped, then transposed by its `axis_order`), or refused where NumPy refuses it:
+/// what [`read_one`] does with each call it finds, for readers that walk a pickle
+/// themselves.
+pub fn place_array(
     place: Place,
     path: &str,
     o: &Object,
@@ -767,7 +772,9 @@ pub fn read_one(
         }
     };
     let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
-    let is_target = |o: &Object| spec.kinds.iter().any(|(is, _)| is(o));
+    let is_target = |o: &Object| {
+        spec.kinds.iter().any(|(is, _)| is(o)) && !super::numpy::is_value_array(o)
+    };
     let budget = limits.tree_budget(bytes.len() as u64);
     let objects = find_objects(&value, bytes, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());

@@ -49,8 +49,10 @@ pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state,
 pub use arrays::{Arrays, ArraysWriter, ObjectFn};
 pub use data::{data, data_len, Held, Latin1Text};
 pub use detect::starts_naming;
+pub use numpy::is_value_array;
 pub use index::{
-    read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec, Place, Record,
+    place_array, read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec,
+    Place, Record,
 };
 pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
 pub use read::{read, read_prefix};

@@ -59,6 +59,31 @@ pub(crate) fn array(o: &Object, buffer: &[u8]) -> Result<Option<Array>> {
     })
 }
 
+/// Whether `o` rebuilds a NumPy array that is not a tensor: one of text (`U`), bytes
+/// (`S`, `a`), Python objects (`O`), records (`V`) or dates (`M`, `m`), by its dtype's
+/// descr. Such an array stays a value of the structure, as the walk finds it; an array
+/// of any other descr is a tensor, its descr checked by the format's mapping.
+pub fn is_value_array(o: &Object) -> bool {
+    let module = o.global.module.strip_prefix("numpy.").unwrap_or("");
+    let dtype = match (module, &*o.global.name) {
+        ("core.multiarray" | "_core.multiarray", "_reconstruct") => o
+            .state
+            .as_ref()
+            .and_then(Value::as_seq)
+            .and_then(|items| items.iter().find(|v| is_dtype(v))),
+        ("core.numeric" | "_core.numeric", "_frombuffer") => o.args.get(1),
+        _ => None,
+    };
+    let descr = match dtype {
+        Some(v @ Value::Object(d)) if is_dtype(v) => d.args.first().and_then(Value::as_str),
+        _ => None,
+    };
+    descr
+        .map(|d| d.trim_start_matches(['<', '>', '=', '|']))
+        .and_then(|d| d.chars().next())
+        .is_some_and(|c| "USaOVMm".contains(c))
+}
+
 /// `_reconstruct(...)` then `BUILD state`: `ndarray.__setstate__` takes `(version, shape,
 /// dtype, is_fortran, data)`, or `(shape, dtype, is_fortran, data)` as version 0, with
 /// `version` 0 or 1, `shape` a tuple, `dtype` a `numpy.dtype`, `is_fortran` a C `int`.
@@ -98,10 +123,11 @@ fn reconstruct(o: &Object, buffer: &[u8]) -> Result<Array> {
         ));
     }
     if !is_dtype(dtype) {
-        return Err(refused(
-            what,
-            format!("its dtype is a {}", dtype.type_name()),
-        ));
+        let kind = match dtype {
+            Value::Object(o) => format!("'{}' object", o.global),
+            other => other.type_name().to_string(),
+        };
+        return Err(refused(what, format!("its dtype is a {kind}, not a numpy.dtype")));
     }
     let fortran = c_int(fortran)
         .ok_or_else(|| refused(what, "its is_fortran is not an integer of a C int"))?;

@@ -1034,6 +1034,9 @@ impl<'a> Machine<'a> {
             Kind::Class => {
                 return Err(self.err(format!("global '{}' may not be called", ob.callee.global)));
             }
+            Kind::Apply { func, args: at } => {
+                return self.apply(&ob.callee.global, args, func, at, opname);
+            }
             Kind::Call { .. } | Kind::Object => {
                 ob.args = args;
                 ob.content = Content::Kwargs(kwargs);
@@ -1123,6 +1126,34 @@ impl<'a> Machine<'a> {
             _ => Content::Items(items),
         };
         Ok(())
+    }
+
+    /// The call of an [`Kind::Apply`] global with `args`: the call of its argument
+    /// `func`, an allowed global of another kind, with its argument `at`, a tuple.
+    fn apply(
+        &mut self,
+        g: &Arc<Global>,
+        args: Span,
+        func: usize,
+        at: usize,
+        opname: &str,
+    ) -> Result<N> {
+        let items = self.items(args);
+        let (Some(&f), Some(&a)) = (items.get(func), items.get(at)) else {
+            return Err(self.err(format!(
+                "global '{g}' called with {} arguments: it needs its function and its arguments",
+                items.len()
+            )));
+        };
+        let nested = matches!(self.leaf_of(f), Some(Leaf::Global(n)) if matches!(n.kind, Some(Kind::Apply { .. })));
+        if nested || !self.is_tuple(a) {
+            return Err(self.err(format!(
+                "global '{g}' called with a {} and a {}: it applies a global of another kind to a tuple",
+                self.type_name(f),
+                self.type_name(a)
+            )));
+        }
+        self.call(f, a, Vec::new(), opname)
     }
 
     /// Records the call `ob` and makes the object it builds.

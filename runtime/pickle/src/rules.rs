@@ -45,6 +45,17 @@ pub enum Kind {
     /// `BUILD` gives it (usually a dict of attributes) is the object's content. Walks name
     /// what the state holds by its keys, under the object's own path.
     Object,
+    /// A function that calls one of its arguments with another, a tuple: torch's
+    /// `_rebuild_from_type_v2(func, new_type, args, state)`, how a tensor subclass is
+    /// pickled, calls `func(*args)` then sets the type. Read as the call of the global
+    /// `func` (which must be allowed, and not itself of this kind) with `args`; the other
+    /// arguments are dropped.
+    Apply {
+        /// The position of the function among the arguments.
+        func: usize,
+        /// The position of its arguments' tuple.
+        args: usize,
+    },
     /// A global outside the rules, read inertly (the default unless
     /// `Limits::weights_only`): nothing is imported, called, looked up or set. Calling it
     /// (`REDUCE`, `NEWOBJ`, `NEWOBJ_EX`, `INST`, `OBJ`) records the arguments; `BUILD`

@@ -167,7 +167,7 @@ impl TreeBuilder<'_> {
                     Kind::Dict => Node::Dict(self.pairs(&o.entries, depth)?),
                     Kind::Tuple => Node::Tuple(self.seq(&o.items, depth)?),
                     Kind::List | Kind::Set => Node::List(self.seq(&o.items, depth)?),
-                    Kind::Call { .. } | Kind::Class | Kind::Object | Kind::Inert => {
+                    Kind::Call { .. } | Kind::Apply { .. } | Kind::Class | Kind::Object | Kind::Inert => {
                         let args = self.seq(&o.args, depth)?;
                         let state = match &o.state {
                             Some(s) => {

@@ -186,7 +186,9 @@ impl<'v> Walker<'_, 'v> {
                 match o.kind {
                     Kind::Dict => self.entries(&o.entries, path, depth)?,
                     Kind::List | Kind::Set | Kind::Tuple => self.items(&o.items, path, depth)?,
-                    Kind::Call { .. } | Kind::Class => self.arguments(o, path, depth)?,
+                    Kind::Call { .. } | Kind::Apply { .. } | Kind::Class => {
+                        self.arguments(o, path, depth)?
+                    }
                     Kind::Object | Kind::Inert => self.instance(o, path, depth)?,
                 }
             }
@@ -212,17 +214,17 @@ impl<'v> Walker<'_, 'v> {
     }
 
     /// An instance ([`Kind::Object`], [`Kind::Inert`]): a `torch.nn.Module` by its state
-    /// dict ([`Walker::module`]); any other by its arguments (under its own path), its
-    /// attributes (a state dict, or the `(dict, slots)` pair of a class with
-    /// `__slots__`: each named by the attribute), then the items and entries a list or
-    /// dict subclass holds.
+    /// dict ([`Walker::module`]); any other by its attributes (a state dict, or the
+    /// `(dict, slots)` pair of a class with `__slots__`: each named by the attribute),
+    /// then its arguments (under its own path: protocols 0 and 1 pass a list or dict
+    /// subclass's content to `copyreg._reconstructor`), then the items and entries a
+    /// list or dict subclass holds (protocols 2 and later append them).
     fn instance(&mut self, o: &'v Object, path: &mut String, depth: u64) -> Result<()> {
         if o.kind == Kind::Inert {
             if let Some(state) = o.state.as_ref().and_then(module_state) {
                 return self.module(state, path, depth);
             }
         }
-        self.arguments(o, path, depth)?;
         match &o.state {
             Some(Value::Dict(entries)) => self.entries(entries, path, depth)?,
             Some(state) => match slots_state(state) {
@@ -235,6 +237,7 @@ impl<'v> Walker<'_, 'v> {
             },
             None => {}
         }
+        self.arguments(o, path, depth)?;
         self.items(&o.items, path, depth)?;
         self.entries(&o.entries, path, depth)
     }

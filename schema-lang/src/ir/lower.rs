@@ -3016,6 +3016,9 @@ fn lower_pickle(fmt: FormatId, p: &ast::Pickle) -> Pickle {
                     ("tuple", true) => GlobalKind::Tuple,
                     ("class", true) => GlobalKind::Class,
                     ("object", true) => GlobalKind::Object,
+                    ("apply", false) => GlobalKind::Apply {
+                        params: params.iter().map(|x| x.name.clone()).collect(),
+                    },
                     (k, _) => GlobalKind::Call {
                         kind: k.to_string(),
                         params: params.iter().map(|x| x.name.clone()).collect(),

@@ -865,6 +865,12 @@ pub enum GlobalKind {
     Class,
     /// A class whose instances carry attributes.
     Object,
+    /// A function that calls its argument `func` with its argument `args`, a tuple
+    /// (`_rebuild_from_type_v2(func, new_type, args, state)`): read as that call.
+    Apply {
+        /// Parameter names (`func` and `args` among them).
+        params: Vec<String>,
+    },
     /// A call recorded with its positional arguments under these names
     /// (`tensor(storage, offset, ...)`).
     Call {
