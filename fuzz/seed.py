@@ -3,6 +3,9 @@
 
 pickle_read      the valid and hostile pickles of tests/fixtures/pickle/, and every
                  pickle member (data.pkl, constants.pkl) of the torch-made fixtures
+pickle_objects   byte 0 then the pickle members of tests/fixtures/objects/ (torch.save of a
+                 model, YOLO checkpoints, Lightning) and what pickle_read gets; byte 1 then
+                 its plain pickles (scikit-learn, users' classes, uncompressed joblib)
 pytorch_archive  the torch-made checkpoints of tests/fixtures/pytorch/ (zip, legacy,
                  TorchScript) and the hostile corpus of tests/fixtures/pytorch/hostile/
 pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickles of
@@ -31,7 +34,7 @@ import os
 import shutil
 import zipfile
 
-ALL = ["pickle_read", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
+ALL = ["pickle_read", "pickle_objects", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
        "kv_folder", "safetensors", "numpy_pickle", "dcp_metadata"]
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--fresh", action="store_true",
@@ -101,6 +104,17 @@ legacy = legacy_pickles(os.path.join(TORCH, "legacy.pt"))
 raw = list(files(os.path.join(FIX, "pickle", "valid")))
 raw += list(files(os.path.join(FIX, "pickle", "hostile"), lambda n: n.endswith(".pkl")))
 seeds("pickle_read", raw + members + legacy)
+OBJ = os.path.join(FIX, "objects")
+obj_members = []
+for n in sorted(os.listdir(OBJ)):
+    p = os.path.join(OBJ, n)
+    if zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            obj_members += [z.read(i) for i in z.infolist() if i.filename.endswith(".pkl")]
+obj_plain = list(files(OBJ, lambda n: n.endswith((".pkl", ".joblib")) and not n.startswith("joblib_")
+                       or n in ("joblib_plain.joblib", "joblib_p2.pkl")))
+seeds("pickle_objects", [b"\x00" + b for b in obj_members + members + raw]
+      + [b"\x01" + b for b in obj_plain])
 seeds("pytorch_archive",
       list(files(TORCH, lambda n: n in checkpoints))
       + list(files(HOSTILE, lambda n: n.endswith(".pt"))))

@@ -769,6 +769,51 @@ fn pickle(b: &mut Bench) -> Result<()> {
     memcpy_references(b, "pkl", &input, &ranges, bytes)
 }
 
+/// The objects suite on the files of `objects/` (written by `compare_objects.py`: a
+/// YOLO checkpoint, `torch.save` of a model, `joblib.dump` of arrays, plain and
+/// compressed): for each, the index (open and list the tensors), full load into owned
+/// memory and as views, and, where the tensors lie plain in the file, the memcpy
+/// references over the same payload bytes.
+fn objects(b: &mut Bench) -> Result<()> {
+    let dir = b.args.dir.join("objects");
+    let Ok(listing) = std::fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let mut inputs: Vec<PathBuf> = listing
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    inputs.sort();
+    for input in inputs {
+        let stem = input
+            .file_name()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .replace('.', "_");
+        let prefix = format!("obj.{stem}");
+        let file = tensorfmt::TensorFile::open(&input)?;
+        let bytes: usize = file
+            .tensors()
+            .iter()
+            .map(|t| t.nbytes().unwrap_or(0) as usize)
+            .sum();
+        let (runs, open_runs) = (b.args.runs, b.args.open_runs);
+        let none = || Ok(());
+        let cases: [(&str, &str, usize, &dyn Fn() -> Result<()>); 3] = [
+            ("open", "TensorFile::open (map + detect + index) + names listed", open_runs, &|| tf::open_list(&input, None).map(drop)),
+            ("read.owned", "open + read_all(OwnedSink)", runs, &|| tf::read_owned(&input).map(drop)),
+            ("read.view", "open + load_all: views of the map where stored plain", runs, &|| tf::read_view(&input).map(drop)),
+        ];
+        for (op, how, n, f) in cases {
+            let op = format!("{prefix}.{op}");
+            b.time(Case { op: &op, lib: "tensorfmt", how, bytes, runs: n }, none, f)?;
+        }
+        if let Ok(ranges) = tf::payload_ranges(&input) {
+            memcpy_references(b, &prefix, &input, &ranges, bytes)?;
+        }
+    }
+    Ok(())
+}
+
 /// The safetensors suite on `st/in.safetensors` (written by `safetensors.torch.save_file`
 /// in `compare_safetensors.py`): index-only open (tensorfmt with and without detection,
 /// the safetensors crate, candle), full load into owned memory, the memcpy references over
@@ -1369,6 +1414,7 @@ fn main() {
         onnx(&mut b)?;
         safetensors(&mut b)?;
         pickle(&mut b)?;
+        objects(&mut b)?;
         caffe2(&mut b)?;
         distributed(&mut b)?;
         Ok(json!({

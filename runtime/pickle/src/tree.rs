@@ -163,6 +163,11 @@ impl TreeBuilder<'_> {
                 if let Some(n) = numpy_scalar(o, self.buffer) {
                     return Ok(n);
                 }
+                if let Some(state) = o.state.as_ref().filter(|_| o.kind == Kind::Inert) {
+                    if let Some(entries) = super::walk::module_state(state) {
+                        return self.module(o, entries, depth);
+                    }
+                }
                 match &o.kind {
                     Kind::Dict => Node::Dict(self.pairs(&o.entries, depth)?),
                     Kind::Tuple => Node::Tuple(self.seq(&o.items, depth)?),
@@ -194,6 +199,48 @@ impl TreeBuilder<'_> {
                     }
                 }
             }
+        })
+    }
+}
+
+impl TreeBuilder<'_> {
+    /// A `torch.nn.Module` as its class with the state users know it by: its
+    /// parameters, persistent buffers and submodules under their names (as
+    /// `state_dict()` and `named_modules()` name them), then its attributes whose names
+    /// do not start with `_` (`training` left out): the bookkeeping dicts of hooks and
+    /// the like are not shown.
+    fn module(&mut self, o: &Object, state: &[(Value, Value)], depth: u64) -> Result<Node> {
+        let field = |name: &str| {
+            state
+                .iter()
+                .rev()
+                .find(|(k, _)| k.as_str() == Some(name))
+                .map(|(_, v)| v)
+        };
+        let transient = field("_non_persistent_buffers_set")
+            .map(super::walk::set_texts)
+            .unwrap_or_default();
+        let mut shown: Vec<&(Value, Value)> = Vec::new();
+        for (name, buffers) in [("_parameters", false), ("_buffers", true), ("_modules", false)] {
+            let entries = field(name).and_then(super::walk::dict_entries).unwrap_or_default();
+            shown.extend(entries.iter().filter(|(k, _)| {
+                !(buffers && k.as_str().is_some_and(|k| transient.contains(&k)))
+            }));
+        }
+        shown.extend(state.iter().filter(|(k, _)| {
+            k.as_str()
+                .is_some_and(|k| !k.starts_with('_') && k != "training")
+        }));
+        self.charge((2 * NODE).saturating_mul(shown.len() as u64))?;
+        let mut entries = Vec::with_capacity(shown.len());
+        for (k, v) in shown {
+            entries.push((self.node(k, depth + 1)?, self.node(v, depth + 1)?));
+        }
+        self.charge(NODE + (o.global.module.len() + o.global.name.len() + 1) as u64)?;
+        Ok(Node::Object {
+            class: o.global.to_string(),
+            args: Vec::new(),
+            state: Some(Box::new(Node::Dict(entries))),
         })
     }
 }

@@ -371,7 +371,7 @@ impl<'v> Walker<'_, 'v> {
 
 /// The state dict of a `torch.nn.Module`: a dict (or dict-kind object) with the entries
 /// `_parameters`, `_buffers` and `_modules`, each a dict, as `Module.__dict__` has them.
-fn module_state(state: &Value) -> Option<&[(Value, Value)]> {
+pub(crate) fn module_state(state: &Value) -> Option<&[(Value, Value)]> {
     let entries = dict_entries(state)?;
     let has = |name: &str| {
         entries
@@ -382,7 +382,7 @@ fn module_state(state: &Value) -> Option<&[(Value, Value)]> {
 }
 
 /// The entries of a dict or of a dict-kind object (`OrderedDict`).
-fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
+pub(crate) fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
     match v {
         Value::Dict(entries) => Some(entries),
         Value::Object(o) if o.kind == Kind::Dict => Some(&o.entries),
@@ -392,7 +392,7 @@ fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
 
 /// The texts of a set: a set or frozenset value (protocol 4), or the call
 /// `builtins.set(list)` that protocol 2 pickles one as (read inertly or allowed).
-fn set_texts(v: &Value) -> Vec<&str> {
+pub(crate) fn set_texts(v: &Value) -> Vec<&str> {
     let items: &[Value] = match v {
         Value::Set(items) | Value::FrozenSet(items) => items,
         Value::Object(o) if matches!(&*o.global.name, "set" | "frozenset") => {
