@@ -7,16 +7,16 @@ pinned in tests/py/requirements.txt). tests/fixtures/objects/generate.py imports
 module for the same rules (`flatten`, `record`), applied there to the objects that
 torch.load(weights_only=False), pickle.load and joblib.load give back.
 
-Subcommands (each prints one line of JSON, {"tensors": [{"name", "dtype", "shape",
+Subcommands (each prints one line of JSON per FILE, in order, {"tensors": [{"name", "dtype", "shape",
 "sha256"}, ...]}, and exits 0; exits 2 with a message when the file cannot be loaded or
 holds a tensor of a dtype outside the list below):
 
-load-weights-only FILE
+load-weights-only FILE...
     torch.load(FILE, weights_only=True, map_location="cpu"), flattened by the rules.
-load-safetensors FILE
+load-safetensors FILE...
     safetensors.numpy.load_file(FILE) (safetensors.torch.load_file when the file holds
     bfloat16, which NumPy lacks); in the order load_file returns them.
-load-npz FILE
+load-npz FILE...
     numpy.load(FILE) (allow_pickle=False), its members in the archive's order, named
     without the ".npy".
 
@@ -238,21 +238,23 @@ def usage():
 def main(argv):
     cmds = {"load-weights-only": cmd_load_weights_only, "load-safetensors": cmd_load_safetensors,
             "load-npz": cmd_load_npz}
-    if len(argv) != 2 or argv[0] not in cmds:
+    if len(argv) < 2 or argv[0] not in cmds:
         return usage()
-    cmd, path = argv
-    try:
-        obj = cmds[cmd](path)
-        tensors, skipped = describe(obj)
-    except Exception as e:  # noqa: BLE001: any failure to load is the answer
-        print(f"tfcheck_objects {cmd}: {path}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 2
-    if skipped:
-        names = ", ".join(f"{s['name']} ({s['dtype']})" for s in skipped)
-        print(f"tfcheck_objects {cmd}: {path}: holds arrays of dtypes outside the list: {names}",
-              file=sys.stderr)
-        return 2
-    print(json.dumps({"tensors": tensors}, sort_keys=False))
+    cmd, paths = argv[0], argv[1:]
+    # One line of JSON per file, in order (one process for many files: torch imports once).
+    for path in paths:
+        try:
+            obj = cmds[cmd](path)
+            tensors, skipped = describe(obj)
+        except Exception as e:  # noqa: BLE001: any failure to load is the answer
+            print(f"tfcheck_objects {cmd}: {path}: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        if skipped:
+            names = ", ".join(f"{s['name']} ({s['dtype']})" for s in skipped)
+            print(f"tfcheck_objects {cmd}: {path}: holds arrays of dtypes outside the list: "
+                  f"{names}", file=sys.stderr)
+            return 2
+        print(json.dumps({"tensors": tensors}, sort_keys=False))
     return 0
 
 

