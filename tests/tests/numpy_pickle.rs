@@ -246,6 +246,8 @@ struct Case {
     /// Refused only under `--weights-only` (a global outside the allowlist); read by
     /// default, the global an inert object.
     weights_only: bool,
+    /// Read, its array a value and not a tensor: no tensor is listed.
+    value: bool,
 }
 
 fn manifest() -> Vec<Case> {
@@ -267,6 +269,7 @@ fn manifest() -> Vec<Case> {
                 .as_bool()
                 .expect("manifest entry without 'index'"),
             weights_only: e["weights_only"].as_bool().unwrap_or(false),
+            value: e["value"].as_bool().unwrap_or(false),
         })
         .collect()
 }
@@ -307,6 +310,9 @@ fn check(case: &Case) -> Vec<String> {
     let path = hostile_dir().join(&case.file);
     let size = std::fs::metadata(&path).unwrap().len() as usize;
     let shown = path.display().to_string();
+    if case.value {
+        return value_case(case, &path);
+    }
     let mut problems = Vec::new();
     let start = Instant::now();
     for (how, named, data) in [
@@ -366,6 +372,29 @@ fn check(case: &Case) -> Vec<String> {
     let took = start.elapsed();
     if took > TIME_LIMIT {
         problems.push(format!("took {took:?}"));
+    }
+    problems
+        .into_iter()
+        .map(|p| format!("{} ({}): {p}", case.file, case.what))
+        .collect()
+}
+
+/// A case whose array is a value: every way of reading it succeeds and lists no tensor.
+fn value_case(case: &Case, path: &Path) -> Vec<String> {
+    let mut problems = Vec::new();
+    for (how, named, data) in [
+        ("detected, data", false, true),
+        ("named, data", true, true),
+    ] {
+        match open_err(path, named, data, false) {
+            Err(accepted) if accepted.contains("(0 tensors)") => {}
+            Err(accepted) => problems.push(format!("{how}: {accepted}, not 0 tensors")),
+            Ok(msg) => problems.push(format!("{how}: refused: {msg}")),
+        }
+    }
+    let (code, out) = cli(&["inspect", "--sha256", "--values", path_str(path)]);
+    if code != ExitCode::SUCCESS || !out.contains("'w': numpy") {
+        problems.push(format!("inspect exits {code:?}, w not a value: {out}"));
     }
     problems
         .into_iter()

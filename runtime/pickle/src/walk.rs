@@ -407,9 +407,12 @@ pub(crate) fn set_texts(v: &Value) -> Vec<&str> {
     items.iter().filter_map(Value::as_str).collect()
 }
 
+/// The entries of a dict.
+type Entries<'a> = &'a [(Value, Value)];
+
 /// The two dicts of the state `(dict, slots)` that Python pickles an object with
 /// `__slots__` as (either may be `None`).
-fn slots_state(state: &Value) -> Option<[Option<&[(Value, Value)]>; 2]> {
+fn slots_state(state: &Value) -> Option<[Option<Entries<'_>>; 2]> {
     let Value::Tuple(pair) = state else {
         return None;
     };
@@ -421,8 +424,7 @@ fn slots_state(state: &Value) -> Option<[Option<&[(Value, Value)]>; 2]> {
 }
 
 /// One dict of a `(dict, slots)` state: `Some(None)` for `None`.
-#[allow(clippy::type_complexity)]
-fn slot_part(v: &Value) -> Option<Option<&[(Value, Value)]>> {
+fn slot_part(v: &Value) -> Option<Option<Entries<'_>>> {
     match v {
         Value::None => Some(None),
         other => dict_entries(other).map(Some),
