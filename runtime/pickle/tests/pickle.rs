@@ -484,9 +484,13 @@ fn weights_only() -> Limits {
 }
 
 fn read_armed(bytes: &[u8], limits: &Limits) -> (Result<Value, String>, usize) {
+    read_armed_with(bytes, &torch_rules(), limits)
+}
+
+fn read_armed_with(bytes: &[u8], rules: &Rules, limits: &Limits) -> (Result<Value, String>, usize) {
     LARGEST.with(|l| l.set(0));
     ARMED.with(|a| a.set(true));
-    let r = pickle::read(bytes, &torch_rules(), limits).map_err(|e| e.to_string());
+    let r = pickle::read(bytes, rules, limits).map_err(|e| e.to_string());
     ARMED.with(|a| a.set(false));
     (r, LARGEST.with(|l| l.get()))
 }
@@ -913,4 +917,111 @@ fn streamed_byte_strings_are_never_held_whole() {
         let data = if proto == 4 { LEN } else { 2 * LEN };
         assert!(out.len > data && out.len < data + 100, "{}", out.len);
     }
+}
+
+/// An inert object of `__main__.X` made by `NEWOBJ` at protocol 2.
+const INERT: &[u8] = b"c__main__\nX\n)\x81";
+
+#[test]
+fn inert_objects_record_calls_state_and_content() {
+    // X() with state {'w': 1}, a list subclass given [2, 3], a dict subclass {'k': 4},
+    // INST and OBJ: every call recorded, nothing run.
+    let p = [
+        b"\x80\x02(".as_slice(),
+        INERT,
+        b"}X\x01\x00\x00\x00wK\x01sb",
+        INERT,
+        b"(K\x02K\x03e",
+        INERT,
+        b"(X\x01\x00\x00\x00kK\x04u",
+        b"(K\x05iposix\nsystem\n",
+        b"(c__main__\nY\nK\x06o",
+        b"t.",
+    ]
+    .concat();
+    let v = pickle::read(&p, &Rules::new(), &Limits::default()).unwrap();
+    let items = v.as_seq().unwrap();
+    let o = |i: usize| items[i].as_object().unwrap();
+    assert_eq!(
+        (o(0).kind.clone(), &*o(0).global.path),
+        (Kind::Inert, "__main__.X")
+    );
+    assert_eq!(
+        o(0).state,
+        Some(Value::dict(vec![(Value::str("w"), Value::Int(1))]))
+    );
+    assert_eq!(o(1).items, vec![Value::Int(2), Value::Int(3)]);
+    assert_eq!(o(2).entries, vec![(Value::str("k"), Value::Int(4))]);
+    assert_eq!(
+        (&*o(3).global.path, &o(3).args[..]),
+        ("posix.system", &[Value::Int(5)][..])
+    );
+    assert_eq!(
+        (&*o(4).global.path, &o(4).args[..]),
+        ("__main__.Y", &[Value::Int(6)][..])
+    );
+}
+
+#[test]
+fn hostile_inert_objects_give_clean_errors_in_bounded_memory() {
+    let small = Limits {
+        max_tree_bytes: Some(1 << 20),
+        ..Limits::default()
+    };
+    // What the input declares never sizes an allocation: at most a small multiple of
+    // the input (the machine's arenas grow with what it holds).
+    let read = |p: &[u8], limits: &Limits| {
+        let (r, largest) = read_armed_with(p, &Rules::new(), limits);
+        assert!(
+            largest < 16 * p.len() + (1 << 20),
+            "one allocation of {largest} bytes"
+        );
+        r
+    };
+    // Deep: 100,000 objects, each the state of the one before.
+    let n = 100_000;
+    let deep = [
+        b"\x80\x02".as_slice(),
+        &[INERT, b"}X\x01\x00\x00\x00a".as_slice()]
+            .concat()
+            .repeat(n),
+        b"N",
+        &b"sb".repeat(n),
+        b".",
+    ]
+    .concat();
+    let e = read(&deep, &Limits::default()).unwrap_err();
+    assert!(e.contains("nesting depth"), "{e}");
+    // Wide: a million items appended to one object, past a budget of 1 MiB.
+    let wide = [
+        b"\x80\x02".as_slice(),
+        INERT,
+        b"(",
+        &b"K\x01".repeat(1_000_000),
+        b"e.",
+    ]
+    .concat();
+    let e = read(&wide, &small).unwrap_err();
+    assert!(e.contains("--max-tree-bytes") && e.contains("byte "), "{e}");
+    // Memo amplification: one object referenced a million times, then made a tree.
+    let amplified = [
+        b"\x80\x02".as_slice(),
+        INERT,
+        b"}X\x01\x00\x00\x00aK\x01sbq\x000(",
+        &b"h\x00".repeat(1_000_000),
+        b"l.",
+    ]
+    .concat();
+    let v = pickle::read(&amplified, &Rules::new(), &Limits::default()).unwrap();
+    let e = pickle::to_tree(&v, &amplified, &mut |_| None, &small).unwrap_err();
+    assert!(e.to_string().contains("--max-tree-bytes"), "{e}");
+    // A cycle: an object whose state holds itself (BUILD into itself).
+    let cycle = [
+        b"\x80\x02".as_slice(),
+        INERT,
+        b"q\x00}X\x04\x00\x00\x00selfh\x00sb.",
+    ]
+    .concat();
+    let e = read(&cycle, &Limits::default()).unwrap_err();
+    assert!(e.contains("recursive"), "{e}");
 }
