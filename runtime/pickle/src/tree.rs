@@ -172,7 +172,11 @@ impl TreeBuilder<'_> {
                     Kind::Dict => Node::Dict(self.pairs(&o.entries, depth)?),
                     Kind::Tuple => Node::Tuple(self.seq(&o.items, depth)?),
                     Kind::List | Kind::Set => Node::List(self.seq(&o.items, depth)?),
-                    Kind::Call { .. } | Kind::Apply { .. } | Kind::Class | Kind::Object | Kind::Inert => {
+                    Kind::Call { .. }
+                    | Kind::Apply { .. }
+                    | Kind::Class
+                    | Kind::Object
+                    | Kind::Inert => {
                         let args = self.seq(&o.args, depth)?;
                         let state = match &o.state {
                             Some(s) => {
@@ -210,23 +214,7 @@ impl TreeBuilder<'_> {
     /// do not start with `_` (`training` left out): the bookkeeping dicts of hooks and
     /// the like are not shown.
     fn module(&mut self, o: &Object, state: &[(Value, Value)], depth: u64) -> Result<Node> {
-        let field = |name: &str| {
-            state
-                .iter()
-                .rev()
-                .find(|(k, _)| k.as_str() == Some(name))
-                .map(|(_, v)| v)
-        };
-        let transient = field("_non_persistent_buffers_set")
-            .map(super::walk::set_texts)
-            .unwrap_or_default();
-        let mut shown: Vec<&(Value, Value)> = Vec::new();
-        for (name, buffers) in [("_parameters", false), ("_buffers", true), ("_modules", false)] {
-            let entries = field(name).and_then(super::walk::dict_entries).unwrap_or_default();
-            shown.extend(entries.iter().filter(|(k, _)| {
-                !(buffers && k.as_str().is_some_and(|k| transient.contains(&k)))
-            }));
-        }
+        let mut shown = super::walk::module_entries(state);
         shown.extend(state.iter().filter(|(k, _)| {
             k.as_str()
                 .is_some_and(|k| !k.starts_with('_') && k != "training")

@@ -248,30 +248,11 @@ impl<'v> Walker<'_, 'v> {
     /// `.`. Entries set to `None` are left out, as `state_dict()` leaves them; nothing
     /// else of the module is walked.
     fn module(&mut self, state: &'v [(Value, Value)], path: &mut String, depth: u64) -> Result<()> {
-        let field = |name: &str| {
-            state
-                .iter()
-                .rev()
-                .find(|(k, _)| k.as_str() == Some(name))
-                .map(|(_, v)| v)
-        };
-        let transient = field("_non_persistent_buffers_set")
-            .map(set_texts)
-            .unwrap_or_default();
-        let groups = [
-            ("_parameters", false),
-            ("_buffers", true),
-            ("_modules", false),
-        ];
-        for (name, buffers) in groups {
-            for (k, v) in field(name).and_then(dict_entries).unwrap_or_default() {
-                if matches!(v, Value::None) || !self.may_hold(v) {
-                    continue;
-                }
-                let Some(key) = k.as_str() else { continue };
-                if buffers && transient.contains(&key) {
-                    continue;
-                }
+        for (k, v) in module_entries(state) {
+            if matches!(v, Value::None) || !self.may_hold(v) {
+                continue;
+            }
+            if let Some(key) = k.as_str() {
                 self.step(v, key, path, depth)?;
             }
         }
@@ -381,8 +362,36 @@ pub(crate) fn module_state(state: &Value) -> Option<&[(Value, Value)]> {
     (has("_parameters") && has("_buffers") && has("_modules")).then_some(entries)
 }
 
+/// The entries of a module's state dict (see [`module_state`]) that `state_dict()` is
+/// made of, in its order: its parameters, its buffers but those named in
+/// `_non_persistent_buffers_set`, then its submodules.
+pub(crate) fn module_entries(state: &[(Value, Value)]) -> Vec<&(Value, Value)> {
+    let field = |name: &str| {
+        state
+            .iter()
+            .rev()
+            .find(|(k, _)| k.as_str() == Some(name))
+            .map(|(_, v)| v)
+    };
+    let transient = field("_non_persistent_buffers_set")
+        .map(set_texts)
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for (name, buffers) in [
+        ("_parameters", false),
+        ("_buffers", true),
+        ("_modules", false),
+    ] {
+        let entries = field(name).and_then(dict_entries).unwrap_or_default();
+        out.extend(entries.iter().filter(|(k, _)| {
+            !(buffers && k.as_str().is_some_and(|k| transient.contains(&k)))
+        }));
+    }
+    out
+}
+
 /// The entries of a dict or of a dict-kind object (`OrderedDict`).
-pub(crate) fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
+fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
     match v {
         Value::Dict(entries) => Some(entries),
         Value::Object(o) if o.kind == Kind::Dict => Some(&o.entries),
@@ -392,7 +401,7 @@ pub(crate) fn dict_entries(v: &Value) -> Option<&[(Value, Value)]> {
 
 /// The texts of a set: a set or frozenset value (protocol 4), or the call
 /// `builtins.set(list)` that protocol 2 pickles one as (read inertly or allowed).
-pub(crate) fn set_texts(v: &Value) -> Vec<&str> {
+fn set_texts(v: &Value) -> Vec<&str> {
     let items: &[Value] = match v {
         Value::Set(items) | Value::FrozenSet(items) => items,
         Value::Object(o) if matches!(&*o.global.name, "set" | "frozenset") => {
