@@ -11,14 +11,21 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde_json::Value;
+use tensorfmt::runtime::hash::{hex, tensor_sha256};
 use tensorfmt_tests::{cli, convert, fixtures, json, python, tfcheck_objects};
 
 /// Fixtures whose tensors tensorfmt does not list yet, and why (README.md, *Pickles of
 /// whole objects*): read with `--format pickle`, they must open and list none, so that
 /// support landing shows here.
 const NOT_YET: &[(&str, &str)] = &[
-    ("torch_pickle_p2.pkl", "pickle.dump of tensors: nested legacy torch.save streams"),
-    ("torch_pickle_p4.pkl", "pickle.dump of tensors: nested legacy torch.save streams"),
+    (
+        "torch_pickle_p2.pkl",
+        "pickle.dump of tensors: nested legacy torch.save streams",
+    ),
+    (
+        "torch_pickle_p4.pkl",
+        "pickle.dump of tensors: nested legacy torch.save streams",
+    ),
 ];
 
 fn dir() -> PathBuf {
@@ -39,7 +46,12 @@ fn lines(tensors: &Value) -> Vec<String> {
         .as_array()
         .expect("a list of tensors")
         .iter()
-        .map(|t| format!("{} {} {} {}", t["name"], t["dtype"], t["shape"], t["sha256"]))
+        .map(|t| {
+            format!(
+                "{} {} {} {}",
+                t["name"], t["dtype"], t["shape"], t["sha256"]
+            )
+        })
         .collect()
 }
 
@@ -48,7 +60,10 @@ fn lines(tensors: &Value) -> Vec<String> {
 fn unique(tensors: &Value) -> Value {
     let mut list = tensors.as_array().expect("a list of tensors").clone();
     let mut taken: std::collections::HashSet<String> = std::collections::HashSet::new();
-    let names: Vec<String> = list.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect();
+    let names: Vec<String> = list
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect();
     let mut seen = std::collections::HashSet::new();
     let firsts: Vec<bool> = names.iter().map(|n| seen.insert(n.clone())).collect();
     taken.extend(names.iter().cloned());
@@ -99,7 +114,10 @@ fn every_tensor_equals_what_the_unsafe_load_gives() {
             problems.push(format!("{file}: inspect failed: {out}"));
             continue;
         }
-        let (got, want) = (lines(&json(&out)["tensors"]), lines(&unique(&want["tensors"])));
+        let (got, want) = (
+            lines(&json(&out)["tensors"]),
+            lines(&unique(&want["tensors"])),
+        );
         if got != want {
             problems.push(format!("{file}: {}", diff(&got, &want)));
         }
@@ -157,6 +175,99 @@ fn converted_state_dicts_load_in_the_real_tools_unchanged() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// The parameters of a `torch.nn.Conv2d` or `Linear`.
+#[derive(tensorfmt::StateDict)]
+struct Affine {
+    weight: tensorfmt::Tensor,
+    bias: tensorfmt::Tensor,
+}
+
+/// A `torch.nn.BatchNorm2d`'s state dict.
+#[derive(tensorfmt::StateDict)]
+struct BatchNorm {
+    weight: tensorfmt::Tensor,
+    bias: tensorfmt::Tensor,
+    running_mean: tensorfmt::Tensor,
+    running_var: tensorfmt::Tensor,
+    num_batches_tracked: i64,
+}
+
+/// The generator's `TinyNet`, loaded by the names of its `state_dict()` from
+/// `torch.save(model)` (the model pickled whole, read inertly).
+#[derive(tensorfmt::StateDict)]
+struct TinyNet {
+    offset: tensorfmt::Tensor,
+    conv: Affine,
+    bn: BatchNorm,
+    body: Body,
+    head: Conv,
+}
+
+/// `TinyNet.body`, an `nn.Sequential` whose layers 0 and 2 hold parameters.
+#[derive(tensorfmt::StateDict)]
+struct Body {
+    #[state(rename = "0")]
+    first: Affine,
+    #[state(rename = "2")]
+    last: Affine,
+}
+
+/// The first convolution of a YOLO checkpoint's model, under the checkpoint's own path.
+#[derive(tensorfmt::StateDict)]
+#[state(prefix = "model.model.0")]
+struct YoloStem {
+    conv: Conv,
+    bn: BatchNorm,
+}
+
+/// A layer of weights only (YOLO's convolutions, a `Linear(bias=False)`).
+#[derive(tensorfmt::StateDict)]
+struct Conv {
+    weight: tensorfmt::Tensor,
+}
+
+#[test]
+fn a_struct_loads_from_the_whole_model_by_its_state_dict_names() {
+    use tensorfmt::StateDict;
+    let want = expected();
+    let digest = |file: &str, name: &str| {
+        want[file]["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t["sha256"].as_str().unwrap().to_string())
+            .unwrap_or_else(|| panic!("{file} has no {name}"))
+    };
+    let sha = |t: &tensorfmt::Tensor| hex(&tensor_sha256(&t.info, t.data.as_bytes()).unwrap());
+    for file in ["torch_model.pt", "torch_model_p4.pt"] {
+        let net = TinyNet::load(dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        assert_eq!(sha(&net.conv.weight), digest(file, "conv.weight"), "{file}");
+        assert_eq!(
+            sha(&net.bn.running_var),
+            digest(file, "bn.running_var"),
+            "{file}"
+        );
+        assert_eq!(
+            sha(&net.body.last.bias),
+            digest(file, "body.2.bias"),
+            "{file}"
+        );
+    }
+    // The struct names a part of the checkpoint: the rest is reported as unexpected.
+    let (stem, report) =
+        YoloStem::load_with(dir().join("yolo.pt"), &tensorfmt::LoadOptions::partial()).unwrap();
+    assert!(report.missing.is_empty(), "{:?}", report.missing);
+    assert_eq!(
+        sha(&stem.conv.weight),
+        digest("yolo.pt", "model.model.0.conv.weight")
+    );
+    assert_eq!(
+        sha(&stem.bn.running_mean),
+        digest("yolo.pt", "model.model.0.bn.running_mean")
+    );
+}
+
 #[test]
 fn weights_only_refuses_what_torch_refuses_and_names_the_flag() {
     let path = dir().join("yolo.pt");
@@ -202,8 +313,7 @@ fn a_canary_pickle_creates_nothing() {
     let scratch = tempfile::tempdir().unwrap();
     let canary = scratch.path().join("CANARY");
     let out = scratch.path().to_str().unwrap();
-    let (ok, text) =
-        tensorfmt_tests::python_snippet(CANARY, &[out, canary.to_str().unwrap()]);
+    let (ok, text) = tensorfmt_tests::python_snippet(CANARY, &[out, canary.to_str().unwrap()]);
     assert!(ok, "{text}");
     for file in ["canary.pkl", "canary.pt"] {
         let path = scratch.path().join(file);
@@ -214,7 +324,10 @@ fn a_canary_pickle_creates_nothing() {
         ] {
             let (code, text) = cli(&args);
             assert_eq!(code, ExitCode::SUCCESS, "{args:?}: {text}");
-            assert!(text.contains("posix.system") || text.contains("os.system"), "{text}");
+            assert!(
+                text.contains("posix.system") || text.contains("os.system"),
+                "{text}"
+            );
         }
         let converted = scratch.path().join(format!("{file}.safetensors"));
         if file == "canary.pkl" {
