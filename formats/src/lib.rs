@@ -201,14 +201,20 @@ pub mod candle;
 pub mod cli;
 #[cfg(feature = "pytorch")]
 pub mod dcp;
+#[cfg(feature = "joblib")]
+pub mod joblib;
 #[cfg(feature = "ndarray")]
 pub mod nd;
 #[cfg(object_storage)]
 pub mod object;
 mod registry;
 mod rewrite;
+#[cfg(feature = "pytorch")]
+pub mod scan;
 pub mod sharded;
 pub mod state;
+#[cfg(feature = "pytorch")]
+pub mod torch_pickle;
 
 pub use registry::Registry;
 /// `#[derive(TensorFormat)]`: a user's format generated from its `.fmt` schema, which may

@@ -56,7 +56,10 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// The formats built into this crate (those its features enable), in schema order, then
-    /// `torch-dcp` (torch.distributed checkpoints, read by [`crate::dcp`]) with `pytorch`.
+    /// `torch-dcp` (torch.distributed checkpoints, read by [`crate::dcp`]) with `pytorch`,
+    /// `joblib` (`joblib.dump` files, read by [`crate::joblib`]) with `joblib`, and
+    /// `torch-pickle` (`pickle.dump` of torch tensors, read by [`crate::torch_pickle`])
+    /// with `pytorch`.
     ///
     /// ```
     /// assert!(tensorfmt::Registry::builtin().named("npy").is_some());
@@ -64,11 +67,7 @@ impl Registry {
     pub fn builtin() -> Self {
         Registry {
             builtin: crate::generated::REGISTRY,
-            // Read by hand-written code over the `pytorch` format ([`crate::dcp`]).
-            #[cfg(feature = "pytorch")]
-            added: vec![&crate::dcp::DESC],
-            #[cfg(not(feature = "pytorch"))]
-            added: Vec::new(),
+            added: hand_written(),
         }
     }
 
@@ -117,7 +116,7 @@ impl Registry {
     /// let registry = tensorfmt::Registry::empty().with_all(tensorfmt::generated::REGISTRY);
     /// let generated: Vec<&str> = tensorfmt::generated::REGISTRY.iter().map(|f| f.name).collect();
     /// assert_eq!(registry.names(), generated);
-    /// // The built-in registry holds them, and the hand-written `torch-dcp`.
+    /// // The built-in registry holds them, and the hand-written `torch-dcp` and `joblib`.
     /// assert_eq!(tensorfmt::Registry::builtin().names()[..generated.len()], generated[..]);
     /// ```
     pub fn with_all(mut self, formats: &'static [FormatDesc]) -> Self {
@@ -210,8 +209,9 @@ impl Registry {
     }
 
     /// Every format whose detector accepts `source`, the one its path's extension names
-    /// first, then the others in [`Registry::formats`] order: what opening a file tries,
-    /// in turn, until one indexes it.
+    /// first, then the others in [`Registry::formats`] order, except that a format whose
+    /// files are a special case of another's goes before it (`joblib` before `pickle`):
+    /// what opening a file tries, in turn, until one indexes it.
     ///
     /// ```
     /// use tensorfmt::{Limits, Registry, Source};
@@ -233,6 +233,15 @@ impl Registry {
                 if let Some(i) = hits.iter().position(|h| h.name == by_ext.name) {
                     let f = hits.remove(i);
                     hits.insert(0, f);
+                }
+            }
+            for (special, general) in REFINES {
+                let at = |name: &str| hits.iter().position(|h| h.name == name);
+                if let (Some(s), Some(g)) = (at(special), at(general)) {
+                    if s > g {
+                        let f = hits.remove(s);
+                        hits.insert(g, f);
+                    }
                 }
             }
         }
@@ -260,6 +269,29 @@ impl Registry {
     }
 }
 
+/// The built-in formats read by hand-written code, which this build has.
+fn hand_written() -> Vec<&'static FormatDesc> {
+    [
+        // Read over the `pytorch` format ([`crate::dcp`]).
+        #[cfg(feature = "pytorch")]
+        &crate::dcp::DESC,
+        // Pickles with array bytes inline, perhaps compressed ([`crate::joblib`]).
+        #[cfg(feature = "joblib")]
+        &crate::joblib::DESC,
+        // `pickle.dump` of torch tensors, nested `torch.save` streams ([`crate::torch_pickle`]).
+        #[cfg(feature = "pytorch")]
+        &crate::torch_pickle::DESC,
+    ]
+    .to_vec()
+}
+
+/// Formats whose files are a special case of another's, which that format's detector
+/// accepts too: when both accept a file, the special one is tried first. joblib's
+/// pickles name NumPy's globals, as the `pickle` detector asks, but only the `joblib`
+/// reader reads the array bytes that follow its wrappers; `pickle.dump`s of torch tensors
+/// may hold NumPy arrays too, but only the `torch-pickle` reader reads their tensors.
+const REFINES: &[(&str, &str)] = &[("joblib", "pickle"), ("torch-pickle", "pickle")];
+
 /// The feature that builds the built-in format `name`, when this build leaves it out.
 fn left_out(name: &str) -> Option<&'static str> {
     const FEATURES: &[(&str, &str)] = &[
@@ -267,8 +299,10 @@ fn left_out(name: &str) -> Option<&'static str> {
         ("npz", "npz"),
         ("safetensors", "safetensors"),
         ("pickle", "pickle"),
+        ("joblib", "joblib"),
         ("pytorch", "pytorch"),
         ("pytorch-legacy", "pytorch"),
+        ("torch-pickle", "pytorch"),
         ("torchscript", "pytorch"),
         ("onnx", "onnx"),
         ("caffe2-minidb", "caffe2"),

@@ -772,9 +772,8 @@ pub fn read_one(
         }
     };
     let value = read(bytes, (spec.rules)(), limits).map_err(in_file)?;
-    let is_target = |o: &Object| {
-        spec.kinds.iter().any(|(is, _)| is(o)) && !super::numpy::is_value_array(o)
-    };
+    let is_target =
+        |o: &Object| spec.kinds.iter().any(|(is, _)| is(o)) && !super::numpy::is_value_array(o);
     let budget = limits.tree_budget(bytes.len() as u64);
     let objects = find_objects(&value, bytes, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());

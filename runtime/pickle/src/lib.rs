@@ -40,6 +40,7 @@ mod objects;
 mod read;
 mod repr;
 mod rules;
+mod scan;
 mod tree;
 mod value;
 mod walk;
@@ -49,14 +50,19 @@ pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state,
 pub use arrays::{Arrays, ArraysWriter, ObjectFn};
 pub use data::{data, data_len, Held, Latin1Text};
 pub use detect::starts_naming;
-pub use numpy::is_value_array;
 pub use index::{
     place_array, read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec,
     Place, Record,
 };
+pub use numpy::is_value_array;
 pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
 pub use read::{read, read_prefix};
 pub use rules::{InlineFn, Kind, Rules};
+pub use scan::{
+    scan_pickle, ByteData, CallKind, CallRef, Callee, Capture, Fault, FaultKind, GlobalRef, Inline,
+    InlineData, PickleScan, ScanHooks, ScanOptions, StorageId, SymValue, Unresolved, Verdict,
+    Watch, MAX_NESTED, MAX_NODES, MAX_OFFSETS,
+};
 pub use tree::{from_tree, to_tree};
 pub use value::{ByteRange, Global, Object, Stream, Value};
 pub use walk::find_objects;

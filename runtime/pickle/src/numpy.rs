@@ -127,7 +127,10 @@ fn reconstruct(o: &Object, buffer: &[u8]) -> Result<Array> {
             Value::Object(o) => format!("'{}' object", o.global),
             other => other.type_name().to_string(),
         };
-        return Err(refused(what, format!("its dtype is a {kind}, not a numpy.dtype")));
+        return Err(refused(
+            what,
+            format!("its dtype is a {kind}, not a numpy.dtype"),
+        ));
     }
     let fortran = c_int(fortran)
         .ok_or_else(|| refused(what, "its is_fortran is not an integer of a C int"))?;

@@ -145,7 +145,11 @@ impl Repr<'_> {
                 match o.kind {
                     Kind::Dict => self.dict(&o.entries, out)?,
                     Kind::List | Kind::Tuple | Kind::Set => self.seq("[", &o.items, "]", out)?,
-                    Kind::Call { .. } | Kind::Apply { .. } | Kind::Class | Kind::Object | Kind::Inert => {
+                    Kind::Call { .. }
+                    | Kind::Apply { .. }
+                    | Kind::Class
+                    | Kind::Object
+                    | Kind::Inert => {
                         for (i, a) in o.args.iter().enumerate() {
                             if i > 0 {
                                 out.push_str(", ");

@@ -315,6 +315,8 @@ pub struct PickleScan {
     pub start: usize,
     /// Just past its `STOP`, or where reading stopped at a fault.
     pub end: usize,
+    /// Whether reading reached its `STOP`.
+    pub complete: bool,
     /// Its `PROTO`, if it has one.
     pub protocol: Option<u8>,
     /// The globals, in order of first reference.

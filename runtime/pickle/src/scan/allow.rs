@@ -118,7 +118,9 @@ fn renamed(
     if let Some(to) = names.get(format!("{module}.{name}").as_str()) {
         return Some(split(to));
     }
-    modules.get(module).map(|m| (m.to_string(), name.to_string()))
+    modules
+        .get(module)
+        .map(|m| (m.to_string(), name.to_string()))
 }
 
 impl Table {

@@ -13,7 +13,7 @@ const RULES: &str = include_str!("unsafe_globals.txt");
 enum Names {
     /// Every one, and every submodule's.
     All,
-    /// Every one but these (paths after `module.`).
+    /// Every one but these and their attributes (paths after `module.`).
     AllBut(Vec<&'static str>),
     /// These and their attributes.
     Only(Vec<&'static str>),
@@ -89,12 +89,15 @@ fn rule_for(path: &str) -> Option<&'static Rule> {
         };
         match &r.names {
             Names::All => true,
-            Names::AllBut(except) => !except.contains(&rest),
-            Names::Only(names) => names.iter().any(|n| {
-                rest == *n || (rest.starts_with(n) && rest[n.len()..].starts_with('.'))
-            }),
+            Names::AllBut(except) => !except.iter().any(|n| covers(n, rest)),
+            Names::Only(names) => names.iter().any(|n| covers(n, rest)),
         }
     })
+}
+
+/// Whether the name `n` covers `rest`: it is `n` or an attribute of it.
+fn covers(n: &str, rest: &str) -> bool {
+    rest == n || (rest.starts_with(n) && rest[n.len()..].starts_with('.'))
 }
 
 /// Whether `part` of a dotted name is a dunder attribute (`__globals__`, `__class__`).
@@ -130,7 +133,10 @@ pub(super) fn danger(module: &str, name: &str) -> Option<String> {
     for i in 0..parts.len().saturating_sub(1) {
         let chain = parts[i..].join(".");
         if let Some(r) = rule_for(&chain) {
-            return Some(format!("{path}: reaches {chain} as an attribute: {}", r.reason));
+            return Some(format!(
+                "{path}: reaches {chain} as an attribute: {}",
+                r.reason
+            ));
         }
     }
     None

@@ -42,16 +42,18 @@ pub(super) enum Leaf {
     Utf8 { offset: usize, len: usize },
     /// A Python 2 `str` in the pickle, one character per byte (as `encoding='latin1'`).
     Latin1 { offset: usize, len: usize },
-    /// Text decoded from escapes (protocol 0).
+    /// Text decoded from escapes (protocol 0 `UNICODE`).
     Text(Arc<str>),
     /// Bytes in the pickle.
     Range { offset: usize, len: usize },
-    /// Bytes decoded from escapes (protocol 0).
+    /// A Python 2 `str` decoded from escapes (protocol 0 `STRING`): bytes, and text one
+    /// character per byte.
     Owned(Arc<[u8]>),
 }
 
 impl Leaf {
-    /// The text of a text leaf (a Python 2 `str` read as Latin-1).
+    /// The text of a text leaf (a Python 2 `str` read as Latin-1, as
+    /// `encoding='latin1'` reads it).
     pub(super) fn text<'d>(&'d self, data: &'d [u8]) -> Option<Cow<'d, str>> {
         match self {
             Leaf::Utf8 { offset, len } => std::str::from_utf8(&data[*offset..*offset + *len])
@@ -64,7 +66,8 @@ impl Leaf {
                     .collect(),
             )),
             Leaf::Text(t) => Some(Cow::Borrowed(t)),
-            Leaf::Range { .. } | Leaf::Owned(_) => None,
+            Leaf::Owned(b) => Some(Cow::Owned(b.iter().map(|&c| c as char).collect())),
+            Leaf::Range { .. } => None,
         }
     }
 
