@@ -474,7 +474,11 @@ fn inspect(
                 let values = listed_values(&file, tree);
                 if !values.is_empty() {
                     outln!(out, "values:");
-                    for (name, v) in values {
+                    let total = values.len();
+                    // A whole model holds thousands (every layer's settings): the first
+                    // ones, unless `--values` asks for all.
+                    let shown = if with_values { total } else { VALUES_SHOWN };
+                    for (name, v) in values.into_iter().take(shown) {
                         let name = if name.is_empty() {
                             "<root>".into()
                         } else {
@@ -482,6 +486,9 @@ fn inspect(
                         };
                         let value = shorten(&v.to_string(), 200);
                         outln!(out, "  {} = {}", name, escape_controls(&value));
+                    }
+                    if total > shown {
+                        outln!(out, "  ... and {} more (--values shows every one)", total - shown);
                     }
                 }
             }
@@ -598,6 +605,9 @@ fn totals(tensors: &[TensorInfo]) -> Vec<String> {
     out.push(format!("total: {}", line(count, params, bytes)));
     out
 }
+
+/// The most values `inspect` prints without `--values`.
+const VALUES_SHOWN: usize = 40;
 
 /// The values `inspect` lists, with their names: a format's values beside its tensors
 /// (safetensors `__metadata__`, GGUF key/values) each under its name, even where the file
