@@ -185,10 +185,13 @@ fn inspect_edited_in(f: &str, edit: impl FnOnce(&mut Vec<(String, Vec<u8>)>)) ->
     open_err(&p)
 }
 
-/// The error of opening `path` and hashing every tensor.
+/// The error of opening `path` and hashing every tensor, under `--weights-only` (a
+/// global outside the allowlist refused, not read inertly).
 fn open_err(path: &Path) -> String {
     let result = (|| {
-        let f = tensorfmt::TensorFile::open(path)?;
+        let mut options = tensorfmt::OpenOptions::default();
+        options.limits.weights_only = true;
+        let f = tensorfmt::TensorFile::open_with(path, &options)?;
         let mut sink = tensorfmt::runtime::hash::HashSink::new();
         f.read_all(&mut sink)?;
         Ok::<_, tensorfmt::Error>(f.tensors().len())
@@ -223,6 +226,16 @@ fn a_disallowed_global_is_refused() {
     assert!(out.contains("posix"), "{out}");
     assert!(out.contains("system"), "{out}");
     assert!(out.contains("archive/data.pkl"), "{out}");
+    // Read by default: the call an inert object, recorded and never run.
+    let mut m = members("file_object.pt");
+    let pkl = m.iter_mut().find(|(n, _)| n == "archive/data.pkl").unwrap();
+    pkl.1 = b"\x80\x02cposix\nsystem\nq\x00X\x02\x00\x00\x00lsq\x01\x85q\x02Rq\x03.".to_vec();
+    let tmp = tempfile::tempdir().unwrap();
+    let p = tmp.path().join("inert.pt");
+    write_zip(&p, &m);
+    let (code, out) = cli(&["inspect", "--values", p.to_str().unwrap()]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("posix.system('ls')"), "{out}");
 }
 
 #[test]

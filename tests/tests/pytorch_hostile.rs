@@ -95,9 +95,13 @@ fn check(case: &Case) -> Vec<String> {
     let size = bytes.len();
     let limit = case.max_alloc.unwrap_or(bound(size));
     let shown = path.display().to_string();
+    // Under `--weights-only`: a global outside the allowlist is refused, as the
+    // manifest expects; read by default, it is an inert object (checked below).
+    let mut strict = OpenOptions::default();
+    strict.limits.weights_only = true;
     let named = OpenOptions {
         format: Some(case.format.clone()),
-        ..Default::default()
+        ..strict.clone()
     };
     let mut problems = Vec::new();
     let name = case.file.as_str();
@@ -139,11 +143,7 @@ fn check(case: &Case) -> Vec<String> {
     expect(
         "path, format detected",
         alloc::armed(|| {
-            read_source(
-                Source::open(&path),
-                &OpenOptions::default(),
-                &mut HashSink::default(),
-            )
+            read_source(Source::open(&path), &strict, &mut HashSink::default())
         }),
         &[name],
     );
@@ -169,9 +169,19 @@ fn check(case: &Case) -> Vec<String> {
         }),
         &[&case.error],
     );
-    let (code, out) = cli(&["verify", path.to_str().expect("utf-8 path")]);
+    let (code, out) = cli(&["verify", "--weights-only", path.to_str().expect("utf-8 path")]);
     if code == ExitCode::SUCCESS {
         problems.push(format!("verify exits 0: {out}"));
+    }
+    // Read inertly by default: refused or read, in the same bounds, never run.
+    let default = OpenOptions {
+        format: Some(case.format.clone()),
+        ..Default::default()
+    };
+    let (got, largest) =
+        alloc::armed(|| read_source(Source::open(&path), &default, &mut HashSink::default()));
+    if largest > limit {
+        problems.push(format!("read inertly: one allocation of {largest} bytes ({got:?})"));
     }
     let took = start.elapsed();
     if took > TIME_LIMIT {
