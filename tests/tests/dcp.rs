@@ -304,6 +304,14 @@ fn hostile_metadata_gets_clear_errors() {
             TensorFile::open_with(d.join(".metadata"), &o)
                 .unwrap_err()
                 .to_string()
+        } else if *name == "global" {
+            // Refused under --weights-only; read by default, the global an inert value.
+            let mut o = tensorfmt::OpenOptions::default();
+            o.limits.weights_only = true;
+            let inert = TensorFile::open(&d).expect("read inertly");
+            let values = format!("{:?}", inert.structure().unwrap());
+            assert!(values.contains("posix.system"), "{values}");
+            TensorFile::open_with(&d, &o).unwrap_err().to_string()
         } else {
             open_err(&d)
         };
