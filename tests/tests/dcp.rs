@@ -305,12 +305,12 @@ fn hostile_metadata_gets_clear_errors() {
                 .unwrap_err()
                 .to_string()
         } else if *name == "global" {
-            // Refused under --weights-only; read by default, the global an inert value.
+            // Refused under --weights-only; read by default, the global an inert value
+            // of `planner_data` (which the tensors do not depend on).
             let mut o = tensorfmt::OpenOptions::default();
             o.limits.weights_only = true;
             let inert = TensorFile::open(&d).expect("read inertly");
-            let values = format!("{:?}", inert.structure().unwrap());
-            assert!(values.contains("posix.system"), "{values}");
+            inert.read_all(&mut tensorfmt::runtime::hash::HashSink::new()).unwrap();
             TensorFile::open_with(&d, &o).unwrap_err().to_string()
         } else {
             open_err(&d)
