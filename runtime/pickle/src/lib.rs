@@ -34,6 +34,7 @@ mod args;
 mod arrays;
 mod data;
 mod detect;
+mod escape;
 mod index;
 mod numpy;
 mod objects;

@@ -177,7 +177,7 @@ impl<'a> Walker<'a> {
             }
         };
         self.charge(body.len() as u64)?;
-        match unescape(body) {
+        match crate::escape::unescape_string(body) {
             Some(b) => {
                 let i = self.leaf(Leaf::Owned(b.into()))?;
                 self.push(S::Text(i))
@@ -210,7 +210,7 @@ impl<'a> Walker<'a> {
     pub(super) fn unicode(&mut self) -> Step {
         let l = self.line()?;
         self.charge(2 * l.len() as u64)?;
-        match raw_unicode_escape(l) {
+        match crate::escape::raw_unicode_escape(l) {
             Some(s) => {
                 let i = self.leaf(Leaf::Text(Arc::from(s)))?;
                 self.push(S::Text(i))
@@ -285,70 +285,4 @@ pub(super) fn utf8_surrogatepass(b: &[u8]) -> bool {
             }
         }
     }
-}
-
-/// Decodes Python's `repr` escapes of a protocol-0 `STRING` body.
-fn unescape(s: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        i += 1;
-        if c != b'\\' {
-            out.push(c);
-            continue;
-        }
-        let e = *s.get(i)?;
-        i += 1;
-        match e {
-            b'\n' => {}
-            b'\\' | b'\'' | b'"' => out.push(e),
-            b'a' => out.push(7),
-            b'b' => out.push(8),
-            b'f' => out.push(12),
-            b'n' => out.push(b'\n'),
-            b'r' => out.push(b'\r'),
-            b't' => out.push(b'\t'),
-            b'v' => out.push(11),
-            b'x' => {
-                let h = std::str::from_utf8(s.get(i..i + 2)?).ok()?;
-                out.push(u8::from_str_radix(h, 16).ok()?);
-                i += 2;
-            }
-            b'0'..=b'7' => {
-                let mut v = (e - b'0') as u32;
-                let mut n = 1;
-                while n < 3 && i < s.len() && (b'0'..=b'7').contains(&s[i]) {
-                    v = v * 8 + (s[i] - b'0') as u32;
-                    i += 1;
-                    n += 1;
-                }
-                out.push((v & 0xff) as u8);
-            }
-            _ => {
-                out.push(b'\\');
-                out.push(e);
-            }
-        }
-    }
-    Some(out)
-}
-
-/// Decodes Python's `raw-unicode-escape` (protocol-0 `UNICODE`).
-fn raw_unicode_escape(s: &[u8]) -> Option<String> {
-    let mut out = String::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        let c = s[i];
-        if c == b'\\' && matches!(s.get(i + 1), Some(b'u') | Some(b'U')) {
-            let n = if s[i + 1] == b'u' { 4 } else { 8 };
-            let h = std::str::from_utf8(s.get(i + 2..i + 2 + n)?).ok()?;
-            out.push(char::from_u32(u32::from_str_radix(h, 16).ok()?)?);
-            i += 2 + n;
-        } else {
-            out.push(c as char);
-            i += 1;
-        }
-    }
-    Some(out)
 }
