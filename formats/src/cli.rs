@@ -488,7 +488,11 @@ fn inspect(
                         outln!(out, "  {} = {}", name, escape_controls(&value));
                     }
                     if total > shown {
-                        outln!(out, "  ... and {} more (--values shows every one)", total - shown);
+                        outln!(
+                            out,
+                            "  ... and {} more (--values shows every one)",
+                            total - shown
+                        );
                     }
                 }
             }

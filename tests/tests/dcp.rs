@@ -310,7 +310,9 @@ fn hostile_metadata_gets_clear_errors() {
             let mut o = tensorfmt::OpenOptions::default();
             o.limits.weights_only = true;
             let inert = TensorFile::open(&d).expect("read inertly");
-            inert.read_all(&mut tensorfmt::runtime::hash::HashSink::new()).unwrap();
+            inert
+                .read_all(&mut tensorfmt::runtime::hash::HashSink::new())
+                .unwrap();
             TensorFile::open_with(&d, &o).unwrap_err().to_string()
         } else {
             open_err(&d)

@@ -382,10 +382,7 @@ fn check(case: &Case) -> Vec<String> {
 /// A case whose array is a value: every way of reading it succeeds and lists no tensor.
 fn value_case(case: &Case, path: &Path) -> Vec<String> {
     let mut problems = Vec::new();
-    for (how, named, data) in [
-        ("detected, data", false, true),
-        ("named, data", true, true),
-    ] {
+    for (how, named, data) in [("detected, data", false, true), ("named, data", true, true)] {
         match open_err(path, named, data, false) {
             Err(accepted) if accepted.contains("(0 tensors)") => {}
             Err(accepted) => problems.push(format!("{how}: {accepted}, not 0 tensors")),

@@ -270,8 +270,7 @@ fn weights_only_refuses_what_torch_refuses_and_names_the_flag() {
     let mut options = tensorfmt::OpenOptions::default();
     options.limits.weights_only = true;
     let e = tensorfmt::TensorFile::open_with(&path, &options)
-        .err()
-        .expect("refused")
+        .expect_err("refused")
         .to_string();
     assert!(e.contains("ultralytics.nn.tasks.DetectionModel"), "{e}");
     assert!(

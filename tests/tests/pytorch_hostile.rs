@@ -142,9 +142,7 @@ fn check(case: &Case) -> Vec<String> {
     // format that claims the file: either way it fails, naming the file.
     expect(
         "path, format detected",
-        alloc::armed(|| {
-            read_source(Source::open(&path), &strict, &mut HashSink::default())
-        }),
+        alloc::armed(|| read_source(Source::open(&path), &strict, &mut HashSink::default())),
         &[name],
     );
     expect(
@@ -169,7 +167,11 @@ fn check(case: &Case) -> Vec<String> {
         }),
         &[&case.error],
     );
-    let (code, out) = cli(&["verify", "--weights-only", path.to_str().expect("utf-8 path")]);
+    let (code, out) = cli(&[
+        "verify",
+        "--weights-only",
+        path.to_str().expect("utf-8 path"),
+    ]);
     if code == ExitCode::SUCCESS {
         problems.push(format!("verify exits 0: {out}"));
     }
@@ -181,7 +183,9 @@ fn check(case: &Case) -> Vec<String> {
     let (got, largest) =
         alloc::armed(|| read_source(Source::open(&path), &default, &mut HashSink::default()));
     if largest > limit {
-        problems.push(format!("read inertly: one allocation of {largest} bytes ({got:?})"));
+        problems.push(format!(
+            "read inertly: one allocation of {largest} bytes ({got:?})"
+        ));
     }
     let took = start.elapsed();
     if took > TIME_LIMIT {

@@ -769,6 +769,9 @@ fn pickle(b: &mut Bench) -> Result<()> {
     memcpy_references(b, "pkl", &input, &ranges, bytes)
 }
 
+/// One timed operation of the objects suite: its name, what it does, its runs, the work.
+type ObjectCase<'a> = (&'a str, &'a str, usize, &'a dyn Fn() -> Result<()>);
+
 /// The objects suite on the files of `objects/` (written by `compare_objects.py`: a
 /// YOLO checkpoint, `torch.save` of a model, `joblib.dump` of arrays, plain and
 /// compressed): for each, the index (open and list the tensors), full load into owned
@@ -798,14 +801,36 @@ fn objects(b: &mut Bench) -> Result<()> {
             .sum();
         let (runs, open_runs) = (b.args.runs, b.args.open_runs);
         let none = || Ok(());
-        let cases: [(&str, &str, usize, &dyn Fn() -> Result<()>); 3] = [
-            ("open", "TensorFile::open (map + detect + index) + names listed", open_runs, &|| tf::open_list(&input, None).map(drop)),
-            ("read.owned", "open + read_all(OwnedSink)", runs, &|| tf::read_owned(&input).map(drop)),
-            ("read.view", "open + load_all: views of the map where stored plain", runs, &|| tf::read_view(&input).map(drop)),
+        let cases: [ObjectCase; 3] = [
+            (
+                "open",
+                "TensorFile::open (map + detect + index) + names listed",
+                open_runs,
+                &|| tf::open_list(&input, None).map(drop),
+            ),
+            ("read.owned", "open + read_all(OwnedSink)", runs, &|| {
+                tf::read_owned(&input).map(drop)
+            }),
+            (
+                "read.view",
+                "open + load_all: views of the map where stored plain",
+                runs,
+                &|| tf::read_view(&input).map(drop),
+            ),
         ];
         for (op, how, n, f) in cases {
             let op = format!("{prefix}.{op}");
-            b.time(Case { op: &op, lib: "tensorfmt", how, bytes, runs: n }, none, f)?;
+            b.time(
+                Case {
+                    op: &op,
+                    lib: "tensorfmt",
+                    how,
+                    bytes,
+                    runs: n,
+                },
+                none,
+                f,
+            )?;
         }
         if let Ok(ranges) = tf::payload_ranges(&input) {
             memcpy_references(b, &prefix, &input, &ranges, bytes)?;

@@ -383,9 +383,11 @@ pub(crate) fn module_entries(state: &[(Value, Value)]) -> Vec<&(Value, Value)> {
         ("_modules", false),
     ] {
         let entries = field(name).and_then(dict_entries).unwrap_or_default();
-        out.extend(entries.iter().filter(|(k, _)| {
-            !(buffers && k.as_str().is_some_and(|k| transient.contains(&k)))
-        }));
+        out.extend(
+            entries
+                .iter()
+                .filter(|(k, _)| !(buffers && k.as_str().is_some_and(|k| transient.contains(&k)))),
+        );
     }
     out
 }
