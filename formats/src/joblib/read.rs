@@ -5,7 +5,6 @@
 //! tensors are the wrappers and NumPy's own array calls a walk of the object finds,
 //! named by their paths; the object tree is the pickled object with them as leaves.
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 
 use tensorfmt_runtime::pickle::{self, Kind, Object, Rules};
@@ -97,26 +96,6 @@ pub(crate) fn inflated(src: &Source, limits: &Limits) -> Result<Arc<Inflated>> {
     .map_err(|e| src.in_file(e))
 }
 
-/// The names each tensor object was listed under, in walk order, for [`pickle::to_tree`]
-/// (an object the pickle's memo shares is listed once per reference).
-#[derive(Default)]
-struct Names(HashMap<usize, VecDeque<String>>);
-
-impl Names {
-    fn add(&mut self, o: &Object, name: &str) {
-        let q = self.0.entry(o as *const Object as usize).or_default();
-        q.push_back(name.to_string());
-    }
-
-    fn next(&mut self, o: &Object) -> Option<String> {
-        let q = self.0.get_mut(&(o as *const Object as usize))?;
-        match q.len() > 1 {
-            true => q.pop_front(),
-            false => q.front().cloned(),
-        }
-    }
-}
-
 /// The tensors of `src` and, with `with_structure`, its object tree.
 pub(crate) fn read(
     src: &Source,
@@ -141,7 +120,7 @@ pub(crate) fn read(
     let objects =
         pickle::find_objects(&value, bytes, &is_target, limits, budget).map_err(in_pickle)?;
     let mut tensors = Vec::with_capacity(objects.len());
-    let mut names = Names::default();
+    let mut names = pickle::TensorNames::default();
     for (path, o) in objects {
         let at = |e: Error| {
             let field = if path.is_empty() { "<root>" } else { &path };
@@ -157,9 +136,7 @@ pub(crate) fn read(
         tensors.push(t);
     }
     let structure = match with_structure {
-        true => Some(
-            pickle::to_tree(&value, bytes, &mut |o| names.next(o), limits).map_err(in_pickle)?,
-        ),
+        true => Some(names.tree(&value, bytes, limits).map_err(in_pickle)?),
         false => None,
     };
     Ok((tensors, structure))

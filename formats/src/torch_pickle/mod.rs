@@ -18,7 +18,6 @@
 
 mod stream;
 
-use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, OnceLock};
 
 use tensorfmt_runtime::pickle::{self, ByteRange, Held, Latin1Text, Object, Rules, Value};
@@ -81,25 +80,6 @@ fn rules() -> &'static Rules {
     })
 }
 
-/// The names each tensor object was listed under, in walk order, for [`pickle::to_tree`].
-#[derive(Default)]
-struct Names(HashMap<usize, VecDeque<String>>);
-
-impl Names {
-    fn add(&mut self, o: &Object, name: &str) {
-        let q = self.0.entry(o as *const Object as usize).or_default();
-        q.push_back(name.to_string());
-    }
-
-    fn next(&mut self, o: &Object) -> Option<String> {
-        let q = self.0.get_mut(&(o as *const Object as usize))?;
-        match q.len() > 1 {
-            true => q.pop_front(),
-            false => q.front().cloned(),
-        }
-    }
-}
-
 /// The tensors of `src` and, with `with_structure`, its object tree.
 fn read(
     src: &Source,
@@ -115,7 +95,7 @@ fn read(
         pickle::find_objects(&value, &whole, &is_target, limits, budget).map_err(in_pickle)?;
     let mut decoded = Budget(limits.inflated_budget(whole.len() as u64));
     let mut tensors = Vec::with_capacity(objects.len());
-    let mut names = Names::default();
+    let mut names = pickle::TensorNames::default();
     for (path, o) in objects {
         let field = if path.is_empty() { "<root>" } else { &path };
         let t = tensor(&path, o, &whole, limits, &mut decoded)
@@ -124,9 +104,7 @@ fn read(
         tensors.push(t);
     }
     let structure = match with_structure {
-        true => Some(
-            pickle::to_tree(&value, &whole, &mut |o| names.next(o), limits).map_err(in_pickle)?,
-        ),
+        true => Some(names.tree(&value, &whole, limits).map_err(in_pickle)?),
         false => None,
     };
     Ok((tensors, structure))

@@ -212,30 +212,31 @@ fn field_of(path: &str) -> &str {
 /// The names each tensor object was listed under, in walk order, for [`to_tree`]: an
 /// object listed under several names (shared by the pickle's memo) gets each in turn.
 #[derive(Default)]
-struct Names(HashMap<usize, VecDeque<String>>);
+pub struct TensorNames(HashMap<usize, VecDeque<String>>);
 
-impl Names {
-    fn add(&mut self, o: &Object, name: &str) {
+impl TensorNames {
+    /// Records that the object `o` is listed as the tensor `name`.
+    pub fn add(&mut self, o: &Object, name: &str) {
         self.0
             .entry(o as *const Object as usize)
             .or_default()
             .push_back(name.to_string());
     }
 
-    fn tree(mut self, root: &Value, buffer: &[u8], limits: &Limits) -> Result<Node> {
-        to_tree(
-            root,
-            buffer,
-            &mut |o| {
-                let q = self.0.get_mut(&(o as *const Object as usize))?;
-                if q.len() > 1 {
-                    q.pop_front()
-                } else {
-                    q.front().cloned()
-                }
-            },
-            limits,
-        )
+    /// The name of the tensor `o` is, met by the tree: each of its names in turn, the
+    /// last one again from then on.
+    pub fn next(&mut self, o: &Object) -> Option<String> {
+        let q = self.0.get_mut(&(o as *const Object as usize))?;
+        if q.len() > 1 {
+            q.pop_front()
+        } else {
+            q.front().cloned()
+        }
+    }
+
+    /// The object tree of `root`, its tensors named as recorded ([`to_tree`]).
+    pub fn tree(mut self, root: &Value, buffer: &[u8], limits: &Limits) -> Result<Node> {
+        to_tree(root, buffer, &mut |o| self.next(o), limits)
     }
 }
 
@@ -342,7 +343,7 @@ impl<'c, S: Storages> Index<'c, S> {
         let objects =
             find_objects(&value, &bytes, &is_target, self.limits, budget).map_err(in_member)?;
         let tree = self.with_structure && entry == 0;
-        let mut names = Names::default();
+        let mut names = TensorNames::default();
         self.tensors.reserve(objects.len());
         for (path, o) in objects {
             let t = match (kind_of(o), stored) {
@@ -676,7 +677,7 @@ pub fn read_file(
     }
 
     let mut tensors = Vec::with_capacity(mapped.len());
-    let mut names = Names::default();
+    let mut names = TensorNames::default();
     for ((path, o), m) in objects.iter().zip(mapped) {
         let t = match m {
             Pending::Stored((m, d)) => {
@@ -777,7 +778,7 @@ pub fn read_one(
     let budget = limits.tree_budget(bytes.len() as u64);
     let objects = find_objects(&value, bytes, &is_target, limits, budget).map_err(in_file)?;
     let mut tensors = Vec::with_capacity(objects.len());
-    let mut names = Names::default();
+    let mut names = TensorNames::default();
     for (path, o) in objects {
         let place = kind_of(spec.kinds, o).expect("find_objects gives objects of the kinds");
         let t = place_array(place, &path, o, 0, bytes)

@@ -53,7 +53,7 @@ pub use data::{data, data_len, Held, Latin1Text};
 pub use detect::starts_naming;
 pub use index::{
     place_array, read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec,
-    Place, Record,
+    Place, Record, TensorNames,
 };
 pub use numpy::is_value_array;
 pub use objects::{build, call, table_global, table_key, tuple, Objects, Storage};
