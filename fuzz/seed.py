@@ -6,6 +6,8 @@ pickle_read      the valid and hostile pickles of tests/fixtures/pickle/, and ev
 pickle_objects   byte 0 then the pickle members of tests/fixtures/objects/ (torch.save of a
                  model, YOLO checkpoints, Lightning) and what pickle_read gets; byte 1 then
                  its plain pickles (scikit-learn, users' classes, uncompressed joblib)
+object_files     byte 0 then each joblib file of tests/fixtures/objects/ (plain and every
+                 compressor), byte 1 then its pickle.dump's of torch tensors
 pytorch_archive  the torch-made checkpoints of tests/fixtures/pytorch/ (zip, legacy,
                  TorchScript) and the hostile corpus of tests/fixtures/pytorch/hostile/
 pytorch_pickle   the pickle members of the torch-made zip fixtures and the pickles of
@@ -34,7 +36,7 @@ import os
 import shutil
 import zipfile
 
-ALL = ["pickle_read", "pickle_objects", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
+ALL = ["pickle_read", "pickle_objects", "object_files", "pytorch_archive", "pytorch_pickle", "onnx_model", "caffe2_minidb",
        "kv_folder", "safetensors", "numpy_pickle", "dcp_metadata"]
 parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 parser.add_argument("--fresh", action="store_true",
@@ -115,6 +117,9 @@ obj_plain = list(files(OBJ, lambda n: n.endswith((".pkl", ".joblib")) and not n.
                        or n in ("joblib_plain.joblib", "joblib_p2.pkl")))
 seeds("pickle_objects", [b"\x00" + b for b in obj_members + members + raw]
       + [b"\x01" + b for b in obj_plain])
+seeds("object_files",
+      [b"\x00" + b for b in files(OBJ, lambda n: n.endswith(".joblib") or n.startswith("joblib_"))]
+      + [b"\x01" + b for b in files(OBJ, lambda n: n.startswith("torch_pickle"))])
 seeds("pytorch_archive",
       list(files(TORCH, lambda n: n in checkpoints))
       + list(files(HOSTILE, lambda n: n.endswith(".pt"))))
