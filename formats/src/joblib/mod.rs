@@ -32,6 +32,7 @@ mod wrapper;
 use compress::{inflate_start, Compressor};
 
 use crate::{FormatDesc, Limits, Node, Result, Source, TensorInfo};
+use tensorfmt_runtime::pickle;
 
 /// The format, read only: `TensorFile::open` on a file `joblib.dump` wrote.
 pub const DESC: FormatDesc =
@@ -65,7 +66,7 @@ fn detect(src: &Source, limits: &Limits) -> bool {
             }
             None => return false,
         },
-        None if starts_as_pickle(&first) => match read(WINDOW as u64) {
+        None if pickle::starts_as_pickle(&first) => match read(WINDOW as u64) {
             Some(head) => head,
             None => return false,
         },
@@ -75,25 +76,8 @@ fn detect(src: &Source, limits: &Limits) -> bool {
         .path()
         .and_then(|p| p.extension())
         .is_some_and(|e| e.eq_ignore_ascii_case("joblib"));
-    starts_as_pickle(&head) && (named || names_wrapper(&head))
-}
-
-/// Whether `b` starts as a pickle stream: `PROTO` 2 to 5 (not followed by a `LONG1`,
-/// how PyTorch's legacy files start), or an opcode protocols 0 and 1 start with.
-fn starts_as_pickle(b: &[u8]) -> bool {
-    match b {
-        [0x80, proto, next, ..] => (2..=5).contains(proto) && *next != 0x8a,
-        [b'(' | b'}' | b']' | b'c', ..] => true,
-        _ => false,
-    }
-}
-
-/// Whether `b` names joblib's wrapper, as `GLOBAL` or `STACK_GLOBAL` writes it (the
-/// module, then the name).
-fn names_wrapper(b: &[u8]) -> bool {
-    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
-    let module = b"joblib.numpy_pickle";
-    find(b, module).is_some_and(|at| find(&b[at..], b"NumpyArrayWrapper").is_some())
+    pickle::starts_as_pickle(&head)
+        && (named || pickle::names_global(&head, "joblib.numpy_pickle", "NumpyArrayWrapper"))
 }
 
 fn index(src: &Source, limits: &Limits) -> Result<Vec<TensorInfo>> {

@@ -48,15 +48,8 @@ fn detect(src: &Source, _limits: &Limits) -> bool {
     if src.data().read_exact_at(0, &mut head).is_err() {
         return false;
     }
-    let starts = match head.as_slice() {
-        [0x80, proto, next, ..] => (2..=5).contains(proto) && *next != 0x8a,
-        [b'(' | b'}' | b']' | b'c', ..] => true,
-        _ => false,
-    };
-    let find = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).position(|w| w == needle);
-    starts
-        && find(&head, b"torch.storage")
-            .is_some_and(|at| find(&head[at..], b"_load_from_bytes").is_some())
+    pickle::starts_as_pickle(&head)
+        && pickle::names_global(&head, "torch.storage", "_load_from_bytes")
 }
 
 fn index(src: &Source, limits: &Limits) -> Result<Vec<TensorInfo>> {

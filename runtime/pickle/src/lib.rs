@@ -50,7 +50,7 @@ mod write;
 pub use args::{attr, dims, index, ints, is_none, item, len, lookup, name, state, uint};
 pub use arrays::{Arrays, ArraysWriter, ObjectFn};
 pub use data::{data, data_len, Held, Latin1Text};
-pub use detect::starts_naming;
+pub use detect::{names_global, starts_as_pickle, starts_naming};
 pub use index::{
     place_array, read_file, read_one, Check, Field, FileSpec, Index, Mapped, OneKind, OneSpec,
     Place, Record, TensorNames,
