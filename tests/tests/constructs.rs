@@ -1679,3 +1679,36 @@ fn widened_elements_read_as_the_tensor_s_dtype_and_narrowing_is_refused() {
     let e = read(desc, "z.wdn", &doc).unwrap_err().to_string();
     assert!(e.contains("packing") && e.contains('9'), "{e}");
 }
+
+#[test]
+fn an_apply_global_reads_as_the_call_it_applies() {
+    use tensorfmt_runtime::pickle::{self, Kind, Value};
+    let rules = zip_pickle_fmt::ckpt::state_rules();
+    assert_eq!(
+        rules.kind("torch._tensor", "_rebuild_from_type_v2"),
+        Some(&Kind::Apply { func: 0, args: 2 })
+    );
+    // _rebuild_from_type_v2(_rebuild_tensor_v2, __main__.T, (pid, 0, (2,), (1,), False,
+    // OrderedDict()), {}): the subclass is inert, the call read as the tensor's.
+    let p = [
+        b"\x80\x02ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._utils\n_rebuild_tensor_v2\n".as_slice(),
+        b"c__main__\nT\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpuK\x02tQ",
+        b"K\x00K\x02\x85K\x01\x85\x89ccollections\nOrderedDict\n)Rt}tR.",
+    ]
+    .concat();
+    let v = pickle::read(&p, rules, &rt::Limits::default()).unwrap();
+    let Value::Object(o) = &v else {
+        panic!("not a call: {v:?}")
+    };
+    assert!(zip_pickle_fmt::ckpt::is_state_tensor(o), "{v:?}");
+    assert_eq!(o.args.len(), 6);
+    // A function that is itself an apply global is refused.
+    let nested = [
+        b"\x80\x02ctorch._tensor\n_rebuild_from_type_v2\n(ctorch._tensor\n_rebuild_from_type_v2\n"
+            .as_slice(),
+        b"N)}tR.",
+    ]
+    .concat();
+    let e = pickle::read(&nested, rules, &rt::Limits::default()).unwrap_err();
+    assert!(e.to_string().contains("another kind"), "{e}");
+}

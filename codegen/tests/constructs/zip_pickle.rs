@@ -41,6 +41,13 @@ pub mod ckpt {
                             "hooks",
                         ],
                     )
+                    .allow_path(
+                        "torch._tensor._rebuild_from_type_v2",
+                        rt::pickle::Kind::Apply {
+                            func: 0usize,
+                            args: 2usize,
+                        },
+                    )
                     .allow_path("torch.FloatStorage", rt::pickle::Kind::Class)
                     .allow_path("torch.LongStorage", rt::pickle::Kind::Class)
                     .persistent_form("storage", "tag, class, key, location, numel")
